@@ -1,0 +1,1 @@
+"""Prometheus recording and alerting rules, shipped as package data."""

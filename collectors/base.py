@@ -1,0 +1,188 @@
+"""What every collector shares: the parse result, quarantine rows, and the one-transaction loader.
+
+A collector is fetch (I/O) -> parse (pure: bytes to typed rows, bad lines to quarantine) -> load. `load`
+upserts on the table's natural key and writes the collector_runs row and the quarantine rows in the same
+transaction, so a crash leaves either the whole run or none of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import duckdb
+import polars as pl
+
+from slurmscope.db import transaction
+
+QUARANTINE_SCHEMA = {
+    "line_no": pl.Int64,
+    "raw_text": pl.String,
+    "raw_bytes": pl.Binary,
+    "reason": pl.String,
+}
+
+
+def quarantine_frame(rows: list[dict] | None = None) -> pl.DataFrame:
+    """Quarantine rows: line_no (1-based), raw_text (decoded with replacement), raw_bytes (when not UTF-8)."""
+    return pl.DataFrame(rows or [], schema=QUARANTINE_SCHEMA)
+
+
+def decode_line(raw: bytes) -> tuple[str, bytes | None]:
+    """Text of a line, plus its original bytes when they were not valid UTF-8 (kept for quarantine)."""
+    try:
+        return raw.decode("utf-8"), None
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", errors="replace"), raw
+
+
+@dataclass
+class Parsed:
+    """Output of a pure parser: typed rows per table, and the lines it could not use."""
+
+    tables: dict[str, pl.DataFrame] = field(default_factory=dict)
+    quarantine: pl.DataFrame = field(default_factory=quarantine_frame)
+
+    @property
+    def rows(self) -> int:
+        return sum(df.height for df in self.tables.values())
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """Natural key of a raw table: an upsert replaces the stored row with the same key."""
+
+    name: str
+    key: tuple[str, ...]
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _quote(col: str) -> str:
+    return '"' + col.replace('"', '""') + '"'
+
+
+def upsert(con: duckdb.DuckDBPyConnection, spec: TableSpec, df: pl.DataFrame) -> int:
+    """Insert or replace rows by natural key; the last row for a key within `df` wins.
+
+    Runs inside the caller's transaction. Columns missing from `df` keep their table defaults.
+    """
+    if df.height == 0:
+        return 0
+    df = df.unique(subset=list(spec.key), keep="last", maintain_order=True)
+    cols = df.columns
+    col_sql = ", ".join(_quote(c) for c in cols)
+    key_sql = ", ".join(_quote(c) for c in spec.key)
+    updates = [c for c in cols if c not in spec.key]
+    con.register("_upsert_src", df.to_arrow())
+    try:
+        if updates:
+            set_sql = ", ".join(f"{_quote(c)} = excluded.{_quote(c)}" for c in updates)
+            conflict = f"ON CONFLICT ({key_sql}) DO UPDATE SET {set_sql}"
+        else:
+            conflict = f"ON CONFLICT ({key_sql}) DO NOTHING"
+        con.execute(f"INSERT INTO {spec.name} ({col_sql}) SELECT {col_sql} FROM _upsert_src {conflict}")
+    finally:
+        con.unregister("_upsert_src")
+    return df.height
+
+
+@dataclass
+class RunRecord:
+    """One collector run, written to collector_runs together with the data it loaded."""
+
+    cluster: str
+    collector: str
+    source: str
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    window_start: datetime | None = None
+    window_end: datetime | None = None
+    _t0: float = field(default_factory=time.monotonic, repr=False)
+
+    def insert(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        *,
+        status: str,
+        rows: int = 0,
+        quarantined: int = 0,
+        error: str | None = None,
+    ) -> int:
+        duration = time.monotonic() - self._t0
+        return con.execute(
+            "INSERT INTO collector_runs (cluster, collector, started_at, finished_at, window_start, window_end,"
+            " rows, quarantined, status, error, duration_seconds, source)"
+            " VALUES (?, ?, ?, current_timestamp, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING run_id",
+            [
+                self.cluster,
+                self.collector,
+                self.started_at,
+                self.window_start,
+                self.window_end,
+                rows,
+                quarantined,
+                status,
+                error,
+                duration,
+                self.source,
+            ],
+        ).fetchone()[0]
+
+
+def load(
+    con: duckdb.DuckDBPyConnection,
+    parsed: Parsed,
+    specs: dict[str, TableSpec],
+    run: RunRecord,
+    *,
+    content: bytes | None = None,
+    content_sha: str | None = None,
+    watermark: datetime | None = None,
+    after_upsert=None,
+) -> int:
+    """Upsert every table of `parsed`, its quarantine, the run record and the watermark in one transaction.
+
+    `after_upsert(con)` runs inside the transaction (e.g. to recompute job attempts).
+    Returns the collector_runs id.
+    """
+    digest = content_sha or (sha256(content) if content is not None else None)
+    with transaction(con):
+        total = 0
+        for table, df in parsed.tables.items():
+            df = df.with_columns(pl.lit(run.cluster).alias("cluster")) if "cluster" not in df.columns else df
+            total += upsert(con, specs[table], df)
+        q = parsed.quarantine
+        if q.height:
+            q = q.with_columns(
+                pl.lit(run.cluster).alias("cluster"),
+                pl.lit(run.source).alias("source"),
+                pl.lit(digest or "").alias("content_sha256"),
+            )
+            upsert(con, TableSpec("quarantine", ("cluster", "source", "content_sha256", "line_no")), q)
+        if after_upsert is not None:
+            after_upsert(con)
+        if watermark is not None:
+            con.execute(
+                "INSERT INTO watermarks (cluster, collector, position, updated_at) VALUES (?, ?, ?, current_timestamp)"
+                " ON CONFLICT (cluster, collector) DO UPDATE SET position = excluded.position,"
+                " updated_at = excluded.updated_at",
+                [run.cluster, run.collector, watermark],
+            )
+        return run.insert(con, status="ok", rows=total, quarantined=q.height)
+
+
+def record_failure(con: duckdb.DuckDBPyConnection, run: RunRecord, status: str, error: str) -> int:
+    """A failed run leaves data and watermark untouched and says why."""
+    with transaction(con):
+        return run.insert(con, status=status, error=error[:4000])
+
+
+def get_watermark(con: duckdb.DuckDBPyConnection, cluster: str, collector: str) -> datetime | None:
+    row = con.execute(
+        "SELECT position FROM watermarks WHERE cluster = ? AND collector = ?", [cluster, collector]
+    ).fetchone()
+    return row[0] if row else None

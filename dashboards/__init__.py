@@ -1,0 +1,1 @@
+"""Dashboards as code (grafana-foundation-sdk) and the generated JSON."""

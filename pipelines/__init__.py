@@ -1,0 +1,1 @@
+"""Pipelines: pure Polars functions from raw tables to marts."""

@@ -1,0 +1,324 @@
+"""The `slurmscope` command: a thin layer over the library (see ARCHITECTURE.md §4 for the contract).
+
+Data goes to stdout, logs to stderr, and every failure exits non-zero with a message that says what to
+fix. Each command imports its implementation lazily so `--help` stays fast and nothing runs at import.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from slurmscope.config import Config, ConfigError, load_config
+
+INGEST_KINDS = ("sacct", "sinfo", "squeue", "sshare", "sdiag", "events", "nvml", "config", "reservations", "ping")
+COLLECT_KINDS = (
+    "sacct", "sinfo", "squeue", "sshare", "sdiag", "events", "config", "reservations", "ping", "nvml", "all",
+)
+
+
+@dataclass
+class Context:
+    config: Config
+    db_path: str
+
+
+def _context(ctx: click.Context) -> Context:
+    return ctx.ensure_object(dict)["app"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), envvar="SLURMSCOPE_CONFIG",
+              help="TOML config file (default ./slurmscope.toml if present, else built-in defaults).")
+@click.option("--db", "db_path", type=click.Path(dir_okay=False), envvar="SLURMSCOPE_DB",
+              help="DuckDB file (default from config: ./slurmscope.duckdb).")
+@click.option("--cluster", help="Cluster name (default from config, else 'default').")
+@click.option("-v", "--verbose", count=True, help="More logging on stderr.")
+@click.pass_context
+def main(ctx: click.Context, config_path: str | None, db_path: str | None, cluster: str | None, verbose: int) -> None:
+    """Observability and accounting analytics for Slurm GPU clusters."""
+    logging.basicConfig(
+        level=logging.WARNING - 10 * min(verbose, 2),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        cfg = load_config(config_path)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    if cluster:
+        cfg = cfg.with_overrides(cluster={"name": cluster})
+    ctx.ensure_object(dict)["app"] = Context(config=cfg, db_path=db_path or cfg.db_path)
+
+
+def _connect(app: Context, *, read_only: bool = False):
+    from slurmscope.db import connect
+
+    try:
+        return connect(app.db_path, read_only=read_only)
+    except FileNotFoundError as exc:
+        raise click.ClickException(str(exc)) from None
+    except Exception as exc:  # duckdb.IOException: lock held by another process, unreadable file
+        raise click.ClickException(f"cannot open database {app.db_path}: {exc}") from None
+
+
+@main.command()
+@click.argument("kind", type=click.Choice(INGEST_KINDS))
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--format", "fmt", help="Field list of a headerless capture (sacct --format, sinfo/squeue -o/-O).")
+@click.option("--delimiter", help="Field delimiter (default '|'); multi-byte allowed.")
+@click.option("--timezone", "tz", help="Zone of the times in the files (default: the configured cluster zone).")
+@click.pass_context
+def ingest(ctx: click.Context, kind: str, files: tuple[str, ...], fmt: str | None, delimiter: str | None,
+           tz: str | None) -> None:
+    """Load recorded Slurm or NVML output files into the database."""
+    from slurmscope.collectors.ingest import IngestError, ingest_files
+
+    app = _context(ctx)
+    con = _connect(app)
+    try:
+        results = ingest_files(con, app.config, kind, [Path(f) for f in files], fmt=fmt, delimiter=delimiter,
+                               timezone=tz)
+    except IngestError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        con.close()
+    for r in results:
+        click.echo(f"{r.path}: {r.rows} rows loaded, {r.quarantined} quarantined", err=True)
+
+
+@main.command()
+@click.argument("kind", required=False, default="all", type=click.Choice(COLLECT_KINDS))
+@click.option("--once", is_flag=True, help="Run once and exit (the only mode outside `serve`).")
+@click.pass_context
+def collect(ctx: click.Context, kind: str, once: bool) -> None:
+    """Run live collectors against Slurm (argument lists, per-command timeouts, TZ=UTC)."""
+    from slurmscope.collectors.collect import collect as run_collect
+
+    app = _context(ctx)
+    con = _connect(app)
+    try:
+        outcomes = run_collect(con, app.config, kind)
+    finally:
+        con.close()
+    failed = [o for o in outcomes if o.status != "ok"]
+    for o in outcomes:
+        click.echo(f"{o.collector}: {o.status} rows={o.rows}" + (f" error={o.error}" if o.error else ""), err=True)
+    if failed:
+        raise click.ClickException(f"{len(failed)} collector(s) failed: " + ", ".join(o.collector for o in failed))
+
+
+@main.command()
+@click.option("--port", type=int, help="Port of the node-local /metrics and spool endpoint.")
+@click.option("--spool", type=click.Path(file_okay=False), help="Spool directory.")
+@click.option("--interval", type=float, help="Sampling interval in seconds (>= 1).")
+@click.option("--fake", "fake", type=click.Path(exists=True), help="Use the fake NVML backend with this spec.")
+@click.pass_context
+def agent(ctx: click.Context, port: int | None, spool: str | None, interval: float | None, fake: str | None) -> None:
+    """Per-node NVML agent: GPU telemetry, health events and GPU-to-job attribution."""
+    from slurmscope.collectors.nvml import run_agent
+
+    app = _context(ctx)
+    run_agent(app.config, port=port, spool=spool, interval=interval, fake=fake)
+
+
+@main.group()
+def pipelines() -> None:
+    """Derived datasets (marts)."""
+
+
+@pipelines.command("run")
+@click.option("--since", help="Rebuild windows from this date (YYYY-MM-DD) on.")
+@click.option("--full", is_flag=True, help="Rebuild every mart from all history.")
+@click.option("--only", multiple=True, help="Run only the named pipeline(s).")
+@click.pass_context
+def pipelines_run(ctx: click.Context, since: str | None, full: bool, only: tuple[str, ...]) -> None:
+    """Rebuild the marts idempotently."""
+    from slurmscope.pipelines.runner import run_pipelines
+
+    app = _context(ctx)
+    con = _connect(app)
+    try:
+        results = run_pipelines(con, app.config, since=since, full=full, only=only or None)
+    finally:
+        con.close()
+    for name, rows in results.items():
+        click.echo(f"{name}: {rows} rows", err=True)
+
+
+@main.command()
+@click.option("--port", type=int, help="Port for /metrics (default from config).")
+@click.option("--address", help="Bind address (default 127.0.0.1).")
+@click.pass_context
+def serve(ctx: click.Context, port: int | None, address: str | None) -> None:
+    """Long-running service: scheduled collectors and pipelines, and /metrics."""
+    from slurmscope.scheduler import serve as run_serve
+
+    app = _context(ctx)
+    run_serve(app.config, app.db_path, address=address, port=port)
+
+
+@main.command()
+@click.option("--month", required=True, help="YYYY-MM")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False))
+@click.option("--format", "formats", default="html,csv", show_default=True)
+@click.pass_context
+def report(ctx: click.Context, month: str, out_dir: str, formats: str) -> None:
+    """Monthly cost and usage report (self-contained HTML and CSVs)."""
+    from slurmscope.report import build_report
+
+    app = _context(ctx)
+    con = _connect(app, read_only=True)
+    try:
+        written = build_report(con, app.config, month=month, out_dir=Path(out_dir),
+                               formats=[f.strip() for f in formats.split(",") if f.strip()])
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        con.close()
+    for path in written:
+        click.echo(str(path))
+
+
+@main.group()
+def dashboards() -> None:
+    """Grafana dashboards as code."""
+
+
+@dashboards.command("build")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False))
+def dashboards_build(out_dir: str) -> None:
+    """Write dashboard JSON and Grafana provisioning files."""
+    from slurmscope.dashboards.build import build_all
+
+    for path in build_all(Path(out_dir)):
+        click.echo(str(path))
+
+
+@main.group()
+def alerts() -> None:
+    """Prometheus recording and alerting rules."""
+
+
+@alerts.command("build")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False))
+def alerts_build(out_dir: str) -> None:
+    """Write the rule files (and their promtool tests)."""
+    from slurmscope.alerts.build import build_all
+
+    for path in build_all(Path(out_dir)):
+        click.echo(str(path))
+
+
+@main.command()
+@click.option("--gpus", type=int, required=True)
+@click.option("--days", type=float, required=True)
+@click.option("--seed", type=int, required=True)
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False))
+def simulate(gpus: int, days: float, seed: int, out_dir: str) -> None:
+    """Simulate an AI training cluster and write Slurm-format outputs plus a ground-truth event log."""
+    from slurmscope.collectors.simulator import simulate as run_simulate
+
+    summary = run_simulate(gpus=gpus, days=days, seed=seed, out_dir=Path(out_dir))
+    click.echo(json.dumps(summary, indent=2, default=str))
+
+
+@main.command()
+@click.option("--gpus", type=int, default=512, show_default=True)
+@click.option("--days", type=float, default=30, show_default=True)
+@click.option("--seed", type=int, default=42, show_default=True)
+@click.option("--port", type=int, default=9400, show_default=True)
+@click.option("--out", "out_dir", default="demo", show_default=True, type=click.Path(file_okay=False))
+@click.option("--no-serve", is_flag=True, help="Exit after building instead of serving /metrics.")
+@click.pass_context
+def demo(ctx: click.Context, gpus: int, days: float, seed: int, port: int, out_dir: str, no_serve: bool) -> None:
+    """The whole product on a simulated cluster: simulate, ingest, pipelines, dashboards, alerts, report, serve."""
+    from slurmscope.demo import run_demo
+
+    app = _context(ctx)
+    run_demo(app.config, app.db_path, gpus=gpus, days=days, seed=seed, port=port, out_dir=Path(out_dir),
+             serve=not no_serve)
+
+
+@main.command()
+@click.argument("sql")
+@click.option("--format", "fmt", type=click.Choice(["csv", "json", "table"]), default="table", show_default=True)
+@click.pass_context
+def query(ctx: click.Context, sql: str, fmt: str) -> None:
+    """Run one SQL statement on a read-only connection and print the result."""
+    app = _context(ctx)
+    con = _connect(app, read_only=True)
+    try:
+        cur = con.execute(sql)
+        if cur.description is None:
+            return
+        cols = [d[0] for d in cur.description]
+        rows = cur.fetchall()
+    except Exception as exc:  # duckdb.Error subclasses: bad SQL, or a write on a read-only database
+        raise click.ClickException(f"query failed: {exc}") from None
+    finally:
+        con.close()
+    _print_rows(cols, rows, fmt)
+
+
+def _print_rows(cols: list[str], rows: list[tuple], fmt: str) -> None:
+    out = click.get_text_stream("stdout")
+    if fmt == "csv":
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(cols)
+        w.writerows(rows)
+    elif fmt == "json":
+        out.write(json.dumps([dict(zip(cols, r, strict=True)) for r in rows], default=str, indent=1) + "\n")
+    else:
+        cells = [[("" if v is None else str(v)) for v in r] for r in rows]
+        widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
+        out.write("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)).rstrip() + "\n")
+        out.write("  ".join("-" * w for w in widths) + "\n")
+        for r in cells:
+            out.write("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() + "\n")
+
+
+@main.command()
+@click.option("--format", "fmt", type=click.Choice(["csv", "json", "table"]), default="table", show_default=True)
+@click.pass_context
+def status(ctx: click.Context, fmt: str) -> None:
+    """Last run per collector, watermarks and quarantine counts."""
+    app = _context(ctx)
+    con = _connect(app, read_only=True)
+    try:
+        cur = con.execute(STATUS_SQL, [app.config.cluster])
+        cols = [d[0] for d in cur.description]
+        rows = cur.fetchall()
+    finally:
+        con.close()
+    _print_rows(cols, rows, fmt)
+
+
+STATUS_SQL = """
+WITH last AS (
+    SELECT cluster, collector, max(started_at) AS started_at FROM collector_runs GROUP BY ALL
+), ok AS (
+    SELECT cluster, collector, max(finished_at) AS last_success FROM collector_runs WHERE status = 'ok' GROUP BY ALL
+), q AS (
+    SELECT cluster, split_part(source, ':', 1) AS collector, count(*) AS quarantined FROM quarantine GROUP BY ALL
+)
+SELECT r.collector, r.status AS last_status, r.started_at AS last_run, ok.last_success, r.rows AS last_rows,
+       w.position AS watermark, coalesce(q.quarantined, 0) AS quarantined_lines, r.error AS last_error
+FROM collector_runs r
+JOIN last USING (cluster, collector, started_at)
+LEFT JOIN ok USING (cluster, collector)
+LEFT JOIN watermarks w USING (cluster, collector)
+LEFT JOIN q USING (cluster, collector)
+WHERE r.cluster = ?
+ORDER BY r.collector
+"""
+
+
+if __name__ == "__main__":
+    main()

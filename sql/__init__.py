@@ -1,0 +1,1 @@
+"""Numbered SQL migrations, shipped as package data."""

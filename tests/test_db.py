@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import duckdb
+import polars as pl
+import pytest
+from slurmscope.collectors.base import Parsed, RunRecord, TableSpec, load, quarantine_frame, upsert
+
+from slurmscope.db import applied_versions, connect, migrate, migrations, transaction
+
+
+def test_fresh_database_has_every_migration_recorded(con):
+    assert applied_versions(con) == [m.version for m in migrations()]
+    tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    for t in ("jobs", "job_steps", "node_states", "shares", "sched_stats", "pending_jobs", "gpu_samples",
+              "gpu_events", "node_events", "reservations", "collector_runs", "quarantine", "watermarks"):
+        assert t in tables
+
+
+def test_database_made_by_migration_1_upgrades_in_place(db_path):
+    c = duckdb.connect(str(db_path))
+    applied = migrate(c, upto=1)
+    assert applied == [1]
+    c.execute("INSERT INTO watermarks (cluster, collector, position) VALUES ('c', 'sacct', TIMESTAMPTZ '2024-01-01 00:00:00+00')")
+    c.close()
+    c = connect(db_path)
+    assert applied_versions(c) == [m.version for m in migrations()]
+    assert c.execute("SELECT count(*) FROM watermarks").fetchone()[0] == 1
+    assert migrate(c) == []
+    c.close()
+
+
+def test_read_only_connection_refuses_writes(db_path):
+    connect(db_path).close()
+    ro = connect(db_path, read_only=True)
+    with pytest.raises(duckdb.Error):
+        ro.execute("INSERT INTO watermarks (cluster, collector, position) VALUES ('c', 'x', now())")
+    ro.close()
+
+
+def test_read_only_open_of_missing_database_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        connect(tmp_path / "nope.duckdb", read_only=True)
+
+
+def test_transaction_rolls_back_on_error(con):
+    with pytest.raises(RuntimeError):
+        with transaction(con):
+            con.execute("INSERT INTO watermarks (cluster, collector, position) VALUES ('c', 'x', now())")
+            raise RuntimeError("boom")
+    assert con.execute("SELECT count(*) FROM watermarks").fetchone()[0] == 0
+
+
+def test_upsert_replaces_by_natural_key(con):
+    spec = TableSpec("watermarks", ("cluster", "collector"))
+    ts = pl.datetime(2024, 1, 1, time_zone="UTC")
+    df = pl.DataFrame({"cluster": ["c", "c"], "collector": ["a", "b"]}).with_columns(position=ts)
+    with transaction(con):
+        upsert(con, spec, df)
+    df2 = pl.DataFrame({"cluster": ["c"], "collector": ["a"]}).with_columns(position=pl.datetime(2025, 1, 1, time_zone="UTC"))
+    with transaction(con):
+        upsert(con, spec, df2)
+    rows = con.execute("SELECT collector, year(position) FROM watermarks ORDER BY 1").fetchall()
+    assert rows == [("a", 2025), ("b", 2024)]
+
+
+def test_load_is_one_transaction_with_its_run_record(con):
+    bad = Parsed(tables={"watermarks": pl.DataFrame({"collector": ["a"], "position": [None]})},
+                 quarantine=quarantine_frame())
+    run = RunRecord(cluster="c", collector="t", source="unit")
+    with pytest.raises(duckdb.Error):
+        load(con, bad, {"watermarks": TableSpec("watermarks", ("cluster", "collector"))}, run)
+    assert con.execute("SELECT count(*) FROM collector_runs").fetchone()[0] == 0
+
+
+def test_quarantine_reingest_is_a_noop(con):
+    q = quarantine_frame([{"line_no": 3, "raw_text": "x|y", "raw_bytes": None, "reason": "bad field count"}])
+    for _ in range(2):
+        load(con, Parsed(quarantine=q), {}, RunRecord(cluster="c", collector="sacct", source="sacct:f"),
+             content=b"same input")
+    assert con.execute("SELECT count(*) FROM quarantine").fetchone()[0] == 1
+    assert con.execute("SELECT count(*) FROM collector_runs").fetchone()[0] == 2
