@@ -57,14 +57,18 @@ def main(ctx: click.Context, config_path: str | None, db_path: str | None, clust
     ctx.ensure_object(dict)["app"] = Context(config=cfg, db_path=db_path or cfg.db_path)
 
 
+LOCK_WAIT_SECONDS = 30.0
+
+
 def _connect(app: Context, *, read_only: bool = False):
-    from slurmscope.db import connect
+    """Open the database, waiting while `serve` holds the write lock for one of its short jobs."""
+    from slurmscope.db import connect_waiting
 
     try:
-        return connect(app.db_path, read_only=read_only)
+        return connect_waiting(app.db_path, read_only=read_only, wait_seconds=LOCK_WAIT_SECONDS)
     except FileNotFoundError as exc:
         raise click.ClickException(str(exc)) from None
-    except Exception as exc:  # duckdb.IOException: lock held by another process, unreadable file
+    except Exception as exc:  # duckdb.IOException: lock held too long, unreadable file
         raise click.ClickException(f"cannot open database {app.db_path}: {exc}") from None
 
 

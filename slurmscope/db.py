@@ -8,6 +8,7 @@ database at the previous version rather than half-upgraded.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -83,6 +84,19 @@ def connect(path: str | Path, *, read_only: bool = False, migrate_schema: bool =
     if not read_only and migrate_schema:
         migrate(con)
     return con
+
+
+def connect_waiting(path: str | Path, *, read_only: bool = False, wait_seconds: float = 30.0,
+                    sleep: float = 0.2) -> duckdb.DuckDBPyConnection:
+    """connect(), retrying while another process holds the file lock (serve writes in short bursts)."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            return connect(path, read_only=read_only)
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower() or time.monotonic() >= deadline:
+                raise
+            time.sleep(sleep)
 
 
 @contextmanager

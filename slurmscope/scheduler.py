@@ -1,0 +1,183 @@
+"""`slurmscope serve`: the one DuckDB writer on the head node.
+
+DuckDB lets one process write a file, and no other process may even read it while a writer holds it open.
+So serve opens the database only for the length of one job (collect, pipelines, render) and closes it
+again; `query`, `status` and `report` open it read-only in between (and retry briefly while a write is in
+progress). Jobs are serialised by one lock: a collector that hangs is cut by its own command timeout, so
+the lock is never held longer than the slowest Slurm command's timeout plus its load.
+
+The /metrics bytes are rendered once after each job and served from memory: a scrape never touches the
+database, runs a Slurm command or a pipeline.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from slurmscope.config import Config
+from slurmscope.db import connect
+
+log = logging.getLogger("slurmscope.serve")
+
+# Collector intervals in seconds: node and queue state move fast, accounting in 5-minute windows.
+DEFAULT_INTERVALS: dict[str, int] = {
+    "sinfo": 60,
+    "squeue": 60,
+    "ping": 60,
+    "nvml": 60,
+    "sacct": 300,
+    "sshare": 300,
+    "sdiag": 300,
+    "events": 300,
+    "reservations": 300,
+    "config": 3600,
+}
+# Collectors whose new rows change the marts; after they succeed the pipelines run incrementally.
+FEEDS_PIPELINES = {"sacct", "sshare", "sdiag", "events", "nvml", "sinfo"}
+MISFIRE_GRACE_SECONDS = 30
+
+
+@dataclass
+class Service:
+    """State shared by the scheduled jobs: the write lock, the latest /metrics bytes, what is dirty."""
+
+    config: Config
+    db_path: str
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    metrics: bytes = b""
+    dirty: bool = False
+    report_dir: Path = Path("reports")
+
+    def with_db(self, fn: Callable, *, read_only: bool = False):
+        """Run fn(con) with the database open only for its duration, serialised with other writes."""
+        with self.lock:
+            con = connect(self.db_path, read_only=read_only)
+            try:
+                return fn(con)
+            finally:
+                con.close()
+
+    def run_collector(self, kind: str) -> None:
+        from slurmscope.collectors.collect import collect
+
+        def job(con):
+            outcomes = collect(con, self.config, kind)
+            self._render(con)
+            return outcomes
+
+        try:
+            outcomes = self.with_db(job)
+        except Exception:
+            log.exception("collector %s crashed", kind)
+            return
+        for o in outcomes:
+            log.info("collector %s: %s rows=%s %s", o.collector, o.status, o.rows, o.error or "")
+            if o.status == "ok" and o.collector in FEEDS_PIPELINES and o.rows:
+                self.dirty = True
+
+    def run_pipelines(self, *, full: bool = False) -> None:
+        if not full and not self.dirty:
+            return
+        from slurmscope.pipelines.runner import run_pipelines
+
+        self.dirty = False
+
+        def job(con):
+            result = run_pipelines(con, self.config, full=full, now=self.clock())
+            self._render(con)
+            return result
+
+        try:
+            result = self.with_db(job)
+            log.info("pipelines (%s): %s", "full" if full else "incremental", result)
+        except Exception:
+            self.dirty = True
+            log.exception("pipelines failed")
+
+    def run_monthly_report(self) -> None:
+        from slurmscope.report import build_report
+
+        now = self.clock()
+        year, month = (now.year, now.month - 1) if now.month > 1 else (now.year - 1, 12)
+        label = f"{year:04d}-{month:02d}"
+        try:
+            self.with_db(lambda con: build_report(con, self.config, month=label,
+                                                  out_dir=self.report_dir / label, formats=["html", "csv"]),
+                         read_only=True)
+        except Exception:
+            log.exception("monthly report %s failed", label)
+
+    def render_now(self) -> None:
+        try:
+            self.with_db(self._render)
+        except Exception:
+            log.exception("initial render failed")
+
+    def _render(self, con) -> None:
+        from slurmscope.exporter import render
+
+        self.metrics = render(con, self.config, self.clock())
+
+
+def build_scheduler(service: Service, intervals: dict[str, int] | None = None) -> BackgroundScheduler:
+    """One BackgroundScheduler, in-memory job store rebuilt from config at every start, UTC."""
+    sched = BackgroundScheduler(
+        timezone=timezone.utc,
+        job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": MISFIRE_GRACE_SECONDS},
+    )
+    for kind, seconds in (intervals or DEFAULT_INTERVALS).items():
+        sched.add_job(service.run_collector, IntervalTrigger(seconds=seconds, timezone=timezone.utc),
+                      args=[kind], id=f"collect-{kind}", name=f"collect {kind}",
+                      next_run_time=service.clock())
+    sched.add_job(service.run_pipelines, IntervalTrigger(seconds=60, timezone=timezone.utc),
+                  id="pipelines-incremental", name="pipelines after new data")
+    sched.add_job(service.run_pipelines, CronTrigger(hour=2, minute=30, timezone=timezone.utc),
+                  kwargs={"full": True}, id="pipelines-full", name="nightly full rebuild")
+    sched.add_job(service.run_monthly_report, CronTrigger(day=1, hour=4, timezone=timezone.utc),
+                  id="report-monthly", name="monthly report")
+    return sched
+
+
+def serve(cfg: Config, db_path: str, *, address: str | None = None, port: int | None = None,
+          stop_event: threading.Event | None = None) -> None:
+    """Run until SIGTERM/SIGINT; jobs in flight finish, none start after the signal."""
+    from slurmscope.exporter import serve_metrics
+
+    address = address or cfg.get("exporter", "address")
+    port = port if port is not None else cfg.get("exporter", "port")
+    service = Service(config=cfg, db_path=db_path)
+    service.render_now()
+    web_config = cfg.get("exporter", "web_config_file") or None
+    server = serve_metrics(address, port, lambda: service.metrics, web_config=web_config)
+    sched = build_scheduler(service)
+    stop = stop_event or threading.Event()
+
+    def on_signal(signum, _frame):
+        log.warning("signal %s: stopping after the jobs in flight", signum)
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+    sched.start()
+    log.warning("serving /metrics on http://%s:%s/metrics (database %s)", address, port, db_path)
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        sched.shutdown(wait=True)
+        server.shutdown()
+        log.warning("stopped")
+        time.sleep(0)
