@@ -73,6 +73,18 @@ DEFAULTS: dict[str, Any] = {
         "idle_cost": "separate",
         "default_rate_per_gpu_hour": 2.0,
         "rates": {},
+        "close_after_days": 5,
+        "reissue_months": [],
+    },
+    "pipelines": {
+        "incremental_lookback_seconds": 2 * 86400,
+        "occupancy_bucket_seconds": 900,
+        "node_snapshot_max_gap_seconds": 3600,
+    },
+    "reliability": {
+        "checkpoint_cost_seconds": 300.0,
+        "fault_grace_seconds": 600,
+        "job_sizes": [1, 2, 4, 8, 16, 32, 64, 128],
     },
     "report": {
         "pseudonymise_users": False,
