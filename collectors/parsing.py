@@ -1,0 +1,575 @@
+"""Pure helpers every Slurm parser shares: lines, fields, times, durations, TRES/GRES, memory, hostlists.
+
+Slurm prints the same kinds of values in every command (sacct, sinfo, squeue, scontrol, sacctmgr), with
+the same quirks: sentinel words instead of empty times (`Unknown` = not yet, `None` = never, `(null)`),
+epoch seconds when SLURM_TIME_FORMAT=%s, local wall-clock times in recorded files, durations in four
+shapes, GPUs listed twice in TRES strings (typed and untyped), MIG slices that look like GPUs, compressed
+hostlists. Getting each rule right once, here, keeps the parsers consistent with one another.
+
+Every scalar function is total over its documented inputs: a sentinel gives None, a value that is not in
+any Slurm shape raises ValueError (so a parser can quarantine the line with the message as reason).
+The `*_expr` functions are the vectorised Polars equivalents used on whole columns (they give null where
+the scalar version would give None or raise).
+
+Stable API (other parsers import these): split_lines, split_fields, parse_slurm_time, time_expr,
+parse_duration, duration_expr, parse_tres, gpu_count, is_mig_type, parse_mem_mb, parse_req_mem,
+expand_hostlist, compress_hostlist, parse_exit_code, parse_int, int_expr, NULL_WORDS.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import UTC, datetime, tzinfo
+from zoneinfo import ZoneInfo
+
+import polars as pl
+
+# Words Slurm prints where a value is absent. `Unknown` (time not reached yet), `None` (never, e.g. a
+# job cancelled while pending has Start=None), `(null)` (unset string), `N/A` and `NONE` (squeue, sinfo).
+NULL_WORDS = frozenset({"", "Unknown", "None", "(null)", "N/A", "n/a", "NONE", "none", "(None)", "INVALID"})
+
+# ---------------------------------------------------------------------------------------------- lines
+
+
+def split_lines(data: bytes) -> list[tuple[int, str, bytes | None]]:
+    """Split raw command output into (line_no, text, raw_bytes_or_None), line_no starting at 1.
+
+    Accepts LF and CRLF (a trailing CR is dropped) and a last line without a newline. Bytes that are not
+    valid UTF-8 are decoded with U+FFFD replacement and the original bytes are returned as the third item
+    (None for clean lines) so a quarantined line keeps what Slurm really printed. Blank lines are returned
+    too; a parser may skip them (they carry no record).
+    """
+    if not data:
+        return []
+    parts = data.split(b"\n")
+    if parts and parts[-1] == b"":
+        parts.pop()
+    out: list[tuple[int, str, bytes | None]] = []
+    for i, raw in enumerate(parts, start=1):
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+        try:
+            out.append((i, raw.decode("utf-8"), None))
+        except UnicodeDecodeError:
+            out.append((i, raw.decode("utf-8", errors="replace"), raw))
+    return out
+
+
+def split_fields(
+    text: str,
+    delimiter: str,
+    expected: int,
+    free_text: int | None = None,
+    trailing: bool = False,
+) -> tuple[list[str] | None, str | None]:
+    """Split one line into exactly `expected` fields, recovering a delimiter inside one free-text field.
+
+    `--parsable2` output has no quoting, so a `|` in a job name adds fields. When the line has too many
+    fields and `free_text` names the one column that may hold user text, the surplus belongs to it: the
+    fields before it are taken from the left, the fields after it from the right, and the middle is joined
+    back with the delimiter. `trailing=True` is for `--parsable` (not 2) output, which ends every line with
+    one more delimiter. Returns (fields, None) or (None, reason) when the line cannot be split safely.
+    """
+    if not delimiter:
+        return None, "empty delimiter"
+    parts = text.split(delimiter)
+    if trailing:
+        if parts and parts[-1] == "":
+            parts.pop()
+        else:
+            return None, f"line does not end with the delimiter {delimiter!r} (--parsable output)"
+    n = len(parts)
+    if n == expected:
+        return parts, None
+    if n < expected:
+        return None, f"{n} fields, expected {expected}"
+    if free_text is None:
+        return None, f"{n} fields, expected {expected}, and no free-text column to absorb the extra delimiters"
+    after = expected - free_text - 1
+    head = parts[:free_text]
+    tail = parts[n - after:] if after else []
+    middle = delimiter.join(parts[free_text:n - after])
+    return head + [middle] + tail, None
+
+
+# ---------------------------------------------------------------------------------------------- times
+
+_ISO = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2})(?::(\d{2}))?(?:\.\d+)?$")
+_EPOCH = re.compile(r"^\d{1,12}$")
+
+
+def _zone(tz: tzinfo | str | None) -> tzinfo:
+    if tz is None:
+        return UTC
+    if isinstance(tz, str):
+        return ZoneInfo(tz)
+    return tz
+
+
+def _zone_name(tz: tzinfo | str | None) -> str:
+    if tz is None:
+        return "UTC"
+    if isinstance(tz, str):
+        return tz
+    key = getattr(tz, "key", None)
+    if key:
+        return key
+    if tz is UTC:
+        return "UTC"
+    raise ValueError(f"time zone {tz!r} has no IANA name")
+
+
+def parse_slurm_time(s: str | None, tz: tzinfo | str | None = None) -> datetime | None:
+    """A Slurm timestamp as an aware UTC datetime; None for `Unknown`, `None`, `(null)`, empty, epoch 0.
+
+    Accepts `YYYY-MM-DDTHH:MM:SS` (also with a space, without seconds, with fractions) and epoch seconds
+    (SLURM_TIME_FORMAT=%s). Wall-clock times are read in `tz` (the zone the file was captured in; live
+    collection runs with TZ=UTC): in a DST fold the earlier instant is used, a time inside a spring-forward
+    gap is read with the offset before the gap (Python's fold=0 rule). Raises ValueError otherwise.
+    """
+    if s is None:
+        return None
+    s = s.strip()
+    if s in NULL_WORDS:
+        return None
+    if _EPOCH.match(s):
+        secs = int(s)
+        return None if secs == 0 else datetime.fromtimestamp(secs, UTC)
+    m = _ISO.match(s)
+    if not m:
+        raise ValueError(f"not a Slurm time: {s!r}")
+    y, mo, d, h, mi, sec = (int(g) if g else 0 for g in m.groups())
+    naive = datetime(y, mo, d, h, mi, sec)
+    zone = _zone(tz)
+    if zone is UTC:
+        return naive.replace(tzinfo=UTC)
+    return naive.replace(tzinfo=zone, fold=0).astimezone(UTC)
+
+
+def time_expr(col: pl.Expr, tz: tzinfo | str | None = None) -> pl.Expr:
+    """Vectorised parse_slurm_time on a String column: Datetime("us", "UTC"), null where not a time."""
+    s = col.str.strip_chars()
+    epoch = (
+        pl.when(s.str.contains(r"^\d{1,12}$") & (s != "0"))
+        .then(s.cast(pl.Int64, strict=False) * 1_000_000)
+        .otherwise(None)
+        .cast(pl.Datetime("us"))
+    )
+    naive = (
+        s.str.replace(" ", "T", literal=True)
+        .str.replace(r"\.\d+$", "")
+        .str.to_datetime("%Y-%m-%dT%H:%M:%S", strict=False, time_unit="us")
+    )
+    naive_nosec = s.str.replace(" ", "T", literal=True).str.to_datetime(
+        "%Y-%m-%dT%H:%M", strict=False, time_unit="us"
+    )
+    naive = pl.coalesce(naive, naive_nosec)
+    name = _zone_name(tz)
+    if name == "UTC":
+        local = naive.dt.replace_time_zone("UTC")
+    else:
+        first = naive.dt.replace_time_zone(name, ambiguous="earliest", non_existent="null")
+        # In a spring-forward gap, read the wall time with the offset in force before the gap (fold=0).
+        gap = (naive - pl.duration(hours=1)).dt.replace_time_zone(
+            name, ambiguous="earliest", non_existent="null"
+        ) + pl.duration(hours=1)
+        local = pl.coalesce(first, gap).dt.convert_time_zone("UTC")
+    return pl.coalesce(local, epoch.dt.replace_time_zone("UTC"))
+
+
+# ------------------------------------------------------------------------------------------ durations
+
+_DUR_DAYS = re.compile(r"^(\d+)-(\d+)(?::(\d+))?(?::(\d+)(?:\.\d+)?)?$")
+_DUR_CLOCK = re.compile(r"^(?:(\d+):)?(\d+):(\d+)(?:\.\d+)?$")
+_DUR_NULL = frozenset({"UNLIMITED", "Partition_Limit", "INFINITE", "NOT_SET", "INVALID"})
+
+
+def parse_duration(s: str | None) -> int | None:
+    """Seconds of a Slurm duration; None for `UNLIMITED`, `Partition_Limit`, `INFINITE`, empty, sentinels.
+
+    Output shapes: `D-HH:MM:SS`, `HH:MM:SS`, `MM:SS`, `MM:SS.mmm` (TotalCPU; fractions are truncated).
+    Slurm's input shapes are accepted too: `D-HH`, `D-HH:MM`, and a bare number meaning minutes.
+    Raises ValueError for anything else.
+    """
+    if s is None:
+        return None
+    s = s.strip()
+    if s in NULL_WORDS or s in _DUR_NULL:
+        return None
+    if s.isdigit():
+        return int(s) * 60  # bare number: minutes (Slurm's input convention)
+    m = _DUR_DAYS.match(s)
+    if m:
+        days, h, mi, sec = (int(g) if g else 0 for g in m.groups())
+        return days * 86400 + h * 3600 + mi * 60 + sec
+    m = _DUR_CLOCK.match(s)
+    if m:
+        h, mi, sec = (int(g) if g else 0 for g in m.groups())
+        return h * 3600 + mi * 60 + sec
+    raise ValueError(f"not a Slurm duration: {s!r}")
+
+
+def duration_expr(col: pl.Expr) -> pl.Expr:
+    """Vectorised parse_duration for the printed shapes ([D-]HH:MM:SS, MM:SS[.mmm]): Int64 seconds or null."""
+    s = col.str.strip_chars()
+    parts = s.str.extract_groups(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)(?:\.\d+)?$")
+    d = parts.struct.field("1").cast(pl.Int64, strict=False).fill_null(0)
+    h = parts.struct.field("2").cast(pl.Int64, strict=False).fill_null(0)
+    m = parts.struct.field("3").cast(pl.Int64, strict=False)
+    sec = parts.struct.field("4").cast(pl.Int64, strict=False)
+    return _keep_name(d * 86400 + h * 3600 + m * 60 + sec, col)
+
+
+def _keep_name(result: pl.Expr, col: pl.Expr) -> pl.Expr:
+    """Name a derived expression after its input column, as the other *_expr helpers do."""
+    try:
+        return result.alias(col.meta.output_name())
+    except Exception:  # an input without a single root name: leave the derived name
+        return result
+
+
+# ------------------------------------------------------------------------------------------- numbers
+
+
+def parse_int(s: str | None) -> int | None:
+    """An integer field; None for empty/sentinels. Raises ValueError for text."""
+    if s is None:
+        return None
+    s = s.strip()
+    if s in NULL_WORDS:
+        return None
+    return int(s)
+
+
+def int_expr(col: pl.Expr, dtype: type[pl.DataType] | pl.DataType = pl.Int64) -> pl.Expr:
+    """Vectorised parse_int: null where the text is not an integer."""
+    return col.str.strip_chars().cast(dtype, strict=False)
+
+
+def parse_exit_code(s: str | None) -> tuple[int | None, int | None]:
+    """sacct `ExitCode` / `DerivedExitCode` `code:signal` as (exit_code, signal)."""
+    if s is None:
+        return None, None
+    s = s.strip()
+    if s in NULL_WORDS:
+        return None, None
+    code, _, sig = s.partition(":")
+    try:
+        return int(code), (int(sig) if sig else None)
+    except ValueError:
+        raise ValueError(f"not an exit code: {s!r}") from None
+
+
+# -------------------------------------------------------------------------------------------- memory
+
+_MEM = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)([KMGTPE]?)([nc]?)$", re.IGNORECASE)
+_MEM_FACTOR = {"": 1.0, "K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3, "E": 1024.0**4}
+
+
+def parse_req_mem(s: str | None, default_unit: str = "M") -> tuple[float | None, str | None]:
+    """Memory in MiB and its scope: `48000Mn` -> (48000, 'node'), `4000Mc` -> (4000, 'cpu'), `2G` -> (2048, None).
+
+    Slurm before 21.08 suffixes ReqMem with n (per node) or c (per CPU); later versions print the plain
+    amount. A bare number is in `default_unit` (Slurm's memory unit is MiB). Units are binary (K=KiB).
+    """
+    if s is None:
+        return None, None
+    s = s.strip()
+    if s in NULL_WORDS:
+        return None, None
+    m = _MEM.match(s)
+    if not m:
+        raise ValueError(f"not a memory size: {s!r}")
+    num, unit, scope = m.groups()
+    unit = (unit or default_unit).upper()
+    value = float(num) * _MEM_FACTOR[unit]
+    return value, {"n": "node", "c": "cpu"}.get(scope.lower()) if scope else None
+
+
+def parse_mem_mb(s: str | None, default_unit: str = "M") -> float | None:
+    """Memory in MiB (`62.50G` -> 64000.0, `12756K` -> 12.457..., `31000Mn` -> 31000.0); None for sentinels."""
+    return parse_req_mem(s, default_unit)[0]
+
+
+# ---------------------------------------------------------------------------------------------- TRES
+
+_MIG = re.compile(r"(?:^|[_.:-])(?:\d+c\.)?\d+g\.\d+gb(?:\+me)?$", re.IGNORECASE)
+_SIZE = re.compile(r"^(\d+(?:\.\d*)?)([KMGTPE])$", re.IGNORECASE)
+
+
+def parse_tres(s: str | None) -> dict[str, float]:
+    """A TRES string (`billing=12,cpu=12,gres/gpu:h100=8,gres/gpu=8,mem=31000M,node=1`) as {name: value}.
+
+    Sizes with a unit (`mem=62.50G`, `gres/gpumem=100K`) become MiB; durations (`cpu=00:00:04` in
+    TRESUsageInTot) become seconds; plain numbers stay as they are. Entries that have no value in any of
+    these shapes are skipped (never raises): TRES strings are informational and often truncated.
+    """
+    out: dict[str, float] = {}
+    if not s:
+        return out
+    for entry in s.split(","):
+        name, eq, value = entry.strip().partition("=")
+        if not eq or not name:
+            continue
+        value = value.strip()
+        try:
+            out[name] = float(value)
+            continue
+        except ValueError:
+            pass
+        m = _SIZE.match(value)
+        if m:
+            out[name] = float(m.group(1)) * _MEM_FACTOR[m.group(2).upper()]
+            continue
+        try:
+            d = parse_duration(value)
+        except ValueError:
+            continue
+        if d is not None:
+            out[name] = float(d)
+    return out
+
+
+def is_mig_type(gpu_type: str | None) -> bool:
+    """True for MIG profile names (`1g.10gb`, `nvidia_a100_3g.40gb`, `1c.3g.20gb`, `1g.10gb+me`)."""
+    return bool(gpu_type) and bool(_MIG.search(gpu_type))
+
+
+def _gres_entries(s: str) -> list[tuple[str, str | None, float | None, bool]]:
+    """(name, type, count, untyped) of each entry of a TRES or GRES string; count None when unreadable."""
+    out: list[tuple[str, str | None, float | None, bool]] = []
+    # GRES strings put commas inside "(IDX:0-3,5)": cut parenthesised parts first.
+    cleaned = re.sub(r"\([^)]*\)", "", s)
+    for entry in cleaned.split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        for prefix in ("gres/", "gres:"):
+            if entry.startswith(prefix):
+                entry = entry[len(prefix):]
+                break
+        if "=" in entry:
+            # TRES style: gpu=8, gpu:h100=8
+            key, _, value = entry.partition("=")
+            name, _, gtype = key.partition(":")
+            try:
+                count: float | None = float(value)
+            except ValueError:
+                count = None
+            out.append((name, gtype or None, count, not gtype))
+            continue
+        # GRES style: gpu, gpu:2, gpu:a100:4, gpu:a100:no_consume:4, gpu:(null):0
+        parts = [p for p in entry.split(":") if p != "no_consume"]
+        name = parts[0]
+        rest = parts[1:]
+        count = 1.0
+        if rest:
+            try:
+                count = float(rest[-1])
+                rest = rest[:-1]
+            except ValueError:
+                count = 1.0 if len(rest) == 1 else None
+        gtype = ":".join(rest) if rest else None
+        if gtype in ("(null)", "null", ""):
+            gtype = None
+        out.append((name, gtype, count, gtype is None))
+    return out
+
+
+def gpu_count(tres_or_gres: str | None) -> tuple[int, str | None, int]:
+    """(gpus, gpu_type, mig_slices) of an AllocTRES / ReqTRES / AllocGRES / sinfo Gres string.
+
+    Slurm lists a job's GPUs twice when types are configured (`gres/gpu:h100=8,gres/gpu=8`): the untyped
+    entry is the count, the typed ones say which model. So: gpus = the untyped count when present, else
+    the sum of the typed counts; never both. MIG slices (`gres/gpu:1g.10gb=1`, or a `mig` GRES) are counted
+    apart and are not GPUs: when the untyped count includes them, they are subtracted. gpu_type is the
+    non-MIG type with the largest count (ties: alphabetical), else the MIG profile when the job has only
+    slices, else None. Unreadable entries are ignored; never raises.
+    """
+    if not tres_or_gres:
+        return 0, None, 0
+    untyped: float | None = None
+    typed: dict[str, float] = {}
+    mig: dict[str, float] = {}
+    mig_in_gpu = 0.0  # slices listed as gres/gpu:<profile>: the untyped gres/gpu count includes them
+    for name, gtype, count, is_untyped in _gres_entries(tres_or_gres):
+        if count is None or not math.isfinite(count) or count < 0:
+            continue
+        if name == "mig":
+            mig[gtype or "mig"] = count
+        elif name != "gpu":
+            continue
+        elif is_untyped:
+            untyped = count
+        elif is_mig_type(gtype):
+            mig[gtype] = count
+            mig_in_gpu += count
+        else:
+            typed[gtype] = count
+    mig_slices = int(sum(mig.values()))
+    if untyped is not None:
+        gpus = max(int(untyped - mig_in_gpu), 0)
+    else:
+        gpus = int(sum(typed.values()))
+    if typed:
+        gpu_type = sorted(typed.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+    elif mig:
+        gpu_type = sorted(mig.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+    else:
+        gpu_type = None
+    return gpus, gpu_type, mig_slices
+
+
+# ------------------------------------------------------------------------------------------ hostlists
+
+_BRACKET = re.compile(r"\[([^\]]*)\]")
+
+
+def _split_top(s: str) -> list[str]:
+    """Split on commas outside brackets."""
+    out, depth, cur = [], 0, []
+    for ch in s:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth = max(depth - 1, 0)
+        if ch == "," and depth == 0:
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    out.append("".join(cur))
+    return [p.strip() for p in out if p.strip()]
+
+
+def _expand_range(spec: str) -> list[str]:
+    out: list[str] = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, dash, hi = part.partition("-")
+        if not dash:
+            if not lo.isdigit():
+                raise ValueError(f"bad hostlist range {spec!r}")
+            out.append(lo)
+            continue
+        if not (lo.isdigit() and hi.isdigit()) or int(hi) < int(lo):
+            raise ValueError(f"bad hostlist range {spec!r}")
+        if int(hi) - int(lo) > 1_000_000:
+            raise ValueError(f"hostlist range too large {spec!r}")
+        width = len(lo) if lo.startswith("0") or len(lo) == len(hi) else 0
+        out.extend(str(i).zfill(width) for i in range(int(lo), int(hi) + 1))
+    return out
+
+
+def expand_hostlist(s: str | None) -> list[str]:
+    """Node names of a Slurm hostlist: `gpu[001-004,010],cpu-a[1-3]` -> gpu001..gpu004, gpu010, cpu-a1..3.
+
+    Zero padding is kept; several bracket groups in one name (`r[1-2]n[01-02]`) expand as a product.
+    `None assigned`, `(null)` and empty give []. Raises ValueError for unbalanced brackets or bad ranges.
+    """
+    if s is None:
+        return []
+    s = s.strip()
+    if s in NULL_WORDS or s == "None assigned":
+        return []
+    if s.count("[") != s.count("]"):
+        raise ValueError(f"unbalanced brackets in hostlist {s!r}")
+    names: list[str] = []
+    for item in _split_top(s):
+        pieces = [[item]]
+        while True:
+            expanded = []
+            changed = False
+            for group in pieces:
+                for name in group:
+                    m = _BRACKET.search(name)
+                    if not m:
+                        expanded.append(name)
+                        continue
+                    changed = True
+                    for num in _expand_range(m.group(1)):
+                        expanded.append(name[: m.start()] + num + name[m.end():])
+            pieces = [expanded]
+            if not changed:
+                break
+        names.extend(pieces[0])
+    return names
+
+
+_TAIL_NUM = re.compile(r"^(.*?)(\d+)$")
+
+
+def compress_hostlist(names: list[str]) -> str:
+    """The inverse of expand_hostlist for one numeric suffix per name: [gpu001, gpu002, gpu004] -> gpu[001-002,004].
+
+    Names are grouped by prefix and digit width (order of first appearance), numbers sorted and merged
+    into ranges; names without a numeric suffix are kept as they are. Duplicates are dropped.
+    """
+    groups: dict[tuple[str, int], set[int]] = {}
+    order: list[tuple[str, int] | str] = []
+    plain_seen: set[str] = set()
+    for name in names:
+        m = _TAIL_NUM.match(name)
+        if not m:
+            if name not in plain_seen:
+                plain_seen.add(name)
+                order.append(name)
+            continue
+        prefix, digits = m.groups()
+        width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
+        key = (prefix, width)
+        if key not in groups:
+            groups[key] = set()
+            order.append(key)
+        groups[key].add(int(digits))
+    out: list[str] = []
+    for key in order:
+        if isinstance(key, str):
+            out.append(key)
+            continue
+        prefix, width = key
+        nums = sorted(groups[key])
+        ranges: list[str] = []
+        start = prev = nums[0]
+        for n in nums[1:] + [None]:
+            if n is not None and n == prev + 1:
+                prev = n
+                continue
+            a, b = str(start).zfill(width), str(prev).zfill(width)
+            ranges.append(a if start == prev else f"{a}-{b}")
+            if n is not None:
+                start = prev = n
+        if len(nums) == 1:
+            out.append(prefix + ranges[0])
+        else:
+            out.append(f"{prefix}[{','.join(ranges)}]")
+    return ",".join(out)
+
+
+def utc_now() -> datetime:
+    """The current time, aware, in UTC (one place so tests can see what 'now' means)."""
+    return datetime.now(UTC)
+
+
+__all__ = [
+    "NULL_WORDS",
+    "compress_hostlist",
+    "duration_expr",
+    "expand_hostlist",
+    "gpu_count",
+    "int_expr",
+    "is_mig_type",
+    "parse_duration",
+    "parse_exit_code",
+    "parse_int",
+    "parse_mem_mb",
+    "parse_req_mem",
+    "parse_slurm_time",
+    "parse_tres",
+    "split_fields",
+    "split_lines",
+    "time_expr",
+]
