@@ -1,0 +1,345 @@
+"""The Prometheus exporter: catalog rows -> metric families -> bytes, rendered once per run, served as is.
+
+A scrape must never run a Slurm command or a pipeline (a slow or hung slurmctld would turn every scrape
+into a timeout, and N Prometheus replicas would multiply the load). So `render` runs the catalog queries
+once, after each collector or pipeline run, and `serve_metrics` hands out whatever bytes `get_bytes`
+returns at that moment. Everything is a pure function of the database and `now`: rendering at a past
+instant gives what a scrape then would have shown, which `export_history` uses to backfill Prometheus.
+
+A missing table or a query that no longer matches its table (a mart still being written, an older
+database) degrades to no samples for that family and `slurmscope_exporter_family_up 0`, never to a
+failed scrape.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import logging
+import math
+import ssl
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import IO, Any
+
+import duckdb
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric as Family
+from prometheus_client.exposition import generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from slurmscope.catalog import CATALOG, Metric
+from slurmscope.config import Config
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+FAMILY_UP = Metric(
+    name="slurmscope_exporter_family_up", type="gauge", unit="",
+    help="1 when the family's source query ran at the last render; 0 when its table is missing or the query failed.",
+    labels=("family",), source="the exporter itself", query="", requires=(),
+)
+RENDER_TIME = Metric(
+    name="slurmscope_exporter_render_timestamp_seconds", type="gauge", unit="seconds",
+    help="The instant the served metrics describe (the last render).",
+    labels=(), source="the exporter itself", query="", requires=(),
+)
+INTERNAL = (FAMILY_UP, RENDER_TIME)
+
+Sample = tuple[tuple[str, ...], float]
+
+
+@dataclass
+class Snapshot:
+    """The samples of every catalog family at one instant, plus which families could be read."""
+
+    now: datetime
+    samples: dict[str, list[Sample]] = field(default_factory=dict)
+    up: dict[str, bool] = field(default_factory=dict)
+
+
+def enabled_metrics(cfg: Config) -> list[Metric]:
+    """Catalog entries this configuration serves: user-labelled families only when the config allows them."""
+    user_labels = bool(cfg.get("exporter", "user_labels"))
+    return [m for m in CATALOG if user_labels or not m.user_labels]
+
+
+def _tables(con: duckdb.DuckDBPyConnection) -> set[str]:
+    return {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+
+
+def snapshot(con: duckdb.DuckDBPyConnection, cfg: Config, now: datetime, *,
+             shift_seconds: float = 0.0, metrics: list[Metric] | None = None) -> Snapshot:
+    """Run every enabled catalog query for `now`.
+
+    `shift_seconds` moves the time axis: values of `*_timestamp_seconds` families are shifted by it, so
+    that a history recorded at another time can be replayed as if it ended at another instant.
+    """
+    tables = _tables(con)
+    params = {"cluster": cfg.cluster, "now": now}
+    snap = Snapshot(now=now)
+    for metric in metrics if metrics is not None else enabled_metrics(cfg):
+        if any(t not in tables for t in metric.requires):
+            snap.up[metric.name] = False
+            continue
+        try:
+            cur = con.execute(metric.query, params)
+            cols = [d[0] for d in cur.description]
+            rows = cur.fetchall()
+        except duckdb.Error as exc:
+            log.warning("metric %s: source query failed: %s", metric.name, exc)
+            snap.up[metric.name] = False
+            continue
+        idx = [cols.index(label) for label in metric.labels]
+        vi = cols.index("value")
+        out: list[Sample] = []
+        seen: set[tuple[str, ...]] = set()
+        for row in rows:
+            value = row[vi]
+            if value is None:
+                continue
+            value = float(value)
+            if math.isnan(value):
+                continue
+            labels = tuple("" if row[i] is None else str(row[i]) for i in idx)
+            if labels in seen:  # a query bug must not produce an invalid exposition
+                log.warning("metric %s: duplicate sample %s dropped", metric.name, labels)
+                continue
+            seen.add(labels)
+            if metric.is_timestamp:
+                value += shift_seconds
+            out.append((labels, value))
+        snap.samples[metric.name] = out
+        snap.up[metric.name] = True
+    return snap
+
+
+def _family(metric: Metric) -> Family:
+    if metric.type == "counter":
+        return CounterMetricFamily(metric.family, metric.help, labels=list(metric.labels), unit=metric.unit)
+    if metric.type == "info":
+        # Info labels are all data; keep the identifying ones as labels too (they are the same set here).
+        return InfoMetricFamily(metric.family, metric.help, labels=[])
+    return GaugeMetricFamily(metric.family, metric.help, labels=list(metric.labels), unit=metric.unit)
+
+
+def _add(fam: Family, metric: Metric, labels: tuple[str, ...], value: float, ts: float | None) -> None:
+    if metric.type == "info":
+        fam.add_metric([], dict(zip(metric.labels, labels, strict=True)), timestamp=ts)
+    else:
+        fam.add_metric(list(labels), value, timestamp=ts)
+
+
+def families(snaps: Iterable[tuple[Snapshot, float | None]], metrics: list[Metric]) -> list[Family]:
+    """Metric families over one or more snapshots (with sample timestamps for the history export)."""
+    snaps = list(snaps)
+    fams: list[Family] = []
+    for metric in metrics:
+        fam = _family(metric)
+        for snap, ts in snaps:
+            for labels, value in snap.samples.get(metric.name, []):
+                _add(fam, metric, labels, value, ts)
+        fams.append(fam)
+    up = _family(FAMILY_UP)
+    render = _family(RENDER_TIME)
+    for snap, ts in snaps:
+        for name in sorted(snap.up):
+            up.add_metric([name], 1.0 if snap.up[name] else 0.0, timestamp=ts)
+        render.add_metric([], snap.now.timestamp(), timestamp=ts)
+    return [*fams, up, render]
+
+
+class _Static(Collector):
+    def __init__(self, fams: list[Family]) -> None:
+        self._fams = fams
+
+    def collect(self) -> Iterable[Family]:
+        return iter(self._fams)
+
+
+def _registry(fams: list[Family]) -> CollectorRegistry:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(_Static(fams))
+    return reg
+
+
+def render(con: duckdb.DuckDBPyConnection, cfg: Config, now: datetime, *, shift_seconds: float = 0.0) -> bytes:
+    """The /metrics body (Prometheus text format 0.0.4) describing the database at `now`."""
+    metrics = enabled_metrics(cfg)
+    snap = snapshot(con, cfg, now, shift_seconds=shift_seconds, metrics=metrics)
+    if shift_seconds:
+        snap.now = snap.now + timedelta(seconds=shift_seconds)
+    return generate_latest(_registry(families([(snap, None)], metrics)))
+
+
+def export_history(con: duckdb.DuckDBPyConnection, cfg: Config, start: datetime, end: datetime,
+                   step: timedelta, out: IO[bytes], *, shift: timedelta = timedelta(0)) -> int:
+    """Write an OpenMetrics file of what scrapes every `step` from `start` to `end` would have shown.
+
+    For `promtool tsdb create-blocks-from openmetrics`: families are not interleaved and each series'
+    timestamps ascend. `shift` moves every sample (and every `*_timestamp_seconds` value) in time, so a
+    simulated period can be replayed as the recent past. Returns the number of instants written.
+    """
+    metrics = enabled_metrics(cfg)
+    snaps: list[tuple[Snapshot, float | None]] = []
+    t = start
+    while t <= end:
+        snap = snapshot(con, cfg, t, shift_seconds=shift.total_seconds(), metrics=metrics)
+        snap.now = t + shift
+        snaps.append((snap, (t + shift).timestamp()))
+        t += step
+    out.write(generate_openmetrics(_registry(families(snaps, metrics))))
+    return len(snaps)
+
+
+# ---- HTTP ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class WebConfig:
+    """The subset of the Prometheus exporter-toolkit web config file that slurmscope honours."""
+
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    client_ca_file: Path | None = None
+    users: dict[str, bytes] = field(default_factory=dict)  # user -> bcrypt hash
+
+
+def load_web_config(path: str | Path) -> WebConfig:
+    """Parse an exporter-toolkit web config (tls_server_config, basic_auth_users); paths relative to it."""
+    import yaml
+
+    path = Path(path)
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: web config must be a mapping")
+    unknown = set(data) - {"tls_server_config", "basic_auth_users", "http_server_config"}
+    if unknown:
+        raise ValueError(f"{path}: unsupported web config keys {sorted(unknown)}")
+    tls = data.get("tls_server_config") or {}
+
+    def rel(key: str) -> Path | None:
+        value = tls.get(key)
+        if not value:
+            return None
+        p = Path(value)
+        return p if p.is_absolute() else path.parent / p
+
+    cert, key = rel("cert_file"), rel("key_file")
+    if (cert is None) != (key is None):
+        raise ValueError(f"{path}: tls_server_config needs both cert_file and key_file")
+    users = {str(u): str(h).encode() for u, h in (data.get("basic_auth_users") or {}).items()}
+    for user, hashed in users.items():
+        if not hashed.startswith((b"$2a$", b"$2b$", b"$2y$")):
+            raise ValueError(f"{path}: basic_auth_users.{user} must be a bcrypt hash")
+    return WebConfig(cert_file=cert, key_file=key, client_ca_file=rel("client_ca_file"), users=users)
+
+
+class _Auth:
+    """bcrypt checks cost ~100 ms by design; remember the digests of credentials that passed."""
+
+    def __init__(self, users: dict[str, bytes]) -> None:
+        self.users = users
+        self._ok: set[bytes] = set()
+        self._lock = threading.Lock()
+
+    def check(self, header: str | None) -> bool:
+        import bcrypt
+
+        if not self.users:
+            return True
+        if not header or not header.startswith("Basic "):
+            return False
+        try:
+            user, _, password = base64.b64decode(header[6:], validate=True).decode("utf-8").partition(":")
+        except (ValueError, UnicodeDecodeError):
+            return False
+        hashed = self.users.get(user)
+        if hashed is None:
+            return False
+        digest = hashlib.sha256(user.encode() + b"\0" + password.encode() + b"\0" + hashed).digest()
+        with self._lock:
+            if any(hmac.compare_digest(digest, d) for d in self._ok):
+                return True
+        if bcrypt.checkpw(password.encode(), hashed):
+            with self._lock:
+                self._ok.add(digest)
+            return True
+        return False
+
+
+LANDING = b"""<html><head><title>slurmscope exporter</title></head>
+<body><h1>slurmscope exporter</h1><p><a href="/metrics">Metrics</a></p></body></html>
+"""
+
+
+class MetricsServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], get_bytes: Callable[[], bytes | None], auth: _Auth) -> None:
+        self.get_bytes = get_bytes
+        self.auth = auth
+        super().__init__(address, _Handler)
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: MetricsServer
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        if not self.server.auth.check(self.headers.get("Authorization")):
+            self._send(401, b"Unauthorized\n", "text/plain", {"WWW-Authenticate": 'Basic realm="slurmscope"'})
+            return
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            body = self.server.get_bytes()
+            if body is None:
+                self._send(503, b"metrics not rendered yet\n", "text/plain")
+            else:
+                self._send(200, body, CONTENT_TYPE)
+        elif path == "/":
+            self._send(200, LANDING, "text/html; charset=utf-8")
+        else:
+            self._send(404, b"Not Found\n", "text/plain")
+
+    def _send(self, code: int, body: bytes, ctype: str, headers: dict[str, str] | None = None) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
+        log.debug("%s %s", self.address_string(), format % args)
+
+
+def serve_metrics(address: str, port: int, get_bytes: Callable[[], bytes | None],
+                  web_config: str | Path | None = None) -> MetricsServer:
+    """Serve get_bytes() on /metrics from a daemon thread; `.shutdown()` stops it and closes the socket.
+
+    With a web config file: TLS when tls_server_config names a certificate, basic auth when
+    basic_auth_users is set (bcrypt hashes, as the Prometheus exporter-toolkit).
+    """
+    wc = load_web_config(web_config) if web_config else WebConfig()
+    server = MetricsServer((address, port), get_bytes, _Auth(wc.users))
+    if wc.cert_file is not None:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(str(wc.cert_file), str(wc.key_file))
+        if wc.client_ca_file is not None:
+            ctx.load_verify_locations(str(wc.client_ca_file))
+            ctx.verify_mode = ssl.CERT_REQUIRED
+        server.socket = ctx.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+    thread = threading.Thread(target=server.serve_forever, name="slurmscope-metrics", daemon=True)
+    thread.start()
+    return server
