@@ -1,0 +1,524 @@
+"""sinfo: one row per node per partition per snapshot, with state flags, CPUs, memory, GRES and drain reason.
+
+The live command is node-oriented (`--Node`) with `--Format` fields ended by the unit separator 0x1F,
+which no node name, state, GRES string or partition can contain; `Reason` (the only free text) is last,
+so a 0x1F typed into a drain reason cannot shift the other columns. Recorded captures from other tools
+use many `-o`/`-O` strings; `ingest sinfo --format` names one and the same parser reads it (see
+docs/collectors.md for the supported and declined ones).
+
+`sinfo -N` prints a node once for every partition it belongs to, so capacity must count distinct nodes:
+`capacity()` does that, and docs/collectors.md says so for anyone querying node_states directly.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+import polars as pl
+from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
+from slurmscope.collectors.parsing import (
+    NULL_WORDS,
+    expand_hostlist,
+    gpu_count,
+    parse_mem_mb,
+    parse_slurm_time,
+    split_lines,
+)
+
+from slurmscope.config import Config
+
+KIND = "sinfo"
+TABLES = {"node_states": TableSpec("node_states", ("cluster", "snapshot_time", "node", "partition"))}
+
+US = "\x1f"
+
+LIVE_FIELDS = (
+    "NodeHost", "Partition", "StateComplete", "CPUsState", "Memory", "AllocMem", "Gres", "GresUsed",
+    "Features", "UserLong", "Timestamp",
+)
+# Size left empty after ':' = no padding, no truncation; the suffix after it is the separator.
+LIVE_FORMAT = ",".join(f"{f}:{US}" for f in LIVE_FIELDS) + ",Reason:"
+
+NODE_STATES_SCHEMA = {
+    "cluster": pl.String,
+    "snapshot_time": pl.Datetime("us", "UTC"),
+    "node": pl.String,
+    "partition": pl.String,
+    "state": pl.String,
+    "state_flags": pl.String,
+    "state_raw": pl.String,
+    "reason": pl.String,
+    "reason_user": pl.String,
+    "reason_time": pl.Datetime("us", "UTC"),
+    "cpus_alloc": pl.Int32,
+    "cpus_idle": pl.Int32,
+    "cpus_other": pl.Int32,
+    "cpus_total": pl.Int32,
+    "memory_mb": pl.Int64,
+    "alloc_memory_mb": pl.Int64,
+    "gres": pl.String,
+    "gres_used": pl.String,
+    "gpus_total": pl.Int32,
+    "gpus_used": pl.Int32,
+    "gpu_type": pl.String,
+    "features": pl.String,
+}
+
+
+def command(cfg: Config, *, start: datetime | None = None, end: datetime | None = None) -> list[str]:
+    """argv of the live sinfo call (documented in docs/collectors.md)."""
+    return [cfg.slurm_command("sinfo"), "--Node", "--noheader", f"--Format={LIVE_FORMAT}"]
+
+
+# ------------------------------------------------------------------------------------ format strings
+
+
+@dataclass(frozen=True)
+class Field:
+    """One column of a format string: its canonical name and the separator that follows it.
+
+    `sep` None means the column is padded or space-separated (fixed-width `-O` or `%10x` output): the value
+    is the next whitespace-free token. A literal `sep` ends the value at its next occurrence.
+    """
+
+    name: str
+    sep: str | None
+
+
+@dataclass(frozen=True)
+class LineFormat:
+    fields: tuple[Field, ...]
+    prefix: str = ""
+    trailer: str = ""
+    free_text: frozenset[str] = frozenset()
+
+    @property
+    def names(self) -> list[str]:
+        return [f.name for f in self.fields]
+
+
+_ESCAPES = re.compile(r"\\(x[0-9a-fA-F]{2}|t|\\|\|)")
+
+
+def unescape(fmt: str) -> str:
+    r"""Turn the escapes a user types on a shell (`\x1f`, `\t`, `\|`, `\\`) into the characters."""
+
+    def repl(m: re.Match) -> str:
+        tok = m.group(1)
+        if tok.startswith("x"):
+            return chr(int(tok[1:], 16))
+        return {"t": "\t", "\\": "\\", "|": "|"}[tok]
+
+    return _ESCAPES.sub(repl, fmt)
+
+
+def _strip_option(fmt: str) -> str:
+    fmt = fmt.strip()
+    for opt in ("--format=", "--Format=", "-o ", "-O ", "-o", "-O"):
+        if fmt.startswith(opt):
+            fmt = fmt[len(opt):].strip()
+            break
+    if len(fmt) >= 2 and fmt[0] == fmt[-1] and fmt[0] in "'\"":
+        fmt = fmt[1:-1]
+    return fmt
+
+
+def _sep(literal: str) -> str | None:
+    return None if literal.strip() == "" else literal
+
+
+def parse_format(fmt: str, letters: dict[str, str], long_names: dict[str, str],
+                 free_text: frozenset[str] = frozenset()) -> LineFormat:
+    """A `-o` (`%n,%T`) or `-O` (`NodeHost:20,Gres: ,Reason:`) string as a LineFormat.
+
+    Unknown fields are kept under their own name (`%x` or the lower-cased `-O` name) and ignored by the
+    row builder, so any column layout can be split even when only some of its fields are used.
+    """
+    fmt = unescape(_strip_option(fmt))
+    if "%" in fmt:
+        return _parse_percent(fmt, letters, free_text)
+    fields: list[Field] = []
+    for item in fmt.split(","):
+        if item == "" and fields:
+            # A ',' suffix ("Nodes:,,Gres:") cannot be told apart from the list separator; Slurm reads
+            # it the same way, so an empty item is skipped.
+            continue
+        name, colon, rest = item.partition(":")
+        sep: str | None = None
+        if colon:
+            m = re.match(r"^\.?(\d*)(.*)$", rest, re.S)
+            suffix = m.group(2) if m else rest
+            sep = _sep(suffix)
+        key = long_names.get(name.strip().lower(), name.strip().lower())
+        fields.append(Field(key, sep))
+    if not fields:
+        raise ValueError(f"empty format string {fmt!r}")
+    last = fields[-1]
+    trailer = last.sep or ""
+    fields[-1] = Field(last.name, None)
+    return LineFormat(tuple(fields), "", trailer, free_text)
+
+
+def _parse_percent(fmt: str, letters: dict[str, str], free_text: frozenset[str]) -> LineFormat:
+    tokens = list(re.finditer(r"%(%|[.]?\d*[a-zA-Z])", fmt))
+    names: list[str] = []
+    literals: list[str] = []
+    pos = 0
+    cur = ""
+    for m in tokens:
+        cur += fmt[pos:m.start()]
+        pos = m.end()
+        if m.group(1) == "%":
+            cur += "%"
+            continue
+        literals.append(cur)
+        cur = ""
+        letter = m.group(1)[-1]
+        names.append(letters.get(letter, f"%{letter}"))
+    cur += fmt[pos:]
+    if not names:
+        raise ValueError(f"no %-fields in format string {fmt!r}")
+    prefix = literals[0]
+    fields = []
+    for i, name in enumerate(names):
+        if i + 1 < len(names):
+            fields.append(Field(name, _sep(literals[i + 1])))
+        else:
+            fields.append(Field(name, None))
+    trailer = cur if cur.strip() else ""
+    return LineFormat(tuple(fields), prefix, trailer, free_text)
+
+
+def split_line(line: str, lf: LineFormat) -> tuple[dict[str, str] | None, str | None]:
+    """Values of one output line by field name, or (None, reason).
+
+    Fields before the (single) free-text field are read from the left, fields after it from the right,
+    so separators typed into a drain reason or job name stay inside that value.
+    """
+    if lf.prefix:
+        if not line.startswith(lf.prefix):
+            return None, f"line does not start with {lf.prefix!r}"
+        line = line[len(lf.prefix):]
+    if lf.trailer:
+        stripped = line.rstrip() if lf.trailer.strip() else line
+        if stripped.endswith(lf.trailer):
+            line = stripped[: len(stripped) - len(lf.trailer)]
+    fields = lf.fields
+    n = len(fields)
+    free = [i for i, f in enumerate(fields) if f.name in lf.free_text]
+    pivot = free[0] if len(free) == 1 else n - 1
+    values: list[str | None] = [None] * n
+    pos = 0
+    for i in range(pivot):
+        f = fields[i]
+        if f.sep is None:
+            while pos < len(line) and line[pos].isspace():
+                pos += 1
+            end = pos
+            while end < len(line) and not line[end].isspace():
+                end += 1
+            if end == pos:
+                return None, f"{i} fields, expected {n}"
+            values[i] = line[pos:end]
+            pos = end
+        else:
+            idx = line.find(f.sep, pos)
+            if idx < 0:
+                return None, f"{i + 1} fields, expected {n} (separator {f.sep!r} not found)"
+            values[i] = line[pos:idx]
+            pos = idx + len(f.sep)
+    end = len(line)
+    for i in range(n - 1, pivot, -1):
+        sep = fields[i - 1].sep
+        if sep is None:
+            while end > pos and line[end - 1].isspace():
+                end -= 1
+            start = end
+            while start > pos and not line[start - 1].isspace():
+                start -= 1
+            if start == end:
+                return None, f"missing field {fields[i].name!r}, expected {n} fields"
+            values[i] = line[start:end]
+            end = start
+        else:
+            idx = line.rfind(sep, pos, end)
+            if idx < 0:
+                return None, f"missing field {fields[i].name!r} (separator {sep!r} not found)"
+            values[i] = line[idx + len(sep):end]
+            end = idx
+    middle = line[pos:end]
+    prev_ws = pivot > 0 and fields[pivot - 1].sep is None
+    if prev_ws or fields[pivot].sep is None:
+        middle = middle.strip()
+        if not middle and prev_ws and fields[pivot].name not in lf.free_text:
+            return None, f"missing field {fields[pivot].name!r}, expected {n} fields"
+    values[pivot] = middle
+    if not free:
+        # Without a free-text column, a separator left in the last value means the line had extra fields.
+        prev = fields[n - 2].sep if n > 1 else None
+        last = values[n - 1] or ""
+        if prev is not None and prev in last and fields[n - 1].name not in _MAY_CONTAIN.get(prev, ()):
+            return None, f"more than {n} fields"
+        if prev is None and n > 1 and any(ch.isspace() for ch in last.strip()):
+            return None, f"more than {n} fields"
+    return {f.name: v for f, v in zip(fields, values, strict=True)}, None
+
+
+# Columns whose values legitimately hold a separator character (lists, GRES, hostlists).
+_MAY_CONTAIN = {
+    ",": ("gres", "gres_used", "features", "features_act", "partition", "tres", "tres_per_node",
+          "dependency", "nodelist", "node_list", "reason", "name"),
+    "/": ("cpus_state",),
+}
+
+
+# ------------------------------------------------------------------------------------ node states
+
+# sinfo state suffixes (man sinfo, NODE STATE CODES).
+SUFFIX_FLAGS = {
+    "*": "NOT_RESPONDING",
+    "~": "POWERED_DOWN",
+    "#": "POWERING_UP",
+    "!": "POWER_DOWN",
+    "%": "POWERING_DOWN",
+    "$": "MAINTENANCE",
+    "@": "REBOOT_REQUESTED",
+    "^": "REBOOT_ISSUED",
+    "-": "PLANNED",
+}
+# %t / StateCompact abbreviations of base states.
+_COMPACT = {
+    "alloc": "ALLOCATED", "mix": "MIXED", "comp": "COMPLETING", "drng": "DRAINING", "drain": "DRAINED",
+    "resv": "RESERVED", "plnd": "PLANNED", "unk": "UNKNOWN", "futr": "FUTURE", "failg": "FAILING",
+    "npc": "PERFCTRS", "pow_dn": "POWER_DOWN", "pow_up": "POWERING_UP", "boot": "REBOOT", "drained": "DRAINED",
+    "draining": "DRAINING",
+}
+# Compact names of flags in StateComplete ("idle+drain", "mixed+cloud+powered_down").
+_FLAG_ALIASES = {"drng": "DRAIN", "drain": "DRAIN", "maint": "MAINTENANCE", "resv": "RESERVED",
+                 "comp": "COMPLETING"}
+_STATE_WORD = re.compile(r"^[A-Za-z_]+$")
+
+
+def parse_state(raw: str | None) -> tuple[str | None, str | None]:
+    """(base state, '+'-joined flags) of a sinfo state: `drained*`, `mixed+drain`, `MIXED+DRAIN`, `idle~`.
+
+    Suffix symbols become named flags; DRAINED/DRAINING also carry the DRAIN flag so that one test
+    (`'DRAIN' in flags`) finds drained nodes in every notation. Unrecognised words are kept upper-cased.
+    """
+    if raw is None:
+        return None, None
+    s = raw.strip()
+    if not s or s in NULL_WORDS:
+        return None, None
+    flags: list[str] = []
+    state: str | None = None
+    for i, part in enumerate(s.split("+")):
+        part = part.strip()
+        word = part.rstrip("".join(SUFFIX_FLAGS))
+        for ch in part[len(word):]:
+            flags.append(SUFFIX_FLAGS[ch])
+        if not word:
+            continue
+        low = word.lower()
+        if i == 0:
+            state = _COMPACT.get(low, word.upper())
+            if state in ("DRAINED", "DRAINING"):
+                flags.append("DRAIN")
+        else:
+            flags.append(_FLAG_ALIASES.get(low, word.upper()))
+    seen: list[str] = []
+    for f in flags:
+        if f not in seen:
+            seen.append(f)
+    return state, ("+".join(seen) if seen else None)
+
+
+def parse_cpus_state(s: str | None) -> tuple[int | None, int | None, int | None, int | None]:
+    """`A/I/O/T` (allocated/idle/other/total) CPU counts; Nones when absent or malformed."""
+    if not s:
+        return None, None, None, None
+    parts = s.strip().split("/")
+    if len(parts) != 4 or not all(p.isdigit() for p in parts):
+        return None, None, None, None
+    a, i, o, t = (int(p) for p in parts)
+    return a, i, o, t
+
+
+def _gres_gpus(s: str | None) -> tuple[int | None, str | None]:
+    if s is None:
+        return None, None
+    s = s.strip()
+    if s in NULL_WORDS:
+        return 0, None
+    gpus, gtype, _mig = gpu_count(s)
+    return gpus, gtype
+
+
+def _mem(s: str | None) -> int | None:
+    if s is None:
+        return None
+    try:
+        v = parse_mem_mb(s)
+    except ValueError:
+        return None
+    return None if v is None else int(v)
+
+
+def _null(s: str | None) -> str | None:
+    if s is None:
+        return None
+    s = s.strip()
+    return None if s in NULL_WORDS else s
+
+
+def _user(s: str | None) -> str | None:
+    """`root(0)` -> `root`; sinfo prints `Unknown` when no one set a reason."""
+    s = _null(s)
+    if s is None:
+        return None
+    return re.sub(r"\(\d+\)$", "", s) or None
+
+
+# sinfo -o letters and -O names that the node_states row uses; anything else is split and ignored.
+LETTERS = {
+    "n": "node", "N": "nodelist", "P": "partition", "R": "partition", "T": "state", "t": "state",
+    "C": "cpus_state", "c": "cpus", "m": "memory", "e": "free_mem", "f": "features", "b": "features_act",
+    "G": "gres", "E": "reason", "H": "reason_time", "u": "reason_user", "U": "reason_user", "D": "node_count",
+}
+LONG_NAMES = {
+    "nodehost": "node", "nodelist": "nodelist", "partition": "partition", "partitionname": "partition",
+    "statelong": "state", "statecompact": "state", "statecomplete": "state", "cpusstate": "cpus_state",
+    "cpus": "cpus", "memory": "memory", "allocmem": "alloc_mem", "freemem": "free_mem", "gres": "gres",
+    "gresused": "gres_used", "features": "features", "featuresact": "features_act", "reason": "reason",
+    "user": "reason_user", "userlong": "reason_user", "timestamp": "reason_time", "nodes": "node_count",
+}
+FREE_TEXT = frozenset({"reason"})
+
+
+def line_format(fmt: str | None, delimiter: str | None = None) -> LineFormat:
+    """The LineFormat of `fmt` (None = the live format). Raises ValueError when it has no node column."""
+    lf = parse_format(fmt or LIVE_FORMAT, LETTERS, LONG_NAMES, FREE_TEXT)
+    if delimiter:
+        lf = LineFormat(tuple(Field(f.name, delimiter if i < len(lf.fields) - 1 else None)
+                              for i, f in enumerate(lf.fields)), lf.prefix, lf.trailer, lf.free_text)
+    names = set(lf.names)
+    if not names & {"node", "nodelist"}:
+        raise ValueError(
+            f"sinfo format {fmt!r} has no node name column (NodeHost/NodeList, %n/%N); node_states needs one "
+            "row per node (see docs/collectors.md for the declined aggregated formats)"
+        )
+    return lf
+
+
+def _rows_for(values: dict[str, str], snapshot_time: datetime, cluster: str, tz: ZoneInfo
+              ) -> tuple[list[dict], str | None]:
+    if "node" in values:
+        node = values["node"].strip()
+        nodes = [node] if node else []
+    else:
+        try:
+            nodes = expand_hostlist(values["nodelist"])
+        except ValueError as exc:
+            return [], str(exc)
+    if not nodes:
+        return [], "empty node name"
+    partition = (values.get("partition") or "").strip()
+    if partition in NULL_WORDS:
+        partition = ""
+    partition = partition.rstrip("*")
+    state_raw = _null(values.get("state"))
+    state, flags = parse_state(state_raw)
+    if state is not None and not _STATE_WORD.match(state):
+        return [], f"not a node state: {state_raw!r}"
+    a, i, o, t = parse_cpus_state(values.get("cpus_state"))
+    if values.get("cpus_state") is not None and t is None and values["cpus_state"].strip() not in NULL_WORDS:
+        return [], f"not an A/I/O/T CPU count: {values['cpus_state']!r}"
+    if t is None and values.get("cpus", "").strip().isdigit():
+        t = int(values["cpus"].strip())
+    try:
+        reason_time = parse_slurm_time(values.get("reason_time"), tz)
+    except ValueError as exc:
+        return [], str(exc)
+    gres = _null(values.get("gres")) if "gres" in values else None
+    gres_used = _null(values.get("gres_used")) if "gres_used" in values else None
+    gpus_total, gtype = _gres_gpus(values.get("gres"))
+    gpus_used, utype = _gres_gpus(values.get("gres_used"))
+    reason = _null(values.get("reason"))
+    row = {
+        "cluster": cluster,
+        "snapshot_time": snapshot_time,
+        "partition": partition,
+        "state": state,
+        "state_flags": flags,
+        "state_raw": state_raw,
+        "reason": reason,
+        "reason_user": _user(values.get("reason_user")),
+        "reason_time": reason_time,
+        "cpus_alloc": a,
+        "cpus_idle": i,
+        "cpus_other": o,
+        "cpus_total": t,
+        "memory_mb": _mem(values.get("memory")),
+        "alloc_memory_mb": _mem(values.get("alloc_mem")),
+        "gres": gres if "gres" in values else None,
+        "gres_used": gres_used,
+        "gpus_total": gpus_total,
+        "gpus_used": gpus_used,
+        "gpu_type": gtype or utype,
+        "features": _null(values.get("features")),
+    }
+    return [dict(row, node=n) for n in nodes], None
+
+
+def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, fmt: str | None = None,
+          delimiter: str | None = None, source: str = "") -> Parsed:
+    """sinfo output -> node_states rows; lines that do not fit the format go to quarantine.
+
+    Raises ValueError only for a format string that cannot describe node rows (never for the data).
+    """
+    lf = line_format(fmt, delimiter)
+    rows: dict[tuple[str, str], dict] = {}
+    bad: list[dict] = []
+    for line_no, text, raw in split_lines(data):
+        if not text.strip():
+            continue
+        values, reason = split_line(text, lf)
+        if values is not None:
+            new, reason = _rows_for(values, snapshot_time, cluster, tz)
+            if reason is None:
+                for r in new:
+                    rows[(r["node"], r["partition"])] = r  # a repeated line replaces the earlier one
+                continue
+        bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw, "reason": f"sinfo: {reason}"})
+    df = pl.DataFrame(list(rows.values()), schema=NODE_STATES_SCHEMA, orient="row") if rows else \
+        pl.DataFrame(schema=NODE_STATES_SCHEMA)
+    return Parsed(tables={"node_states": df}, quarantine=quarantine_frame(bad))
+
+
+def capacity(node_states: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+    """Per snapshot: distinct nodes, and GPUs/CPUs counted once per node however many partitions list it.
+
+    A node in three partitions appears three times in `sinfo -N`; summing gpus_total over rows would
+    triple its GPUs. The first row per (snapshot, node) is used (all of a node's rows carry the same
+    hardware counts).
+    """
+    lf = node_states.lazy() if isinstance(node_states, pl.DataFrame) else node_states
+    per_node = lf.group_by(["cluster", "snapshot_time", "node"]).agg(
+        pl.col("gpus_total").max(), pl.col("gpus_used").max(), pl.col("cpus_total").max(),
+        pl.col("cpus_alloc").max(),
+    )
+    return (
+        per_node.group_by(["cluster", "snapshot_time"])
+        .agg(
+            pl.len().alias("nodes"),
+            pl.col("gpus_total").sum().alias("gpus_total"),
+            pl.col("gpus_used").sum().alias("gpus_used"),
+            pl.col("cpus_total").sum().alias("cpus_total"),
+            pl.col("cpus_alloc").sum().alias("cpus_alloc"),
+        )
+        .sort(["cluster", "snapshot_time"])
+        .collect()
+    )
