@@ -31,7 +31,11 @@ from slurmscope.collectors.parsing import (
 from slurmscope.config import Config
 
 KIND = "sinfo"
-TABLES = {"node_states": TableSpec("node_states", ("cluster", "snapshot_time", "node", "partition"))}
+TABLES = {
+    "node_states": TableSpec("node_states", ("cluster", "snapshot_time", "node", "partition")),
+    # Only from recorded aggregated captures (no node names); see sql/0005_node_groups.sql.
+    "node_groups": TableSpec("node_groups", ("cluster", "snapshot_time", "group_no")),
+}
 
 US = "\x1f"
 
@@ -65,6 +69,24 @@ NODE_STATES_SCHEMA = {
     "gpus_used": pl.Int32,
     "gpu_type": pl.String,
     "features": pl.String,
+}
+
+NODE_GROUPS_SCHEMA = {
+    "cluster": pl.String,
+    "snapshot_time": pl.Datetime("us", "UTC"),
+    "group_no": pl.Int32,
+    "partition": pl.String,
+    "node_count": pl.Int32,
+    "state": pl.String,
+    "state_flags": pl.String,
+    "state_raw": pl.String,
+    "gres": pl.String,
+    "gres_used": pl.String,
+    "gpus_per_node": pl.Int32,
+    "gpus_used_per_node": pl.Int32,
+    "gpu_type": pl.String,
+    "features": pl.String,
+    "source": pl.String,
 }
 
 
@@ -405,10 +427,15 @@ def line_format(fmt: str | None, delimiter: str | None = None) -> LineFormat:
         lf = LineFormat(tuple(Field(f.name, delimiter if i < len(lf.fields) - 1 else None)
                               for i, f in enumerate(lf.fields)), lf.prefix, lf.trailer, lf.free_text)
     names = set(lf.names)
-    if not names & {"node", "nodelist"}:
+    if not names & {"node", "nodelist", "node_count"}:
         raise ValueError(
-            f"sinfo format {fmt!r} has no node name column (NodeHost/NodeList, %n/%N); node_states needs one "
-            "row per node (see docs/collectors.md for the declined aggregated formats)"
+            f"sinfo format {fmt!r} has neither node names (NodeHost/NodeList, %n/%N) nor a node count "
+            "(Nodes, %D): its lines cannot be tied to nodes (see docs/collectors.md, declined formats)"
+        )
+    if not names & {"node", "nodelist"} and not names & {"state", "gres", "gres_used"}:
+        raise ValueError(
+            f"sinfo format {fmt!r} has no node names and neither state nor GRES columns: nothing to store "
+            "(see docs/collectors.md, declined formats)"
         )
     return lf
 
@@ -473,29 +500,91 @@ def _rows_for(values: dict[str, str], snapshot_time: datetime, cluster: str, tz:
     return [dict(row, node=n) for n in nodes], None
 
 
+_TITLE = re.compile(r"^[A-Z][A-Z0-9_:()/ %-]*$")
+
+
+def is_header(values: dict[str, str], id_columns: tuple[str, ...]) -> bool:
+    """A column-title line (`HOSTNAMES GRES ...`, `JOBID|STATE`): every value upper-case, the id a word."""
+    vals = [v.strip() for v in values.values() if v and v.strip()]
+    ids = [values[c].strip() for c in id_columns if c in values and values[c]]
+    return bool(vals) and bool(ids) and all(_TITLE.match(v) for v in vals) \
+        and not any(ch.isdigit() for i in ids for ch in i)
+
+
+def _group_row(values: dict[str, str], group_no: int, snapshot_time: datetime, cluster: str,
+               source: str) -> tuple[dict | None, str | None]:
+    count = (values.get("node_count") or "").strip()
+    if not count.isdigit():
+        return None, f"node count is not a number: {count!r}"
+    partition = _null(values.get("partition")) or ""
+    state_raw = _null(values.get("state"))
+    state, flags = parse_state(state_raw)
+    if state is not None and not _STATE_WORD.match(state):
+        return None, f"not a node state: {state_raw!r}"
+    gpn, gtype = _gres_gpus(values.get("gres"))
+    used, utype = _gres_gpus(values.get("gres_used"))
+    return {
+        "cluster": cluster,
+        "snapshot_time": snapshot_time,
+        "group_no": group_no,
+        "partition": partition.rstrip("*"),
+        "node_count": int(count),
+        "state": state,
+        "state_flags": flags,
+        "state_raw": state_raw,
+        "gres": _null(values.get("gres")),
+        "gres_used": _null(values.get("gres_used")),
+        "gpus_per_node": gpn,
+        "gpus_used_per_node": used,
+        "gpu_type": gtype or utype,
+        "features": _null(values.get("features")) or _null(values.get("features_act")),
+        "source": source or None,
+    }, None
+
+
 def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, fmt: str | None = None,
           delimiter: str | None = None, source: str = "") -> Parsed:
-    """sinfo output -> node_states rows; lines that do not fit the format go to quarantine.
+    """sinfo output -> node_states rows (node-oriented formats) or node_groups rows (aggregated ones).
 
-    Raises ValueError only for a format string that cannot describe node rows (never for the data).
+    Lines that do not fit the format go to quarantine; a first line of column titles is skipped.
+    Raises ValueError only for a format string that cannot describe nodes (never for the data).
     """
     lf = line_format(fmt, delimiter)
+    per_node = bool(set(lf.names) & {"node", "nodelist"})
+    id_cols = ("node", "nodelist") if per_node else ("node_count",)
     rows: dict[tuple[str, str], dict] = {}
+    groups: list[dict] = []
     bad: list[dict] = []
+    first = True
     for line_no, text, raw in split_lines(data):
         if not text.strip():
             continue
         values, reason = split_line(text, lf)
+        if values is not None and first and is_header(values, id_cols):
+            first = False
+            continue
+        first = False
         if values is not None:
-            new, reason = _rows_for(values, snapshot_time, cluster, tz)
-            if reason is None:
-                for r in new:
-                    rows[(r["node"], r["partition"])] = r  # a repeated line replaces the earlier one
-                continue
+            if per_node:
+                new, reason = _rows_for(values, snapshot_time, cluster, tz)
+                if reason is None:
+                    for r in new:
+                        rows[(r["node"], r["partition"])] = r  # a repeated line replaces the earlier one
+                    continue
+            else:
+                group, reason = _group_row(values, line_no, snapshot_time, cluster, source)
+                if group is not None:
+                    groups.append(group)
+                    continue
         bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw, "reason": f"sinfo: {reason}"})
-    df = pl.DataFrame(list(rows.values()), schema=NODE_STATES_SCHEMA, orient="row") if rows else \
-        pl.DataFrame(schema=NODE_STATES_SCHEMA)
-    return Parsed(tables={"node_states": df}, quarantine=quarantine_frame(bad))
+    tables: dict[str, pl.DataFrame] = {}
+    if per_node:
+        tables["node_states"] = pl.DataFrame(list(rows.values()), schema=NODE_STATES_SCHEMA, orient="row") \
+            if rows else pl.DataFrame(schema=NODE_STATES_SCHEMA)
+    else:
+        tables["node_groups"] = pl.DataFrame(groups, schema=NODE_GROUPS_SCHEMA, orient="row") \
+            if groups else pl.DataFrame(schema=NODE_GROUPS_SCHEMA)
+    return Parsed(tables=tables, quarantine=quarantine_frame(bad))
 
 
 def capacity(node_states: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:

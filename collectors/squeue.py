@@ -21,7 +21,7 @@ from slurmscope.collectors.parsing import (
     parse_slurm_time,
     split_lines,
 )
-from slurmscope.collectors.sinfo import Field, LineFormat, parse_format, split_line
+from slurmscope.collectors.sinfo import Field, LineFormat, is_header, parse_format, split_line
 
 from slurmscope.config import Config
 
@@ -196,10 +196,15 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
     lf = line_format(fmt, delimiter)
     rows: dict[str, dict] = {}
     bad: list[dict] = []
+    first = True
     for line_no, text, raw in split_lines(data):
         if not text.strip():
             continue
         values, reason = split_line(text, lf)
+        if values is not None and first and is_header(values, ("job_id", "job_id_raw")):
+            first = False  # a header line of column titles (squeue without --noheader)
+            continue
+        first = False
         if values is not None:
             try:
                 row = _row(values, cluster, snapshot_time, tz)
