@@ -1,0 +1,331 @@
+"""Pure building blocks the pipelines share: calendar splitting, GPU-seconds, percentiles, rounding.
+
+Billing and reporting cut time into days and months of one configured zone; a job is charged by the overlap
+of [start, end or now) with each of them. Doing that once here keeps every mart's days identical, so daily,
+monthly and capacity rows reconcile.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import date, datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import polars as pl
+
+UTC_DT = pl.Datetime("us", "UTC")
+
+FAILED_STATES = ("FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED", "REQUEUED")
+"""Attempt end states whose GPU time produced no result that the user asked for."""
+
+HOURS_PER_YEAR = 8766.0  # 365.25 days
+
+
+def local_midnight_utc(day: pl.Expr, tz: str) -> pl.Expr:
+    """UTC instant of midnight starting the calendar `day` (a Date) in `tz`.
+
+    Zones whose DST jump happens at midnight have no 00:00 on that day: the day then starts at the first
+    instant that exists, which `non_existent='null'` plus one hour approximates closely enough for billing
+    (the hour is lost, not charged twice).
+    """
+    naive = day.cast(pl.Datetime("us"))
+    local = naive.dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
+    shifted = (naive + pl.duration(hours=1)).dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
+    return pl.coalesce(local, shifted - pl.duration(hours=1)).dt.convert_time_zone("UTC")
+
+
+def split_calendar(
+    lf: pl.LazyFrame, start: str, end: str, tz: str, *, every: str = "1d", out: str = "day"
+) -> pl.LazyFrame:
+    """One row per (input row, calendar period of `tz` it overlaps), with `out` (the period's first Date),
+    `overlap_seconds` (Float64) and the period bounds `_period_start`/`_period_end` in UTC.
+
+    Intervals are half-open [start, end); rows with end <= start or a null bound give no rows.
+    `every` is '1d' (days) or '1mo' (months).
+    """
+    s, e = pl.col(start), pl.col(end)
+    lf = lf.filter(s.is_not_null() & e.is_not_null() & (e > s))
+    first = s.dt.convert_time_zone(tz).dt.date()
+    last = (e - pl.duration(microseconds=1)).dt.convert_time_zone(tz).dt.date()
+    if every == "1mo":
+        first, last = first.dt.month_start(), last.dt.month_start()
+        step = "1mo"
+    elif every == "1d":
+        step = "1d"
+    else:
+        raise ValueError(f"every must be '1d' or '1mo', got {every!r}")
+    lf = lf.with_columns(pl.date_ranges(first, last, step).alias(out)).explode(out)
+    nxt = pl.col(out).dt.offset_by(step)
+    lf = lf.with_columns(
+        local_midnight_utc(pl.col(out), tz).alias("_period_start"),
+        local_midnight_utc(nxt, tz).alias("_period_end"),
+    )
+    overlap = pl.min_horizontal(e, pl.col("_period_end")) - pl.max_horizontal(s, pl.col("_period_start"))
+    return lf.with_columns((overlap.dt.total_microseconds() / 1e6).alias("overlap_seconds")).filter(
+        pl.col("overlap_seconds") > 0
+    )
+
+
+def split_buckets(lf: pl.LazyFrame, start: str, end: str, every_seconds: int, *, out: str = "bucket_start") -> pl.LazyFrame:
+    """One row per (row, fixed UTC bucket it overlaps) with `out` and `overlap_seconds` (half-open)."""
+    s, e = pl.col(start), pl.col(end)
+    lf = lf.filter(s.is_not_null() & e.is_not_null() & (e > s))
+    every = f"{int(every_seconds)}s"
+    lf = lf.with_columns(
+        pl.datetime_ranges(s.dt.truncate(every), (e - pl.duration(microseconds=1)).dt.truncate(every), every)
+        .alias(out)
+    ).explode(out)
+    bucket_end = pl.col(out) + pl.duration(seconds=int(every_seconds))
+    overlap = pl.min_horizontal(e, bucket_end) - pl.max_horizontal(s, pl.col(out))
+    return lf.with_columns((overlap.dt.total_microseconds() / 1e6).alias("overlap_seconds"))
+
+
+def clip_interval(start: str, end: str, lo: datetime, hi: datetime) -> list[pl.Expr]:
+    """[start, end) clipped to [lo, hi); a null end means still running, i.e. up to `hi` (= now)."""
+    lo_l, hi_l = pl.lit(lo, dtype=UTC_DT), pl.lit(hi, dtype=UTC_DT)
+    return [
+        pl.max_horizontal(pl.col(start), lo_l).alias(start),
+        pl.min_horizontal(pl.col(end).fill_null(hi_l), hi_l).alias(end),
+    ]
+
+
+def usage_interval(now: datetime) -> list[pl.Expr]:
+    """`use_start`/`use_end`/`running` of a job attempt: [start, end) or [start, now) while it runs.
+
+    An attempt whose end is after `now` (a record from the future relative to a replayed `now`) is cut at now.
+    """
+    now_l = pl.lit(now, dtype=UTC_DT)
+    return [
+        pl.col("start_time").alias("use_start"),
+        pl.min_horizontal(pl.col("end_time").fill_null(now_l), now_l).alias("use_end"),
+        (pl.col("end_time").is_null() | (pl.col("end_time") > now_l)).alias("running"),
+    ]
+
+
+def gpu_seconds(overlap: str = "overlap_seconds", gpus: str = "gpus") -> pl.Expr:
+    """GPU-seconds: overlap × whole GPUs (MIG slices are not whole GPUs; a null count is 0)."""
+    return pl.col(overlap) * pl.col(gpus).fill_null(0).cast(pl.Float64)
+
+
+def percentile(col: str, q: float) -> pl.Expr:
+    """Linear-interpolation percentile (numpy's default, 'type 7'): p50 of [1, 2, 3, 10] is 2.5."""
+    return pl.col(col).quantile(q, interpolation="linear")
+
+
+def gpu_class(gpus: pl.Expr) -> pl.Expr:
+    """GPU-count class used by wait-time marts: '0', '1', '2-4', '5-8', '9-16', '17+'."""
+    g = gpus.fill_null(0)
+    return (
+        pl.when(g <= 0).then(pl.lit("0"))
+        .when(g == 1).then(pl.lit("1"))
+        .when(g <= 4).then(pl.lit("2-4"))
+        .when(g <= 8).then(pl.lit("5-8"))
+        .when(g <= 16).then(pl.lit("9-16"))
+        .otherwise(pl.lit("17+"))
+    )
+
+
+def largest_remainder_cents(
+    lf: pl.LazyFrame, amount: str, by: Sequence[str], order: Sequence[str], *, out: str = "cents"
+) -> pl.LazyFrame:
+    """Round `amount` (dollars) to integer cents so that, within each `by` group, the rows sum to the
+    group total rounded half-up to cents (Hamilton / largest-remainder method).
+
+    Each row gets floor(cents); the cents left over go one each to the rows with the largest fractional
+    parts, ties broken by `order` (ascending) so the result is deterministic.
+    """
+    raw = (pl.col(amount) * 100).round(6)
+    by = list(by)
+    lf = lf.with_columns(raw.floor().cast(pl.Int64).alias("_floor"), (raw - raw.floor()).alias("_frac"))
+    grp = by if by else None
+    total = (pl.col(amount).sum() * 100).round(6)
+    total_cents = (total + 0.5).floor().cast(pl.Int64)
+    leftover = total_cents - pl.col("_floor").sum()
+    if grp:
+        leftover = leftover.over(grp)
+    lf = lf.with_columns(leftover.alias("_left"))
+    lf = lf.sort([*by, "_frac", *order], descending=[False] * len(by) + [True] + [False] * len(order))
+    rank = pl.int_range(pl.len()) if not grp else pl.int_range(pl.len()).over(grp)
+    lf = lf.with_columns(rank.alias("_rank"))
+    return lf.with_columns(
+        (pl.col("_floor") + (pl.col("_rank") < pl.col("_left")).cast(pl.Int64)).alias(out)
+    ).drop("_floor", "_frac", "_left", "_rank")
+
+
+def largest_remainder(values: Sequence[float], total_cents: int | None = None) -> list[int]:
+    """Scalar largest remainder for a handful of values (capacity components); ties go to the earlier one."""
+    raws = [round(v * 100, 6) for v in values]
+    floors = [int(r // 1) for r in raws]
+    if total_cents is None:
+        total_cents = int((round(sum(raws), 6) + 0.5) // 1)
+    left = total_cents - sum(floors)
+    order = sorted(range(len(values)), key=lambda i: (-(raws[i] - floors[i]), i))
+    out = list(floors)
+    for i in order[: max(left, 0)]:
+        out[i] += 1
+    return out
+
+
+# --- price book ---------------------------------------------------------------------------------------
+
+
+def hourly_rate(entry: Any, *, where: str = "billing.rates") -> float:
+    """$/GPU-hour of a price-book entry: a number, {rate = x}, or an amortised cost.
+
+    Amortised: purchase_usd / (lifetime_years × 8766 h) / gpus_per_unit + power_kw × usd_per_kwh × pue
+    / gpus_per_unit + overhead_usd_per_year / 8766 / gpus_per_unit; power is the unit's draw.
+    """
+    if isinstance(entry, (int, float)) and not isinstance(entry, bool):
+        return float(entry)
+    if isinstance(entry, Mapping):
+        if "rate" in entry:
+            return float(entry["rate"])
+        unit = float(entry.get("gpus_per_unit", 1)) or 1.0
+        lifetime = float(entry.get("lifetime_years", 5))
+        capex = float(entry.get("purchase_usd", 0)) / (lifetime * HOURS_PER_YEAR) if lifetime > 0 else 0.0
+        power = float(entry.get("power_kw", 0)) * float(entry.get("usd_per_kwh", 0)) * float(entry.get("pue", 1))
+        overhead = float(entry.get("overhead_usd_per_year", 0)) / HOURS_PER_YEAR
+        return (capex + power + overhead) / unit
+    raise ValueError(f"{where}: expected a number or a table, got {entry!r}")
+
+
+def price_book(billing: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, float], float]:
+    """(rate by lower-case GPU model, rate by partition, default rate) from the billing config section.
+
+    Keys of `billing.rates` are GPU models, or `partition:<name>` for a partition rate (which wins).
+    """
+    models: dict[str, float] = {}
+    parts: dict[str, float] = {}
+    for key, entry in (billing.get("rates") or {}).items():
+        rate = hourly_rate(entry, where=f"billing.rates.{key}")
+        if key.startswith("partition:"):
+            parts[key.split(":", 1)[1]] = rate
+        else:
+            models[key.lower()] = rate
+    return models, parts, float(billing.get("default_rate_per_gpu_hour", 0.0))
+
+
+def with_rate(lf: pl.LazyFrame, billing: Mapping[str, Any], *, model: str = "gpu_model",
+              partition: str = "partition", out: str = "rate_per_gpu_hour") -> pl.LazyFrame:
+    """Attach the $/GPU-hour: partition rate, else GPU model rate, else the default."""
+    models, parts, default = price_book(billing)
+    model_rate = pl.col(model).str.to_lowercase().replace_strict(models, default=None, return_dtype=pl.Float64)
+    part_rate = pl.col(partition).replace_strict(parts, default=None, return_dtype=pl.Float64)
+    return lf.with_columns(pl.coalesce(part_rate, model_rate, pl.lit(default, dtype=pl.Float64)).alias(out))
+
+
+# --- node states ---------------------------------------------------------------------------------------
+
+DOWN_STATES = {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RESPONDING", "NO_RESPOND",
+               "UNKNOWN", "INVAL", "FUTURE", "REBOOT_ISSUED", "REBOOT_REQUESTED"}
+DOWN_FLAGS = ("DRAIN", "NOT_RESPONDING", "FAIL", "REBOOT", "INVALID")
+RESERVED_STATES = {"RESERVED", "MAINT", "MAINTENANCE"}
+RESERVED_FLAGS = ("RESERVED", "MAINT")
+
+
+def node_intervals(node_states: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
+    """One row per node per sinfo snapshot, standing until the next snapshot (at most the max gap, or now),
+    with GPUs split into allocated / down / reserved / idle."""
+    gap = int(params["config"]["pipelines"]["node_snapshot_max_gap_seconds"])
+    now_l = pl.lit(params["now"], dtype=UTC_DT)
+    snaps = node_states.group_by("snapshot_time", "node").agg(
+        pl.col("partition").unique().sort().str.join(",").alias("partition"),
+        pl.col("state").first().str.to_uppercase().alias("state"),
+        pl.col("state_flags").first().fill_null("").str.to_uppercase().alias("flags"),
+        pl.col("gpus_total").max().fill_null(0).alias("total"),
+        pl.col("gpus_used").max().fill_null(0).alias("used"),
+        pl.col("gpu_type").first().fill_null("").alias("gpu_model"),
+    ).sort("node", "snapshot_time")
+    nxt = pl.col("snapshot_time").shift(-1).over("node", order_by="snapshot_time")
+    end = pl.min_horizontal(nxt.fill_null(now_l), pl.col("snapshot_time") + pl.duration(seconds=gap), now_l)
+    flags = pl.col("flags")
+    down = pl.col("state").is_in(list(DOWN_STATES)) | pl.any_horizontal(*[flags.str.contains(f) for f in DOWN_FLAGS])
+    reserved = pl.col("state").is_in(list(RESERVED_STATES)) | pl.any_horizontal(
+        *[flags.str.contains(f) for f in RESERVED_FLAGS]
+    )
+    alloc = pl.min_horizontal(pl.col("used"), pl.col("total"))
+    rest = pl.col("total") - alloc
+    return snaps.with_columns(end.alias("until")).with_columns(
+        alloc.alias("allocated"),
+        pl.when(down).then(rest).otherwise(0).alias("down"),
+        pl.when(~down & reserved).then(rest).otherwise(0).alias("reserved"),
+        pl.when(down | reserved).then(0).otherwise(rest).alias("idle"),
+    )
+
+
+
+# --- hostlists ----------------------------------------------------------------------------------------
+
+_BRACKET = re.compile(r"\[([^\]]*)\]")
+
+
+def _split_top(text: str) -> list[str]:
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if cur:
+        parts.append("".join(cur))
+    return [p for p in parts if p]
+
+
+def _expand_one(name: str) -> list[str]:
+    m = _BRACKET.search(name)
+    if not m:
+        return [name]
+    head, tail = name[: m.start()], name[m.end():]
+    out: list[str] = []
+    for piece in m.group(1).split(","):
+        if "-" in piece:
+            a, b = piece.split("-", 1)
+            width = len(a)
+            try:
+                lo, hi = int(a), int(b)
+            except ValueError:
+                out.extend(head + piece + t for t in _expand_one(tail))
+                continue
+            for n in range(lo, hi + 1):
+                out.extend(f"{head}{n:0{width}d}{t}" for t in _expand_one(tail))
+        else:
+            out.extend(head + piece + t for t in _expand_one(tail))
+    return out
+
+
+def expand_hostlist(text: str | None) -> list[str]:
+    """Slurm's compressed hostlist ('gpu[001-003,7],login1') as host names; '' or 'None assigned' → []."""
+    if not text or text.strip() in {"None assigned", "(null)"}:
+        return []
+    hosts: list[str] = []
+    for part in _split_top(text.strip()):
+        hosts.extend(_expand_one(part))
+    return hosts
+
+
+# --- small helpers ------------------------------------------------------------------------------------
+
+
+def local_date(ts: datetime, tz: str) -> date:
+    """Calendar date of an instant in `tz`."""
+    return ts.astimezone(ZoneInfo(tz)).date()
+
+
+def empty(schema: Mapping[str, pl.DataType]) -> pl.LazyFrame:
+    return pl.LazyFrame(schema=dict(schema))
+
+
+def ensure_columns(lf: pl.LazyFrame, schema: Mapping[str, pl.DataType]) -> pl.LazyFrame:
+    """Select exactly `schema`'s columns in order, cast, so outputs match the mart tables."""
+    return lf.select([pl.col(c).cast(t) for c, t in schema.items()])
+
+
+def names(items: Iterable[str]) -> list[str]:
+    return sorted(set(items))

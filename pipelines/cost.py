@@ -1,0 +1,246 @@
+"""Cost per GPU-hour: allocation by day and month in the billing zone, capacity, invoices, counters.
+
+Billing rules first, because finance checks them: an attempt is charged for the overlap of [start, end or
+now) with each billing-zone day, at the $/GPU-hour of its partition or GPU model; months are sums of days;
+invoice cents are rounded by largest remainder so rows add up to the rounded month total; a closed month is
+frozen and only a listed re-issue adds a new version. docs/pipelines.md#cost has the formulas.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import polars as pl
+from slurmscope.pipelines.common import (
+    FAILED_STATES,
+    UTC_DT,
+    clip_interval,
+    ensure_columns,
+    gpu_seconds,
+    largest_remainder_cents,
+    local_midnight_utc,
+    node_intervals,
+    split_calendar,
+    usage_interval,
+    with_rate,
+)
+
+NAME = "cost"
+
+MART_TABLES: dict[str, str | None] = {
+    "mart_cost_daily": "day",
+    "mart_capacity_daily": "day",
+    "mart_cost_monthly": "month",
+    "mart_usage_counters": None,
+}
+
+INPUTS: dict[str, str] = {
+    # Attempts that may overlap the window, plus pending later attempts (to tell which were requeued).
+    "jobs": """
+        SELECT job_id_raw, submit_time, account, "user", "partition", qos, state, start_time, end_time,
+               gpus, gpu_type
+        FROM jobs
+        WHERE cluster = $cluster AND (end_time IS NULL OR end_time >= $start)
+          AND (start_time IS NULL OR start_time < $end)""",
+    "node_states": """
+        SELECT snapshot_time, node, "partition", state, state_flags, gpus_total, gpus_used, gpu_type
+        FROM node_states
+        WHERE cluster = $cluster AND snapshot_time >= $start - INTERVAL 1 DAY AND snapshot_time < $end""",
+    "prev_monthly": """
+        SELECT month, account, "user", gpu_hours, cost_usd::DOUBLE AS cost_usd, share, version, frozen, issued_at
+        FROM mart_cost_monthly WHERE cluster = $cluster AND month >= $start_month""",
+    "daily_before": """
+        SELECT account, "partition", gpu_model, sum(gpu_seconds) AS gpu_seconds, sum(cost_usd) AS cost_usd
+        FROM mart_cost_daily WHERE cluster = $cluster AND day < $start_date GROUP BY ALL""",
+    "prev_counters": """
+        SELECT account, "partition", gpu_model, gpu_seconds_total, cost_usd_total
+        FROM mart_usage_counters WHERE cluster = $cluster""",
+}
+
+DAILY_SCHEMA = {
+    "day": pl.Date, "account": pl.String, "user": pl.String, "partition": pl.String, "qos": pl.String,
+    "gpu_model": pl.String, "gpu_seconds": pl.Float64, "cost_usd": pl.Float64,
+    "failed_gpu_seconds": pl.Float64, "failed_cost_usd": pl.Float64,
+    "requeued_gpu_seconds": pl.Float64, "requeued_cost_usd": pl.Float64, "running_gpu_seconds": pl.Float64,
+}
+MONTHLY_SCHEMA = {
+    "month": pl.Date, "account": pl.String, "user": pl.String, "gpu_hours": pl.Float64, "cost_usd": pl.Float64,
+    "share": pl.Float64, "version": pl.Int32, "frozen": pl.Boolean, "issued_at": UTC_DT,
+}
+CAPACITY_PARTS = ("allocated", "idle", "down", "reserved")
+CAPACITY_SCHEMA = {
+    "day": pl.Date, "partition": pl.String, "gpu_model": pl.String,
+    "capacity_gpu_seconds": pl.Float64,
+    **{f"{p}_gpu_seconds": pl.Float64 for p in CAPACITY_PARTS},
+    "capacity_cost_usd": pl.Float64,
+    **{f"{p}_cost_usd": pl.Float64 for p in CAPACITY_PARTS},
+}
+COUNTER_SCHEMA = {
+    "account": pl.String, "partition": pl.String, "gpu_model": pl.String, "gpu_seconds_total": pl.Float64,
+    "cost_usd_total": pl.Float64, "gpu_seconds_correction": pl.Float64, "cost_usd_correction": pl.Float64,
+    "updated_at": UTC_DT,
+}
+
+def align_start(start: datetime, params: dict[str, Any]) -> datetime:
+    """Widen an incremental window to the start of its billing month, so months are rebuilt whole."""
+    tz = ZoneInfo(params["tz"])
+    local = start.astimezone(tz)
+    return datetime(local.year, local.month, 1, tzinfo=tz).astimezone(start.tzinfo)
+
+
+def month_closed_at(month: pl.Expr, tz: str, close_after_days: int) -> pl.Expr:
+    """UTC instant from which a billing month counts as closed."""
+    return local_midnight_utc(month.dt.offset_by("1mo"), tz) + pl.duration(days=close_after_days)
+
+
+def attempts(jobs: pl.LazyFrame, now: datetime) -> pl.LazyFrame:
+    """Started GPU attempts with their usage interval, failure and requeue flags and normalised keys."""
+    later = pl.col("submit_time") < pl.col("submit_time").max().over("job_id_raw")
+    return (
+        jobs.with_columns(later.alias("requeued"))
+        .filter(pl.col("start_time").is_not_null() & (pl.col("gpus").fill_null(0) > 0))
+        .with_columns(usage_interval(now))
+        .with_columns(
+            (pl.col("state").is_in(FAILED_STATES) & ~pl.col("running")).alias("failed"),
+            *[pl.col(c).fill_null("").alias(c) for c in ("account", "user", "partition", "qos")],
+            pl.col("gpu_type").fill_null("").alias("gpu_model"),
+        )
+    )
+
+
+def daily(jobs: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
+    """mart_cost_daily rows for days from the window's start (billing zone) up to now."""
+    billing = params["config"]["billing"]
+    tz = params["tz"]
+    a = attempts(jobs, params["now"]).with_columns(clip_interval("use_start", "use_end", params["start"], params["now"]))
+    parts = split_calendar(a, "use_start", "use_end", tz, every="1d", out="day")
+    parts = with_rate(parts, billing).with_columns(gpu_seconds().alias("gs"))
+    cost = pl.col("gs") / 3600.0 * pl.col("rate_per_gpu_hour")
+    zero = pl.lit(0.0)
+    out = parts.group_by("day", "account", "user", "partition", "qos", "gpu_model").agg(
+        pl.col("gs").sum().alias("gpu_seconds"),
+        cost.sum().alias("cost_usd"),
+        pl.when(pl.col("failed")).then(pl.col("gs")).otherwise(zero).sum().alias("failed_gpu_seconds"),
+        pl.when(pl.col("failed")).then(cost).otherwise(zero).sum().alias("failed_cost_usd"),
+        pl.when(pl.col("requeued")).then(pl.col("gs")).otherwise(zero).sum().alias("requeued_gpu_seconds"),
+        pl.when(pl.col("requeued")).then(cost).otherwise(zero).sum().alias("requeued_cost_usd"),
+        pl.when(pl.col("running")).then(pl.col("gs")).otherwise(zero).sum().alias("running_gpu_seconds"),
+    )
+    return ensure_columns(out.filter(pl.col("day") >= pl.lit(params["start_date"])), DAILY_SCHEMA)
+
+
+def monthly(daily_rows: pl.LazyFrame, prev: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
+    """mart_cost_monthly: open months recomputed; closed months frozen; listed closed months re-issued.
+
+    `daily_rows` must cover whole months from the window start (align_start guarantees it).
+    """
+    billing = params["config"]["billing"]
+    tz, now = params["tz"], params["now"]
+    reissue = [datetime.strptime(m, "%Y-%m").date() for m in billing.get("reissue_months", [])]
+    now_l = pl.lit(now, dtype=UTC_DT)
+    new = (
+        daily_rows.with_columns(pl.col("day").dt.month_start().alias("month"))
+        .group_by("month", "account", "user")
+        .agg((pl.col("gpu_seconds").sum() / 3600.0).alias("gpu_hours"), pl.col("cost_usd").sum().alias("amount"))
+    )
+    new = largest_remainder_cents(new, "amount", ["month"], ["account", "user"])
+    month_hours = pl.col("gpu_hours").sum().over("month")
+    new = new.with_columns(
+        (pl.col("cents") / 100.0).alias("cost_usd"),
+        pl.when(month_hours > 0).then(pl.col("gpu_hours") / month_hours).otherwise(0.0).alias("share"),
+        (now_l >= month_closed_at(pl.col("month"), tz, int(billing.get("close_after_days", 0)))).alias("closed"),
+    ).drop("cents", "amount")
+    prev = prev.with_columns(pl.col("version").cast(pl.Int32), pl.col("issued_at").cast(UTC_DT))
+    state = prev.group_by("month").agg(
+        pl.col("version").max().alias("max_version"), pl.col("frozen").any().alias("was_frozen")
+    )
+    latest = prev.join(state, on="month").filter(pl.col("version") == pl.col("max_version"))
+    # A month differs when any (account, user) row is missing on one side or its cents or hours changed.
+    cmp = new.join(latest, on=["month", "account", "user"], how="full", coalesce=True, suffix="_old")
+    differs = cmp.group_by("month").agg(
+        (
+            pl.col("cost_usd").is_null() | pl.col("cost_usd_old").is_null()
+            | ((pl.col("cost_usd") - pl.col("cost_usd_old")).abs() >= 0.005)
+            | ((pl.col("gpu_hours") - pl.col("gpu_hours_old")).abs() > 1e-6)
+        ).any().alias("differs")
+    )
+    new = new.join(state, on="month", how="left").join(differs, on="month", how="left").with_columns(
+        pl.col("was_frozen").fill_null(False), pl.col("max_version").fill_null(0)
+    )
+    open_rows = new.filter(~pl.col("was_frozen")).with_columns(
+        pl.lit(1, dtype=pl.Int32).alias("version"), pl.col("closed").alias("frozen"), now_l.alias("issued_at")
+    )
+    reissued = new.filter(
+        pl.col("was_frozen") & pl.col("differs").fill_null(False) & pl.col("month").is_in(reissue)
+    ).with_columns(
+        (pl.col("max_version") + 1).cast(pl.Int32).alias("version"), pl.lit(True).alias("frozen"),
+        now_l.alias("issued_at"),
+    )
+    kept = prev.join(state.filter(pl.col("was_frozen")), on="month", how="semi")
+    return pl.concat(
+        [ensure_columns(f, MONTHLY_SCHEMA) for f in (kept, open_rows, reissued)], how="vertical"
+    )
+
+
+def capacity(node_states: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
+    """mart_capacity_daily: GPU-seconds and cost of capacity and its four parts; cents by largest remainder
+    within each row, so allocated + idle + down + reserved equals capacity to the cent."""
+    billing = params["config"]["billing"]
+    iv = node_intervals(node_states, params).with_columns(
+        clip_interval("snapshot_time", "until", params["start"], params["now"])
+    )
+    parts = split_calendar(iv, "snapshot_time", "until", params["tz"], every="1d", out="day")
+    sums = parts.group_by("day", "partition", "gpu_model").agg(
+        (pl.col("total") * pl.col("overlap_seconds")).sum().cast(pl.Float64).alias("capacity_gpu_seconds"),
+        *[(pl.col(p) * pl.col("overlap_seconds")).sum().cast(pl.Float64).alias(f"{p}_gpu_seconds")
+          for p in CAPACITY_PARTS],
+    ).filter(pl.col("day") >= pl.lit(params["start_date"]))
+    sums = with_rate(sums, billing)
+    keys = ["day", "partition", "gpu_model"]
+    long = sums.unpivot(
+        index=[*keys, "rate_per_gpu_hour"], on=[f"{p}_gpu_seconds" for p in CAPACITY_PARTS],
+        variable_name="part", value_name="gs",
+    ).with_columns((pl.col("gs") / 3600.0 * pl.col("rate_per_gpu_hour")).alias("amount"))
+    long = largest_remainder_cents(long, "amount", keys, ["part"])
+    cents = long.group_by(keys).agg(
+        *[pl.col("cents").filter(pl.col("part") == f"{p}_gpu_seconds").sum().alias(f"{p}_cost_usd")
+          for p in CAPACITY_PARTS],
+        pl.col("cents").sum().alias("capacity_cost_usd"),
+    ).with_columns(pl.col("^.*_cost_usd$") / 100.0)
+    return ensure_columns(sums.join(cents, on=keys, how="left"), CAPACITY_SCHEMA)
+
+
+def counters(window_daily: pl.LazyFrame, before: pl.LazyFrame, prev: pl.LazyFrame,
+             params: dict[str, Any]) -> pl.LazyFrame:
+    """mart_usage_counters: all history up to now (days before the window from the mart, the window just
+    computed), never lower than what was reported before; any shortfall goes to the *_correction columns."""
+    keys = ["account", "partition", "gpu_model"]
+    total = pl.concat(
+        [before.select(*keys, "gpu_seconds", "cost_usd").cast({"gpu_seconds": pl.Float64, "cost_usd": pl.Float64}),
+         window_daily.select(*keys, "gpu_seconds", "cost_usd")], how="vertical",
+    ).group_by(keys).agg(pl.col("gpu_seconds").sum(), pl.col("cost_usd").sum())
+    j = total.join(prev, on=keys, how="full", coalesce=True).with_columns(
+        pl.col("gpu_seconds", "cost_usd", "gpu_seconds_total", "cost_usd_total").fill_null(0.0)
+    )
+    out = j.with_columns(
+        pl.max_horizontal("gpu_seconds", "gpu_seconds_total").alias("gpu_seconds_total"),
+        pl.max_horizontal("cost_usd", "cost_usd_total").alias("cost_usd_total"),
+    ).with_columns(
+        (pl.col("gpu_seconds") - pl.col("gpu_seconds_total")).alias("gpu_seconds_correction"),
+        (pl.col("cost_usd") - pl.col("cost_usd_total")).alias("cost_usd_correction"),
+        pl.lit(params["now"], dtype=UTC_DT).alias("updated_at"),
+    )
+    return ensure_columns(out, COUNTER_SCHEMA)
+
+
+def compute(frames: dict[str, pl.LazyFrame], params: dict[str, Any]) -> dict[str, pl.LazyFrame]:
+    d = daily(frames["jobs"], params).cache()
+    return {
+        "mart_cost_daily": d,
+        "mart_capacity_daily": capacity(frames["node_states"], params),
+        "mart_cost_monthly": monthly(d, frames["prev_monthly"], params),
+        "mart_usage_counters": counters(d, frames["daily_before"], frames["prev_counters"], params),
+    }
+

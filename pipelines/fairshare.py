@@ -1,0 +1,952 @@
+"""Fair-share: Slurm's decayed usage, NormShares, EffectvUsage and FairShare factor per association.
+
+sshare only shows the present, and only from the day it was first collected. Recomputing Slurm's numbers
+from the job history extends fair-share back in time, answers "why is my priority low" for any past day,
+and, where sshare snapshots exist, checks that our reading of the accounting matches what Slurm used: both
+are emitted side by side (source 'computed' and 'sshare') at the same as_of instants.
+
+The formulas follow Slurm's priority/multifactor plugin (https://slurm.schedmd.com/priority_multifactor.html),
+Fair Tree (https://slurm.schedmd.com/fair_tree.html) and the classic algorithm
+(https://slurm.schedmd.com/classic_fair_share.html); docs/pipelines.md lists every formula.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import polars as pl
+
+NAME = "fairshare"
+MART_TABLES = ("mart_fairshare", "mart_fairshare_drift")
+INPUT_TABLES = ("jobs", "shares", "slurm_config")
+
+NO_VAL = 4294967294.0
+"""Slurm's NO_VAL: the LevelFS Fair Tree gives an account whose shares are 'parent' (it sorts high)."""
+SLURM_LN2 = 0.693
+"""Slurm's per-second decay factor is 1 - 0.693/half_life (priority_multifactor.c), not exactly 2^(-1/hl)."""
+ERA_HALF_LIVES = 60
+"""Usage older than 60 half-lives weighs < 2^-60 and is dropped; this keeps exp() in float range."""
+MAX_DEPTH = 16
+"""Deepest association tree handled (root = 0). Real trees rarely exceed 6 levels."""
+NO_DECAY_ERA = 1e18
+
+UTC_DT = pl.Datetime("us", "UTC")
+KEY = ["cluster", "account", "user"]
+ROOT = "root"
+
+FAIRSHARE_SCHEMA = {
+    "cluster": pl.String,
+    "as_of": UTC_DT,
+    "account": pl.String,
+    "user": pl.String,
+    "parent": pl.String,
+    "raw_shares": pl.Int64,
+    "norm_shares": pl.Float64,
+    "raw_usage": pl.Float64,
+    "effectv_usage": pl.Float64,
+    "level_fs": pl.Float64,
+    "fairshare": pl.Float64,
+    "source": pl.String,
+}
+DRIFT_SCHEMA = {
+    "cluster": pl.String,
+    "day": pl.Date,
+    "account": pl.String,
+    "usage_share_7d": pl.Float64,
+    "usage_share_30d": pl.Float64,
+    "target_share": pl.Float64,
+    "ratio": pl.Float64,
+    "state": pl.String,
+    "starved_since": pl.Date,
+    "over_served_since": pl.Date,
+    "days_starved": pl.Int32,
+    "days_over_served": pl.Int32,
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the pipeline needs from the run and the config; Slurm's own config wins per cluster."""
+
+    now: datetime
+    since: datetime | None = None
+    timezone: str = "UTC"
+    half_life_seconds: float = 7 * 86400.0
+    reset_period: str = "NONE"
+    charge: str = "billing"
+    algorithm: str = "fair_tree"
+    starved_ratio: float = 0.5
+    over_served_ratio: float = 2.0
+
+
+def _param(params: Any, name: str) -> Any:
+    if params is None:
+        return None
+    if isinstance(params, Mapping):
+        return params.get(name)
+    return getattr(params, name, None)
+
+
+def _utc(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if not isinstance(value, datetime):  # a date
+        value = datetime(value.year, value.month, value.day)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _config_raw(params: Any) -> dict[str, Any]:
+    cfg = _param(params, "config") or _param(params, "cfg")
+    if cfg is None and hasattr(params, "raw"):
+        cfg = params
+    if cfg is None:
+        return {}
+    return getattr(cfg, "raw", cfg) or {}
+
+
+def settings(params: Any) -> Settings:
+    """Settings from the runner's params (attributes or keys: now, since, config) with config defaults."""
+    if isinstance(params, Settings):
+        return params
+    raw = _config_raw(params)
+    fs = raw.get("fairshare", {})
+    drift = raw.get("drift", {})
+    now = _utc(_param(params, "now")) or datetime.now(UTC)
+    return Settings(
+        now=now,
+        since=_utc(_param(params, "since")),
+        timezone=raw.get("cluster", {}).get("timezone", "UTC"),
+        half_life_seconds=float(fs.get("decay_half_life_seconds", 7 * 86400)),
+        reset_period=str(fs.get("usage_reset_period", "NONE")).upper(),
+        charge=fs.get("charge", "billing"),
+        algorithm=fs.get("algorithm", "fair_tree"),
+        starved_ratio=float(drift.get("fairshare_starved_ratio", 0.5)),
+        over_served_ratio=float(drift.get("fairshare_over_served_ratio", 2.0)),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Small expressions
+
+
+def parse_slurm_duration(col: pl.Expr) -> pl.Expr:
+    """Seconds of a duration as `scontrol show config` prints it: 'D-HH:MM:SS', 'HH:MM:SS' or minutes."""
+    parts = col.str.strip_chars().str.extract_groups(r"^(?:(\d+)-)?(\d+):(\d+):(\d+)$")
+    days = parts.struct.field("1").cast(pl.Float64).fill_null(0.0)
+    hms = (
+        parts.struct.field("2").cast(pl.Float64) * 3600
+        + parts.struct.field("3").cast(pl.Float64) * 60
+        + parts.struct.field("4").cast(pl.Float64)
+    )
+    minutes = col.str.strip_chars().str.extract(r"^(\d+)$").cast(pl.Float64) * 60
+    return pl.coalesce(days * 86400 + hms, minutes)
+
+
+def decay_rate(half_life_seconds: pl.Expr) -> pl.Expr:
+    """lambda such that Slurm's per-second factor (1 - 0.693/hl) equals exp(-lambda); 0 = no decay."""
+    return (
+        pl.when(half_life_seconds > SLURM_LN2)
+        .then(-(1.0 - SLURM_LN2 / half_life_seconds).log())
+        .otherwise(0.0)
+    )
+
+
+def seconds_between(later: pl.Expr, earlier: pl.Expr) -> pl.Expr:
+    return (later - earlier).dt.total_microseconds().cast(pl.Float64) / 1e6
+
+
+def decayed_usage(rate: pl.Expr, a: pl.Expr, b: pl.Expr, at: pl.Expr, lam: pl.Expr) -> pl.Expr:
+    """Usage of `rate` units/s charged over [a, b], decayed to instant `at` (>= b).
+
+    The integral of rate * exp(-lambda (at - t)) dt; Slurm sums the same thing in PriorityCalcPeriod steps
+    (the difference is below 1e-4 relative for periods of minutes and half-lives of days).
+    """
+    span = seconds_between(b, a)
+    age = seconds_between(at, b)
+    return (
+        pl.when(lam > 0)
+        .then(rate * (-lam * age).exp() * (1.0 - (-lam * span).exp()) / lam)
+        .otherwise(rate * span)
+    )
+
+
+def charge_rate(charge: str) -> pl.Expr:
+    """Units per second a job is charged: billing TRES (Slurm's default: CPUs when no billing) or GPUs."""
+    if charge == "gpu_seconds":
+        return pl.col("gpus").cast(pl.Float64).fill_null(0.0)
+    return pl.coalesce(pl.col("billing").cast(pl.Float64), pl.col("cpus").cast(pl.Float64)).fill_null(0.0)
+
+
+def local_date(ts: pl.Expr, tz: str) -> pl.Expr:
+    return ts.dt.convert_time_zone(tz).dt.date()
+
+
+def local_midnight(day: pl.Expr, tz: str) -> pl.Expr:
+    """UTC instant of 00:00 local time on `day` (DST-aware)."""
+    return (
+        day.cast(pl.Datetime("us"))
+        .dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
+        .dt.convert_time_zone("UTC")
+    )
+
+
+def reset_epoch(day: pl.Expr, period: pl.Expr) -> pl.Expr:
+    """First day of the PriorityUsageResetPeriod that contains `day` (Slurm resets at local midnight).
+
+    WEEKLY resets on Sunday (priority_multifactor.c _next_reset); NONE and NOW never split history.
+    """
+    return (
+        pl.when(period == "DAILY")
+        .then(day)
+        .when(period == "WEEKLY")
+        .then(day - pl.duration(days=day.dt.weekday() % 7))
+        .when(period == "MONTHLY")
+        .then(day.dt.month_start())
+        .when(period == "QUARTERLY")
+        .then(day.dt.truncate("3mo"))
+        .when(period == "YEARLY")
+        .then(day.dt.truncate("1y"))
+        .otherwise(pl.date(1970, 1, 1))
+    )
+
+
+def _empty(schema: dict[str, pl.DataType]) -> pl.LazyFrame:
+    return pl.LazyFrame(schema=schema)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Per-cluster settings
+
+
+def cluster_settings(frames: dict[str, pl.LazyFrame], s: Settings) -> pl.LazyFrame:
+    """cluster, half_life_s, lam, era_s, reset, algorithm: scontrol show config where collected, else config."""
+    clusters = pl.concat(
+        [frames["jobs"].select("cluster"), frames["shares"].select("cluster")], how="vertical"
+    ).unique()
+    keys = ["PriorityDecayHalfLife", "PriorityUsageResetPeriod", "PriorityFlags"]
+    latest = (
+        frames["slurm_config"]
+        .filter(pl.col("key").is_in(keys))
+        .sort("snapshot_time")
+        .group_by("cluster", "key")
+        .agg(pl.col("value").last())
+    )
+    wide = latest.group_by("cluster").agg(
+        *[pl.col("value").filter(pl.col("key") == k).first().alias(k) for k in keys]
+    )
+    flags = pl.col("PriorityFlags").str.to_uppercase()
+    return (
+        clusters.join(wide, on="cluster", how="left")
+        .with_columns(
+            half_life_s=parse_slurm_duration(pl.col("PriorityDecayHalfLife")).fill_null(s.half_life_seconds),
+            reset=pl.col("PriorityUsageResetPeriod").str.strip_chars().str.to_uppercase().fill_null(
+                s.reset_period
+            ),
+            algorithm=pl.when(flags.str.contains("NO_FAIR_TREE"))
+            .then(pl.lit("classic"))
+            .when(flags.is_not_null())
+            .then(pl.lit("fair_tree"))
+            .otherwise(pl.lit(s.algorithm)),
+        )
+        .with_columns(lam=decay_rate(pl.col("half_life_s")))
+        .with_columns(
+            era_s=pl.when(pl.col("lam") > 0)
+            .then(pl.col("half_life_s") * ERA_HALF_LIVES)
+            .otherwise(NO_DECAY_ERA)
+        )
+        .select("cluster", "half_life_s", "lam", "era_s", "reset", "algorithm")
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Usage
+
+
+def usage_slices(jobs: pl.LazyFrame, cs: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
+    """Each job attempt's charged time cut at local midnights: one row per (job, day) it ran in.
+
+    Running jobs (no End) accrue up to `now`. Columns: cluster, account, user, day, day_start, day_end,
+    sa, sb, rate, lam, era_s, reset, epoch.
+    """
+    now = pl.lit(s.now, dtype=UTC_DT)
+    tz = s.timezone
+    base = (
+        jobs.select(
+            "cluster",
+            pl.col("account").fill_null(""),
+            pl.col("user").fill_null(""),
+            pl.col("start_time").alias("a"),
+            pl.min_horizontal(pl.col("end_time").fill_null(now), now).alias("b"),
+            charge_rate(s.charge).alias("rate"),
+        )
+        .filter(pl.col("a").is_not_null() & (pl.col("b") > pl.col("a")) & (pl.col("rate") > 0))
+        .join(cs.select("cluster", "lam", "era_s", "reset"), on="cluster", how="left")
+    )
+    return (
+        base.with_columns(
+            day=pl.date_ranges(
+                local_date(pl.col("a"), tz), local_date(pl.col("b") - pl.duration(microseconds=1), tz)
+            )
+        )
+        .explode("day")
+        .with_columns(
+            day_start=local_midnight(pl.col("day"), tz),
+            day_end=local_midnight(pl.col("day") + pl.duration(days=1), tz),
+        )
+        .with_columns(
+            sa=pl.max_horizontal("a", "day_start"),
+            sb=pl.min_horizontal("b", "day_end"),
+            epoch=reset_epoch(pl.col("day"), pl.col("reset")),
+        )
+        .drop("a", "b")
+    )
+
+
+def daily_usage(slices: pl.LazyFrame) -> pl.LazyFrame:
+    """Decayed raw usage per association at each local day end on which it had usage (sparse).
+
+    U(D_k) = sum over days i <= k of the same reset epoch of C_i * exp(-lambda (D_k - D_i)), computed
+    as cumulative sums in eras of 60 half-lives so that exp() never overflows.
+    """
+    group = [*KEY, "epoch"]
+    daily = (
+        slices.with_columns(
+            c=decayed_usage(pl.col("rate"), pl.col("sa"), pl.col("sb"), pl.col("day_end"), pl.col("lam"))
+        )
+        .group_by(*group, "day", "day_end", "lam", "era_s")
+        .agg(pl.col("c").sum())
+        .with_columns(t_s=pl.col("day_end").dt.epoch("us").cast(pl.Float64) / 1e6)
+        .with_columns(era=(pl.col("t_s") / pl.col("era_s")).floor())
+        .with_columns(
+            base=pl.col("era") * pl.col("era_s"),
+        )
+        .with_columns(cw=pl.col("c") * (pl.col("lam") * (pl.col("t_s") - pl.col("base"))).exp())
+        .with_columns(cum=pl.col("cw").cum_sum().over([*group, "era"], order_by="day_end"))
+    )
+    prev = (
+        daily.group_by(*group, "era")
+        .agg(pl.col("cw").sum().alias("prev_tot"))
+        .with_columns(era=pl.col("era") + 1)
+    )
+    return (
+        daily.join(prev, on=[*group, "era"], how="left")
+        .with_columns(
+            u=(-pl.col("lam") * (pl.col("t_s") - pl.col("base"))).exp() * pl.col("cum")
+            + (-pl.col("lam") * (pl.col("t_s") - pl.col("base") + pl.col("era_s"))).exp()
+            * pl.col("prev_tot").fill_null(0.0)
+        )
+        .select(*group, pl.col("day_end").alias("t_last"), pl.col("u").alias("u_last"))
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The as_of grid and the association tree in force at each instant
+
+
+def tree_snapshots(shares: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
+    """The last sshare snapshot of each local day: the trees used, and the instants compared with Slurm."""
+    return (
+        shares.select("cluster", "snapshot_time")
+        .unique()
+        .filter(pl.col("snapshot_time") <= pl.lit(s.now, dtype=UTC_DT))
+        .with_columns(day=local_date(pl.col("snapshot_time"), s.timezone))
+        .group_by("cluster", "day")
+        .agg(pl.col("snapshot_time").max())
+    )
+
+
+def asof_grid(slices: pl.LazyFrame, snaps: pl.LazyFrame, cs: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
+    """cluster, as_of, day, lookup, epoch, partial: local day ends, compared sshare instants and now.
+
+    A day-end row reads the day-level usage at `as_of`; a partial row (an instant inside a day) reads it
+    at the day's start and adds the slices of its own day up to `as_of`.
+    """
+    tz = s.timezone
+    today = s.now.astimezone(UTC)
+    now = pl.lit(today, dtype=UTC_DT)
+    first = pl.concat(
+        [
+            slices.group_by("cluster").agg(pl.col("day").min().alias("first")),
+            snaps.group_by("cluster").agg(pl.col("day").min().alias("first")),
+        ]
+    ).group_by("cluster").agg(pl.col("first").min())
+    if s.since is not None:
+        first = first.with_columns(
+            first=pl.max_horizontal("first", local_date(pl.lit(s.since, dtype=UTC_DT), tz))
+        )
+    day_ends = (
+        first.with_columns(day=pl.date_ranges("first", local_date(now, tz)))
+        .explode("day")
+        .drop_nulls("day")
+        .with_columns(as_of=local_midnight(pl.col("day") + pl.duration(days=1), tz))
+        .filter(pl.col("as_of") <= now)
+        .select("cluster", "as_of", "day", pl.col("as_of").alias("lookup"), pl.lit(False).alias("partial"))
+    )
+    clusters = cs.select("cluster")
+    points = pl.concat(
+        [
+            snaps.select("cluster", pl.col("snapshot_time").alias("as_of")),
+            clusters.select("cluster", now.alias("as_of")),
+        ]
+    ).with_columns(day=local_date(pl.col("as_of"), tz))
+    points = points.select(
+        "cluster",
+        "as_of",
+        "day",
+        local_midnight(pl.col("day"), tz).alias("lookup"),
+        pl.lit(True).alias("partial"),
+    )
+    grid = pl.concat([day_ends, points]).sort("partial").unique(["cluster", "as_of"], keep="first")
+    if s.since is not None:
+        grid = grid.filter(pl.col("as_of") >= pl.lit(s.since, dtype=UTC_DT))
+    return grid.join(cs.select("cluster", "reset", "lam"), on="cluster").with_columns(
+        epoch=reset_epoch(pl.col("day"), pl.col("reset"))
+    )
+
+
+def association_tree(frames: dict[str, pl.LazyFrame], snaps: pl.LazyFrame) -> pl.LazyFrame:
+    """cluster, tree_time, account, user, parent_key, raw_shares, is_user, is_root.
+
+    From the kept sshare snapshots; a cluster never collected gets Slurm's defaults (every association
+    with Fairshare=1, accounts under root) built from the accounts and users seen in jobs.
+    """
+    shares = frames["shares"].join(snaps.select("cluster", "snapshot_time"), on=["cluster", "snapshot_time"])
+    real = shares.select(
+        "cluster",
+        pl.col("snapshot_time").alias("tree_time"),
+        "account",
+        pl.col("user").fill_null(""),
+        pl.col("parent"),
+        pl.col("raw_shares").cast(pl.Int64),
+    )
+    jobs = frames["jobs"].select("cluster", pl.col("account").fill_null(""), pl.col("user").fill_null(""))
+    jobs = jobs.join(frames["shares"].select("cluster").unique(), on="cluster", how="anti").unique()
+    epoch0 = pl.lit(datetime(1970, 1, 1, tzinfo=UTC), dtype=UTC_DT)
+    synthetic = pl.concat(
+        [
+            jobs.select("cluster").unique().with_columns(
+                account=pl.lit(ROOT), user=pl.lit(""), parent=pl.lit(None, pl.String)
+            ),
+            jobs.select("cluster", "account").unique().with_columns(user=pl.lit(""), parent=pl.lit(ROOT)),
+            jobs.with_columns(parent=pl.lit(None, pl.String)),
+        ],
+        how="diagonal",
+    ).select(
+        "cluster",
+        epoch0.alias("tree_time"),
+        "account",
+        "user",
+        "parent",
+        pl.lit(1, pl.Int64).alias("raw_shares"),
+    ).unique(["cluster", "account", "user"])
+    tree = pl.concat([real, synthetic])
+    is_user = pl.col("user") != ""
+    is_root = (~is_user) & (pl.col("account") == ROOT)
+    return tree.with_columns(
+        is_user=is_user,
+        is_root=is_root,
+        parent_key=pl.when(is_user)
+        .then(pl.col("account"))
+        .when(is_root)
+        .then(pl.lit(None, pl.String))
+        .otherwise(pl.col("parent").str.strip_chars().replace("", None).fill_null(ROOT)),
+    ).drop("parent")
+
+
+def closure(tree: pl.LazyFrame) -> pl.LazyFrame:
+    """Every node with each of its ancestors-or-self: cluster, tree_time, account, user, anc_account,
+    anc_user, dist (0 = self). Ancestors of a user are accounts."""
+    node = ["cluster", "tree_time", "account", "user"]
+    parents = tree.filter(~pl.col("is_user")).select(
+        "cluster", "tree_time", pl.col("account").alias("next"), pl.col("parent_key").alias("next_parent")
+    )
+    level = tree.select(
+        *node,
+        pl.col("account").alias("anc_account"),
+        pl.col("user").alias("anc_user"),
+        pl.lit(0, pl.Int32).alias("dist"),
+        pl.col("parent_key").alias("next"),
+    )
+    out = [level.drop("next")]
+    for depth in range(1, MAX_DEPTH + 1):
+        level = (
+            level.filter(pl.col("next").is_not_null())
+            .join(parents, on=["cluster", "tree_time", "next"], how="inner")
+            .select(
+                *node,
+                pl.col("next").alias("anc_account"),
+                pl.lit("").alias("anc_user"),
+                pl.lit(depth, pl.Int32).alias("dist"),
+                pl.col("next_parent").alias("next"),
+            )
+        )
+        out.append(level.drop("next"))
+    return pl.concat(out)
+
+
+def pick_tree(grid: pl.LazyFrame, tree: pl.LazyFrame) -> pl.LazyFrame:
+    """The tree in force at each as_of: the latest kept snapshot at or before it, else the first one."""
+    times = tree.select("cluster", "tree_time").unique().sort("tree_time")
+    g = grid.sort("as_of")
+    back = g.join_asof(times, left_on="as_of", right_on="tree_time", by="cluster", strategy="backward")
+    fwd = g.join_asof(times, left_on="as_of", right_on="tree_time", by="cluster", strategy="forward")
+    return back.join(
+        fwd.select("cluster", "as_of", pl.col("tree_time").alias("tree_fwd")), on=["cluster", "as_of"]
+    ).with_columns(tree_time=pl.coalesce("tree_time", "tree_fwd")).drop("tree_fwd").drop_nulls("tree_time")
+
+
+def user_usage_at(grid: pl.LazyFrame, tree: pl.LazyFrame, sparse: pl.LazyFrame,
+                  slices: pl.LazyFrame) -> pl.LazyFrame:
+    """Decayed raw usage of every user association at every as_of (0 when it never ran)."""
+    users = grid.join(
+        tree.filter(pl.col("is_user")).select("cluster", "tree_time", "account", "user"),
+        on=["cluster", "tree_time"],
+    )
+    carried = (
+        users.sort("lookup")
+        .join_asof(
+            sparse.sort("t_last"),
+            left_on="lookup",
+            right_on="t_last",
+            by=[*KEY, "epoch"],
+            strategy="backward",
+        )
+        .with_columns(
+            carry=(pl.col("u_last") * (-pl.col("lam") * seconds_between(pl.col("as_of"), pl.col("t_last"))).exp())
+            .fill_null(0.0)
+        )
+    )
+    partial = (
+        grid.filter(pl.col("partial"))
+        .select("cluster", "as_of", "day")
+        .join(slices, on=["cluster", "day"])
+        .filter(pl.col("sa") < pl.col("as_of"))
+        .with_columns(
+            v=decayed_usage(
+                pl.col("rate"),
+                pl.col("sa"),
+                pl.min_horizontal("sb", "as_of"),
+                pl.col("as_of"),
+                pl.col("lam"),
+            )
+        )
+        .group_by("cluster", "as_of", "account", "user")
+        .agg(pl.col("v").sum())
+    )
+    return carried.join(partial, on=["cluster", "as_of", "account", "user"], how="left").select(
+        "cluster", "as_of", "tree_time", "account", "user",
+        (pl.col("carry") + pl.col("v").fill_null(0.0)).alias("raw_usage"),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Tree math
+
+
+def level_fs(norm: pl.Expr, eff: pl.Expr) -> pl.Expr:
+    """Fair Tree LevelFS = S / U: 0 when S is 0, infinity when U is 0; 'parent' users rank first (inf),
+    'parent' accounts get NO_VAL (fair_tree.c _calc_assoc_fs)."""
+    return (
+        pl.when(pl.col("is_root"))
+        .then(pl.lit(None, pl.Float64))
+        .when(pl.col("raw_shares").is_null() & pl.col("is_user"))
+        .then(float("inf"))
+        .when(pl.col("raw_shares").is_null())
+        .then(NO_VAL)
+        .when(norm == 0)
+        .then(0.0)
+        .when(eff == 0)
+        .then(float("inf"))
+        .otherwise(norm / eff)
+    )
+
+
+def tree_values(nodes: pl.LazyFrame) -> pl.LazyFrame:
+    """Per node at each as_of: sibling-normalised shares, Fair Tree EffectvUsage and LevelFS, and the
+    inputs of the classic algorithm. `nodes` has cluster, as_of, tree_time, account, user, parent_key,
+    raw_shares, is_user, is_root, raw_usage."""
+    at = ["cluster", "as_of"]
+    sib = [*at, "parent_key"]
+    accounts = nodes.filter(~pl.col("is_user")).select(
+        *at, pl.col("account").alias("parent_key"), pl.col("raw_usage").alias("parent_raw"),
+        pl.col("raw_shares").alias("parent_raw_shares"),
+    )
+    roots = nodes.filter(pl.col("is_root")).select(*at, pl.col("raw_usage").alias("root_raw"))
+    v = (
+        nodes.with_columns(level_shares=pl.col("raw_shares").sum().over(sib))
+        .with_columns(
+            sib_norm=pl.when(pl.col("level_shares") > 0)
+            .then(pl.col("raw_shares") / pl.col("level_shares"))
+            .otherwise(pl.when(pl.col("raw_shares").is_not_null()).then(0.0))
+        )
+        .join(accounts, on=sib, how="left")
+        .join(roots, on=at, how="left")
+    )
+    parent_norm = v.filter(~pl.col("is_user")).select(
+        *at, pl.col("account").alias("parent_key"), pl.col("sib_norm").alias("parent_sib_norm")
+    )
+    return (
+        v.join(parent_norm, on=sib, how="left")
+        .with_columns(
+            norm_ft=pl.when(pl.col("is_root"))
+            .then(1.0)
+            .otherwise(pl.coalesce("sib_norm", "parent_sib_norm").fill_null(0.0)),
+            eff_ft=pl.when(pl.col("is_root"))
+            .then(1.0)
+            .when(pl.col("parent_raw") > 0)
+            .then(pl.col("raw_usage") / pl.col("parent_raw"))
+            .otherwise(0.0),
+        )
+        .with_columns(level_fs=level_fs(pl.col("norm_ft"), pl.col("eff_ft")))
+        .drop("parent_raw", "parent_raw_shares")
+    )
+
+
+def sibling_order(v: pl.LazyFrame) -> pl.LazyFrame:
+    """Fair Tree's sort of each sibling set: LevelFS descending, users before accounts on ties
+    (fair_tree.c _cmp_level_fs; names break remaining ties). `tied_local`: equal to the previous
+    sibling's LevelFS (the first sibling compares with NO_VAL, as Slurm does)."""
+    sib = ["cluster", "as_of", "parent_key"]
+    order = [-pl.col("level_fs"), ~pl.col("is_user"), pl.col("account"), pl.col("user")]
+    return v.with_columns(
+        pos=pl.int_range(pl.len()).over(sib, order_by=order),
+    ).with_columns(
+        prev_lfs=pl.col("level_fs").shift(1).over(sib, order_by=order).fill_null(NO_VAL),
+    ).with_columns(tied_local=pl.col("level_fs") == pl.col("prev_lfs"), is_first=pl.col("pos") == 0)
+
+
+def fair_tree_rank(v: pl.LazyFrame, clos: pl.LazyFrame) -> pl.LazyFrame:
+    """Fair Tree's final factor: users ranked in depth-first pre-order of the sorted tree, rank/N.
+
+    A user is tied (keeps the previous user's rank) when it, or an ancestor reached through first-child
+    links only, equals its previous sibling's LevelFS (fair_tree.c _calc_tree_fs, `account_tied`).
+    Returns cluster, as_of, account, user, fs_ft.
+    """
+    at = ["cluster", "as_of"]
+    attrs = v.select(
+        *at, pl.col("account").alias("anc_account"), pl.col("user").alias("anc_user"),
+        "pos", "tied_local", "is_first", pl.col("is_root").alias("anc_is_root"),
+    )
+    users = v.filter(pl.col("is_user")).select(*at, "tree_time", "account", "user")
+    chain = (
+        users.join(clos, on=["cluster", "tree_time", "account", "user"])
+        .join(attrs, on=[*at, "anc_account", "anc_user"])
+        .filter(~pl.col("anc_is_root"))
+        .with_columns(
+            stop=pl.col("dist").filter(~pl.col("is_first")).min().over([*at, "account", "user"])
+        )
+    )
+    per_user = chain.group_by(*at, "account", "user").agg(
+        path=pl.col("pos").sort_by("dist", descending=True).cast(pl.String).str.zfill(6).str.join("."),
+        tied=(pl.col("tied_local") & (pl.col("dist") <= pl.col("stop").fill_null(MAX_DEPTH + 1))).any(),
+    )
+    n_users = pl.len().over(at)
+    rnt = n_users - pl.int_range(pl.len()).over(at, order_by="path")
+    return per_user.with_columns(
+        rank=pl.when(pl.col("tied"))
+        .then(pl.lit(None, pl.Int64))
+        .otherwise(rnt.cast(pl.Int64))
+        .forward_fill()
+        .over(at, order_by="path")
+    ).select(
+        *at, "account", "user", (pl.col("rank").fill_null(n_users) / n_users).alias("fs_ft")
+    )
+
+
+def classic_values(v: pl.LazyFrame, clos: pl.LazyFrame) -> pl.LazyFrame:
+    """The classic algorithm: S = product of sibling-normalised shares down the path, and
+    UE = UA + (UE_parent - UA) * S_raw/S_all_siblings from root (UE_root = 1), unrolled along the path;
+    FairShare = 2^(-UE/S). 'parent' users take their account's values, as Slurm's fs_assoc does.
+    Returns cluster, as_of, account, user, norm_classic, eff_classic, fs_classic."""
+    at = ["cluster", "as_of"]
+    attrs = v.select(
+        *at,
+        pl.col("account").alias("anc_account"),
+        pl.col("user").alias("anc_user"),
+        pl.col("is_root").alias("anc_is_root"),
+        pl.when(pl.col("is_root"))
+        .then(1.0)
+        .when(pl.col("root_raw") > 0)
+        .then(pl.min_horizontal(pl.col("raw_usage") / pl.col("root_raw"), pl.lit(1.0)))
+        .otherwise(0.0)
+        .alias("ua"),
+        pl.when(pl.col("is_root"))
+        .then(0.0)
+        .when(pl.col("level_shares") > 0)
+        .then(pl.col("raw_shares") / pl.col("level_shares"))
+        .otherwise(1.0)
+        .alias("f"),
+        pl.col("sib_norm").alias("anc_sib_norm"),
+    )
+    nodes = v.filter(pl.col("raw_shares").is_not_null() | pl.col("is_root")).select(
+        *at, "tree_time", "account", "user"
+    )
+    chain = nodes.join(clos, on=["cluster", "tree_time", "account", "user"]).join(
+        attrs, on=[*at, "anc_account", "anc_user"]
+    )
+    f_sorted = pl.col("f").sort_by("dist")
+    own = chain.group_by(*at, "account", "user").agg(
+        eff_classic=(
+            pl.col("ua").sort_by("dist")
+            * (1.0 - f_sorted)
+            * f_sorted.cum_prod().shift(1, fill_value=1.0)
+        ).sum(),
+        norm_classic=pl.col("anc_sib_norm").filter(~pl.col("anc_is_root")).product(),
+    )
+    own = own.with_columns(
+        norm_classic=pl.when(pl.col("account").eq(ROOT) & pl.col("user").eq(""))
+        .then(1.0)
+        .otherwise(pl.col("norm_classic"))
+    )
+    parent_users = v.filter(pl.col("raw_shares").is_null() & pl.col("is_user")).select(
+        *at, "account", "user"
+    ).join(
+        own.filter(pl.col("user") == "").drop("user"), on=[*at, "account"], how="left"
+    )
+    both = pl.concat([own, parent_users.select(own.collect_schema().names())])
+    return both.with_columns(
+        fs_classic=pl.when(pl.col("norm_classic") > 0)
+        .then(pl.lit(2.0).pow(-(pl.col("eff_classic") / pl.col("norm_classic"))))
+        .otherwise(0.0)
+    )
+
+
+def computed_rows(frames: dict[str, pl.LazyFrame], s: Settings) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """The computed mart_fairshare rows, and the pieces mart_fairshare_drift reuses."""
+    cs = cluster_settings(frames, s)
+    slices = usage_slices(frames["jobs"], cs, s)
+    sparse = daily_usage(slices)
+    snaps = tree_snapshots(frames["shares"], s)
+    tree = association_tree(frames, snaps)
+    clos = closure(tree)
+    grid = pick_tree(asof_grid(slices, snaps, cs, s), tree)
+    users = user_usage_at(grid, tree, sparse, slices)
+    rolled = (
+        users.join(clos, on=["cluster", "tree_time", "account", "user"])
+        .group_by("cluster", "as_of", "anc_account", "anc_user")
+        .agg(pl.col("raw_usage").sum())
+        .rename({"anc_account": "account", "anc_user": "user"})
+    )
+    nodes = (
+        grid.select("cluster", "as_of", "tree_time")
+        .join(tree, on=["cluster", "tree_time"])
+        .join(rolled, on=["cluster", "as_of", "account", "user"], how="left")
+        .with_columns(pl.col("raw_usage").fill_null(0.0))
+    )
+    v = sibling_order(tree_values(nodes))
+    ft = fair_tree_rank(v, clos)
+    cl = classic_values(v, clos)
+    key = ["cluster", "as_of", "account", "user"]
+    classic = pl.col("algorithm") == "classic"
+    out = (
+        v.join(ft, on=key, how="left")
+        .join(cl, on=key, how="left")
+        .join(cs.select("cluster", "algorithm"), on="cluster", how="left")
+        .select(
+            "cluster",
+            "as_of",
+            "account",
+            "user",
+            pl.col("parent_key").alias("parent"),
+            "raw_shares",
+            pl.when(classic).then(pl.col("norm_classic")).otherwise(pl.col("norm_ft")).alias("norm_shares"),
+            "raw_usage",
+            pl.when(classic).then(pl.col("eff_classic")).otherwise(pl.col("eff_ft")).alias("effectv_usage"),
+            pl.when(classic).then(pl.lit(None, pl.Float64)).otherwise(pl.col("level_fs")).alias("level_fs"),
+            pl.when(classic)
+            .then(pl.col("fs_classic"))
+            .when(pl.col("is_user"))
+            .then(pl.col("fs_ft"))
+            .otherwise(pl.lit(None, pl.Float64))
+            .alias("fairshare"),
+            pl.lit("computed").alias("source"),
+        )
+    )
+    return out, slices
+
+
+def sshare_rows(frames: dict[str, pl.LazyFrame], s: Settings) -> pl.LazyFrame:
+    """What Slurm itself reported at the compared instants (the last snapshot of each local day)."""
+    snaps = tree_snapshots(frames["shares"], s)
+    rows = frames["shares"].join(snaps.select("cluster", "snapshot_time"), on=["cluster", "snapshot_time"])
+    if s.since is not None:
+        rows = rows.filter(pl.col("snapshot_time") >= pl.lit(s.since, dtype=UTC_DT))
+    user = pl.col("user").fill_null("")
+    return rows.select(
+        "cluster",
+        pl.col("snapshot_time").alias("as_of"),
+        "account",
+        user.alias("user"),
+        pl.when(user != "").then(pl.col("account")).otherwise(pl.col("parent")).alias("parent"),
+        pl.col("raw_shares").cast(pl.Int64),
+        "norm_shares",
+        "raw_usage",
+        "effectv_usage",
+        "level_fs",
+        "fairshare",
+        pl.lit("sshare").alias("source"),
+    )
+
+
+def drift_rows(frames: dict[str, pl.LazyFrame], slices: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
+    """Each account's share of (undecayed) usage over trailing 7 and 30 days against its target share of
+    the machine (the product of normalised shares down its path), and how long it has been starved
+    (ratio below drift.fairshare_starved_ratio while it had jobs submitted) or over-served."""
+    tz = s.timezone
+    snaps = tree_snapshots(frames["shares"], s)
+    tree = association_tree(frames, snaps)
+    latest = tree.group_by("cluster").agg(pl.col("tree_time").max())
+    tree = tree.join(latest, on=["cluster", "tree_time"])
+    clos = closure(tree)
+    accounts = tree.filter(~pl.col("is_user") & ~pl.col("is_root"))
+    # target share: product of sibling-normalised shares of the account and its ancestors
+    t = tree.with_columns(level_shares=pl.col("raw_shares").sum().over("cluster", "tree_time", "parent_key"))
+    t = t.with_columns(
+        sib_norm=pl.when(pl.col("level_shares") > 0).then(pl.col("raw_shares") / pl.col("level_shares"))
+    )
+    target = (
+        accounts.select("cluster", "tree_time", "account", "user")
+        .join(clos, on=["cluster", "tree_time", "account", "user"])
+        .join(
+            t.select("cluster", pl.col("account").alias("anc_account"), pl.col("user").alias("anc_user"),
+                     "sib_norm", pl.col("is_root").alias("anc_is_root")),
+            on=["cluster", "anc_account", "anc_user"],
+        )
+        .filter(~pl.col("anc_is_root"))
+        .group_by("cluster", "account")
+        .agg(pl.col("sib_norm").product().alias("target_share"))
+    )
+    user_to_acc = (
+        tree.filter(pl.col("is_user"))
+        .select("cluster", "tree_time", "account", "user")
+        .join(clos, on=["cluster", "tree_time", "account", "user"])
+        .filter(pl.col("anc_user") == "")
+        .select("cluster", "account", "user", pl.col("anc_account").alias("node"))
+    )
+    used = (
+        slices.with_columns(raw=pl.col("rate") * seconds_between(pl.col("sb"), pl.col("sa")))
+        .group_by("cluster", "account", "user", "day")
+        .agg(pl.col("raw").sum())
+        .join(user_to_acc, on=["cluster", "account", "user"])
+        .group_by("cluster", "node", "day")
+        .agg(pl.col("raw").sum())
+    )
+    submitted = (
+        frames["jobs"]
+        .select("cluster", "account", "user", local_date(pl.col("submit_time"), tz).alias("day"))
+        .join(user_to_acc, on=["cluster", "account", "user"])
+        .group_by("cluster", "node", "day")
+        .agg(pl.len().alias("submitted"))
+    )
+    today = local_date(pl.lit(s.now, dtype=UTC_DT), tz)
+    first = used.group_by("cluster").agg(pl.col("day").min().alias("first"))
+    days = first.with_columns(day=pl.date_ranges("first", today)).explode("day").select("cluster", "day")
+    grid = days.join(accounts.select("cluster", pl.col("account").alias("node")), on="cluster")
+    dense = (
+        grid.join(used, on=["cluster", "node", "day"], how="left")
+        .join(submitted, on=["cluster", "node", "day"], how="left")
+        .with_columns(pl.col("raw").fill_null(0.0), pl.col("submitted").fill_null(0))
+    )
+    totals = used.filter(pl.col("node") == ROOT).select("cluster", "day", pl.col("raw").alias("root_raw"))
+    window = ["cluster", "node"]
+
+    def trailing(col: str, days_: int) -> pl.Expr:
+        return pl.col(col).rolling_sum(days_, min_samples=1).over(window, order_by="day")
+
+    dense = dense.join(
+        days.join(totals, on=["cluster", "day"], how="left").with_columns(pl.col("root_raw").fill_null(0.0))
+        .with_columns(
+            root7=pl.col("root_raw").rolling_sum(7, min_samples=1).over("cluster", order_by="day"),
+            root30=pl.col("root_raw").rolling_sum(30, min_samples=1).over("cluster", order_by="day"),
+        ),
+        on=["cluster", "day"],
+        how="left",
+    ).with_columns(u7=trailing("raw", 7), u30=trailing("raw", 30), demand7=trailing("submitted", 7))
+    out = (
+        dense.join(target, left_on=["cluster", "node"], right_on=["cluster", "account"], how="left")
+        .with_columns(
+            usage_share_7d=pl.when(pl.col("root7") > 0).then(pl.col("u7") / pl.col("root7")),
+            usage_share_30d=pl.when(pl.col("root30") > 0).then(pl.col("u30") / pl.col("root30")),
+        )
+        .with_columns(
+            ratio=pl.when(pl.col("target_share") > 0).then(pl.col("usage_share_7d") / pl.col("target_share"))
+        )
+        .with_columns(
+            state=pl.when((pl.col("ratio") < s.starved_ratio) & (pl.col("demand7") > 0))
+            .then(pl.lit("starved"))
+            .when(pl.col("ratio") > s.over_served_ratio)
+            .then(pl.lit("over_served"))
+            .otherwise(pl.lit("ok"))
+        )
+        .with_columns(
+            run=(pl.col("state") != pl.col("state").shift(1)).fill_null(True).cum_sum().over(
+                window, order_by="day"
+            )
+        )
+        .with_columns(run_start=pl.col("day").min().over([*window, "run"]))
+        .with_columns(run_days=((pl.col("day") - pl.col("run_start")).dt.total_days() + 1).cast(pl.Int32))
+    )
+    starved = pl.col("state") == "starved"
+    over = pl.col("state") == "over_served"
+    out = out.select(
+        "cluster",
+        "day",
+        pl.col("node").alias("account"),
+        "usage_share_7d",
+        "usage_share_30d",
+        "target_share",
+        "ratio",
+        "state",
+        pl.when(starved).then(pl.col("run_start")).alias("starved_since"),
+        pl.when(over).then(pl.col("run_start")).alias("over_served_since"),
+        pl.when(starved).then(pl.col("run_days")).otherwise(0).cast(pl.Int32).alias("days_starved"),
+        pl.when(over).then(pl.col("run_days")).otherwise(0).cast(pl.Int32).alias("days_over_served"),
+    )
+    if s.since is not None:
+        out = out.filter(pl.col("day") >= local_date(pl.lit(s.since, dtype=UTC_DT), tz))
+    return out
+
+
+def _frames(frames: dict[str, pl.LazyFrame]) -> dict[str, pl.LazyFrame]:
+    """Missing inputs become empty frames, so a database without sshare or config still computes."""
+    schemas = {
+        "jobs": {
+            "cluster": pl.String, "account": pl.String, "user": pl.String, "submit_time": UTC_DT,
+            "start_time": UTC_DT, "end_time": UTC_DT, "billing": pl.Float64, "cpus": pl.Int32,
+            "gpus": pl.Int32,
+        },
+        "shares": {
+            "cluster": pl.String, "snapshot_time": UTC_DT, "account": pl.String, "user": pl.String,
+            "parent": pl.String, "raw_shares": pl.Int64, "norm_shares": pl.Float64,
+            "raw_usage": pl.Float64, "effectv_usage": pl.Float64, "level_fs": pl.Float64,
+            "fairshare": pl.Float64,
+        },
+        "slurm_config": {"cluster": pl.String, "snapshot_time": UTC_DT, "key": pl.String, "value": pl.String},
+    }
+    return {name: with_columns_of(frames.get(name), schema) for name, schema in schemas.items()}
+
+
+def with_columns_of(frame: pl.LazyFrame | None, schema: dict[str, pl.DataType]) -> pl.LazyFrame:
+    """`frame` with any column of `schema` it lacks added as nulls (an empty frame when it is None)."""
+    if frame is None:
+        return _empty(schema)
+    have = set(frame.collect_schema().names())
+    missing = [pl.lit(None, dtype).alias(name) for name, dtype in schema.items() if name not in have]
+    return frame.with_columns(missing) if missing else frame
+
+
+def compute(frames: dict[str, pl.LazyFrame], params: Any) -> dict[str, pl.LazyFrame]:
+    """mart_fairshare (computed and sshare rows per association and as_of) and mart_fairshare_drift."""
+    s = settings(params)
+    f = _frames(frames)
+    computed, slices = computed_rows(f, s)
+    fairshare = pl.concat(
+        [computed.select(list(FAIRSHARE_SCHEMA)), sshare_rows(f, s).select(list(FAIRSHARE_SCHEMA))]
+    ).cast(FAIRSHARE_SCHEMA)
+    drift = drift_rows(f, slices, s).select(list(DRIFT_SCHEMA)).cast(DRIFT_SCHEMA)
+    return {"mart_fairshare": fairshare, "mart_fairshare_drift": drift}

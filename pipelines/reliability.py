@@ -1,0 +1,309 @@
+"""Failure and requeue rates, node MTBF/MTTR, fault → lost GPU-hours, and the training-goodput view.
+
+The join no tool does today: a node fault (a DOWN/DRAIN event from `sacctmgr show event`, or an NVML/kernel
+XID, GPU-lost or ECC event) is linked to the job attempts that were running on that node and ended failed
+shortly after, their GPU-hours counted as lost, and whether the job came back. Node failure rates then give
+the expected time between interruptions for an N-node job and the Young–Daly checkpoint interval.
+docs/pipelines.md#reliability has the formulas.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import polars as pl
+from slurmscope.pipelines.common import UTC_DT, ensure_columns, expand_hostlist, split_calendar
+
+NAME = "reliability"
+
+MART_TABLES: dict[str, str | None] = {
+    "mart_job_outcomes_daily": "day",
+    "mart_requeues_daily": "day",
+    "mart_fault_impact": "fault_time",
+    "mart_node_reliability": None,
+    "mart_goodput": None,
+}
+
+_JOB_COLS = """job_id_raw, submit_time, attempt, account, "partition", state, start_time, end_time,
+               elapsed_seconds, gpus, nodes, node_list"""
+
+INPUTS: dict[str, str] = {
+    "jobs": f"""
+        SELECT {_JOB_COLS} FROM jobs
+        WHERE cluster = $cluster AND (end_time IS NULL OR end_time >= $start)
+          AND (start_time IS NULL OR start_time < $end)""",
+    "node_events": """
+        SELECT node, time_start, time_end, state, reason FROM node_events
+        WHERE cluster = $cluster AND node <> ''""",
+    "gpu_events": """
+        SELECT node, event_time, event_type, xid FROM gpu_events
+        WHERE cluster = $cluster AND event_time >= $start""",
+    "nodes": """
+        SELECT node, min(snapshot_time) AS first_seen,
+               string_agg(DISTINCT "partition", ',' ORDER BY "partition") AS "partition"
+        FROM node_states WHERE cluster = $cluster GROUP BY node""",
+    "job_sizes": """
+        SELECT coalesce("partition", '') AS "partition", coalesce(nodes, 1) AS nodes, count(*) AS jobs,
+               sum(coalesce(elapsed_seconds, 0) * coalesce(gpus, 0)) / 3600.0 AS gpu_hours
+        FROM jobs WHERE cluster = $cluster AND start_time IS NOT NULL GROUP BY ALL""",
+    "lost_before": """
+        SELECT f."partition", coalesce(j.nodes, 1) AS nodes, sum(f.gpu_hours_lost) AS gpu_hours_lost
+        FROM mart_fault_impact f LEFT JOIN jobs j
+          ON j.cluster = f.cluster AND j.job_id_raw = f.job_id_raw AND j.submit_time = f.submit_time
+        WHERE f.cluster = $cluster AND f.fault_time < $start GROUP BY ALL""",
+}
+
+FAULT_NODE_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "NO_RESPOND")
+"""A node event counts as a failure when its state names one of these (DRAINING and DRAINED included)."""
+FAULT_GPU_EVENTS = ("xid", "gpu_lost", "ecc")
+KILLED_STATES = ("NODE_FAIL", "FAILED", "REQUEUED", "BOOT_FAIL")
+"""Attempt end states a node fault can cause."""
+ENDED_STATES_EXCLUDED = ("RUNNING", "PENDING", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "RESIZING")
+
+OUTCOMES_SCHEMA = {"day": pl.Date, "partition": pl.String, "account": pl.String, "state": pl.String,
+                   "jobs": pl.Int64, "gpu_hours": pl.Float64}
+REQUEUE_SCHEMA = {"day": pl.Date, "partition": pl.String, "account": pl.String, "attempts_ended": pl.Int64,
+                  "requeues": pl.Int64, "requeued_jobs": pl.Int64, "requeue_rate": pl.Float64,
+                  "requeued_gpu_hours": pl.Float64}
+NODE_SCHEMA = {"node": pl.String, "partition": pl.String, "observed_seconds": pl.Float64, "failures": pl.Int64,
+               "down_seconds": pl.Float64, "mtbf_seconds": pl.Float64, "mttr_seconds": pl.Float64}
+FAULT_SCHEMA = {"fault_time": UTC_DT, "node": pl.String, "fault_source": pl.String, "fault_kind": pl.String,
+                "job_id_raw": pl.Int64, "submit_time": UTC_DT, "attempt": pl.Int32, "job_state": pl.String,
+                "account": pl.String, "partition": pl.String, "gpu_hours_lost": pl.Float64,
+                "came_back": pl.Boolean, "completed_later": pl.Boolean, "resumed_from_checkpoint": pl.Boolean}
+GOODPUT_SCHEMA = {"partition": pl.String, "nodes": pl.Int32, "node_mtbf_seconds": pl.Float64,
+                  "mtbi_seconds": pl.Float64, "checkpoint_cost_seconds": pl.Float64,
+                  "young_daly_interval_seconds": pl.Float64, "expected_lost_share": pl.Float64,
+                  "measured_lost_share": pl.Float64, "jobs": pl.Int64}
+
+
+def young_daly(checkpoint_cost: float, mtbi: float | None) -> tuple[float | None, float | None]:
+    """(interval, expected share of time lost) for checkpoint cost C and mean time between interruptions M.
+
+    Young (1974) / Daly (2006) first order: tau = sqrt(2 C M); the time lost per unit of work is then
+    C/tau (writing checkpoints) + tau/(2M) (recomputing half an interval per failure) = sqrt(2C/M), capped
+    at 1. M null or 0 → (None, None).
+    """
+    if mtbi is None or mtbi <= 0 or math.isnan(mtbi):
+        return None, None
+    tau = math.sqrt(2.0 * checkpoint_cost * mtbi)
+    lost = checkpoint_cost / tau + tau / (2.0 * mtbi) if tau > 0 else 0.0
+    return tau, min(lost, 1.0)
+
+
+def ended_attempts(jobs: pl.LazyFrame) -> pl.LazyFrame:
+    """Attempts that ended, with their GPU-hours, a `later` flag (another attempt of the job was submitted
+    after it) and the later attempts' fate."""
+    elapsed = pl.coalesce(
+        pl.col("elapsed_seconds").cast(pl.Float64),
+        (pl.col("end_time") - pl.col("start_time")).dt.total_microseconds() / 1e6,
+        pl.lit(0.0),
+    )
+    later = pl.col("submit_time") < pl.col("submit_time").max().over("job_id_raw")
+    return jobs.with_columns(
+        later.alias("requeued"),
+        (elapsed * pl.col("gpus").fill_null(0) / 3600.0).alias("gpu_hours"),
+        elapsed.alias("elapsed"),
+        pl.col("account").fill_null(""),
+        pl.col("partition").fill_null(""),
+        pl.col("state").fill_null("UNKNOWN"),
+    ).filter(pl.col("end_time").is_not_null() & ~pl.col("state").is_in(ENDED_STATES_EXCLUDED))
+
+
+def by_end_day(ended: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
+    """Billing-zone day of each attempt's end (the last microsecond before end counts as inside the day)."""
+    point = ended.with_columns((pl.col("end_time") - pl.duration(microseconds=1)).alias("_e0"))
+    return split_calendar(point, "_e0", "end_time", params["tz"], out="day").filter(
+        pl.col("day") >= pl.lit(params["start_date"])
+    )
+
+
+def outcomes(ended_days: pl.LazyFrame) -> pl.LazyFrame:
+    out = ended_days.group_by("day", "partition", "account", "state").agg(
+        pl.len().cast(pl.Int64).alias("jobs"), pl.col("gpu_hours").sum()
+    )
+    return ensure_columns(out, OUTCOMES_SCHEMA)
+
+
+def requeues(ended_days: pl.LazyFrame) -> pl.LazyFrame:
+    out = ended_days.group_by("day", "partition", "account").agg(
+        pl.len().cast(pl.Int64).alias("attempts_ended"),
+        pl.col("requeued").sum().cast(pl.Int64).alias("requeues"),
+        pl.col("job_id_raw").filter(pl.col("requeued")).n_unique().cast(pl.Int64).alias("requeued_jobs"),
+        pl.col("gpu_hours").filter(pl.col("requeued")).sum().alias("requeued_gpu_hours"),
+    ).with_columns((pl.col("requeues") / pl.col("attempts_ended")).alias("requeue_rate"))
+    return ensure_columns(out, REQUEUE_SCHEMA)
+
+
+def failure_events(node_events: pl.LazyFrame) -> pl.LazyFrame:
+    pattern = "|".join(FAULT_NODE_STATES)
+    return node_events.filter(pl.col("state").fill_null("").str.to_uppercase().str.contains(pattern))
+
+
+def node_reliability(node_events: pl.LazyFrame, nodes: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
+    """Per node over its observed life: failures, down time, MTBF = up time / failures, MTTR = mean length
+    of the failures that ended."""
+    now_l = pl.lit(params["now"], dtype=UTC_DT)
+    ev = failure_events(node_events).with_columns(
+        ((pl.min_horizontal(pl.col("time_end").fill_null(now_l), now_l) - pl.col("time_start"))
+         .dt.total_microseconds() / 1e6).clip(lower_bound=0).alias("dur"),
+    )
+    per = ev.group_by("node").agg(
+        pl.len().cast(pl.Int64).alias("failures"),
+        pl.col("dur").sum().alias("down_seconds"),
+        pl.col("dur").filter(pl.col("time_end").is_not_null() & (pl.col("time_end") <= now_l)).mean()
+        .alias("mttr_seconds"),
+        pl.col("time_start").min().alias("first_event"),
+    )
+    j = nodes.select("node", "first_seen", "partition").join(per, on="node", how="full", coalesce=True)
+    first = pl.min_horizontal("first_seen", "first_event")
+    j = j.with_columns(
+        ((now_l - first).dt.total_microseconds() / 1e6).clip(lower_bound=0).alias("observed_seconds"),
+        pl.col("failures").fill_null(0), pl.col("down_seconds").fill_null(0.0), pl.col("partition").fill_null(""),
+    ).with_columns(
+        pl.when(pl.col("failures") > 0)
+        .then((pl.col("observed_seconds") - pl.col("down_seconds")).clip(lower_bound=0) / pl.col("failures"))
+        .alias("mtbf_seconds")
+    )
+    return ensure_columns(j, NODE_SCHEMA)
+
+
+def faults(node_events: pl.LazyFrame, gpu_events: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
+    start_l = pl.lit(params["start"], dtype=UTC_DT)
+    now_l = pl.lit(params["now"], dtype=UTC_DT)
+    n = failure_events(node_events).select(
+        "node", pl.col("time_start").alias("fault_time"), pl.lit("node_event").alias("fault_source"),
+        pl.col("state").str.to_uppercase().alias("fault_kind"),
+    )
+    g = gpu_events.filter(pl.col("event_type").is_in(FAULT_GPU_EVENTS)).select(
+        "node", pl.col("event_time").alias("fault_time"), pl.lit("gpu_event").alias("fault_source"),
+        pl.when(pl.col("xid").is_not_null()).then(pl.lit("xid:") + pl.col("xid").cast(pl.String))
+        .otherwise(pl.col("event_type")).alias("fault_kind"),
+    )
+    return pl.concat([n, g], how="vertical").filter(
+        (pl.col("fault_time") >= start_l) & (pl.col("fault_time") < now_l)
+    )
+
+
+def fault_impact(jobs: pl.LazyFrame, node_events: pl.LazyFrame, gpu_events: pl.LazyFrame,
+                 params: dict[str, Any]) -> pl.LazyFrame:
+    """Each killed attempt linked to the latest fault on one of its nodes at or before its end.
+
+    Link rule: the attempt ran on the node (hostlist), started before the fault, ended within
+    [fault − 60 s, fault + reliability.fault_grace_seconds] in a state a fault causes (NODE_FAIL, FAILED,
+    REQUEUED, BOOT_FAIL). One row per attempt, so summing gpu_hours_lost never counts an attempt twice.
+    """
+    grace = int(params["config"]["reliability"]["fault_grace_seconds"])
+    ended = ended_attempts(jobs)
+    later = (
+        ended.select("job_id_raw", "submit_time", "state", "elapsed", "start_time")
+        .rename({"submit_time": "l_submit", "state": "l_state", "elapsed": "l_elapsed", "start_time": "l_start"})
+    )
+    running_later = jobs.filter(pl.col("end_time").is_null()).select(
+        "job_id_raw", pl.col("submit_time").alias("l_submit"), pl.col("state").alias("l_state"),
+        pl.lit(None, dtype=pl.Float64).alias("l_elapsed"), pl.col("start_time").alias("l_start"),
+    )
+    later = pl.concat([later, running_later.select(later.collect_schema().names())], how="vertical")
+    killed = ended.filter(pl.col("state").is_in(KILLED_STATES)).with_columns(
+        pl.col("node_list").map_elements(expand_hostlist, return_dtype=pl.List(pl.String)).alias("node")
+    ).explode("node")
+    f = faults(node_events, gpu_events, params)
+    m = killed.join(f, on="node").filter(
+        (pl.col("start_time") <= pl.col("fault_time"))
+        & (pl.col("end_time") >= pl.col("fault_time") - pl.duration(seconds=60))
+        & (pl.col("end_time") <= pl.col("fault_time") + pl.duration(seconds=grace))
+    )
+    m = m.sort("fault_time", "fault_source", "node", "fault_kind").unique(
+        ["job_id_raw", "submit_time"], keep="last", maintain_order=True
+    )
+    nxt = (
+        m.select("job_id_raw", "submit_time", "elapsed")
+        .join(later, on="job_id_raw")
+        .filter(pl.col("l_submit") > pl.col("submit_time"))
+        .group_by("job_id_raw", "submit_time")
+        .agg(
+            pl.col("l_start").is_not_null().any().alias("came_back"),
+            (pl.col("l_state") == "COMPLETED").any().alias("completed_later"),
+            pl.col("l_elapsed").filter(pl.col("l_state") == "COMPLETED").min().alias("done_elapsed"),
+        )
+    )
+    out = m.join(nxt, on=["job_id_raw", "submit_time"], how="left").with_columns(
+        pl.col("came_back").fill_null(False), pl.col("completed_later").fill_null(False),
+    ).with_columns(
+        pl.when(~pl.col("completed_later")).then(pl.lit(False))
+        .when(pl.col("done_elapsed") < pl.col("elapsed")).then(pl.lit(True))
+        .otherwise(pl.lit(None, dtype=pl.Boolean)).alias("resumed_from_checkpoint"),
+        pl.col("state").alias("job_state"),
+        pl.col("gpu_hours").alias("gpu_hours_lost"),
+    )
+    return ensure_columns(out, FAULT_SCHEMA)
+
+
+def goodput(node_rel: pl.LazyFrame, job_sizes: pl.LazyFrame, lost_before: pl.LazyFrame,
+            window_faults: pl.LazyFrame, jobs: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
+    """Per partition and job size N: node MTBF = node up-seconds / failures in the partition; MTBI = MTBF / N
+    (independent node failures); Young–Daly interval and expected loss; measured share of GPU-hours lost."""
+    rel = params["config"]["reliability"]
+    c = float(rel["checkpoint_cost_seconds"])
+    per_part = (
+        node_rel.with_columns(pl.col("partition").str.split(",")).explode("partition")
+        .with_columns(pl.col("partition").fill_null(""))
+        .group_by("partition").agg(
+            (pl.col("observed_seconds") - pl.col("down_seconds")).clip(lower_bound=0).sum().alias("up"),
+            pl.col("failures").sum().alias("failures"),
+        ).with_columns(
+            pl.when(pl.col("failures") > 0).then(pl.col("up") / pl.col("failures")).alias("node_mtbf_seconds")
+        )
+    )
+    sizes = pl.LazyFrame({"nodes": [int(n) for n in rel["job_sizes"]]}, schema={"nodes": pl.Int64})
+    seen = job_sizes.select(pl.col("partition"), pl.col("nodes").cast(pl.Int64))
+    grid = pl.concat(
+        [per_part.select("partition").join(sizes, how="cross"), seen], how="vertical"
+    ).unique()
+    sizes_agg = job_sizes.with_columns(pl.col("nodes").cast(pl.Int64)).group_by("partition", "nodes").agg(
+        pl.col("jobs").sum().cast(pl.Int64), pl.col("gpu_hours").sum()
+    )
+    win_nodes = jobs.select("job_id_raw", "submit_time", pl.col("nodes").fill_null(1).cast(pl.Int64))
+    lost_now = window_faults.join(win_nodes, on=["job_id_raw", "submit_time"], how="left").select(
+        pl.col("partition"), pl.col("nodes").fill_null(1), pl.col("gpu_hours_lost")
+    )
+    lost = pl.concat(
+        [lost_before.select(pl.col("partition").fill_null(""), pl.col("nodes").cast(pl.Int64),
+                            pl.col("gpu_hours_lost").cast(pl.Float64)), lost_now], how="vertical"
+    ).group_by("partition", "nodes").agg(pl.col("gpu_hours_lost").sum())
+    g = (
+        grid.join(per_part.select("partition", "node_mtbf_seconds"), on="partition", how="left")
+        .join(sizes_agg, on=["partition", "nodes"], how="left")
+        .join(lost, on=["partition", "nodes"], how="left")
+        .with_columns(
+            (pl.col("node_mtbf_seconds") / pl.col("nodes")).alias("mtbi_seconds"),
+            pl.lit(c).alias("checkpoint_cost_seconds"),
+            pl.col("jobs").fill_null(0),
+        )
+    )
+    tau = (2.0 * c * pl.col("mtbi_seconds")).sqrt()
+    lost_share = pl.when(tau > 0).then(c / tau + tau / (2.0 * pl.col("mtbi_seconds"))).otherwise(0.0)
+    g = g.with_columns(
+        tau.alias("young_daly_interval_seconds"),
+        pl.when(pl.col("mtbi_seconds").is_not_null()).then(pl.min_horizontal(lost_share, pl.lit(1.0)))
+        .alias("expected_lost_share"),
+        pl.when(pl.col("gpu_hours").fill_null(0) > 0)
+        .then(pl.col("gpu_hours_lost").fill_null(0.0) / pl.col("gpu_hours"))
+        .alias("measured_lost_share"),
+    )
+    return ensure_columns(g, GOODPUT_SCHEMA)
+
+
+def compute(frames: dict[str, pl.LazyFrame], params: dict[str, Any]) -> dict[str, pl.LazyFrame]:
+    ended = ended_attempts(frames["jobs"])
+    days = by_end_day(ended, params).cache()
+    nrel = node_reliability(frames["node_events"], frames["nodes"], params).cache()
+    fi = fault_impact(frames["jobs"], frames["node_events"], frames["gpu_events"], params).cache()
+    return {
+        "mart_job_outcomes_daily": outcomes(days),
+        "mart_requeues_daily": requeues(days),
+        "mart_fault_impact": fi,
+        "mart_node_reliability": nrel,
+        "mart_goodput": goodput(nrel, frames["job_sizes"], frames["lost_before"], fi, frames["jobs"], params),
+    }

@@ -1,0 +1,252 @@
+"""Run the registered pipelines: read raw tables, compute (pure, lazy), write marts per window.
+
+The runner owns all I/O so that pipelines stay pure functions of LazyFrames. For each pipeline it
+(1) fixes a window [start, now), (2) runs the pipeline's declared input queries (DuckDB → Arrow → Polars),
+(3) calls `compute`, collects every output together, and (4) in ONE transaction deletes each mart's rows in
+the rebuilt window and inserts the new ones, so a reader never sees half a run and a second run with the same
+inputs writes the same rows.
+
+Pipeline module contract (see docs/pipelines.md):
+    NAME: str
+    MART_TABLES: dict[str, str | None]   # mart -> window column (DATE or TIMESTAMPTZ); None = whole table
+    INPUTS: dict[str, str]               # alias -> SELECT with named parameters ($cluster, $start, $end,
+                                         #   $start_date, $start_month); the runner adds nothing to it
+    def compute(frames: dict[str, pl.LazyFrame], params: dict) -> dict[str, pl.LazyFrame]
+    optional: def align_start(start: datetime, params: dict) -> datetime   # widen the window
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import re
+import time
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from types import ModuleType
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import duckdb
+import polars as pl
+
+from slurmscope.config import Config
+from slurmscope.db import transaction
+
+log = logging.getLogger(__name__)
+
+PIPELINES: list[str] = [
+    "cost",
+    "reliability",
+    "backfill",
+    # --- other engineer: register fair-share, efficiency and drift below, one line each ---
+    # "fairshare",
+    # "efficiency",
+    # "drift",
+]
+"""Modules under slurmscope.pipelines, run in this order (a pipeline reading another's mart comes after it)."""
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_PARAM = re.compile(r"\$([a-z_]+)")
+
+
+@dataclass(frozen=True)
+class Window:
+    start: datetime  # UTC, inclusive
+    end: datetime  # UTC, exclusive: the run's `now`
+    full: bool
+
+
+def _parse_since(since: str | date | datetime, tz: ZoneInfo) -> datetime:
+    if isinstance(since, datetime):
+        return since if since.tzinfo else since.replace(tzinfo=tz)
+    if isinstance(since, str):
+        try:
+            since = date.fromisoformat(since)
+        except ValueError:
+            raise ValueError(f"--since expects YYYY-MM-DD, got {since!r}") from None
+    return datetime(since.year, since.month, since.day, tzinfo=tz).astimezone(UTC)
+
+
+def _table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    return bool(
+        con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]).fetchone()[0]
+    )
+
+
+def default_start(con: duckdb.DuckDBPyConnection, cluster: str, pipeline: str, lookback: float) -> datetime | None:
+    """Start of an incremental window: the last good run minus `lookback`, pulled earlier to the start of any
+    job row ingested since that run (a late sacct record). None = no previous run (rebuild everything)."""
+    row = con.execute(
+        "SELECT max(run_at) FROM pipeline_runs WHERE cluster = ? AND pipeline = ? AND status = 'ok'",
+        [cluster, pipeline],
+    ).fetchone()
+    if row is None or row[0] is None:
+        return None
+    last = row[0].astimezone(UTC)
+    start = last - timedelta(seconds=lookback)
+    late = con.execute(
+        "SELECT min(coalesce(start_time, submit_time)) FROM jobs WHERE cluster = ? AND ingested_at > ?",
+        [cluster, last],
+    ).fetchone()[0]
+    if late is not None and late.astimezone(UTC) < start:
+        start = late.astimezone(UTC)
+    return start
+
+
+def _params(cfg: Config, window: Window) -> dict[str, Any]:
+    tz = cfg.get("billing", "timezone")
+    start_local = window.start.astimezone(ZoneInfo(tz))
+    return {
+        "cluster": cfg.cluster,
+        "now": window.end,
+        "start": window.start,
+        "end": window.end,
+        "full": window.full,
+        "tz": tz,
+        "start_date": start_local.date(),
+        "start_month": start_local.date().replace(day=1),
+        "config": cfg.raw,
+    }
+
+
+def _read(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> pl.LazyFrame:
+    used = {name: params[name] for name in set(_PARAM.findall(sql)) if name in params}
+    con.complete()  # a caller's half-read execute() result would block the relation API
+    table = con.sql(sql, params=used).to_arrow_table()
+    return pl.from_arrow(table).lazy()
+
+
+def _column_types(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
+    rows = con.execute(
+        "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
+        [table],
+    ).fetchall()
+    return dict(rows)
+
+
+def _lower_bound(col_type: str, window: Window, params: dict[str, Any]) -> Any:
+    if col_type == "DATE":
+        return params["start_date"]
+    return window.start
+
+
+def _write(con: duckdb.DuckDBPyConnection, table: str, col: str | None, df: pl.DataFrame,
+           window: Window, params: dict[str, Any]) -> int:
+    """Delete the window of `table` for this cluster and insert `df` (rows outside the window are dropped)."""
+    types = _column_types(con, table)
+    if not types:
+        raise RuntimeError(f"mart table {table} does not exist (missing migration?)")
+    if "cluster" not in df.columns:
+        df = df.with_columns(pl.lit(params["cluster"]).alias("cluster"))
+    unknown = [c for c in df.columns if c not in types]
+    if unknown:
+        raise RuntimeError(f"{table}: compute returned columns not in the table: {unknown}")
+    qcol = '"' + (col or "") + '"'
+    if col is None or window.full:
+        con.execute(f"DELETE FROM {table} WHERE cluster = ?", [params["cluster"]])
+    else:
+        bound = _lower_bound(types[col], window, params)
+        con.execute(f"DELETE FROM {table} WHERE cluster = ? AND {qcol} >= ?", [params["cluster"], bound])
+        if df.height:
+            lit = pl.lit(bound) if types[col] == "DATE" else pl.lit(bound, dtype=pl.Datetime("us", "UTC"))
+            df = df.filter(pl.col(col) >= lit)
+    if df.height == 0:
+        return 0
+    cols = ", ".join('"' + c + '"' for c in df.columns)
+    con.register("_mart_src", df.to_arrow())
+    try:
+        con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _mart_src")
+    finally:
+        con.unregister("_mart_src")
+    return df.height
+
+
+def run_pipeline(con: duckdb.DuckDBPyConnection, cfg: Config, module: ModuleType, window: Window) -> dict[str, int]:
+    """Compute one pipeline over `window` and write all its marts in one transaction."""
+    tz = ZoneInfo(cfg.get("billing", "timezone"))
+    if not window.full:  # whole billing days: a day is deleted and rebuilt from its midnight
+        local = window.start.astimezone(tz)
+        window = Window(datetime(local.year, local.month, local.day, tzinfo=tz).astimezone(UTC), window.end, False)
+    params = _params(cfg, window)
+    align = getattr(module, "align_start", None)
+    if align is not None and not window.full:
+        window = Window(min(window.start, align(window.start, params)), window.end, window.full)
+        params = _params(cfg, window)
+    frames = {alias: _read(con, sql, params) for alias, sql in module.INPUTS.items()}
+    outputs = module.compute(frames, params)
+    missing = set(module.MART_TABLES) - set(outputs)
+    if missing:
+        raise RuntimeError(f"{module.NAME}: compute returned no frame for {sorted(missing)}")
+    tables = list(module.MART_TABLES)
+    collected = pl.collect_all([outputs[t] for t in tables])
+    written: dict[str, int] = {}
+    t0 = time.monotonic()
+    with transaction(con):
+        for table, df in zip(tables, collected, strict=True):
+            written[table] = _write(con, table, module.MART_TABLES[table], df, window, params)
+        con.execute(
+            "INSERT OR REPLACE INTO pipeline_runs (cluster, pipeline, run_at, window_start, window_end, rows,"
+            " status, error, duration_seconds) VALUES (?, ?, ?, ?, ?, ?, 'ok', NULL, ?)",
+            [cfg.cluster, module.NAME, window.end, window.start, window.end, sum(written.values()),
+             time.monotonic() - t0],
+        )
+    return written
+
+
+def _record_error(con: duckdb.DuckDBPyConnection, cfg: Config, name: str, window: Window, error: str) -> None:
+    try:
+        con.execute(
+            "INSERT OR REPLACE INTO pipeline_runs (cluster, pipeline, run_at, window_start, window_end, rows,"
+            " status, error) VALUES (?, ?, ?, ?, ?, 0, 'error', ?)",
+            [cfg.cluster, name, window.end, window.start, window.end, error[:2000]],
+        )
+    except duckdb.Error:  # the database itself is unusable; the log line below still says why
+        log.exception("could not record the failure of pipeline %s", name)
+
+
+def run_pipelines(
+    con: duckdb.DuckDBPyConnection,
+    cfg: Config,
+    since: str | date | datetime | None = None,
+    full: bool = False,
+    only: list[str] | tuple[str, ...] | None = None,
+    now: datetime | None = None,
+) -> dict[str, int]:
+    """Run the registered pipelines (or `only` those) and return rows written per mart.
+
+    A pipeline that cannot be imported or fails is logged, recorded in pipeline_runs and reported as
+    `<name>: -1`; the others still run. Raises ValueError for an unknown name in `only` or a bad `since`.
+    """
+    now = (now or datetime.now(UTC)).astimezone(UTC)
+    tz = ZoneInfo(cfg.get("billing", "timezone"))
+    names = list(PIPELINES)
+    if only:
+        unknown = [n for n in only if n not in names]
+        if unknown:
+            raise ValueError(f"unknown pipeline(s) {unknown}; registered: {names}")
+        names = [n for n in names if n in only]
+    lookback = float(cfg.get("pipelines", "incremental_lookback_seconds"))
+    results: dict[str, int] = {}
+    for name in names:
+        if full:
+            window = Window(EPOCH, now, True)
+        elif since is not None:
+            window = Window(_parse_since(since, tz), now, False)
+        else:
+            start = default_start(con, cfg.cluster, name, lookback)
+            window = Window(EPOCH, now, True) if start is None else Window(start, now, False)
+        try:
+            module = importlib.import_module(f"slurmscope.pipelines.{name}")
+        except Exception as exc:  # a missing or broken module must not stop the other pipelines
+            log.error("pipeline %s cannot be imported: %s", name, exc)
+            results[name] = -1
+            _record_error(con, cfg, name, window, f"import failed: {exc}")
+            continue
+        try:
+            results.update(run_pipeline(con, cfg, module, window))
+        except Exception as exc:
+            log.exception("pipeline %s failed", name)
+            results[name] = -1
+            _record_error(con, cfg, name, window, f"{type(exc).__name__}: {exc}")
+    return results
