@@ -1,0 +1,193 @@
+"""Live collection: run each Slurm command (argument list, timeout, TZ=UTC), parse, load.
+
+Order matters: sacct runs last so that it can also ask, by job id, for the jobs that its -S/-E time
+window hides (held, waiting on a dependency, --begin in the future): those are the ids in the squeue
+snapshot taken moments before, plus jobs still stored as PENDING. A failed or timed-out command records
+its error in collector_runs and leaves data and watermark untouched; one collector failing never stops
+the others, and a missing collector module is reported, not raised.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from types import ModuleType
+
+import duckdb
+from slurmscope.collectors.base import RunRecord, get_watermark, load, record_failure, sha256
+from slurmscope.collectors.runner import CommandError, CommandTimeout, run_command
+
+from slurmscope.config import Config
+
+log = logging.getLogger(__name__)
+
+ORDER = ("config", "ping", "sinfo", "squeue", "sshare", "sdiag", "reservations", "events", "sacct", "nvml")
+JOBS_PER_CALL = 500
+
+
+@dataclass
+class Outcome:
+    collector: str
+    status: str  # 'ok' | 'error' | 'timeout' | 'skipped'
+    rows: int = 0
+    error: str | None = None
+
+
+def collect(
+    con: duckdb.DuckDBPyConnection, cfg: Config, kind: str = "all", *, now: datetime | None = None
+) -> list[Outcome]:
+    """Run one collector kind, or all of them in ORDER; one Outcome per kind."""
+    kinds = ORDER if kind == "all" else (kind,)
+    if any(k not in ORDER for k in kinds):
+        raise ValueError(f"unknown collector {kind!r}; expected one of {', '.join(ORDER)} or all")
+    outcomes = []
+    for k in kinds:
+        at = now or datetime.now(UTC)
+        try:
+            if k == "nvml":
+                outcomes.append(_collect_nvml(con, cfg))
+            elif k == "sacct":
+                outcomes.append(_collect_sacct(con, cfg, at))
+            else:
+                outcomes.append(_collect_snapshot(con, cfg, k, at))
+        except Exception as exc:  # a bug in one collector must not stop the others
+            log.exception("collector %s failed", k)
+            msg = f"{type(exc).__name__}: {exc}"
+            _record(con, RunRecord(cluster=cfg.cluster, collector=k, source="live"), "error", msg)
+            outcomes.append(Outcome(k, "error", 0, msg))
+    return outcomes
+
+
+def _module(kind: str) -> ModuleType | str:
+    name = f"slurmscope.collectors.{kind}"
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name == name:
+            return f"collector module {name} is not installed"
+        raise
+    missing = [a for a in ("command", "parse", "TABLES") if not hasattr(module, a)]
+    if missing:
+        return f"collector module {name} lacks {', '.join(missing)}"
+    return module
+
+
+def _record(con: duckdb.DuckDBPyConnection, run: RunRecord, status: str, error: str) -> None:
+    try:
+        record_failure(con, run, status, error)
+    except duckdb.Error:  # the database itself is the problem; the outcome still says what failed
+        log.exception("cannot record the failure of %s", run.collector)
+
+
+def _run_and_load(
+    con: duckdb.DuckDBPyConnection,
+    cfg: Config,
+    module: ModuleType,
+    kind: str,
+    argv: list[str],
+    at: datetime,
+    *,
+    window: tuple[datetime | None, datetime | None] = (None, None),
+    watermark: datetime | None = None,
+) -> Outcome:
+    run = RunRecord(cluster=cfg.cluster, collector=kind, source="live", window_start=window[0],
+                    window_end=window[1])
+    try:
+        result = run_command(argv, timeout=float(cfg.get("slurm", "timeout_seconds")))
+    except CommandTimeout as exc:
+        _record(con, run, "timeout", str(exc))
+        return Outcome(kind, "timeout", 0, str(exc))
+    except CommandError as exc:
+        _record(con, run, "error", str(exc))
+        return Outcome(kind, "error", 0, str(exc))
+    parsed = module.parse(result.stdout, cluster=cfg.cluster, snapshot_time=at, tz=UTC, source=f"{kind}:live")
+    hook_factory = getattr(module, "after_upsert", None)
+    load(con, parsed, module.TABLES, run, content_sha=sha256(result.stdout), watermark=watermark,
+         after_upsert=hook_factory(parsed) if hook_factory else None)
+    return Outcome(kind, "ok", parsed.rows)
+
+
+def _collect_snapshot(con: duckdb.DuckDBPyConnection, cfg: Config, kind: str, at: datetime) -> Outcome:
+    module = _module(kind)
+    if isinstance(module, str):
+        _record(con, RunRecord(cluster=cfg.cluster, collector=kind, source="live"), "error", module)
+        return Outcome(kind, "error", 0, module)
+    start = end = None
+    if kind == "events":
+        # Events are upserted by (node, time_start): re-reading the whole lookback keeps ongoing events
+        # (no end yet) up to date without a watermark.
+        start = at - timedelta(seconds=float(cfg.get("collect", "events_lookback_seconds")))
+        end = at
+    argv = module.command(cfg, start=start, end=end)
+    return _run_and_load(con, cfg, module, kind, argv, at, window=(start, end))
+
+
+def sacct_windows(
+    watermark: datetime | None, now: datetime, *, overlap: float, window: float, lookback: float
+) -> list[tuple[datetime, datetime]]:
+    """[start, end) windows from the watermark minus the overlap (or now minus the lookback) up to now.
+
+    The overlap re-reads jobs that were still changing at the end of the last window (RUNNING ->
+    COMPLETED); upserts by attempt key make the re-read harmless.
+    """
+    start = (watermark - timedelta(seconds=overlap)) if watermark is not None else now - timedelta(seconds=lookback)
+    start = min(start, now)
+    step = timedelta(seconds=max(window, 60.0))
+    out = []
+    while start < now:
+        end = min(start + step, now)
+        out.append((start, end))
+        start = end
+    return out or [(now, now)]
+
+
+def _collect_sacct(con: duckdb.DuckDBPyConnection, cfg: Config, at: datetime) -> Outcome:
+    module = _module("sacct")
+    if isinstance(module, str):
+        _record(con, RunRecord(cluster=cfg.cluster, collector="sacct", source="live"), "error", module)
+        return Outcome("sacct", "error", 0, module)
+    at = at.astimezone(UTC).replace(microsecond=0)
+    windows = sacct_windows(
+        get_watermark(con, cfg.cluster, "sacct"),
+        at,
+        overlap=float(cfg.get("collect", "sacct_overlap_seconds")),
+        window=float(cfg.get("collect", "sacct_window_seconds")),
+        lookback=float(cfg.get("collect", "sacct_initial_lookback_seconds")),
+    )
+    rows = 0
+    for start, end in windows:
+        argv = module.command(cfg, start=start, end=end)
+        out = _run_and_load(con, cfg, module, "sacct", argv, at, window=(start, end), watermark=end)
+        if out.status != "ok":
+            return Outcome("sacct", out.status, rows, out.error)  # later windows wait for the next run
+        rows += out.rows
+    ids = module.valid_job_ids(module.pending_job_ids(con, cfg.cluster))
+    for i in range(0, len(ids), JOBS_PER_CALL):
+        argv = module.command_jobs(cfg, ids[i:i + JOBS_PER_CALL])
+        out = _run_and_load(con, cfg, module, "sacct", argv, at)
+        if out.status != "ok":
+            return Outcome("sacct", out.status, rows, "by job id: " + (out.error or ""))
+        rows += out.rows
+    return Outcome("sacct", "ok", rows)
+
+
+def _collect_nvml(con: duckdb.DuckDBPyConnection, cfg: Config) -> Outcome:
+    try:
+        module = importlib.import_module("slurmscope.collectors.nvml_ingest")
+    except ModuleNotFoundError as exc:
+        if exc.name == "slurmscope.collectors.nvml_ingest":
+            return Outcome("nvml", "skipped", 0, "NVML spool collector (slurmscope.collectors.nvml_ingest) not installed")
+        raise
+    fn = getattr(module, "collect_nvml", None)
+    if fn is None:
+        return Outcome("nvml", "skipped", 0, "slurmscope.collectors.nvml_ingest has no collect_nvml")
+    result = fn(con, cfg)
+    if isinstance(result, Outcome):
+        return result
+    if isinstance(result, int):
+        return Outcome("nvml", "ok", result)
+    if isinstance(result, (list, tuple)):
+        return Outcome("nvml", "ok", sum(int(getattr(r, "rows", 0) or 0) for r in result))
+    return Outcome("nvml", "ok", 0)

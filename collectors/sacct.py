@@ -1,0 +1,551 @@
+"""sacct --parsable2 output -> `jobs` (one row per allocation attempt) and `job_steps`.
+
+Why it is shaped like this:
+- Accounting dumps are large (a year of a busy cluster is millions of lines), so the common case is
+  vectorised: the text is split into lines and fields by Polars (any delimiter, multi-byte included, no
+  quoting: a `"` in a job name is just a character), and every typed conversion is a Polars expression.
+  Only lines whose field count is wrong go through the per-line path, which recovers a delimiter inside
+  the one free-text column or quarantines the line with the reason.
+- `--parsable2` has no escaping, so a `|` in a job name shifts the columns. When exactly one free-text
+  field is present (the live collector asks for JobName only, and puts it last) the surplus belongs to
+  it; with two or more free-text fields the line is ambiguous and is quarantined.
+- The natural key is (cluster, job_id_raw, submit_time): a requeue gets a new Submit time, so `sacct
+  --duplicates` gives one row per attempt, and the same attempt seen again in a later overlapping window
+  (PENDING -> RUNNING -> COMPLETED) replaces its row. `attempt` cannot come from one window; it is
+  recomputed from all stored rows of the job by `after_upsert`.
+- Only the columns the input has are written, so a narrower capture never blanks out what a wider one
+  stored for the same attempt.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
+
+import duckdb
+import polars as pl
+from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
+from slurmscope.collectors.parsing import (
+    duration_expr,
+    gpu_count,
+    int_expr,
+    split_fields,
+    split_lines,
+    time_expr,
+)
+
+from slurmscope.config import Config
+
+KIND = "sacct"
+TABLES = {
+    "jobs": TableSpec("jobs", ("cluster", "job_id_raw", "submit_time")),
+    "job_steps": TableSpec("job_steps", ("cluster", "job_id_raw", "job_submit_time", "step_id")),
+}
+
+# The live field list (docs/ingest.md): JobName is the only free-text field and comes last.
+LIVE_FIELDS = (
+    "JobID,JobIDRaw,Cluster,Partition,QOS,Account,User,UID,Submit,Eligible,Start,End,Elapsed,Timelimit,"
+    "State,ExitCode,NNodes,NCPUS,ReqMem,AllocTRES,NodeList,Flags,Priority,Reason,JobName"
+)
+# ASCII unit separator: never typed by users, accepted by sacct's --delimiter.
+LIVE_DELIMITER = "\x1f"
+
+# Columns that hold user-typed text and may therefore contain the delimiter.
+FREE_TEXT = frozenset({
+    "jobname", "comment", "admincomment", "systemcomment", "submitline", "workdir", "constraints",
+    "extra", "stdout", "stderr", "stdin", "container", "licenses", "mcslabel",
+})
+
+# sacct field names that mean the same thing under another name.
+ALIASES = {
+    "alloccpus": "ncpus",
+    "allocnodes": "nnodes",
+    "jobidraw": "jobidraw",
+    "nodes": "nodelist",
+    "name": "jobname",
+    "timelimitraw": "timelimitraw",
+}
+
+HEADER_REQUIRED = ("jobid", "submit")
+# A line of only these characters carries no record and is skipped (not quarantined).
+BLANK = " \t\r"
+
+
+def normalise_field(name: str) -> str:
+    """`JobName%30` / `jobname` / ` JobName ` -> `jobname` (sacct field names are case-insensitive)."""
+    name = name.strip().split("%", 1)[0].strip().lower()
+    return ALIASES.get(name, name)
+
+
+def command(cfg: Config, *, start: datetime | None = None, end: datetime | None = None) -> list[str]:
+    """The live window query (COMMANDS.md): every user, every attempt, steps included, unit separator."""
+    argv = [
+        cfg.slurm_command("sacct"),
+        "--allusers",
+        "--duplicates",
+        "--parsable2",
+        "--noconvert",
+        f"--delimiter={LIVE_DELIMITER}",
+    ]
+    if start is not None:
+        argv.append(f"--starttime={_sacct_time(start)}")
+    if end is not None:
+        argv.append(f"--endtime={_sacct_time(end)}")
+    argv.append(f"--format={LIVE_FIELDS}")
+    return argv
+
+
+def command_jobs(cfg: Config, job_ids: Iterable[str]) -> list[str]:
+    """The same query by job id, for jobs a time window hides (held, dependency, future --begin)."""
+    return [
+        cfg.slurm_command("sacct"),
+        "--allusers",
+        "--duplicates",
+        "--parsable2",
+        "--noconvert",
+        f"--delimiter={LIVE_DELIMITER}",
+        f"--jobs={','.join(job_ids)}",
+        f"--format={LIVE_FIELDS}",
+    ]
+
+
+def _sacct_time(t: datetime) -> str:
+    """sacct reads naive times in its TZ; the runner sets TZ=UTC, so print UTC wall time."""
+    if t.tzinfo is not None:
+        t = t.astimezone(UTC)
+    return t.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+# ------------------------------------------------------------------------------------------- layout
+
+
+def layout(
+    data: bytes | str, fmt: str | None = None, delimiter: str | None = None
+) -> tuple[list[str], int | None, bool, str | None]:
+    """(fields, header_line_no, trailing, problem) for an input: where the field names come from.
+
+    With `fmt` the names are those of sacct's --format; a header line matching them is skipped. Without
+    it, the first non-blank line must be the header. `trailing` is True for `--parsable` (not 2) output,
+    which ends each line with a delimiter. `problem` says why the input cannot be read as sacct output.
+    """
+    delim = delimiter or "|"
+    text = data if isinstance(data, str) else data[:65536].decode("utf-8", errors="replace")
+    first_no, first = None, None
+    for i, line in enumerate(text.split("\n"), start=1):
+        line = line.rstrip("\r")
+        if line.strip(BLANK):
+            first_no, first = i, line
+            break
+    if fmt:
+        fields = [normalise_field(f) for f in fmt.split(",") if f.strip()]
+        header_no = None
+        if first is not None:
+            names = [normalise_field(f) for f in first.split(delim)]
+            if names and names[-1] == "" and names[:-1] == fields:
+                header_no, names = first_no, names[:-1]
+            elif names == fields:
+                header_no = first_no
+        trailing = _looks_trailing(text, delim, len(fields), header_no)
+    else:
+        if first is None:
+            return [], None, False, None
+        fields = [normalise_field(f) for f in first.split(delim)]
+        trailing = bool(fields) and fields[-1] == "" and len(fields) > 1
+        if trailing:
+            fields = fields[:-1]
+        header_no = first_no
+        if "jobid" not in fields:
+            return fields, header_no, trailing, (
+                f"the first line is not a sacct header (no JobID field with delimiter {delim!r}); "
+                "give the field list with --format, or the delimiter with --delimiter"
+            )
+    missing = [f for f in HEADER_REQUIRED if f not in fields]
+    if missing:
+        return fields, header_no, trailing, (
+            "sacct output without " + ", ".join(missing) + ": jobs are keyed by (cluster, JobIDRaw, Submit); "
+            "capture with those fields in --format"
+        )
+    if len(set(fields)) != len(fields):
+        return fields, header_no, trailing, "the field list names a field twice"
+    return fields, header_no, trailing, None
+
+
+def _looks_trailing(text: str, delim: str, n: int, header_no: int | None) -> bool:
+    """Headerless --parsable output: most lines have n+1 fields, the last one empty."""
+    votes_trailing = votes_plain = 0
+    for i, line in enumerate(text.split("\n")[:200], start=1):
+        line = line.rstrip("\r")
+        if not line.strip(BLANK) or i == header_no:
+            continue
+        k = line.count(delim) + 1
+        if k == n + 1 and line.endswith(delim):
+            votes_trailing += 1
+        elif k == n:
+            votes_plain += 1
+    return votes_trailing > votes_plain
+
+
+def check_input(data: bytes, fmt: str | None = None, delimiter: str | None = None) -> str | None:
+    """Why `data` cannot be ingested as sacct output (None when it can); ingest reports it to the user."""
+    return layout(data, fmt, delimiter)[3]
+
+
+# -------------------------------------------------------------------------------------------- parse
+
+
+def _split_all(
+    data: bytes, fields: list[str], delim: str, header_no: int | None, trailing: bool
+) -> tuple[pl.DataFrame, list[dict], dict[int, bytes]]:
+    """Lines -> a frame of String columns (line_no, line, one per field) and the unsplittable lines."""
+    n = len(fields)
+    try:
+        text = data.decode("utf-8")
+        bad_raw: dict[int, bytes] = {}
+    except UnicodeDecodeError:
+        lines = split_lines(data)
+        bad_raw = {no: raw for no, _, raw in lines if raw is not None}
+        text = "\n".join(t for _, t, _ in lines)
+    if text.endswith("\n"):
+        text = text[:-1]
+    if not text:
+        return pl.DataFrame(schema={"line_no": pl.Int64, "line": pl.String, **dict.fromkeys(fields, pl.String)}), [], bad_raw
+    lines_df = (
+        pl.DataFrame({"line": [text]})
+        .select(pl.col("line").str.split("\n"))
+        .explode("line")
+        .with_row_index("line_no", offset=1)
+        .with_columns(pl.col("line_no").cast(pl.Int64), pl.col("line").str.strip_suffix("\r"))
+        .filter(pl.col("line").str.strip_chars(BLANK) != "")
+    )
+    if header_no is not None:
+        lines_df = lines_df.filter(pl.col("line_no") != header_no)
+    want = n + (1 if trailing else 0)
+    counted = lines_df.with_columns(
+        (pl.col("line").str.count_matches(delim, literal=True) + 1).alias("_n")
+    )
+    good_mask = pl.col("_n") == want
+    if trailing:
+        good_mask = good_mask & pl.col("line").str.ends_with(delim)
+    good = counted.filter(good_mask)
+    odd = counted.filter(~good_mask).select("line_no", "line")
+    split = good.select(
+        "line_no",
+        "line",
+        pl.col("line").str.split_exact(delim, want - 1).struct.rename_fields(
+            fields + (["_trail"] if trailing else [])
+        ).alias("_f"),
+    ).unnest("_f")
+    if trailing:
+        split = split.drop("_trail")
+    free = [i for i, f in enumerate(fields) if f in FREE_TEXT]
+    free_idx = free[0] if len(free) == 1 else None
+    recovered: list[dict] = []
+    quarantined: list[dict] = []
+    for no, line in odd.iter_rows():
+        parts, reason = split_fields(line, delim, n, free_text=free_idx, trailing=trailing)
+        if parts is None:
+            if len(free) > 1 and line.count(delim) + 1 > want:
+                reason += f" (free-text fields {', '.join(fields[i] for i in free)}: cannot tell which holds the delimiter)"
+            quarantined.append({"line_no": no, "raw_text": line, "raw_bytes": bad_raw.get(no), "reason": reason})
+        else:
+            recovered.append({"line_no": no, "line": line, **dict(zip(fields, parts, strict=True))})
+    if recovered:
+        split = pl.concat([split, pl.DataFrame(recovered, schema=split.schema)]).sort("line_no")
+    return split, quarantined, bad_raw
+
+
+def _col(df: pl.DataFrame, name: str) -> pl.Expr:
+    return pl.col(name) if name in df.columns else pl.lit(None, dtype=pl.String)
+
+
+def _null_if_blank(e: pl.Expr) -> pl.Expr:
+    e = e.str.strip_chars()
+    return pl.when(e.is_in(["", "(null)", "Unknown", "None", "N/A", "None assigned"])).then(None).otherwise(e)
+
+
+def _gpu_columns(tres: pl.Series) -> tuple[pl.Expr, pl.Expr, pl.Expr]:
+    """gpus, gpu_type, mig_slices by evaluating gpu_count once per distinct TRES string."""
+    uniq = tres.drop_nulls().unique().to_list()
+    counts = {u: gpu_count(u) for u in uniq}
+    keys = list(counts)
+    col = pl.col("_tres")
+    gpus = col.replace_strict(keys, [counts[k][0] for k in keys], default=0, return_dtype=pl.Int64)
+    gtype = col.replace_strict(keys, [counts[k][1] for k in keys], default=None, return_dtype=pl.String)
+    mig = col.replace_strict(keys, [counts[k][2] for k in keys], default=0, return_dtype=pl.Int64)
+    return gpus, gtype, mig
+
+
+_MEM_UNIT = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3, "E": 1024.0**4}
+
+
+def _req_mem_bytes(reqmem: pl.Expr, nodes: pl.Expr, cpus: pl.Expr) -> pl.Expr:
+    """ReqMem as total bytes: `Mn` is per node, `Mc` per CPU (before 21.08); plain is the amount printed."""
+    g = reqmem.str.strip_chars().str.extract_groups(r"^(\d+(?:\.\d*)?|\.\d+)([KMGTPEkmgtpe]?)([nc]?)$")
+    num = g.struct.field("1").cast(pl.Float64, strict=False)
+    unit = g.struct.field("2").str.to_uppercase()
+    factor = unit.replace_strict(list(_MEM_UNIT), list(_MEM_UNIT.values()), default=1.0, return_dtype=pl.Float64)
+    scope = g.struct.field("3")
+    mult = (
+        pl.when(scope == "n").then(nodes.cast(pl.Float64))
+        .when(scope == "c").then(cpus.cast(pl.Float64))
+        .otherwise(1.0)
+    )
+    total = num * factor * mult * 1048576.0
+    return pl.when(total < 9.2e18).then(total.round(0)).otherwise(None).cast(pl.Int64, strict=False)
+
+
+def parse(
+    data: bytes,
+    *,
+    cluster: str,
+    snapshot_time: datetime | None = None,
+    tz: ZoneInfo | None = None,
+    fmt: str | None = None,
+    delimiter: str | None = None,
+    source: str = "",
+) -> Parsed:
+    """sacct output -> Parsed(jobs, job_steps, quarantine). Pure; never raises on any bytes.
+
+    `tz` is the zone the times were printed in (UTC for live collection). Lines with the wrong number of
+    fields are recovered when one free-text field can absorb the surplus, else quarantined; so are lines
+    without a usable key (job id, Submit) and steps whose allocation line is not in the same output.
+    """
+    try:
+        return _parse(data, cluster=cluster, tz=tz, fmt=fmt, delimiter=delimiter, source=source)
+    except Exception as exc:  # a parser bug must not lose the input: quarantine every line, say why
+        rows = [
+            {"line_no": no, "raw_text": text, "raw_bytes": raw, "reason": f"parser error: {type(exc).__name__}: {exc}"}
+            for no, text, raw in split_lines(data)
+            if text.strip(BLANK)
+        ]
+        return Parsed(tables={}, quarantine=quarantine_frame(rows))
+
+
+def _parse(data: bytes, *, cluster: str, tz, fmt, delimiter, source) -> Parsed:
+    delim = delimiter or "|"
+    fields, header_no, trailing, problem = layout(data, fmt, delimiter)
+    if problem is not None or not fields:
+        rows = [
+            {"line_no": no, "raw_text": text, "raw_bytes": raw, "reason": problem or "no sacct fields"}
+            for no, text, raw in split_lines(data)
+            if text.strip(BLANK)
+        ]
+        return Parsed(tables={}, quarantine=quarantine_frame(rows))
+    df, quarantined, bad_raw = _split_all(data, fields, delim, header_no, trailing)
+    if df.height == 0:
+        return Parsed(tables={}, quarantine=quarantine_frame(quarantined))
+
+    has = set(fields)
+    jobid = _col(df, "jobid").str.strip_chars()
+    tres_field = "alloctres" if "alloctres" in has else ("allocgres" if "allocgres" in has else None)
+
+    base = df.with_columns(
+        jobid.alias("_jobid"),
+        jobid.str.contains(".", literal=True).alias("_is_step"),
+        jobid.str.split_exact(".", 1).struct.field("field_0").alias("_base"),
+        jobid.str.splitn(".", 2).struct.field("field_1").alias("_step"),
+        _col(df, "jobidraw").str.strip_chars().str.split_exact(".", 1).struct.field("field_0").alias("_rawbase"),
+        (_col(df, tres_field) if tres_field else pl.lit(None, pl.String)).str.strip_chars().alias("_tres"),
+    )
+    # job_id_raw: JobIDRaw when present; else the job id itself, or leader + offset for a het component
+    # (Slurm numbers het components consecutively); an array task without JobIDRaw has no knowable id.
+    het = pl.col("_base").str.extract_groups(r"^(\d+)\+(\d+)$")
+    arr = pl.col("_base").str.extract_groups(r"^(\d+)_(\[[^\]]*\]|\d+)$")
+    derived_raw = (
+        pl.when(pl.col("_base").str.contains(r"^\d+$"))
+        .then(pl.col("_base").cast(pl.Int64, strict=False))
+        .when(het.struct.field("1").is_not_null())
+        .then(het.struct.field("1").cast(pl.Int64, strict=False) + het.struct.field("2").cast(pl.Int64, strict=False))
+        .otherwise(None)
+    )
+    raw_expr = int_expr(pl.col("_rawbase")) if "jobidraw" in has else derived_raw
+    base = base.with_columns(
+        raw_expr.alias("job_id_raw"),
+        arr.struct.field("1").cast(pl.Int64, strict=False).alias("array_job_id"),
+        arr.struct.field("2").alias("array_task_id"),
+        het.struct.field("1").cast(pl.Int64, strict=False).alias("het_job_id"),
+        het.struct.field("2").cast(pl.Int32, strict=False).alias("het_job_offset"),
+        time_expr(_col(df, "submit"), tz).alias("submit_time"),
+    )
+    cluster_col = (
+        pl.coalesce(_null_if_blank(pl.col("cluster")), pl.lit(cluster)) if "cluster" in has else pl.lit(cluster)
+    )
+    state_raw = _null_if_blank(_col(df, "state"))
+    exit_parts = _col(df, "exitcode").str.strip_chars().str.split_exact(":", 1)
+    nodes = int_expr(_col(df, "nnodes"), pl.Int64)
+    cpus = int_expr(_col(df, "ncpus"), pl.Int64)
+    gpus, gtype, mig = _gpu_columns(base["_tres"])
+    flags = _col(df, "flags")
+
+    common: dict[str, pl.Expr] = {
+        "cluster": cluster_col,
+        "name": _col(df, "jobname"),
+        "state": state_raw.str.extract(r"^([A-Z_]+)"),
+        "state_raw": state_raw,
+        "exit_code": exit_parts.struct.field("field_0").cast(pl.Int32, strict=False),
+        "signal": exit_parts.struct.field("field_1").cast(pl.Int32, strict=False),
+        "start_time": time_expr(_col(df, "start"), tz),
+        "end_time": time_expr(_col(df, "end"), tz),
+        "elapsed_seconds": duration_expr(_col(df, "elapsed")),
+        "nodes": nodes.cast(pl.Int32),
+        "cpus": cpus.cast(pl.Int32),
+        "gpus": gpus.cast(pl.Int32),
+        "alloc_tres": pl.col("_tres"),
+        "node_list": _null_if_blank(_col(df, "nodelist")),
+        "source": pl.lit(source),
+    }
+    # Only write what the input has (a narrower capture must not blank out a wider one's values).
+    present = {
+        "name": "jobname", "state": "state", "state_raw": "state", "exit_code": "exitcode",
+        "signal": "exitcode", "start_time": "start", "end_time": "end", "elapsed_seconds": "elapsed",
+        "nodes": "nnodes", "cpus": "ncpus", "gpus": tres_field, "alloc_tres": tres_field,
+        "node_list": "nodelist",
+    }
+    common = {k: v for k, v in common.items() if k not in present or present[k] in has}
+
+    job_only: dict[str, pl.Expr] = {
+        "user": _null_if_blank(_col(df, "user")),
+        "uid": int_expr(_col(df, "uid")),
+        "account": _null_if_blank(_col(df, "account")),
+        "partition": _null_if_blank(_col(df, "partition")),
+        "qos": _null_if_blank(_col(df, "qos")),
+        "reason": _null_if_blank(_col(df, "reason")),
+        "eligible_time": time_expr(_col(df, "eligible"), tz),
+        "timelimit_seconds": duration_expr(_col(df, "timelimit")),
+        "gpu_type": gtype,
+        "mig_slices": mig.cast(pl.Int32),
+        "req_mem_bytes": _req_mem_bytes(_col(df, "reqmem"), nodes, cpus),
+        "billing": pl.col("_tres").str.extract(r"(?:^|,)billing=([0-9.]+)").cast(pl.Float64, strict=False),
+        "sched_by": (
+            pl.when(flags.str.contains("SchedBackfill", literal=True)).then(pl.lit("backfill"))
+            .when(flags.str.contains("SchedMain", literal=True)).then(pl.lit("main"))
+            .when(flags.str.contains("SchedSubmit", literal=True)).then(pl.lit("submit"))
+            .otherwise(None)
+        ),
+        "flags": _null_if_blank(flags),
+        "restarts": int_expr(_col(df, "restarts"), pl.Int32),
+        "priority": int_expr(_col(df, "priority")),
+    }
+    job_present = {
+        "user": "user", "uid": "uid", "account": "account", "partition": "partition", "qos": "qos",
+        "reason": "reason", "eligible_time": "eligible", "timelimit_seconds": "timelimit",
+        "gpu_type": tres_field, "mig_slices": tres_field, "req_mem_bytes": "reqmem", "billing": tres_field,
+        "sched_by": "flags", "flags": "flags", "restarts": "restarts", "priority": "priority",
+    }
+    job_only = {k: v for k, v in job_only.items() if job_present[k] in has}
+
+    typed = base.with_columns(**common, **job_only)
+    # A step belongs to the allocation attempt printed before it (sacct prints each job, then its steps).
+    typed = typed.with_columns(
+        pl.when(~pl.col("_is_step")).then(pl.col("submit_time")).otherwise(None).alias("_alloc_submit")
+    ).with_columns(
+        pl.col("_alloc_submit").forward_fill().over("job_id_raw").alias("job_submit_time")
+    )
+
+    reason = (
+        pl.when(pl.col("_jobid").is_null() | (pl.col("_jobid") == ""))
+        .then(pl.lit("empty JobID"))
+        .when(pl.col("job_id_raw").is_null() & (pl.col("array_job_id").is_not_null()) & pl.lit("jobidraw" not in has))
+        .then(pl.lit("array task without a JobIDRaw column: its job id is unknown (add JobIDRaw to --format)"))
+        .when(pl.col("job_id_raw").is_null())
+        .then(pl.lit("JobID/JobIDRaw is not a Slurm job id"))
+        .when(~pl.col("_is_step") & pl.col("submit_time").is_null())
+        .then(pl.lit("job without a Submit time (the key of the jobs table)"))
+        .when(pl.col("_is_step") & (pl.col("_step").is_null() | (pl.col("_step") == "")))
+        .then(pl.lit("empty step id"))
+        .when(pl.col("_is_step") & pl.col("job_submit_time").is_null())
+        .then(pl.lit("step without its job's allocation line earlier in the same output"))
+        .otherwise(None)
+        .alias("_reason")
+    )
+    typed = typed.with_columns(reason)
+    bad = typed.filter(pl.col("_reason").is_not_null())
+    ok = typed.filter(pl.col("_reason").is_null())
+    for no, line, why in bad.select("line_no", "line", "_reason").iter_rows():
+        quarantined.append({"line_no": no, "raw_text": line, "raw_bytes": bad_raw.get(no), "reason": why})
+
+    job_cols = ["cluster", "job_id", "job_id_raw", "submit_time", "array_job_id", "array_task_id",
+                "het_job_id", "het_job_offset", *[c for c in common if c != "cluster"], *job_only]
+    jobs = ok.filter(~pl.col("_is_step")).with_columns(pl.col("_jobid").alias("job_id")).select(
+        [c for c in dict.fromkeys(job_cols)]
+    )
+    step_cols = ["cluster", "job_id_raw", "job_submit_time", "step_id", "job_id",
+                 *[c for c in common if c != "cluster"]]
+    steps = ok.filter(pl.col("_is_step")).with_columns(
+        pl.col("_step").alias("step_id"), pl.col("_jobid").alias("job_id")
+    ).select([c for c in dict.fromkeys(step_cols)])
+    q = quarantine_frame(sorted(quarantined, key=lambda r: r["line_no"]))
+    return Parsed(tables={"jobs": jobs, "job_steps": steps}, quarantine=q)
+
+
+# ----------------------------------------------------------------------------------------- attempts
+
+ATTEMPT_SQL = """
+UPDATE jobs SET attempt = r.rn, restarts = coalesce(jobs.restarts, r.rn - 1)
+FROM (
+    SELECT j.cluster, j.job_id_raw, j.submit_time,
+           row_number() OVER (PARTITION BY j.cluster, j.job_id_raw ORDER BY j.submit_time) AS rn
+    FROM jobs j
+    JOIN (SELECT DISTINCT cluster, job_id_raw FROM _affected_jobs) a
+      ON j.cluster = a.cluster AND j.job_id_raw = a.job_id_raw
+) r
+WHERE jobs.cluster = r.cluster AND jobs.job_id_raw = r.job_id_raw AND jobs.submit_time = r.submit_time
+  AND jobs.attempt IS DISTINCT FROM r.rn
+"""
+
+
+def recompute_attempts(con: duckdb.DuckDBPyConnection, affected: pl.DataFrame) -> None:
+    """attempt = rank by submit time among ALL stored rows of each affected (cluster, job_id_raw).
+
+    A window holds only some attempts of a requeued job, so the rank must come from the table. Runs
+    inside the load transaction, over the affected jobs only.
+    """
+    if affected.height == 0:
+        return
+    con.register("_affected_jobs", affected.select("cluster", "job_id_raw").unique().to_arrow())
+    try:
+        con.execute(ATTEMPT_SQL)
+    finally:
+        con.unregister("_affected_jobs")
+
+
+def after_upsert(parsed: Parsed) -> Callable[[duckdb.DuckDBPyConnection], None]:
+    """The hook base.load runs inside the transaction: recompute attempts of the jobs just loaded."""
+    jobs = parsed.tables.get("jobs")
+
+    def hook(con: duckdb.DuckDBPyConnection) -> None:
+        if jobs is not None:
+            recompute_attempts(con, jobs)
+
+    return hook
+
+
+# ------------------------------------------------------------------------------------- live helpers
+
+
+def pending_job_ids(con: duckdb.DuckDBPyConnection, cluster: str, limit: int = 20000) -> list[str]:
+    """Jobs a -S/-E window can miss: those in the latest squeue snapshot and those stored as PENDING."""
+    rows = con.execute(
+        """
+        WITH snap AS (SELECT max(snapshot_time) AS t FROM pending_jobs WHERE cluster = ?)
+        SELECT DISTINCT id FROM (
+            SELECT coalesce(CAST(p.job_id_raw AS VARCHAR), regexp_extract(p.job_id, '^[0-9]+(_[0-9]+)?')) AS id
+            FROM pending_jobs p, snap WHERE p.cluster = ? AND p.snapshot_time = snap.t
+            UNION ALL
+            SELECT CAST(job_id_raw AS VARCHAR) FROM jobs WHERE cluster = ? AND state = 'PENDING'
+        ) WHERE id IS NOT NULL AND id <> ''
+        ORDER BY id LIMIT ?
+        """,
+        [cluster, cluster, cluster, limit],
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+_ID = re.compile(r"^\d+(_\d+)?$")
+
+
+def valid_job_ids(ids: Iterable[str]) -> list[str]:
+    """Only plain ids reach the command line (an argument list, but sacct should not see junk either)."""
+    return [i for i in ids if _ID.match(i)]

@@ -1,0 +1,299 @@
+"""sacct parser on small hand-made outputs: every value below was worked out by hand from the input line."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
+
+import polars as pl
+from hypothesis import given
+from hypothesis import strategies as st
+from slurmscope.collectors import sacct
+from slurmscope.collectors.sacct import LIVE_FIELDS, parse
+
+US = "\x1f"
+UTCZ = ZoneInfo("UTC")
+
+
+def live(rows: list[list[str]], delim: str = US, eol: str = "\n") -> bytes:
+    """Output of the live command: header line then rows, in LIVE_FIELDS order."""
+    names = LIVE_FIELDS.split(",")
+    lines = [delim.join(names)]
+    for r in rows:
+        assert len(r) == len(names), r
+        lines.append(delim.join(r))
+    return (eol.join(lines) + eol).encode("utf-8")
+
+
+def row(**kw: str) -> list[str]:
+    """One live-format line with defaults for every field not given."""
+    base = {
+        "JobID": "100", "JobIDRaw": "100", "Cluster": "", "Partition": "gpu", "QOS": "normal",
+        "Account": "ml", "User": "alice", "UID": "1001", "Submit": "2024-05-01T10:00:00",
+        "Eligible": "2024-05-01T10:00:00", "Start": "2024-05-01T10:05:00", "End": "2024-05-01T11:05:00",
+        "Elapsed": "01:00:00", "Timelimit": "1-00:00:00", "State": "COMPLETED", "ExitCode": "0:0",
+        "NNodes": "1", "NCPUS": "8", "ReqMem": "64G", "AllocTRES": "billing=8,cpu=8,mem=64G,node=1",
+        "NodeList": "gpu001", "Flags": "SchedMain", "Priority": "1000", "Reason": "None", "JobName": "train",
+    }
+    unknown = set(kw) - set(base)
+    assert not unknown, unknown
+    base.update(kw)
+    return [base[n] for n in LIVE_FIELDS.split(",")]
+
+
+def p(data: bytes, **kw) -> sacct.Parsed:
+    kw.setdefault("cluster", "c1")
+    kw.setdefault("tz", UTCZ)
+    kw.setdefault("delimiter", US)
+    return parse(data, snapshot_time=datetime(2024, 5, 2, tzinfo=UTC), **kw)
+
+
+def job(parsed, job_id: str) -> dict:
+    rows = parsed.tables["jobs"].filter(pl.col("job_id") == job_id).to_dicts()
+    assert len(rows) == 1, (job_id, rows)
+    return rows[0]
+
+
+def test_live_format_values():
+    data = live([
+        row(),
+        row(JobID="100.batch", JobIDRaw="100.batch", Submit="2024-05-01T10:05:00", NodeList="gpu001",
+            JobName="batch", AllocTRES="cpu=8,mem=64G,node=1", State="COMPLETED", Elapsed="00:59:58"),
+        row(JobID="100.0", JobIDRaw="100.0", Submit="2024-05-01T10:05:01", JobName="python", State="FAILED",
+            ExitCode="1:0"),
+        row(JobID="101", JobIDRaw="101", State="CANCELLED by 1234", ExitCode="0:15", Flags="SchedBackfill",
+            AllocTRES="billing=32,cpu=32,gres/gpu:h100=4,gres/gpu=4,mem=256G,node=1", Cluster="other",
+            Timelimit="UNLIMITED", Start="None", End="2024-05-01T10:01:00", NodeList="None assigned",
+            Elapsed="00:00:00"),
+        row(JobID="102", JobIDRaw="102", State="RUNNING", End="Unknown", Timelimit="Partition_Limit",
+            AllocTRES="cpu=2,gres/gpu:1g.10gb=1,gres/gpu=1,mem=8G,node=1", ReqMem="4000Mc", NCPUS="2",
+            Flags="SchedSubmit", Elapsed="5-01:02:03"),
+    ])
+    out = p(data)
+    assert out.quarantine.height == 0
+    assert out.tables["jobs"].height == 3 and out.tables["job_steps"].height == 2
+
+    j = job(out, "100")
+    assert j["cluster"] == "c1"
+    assert j["job_id_raw"] == 100
+    assert j["submit_time"] == datetime(2024, 5, 1, 10, 0, tzinfo=UTC)
+    assert j["start_time"] == datetime(2024, 5, 1, 10, 5, tzinfo=UTC)
+    assert j["elapsed_seconds"] == 3600 and j["timelimit_seconds"] == 86400
+    assert (j["state"], j["exit_code"], j["signal"]) == ("COMPLETED", 0, 0)
+    assert (j["gpus"], j["gpu_type"], j["mig_slices"], j["billing"]) == (0, None, 0, 8.0)
+    assert j["req_mem_bytes"] == 64 * 1024**3
+    assert j["sched_by"] == "main" and j["priority"] == 1000 and j["uid"] == 1001
+    assert j["reason"] is None and j["name"] == "train" and j["node_list"] == "gpu001"
+
+    c = job(out, "101")
+    assert c["cluster"] == "other"  # the Cluster column wins over --cluster
+    assert (c["state"], c["state_raw"]) == ("CANCELLED", "CANCELLED by 1234")
+    assert (c["exit_code"], c["signal"]) == (0, 15)
+    assert c["sched_by"] == "backfill"
+    assert (c["gpus"], c["gpu_type"]) == (4, "h100")  # typed + untyped: 4, not 8
+    assert c["timelimit_seconds"] is None and c["start_time"] is None and c["node_list"] is None
+
+    r = job(out, "102")
+    assert r["end_time"] is None and r["timelimit_seconds"] is None
+    assert (r["gpus"], r["gpu_type"], r["mig_slices"]) == (0, "1g.10gb", 1)  # a MIG slice is not a GPU
+    assert r["req_mem_bytes"] == 4000 * 2 * 1024**2  # 4000M per CPU x 2 CPUs
+    assert r["sched_by"] == "submit" and r["elapsed_seconds"] == 5 * 86400 + 3723
+
+    steps = out.tables["job_steps"].sort("step_id").to_dicts()
+    assert [s["step_id"] for s in steps] == ["0", "batch"]
+    assert all(s["job_submit_time"] == datetime(2024, 5, 1, 10, 0, tzinfo=UTC) for s in steps)
+    assert steps[0]["exit_code"] == 1 and steps[0]["state"] == "FAILED" and steps[0]["job_id"] == "100.0"
+    assert steps[1]["elapsed_seconds"] == 3598
+
+
+def test_arrays_and_het_jobs():
+    data = live([
+        row(JobID="200_[5-9%2]", JobIDRaw="200", State="PENDING", Start="Unknown", End="Unknown",
+            AllocTRES="", NodeList="None assigned", Reason="JobArrayTaskLimit"),
+        row(JobID="200_4", JobIDRaw="204", State="RUNNING", End="Unknown"),
+        row(JobID="200_5", JobIDRaw="200", State="RUNNING", End="Unknown"),
+        row(JobID="300+0", JobIDRaw="300", AllocTRES="cpu=4,gres/gpu=2,node=1"),
+        row(JobID="300+1", JobIDRaw="301", AllocTRES="cpu=16,node=1"),
+        row(JobID="300+0.0", JobIDRaw="300.0"),
+    ])
+    out = p(data)
+    assert out.quarantine.height == 0
+    jobs = out.tables["jobs"]
+    pend = jobs.filter(pl.col("job_id") == "200_[5-9%2]").to_dicts()[0]
+    assert (pend["array_job_id"], pend["array_task_id"], pend["job_id_raw"]) == (200, "[5-9%2]", 200)
+    assert pend["reason"] == "JobArrayTaskLimit" and pend["gpus"] == 0
+    t4 = job(out, "200_4")
+    assert (t4["array_job_id"], t4["array_task_id"], t4["job_id_raw"]) == (200, "4", 204)
+    h1 = job(out, "300+1")
+    assert (h1["het_job_id"], h1["het_job_offset"], h1["job_id_raw"]) == (300, 1, 301)
+    assert job(out, "300+0")["gpus"] == 2
+    step = out.tables["job_steps"].to_dicts()[0]
+    assert (step["job_id_raw"], step["step_id"], step["job_id"]) == (300, "0", "300+0.0")
+
+
+def test_job_name_with_the_delimiter_is_recovered_when_it_is_the_only_free_text_field():
+    data = live([row(JobName="a|b|c"), row(JobID="101", JobIDRaw="101", JobName='quote " and |')], delim="|")
+    out = p(data, delimiter="|")
+    assert out.quarantine.height == 0
+    assert job(out, "100")["name"] == "a|b|c"
+    assert job(out, "101")["name"] == 'quote " and |'
+    assert job(out, "100")["partition"] == "gpu"
+
+
+def test_free_text_in_the_middle_is_recovered():
+    data = b"JobID|JobName|Submit|State\n7|x|y|2024-05-01T00:00:00|COMPLETED\n"
+    out = parse(data, cluster="c", tz=UTCZ)
+    assert out.quarantine.height == 0
+    j = out.tables["jobs"].to_dicts()[0]
+    assert (j["name"], j["state"], j["job_id_raw"]) == ("x|y", "COMPLETED", 7)
+
+
+def test_two_free_text_fields_with_extra_delimiters_are_quarantined_with_reason():
+    data = b"JobID|JobName|Comment|Submit\n7|x|y|z|2024-05-01T00:00:00\n8|a|b|2024-05-01T00:00:00\n"
+    out = parse(data, cluster="c", tz=UTCZ)
+    assert out.tables["jobs"]["job_id"].to_list() == ["8"]
+    q = out.quarantine.to_dicts()
+    assert len(q) == 1 and q[0]["line_no"] == 2
+    assert "jobname, comment" in q[0]["reason"] and "5 fields, expected 4" in q[0]["reason"]
+    assert q[0]["raw_text"] == "7|x|y|z|2024-05-01T00:00:00"
+
+
+def test_short_line_is_quarantined():
+    out = p(live([row()]) + b"105\x1f105\n")
+    assert out.tables["jobs"].height == 1
+    assert out.quarantine["reason"].to_list() == ["2 fields, expected 25"]
+
+
+def test_multibyte_delimiters_and_crlf():
+    for delim in ("☃", "^|^", US):
+        out = p(live([row(JobName="n|x"), row(JobID="101", JobIDRaw="101")], delim=delim, eol="\r\n"),
+                delimiter=delim)
+        assert out.quarantine.height == 0, delim
+        assert job(out, "100")["name"] == "n|x"
+        assert job(out, "101")["priority"] == 1000  # no stray \r in the second-to-last fields either
+        assert job(out, "101")["name"] == "train"
+
+
+def test_non_utf8_name_is_kept_with_replacement():
+    data = live([row()]).replace(b"train", b"tr\xffain")
+    out = p(data)
+    assert out.quarantine.height == 0
+    assert job(out, "100")["name"] == "tr\ufffdain"
+
+
+def test_bad_utf8_line_quarantined_keeps_raw_bytes():
+    data = live([row()]) + b"bad\xfe\x1fline\n"
+    out = p(data)
+    q = out.quarantine.to_dicts()
+    assert len(q) == 1 and q[0]["raw_bytes"] == b"bad\xfe\x1fline" and q[0]["line_no"] == 3
+
+
+def test_headerless_with_format_and_timezone_and_epoch():
+    fmt = "JobID,Submit,Start,End,State,AllocGRES"
+    data = b"5|2024-01-15T12:00:00|1705320000|Unknown|RUNNING|gpu:tesla:2\n"
+    out = parse(data, cluster="c", tz=ZoneInfo("America/New_York"), fmt=fmt)
+    j = out.tables["jobs"].to_dicts()[0]
+    assert j["submit_time"] == datetime(2024, 1, 15, 17, 0, tzinfo=UTC)  # EST = UTC-5
+    assert j["start_time"] == datetime(2024, 1, 15, 12, 0, tzinfo=UTC)  # epoch seconds are already UTC
+    assert (j["gpus"], j["gpu_type"]) == (2, "tesla")
+    # a header line matching --format is skipped, not quarantined
+    out2 = parse(b"JobID|Submit|Start|End|State|AllocGRES\n" + data, cluster="c", tz=UTCZ, fmt=fmt)
+    assert out2.quarantine.height == 0 and out2.tables["jobs"].height == 1
+
+
+def test_parsable_trailing_delimiter():
+    fmt = "JobID,JobName,Submit,Comment"
+    data = "9☃nm☃2024-01-01T00:00:00☃☃\n9.batch☃batch☃2024-01-01T00:00:05☃☃\n".encode()
+    out = parse(data, cluster="c", tz=UTCZ, fmt=fmt, delimiter="☃")
+    assert out.quarantine.height == 0
+    assert out.tables["jobs"]["name"].to_list() == ["nm"]
+    assert out.tables["job_steps"]["step_id"].to_list() == ["batch"]
+
+
+def test_narrow_capture_writes_only_its_columns():
+    out = parse(b"JobID|Submit|State\n5|2024-01-01T00:00:00|COMPLETED\n", cluster="c", tz=UTCZ)
+    cols = set(out.tables["jobs"].columns)
+    assert {"job_id", "job_id_raw", "submit_time", "state"} <= cols
+    assert not cols & {"gpus", "partition", "account", "node_list", "timelimit_seconds"}
+
+
+def test_missing_key_fields_and_orphan_steps():
+    assert "without submit" in sacct.check_input(b"JobID|State\n1|COMPLETED\n")
+    assert "not a sacct header" in sacct.check_input(b"1|2|3\n")
+    data = live([row(JobID="100.batch", JobIDRaw="100.batch"), row(JobID="x", JobIDRaw="x"),
+                 row(JobID="103", JobIDRaw="103", Submit="Unknown")])
+    reasons = p(data).quarantine["reason"].to_list()
+    assert reasons == [
+        "step without its job's allocation line earlier in the same output",
+        "JobID/JobIDRaw is not a Slurm job id",
+        "job without a Submit time (the key of the jobs table)",
+    ]
+
+
+def test_requeue_attempts_in_one_output_each_with_its_steps():
+    data = live([
+        row(JobID="500", JobIDRaw="500", Submit="2024-05-01T10:00:00", State="REQUEUED"),
+        row(JobID="500.batch", JobIDRaw="500.batch", State="CANCELLED"),
+        row(JobID="500", JobIDRaw="500", Submit="2024-05-01T12:00:00", State="COMPLETED"),
+        row(JobID="500.batch", JobIDRaw="500.batch", State="COMPLETED"),
+    ])
+    out = p(data)
+    jobs = out.tables["jobs"].sort("submit_time")
+    assert jobs["state"].to_list() == ["REQUEUED", "COMPLETED"]
+    steps = out.tables["job_steps"].sort("job_submit_time")
+    assert steps["job_submit_time"].to_list() == [datetime(2024, 5, 1, 10, tzinfo=UTC),
+                                                 datetime(2024, 5, 1, 12, tzinfo=UTC)]
+    assert steps["state"].to_list() == ["CANCELLED", "COMPLETED"]
+
+
+def test_command_is_an_argument_list_with_utc_window():
+    from slurmscope.config import load_config
+
+    cfg = load_config(None, env={})
+    argv = sacct.command(cfg, start=datetime(2024, 5, 1, 12, tzinfo=ZoneInfo("Europe/Berlin")),
+                         end=datetime(2024, 5, 2, tzinfo=UTC))
+    assert argv[0].endswith("sacct")
+    assert "--starttime=2024-05-01T10:00:00" in argv and "--endtime=2024-05-02T00:00:00" in argv
+    assert f"--delimiter={US}" in argv and "--duplicates" in argv and "--parsable2" in argv
+    assert argv[-1] == f"--format={LIVE_FIELDS}" and LIVE_FIELDS.endswith("JobName")
+
+
+# ----------------------------------------------------------------------------------------- properties
+
+
+def _accounted(data: bytes, out) -> None:
+    lines = [ln for ln in data.split(b"\n")]
+    if lines and lines[-1] == b"":
+        lines.pop()
+    nonblank = [i for i, ln in enumerate(lines, 1) if ln.rstrip(b"\r").strip(b" \t\r")]
+    kept = out.rows
+    quarantined = out.quarantine.height
+    header = 1 if (kept or quarantined < len(nonblank)) else 0
+    assert kept + quarantined + header == len(nonblank)
+    assert out.quarantine["line_no"].is_unique().all()
+
+
+@given(st.binary(max_size=400))
+def test_parse_never_raises_on_arbitrary_bytes(data: bytes):
+    out = parse(data, cluster="c", tz=UTCZ)
+    _accounted(data, out)
+    out = parse(data, cluster="c", tz=UTCZ, fmt="JobID,JobIDRaw,Submit,State,JobName", delimiter=US)
+    _accounted(data, out)
+
+
+_field = st.one_of(
+    st.sampled_from(["100", "100.batch", "7_3", "7_[1-3]", "5+1", "", "Unknown", "None", "2024-05-01T10:00:00",
+                     "CANCELLED by 3", "gres/gpu:a100=2,gres/gpu=2", "1-00:00:00", "0:9", "|", US, '"']),
+    st.text(max_size=8),
+)
+
+
+@given(st.lists(st.lists(_field, min_size=1, max_size=30), max_size=12), st.sampled_from(["|", US, "^|^"]))
+def test_every_line_after_a_header_is_kept_or_quarantined(rows, delim):
+    header = delim.join(LIVE_FIELDS.split(","))
+    body = "\n".join(delim.join(r) for r in rows)
+    data = (header + "\n" + body + "\n").encode("utf-8", errors="surrogatepass")
+    out = parse(data, cluster="c", tz=UTCZ, delimiter=delim)
+    lines = [ln for ln in body.split("\n")] if rows else []
+    nonblank = [ln for ln in lines if ln.strip(" \t\r")]
+    assert out.rows + out.quarantine.height == len(nonblank)
