@@ -250,6 +250,214 @@ CATALOG: tuple[Metric, ...] = (
               " GROUP BY ALL",
         requires=("jobs",),
     ),
+    Metric(
+        name="slurmscope_jobs_ended_gpu_seconds_total", type="counter", unit="seconds",
+        help="GPU-seconds (elapsed x GPUs) of attempts that reached a terminal state so far, per state.",
+        labels=("cluster", "partition", "account", "state"),
+        source="jobs (sacct, end_time <= now)",
+        query=f"SELECT cluster, coalesce(\"partition\", '') AS \"partition\", coalesce(account, '') AS account,"
+              f" state, sum(coalesce(elapsed_seconds, 0) * coalesce(gpus, 0)) AS value FROM jobs"
+              f" WHERE cluster = $cluster AND end_time <= $now AND state IN {TERMINAL_STATES} GROUP BY ALL",
+        requires=("jobs",),
+    ),
+    Metric(
+        name="slurmscope_job_wait_seconds", type="gauge", unit="seconds",
+        help="Wait (start - eligible) quantiles of jobs that started on the latest day, per partition, account,"
+             " GPU class (GPUs requested: 0, 1, 2-4, 5-8, 9-16, 17+) and model.",
+        labels=("cluster", "partition", "account", "gpu_class", "gpu_model", "quantile"),
+        source="mart_wait_times (latest day <= now)",
+        query="""
+            WITH w AS (SELECT * FROM mart_wait_times WHERE cluster = $cluster
+                       AND day = (SELECT max(day) FROM mart_wait_times WHERE cluster = $cluster
+                                  AND day <= CAST($now AS DATE)))
+            SELECT cluster, "partition", account, gpu_class, gpu_model, q.quantile,
+                   CASE q.quantile WHEN '0.5' THEN p50_seconds WHEN '0.9' THEN p90_seconds ELSE p99_seconds END AS value
+            FROM w, (VALUES ('0.5'), ('0.9'), ('0.99')) q(quantile)""",
+        requires=("mart_wait_times",),
+    ),
+    Metric(
+        name="slurmscope_job_wait_started_jobs", type="gauge", unit="",
+        help="Jobs the wait-time quantiles of the latest day are computed from (small counts make noisy quantiles).",
+        labels=("cluster", "partition", "account", "gpu_class", "gpu_model"),
+        source="mart_wait_times (latest day <= now)",
+        query="""SELECT cluster, "partition", account, gpu_class, gpu_model, jobs AS value FROM mart_wait_times
+                 WHERE cluster = $cluster AND day = (SELECT max(day) FROM mart_wait_times WHERE cluster = $cluster
+                                                     AND day <= CAST($now AS DATE))""",
+        requires=("mart_wait_times",),
+    ),
+    # ---- usage and cost counters ----------------------------------------------------------------------
+    Metric(
+        name="slurmscope_gpu_seconds_total", type="counter", unit="seconds",
+        help="GPU-seconds allocated so far, running allocations included; grows at every pipeline run, never decreases.",
+        labels=("cluster", "account", "partition", "gpu_model"),
+        source="mart_usage_counters",
+        query="SELECT cluster, account, \"partition\", gpu_model, gpu_seconds_total AS value FROM mart_usage_counters"
+              " WHERE cluster = $cluster AND updated_at <= $now",
+        requires=("mart_usage_counters",),
+    ),
+    Metric(
+        name="slurmscope_cost_usd_total", type="counter", unit="usd",
+        help="Cost of the allocated GPU-seconds so far at the configured rates; never decreases.",
+        labels=("cluster", "account", "partition", "gpu_model"),
+        source="mart_usage_counters",
+        query="SELECT cluster, account, \"partition\", gpu_model, cost_usd_total AS value FROM mart_usage_counters"
+              " WHERE cluster = $cluster AND updated_at <= $now",
+        requires=("mart_usage_counters",),
+    ),
+    Metric(
+        name="slurmscope_gpu_seconds_correction_seconds", type="gauge", unit="seconds",
+        help="Recomputed minus reported GPU-seconds (<= 0): a correction the monotone counter could not apply.",
+        labels=("cluster", "account", "partition", "gpu_model"),
+        source="mart_usage_counters",
+        query="SELECT cluster, account, \"partition\", gpu_model, gpu_seconds_correction AS value FROM mart_usage_counters"
+              " WHERE cluster = $cluster AND updated_at <= $now",
+        requires=("mart_usage_counters",),
+    ),
+    Metric(
+        name="slurmscope_cost_correction_usd", type="gauge", unit="usd",
+        help="Recomputed minus reported cost (<= 0): a correction the monotone cost counter could not apply.",
+        labels=("cluster", "account", "partition", "gpu_model"),
+        source="mart_usage_counters",
+        query="SELECT cluster, account, \"partition\", gpu_model, cost_usd_correction AS value FROM mart_usage_counters"
+              " WHERE cluster = $cluster AND updated_at <= $now",
+        requires=("mart_usage_counters",),
+    ),
+    Metric(
+        name="slurmscope_capacity_gpu_seconds_total", type="counter", unit="seconds",
+        help="GPU capacity integrated over time per partition, model and state (allocated, idle, down, reserved),"
+             " from the daily capacity mart; the current day counts what the last pipeline run saw.",
+        labels=("cluster", "partition", "gpu_model", "state"),
+        source="mart_capacity_daily (days <= today)",
+        query="""
+            SELECT cluster, "partition", gpu_model, s.state,
+                   sum(CASE s.state WHEN 'allocated' THEN allocated_gpu_seconds WHEN 'idle' THEN idle_gpu_seconds
+                                    WHEN 'down' THEN down_gpu_seconds ELSE reserved_gpu_seconds END) AS value
+            FROM mart_capacity_daily, (VALUES ('allocated'), ('idle'), ('down'), ('reserved')) s(state)
+            WHERE cluster = $cluster AND day <= CAST($now AS DATE) GROUP BY ALL""",
+        requires=("mart_capacity_daily",),
+    ),
+    # ---- occupancy and backfill (marts) ---------------------------------------------------------------
+    Metric(
+        name="slurmscope_occupancy_gpu_seconds_total", type="counter", unit="seconds",
+        help="GPU-seconds per occupancy kind so far: idle (available, unallocated), hole (idle while a pending"
+             " GPU job would have fit), backfill (held by backfill-started attempts).",
+        labels=("cluster", "partition", "gpu_model", "kind"),
+        source="mart_occupancy (buckets started before now)",
+        query="""
+            SELECT cluster, "partition", gpu_model, k.kind,
+                   sum(CASE k.kind WHEN 'idle' THEN coalesce(idle_gpu_seconds, 0)
+                                   WHEN 'hole' THEN coalesce(hole_gpu_seconds, 0)
+                                   ELSE backfill_gpu_seconds END) AS value
+            FROM mart_occupancy, (VALUES ('idle'), ('hole'), ('backfill')) k(kind)
+            WHERE cluster = $cluster AND bucket_start < $now GROUP BY ALL""",
+        requires=("mart_occupancy",),
+    ),
+    Metric(
+        name="slurmscope_backfill_hole_filled_ratio", type="gauge", unit="ratio",
+        help="Share of schedule holes backfill filled in the latest occupancy bucket: backfill / (backfill + hole).",
+        labels=("cluster", "partition", "gpu_model"),
+        source="mart_occupancy (latest bucket before now)",
+        query="""SELECT cluster, "partition", gpu_model, hole_filled_share AS value FROM mart_occupancy
+                 WHERE cluster = $cluster AND hole_filled_share IS NOT NULL
+                   AND bucket_start = (SELECT max(bucket_start) FROM mart_occupancy WHERE cluster = $cluster
+                                       AND bucket_start < $now)""",
+        requires=("mart_occupancy",),
+    ),
+    Metric(
+        name="slurmscope_backfill_started_jobs_ratio", type="gauge", unit="ratio",
+        help="Share of the latest day's started attempts that backfill started, per partition.",
+        labels=("cluster", "partition"),
+        source="mart_backfill_daily (latest day <= now)",
+        query="""SELECT cluster, "partition", coalesce(share, 0) AS value FROM mart_backfill_daily
+                 WHERE cluster = $cluster AND sched_by = 'backfill'
+                   AND day = (SELECT max(day) FROM mart_backfill_daily WHERE cluster = $cluster
+                              AND day <= CAST($now AS DATE))""",
+        requires=("mart_backfill_daily",),
+    ),
+    Metric(
+        name="slurmscope_scheduler_jobs_total", type="counter", unit="",
+        help="Scheduler job events so far (sdiag deltas summed across daily resets and restarts): submitted,"
+             " started, completed, canceled, failed, backfilled.",
+        labels=("cluster", "event"),
+        source="mart_sched_deltas (snapshots <= now)",
+        query="""
+            SELECT cluster, e.event,
+                   sum(coalesce(CASE e.event WHEN 'submitted' THEN jobs_submitted WHEN 'started' THEN jobs_started
+                                WHEN 'completed' THEN jobs_completed WHEN 'canceled' THEN jobs_canceled
+                                WHEN 'failed' THEN jobs_failed ELSE bf_backfilled_jobs END, 0)) AS value
+            FROM mart_sched_deltas,
+                 (VALUES ('submitted'), ('started'), ('completed'), ('canceled'), ('failed'), ('backfilled')) e(event)
+            WHERE cluster = $cluster AND snapshot_time <= $now GROUP BY ALL""",
+        requires=("mart_sched_deltas",),
+    ),
+    Metric(
+        name="slurmscope_scheduler_cycles_total", type="counter", unit="",
+        help="Scheduling cycles so far per scheduler (main, backfill), summed from sdiag deltas.",
+        labels=("cluster", "scheduler"),
+        source="mart_sched_deltas (snapshots <= now)",
+        query="""
+            SELECT cluster, s.scheduler,
+                   sum(coalesce(CASE s.scheduler WHEN 'main' THEN main_cycles ELSE bf_cycles END, 0)) AS value
+            FROM mart_sched_deltas, (VALUES ('main'), ('backfill')) s(scheduler)
+            WHERE cluster = $cluster AND snapshot_time <= $now GROUP BY ALL""",
+        requires=("mart_sched_deltas",),
+    ),
+    # ---- reliability (marts) --------------------------------------------------------------------------
+    Metric(
+        name="slurmscope_fault_killed_jobs_total", type="counter", unit="",
+        help="Job attempts killed by a node or GPU fault so far, per partition and fault kind.",
+        labels=("cluster", "partition", "fault_kind"),
+        source="mart_fault_impact (fault_time <= now)",
+        query="SELECT cluster, coalesce(\"partition\", '') AS \"partition\", fault_kind, count(*) AS value"
+              " FROM mart_fault_impact WHERE cluster = $cluster AND fault_time <= $now GROUP BY ALL",
+        requires=("mart_fault_impact",),
+    ),
+    Metric(
+        name="slurmscope_fault_lost_gpu_seconds_total", type="counter", unit="seconds",
+        help="GPU-seconds of attempts killed by node or GPU faults so far, per partition and fault kind.",
+        labels=("cluster", "partition", "fault_kind"),
+        source="mart_fault_impact (fault_time <= now)",
+        query="SELECT cluster, coalesce(\"partition\", '') AS \"partition\", fault_kind,"
+              " sum(gpu_hours_lost) * 3600 AS value FROM mart_fault_impact"
+              " WHERE cluster = $cluster AND fault_time <= $now GROUP BY ALL",
+        requires=("mart_fault_impact",),
+    ),
+    Metric(
+        name="slurmscope_node_failures", type="gauge", unit="",
+        help="DOWN/DRAIN/FAIL failures of the node over the observed history (as of the last pipeline run).",
+        labels=("cluster", "node"),
+        source="mart_node_reliability",
+        query="SELECT cluster, node, failures AS value FROM mart_node_reliability WHERE cluster = $cluster",
+        requires=("mart_node_reliability",),
+    ),
+    Metric(
+        name="slurmscope_node_mtbf_seconds", type="gauge", unit="seconds",
+        help="Mean time between failures of the node (up-seconds / failures), for nodes that failed.",
+        labels=("cluster", "node"),
+        source="mart_node_reliability",
+        query="SELECT cluster, node, mtbf_seconds AS value FROM mart_node_reliability WHERE cluster = $cluster",
+        requires=("mart_node_reliability",),
+    ),
+    Metric(
+        name="slurmscope_node_mttr_seconds", type="gauge", unit="seconds",
+        help="Mean time to repair of the node's ended failures.",
+        labels=("cluster", "node"),
+        source="mart_node_reliability",
+        query="SELECT cluster, node, mttr_seconds AS value FROM mart_node_reliability WHERE cluster = $cluster",
+        requires=("mart_node_reliability",),
+    ),
+    Metric(
+        name="slurmscope_goodput_lost_ratio", type="gauge", unit="ratio",
+        help="Share of GPU time lost to node failures for jobs of N nodes: expected (Young-Daly checkpointing at"
+             " the measured MTBF) and measured (fault-killed GPU-hours / all GPU-hours).",
+        labels=("cluster", "partition", "nodes", "kind"),
+        source="mart_goodput",
+        query="""
+            SELECT cluster, "partition", CAST(nodes AS VARCHAR) AS nodes, k.kind,
+                   CASE k.kind WHEN 'expected' THEN expected_lost_share ELSE measured_lost_share END AS value
+            FROM mart_goodput, (VALUES ('expected'), ('measured')) k(kind) WHERE cluster = $cluster""",
+        requires=("mart_goodput",),
+    ),
     # ---- scheduler (sdiag) ----------------------------------------------------------------------------
     _sdiag("slurmscope_sdiag_server_threads", "server_thread_count", "", "slurmctld server threads (sdiag)."),
     _sdiag("slurmscope_sdiag_agent_queue_size", "agent_queue_size", "", "slurmctld agent queue size (sdiag)."),

@@ -1,0 +1,93 @@
+"""Every alert threshold in one place, each with the reason for its value.
+
+Change a number here, rebuild (`slurmscope alerts build --out alerts`) and the promtool tests in
+alerts/tests/ fail until their hand-written series are moved to the new boundary: on purpose, so that a
+threshold never moves without someone looking at what it means for the pager.
+"""
+
+from __future__ import annotations
+
+# A node that is DOWN for 10 minutes is not a reboot or a slurmd restart (those take 1-5 minutes).
+NODE_DOWN_FOR = "10m"
+
+# Drained nodes waiting longer than a day usually mean a forgotten RMA or a ticket nobody owns.
+NODE_DRAINED_MAX_SECONDS = 24 * 3600
+NODE_DRAINED_FOR = "15m"
+
+# Three DOWN/DRAIN events in six hours: one can be maintenance, three is a node that keeps failing jobs.
+NODE_FLAP_EVENTS = 3
+NODE_FLAP_WINDOW = "6h"
+NODE_FLAP_FOR = "5m"
+
+# XIDs that mean the GPU or its memory is broken or the job died with it (NVIDIA's XID catalogue: 48 DBE,
+# 63/64 row remap, 74 NVLink, 79 fallen off the bus, 92 high SBE rate, 94/95 contained/uncontained ECC,
+# 119/120 GSP errors). Application XIDs such as 13, 31 and 43 are not paged on.
+CRITICAL_XIDS = (48, 63, 64, 74, 79, 92, 94, 95, 119, 120)
+# Event alerts look back this far: long enough to survive a few missed scrapes, short enough to clear.
+EVENT_WINDOW = "15m"
+EVENT_FOR = "1m"
+
+# A failed row remap needs a GPU replacement; any for longer than a few minutes is real.
+ROW_REMAP_FOR = "5m"
+
+# Throttled a quarter of the time for 15 minutes: brief boosts-and-throttles are normal, sustained
+# throttling costs 10-30 % throughput and points at cooling or power capping.
+THROTTLE_RATIO = 0.25
+THROTTLE_WINDOW = "15m"
+THROTTLE_FOR = "15m"
+
+# More than 20 % of ended attempts failing over an hour, with at least 10 ended attempts so that three
+# failures out of five at night do not page anyone.
+JOB_FAILURE_RATIO = 0.2
+JOB_FAILURE_MIN_JOBS = 10
+JOB_FAILURE_FOR = "15m"
+
+# More than 20 requeues in an hour in one partition is far above the background of preemption requeues.
+REQUEUES_PER_HOUR = 20
+REQUEUE_FOR = "10m"
+
+# Three jobs killed by NODE_FAIL in an hour in one partition: a bad node or switch, not bad luck.
+NODE_FAIL_KILLS_PER_HOUR = 3
+NODE_FAIL_FOR = "5m"
+
+# bf_interval defaults to 30 s; 15 minutes without a backfill cycle while jobs pend means it is stuck.
+BACKFILL_STALL_SECONDS = 900
+BACKFILL_STALL_FOR = "10m"
+
+# Wait-time p90 of a partition at more than 3x its average of the previous week, and above half an hour:
+# ratios alone page on 10 s -> 40 s.
+WAIT_P90_DRIFT_FACTOR = 3
+WAIT_P90_MIN_SECONDS = 1800
+WAIT_P90_MIN_JOBS = 5
+WAIT_P90_DRIFT_FOR = "30m"
+
+# An account below half its share with a job pending for 12 hours is starved, whatever the priority says.
+STARVATION_PENDING_SECONDS = 12 * 3600
+STARVATION_USAGE_OVER_SHARES = 0.5
+STARVATION_FOR = "30m"
+
+# The default burn budget per account: $50/hour is 25 GPUs at the default $2/GPU-hour around the clock.
+# Monthly budgets are judged from DuckDB (reports); this catches a runaway burn within hours.
+COST_BURN_USD_PER_HOUR = 50
+COST_BURN_WINDOW = "1h"
+COST_BURN_FOR = "30m"
+
+# Cluster GPU utilisation in the last hour below 60 % of its average of the day before: a driver,
+# filesystem or network regression that makes every job slower shows up here first.
+UTIL_DRIFT_FACTOR = 0.6
+UTIL_DRIFT_FOR = "30m"
+
+# NVML seeing fewer GPUs than GRES promises: a GPU fell off the bus or a driver failed to load.
+GPU_MISMATCH_FOR = "10m"
+
+# Collectors run every 1-5 minutes; 30 minutes without a success means dashboards show stale data.
+COLLECTOR_STALE_SECONDS = 1800
+COLLECTOR_STALE_FOR = "5m"
+COLLECTOR_FAILING_FOR = "15m"
+
+# Every slurmctld down for 2 minutes: longer than a controller failover takes (SlurmctldTimeout 120 s).
+CONTROLLER_DOWN_FOR = "2m"
+
+# The exporter renders after every collector run (at least every 5 minutes): 10 minutes old is stuck.
+METRICS_STALE_SECONDS = 600
+METRICS_STALE_FOR = "5m"
