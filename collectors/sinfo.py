@@ -542,6 +542,15 @@ def _group_row(values: dict[str, str], group_no: int, snapshot_time: datetime, c
     }, None
 
 
+def check_input(data: bytes, fmt: str | None, delimiter: str | None) -> str | None:
+    """Why `ingest` cannot read this input as asked (an unusable --format), or None."""
+    try:
+        line_format(fmt, delimiter)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, fmt: str | None = None,
           delimiter: str | None = None, source: str = "") -> Parsed:
     """sinfo output -> node_states rows (node-oriented formats) or node_groups rows (aggregated ones).

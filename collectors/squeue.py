@@ -190,6 +190,15 @@ def _row(v: dict[str, str], cluster: str, snapshot_time: datetime, tz: ZoneInfo)
     }
 
 
+def check_input(data: bytes, fmt: str | None, delimiter: str | None) -> str | None:
+    """Why `ingest` cannot read this input as asked (an unusable --format), or None."""
+    try:
+        line_format(fmt, delimiter)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, fmt: str | None = None,
           delimiter: str | None = None, source: str = "") -> Parsed:
     """squeue output -> pending_jobs rows (one per job id; `-P` repeats collapse into one)."""
