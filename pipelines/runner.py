@@ -94,7 +94,7 @@ def default_start(con: duckdb.DuckDBPyConnection, cluster: str, pipeline: str, l
     return start
 
 
-def _params(cfg: Config, window: Window) -> dict[str, Any]:
+def pipeline_params(cfg: Config, window: Window) -> dict[str, Any]:
     tz = cfg.get("billing", "timezone")
     start_local = window.start.astimezone(ZoneInfo(tz))
     return {
@@ -168,11 +168,11 @@ def run_pipeline(con: duckdb.DuckDBPyConnection, cfg: Config, module: ModuleType
     if not window.full:  # whole billing days: a day is deleted and rebuilt from its midnight
         local = window.start.astimezone(tz)
         window = Window(datetime(local.year, local.month, local.day, tzinfo=tz).astimezone(UTC), window.end, False)
-    params = _params(cfg, window)
+    params = pipeline_params(cfg, window)
     align = getattr(module, "align_start", None)
     if align is not None and not window.full:
         window = Window(min(window.start, align(window.start, params)), window.end, window.full)
-        params = _params(cfg, window)
+        params = pipeline_params(cfg, window)
     frames = {alias: _read(con, sql, params) for alias, sql in module.INPUTS.items()}
     outputs = module.compute(frames, params)
     missing = set(module.MART_TABLES) - set(outputs)

@@ -1,0 +1,234 @@
+"""Billing rules of the cost pipeline, with expected values computed by hand in the comments."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
+from slurmscope.pipelines import cost
+from slurmscope.pipelines.common import (
+    UTC_DT,
+    hourly_rate,
+    largest_remainder,
+    largest_remainder_cents,
+    split_calendar,
+)
+from slurmscope.pipelines.runner import EPOCH, Window, pipeline_params, run_pipelines
+
+from slurmscope.config import load_config
+
+JOB_SCHEMA = {
+    "job_id_raw": pl.Int64, "submit_time": UTC_DT, "account": pl.String, "user": pl.String,
+    "partition": pl.String, "qos": pl.String, "state": pl.String, "start_time": UTC_DT, "end_time": UTC_DT,
+    "gpus": pl.Int32, "gpu_type": pl.String,
+}
+
+
+def ts(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+def jobs_frame(rows: list[tuple]) -> pl.LazyFrame:
+    return pl.LazyFrame(rows, schema=JOB_SCHEMA, orient="row")
+
+
+def params(now: datetime, **billing) -> dict:
+    cfg = load_config(env={}).with_overrides(billing=billing)
+    return pipeline_params(cfg, Window(EPOCH, now, True))
+
+
+def test_split_calendar_month_boundary_in_new_york():
+    # 22:00 EST on 31 Jan to 02:00 EST on 1 Feb = 03:00-07:00 UTC on 1 Feb: two hours in each month.
+    lf = pl.LazyFrame({"s": [ts("2026-02-01 03:00")], "e": [ts("2026-02-01 07:00")]},
+                      schema={"s": UTC_DT, "e": UTC_DT})
+    got = split_calendar(lf, "s", "e", "America/New_York", every="1mo", out="month").select("month", "overlap_seconds")
+    want = pl.DataFrame({"month": [date(2026, 1, 1), date(2026, 2, 1)], "overlap_seconds": [7200.0, 7200.0]})
+    assert_frame_equal(got.collect(), want)
+
+
+def test_split_calendar_dst_day_has_23_hours():
+    # 8 March 2026: New York springs forward; 00:00 EST (05:00 UTC) to 00:00 EDT next day (04:00 UTC) = 23 h.
+    lf = pl.LazyFrame({"s": [ts("2026-03-08 05:00")], "e": [ts("2026-03-09 04:00")]},
+                      schema={"s": UTC_DT, "e": UTC_DT})
+    got = split_calendar(lf, "s", "e", "America/New_York").select("day", "overlap_seconds").collect()
+    assert_frame_equal(got, pl.DataFrame({"day": [date(2026, 3, 8)], "overlap_seconds": [23 * 3600.0]}))
+
+
+def test_daily_month_boundary_non_utc_zone():
+    # 4 GPUs, 2 h on 31 Jan and 2 h on 1 Feb in New York; 2.5 $/GPU-h -> 8 GPU-h = $20 each day.
+    jobs = jobs_frame([(1, ts("2026-02-01 00:00"), "a", "u", "gpu", "normal", "COMPLETED",
+                        ts("2026-02-01 03:00"), ts("2026-02-01 07:00"), 4, "H100")])
+    p = params(ts("2026-03-01 00:00"), timezone="America/New_York", rates={"h100": 2.5})
+    d = cost.daily(jobs, p).collect().sort("day")
+    assert d.select("day", "gpu_seconds", "cost_usd").rows() == [
+        (date(2026, 1, 31), 28800.0, 20.0), (date(2026, 2, 1), 28800.0, 20.0)
+    ]
+    m = cost.monthly(d.lazy(), pl.LazyFrame(schema=cost.MONTHLY_SCHEMA), p).collect().sort("month")
+    assert m.select("month", "gpu_hours", "cost_usd", "version", "frozen").rows() == [
+        (date(2026, 1, 1), 8.0, 20.0, 1, True),   # closed: 1 Mar is past 1 Feb + 5 days
+        (date(2026, 2, 1), 8.0, 20.0, 1, False),  # closes on 6 Mar
+    ]
+
+
+def test_daily_failed_requeued_running_and_partition_rate():
+    d0 = "2026-02-01"
+    jobs = jobs_frame([
+        # job 10 attempt 1: NODE_FAIL, 1 GPU 10:00-12:00 = 7200 GPU-s, failed and requeued
+        (10, ts(f"{d0} 09:00"), "a", "u", "gpu", "normal", "NODE_FAIL", ts(f"{d0} 10:00"), ts(f"{d0} 12:00"), 1, "h100"),
+        # job 10 attempt 2: 12:30-13:30 = 3600 GPU-s
+        (10, ts(f"{d0} 12:01"), "a", "u", "gpu", "normal", "COMPLETED", ts(f"{d0} 12:30"), ts(f"{d0} 13:30"), 1, "h100"),
+        # job 11: running from 22:00 with 2 GPUs, now = 02:00 next day: 2 h x 2 on each day
+        (11, ts(f"{d0} 21:00"), "b", "v", "cheap", "normal", "RUNNING", ts(f"{d0} 22:00"), None, 2, None),
+        # pending and CPU-only jobs cost nothing
+        (12, ts(f"{d0} 21:00"), "b", "v", "cheap", "normal", "PENDING", None, None, 4, None),
+        (13, ts(f"{d0} 01:00"), "b", "v", "cheap", "normal", "COMPLETED", ts(f"{d0} 02:00"), ts(f"{d0} 03:00"), 0, None),
+    ])
+    p = params(ts("2026-02-02 02:00"), rates={"partition:cheap": 1.0}, default_rate_per_gpu_hour=2.0)
+    got = cost.daily(jobs, p).collect().sort("day", "account")
+    want = pl.DataFrame(
+        [
+            # 3 GPU-h x $2 = 6; failed 2 GPU-h = $4; requeued the same attempt
+            (date(2026, 2, 1), "a", "u", "gpu", "normal", "h100", 10800.0, 6.0, 7200.0, 4.0, 7200.0, 4.0, 0.0),
+            # 4 GPU-h x $1 per day, all accrued by a running attempt
+            (date(2026, 2, 1), "b", "v", "cheap", "normal", "", 14400.0, 4.0, 0.0, 0.0, 0.0, 0.0, 14400.0),
+            (date(2026, 2, 2), "b", "v", "cheap", "normal", "", 14400.0, 4.0, 0.0, 0.0, 0.0, 0.0, 14400.0),
+        ],
+        schema=cost.DAILY_SCHEMA, orient="row",
+    )
+    assert_frame_equal(got, want)
+
+
+def test_largest_remainder_thirds_sum_to_total():
+    lf = pl.LazyFrame({"m": [1, 1, 1], "acct": ["a", "b", "c"], "amt": [10 / 3] * 3})
+    got = largest_remainder_cents(lf, "amt", ["m"], ["acct"]).collect().sort("acct")
+    assert got["cents"].to_list() == [334, 333, 333]  # ties: the first in `order` gets the spare cent
+    assert largest_remainder([1.005, 2.005, 3.005]) == [101, 201, 300]  # total 6.015 -> 602 cents
+
+
+@settings(max_examples=200)
+@given(st.lists(st.floats(min_value=0, max_value=1e5, allow_nan=False), min_size=1, max_size=30))
+def test_largest_remainder_property(amounts):
+    lf = pl.LazyFrame({"g": [0] * len(amounts), "k": list(range(len(amounts))), "amt": amounts})
+    cents = largest_remainder_cents(lf, "amt", ["g"], ["k"]).collect().sort("k")["cents"].to_list()
+    total = round(sum(amounts) * 100, 6)
+    assert sum(cents) == int(total + 0.5)
+    assert all(abs(c - a * 100) < 1 + 1e-6 for c, a in zip(cents, amounts, strict=True))
+
+
+def test_amortised_rate():
+    # 30000 / (3 y x 8766 h) = 1.1407711; 0.7 kW x 0.10 $/kWh x 1.5 PUE = 0.105; 876.6 $/y / 8766 = 0.1
+    entry = {"purchase_usd": 30000, "lifetime_years": 3, "power_kw": 0.7, "usd_per_kwh": 0.1, "pue": 1.5,
+             "overhead_usd_per_year": 876.6}
+    assert hourly_rate(entry) == pytest.approx(30000 / (3 * 8766) + 0.105 + 0.1)
+    assert hourly_rate({"rate": 3}) == 3.0
+    assert hourly_rate({**entry, "gpus_per_unit": 2}) == pytest.approx((30000 / (3 * 8766) + 0.105 + 0.1) / 2)
+
+
+# --- through the runner and DuckDB -------------------------------------------------------------------------
+
+
+def insert_job(con, job_id, submit, start, end, gpus=1, account="a", user="u", partition="gpu", state="COMPLETED",
+               gpu_type="h100"):
+    con.execute(
+        'INSERT OR REPLACE INTO jobs (cluster, job_id, job_id_raw, submit_time, account, "user", "partition", qos,'
+        " state, start_time, end_time, gpus, gpu_type) VALUES ('default', ?, ?, ?, ?, ?, ?, 'normal', ?, ?, ?, ?, ?)",
+        [str(job_id), job_id, submit, account, user, partition, state, start, end, gpus, gpu_type],
+    )
+
+
+def monthly_rows(con):
+    return con.execute(
+        'SELECT month, account, "user", gpu_hours, cost_usd, version, frozen FROM mart_cost_monthly ORDER BY ALL'
+    ).fetchall()
+
+
+def test_frozen_month_unchanged_by_late_data_and_reissue_is_versioned(con):
+    cfg = load_config(env={}).with_overrides(billing={"close_after_days": 0, "default_rate_per_gpu_hour": 2.0})
+    insert_job(con, 1, ts("2026-01-10 00:00"), ts("2026-01-10 00:00"), ts("2026-01-10 10:00"), gpus=1)
+    run_pipelines(con, cfg, now=ts("2026-02-10 00:00"), only=["cost"])
+    first = monthly_rows(con)
+    assert first == [(date(2026, 1, 1), "a", "u", 10.0, Decimal("20.00"), 1, True)]
+
+    # A late sacct record for January arrives after the month closed.
+    insert_job(con, 2, ts("2026-01-20 00:00"), ts("2026-01-20 00:00"), ts("2026-01-20 05:00"), gpus=2, user="w")
+    run_pipelines(con, cfg, now=ts("2026-02-11 00:00"), only=["cost"])
+    assert monthly_rows(con) == first  # frozen: nothing new for January, no February usage
+    # ... while the daily mart, which is not an invoice, shows the late job.
+    assert con.execute("SELECT sum(gpu_seconds) FROM mart_cost_daily").fetchone()[0] == 10 * 3600 + 10 * 3600
+
+    reissue = cfg.with_overrides(billing={"reissue_months": ["2026-01"]})
+    run_pipelines(con, reissue, now=ts("2026-02-12 00:00"), only=["cost"])
+    rows = monthly_rows(con)
+    assert rows == [
+        (date(2026, 1, 1), "a", "u", 10.0, Decimal("20.00"), 1, True),
+        (date(2026, 1, 1), "a", "u", 10.0, Decimal("20.00"), 2, True),
+        (date(2026, 1, 1), "a", "w", 10.0, Decimal("20.00"), 2, True),
+    ]
+    run_pipelines(con, reissue, now=ts("2026-02-13 00:00"), only=["cost"])
+    assert monthly_rows(con) == rows  # same values: no version 3
+
+
+def test_capacity_reconciles_to_the_cent(con):
+    cfg = load_config(env={}).with_overrides(billing={"rates": {"h100": 1.2345}})
+    t0 = ts("2026-02-01 00:00")
+    snaps = [  # 8 GPUs: MIXED 3 used for 1000 s, DRAIN with 1 used for 777 s, RESERVED for 500 s
+        (t0, "MIXED", "", 3), (t0 + timedelta(seconds=1000), "MIXED", "DRAIN", 1),
+        (t0 + timedelta(seconds=1777), "RESERVED", "", 0),
+    ]
+    for t, state, flags, used in snaps:
+        con.execute("INSERT INTO node_states (cluster, snapshot_time, node, \"partition\", state, state_flags,"
+                    " gpus_total, gpus_used, gpu_type) VALUES ('default', ?, 'n1', 'gpu', ?, ?, 8, ?, 'h100')",
+                    [t, state, flags, used])
+    run_pipelines(con, cfg, now=t0 + timedelta(seconds=2277), only=["cost"])
+    row = con.execute(
+        "SELECT capacity_gpu_seconds, allocated_gpu_seconds, idle_gpu_seconds, down_gpu_seconds,"
+        " reserved_gpu_seconds, capacity_cost_usd, allocated_cost_usd, idle_cost_usd, down_cost_usd,"
+        " reserved_cost_usd FROM mart_capacity_daily"
+    ).fetchall()
+    # allocated 3x1000 + 1x777 = 3777; idle 5x1000; down 7x777 = 5439; reserved 8x500; capacity 8x2277 = 18216
+    # $: 18216/3600 x 1.2345 = 6.2466 -> 6.25; parts 1.2952, 1.7146, 1.8651, 1.3717 -> floors 623 cents,
+    # the 2 spare cents to the largest remainders (allocated .52, down .51).
+    assert row == [(18216.0, 3777.0, 5000.0, 5439.0, 4000.0, Decimal("6.25"), Decimal("1.30"), Decimal("1.71"),
+                    Decimal("1.87"), Decimal("1.37"))]
+
+
+def test_capacity_reconciles_for_many_days(con):
+    cfg = load_config(env={}).with_overrides(billing={"timezone": "Europe/Berlin", "rates": {"a100": 0.977}})
+    t0 = ts("2026-02-01 00:00")
+    for i in range(0, 3 * 24 * 4):
+        t = t0 + timedelta(minutes=15 * i + (i % 7))
+        con.execute("INSERT INTO node_states (cluster, snapshot_time, node, \"partition\", state, state_flags,"
+                    " gpus_total, gpus_used, gpu_type) VALUES ('default', ?, ?, 'gpu', ?, '', 4, ?, 'a100')",
+                    [t, f"n{i % 3}", ["MIXED", "DOWN", "IDLE", "RESERVED"][i % 4], i % 5])
+    run_pipelines(con, cfg, now=t0 + timedelta(days=3), only=["cost"])
+    bad = con.execute(
+        "SELECT count(*) FROM mart_capacity_daily WHERE allocated_cost_usd + idle_cost_usd + down_cost_usd"
+        " + reserved_cost_usd <> capacity_cost_usd OR abs(allocated_gpu_seconds + idle_gpu_seconds"
+        " + down_gpu_seconds + reserved_gpu_seconds - capacity_gpu_seconds) > 1e-6"
+        " OR capacity_cost_usd <> round(capacity_gpu_seconds / 3600 * 0.977 + 1e-9, 2)"
+    ).fetchone()[0]
+    assert bad == 0
+    assert con.execute("SELECT count(*) FROM mart_capacity_daily").fetchone()[0] == 4  # Berlin days 1-4 Feb
+
+
+def test_running_job_accrues_and_counters_never_decrease(con):
+    cfg = load_config(env={}).with_overrides(billing={"default_rate_per_gpu_hour": 1.0})
+    insert_job(con, 5, ts("2026-02-01 00:00"), ts("2026-02-01 00:00"), None, gpus=2, state="RUNNING")
+    counters = 'SELECT gpu_seconds_total, cost_usd_total, gpu_seconds_correction FROM mart_usage_counters'
+    run_pipelines(con, cfg, now=ts("2026-02-01 01:00"), only=["cost"])
+    assert con.execute(counters).fetchall() == [(7200.0, 2.0, 0.0)]
+    run_pipelines(con, cfg, now=ts("2026-02-01 03:00"), only=["cost"])
+    assert con.execute(counters).fetchall() == [(21600.0, 6.0, 0.0)]  # accrued: 3 h x 2 GPUs
+    # sacct later says the job had ended at 02:00: recomputed 14400 < 21600 already reported.
+    insert_job(con, 5, ts("2026-02-01 00:00"), ts("2026-02-01 00:00"), ts("2026-02-01 02:00"), gpus=2)
+    run_pipelines(con, cfg, now=ts("2026-02-01 04:00"), only=["cost"])
+    assert con.execute(counters).fetchall() == [(21600.0, 6.0, -7200.0)]
+    # New usage brings the recomputed total above the counter again: it grows, the correction clears.
+    insert_job(con, 6, ts("2026-02-01 04:00"), ts("2026-02-01 04:00"), ts("2026-02-01 08:00"), gpus=1)
+    run_pipelines(con, cfg, now=ts("2026-02-01 09:00"), only=["cost"])
+    assert con.execute(counters).fetchall() == [(14400.0 + 14400.0, 8.0, 0.0)]
