@@ -1,0 +1,152 @@
+"""Shared defaults for every dashboard: datasource, template variables, panel helpers, JSON encoding.
+
+Every dashboard reads one Prometheus datasource whose uid is fixed by the provisioning file, so the JSON
+works unchanged on any Grafana that uses dashboards/generated/provisioning. Every query filters on the
+template variables cluster, partition and account through regex matchers (`=~"$var"`), whose "All"
+value is `.*`, so a dashboard works for one cluster or many. Panels read recording rules where one exists
+(alerts/rules.py) so the dashboards and the alerts agree on what a number means.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from grafana_foundation_sdk.builders import dashboard as dash
+from grafana_foundation_sdk.builders import prometheus, stat, table, timeseries
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.dashboard import (
+    DashboardCursorSync,
+    DataSourceRef,
+    VariableRefresh,
+    VariableSort,
+)
+
+DATASOURCE_UID = "slurmscope-prometheus"
+DATASOURCE_NAME = "slurmscope Prometheus"
+DATASOURCE = DataSourceRef(type_val="prometheus", uid=DATASOURCE_UID)
+TAGS = ["slurmscope", "slurm"]
+
+# Matchers every query uses; the dashboards substitute nothing else.
+C = 'cluster=~"$cluster"'
+CP = 'cluster=~"$cluster", partition=~"$partition"'
+CA = 'cluster=~"$cluster", account=~"$account"'
+CPA = 'cluster=~"$cluster", partition=~"$partition", account=~"$account"'
+
+
+@dataclass(frozen=True)
+class Q:
+    """One query of a panel: PromQL and its legend."""
+
+    expr: str
+    legend: str = ""
+
+
+def _variable(name: str, label: str, query: str) -> dash.QueryVariable:
+    return (
+        dash.QueryVariable(name)
+        .label(label)
+        .datasource(DATASOURCE)
+        .query({"query": query, "refId": "PrometheusVariableQueryEditor-VariableQuery"})
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(VariableSort.ALPHABETICAL_ASC)
+        .multi(True)
+        .include_all(True)
+        .all_value(".*")
+    )
+
+
+def new_dashboard(slug: str, title: str, description: str, *, time_from: str = "now-24h") -> dash.Dashboard:
+    """A dashboard with the shared uid scheme, tags, time settings and the three template variables."""
+    return (
+        dash.Dashboard(title)
+        .uid(f"slurmscope-{slug}")
+        .description(description)
+        .tags(TAGS)
+        .timezone("utc")
+        .time(time_from, "now")
+        .refresh("1m")
+        .tooltip(DashboardCursorSync.CROSSHAIR)
+        .readonly()
+        .with_variable(_variable("cluster", "Cluster", "label_values(slurmscope_nodes, cluster)"))
+        .with_variable(_variable("partition", "Partition",
+                                 'label_values(slurmscope_gpus{cluster=~"$cluster"}, partition)'))
+        .with_variable(_variable("account", "Account",
+                                 'label_values(slurmscope_jobs_ended_total{cluster=~"$cluster"}, account)'))
+    )
+
+
+def _targets(panel, queries: list[Q], *, instant: bool = False):
+    for i, q in enumerate(queries):
+        target = prometheus.Dataquery().expr(q.expr).legend_format(q.legend).ref_id(chr(ord("A") + i))
+        target = target.instant() if instant else target.range()
+        panel = panel.with_target(target)
+    return panel
+
+
+def ts(title: str, queries: list[Q], unit: str = "short", *, description: str = "", w: int = 12, h: int = 8,
+       stacked: bool = False) -> timeseries.Panel:
+    """A time-series panel."""
+    p = (timeseries.Panel().title(title).description(description).datasource(DATASOURCE).unit(unit)
+         .span(w).height(h).fill_opacity(10 if not stacked else 60))
+    if stacked:
+        from grafana_foundation_sdk.builders.common import StackingConfig
+        from grafana_foundation_sdk.models.common import StackingMode
+
+        p = p.stacking(StackingConfig().mode(StackingMode.NORMAL))
+    return _targets(p, queries)
+
+
+def single(title: str, query: Q, unit: str = "short", *, description: str = "", w: int = 4,
+           h: int = 4) -> stat.Panel:
+    """A stat panel showing one current value."""
+    p = stat.Panel().title(title).description(description).datasource(DATASOURCE).unit(unit).span(w).height(h)
+    return _targets(p, [query], instant=True)
+
+
+def tbl(title: str, queries: list[Q], *, description: str = "", w: int = 24, h: int = 8) -> table.Panel:
+    """A table of the current values (instant queries)."""
+    p = table.Panel().title(title).description(description).datasource(DATASOURCE).span(w).height(h)
+    return _targets(p, queries, instant=True)
+
+
+def to_json(board: dash.Dashboard) -> str:
+    """Deterministic JSON: sorted keys, two-space indent, trailing newline, panel ids 1..n in layout order.
+
+    Grafana needs unique panel ids for links and for keeping panel state; the builder leaves them unset.
+    """
+    data = json.loads(json.dumps(board.build(), cls=JSONEncoder))
+    next_id = 1
+    for panel in data.get("panels") or []:
+        panel["id"] = next_id
+        next_id += 1
+        for inner in panel.get("panels") or []:
+            inner["id"] = next_id
+            next_id += 1
+    return json.dumps(data, sort_keys=True, indent=2) + "\n"
+
+
+def panel_queries(board_json: dict) -> list[tuple[str, str, bool]]:
+    """(panel title, expr, instant) of every query of every panel, rows included."""
+    out = []
+
+    def walk(panels):
+        for p in panels or []:
+            for t in p.get("targets") or []:
+                if t.get("expr"):
+                    out.append((p.get("title", ""), t["expr"], bool(t.get("instant"))))
+            walk(p.get("panels"))
+
+    walk(board_json.get("panels"))
+    return out
+
+
+VARIABLE = re.compile(r"\$(cluster|partition|account|__rate_interval|__interval|__range)\b")
+
+
+def substitute(expr: str, values: dict[str, str] | None = None) -> str:
+    """The query as Grafana would send it with "All" selected (variables -> `.*`, intervals -> 5m)."""
+    values = {"cluster": ".*", "partition": ".*", "account": ".*", "__rate_interval": "5m",
+              "__interval": "1m", "__range": "1d", **(values or {})}
+    return VARIABLE.sub(lambda m: values[m.group(1)], expr)

@@ -1,0 +1,25 @@
+"""GPU efficiency: utilisation of allocated GPUs and idle capacity."""
+
+from __future__ import annotations
+
+from slurmscope.dashboards.common import CP, C, Q, new_dashboard, single, ts
+
+SLUG = "efficiency"
+TITLE = "GPU efficiency"
+
+
+def build():
+    return (
+        new_dashboard(SLUG, TITLE, "GPU utilisation, power and idle capacity.")
+        .with_panel(single("Mean GPU utilisation", Q(f"cluster:slurmscope_gpu_utilization_ratio:avg{{{C}}}"),
+                           "percentunit", w=8))
+        .with_panel(single("GPU power", Q(f"sum(slurmscope_gpu_power_watts{{{C}}})"), "watt", w=8))
+        .with_panel(single("Idle GPUs (1h mean)", Q(
+            f'sum(partition_kind:slurmscope_occupancy_gpu_seconds:rate1h{{{CP}, kind="idle"}})'), w=8))
+        .with_panel(ts("Mean GPU utilisation", [Q(f"cluster:slurmscope_gpu_utilization_ratio:avg{{{C}}}",
+                                                  "{{cluster}}")], "percentunit"))
+        .with_panel(ts("GPU utilisation by node", [Q(f"avg by (node) (slurmscope_gpu_utilization_ratio{{{C}}})",
+                                                     "{{node}}")], "percentunit"))
+        .with_panel(ts("Idle GPUs by partition", [
+            Q(f'partition_kind:slurmscope_occupancy_gpu_seconds:rate1h{{{CP}, kind="idle"}}', "{{partition}}")]))
+    )
