@@ -1,0 +1,800 @@
+"""A fake NVML behind the pynvml interface, so the agent can be tested where no GPU exists.
+
+The agent takes an `nvml` object and calls only pynvml functions by name; this module offers an object
+with the same names, signatures, return types (real pynvml ctypes structures where pynvml returns them)
+and exceptions (the real `pynvml.NVMLError_NotSupported`, `..._GpuIsLost`, ...). Values come from real
+`nvidia-smi` captures (utkuozdemir/nvidia_gpu_exporter `--query-gpu` CSV sections, telegraf's
+`nvidia-smi -q -x` XML): a field that the capture printed as N/A raises NotSupported here, as it would
+on that GPU. On top of the captures a spec can force NotSupported/NoPermission/Unknown fields, schedule
+XID events, make a GPU fall off the bus, and place processes (with their /proc cgroup) on GPUs.
+
+Time is injected (`clock`, `sleep`), so tests run instantly and a simulator can run a day in seconds.
+The simulator engineer uses this same module to produce telemetry for the demo.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pynvml
+
+# Field names used for forcing errors; the agent counts errors under the same names.
+FIELDS = (
+    "name", "uuid", "serial", "minor_number", "pci_info", "utilization", "memory_info", "power", "energy",
+    "temperature", "memory_temperature", "sm_clock", "mem_clock", "clock_event_reasons", "pcie_replay",
+    "ecc", "retired_pages", "remapped_rows", "nvlink", "mig_mode", "processes", "events",
+)
+
+MIB = 1024 * 1024
+NA_VALUES = {"", "N/A", "[N/A]", "[Not Supported]", "Not Supported", "[Unknown Error]"}
+
+
+# --------------------------------------------------------------------------------------------------
+# Profiles: what one GPU looks like, read from real captures.
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    gpu_instance_id: int
+    compute_instance_id: int
+    uuid: str
+    name: str                     # e.g. "MIG 3g.40gb"
+    memory_total_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class GpuProfile:
+    """Static identity plus one set of readings (idle or load) of a real GPU; None = NotSupported."""
+
+    name: str
+    uuid: str
+    serial: str | None
+    minor_number: int | None
+    pci_bus_id: str                       # NVML form: 00000000:00:09.0
+    driver_version: str
+    cuda_version: int | None               # NVML form: 13010 for 13.1
+    memory_total_bytes: int | None
+    memory_used_bytes: int | None
+    util_gpu: int | None
+    util_mem: int | None
+    power_mw: int | None
+    temp_gpu: int | None
+    temp_mem: int | None
+    sm_clock_mhz: int | None
+    mem_clock_mhz: int | None
+    clock_event_reasons: int | None
+    pcie_replay: int | None
+    ecc_enabled: bool
+    ecc_volatile: tuple[int, int] | None    # (corrected, uncorrected)
+    ecc_aggregate: tuple[int, int] | None
+    retired_pages: tuple[int, int] | None   # (multiple single bit, double bit) counts
+    remapped_rows: tuple[int, int, bool, bool] | None  # (correctable, uncorrectable, pending, failure)
+    nvlink_links: int                       # 0: no NVLink (NotSupported)
+    mig_mode: int | None                    # 1 enabled, 0 disabled, None NotSupported
+    mig_devices: tuple[MigProfile, ...] = ()
+    source: str = ""
+
+
+def _num(value: str | None) -> float | None:
+    if value is None:
+        return None
+    value = value.strip()
+    if value in NA_VALUES or value.startswith("["):
+        return None
+    m = re.match(r"^(-?[0-9.]+)", value)
+    return float(m.group(1)) if m else None
+
+
+def _int(value: str | None) -> int | None:
+    n = _num(value)
+    return None if n is None else int(round(n))
+
+
+def _text(value: str | None) -> str | None:
+    if value is None:
+        return None
+    value = value.strip()
+    return None if value in NA_VALUES or value.startswith("[") else value
+
+
+def _cuda(version: str | None) -> int | None:
+    m = re.match(r"^\s*(\d+)\.(\d+)", version or "")
+    return int(m.group(1)) * 1000 + int(m.group(2)) * 10 if m else None
+
+
+def _sections(text: str) -> list[tuple[str, str, str]]:
+    """(title, command, body) of each `# title / # $ command` section of a nvidia_gpu_exporter capture."""
+    out = []
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("# $ ") and i > 0 and lines[i - 1].startswith("# "):
+            title, cmd = lines[i - 1][2:].strip(), lines[i][4:].strip()
+            j = i + 2  # skip the closing ##### line
+            body = []
+            while j < len(lines) and not (lines[j].startswith("#####") and j + 1 < len(lines)
+                                          and lines[j + 1].startswith("# ")):
+                body.append(lines[j])
+                j += 1
+            out.append((title, cmd, "\n".join(body)))
+            i = j
+        else:
+            i += 1
+    return out
+
+
+def parse_query_gpu_csv(body: str) -> dict[str, str]:
+    """First data row of `nvidia-smi --query-gpu=... --format=csv`, keyed by field name without unit."""
+    rows = list(csv.reader(io.StringIO(body.strip()), skipinitialspace=True))
+    header = [re.sub(r"\s*\[.*\]$", "", h.strip()) for h in rows[0]]
+    return dict(zip(header, (v.strip() for v in rows[1]), strict=False))
+
+
+def _mig_from_capture(text: str) -> tuple[MigProfile, ...]:
+    """MIG devices: UUID and profile from `nvidia-smi -L`, GI/CI ids from the first `-q` section (same order)."""
+    listing = []
+    for m in re.finditer(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[0-9a-fA-F-]+)\)", text, re.M):
+        listing.append((m.group(1), int(m.group(2)), m.group(3)))
+    if not listing:
+        return ()
+    seen: dict[int, tuple[str, str]] = {}
+    for profile, idx, uuid in listing:
+        seen.setdefault(idx, (profile, uuid))
+    q_body = next((b for t, c, b in _sections(text) if c.strip() == "nvidia-smi -q"), "")
+    ids = re.findall(r"GPU Instance ID\s*:\s*(\d+)\s*\n\s*Compute Instance ID\s*:\s*(\d+)", q_body)
+    out = []
+    for i, (idx, (profile, uuid)) in enumerate(sorted(seen.items())):
+        gi, ci = (int(ids[i][0]), int(ids[i][1])) if i < len(ids) else (idx, 0)
+        out.append(MigProfile(gi, ci, uuid, f"MIG {profile}"))
+    return tuple(out)
+
+
+def profile_from_capture(text: str, state: str = "idle", source: str = "") -> GpuProfile:
+    """A GpuProfile from a nvidia_gpu_exporter capture, using its `<state> :: query-gpu` CSV section."""
+    sections = _sections(text)
+    body = next((b for t, c, b in sections if t.startswith(f"{state} ::") and "--query-gpu=" in c), None)
+    if body is None:
+        raise ValueError(f"no '{state} :: query-gpu' section in capture {source}")
+    q = parse_query_gpu_csv(body)
+    cuda = re.search(r"CUDA Version\s*:\s*([0-9.]+)", text)
+    nvlink_body = next((b for t, c, b in sections if c.strip() == "nvidia-smi nvlink -s"), "")
+    links = len(re.findall(r"^\s+Link \d+:", nvlink_body, re.M))
+
+    def pair(a: str, b: str) -> tuple[int, int] | None:
+        x, y = _int(q.get(a)), _int(q.get(b))
+        return None if x is None or y is None else (x, y)
+
+    remap = None
+    if _int(q.get("remapped_rows.correctable")) is not None:
+        remap = (_int(q["remapped_rows.correctable"]), _int(q["remapped_rows.uncorrectable"]),
+                 q.get("remapped_rows.pending") == "Yes", q.get("remapped_rows.failure") == "Yes")
+    mig_mode = {"Enabled": 1, "Disabled": 0}.get(q.get("mig.mode.current", ""))
+    power = _num(q.get("power.draw"))
+    reasons = q.get("clocks_event_reasons.active", "")
+    return GpuProfile(
+        name=q["name"], uuid=q["uuid"], serial=_text(q.get("serial")),
+        minor_number=_int(q.get("index")),  # single-GPU captures: minor number equals index 0
+        pci_bus_id=q["pci.bus_id"], driver_version=q["driver_version"],
+        cuda_version=_cuda(cuda.group(1) if cuda else None),
+        memory_total_bytes=None if _int(q.get("memory.total")) is None else _int(q["memory.total"]) * MIB,
+        memory_used_bytes=None if _int(q.get("memory.used")) is None else _int(q["memory.used"]) * MIB,
+        util_gpu=_int(q.get("utilization.gpu")), util_mem=_int(q.get("utilization.memory")),
+        power_mw=None if power is None else int(round(power * 1000)),
+        temp_gpu=_int(q.get("temperature.gpu")), temp_mem=_int(q.get("temperature.memory")),
+        sm_clock_mhz=_int(q.get("clocks.current.sm")), mem_clock_mhz=_int(q.get("clocks.current.memory")),
+        clock_event_reasons=int(reasons, 16) if reasons.startswith("0x") else None,
+        pcie_replay=_replay_from_q(text, state),  # not in the CSV field list; the -q text has it
+        ecc_enabled=q.get("ecc.mode.current") == "Enabled",
+        ecc_volatile=pair("ecc.errors.corrected.volatile.total", "ecc.errors.uncorrected.volatile.total"),
+        ecc_aggregate=pair("ecc.errors.corrected.aggregate.total", "ecc.errors.uncorrected.aggregate.total"),
+        retired_pages=pair("retired_pages.single_bit_ecc.count", "retired_pages.double_bit.count"),
+        remapped_rows=remap, nvlink_links=links, mig_mode=mig_mode,
+        mig_devices=_mig_from_capture(text) if mig_mode == 1 else (), source=source,
+    )
+
+
+def _replay_from_q(text: str, state: str) -> int | None:
+    body = next((b for t, c, b in _sections(text) if t.startswith(f"{state} ::") and c.strip() == "nvidia-smi -q"),
+                "")
+    m = re.search(r"Replays Since Reset\s*:\s*(\S+)", body)
+    return _int(m.group(1)) if m else None
+
+
+def profile_from_xml(text: str, gpu: int = 0, source: str = "") -> GpuProfile:
+    """A GpuProfile from `nvidia-smi -q -x` (telegraf fixtures). MIG UUIDs are not in v12 XML: derived."""
+    root = ET.fromstring(text)  # noqa: S314 - a checked-in capture, not untrusted input
+    g = root.findall("gpu")[gpu]
+
+    def t(path: str) -> str | None:
+        el = g.find(path)
+        return None if el is None or el.text is None else el.text.strip()
+
+    def ecc(kind: str) -> tuple[int, int] | None:
+        base = f"ecc_errors/{kind}/"
+        vals = [_int(t(base + f)) for f in ("sram_correctable", "dram_correctable",
+                                              "sram_uncorrectable", "dram_uncorrectable")]
+        if any(v is None for v in vals):
+            return None
+        return (vals[0] + vals[1], vals[2] + vals[3])
+
+    mig_mode = {"Enabled": 1, "Disabled": 0}.get(t("mig_mode/current_mig") or "")
+    uuid = t("uuid") or ""
+    migs = []
+    for m in g.findall("mig_devices/mig_device"):
+        gi, ci = int(m.findtext("gpu_instance_id")), int(m.findtext("compute_instance_id"))
+        digest = hashlib.sha256(f"{uuid}/{gi}/{ci}".encode()).hexdigest()
+        mig_uuid = f"MIG-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+        total = _int(m.findtext("fb_memory_usage/total"))
+        migs.append(MigProfile(gi, ci, mig_uuid, "MIG", None if total is None else total * MIB))
+    power = _num(t("gpu_power_readings/power_draw") or t("power_readings/power_draw"))
+    retired = None
+    if _int(t("retired_pages/multiple_single_bit_retirement/retired_count")) is not None:
+        retired = (_int(t("retired_pages/multiple_single_bit_retirement/retired_count")),
+                   _int(t("retired_pages/double_bit_retirement/retired_count")))
+    remap = None
+    if g.find("remapped_rows/remapped_row_corr") is not None:
+        remap = (_int(t("remapped_rows/remapped_row_corr")), _int(t("remapped_rows/remapped_row_unc")),
+                 t("remapped_rows/remapped_row_pending") == "Yes",
+                 t("remapped_rows/remapped_row_failure") == "Yes")
+    active = 0
+    for el in g.findall("clocks_event_reasons/*"):
+        if (el.text or "").strip() == "Active":
+            active |= _REASON_BITS.get(el.tag.replace("clocks_event_reason_", ""), 0)
+    return GpuProfile(
+        name=t("product_name") or "", uuid=uuid, serial=_text(t("serial")),
+        minor_number=_int(t("minor_number")), pci_bus_id=t("pci/pci_bus_id") or g.get("id", ""),
+        driver_version=root.findtext("driver_version", "").strip(),
+        cuda_version=_cuda(root.findtext("cuda_version")),
+        memory_total_bytes=None if _int(t("fb_memory_usage/total")) is None else _int(t("fb_memory_usage/total")) * MIB,
+        memory_used_bytes=None if _int(t("fb_memory_usage/used")) is None else _int(t("fb_memory_usage/used")) * MIB,
+        util_gpu=_int(t("utilization/gpu_util")), util_mem=_int(t("utilization/memory_util")),
+        power_mw=None if power is None else int(round(power * 1000)),
+        temp_gpu=_int(t("temperature/gpu_temp")), temp_mem=_int(t("temperature/memory_temp")),
+        sm_clock_mhz=_int(t("clocks/sm_clock")), mem_clock_mhz=_int(t("clocks/mem_clock")),
+        clock_event_reasons=active, pcie_replay=_int(t("pci/replay_counter")),
+        ecc_enabled=t("ecc_mode/current_ecc") == "Enabled",
+        ecc_volatile=ecc("volatile"), ecc_aggregate=ecc("aggregate"), retired_pages=retired,
+        remapped_rows=remap, nvlink_links=0, mig_mode=mig_mode, mig_devices=tuple(migs), source=source,
+    )
+
+
+_REASON_BITS = {
+    "gpu_idle": 0x1, "applications_clocks_setting": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
+    "sync_boost": 0x10, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40,
+    "hw_power_brake_slowdown": 0x80, "display_clocks_setting": 0x100,
+}
+
+
+# Distilled from the captures in tests/fixtures/nvidia-smi (tests/test_fake_nvml.py checks that these are
+# exactly what the parsers above read from those files), so the fake works from an installed package.
+CAPTURES = {
+    "h100": "linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt",
+    "h100-mig": "linux-x86_64__nvidia-h100-mig__590.48.01.txt",
+    "h200": "linux-x86_64__nvidia-h200__590.48.01.txt",
+    "l40s": "linux-x86_64__nvidia-l40s__595.80.txt",
+    "a100-mig": "a100-sxm4-v12.xml",
+}
+
+
+def load_capture(path: str | Path, state: str = "idle") -> GpuProfile:
+    path = Path(path)
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if path.suffix == ".xml":
+        return profile_from_xml(text, source=path.name)
+    return profile_from_capture(text, state, source=path.name)
+
+
+def builtin_profile(model: str, state: str = "idle") -> GpuProfile:
+    """A profile by short name ('h100', 'h100-mig', 'h200', 'l40s', 'a100-mig') and state ('idle'/'load')."""
+    key = f"{model}:{state}" if model != "a100-mig" else "a100-mig:idle"
+    data = BUILTIN_PROFILES[key]
+    migs = tuple(MigProfile(**m) for m in data.get("mig_devices", ()))
+    fields = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k != "mig_devices"}
+    return GpuProfile(**fields, mig_devices=migs)
+
+
+def profile_to_dict(p: GpuProfile) -> dict[str, Any]:
+    d = {k: getattr(p, k) for k in p.__dataclass_fields__ if k != "mig_devices"}
+    d = {k: (list(v) if isinstance(v, tuple) else v) for k, v in d.items()}
+    d["mig_devices"] = [m.__dict__.copy() for m in p.mig_devices]
+    return d
+
+
+# --------------------------------------------------------------------------------------------------
+# The fake library
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FakeProcess:
+    pid: int
+    used_memory_bytes: int = 0
+    gpu_instance_id: int | None = None      # MIG: which instance the process runs on
+    compute_instance_id: int | None = None
+
+
+@dataclass
+class FakeGpu:
+    """One simulated GPU. `values` overrides readings at run time (the simulator drives load this way)."""
+
+    profile: GpuProfile
+    uuid: str | None = None
+    minor_number: int | None = None
+    pci_bus_id: str | None = None
+    not_supported: set[str] = field(default_factory=set)
+    no_permission: set[str] = field(default_factory=set)
+    unknown_error: set[str] = field(default_factory=set)
+    lost_at: float | None = None                           # fake-clock time the GPU falls off the bus
+    xid_events: list[tuple[float, int]] = field(default_factory=list)  # (time, xid)
+    processes: list[FakeProcess] = field(default_factory=list)
+    values: dict[str, Any] = field(default_factory=dict)   # util_gpu, util_mem, power_mw, memory_used_bytes...
+    energy_mj: float = 0.0
+    _energy_t: float | None = None
+
+    def value(self, name: str) -> Any:
+        return self.values.get(name, getattr(self.profile, name))
+
+
+class FakeHandle:
+    """Opaque device handle, like pynvml's c_nvmlDevice_t pointer."""
+
+    __slots__ = ("gpu", "index", "mig")
+
+    def __init__(self, gpu: FakeGpu, index: int, mig: MigProfile | None = None) -> None:
+        self.gpu, self.index, self.mig = gpu, index, mig
+
+    def __repr__(self) -> str:
+        return f"FakeHandle({self.index}{'' if self.mig is None else f', mig={self.mig.gpu_instance_id}'})"
+
+
+@dataclass
+class FakeEventData:
+    """Same attribute names as pynvml.c_nvmlEventData_t."""
+
+    device: FakeHandle
+    eventType: int  # noqa: N815 - pynvml's name
+    eventData: int  # noqa: N815
+    gpuInstanceId: int = 0xFFFFFFFF  # noqa: N815
+    computeInstanceId: int = 0xFFFFFFFF  # noqa: N815
+
+
+class FakeEventSet:
+    def __init__(self) -> None:
+        self.handles: list[FakeHandle] = []
+        self.delivered: set[tuple[int, float, int]] = set()
+
+
+def _raise(code: int) -> None:
+    raise pynvml.NVMLError(code)  # pynvml maps the code to its subclass, e.g. NVMLError_NotSupported
+
+
+class FakeNVML:
+    """Module-like object with the pynvml functions the agent uses. Not thread-safe, like a test double."""
+
+    # constants the agent reads from the nvml object (same values as pynvml)
+    NVMLError = pynvml.NVMLError
+    NVML_SUCCESS = pynvml.NVML_SUCCESS
+    NVML_TEMPERATURE_GPU = pynvml.NVML_TEMPERATURE_GPU
+    NVML_CLOCK_SM = pynvml.NVML_CLOCK_SM
+    NVML_CLOCK_MEM = pynvml.NVML_CLOCK_MEM
+    NVML_MEMORY_ERROR_TYPE_CORRECTED = pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    NVML_VOLATILE_ECC = pynvml.NVML_VOLATILE_ECC
+    NVML_AGGREGATE_ECC = pynvml.NVML_AGGREGATE_ECC
+    NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = \
+        pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
+    NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
+    NVML_NVLINK_MAX_LINKS = pynvml.NVML_NVLINK_MAX_LINKS
+    NVML_NVLINK_ERROR_DL_REPLAY = pynvml.NVML_NVLINK_ERROR_DL_REPLAY
+    NVML_NVLINK_ERROR_DL_RECOVERY = pynvml.NVML_NVLINK_ERROR_DL_RECOVERY
+    NVML_NVLINK_ERROR_DL_CRC_FLIT = pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT
+    NVML_NVLINK_ERROR_DL_CRC_DATA = pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA
+    NVML_FI_DEV_MEMORY_TEMP = pynvml.NVML_FI_DEV_MEMORY_TEMP
+    nvmlEventTypeXidCriticalError = pynvml.nvmlEventTypeXidCriticalError  # noqa: N815
+
+    def __init__(self, gpus: Iterable[FakeGpu], *, clock: Callable[[], float],
+                 sleep: Callable[[float], None] | None = None, driver_version: str | None = None,
+                 cuda_version: int | None = None, proc_cgroups: dict[int, str] | None = None) -> None:
+        self.gpus = list(gpus)
+        self.clock = clock
+        self.sleep = sleep or (lambda s: None)
+        first = self.gpus[0].profile if self.gpus else None
+        self.driver_version = driver_version or (first.driver_version if first else "0")
+        self.cuda_version = cuda_version or (first.cuda_version if first and first.cuda_version else 12000)
+        self.proc_cgroups = proc_cgroups or {}   # pid -> /proc/<pid>/cgroup text, for the agent's reader
+        self.initialized = 0
+        self.calls = 0
+        for i, g in enumerate(self.gpus):
+            g.uuid = g.uuid or _derived_uuid(g.profile.uuid, i)
+            g.minor_number = i if g.minor_number is None else g.minor_number
+            g.pci_bus_id = g.pci_bus_id or f"00000000:{0x17 + 0x10 * i:02X}:00.0"
+
+    # -- library --------------------------------------------------------------------------------
+    def nvmlInit(self) -> None:  # noqa: N802
+        self.initialized += 1
+
+    def nvmlShutdown(self) -> None:  # noqa: N802
+        if self.initialized <= 0:
+            _raise(pynvml.NVML_ERROR_UNINITIALIZED)
+        self.initialized -= 1
+
+    def _check_init(self) -> None:
+        self.calls += 1
+        if self.initialized <= 0:
+            _raise(pynvml.NVML_ERROR_UNINITIALIZED)
+
+    def nvmlSystemGetDriverVersion(self) -> str:  # noqa: N802
+        self._check_init()
+        return self.driver_version
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:  # noqa: N802
+        self._check_init()
+        return self.cuda_version
+
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+        self._check_init()
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeHandle:  # noqa: N802
+        self._check_init()
+        if not 0 <= index < len(self.gpus):
+            _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        gpu = self.gpus[index]
+        if self._lost(gpu):
+            _raise(pynvml.NVML_ERROR_GPU_IS_LOST)
+        return FakeHandle(gpu, index)
+
+    # -- helpers ----------------------------------------------------------------------------------
+    def _lost(self, gpu: FakeGpu) -> bool:
+        return gpu.lost_at is not None and self.clock() >= gpu.lost_at
+
+    def _gate(self, handle: FakeHandle, fieldname: str, value: Any = ...) -> None:
+        """Raise what the real library raises for this GPU/field; `value` None (N/A in capture) = NotSupported."""
+        self._check_init()
+        gpu = handle.gpu
+        if self._lost(gpu):
+            _raise(pynvml.NVML_ERROR_GPU_IS_LOST)
+        if fieldname in gpu.unknown_error:
+            _raise(pynvml.NVML_ERROR_UNKNOWN)
+        if fieldname in gpu.no_permission:
+            _raise(pynvml.NVML_ERROR_NO_PERMISSION)
+        if fieldname in gpu.not_supported or value is None:
+            _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    def _advance_energy(self, gpu: FakeGpu) -> None:
+        now = self.clock()
+        if gpu._energy_t is not None and now > gpu._energy_t:
+            power = gpu.value("power_mw") or 0
+            gpu.energy_mj += power * (now - gpu._energy_t)
+        gpu._energy_t = now
+
+    def set_values(self, index: int, **values: Any) -> None:
+        """Change readings from now on (energy is integrated piecewise, so set before the change)."""
+        gpu = self.gpus[index]
+        self._advance_energy(gpu)
+        gpu.values.update(values)
+
+    # -- identity ---------------------------------------------------------------------------------
+    def nvmlDeviceGetName(self, handle: FakeHandle) -> str:  # noqa: N802
+        self._gate(handle, "name")
+        if handle.mig is not None:
+            return f"{handle.gpu.profile.name} {handle.mig.name}"
+        return handle.gpu.profile.name
+
+    def nvmlDeviceGetUUID(self, handle: FakeHandle) -> str:  # noqa: N802
+        self._gate(handle, "uuid")
+        if handle.mig is not None:
+            return handle.mig.uuid if handle.gpu.uuid == handle.gpu.profile.uuid else \
+                _derived_uuid(handle.mig.uuid, handle.index, prefix="MIG-")
+        return handle.gpu.uuid
+
+    def nvmlDeviceGetSerial(self, handle: FakeHandle) -> str:  # noqa: N802
+        self._gate(handle, "serial", handle.gpu.profile.serial)
+        return handle.gpu.profile.serial
+
+    def nvmlDeviceGetMinorNumber(self, handle: FakeHandle) -> int:  # noqa: N802
+        self._gate(handle, "minor_number", handle.gpu.minor_number)
+        return handle.gpu.minor_number
+
+    def nvmlDeviceGetPciInfo(self, handle: FakeHandle) -> pynvml.nvmlPciInfo_t:  # noqa: N802
+        self._gate(handle, "pci_info")
+        info = pynvml.nvmlPciInfo_t()
+        bus = handle.gpu.pci_bus_id
+        info.busId = bus.encode()
+        info.busIdLegacy = bus[-12:].encode() if len(bus) > 12 else bus.encode()
+        parts = re.match(r"([0-9A-Fa-f]+):([0-9A-Fa-f]+):([0-9A-Fa-f]+)", bus)
+        if parts:
+            info.domain, info.bus, info.device = (int(parts.group(k), 16) for k in (1, 2, 3))
+        return info
+
+    # -- fast fields ------------------------------------------------------------------------------
+    def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> pynvml.c_nvmlUtilization_t:  # noqa: N802
+        gpu = handle.gpu
+        util = gpu.value("util_gpu")
+        # NVML reports NotSupported for utilisation of a GPU in MIG mode (the captures print [N/A]).
+        self._gate(handle, "utilization", None if util is None or gpu.value("mig_mode") == 1 else util)
+        u = pynvml.c_nvmlUtilization_t()
+        u.gpu, u.memory = int(util), int(gpu.value("util_mem") or 0)
+        return u
+
+    def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle, version: int | None = None) -> pynvml.c_nvmlMemory_t:  # noqa: N802
+        gpu = handle.gpu
+        total = gpu.value("memory_total_bytes") if handle.mig is None else \
+            (handle.mig.memory_total_bytes or gpu.value("memory_total_bytes"))
+        self._gate(handle, "memory_info", total)
+        m = pynvml.c_nvmlMemory_t()
+        m.total = int(total)
+        m.used = int(gpu.value("memory_used_bytes") or 0) if handle.mig is None else 0
+        m.free = m.total - m.used
+        return m
+
+    def nvmlDeviceGetPowerUsage(self, handle: FakeHandle) -> int:  # noqa: N802
+        power = handle.gpu.value("power_mw")
+        self._gate(handle, "power", power)
+        return int(power)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeHandle) -> int:  # noqa: N802
+        gpu = handle.gpu
+        self._gate(handle, "energy", gpu.value("power_mw"))
+        self._advance_energy(gpu)
+        return int(gpu.energy_mj)
+
+    def nvmlDeviceGetTemperature(self, handle: FakeHandle, sensor: int) -> int:  # noqa: N802
+        if sensor != pynvml.NVML_TEMPERATURE_GPU:
+            _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        temp = handle.gpu.value("temp_gpu")
+        self._gate(handle, "temperature", temp)
+        return int(temp)
+
+    def nvmlDeviceGetFieldValues(self, handle: FakeHandle, fieldIds: list) -> Any:  # noqa: N802, N803
+        """Like NVML: the call succeeds and each value carries its own nvmlReturn."""
+        self._gate(handle, "field_values")
+        arr = (pynvml.c_nvmlFieldValue_t * len(fieldIds))()
+        for i, fid in enumerate(fieldIds):
+            arr[i].fieldId = fid
+            arr[i].timestamp = int(self.clock() * 1e6)
+            value = None
+            if fid == pynvml.NVML_FI_DEV_MEMORY_TEMP:
+                gpu = handle.gpu
+                if "memory_temperature" in gpu.no_permission:
+                    arr[i].nvmlReturn = pynvml.NVML_ERROR_NO_PERMISSION
+                    continue
+                if "memory_temperature" not in gpu.not_supported:
+                    value = gpu.value("temp_mem")
+            if value is None:
+                arr[i].nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+            else:
+                arr[i].nvmlReturn = pynvml.NVML_SUCCESS
+                arr[i].valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+                arr[i].value.uiVal = int(value)
+        return arr
+
+    def nvmlDeviceGetClockInfo(self, handle: FakeHandle, type: int) -> int:  # noqa: N802, A002
+        if type == pynvml.NVML_CLOCK_SM:
+            val, name = handle.gpu.value("sm_clock_mhz"), "sm_clock"
+        elif type == pynvml.NVML_CLOCK_MEM:
+            val, name = handle.gpu.value("mem_clock_mhz"), "mem_clock"
+        else:
+            _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        self._gate(handle, name, val)
+        return int(val)
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: FakeHandle) -> int:  # noqa: N802
+        val = handle.gpu.value("clock_event_reasons")
+        self._gate(handle, "clock_event_reasons", val)
+        return int(val)
+
+    def nvmlDeviceGetPcieReplayCounter(self, handle: FakeHandle) -> int:  # noqa: N802
+        val = handle.gpu.value("pcie_replay")
+        self._gate(handle, "pcie_replay", val)
+        return int(val)
+
+    # -- slow fields ------------------------------------------------------------------------------
+    def nvmlDeviceGetTotalEccErrors(self, handle: FakeHandle, errorType: int, counterType: int) -> int:  # noqa: N802, N803
+        gpu = handle.gpu
+        counts = gpu.value("ecc_volatile" if counterType == pynvml.NVML_VOLATILE_ECC else "ecc_aggregate")
+        self._gate(handle, "ecc", counts if gpu.value("ecc_enabled") else None)
+        return int(counts[0 if errorType == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED else 1])
+
+    def nvmlDeviceGetRetiredPages(self, device: FakeHandle, sourceFilter: int) -> list[int]:  # noqa: N802, N803
+        counts = device.gpu.value("retired_pages")
+        self._gate(device, "retired_pages", counts)
+        n = counts[0 if sourceFilter == pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS else 1]
+        return [0x1000 * (k + 1) for k in range(n)]
+
+    def nvmlDeviceGetRemappedRows(self, device: FakeHandle) -> tuple[int, int, int, int]:  # noqa: N802
+        rows = device.gpu.value("remapped_rows")
+        self._gate(device, "remapped_rows", rows)
+        return (int(rows[0]), int(rows[1]), int(bool(rows[2])), int(bool(rows[3])))
+
+    def nvmlDeviceGetNvLinkState(self, device: FakeHandle, link: int) -> int:  # noqa: N802
+        links = device.gpu.value("nvlink_links")
+        self._gate(device, "nvlink", links or None)
+        if device.gpu.value("mig_mode") == 1:
+            _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)  # "Nvlink queries are not supported for Devices in MIG mode"
+        if link >= links:
+            _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return pynvml.NVML_FEATURE_ENABLED
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, device: FakeHandle, link: int, counter: int) -> int:  # noqa: N802
+        self.nvmlDeviceGetNvLinkState(device, link)
+        errors = device.gpu.values.get("nvlink_errors", {})
+        return int(errors.get((link, counter), 0))
+
+    def nvmlDeviceGetMigMode(self, device: FakeHandle) -> list[int]:  # noqa: N802
+        mode = device.gpu.value("mig_mode")
+        self._gate(device, "mig_mode", mode)
+        return [int(mode), int(mode)]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, device: FakeHandle) -> int:  # noqa: N802
+        self._gate(device, "mig_mode", device.gpu.value("mig_mode"))
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, device: FakeHandle, index: int) -> FakeHandle:  # noqa: N802
+        self._gate(device, "mig_mode", device.gpu.value("mig_mode"))
+        migs = device.gpu.profile.mig_devices
+        if device.gpu.value("mig_mode") != 1 or index >= len(migs):
+            _raise(pynvml.NVML_ERROR_NOT_FOUND)
+        return FakeHandle(device.gpu, device.index, migs[index])
+
+    def nvmlDeviceIsMigDeviceHandle(self, device: FakeHandle) -> int:  # noqa: N802
+        self._check_init()
+        return int(device.mig is not None)
+
+    def nvmlDeviceGetGpuInstanceId(self, device: FakeHandle) -> int:  # noqa: N802
+        self._check_init()
+        if device.mig is None:
+            _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return device.mig.gpu_instance_id
+
+    def nvmlDeviceGetComputeInstanceId(self, device: FakeHandle) -> int:  # noqa: N802
+        self._check_init()
+        if device.mig is None:
+            _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return device.mig.compute_instance_id
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeHandle) -> list:  # noqa: N802
+        self._gate(handle, "processes")
+        out = []
+        for p in handle.gpu.processes:
+            info = pynvml.c_nvmlProcessInfo_v2_t()
+            info.pid, info.usedGpuMemory = p.pid, p.used_memory_bytes
+            info.gpuInstanceId = 0xFFFFFFFF if p.gpu_instance_id is None else p.gpu_instance_id
+            info.computeInstanceId = 0xFFFFFFFF if p.compute_instance_id is None else p.compute_instance_id
+            out.append(info)
+        return out
+
+    # -- events -----------------------------------------------------------------------------------
+    def nvmlEventSetCreate(self) -> FakeEventSet:  # noqa: N802
+        self._check_init()
+        return FakeEventSet()
+
+    def nvmlDeviceRegisterEvents(self, handle: FakeHandle, eventTypes: int, eventSet: FakeEventSet) -> None:  # noqa: N802, N803
+        self._gate(handle, "events")
+        if eventTypes & pynvml.nvmlEventTypeXidCriticalError:
+            eventSet.handles.append(handle)
+
+    def _pending(self, es: FakeEventSet) -> list[tuple[float, FakeHandle, int]]:
+        out = []
+        for h in es.handles:
+            sched = list(h.gpu.xid_events)
+            if h.gpu.lost_at is not None:
+                sched.append((h.gpu.lost_at, 79))
+            for t, xid in sched:
+                if (h.index, t, xid) not in es.delivered:
+                    out.append((t, h, xid))
+        out.sort(key=lambda e: e[0])
+        return out
+
+    def nvmlEventSetWait(self, eventSet: FakeEventSet, timeoutms: int) -> FakeEventData:  # noqa: N802, N803
+        """Return the next due XID event, waiting (via the injected sleep) up to `timeoutms`."""
+        self._check_init()
+        now = self.clock()
+        pending = self._pending(eventSet)
+        if pending and pending[0][0] <= now:
+            t, h, xid = pending[0]
+        else:
+            deadline = now + timeoutms / 1000.0
+            if pending and pending[0][0] <= deadline:
+                self.sleep(pending[0][0] - now)
+                t, h, xid = pending[0]
+            else:
+                self.sleep(max(0.0, deadline - now))
+                _raise(pynvml.NVML_ERROR_TIMEOUT)
+        eventSet.delivered.add((h.index, t, xid))
+        return FakeEventData(h, pynvml.nvmlEventTypeXidCriticalError, xid)
+
+    def nvmlEventSetFree(self, eventSet: FakeEventSet) -> None:  # noqa: N802
+        self._check_init()
+        eventSet.handles.clear()
+
+
+def _derived_uuid(base: str, i: int, prefix: str = "GPU-") -> str:
+    """Captures mask UUIDs to zeros; give each fake GPU a distinct, stable one."""
+    if i == 0 and not re.fullmatch(r"(GPU|MIG)-0{8}-0{4}-0{4}-0{4}-0{12}", base):
+        return base
+    d = hashlib.sha256(f"{base}/{i}".encode()).hexdigest()
+    return f"{prefix}{d[:8]}-{d[8:12]}-{d[12:16]}-{d[16:20]}-{d[20:32]}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Specs (for `slurmscope agent --fake SPEC.json` and the simulator)
+# --------------------------------------------------------------------------------------------------
+
+
+def fake_from_spec(spec: dict[str, Any], *, clock: Callable[[], float],
+                   sleep: Callable[[float], None] | None = None) -> FakeNVML:
+    """Build a FakeNVML from a JSON-able spec.
+
+    {"gpus": [{"model": "h100", "state": "idle", "count": 8, "not_supported": ["ecc"],
+               "lost_at": 120.0, "xid_events": [[30.0, 79]], "processes": [{"pid": 4242}],
+               "values": {"util_gpu": 35}}],
+     "start": 0.0}
+    Times in the spec are seconds after `start` (default: the clock at build time).
+    """
+    start = float(spec.get("start", clock()))
+    gpus = []
+    for entry in spec.get("gpus", []):
+        if "capture" in entry:
+            profile = load_capture(entry["capture"], entry.get("state", "idle"))
+        else:
+            profile = builtin_profile(entry.get("model", "h100"), entry.get("state", "idle"))
+        for _ in range(int(entry.get("count", 1))):
+            g = FakeGpu(
+                profile=profile,
+                not_supported=set(entry.get("not_supported", ())),
+                no_permission=set(entry.get("no_permission", ())),
+                unknown_error=set(entry.get("unknown_error", ())),
+                lost_at=None if entry.get("lost_at") is None else start + float(entry["lost_at"]),
+                xid_events=[(start + float(t), int(x)) for t, x in entry.get("xid_events", ())],
+                processes=[FakeProcess(**p) for p in entry.get("processes", ())],
+                values=dict(entry.get("values", {})),
+            )
+            gpus.append(g)
+    fake = FakeNVML(gpus, clock=clock, sleep=sleep)
+    for i, g in enumerate(fake.gpus):
+        g.minor_number = spec.get("minor_numbers", {}).get(str(i), g.minor_number)
+    return fake
+
+
+def load_spec(path: str | Path) -> dict[str, Any]:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+# Generated with `python -m slurmscope.collectors.fake_nvml tests/fixtures/nvidia-smi`.
+BUILTIN_PROFILES: dict[str, dict[str, Any]] = json.loads("""{
+ "a100-mig:idle": {"clock_event_reasons": 0, "cuda_version": 12020, "driver_version": "535.54.03", "ecc_aggregate": [0, 0], "ecc_enabled": true, "ecc_volatile": [0, 0], "mem_clock_mhz": 1593, "memory_total_bytes": 85899345920, "memory_used_bytes": 52428800, "mig_devices": [{"compute_instance_id": 0, "gpu_instance_id": 3, "memory_total_bytes": 20937965568, "name": "MIG", "uuid": "MIG-c5769fbb-236e-abfd-72b8-18bf32dd2621"}, {"compute_instance_id": 0, "gpu_instance_id": 4, "memory_total_bytes": 20937965568, "name": "MIG", "uuid": "MIG-b756f038-717c-ae9c-2e4c-5981ea5a7cd7"}, {"compute_instance_id": 0, "gpu_instance_id": 5, "memory_total_bytes": 20937965568, "name": "MIG", "uuid": "MIG-72f51101-5ad2-3e0c-bf3d-7fdcd3a17247"}, {"compute_instance_id": 0, "gpu_instance_id": 6, "memory_total_bytes": 20937965568, "name": "MIG", "uuid": "MIG-897fa3c2-a7b8-e67d-d81d-2d55846bee31"}], "mig_mode": 1, "minor_number": 1, "name": "NVIDIA A100-SXM4-80GB", "nvlink_links": 0, "pci_bus_id": "00000000:01:00.0", "pcie_replay": 0, "power_mw": 67030, "remapped_rows": null, "retired_pages": null, "serial": "1650522003820", "sm_clock_mhz": 1275, "source": "a100-sxm4-v12.xml", "temp_gpu": 27, "temp_mem": 44, "util_gpu": null, "util_mem": null, "uuid": "GPU-513536b6-7d19-9063-b049-1e69664bb298"},
+ "h100-mig:idle": {"clock_event_reasons": 1, "cuda_version": 13010, "driver_version": "590.48.01", "ecc_aggregate": [0, 0], "ecc_enabled": true, "ecc_volatile": [0, 0], "mem_clock_mhz": 2619, "memory_total_bytes": 85520809984, "memory_used_bytes": 61865984, "mig_devices": [{"compute_instance_id": 0, "gpu_instance_id": 2, "memory_total_bytes": null, "name": "MIG 3g.40gb", "uuid": "MIG-00000000-0000-0000-0000-000000000000"}, {"compute_instance_id": 0, "gpu_instance_id": 3, "memory_total_bytes": null, "name": "MIG 2g.20gb", "uuid": "MIG-00000001-0000-0000-0000-000000000001"}, {"compute_instance_id": 0, "gpu_instance_id": 9, "memory_total_bytes": null, "name": "MIG 1g.10gb", "uuid": "MIG-00000002-0000-0000-0000-000000000002"}, {"compute_instance_id": 0, "gpu_instance_id": 10, "memory_total_bytes": null, "name": "MIG 1g.10gb", "uuid": "MIG-00000003-0000-0000-0000-000000000003"}], "mig_mode": 1, "minor_number": 0, "name": "NVIDIA H100 80GB HBM3", "nvlink_links": 0, "pci_bus_id": "00000000:00:09.0", "pcie_replay": 9, "power_mw": 71150, "remapped_rows": null, "retired_pages": null, "serial": "0000000000000", "sm_clock_mhz": 345, "source": "linux-x86_64__nvidia-h100-mig__590.48.01.txt", "temp_gpu": 42, "temp_mem": 48, "util_gpu": null, "util_mem": null, "uuid": "GPU-00000000-0000-0000-0000-000000000000"},
+ "h100-mig:load": {"clock_event_reasons": 0, "cuda_version": 13010, "driver_version": "590.48.01", "ecc_aggregate": [0, 0], "ecc_enabled": true, "ecc_volatile": [0, 0], "mem_clock_mhz": 2619, "memory_total_bytes": 85520809984, "memory_used_bytes": 11665408000, "mig_devices": [{"compute_instance_id": 0, "gpu_instance_id": 2, "memory_total_bytes": null, "name": "MIG 3g.40gb", "uuid": "MIG-00000000-0000-0000-0000-000000000000"}, {"compute_instance_id": 0, "gpu_instance_id": 3, "memory_total_bytes": null, "name": "MIG 2g.20gb", "uuid": "MIG-00000001-0000-0000-0000-000000000001"}, {"compute_instance_id": 0, "gpu_instance_id": 9, "memory_total_bytes": null, "name": "MIG 1g.10gb", "uuid": "MIG-00000002-0000-0000-0000-000000000002"}, {"compute_instance_id": 0, "gpu_instance_id": 10, "memory_total_bytes": null, "name": "MIG 1g.10gb", "uuid": "MIG-00000003-0000-0000-0000-000000000003"}], "mig_mode": 1, "minor_number": 0, "name": "NVIDIA H100 80GB HBM3", "nvlink_links": 0, "pci_bus_id": "00000000:00:09.0", "pcie_replay": 9, "power_mw": 433780, "remapped_rows": null, "retired_pages": null, "serial": "0000000000000", "sm_clock_mhz": 1980, "source": "linux-x86_64__nvidia-h100-mig__590.48.01.txt", "temp_gpu": 53, "temp_mem": 59, "util_gpu": null, "util_mem": null, "uuid": "GPU-00000000-0000-0000-0000-000000000000"},
+ "h100:idle": {"clock_event_reasons": 1, "cuda_version": 13010, "driver_version": "590.48.01", "ecc_aggregate": [0, 0], "ecc_enabled": true, "ecc_volatile": [0, 0], "mem_clock_mhz": 2619, "memory_total_bytes": 85520809984, "memory_used_bytes": 0, "mig_devices": [], "mig_mode": 0, "minor_number": 0, "name": "NVIDIA H100 80GB HBM3", "nvlink_links": 18, "pci_bus_id": "00000000:00:09.0", "pcie_replay": 9, "power_mw": 69850, "remapped_rows": [0, 0, false, false], "retired_pages": null, "serial": "0000000000000", "sm_clock_mhz": 345, "source": "linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt", "temp_gpu": 41, "temp_mem": 48, "util_gpu": 0, "util_mem": 0, "uuid": "GPU-00000000-0000-0000-0000-000000000000"},
+ "h100:load": {"clock_event_reasons": 0, "cuda_version": 13010, "driver_version": "590.48.01", "ecc_aggregate": [0, 0], "ecc_enabled": true, "ecc_volatile": [0, 0], "mem_clock_mhz": 2619, "memory_total_bytes": 85520809984, "memory_used_bytes": 20780679168, "mig_devices": [], "mig_mode": 0, "minor_number": 0, "name": "NVIDIA H100 80GB HBM3", "nvlink_links": 18, "pci_bus_id": "00000000:00:09.0", "pcie_replay": 9, "power_mw": 631950, "remapped_rows": [0, 0, false, false], "retired_pages": null, "serial": "0000000000000", "sm_clock_mhz": 1980, "source": "linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt", "temp_gpu": 59, "temp_mem": 54, "util_gpu": 100, "util_mem": 11, "uuid": "GPU-00000000-0000-0000-0000-000000000000"},
+ "h200:idle": {"clock_event_reasons": 1, "cuda_version": 13010, "driver_version": "590.48.01", "ecc_aggregate": [0, 0], "ecc_enabled": true, "ecc_volatile": [0, 0], "mem_clock_mhz": 3201, "memory_total_bytes": 150754820096, "memory_used_bytes": 0, "mig_devices": [], "mig_mode": 0, "minor_number": 0, "name": "NVIDIA H200", "nvlink_links": 18, "pci_bus_id": "00000000:83:00.0", "pcie_replay": 0, "power_mw": 77710, "remapped_rows": [0, 0, false, false], "retired_pages": null, "serial": "0000000000000", "sm_clock_mhz": 345, "source": "linux-x86_64__nvidia-h200__590.48.01.txt", "temp_gpu": 28, "temp_mem": 32, "util_gpu": 0, "util_mem": 0, "uuid": "GPU-00000000-0000-0000-0000-000000000000"},
+ "h200:load": {"clock_event_reasons": 0, "cuda_version": 13010, "driver_version": "590.48.01", "ecc_aggregate": [0, 0], "ecc_enabled": true, "ecc_volatile": [0, 0], "mem_clock_mhz": 3201, "memory_total_bytes": 150754820096, "memory_used_bytes": 33934016512, "mig_devices": [], "mig_mode": 0, "minor_number": 0, "name": "NVIDIA H200", "nvlink_links": 18, "pci_bus_id": "00000000:83:00.0", "pcie_replay": 0, "power_mw": 627400, "remapped_rows": [0, 0, false, false], "retired_pages": null, "serial": "0000000000000", "sm_clock_mhz": 1980, "source": "linux-x86_64__nvidia-h200__590.48.01.txt", "temp_gpu": 52, "temp_mem": 40, "util_gpu": 100, "util_mem": 7, "uuid": "GPU-00000000-0000-0000-0000-000000000000"},
+ "l40s:idle": {"clock_event_reasons": 0, "cuda_version": 13020, "driver_version": "595.80", "ecc_aggregate": [0, 0], "ecc_enabled": true, "ecc_volatile": [0, 0], "mem_clock_mhz": 9001, "memory_total_bytes": 48305799168, "memory_used_bytes": 0, "mig_devices": [], "mig_mode": null, "minor_number": 0, "name": "NVIDIA L40S", "nvlink_links": 0, "pci_bus_id": "00000000:01:00.0", "pcie_replay": 0, "power_mw": 144970, "remapped_rows": [0, 0, false, false], "retired_pages": null, "serial": "0000000000000", "sm_clock_mhz": 2520, "source": "linux-x86_64__nvidia-l40s__595.80.txt", "temp_gpu": 63, "temp_mem": null, "util_gpu": 100, "util_mem": 9, "uuid": "GPU-00000000-0000-0000-0000-000000000000"},
+ "l40s:load": {"clock_event_reasons": 0, "cuda_version": 13020, "driver_version": "595.80", "ecc_aggregate": [0, 0], "ecc_enabled": true, "ecc_volatile": [0, 0], "mem_clock_mhz": 9001, "memory_total_bytes": 48305799168, "memory_used_bytes": 1294991360, "mig_devices": [], "mig_mode": null, "minor_number": 0, "name": "NVIDIA L40S", "nvlink_links": 0, "pci_bus_id": "00000000:01:00.0", "pcie_replay": 0, "power_mw": 110230, "remapped_rows": [0, 0, false, false], "retired_pages": null, "serial": "0000000000000", "sm_clock_mhz": 2520, "source": "linux-x86_64__nvidia-l40s__595.80.txt", "temp_gpu": 54, "temp_mem": null, "util_gpu": 9, "util_mem": 2, "uuid": "GPU-00000000-0000-0000-0000-000000000000"}
+}""")
+
+
+def _dump_builtin(fixture_dir: Path) -> dict[str, dict[str, Any]]:
+    out = {}
+    for model, fname in CAPTURES.items():
+        states = ("idle",) if fname.endswith(".xml") else ("idle", "load")
+        for state in states:
+            out[f"{model}:{state}"] = profile_to_dict(load_capture(fixture_dir / fname, state))
+    return out
+
+
+if __name__ == "__main__":  # pragma: no cover - maintenance helper
+    import sys
+
+    print(json.dumps(_dump_builtin(Path(sys.argv[1])), indent=1, sort_keys=True))

@@ -1,0 +1,360 @@
+"""Central side of the NVML agents: pull spool files (HTTP or shared path), load them once, acknowledge.
+
+A spool file is validated as a whole first (header, footer count, checksum): a file that fails is
+quarantined line by line and nothing from it is loaded, because a torn file would otherwise look like a
+complete hour. Each loaded file is recorded in `spool_files` in the same transaction as its rows, so a
+file seen twice loads once. Per-minute samples of the same GPU and minute from two files (an agent that
+restarted mid-minute) are merged: sample counts add, means are weighted, maxima and deltas combine.
+Only after the commit is the agent told it may prune the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import urllib.error
+import urllib.request
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import duckdb
+import polars as pl
+from slurmscope.collectors.base import Parsed, RunRecord, TableSpec, load, quarantine_frame, record_failure
+from slurmscope.collectors.nvml import parse_iso, read_spool_bytes
+
+log = logging.getLogger(__name__)
+
+KIND = "nvml"
+TABLES = {
+    "gpu_samples": TableSpec("gpu_samples", ("cluster", "node", "gpu_uuid", "minute")),
+    "gpu_events": TableSpec("gpu_events", ("cluster", "node", "gpu_uuid", "event_time", "event_type")),
+    "gpu_jobs": TableSpec("gpu_jobs", ("cluster", "node", "gpu_uuid", "job_id", "mig_instance", "interval_start")),
+    "gpu_inventory": TableSpec("gpu_inventory", ("cluster", "node", "gpu_uuid", "seen_at")),
+}
+
+TS = pl.Datetime("us", "UTC")
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "gpu_samples": {
+        "node": pl.String, "gpu_uuid": pl.String, "minute": TS, "gpu_index": pl.Int32, "gpu_minor": pl.Int32,
+        "pci_bus_id": pl.String, "model": pl.String, "samples": pl.Int32, "util_gpu_mean": pl.Float64,
+        "util_gpu_max": pl.Float64, "util_mem_mean": pl.Float64, "mem_used_max_bytes": pl.Int64,
+        "mem_total_bytes": pl.Int64, "power_mean_watts": pl.Float64, "power_max_watts": pl.Float64,
+        "energy_joules": pl.Float64, "temp_gpu_max_celsius": pl.Float64, "temp_mem_max_celsius": pl.Float64,
+        "sm_clock_mean_mhz": pl.Float64, "mem_clock_mean_mhz": pl.Float64, "throttle_seconds": pl.Float64,
+        "throttle_reasons": pl.Int64, "pcie_replay_delta": pl.Int64, "ecc_corrected_delta": pl.Int64,
+        "ecc_uncorrected_delta": pl.Int64, "ecc_corrected_total": pl.Int64, "ecc_uncorrected_total": pl.Int64,
+        "remapped_pending": pl.Boolean, "remapped_failed": pl.Boolean, "retired_pages": pl.Int64,
+        "nvlink_errors_delta": pl.Int64, "null_fields": pl.Int32,
+    },
+    "gpu_events": {
+        "node": pl.String, "gpu_uuid": pl.String, "event_time": TS, "event_type": pl.String, "xid": pl.Int32,
+        "pci_bus_id": pl.String, "source": pl.String, "detail": pl.String,
+    },
+    "gpu_jobs": {
+        "node": pl.String, "gpu_uuid": pl.String, "job_id": pl.String, "interval_start": TS, "interval_end": TS,
+        "gpu_index": pl.Int32, "mig_instance": pl.String, "source": pl.String,
+    },
+    "gpu_inventory": {
+        "node": pl.String, "gpu_uuid": pl.String, "seen_at": TS, "gpu_index": pl.Int32, "gpu_minor": pl.Int32,
+        "pci_bus_id": pl.String, "model": pl.String, "serial": pl.String, "driver_version": pl.String,
+        "cuda_version": pl.String, "mig_mode": pl.Boolean,
+    },
+}
+RECORD_TABLE = {"sample": "gpu_samples", "event": "gpu_events", "job": "gpu_jobs", "inventory": "gpu_inventory"}
+
+
+@dataclass
+class IngestResult:
+    path: str
+    rows: int
+    quarantined: int
+    skipped: bool = False        # already loaded (same name and checksum)
+    node: str | None = None
+    error: str | None = None
+
+
+@dataclass
+class Outcome:
+    collector: str
+    status: str
+    rows: int
+    error: str | None = None
+
+
+# --------------------------------------------------------------------------------------------------
+# Pure: bytes -> typed rows
+# --------------------------------------------------------------------------------------------------
+
+
+def _coerce(value: Any, dtype: Any) -> Any:
+    if value is None:
+        return None
+    if dtype == TS:
+        return parse_iso(value)
+    if dtype in (pl.Int32, pl.Int64):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+            raise ValueError(f"expected an integer, got {value!r}")
+        return int(value)
+    if dtype == pl.Float64:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"expected a number, got {value!r}")
+        return float(value)
+    if dtype == pl.Boolean:
+        if not isinstance(value, bool):
+            raise ValueError(f"expected true/false, got {value!r}")
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    return value
+
+
+def merge_samples(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Combine two partial aggregates of one GPU-minute (the SQL merge does the same in the database)."""
+    na, nb = a.get("samples") or 0, b.get("samples") or 0
+    out = dict(a)
+
+    def wmean(k: str) -> Any:
+        x, y = a.get(k), b.get(k)
+        if x is None or y is None or na + nb == 0:
+            return y if x is None else x
+        return (x * na + y * nb) / (na + nb)
+
+    def mx(k: str) -> Any:
+        vals = [v for v in (a.get(k), b.get(k)) if v is not None]
+        return max(vals) if vals else None
+
+    def add(k: str) -> Any:
+        x, y = a.get(k), b.get(k)
+        return None if x is None and y is None else (x or 0) + (y or 0)
+
+    out["samples"] = na + nb
+    for k in ("util_gpu_mean", "util_mem_mean", "power_mean_watts", "sm_clock_mean_mhz", "mem_clock_mean_mhz"):
+        out[k] = wmean(k)
+    for k in ("util_gpu_max", "mem_used_max_bytes", "mem_total_bytes", "power_max_watts", "temp_gpu_max_celsius",
+              "temp_mem_max_celsius"):
+        out[k] = mx(k)
+    for k in ("energy_joules", "throttle_seconds", "pcie_replay_delta", "ecc_corrected_delta",
+              "ecc_uncorrected_delta", "nvlink_errors_delta", "null_fields"):
+        out[k] = add(k)
+    x, y = a.get("throttle_reasons"), b.get("throttle_reasons")
+    out["throttle_reasons"] = None if x is None and y is None else (x or 0) | (y or 0)
+    for k in ("ecc_corrected_total", "ecc_uncorrected_total", "remapped_pending", "remapped_failed",
+              "retired_pages", "gpu_index", "gpu_minor", "pci_bus_id", "model"):
+        out[k] = b.get(k) if b.get(k) is not None else a.get(k)
+    return out
+
+
+@dataclass
+class ParsedSpool:
+    node: str | None
+    parsed: Parsed
+    problem: str | None
+
+
+def parse_spool(data: bytes) -> ParsedSpool:
+    """Validate and type a spool file. Never raises: what cannot be used goes to quarantine with a reason."""
+    content = read_spool_bytes(data)
+    if content.problem is not None:
+        q = [{"line_no": i, "raw_text": raw.decode("utf-8", errors="replace"),
+              "raw_bytes": None if _is_utf8(raw) else raw, "reason": f"spool file rejected: {content.problem}"}
+             for i, raw in enumerate(content.lines, start=1)]
+        if not q:
+            q = [{"line_no": 1, "raw_text": "", "raw_bytes": None, "reason": f"spool file rejected: {content.problem}"}]
+        return ParsedSpool(None, Parsed(quarantine=quarantine_frame(q)), content.problem)
+    node = content.header["node"]
+    rows: dict[str, list[dict[str, Any]]] = {t: [] for t in SCHEMAS}
+    bad = [{"line_no": no, "raw_text": raw.decode("utf-8", errors="replace"),
+            "raw_bytes": None if _is_utf8(raw) else raw, "reason": reason} for no, raw, reason in content.bad_lines]
+    samples: dict[tuple[str, str], dict[str, Any]] = {}
+    for no, rec in content.records:
+        table = RECORD_TABLE[rec["type"]]
+        schema = SCHEMAS[table]
+        try:
+            row = {k: _coerce(rec.get(k), dt) for k, dt in schema.items() if k != "node"}
+        except (ValueError, TypeError) as exc:
+            bad.append({"line_no": no, "raw_text": content.lines[no - 1].decode("utf-8", errors="replace"),
+                        "raw_bytes": None, "reason": f"bad {rec['type']} record: {exc}"})
+            continue
+        row["node"] = node
+        if table == "gpu_jobs" and row["mig_instance"] is None:
+            row["mig_instance"] = ""
+        if table == "gpu_events" and row["gpu_uuid"] is None:
+            row["gpu_uuid"] = ""
+        if table == "gpu_samples":
+            key = (row["gpu_uuid"], row["minute"])
+            samples[key] = merge_samples(samples[key], row) if key in samples else row
+        else:
+            rows[table].append(row)
+    rows["gpu_samples"] = list(samples.values())
+    tables = {t: pl.DataFrame(r, schema=SCHEMAS[t], orient="row") for t, r in rows.items() if r}
+    return ParsedSpool(node, Parsed(tables=tables, quarantine=quarantine_frame(bad)), None)
+
+
+def _is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading (one transaction per file)
+# --------------------------------------------------------------------------------------------------
+
+_SAMPLE_COLS = ["cluster"] + list(SCHEMAS["gpu_samples"])
+_WMEAN = ("util_gpu_mean", "util_mem_mean", "power_mean_watts", "sm_clock_mean_mhz", "mem_clock_mean_mhz")
+_MAX = ("util_gpu_max", "mem_used_max_bytes", "mem_total_bytes", "power_max_watts", "temp_gpu_max_celsius",
+        "temp_mem_max_celsius")
+_ADD = ("energy_joules", "throttle_seconds", "pcie_replay_delta", "ecc_corrected_delta", "ecc_uncorrected_delta",
+        "nvlink_errors_delta", "null_fields")
+_LATEST = ("ecc_corrected_total", "ecc_uncorrected_total", "remapped_pending", "remapped_failed", "retired_pages",
+           "gpu_index", "gpu_minor", "pci_bus_id", "model")
+
+
+def _sample_merge_sql() -> str:
+    sets = ["samples = coalesce(samples, 0) + coalesce(excluded.samples, 0)"]
+    for c in _WMEAN:
+        sets.append(
+            f"{c} = CASE WHEN excluded.{c} IS NULL THEN {c} WHEN {c} IS NULL THEN excluded.{c} "
+            f"ELSE ({c} * coalesce(samples, 0) + excluded.{c} * coalesce(excluded.samples, 0)) "
+            f"/ nullif(coalesce(samples, 0) + coalesce(excluded.samples, 0), 0) END")
+    sets += [f"{c} = greatest({c}, excluded.{c})" for c in _MAX]
+    sets += [f"{c} = CASE WHEN {c} IS NULL AND excluded.{c} IS NULL THEN NULL "
+             f"ELSE coalesce({c}, 0) + coalesce(excluded.{c}, 0) END" for c in _ADD]
+    sets.append("throttle_reasons = CASE WHEN throttle_reasons IS NULL AND excluded.throttle_reasons IS NULL "
+                "THEN NULL ELSE coalesce(throttle_reasons, 0) | coalesce(excluded.throttle_reasons, 0) END")
+    sets += [f"{c} = coalesce(excluded.{c}, {c})" for c in _LATEST]
+    cols = ", ".join(_SAMPLE_COLS)
+    return (f"INSERT INTO gpu_samples ({cols}) SELECT {cols} FROM _nvml_samples "
+            f"ON CONFLICT (cluster, node, gpu_uuid, minute) DO UPDATE SET " + ", ".join(sets))
+
+
+_JOB_COLS = ["cluster"] + list(SCHEMAS["gpu_jobs"])
+_JOB_MERGE_SQL = (
+    f"INSERT INTO gpu_jobs ({', '.join(_JOB_COLS)}) SELECT {', '.join(_JOB_COLS)} FROM _nvml_jobs "
+    "ON CONFLICT (cluster, node, gpu_uuid, job_id, mig_instance, interval_start) DO UPDATE SET "
+    "interval_end = greatest(interval_end, excluded.interval_end), "
+    "gpu_index = coalesce(excluded.gpu_index, gpu_index), source = coalesce(source, excluded.source)"
+)
+
+
+def _merge(con: duckdb.DuckDBPyConnection, view: str, sql: str, df: pl.DataFrame) -> None:
+    con.register(view, df.to_arrow())
+    try:
+        con.execute(sql)
+    finally:
+        con.unregister(view)
+
+
+def ingest_bytes(con: duckdb.DuckDBPyConnection, cfg: Any, data: bytes, *, file_name: str,
+                 path: str | None = None) -> IngestResult:
+    """Load one spool file's bytes (validated, deduplicated by name+checksum) in one transaction."""
+    cluster = cfg.cluster
+    digest = hashlib.sha256(data).hexdigest()
+    shown = path or file_name
+    ps = parse_spool(data)
+    run = RunRecord(cluster=cluster, collector=KIND, source=f"nvml:{file_name}")
+    if ps.node is not None:
+        row = con.execute("SELECT sha256 FROM spool_files WHERE cluster = ? AND node = ? AND file_name = ?",
+                          [cluster, ps.node, file_name]).fetchone()
+        if row is not None:
+            if row[0] == digest:
+                return IngestResult(shown, 0, 0, skipped=True, node=ps.node)
+            ps = ParsedSpool(None, Parsed(quarantine=quarantine_frame([{
+                "line_no": 1, "raw_text": data[:4000].decode("utf-8", errors="replace"), "raw_bytes": None,
+                "reason": f"spool file {file_name} of node {ps.node} was already loaded with other content "
+                          f"(sha256 {row[0]})"}])), "name reused with different content")
+    tables = dict(ps.parsed.tables)
+    samples = tables.pop("gpu_samples", None)
+    jobs = tables.pop("gpu_jobs", None)
+    extra_rows = (0 if samples is None else samples.height) + (0 if jobs is None else jobs.height)
+
+    def after(c: duckdb.DuckDBPyConnection) -> None:
+        if samples is not None:
+            _merge(c, "_nvml_samples", _sample_merge_sql(), samples.with_columns(pl.lit(cluster).alias("cluster")))
+        if jobs is not None:
+            _merge(c, "_nvml_jobs", _JOB_MERGE_SQL, jobs.with_columns(pl.lit(cluster).alias("cluster")))
+        if ps.node is not None:
+            c.execute("INSERT INTO spool_files (cluster, node, file_name, sha256, rows) VALUES (?, ?, ?, ?, ?)",
+                      [cluster, ps.node, file_name, digest, ps.parsed.rows])
+
+    load(con, Parsed(tables=tables, quarantine=ps.parsed.quarantine), TABLES, run, content_sha=digest,
+         after_upsert=after)
+    rows = sum(df.height for df in tables.values()) + extra_rows
+    return IngestResult(shown, rows, ps.parsed.quarantine.height, node=ps.node, error=ps.problem)
+
+
+def ingest_spool_files(con: duckdb.DuckDBPyConnection, cfg: Any, paths: Iterable[str | Path]) -> list[IngestResult]:
+    """`slurmscope ingest nvml FILE...`: load spool files in name (= time) order."""
+    out = []
+    for p in sorted((Path(p) for p in paths), key=lambda p: p.name):
+        out.append(ingest_bytes(con, cfg, p.read_bytes(), file_name=p.name, path=str(p)))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Pulling from agents
+# --------------------------------------------------------------------------------------------------
+
+
+def _http(url: str, *, method: str = "GET", timeout: float) -> bytes:
+    req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - configured agent URLs
+        return resp.read()
+
+
+def collect_agent(con: duckdb.DuckDBPyConnection, cfg: Any, base_url: str, *,
+                  timeout: float = 30.0) -> list[IngestResult]:
+    """Pull every listed file from one agent, load it, then acknowledge it (so the agent prunes)."""
+    base = base_url.rstrip("/")
+    listing = json.loads(_http(f"{base}/spool", timeout=timeout))
+    out = []
+    for entry in sorted(listing.get("files", []), key=lambda e: e["name"]):
+        name = entry["name"]
+        data = _http(f"{base}/spool/{quote(name)}", timeout=timeout)
+        if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+            log.warning("%s/%s changed during download; will retry next run", base, name)
+            continue
+        res = ingest_bytes(con, cfg, data, file_name=name, path=f"{base}/spool/{name}")
+        out.append(res)
+        _http(f"{base}/spool/{quote(name)}/ack?sha256={entry['sha256']}", method="POST", timeout=timeout)
+    return out
+
+
+def collect_path(con: duckdb.DuckDBPyConnection, cfg: Any, directory: str | Path) -> list[IngestResult]:
+    """Shared-filesystem mode: load closed files, then leave `<name>.ack` for the agent to prune."""
+    directory = Path(directory)
+    out = []
+    for p in sorted(directory.glob("*.jsonl")):
+        if p.name.startswith(".") or (directory / f"{p.name}.ack").exists():
+            continue
+        data = p.read_bytes()
+        out.append(ingest_bytes(con, cfg, data, file_name=p.name, path=str(p)))
+        try:
+            (directory / f"{p.name}.ack").write_text(hashlib.sha256(data).hexdigest() + "\n")
+        except OSError as exc:
+            log.warning("cannot acknowledge %s (%s); it stays and is skipped as already loaded", p, exc)
+    return out
+
+
+def collect_nvml(con: duckdb.DuckDBPyConnection, cfg: Any) -> list[Outcome]:
+    """`slurmscope collect nvml`: every configured agent URL and spool path; one Outcome per source."""
+    outcomes = []
+    timeout = float(cfg.get("slurm", "timeout_seconds"))
+    sources = [("agent", u) for u in cfg.get("nvml", "agents")] + [("path", p) for p in cfg.get("nvml", "spool_paths")]
+    for kind, src in sources:
+        name = f"nvml:{src}"
+        try:
+            results = collect_agent(con, cfg, src, timeout=timeout) if kind == "agent" else collect_path(con, cfg, src)
+        except (OSError, urllib.error.URLError, ValueError, duckdb.Error) as exc:
+            record_failure(con, RunRecord(cluster=cfg.cluster, collector=KIND, source=name),
+                           "timeout" if "timed out" in str(exc) else "error", f"{src}: {exc}")
+            outcomes.append(Outcome(name, "error", 0, str(exc)))
+            continue
+        outcomes.append(Outcome(name, "ok", sum(r.rows for r in results)))
+    return outcomes
