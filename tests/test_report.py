@@ -1,0 +1,142 @@
+"""The monthly report: numbers equal the marts, totals reconcile, and the HTML renders in a real browser."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+import subprocess
+from datetime import date, datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurmscope.cli import main
+from slurmscope.config import load_config
+from slurmscope.db import connect
+from slurmscope.report import build_report, pseudonym
+from tests.pngcheck import distinct_colours
+
+MONTHLY = [
+    # month, account, user, gpu_hours, cost, share, version, frozen
+    (date(2026, 10, 1), "pretraining", "alice", 100.0, "200.00", 0.5, 1, True),
+    (date(2026, 10, 1), "vision", "bob", 100.0, "200.00", 0.5, 1, True),
+    (date(2026, 11, 1), "pretraining", "alice", 300.0, "600.01", 0.6, 1, True),
+    (date(2026, 11, 1), "pretraining", "carol", 50.0, "99.99", 0.1, 1, True),
+    (date(2026, 11, 1), "vision", "bob", 150.0, "300.00", 0.3, 1, True),
+    # a re-issue of November: the report must use version 2 only
+    (date(2026, 11, 1), "pretraining", "alice", 310.0, "620.00", 0.62, 2, True),
+    (date(2026, 11, 1), "pretraining", "carol", 40.0, "80.00", 0.08, 2, True),
+    (date(2026, 11, 1), "vision", "bob", 150.0, "300.00", 0.30, 2, True),
+]
+
+
+def _seed(db: Path) -> None:
+    con = connect(db)
+    issued = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    for m, acct, user, hours, cost, share, version, frozen in MONTHLY:
+        con.execute("INSERT INTO mart_cost_monthly VALUES ('c1', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [m, acct, user, hours, Decimal(cost), share, version, frozen, issued])
+    for day in (date(2026, 11, 1), date(2026, 11, 2)):
+        con.execute("INSERT INTO mart_capacity_daily VALUES ('c1', ?, 'gpu', 'h100', 691200, 400000, 200000, "
+                    "51200, 40000, 1536.00, 888.89, 444.44, 113.78, 88.89)", [day])
+        for acct, secs in (("pretraining", 300000.0), ("vision", 100000.0)):
+            con.execute("INSERT INTO mart_cost_daily VALUES ('c1', ?, ?, 'u', 'gpu', 'normal', 'h100', ?, ?, "
+                        "?, ?, 0, 0, 0)", [day, acct, secs, secs / 3600 * 2, secs / 10, secs / 36000 * 2])
+        con.execute("INSERT INTO mart_job_outcomes_daily VALUES ('c1', ?, 'gpu', 'vision', 'COMPLETED', 10, 20.0)", [day])
+        con.execute("INSERT INTO mart_job_outcomes_daily VALUES ('c1', ?, 'gpu', 'vision', 'NODE_FAIL', 2, 5.0)", [day])
+        con.execute("INSERT INTO mart_wait_times VALUES ('c1', ?, 'gpu', 'vision', '5-8', 'h100', 12, 60, 600, 900, 200, 1000)", [day])
+    con.close()
+
+
+@pytest.fixture
+def report_dir(tmp_path):
+    db = tmp_path / "r.duckdb"
+    _seed(db)
+    out = tmp_path / "out"
+    res = CliRunner().invoke(main, ["--db", str(db), "--cluster", "c1", "report", "--month", "2026-11", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def _csv(path: Path) -> list[dict]:
+    with path.open() as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_chargeback_uses_latest_version_and_total_row_is_the_sum(report_dir):
+    rows = _csv(report_dir / "chargeback_accounts.csv")
+    body, total = rows[:-1], rows[-1]
+    assert {r["account"]: r["cost_usd"] for r in body} == {"pretraining": "700.00", "vision": "300.00"}
+    assert total["account"] == "TOTAL"
+    assert Decimal(total["cost_usd"]) == sum(Decimal(r["cost_usd"]) for r in body) == Decimal("1000.00")
+    # month over month against October's 200.00 each
+    mom = {r["account"]: float(r["mom_change"]) for r in body}
+    assert mom == pytest.approx({"pretraining": 2.5, "vision": 0.5})
+    users = _csv(report_dir / "chargeback_users.csv")
+    assert [(u["user"], u["cost_usd"]) for u in users[:-1]] == [("alice", "620.00"), ("bob", "300.00"), ("carol", "80.00")]
+    assert users[-1]["cost_usd"] == "1000.00"
+
+
+def test_capacity_csv_equals_the_mart_and_reconciles(report_dir):
+    rows = _csv(report_dir / "capacity.csv")
+    gpu = rows[0]
+    assert float(gpu["capacity_gpu_hours"]) == pytest.approx(2 * 691200 / 3600)
+    assert Decimal(gpu["capacity_cost_usd"]) == Decimal("3072.00")
+    parts = sum(Decimal(gpu[f"{k}_cost_usd"]) for k in ("allocated", "idle", "down", "reserved"))
+    assert parts == Decimal(gpu["capacity_cost_usd"])
+    assert rows[-1]["partition"] == "TOTAL" and rows[-1]["capacity_cost_usd"] == "3072.00"
+
+
+def test_pseudonymised_users_are_stable_and_hide_names(tmp_path):
+    db = tmp_path / "r.duckdb"
+    _seed(db)
+    cfg = load_config(env={"SLURMSCOPE_REPORT_PSEUDONYMISE_USERS": "true", "SLURMSCOPE_CLUSTER_NAME": "c1"})
+    con = connect(db, read_only=True)
+    build_report(con, cfg, month="2026-11", out_dir=tmp_path / "p", formats=["csv", "html"])
+    con.close()
+    text = (tmp_path / "p" / "chargeback_users.csv").read_text() + (tmp_path / "p" / "report.html").read_text()
+    assert "alice" not in text and pseudonym("alice", "c1") in text
+    assert pseudonym("alice", "c1") == pseudonym("alice", "c1") != pseudonym("alice", "c2")
+
+
+def test_bad_month_is_a_clear_error(tmp_path):
+    db = tmp_path / "r.duckdb"
+    _seed(db)
+    res = CliRunner().invoke(main, ["--db", str(db), "report", "--month", "Nov", "--out", str(tmp_path / "o")])
+    assert res.exit_code != 0 and "YYYY-MM" in res.output
+
+
+CHROMIUM = shutil.which("chromium")
+CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--enable-logging=stderr", "--log-level=0"]
+
+
+def screenshot(page: Path, png: Path, profile: Path) -> str:
+    """Render page in headless Chromium; return its log, where console messages appear as INFO:CONSOLE."""
+    proc = subprocess.run([CHROMIUM, *CHROME_FLAGS, f"--user-data-dir={profile}", f"--screenshot={png}",
+                           "--window-size=1000,2400", page.resolve().as_uri()],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert png.exists(), proc.stderr[-2000:]
+    return proc.stderr
+
+
+@pytest.mark.chromium
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (scripts/system-deps.sh)")
+def test_report_renders_charts_in_headless_chromium(report_dir, tmp_path):
+    log = screenshot(report_dir / "report.html", tmp_path / "shot.png", tmp_path / "profile")
+    assert "CONSOLE" not in log, log
+    # A page of text on white has a handful of colours; the charts' palette and anti-aliasing add many.
+    assert distinct_colours((tmp_path / "shot.png").read_bytes()) > 40
+
+
+@pytest.mark.chromium
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (scripts/system-deps.sh)")
+def test_the_browser_check_catches_errors_and_blank_pages(tmp_path):
+    bad = tmp_path / "bad.html"
+    bad.write_text("<html><body><script>notDefined()</script></body></html>")
+    log = screenshot(bad, tmp_path / "bad.png", tmp_path / "profile")
+    assert "CONSOLE" in log
+    assert distinct_colours((tmp_path / "bad.png").read_bytes()) < 5
