@@ -425,14 +425,13 @@ def _parse(data: bytes, *, cluster: str, tz, fmt, delimiter, source) -> Parsed:
             .otherwise(None)
         ),
         "flags": _null_if_blank(flags),
-        "restarts": int_expr(_col(df, "restarts"), pl.Int32),
         "priority": int_expr(_col(df, "priority")),
     }
     job_present = {
         "user": "user", "uid": "uid", "account": "account", "partition": "partition", "qos": "qos",
         "reason": "reason", "eligible_time": "eligible", "timelimit_seconds": "timelimit",
         "gpu_type": tres_field, "mig_slices": tres_field, "req_mem_bytes": "reqmem", "billing": tres_field,
-        "sched_by": "flags", "flags": "flags", "restarts": "restarts", "priority": "priority",
+        "sched_by": "flags", "flags": "flags", "priority": "priority",
     }
     job_only = {k: v for k, v in job_only.items() if job_present[k] in has}
 
@@ -483,7 +482,7 @@ def _parse(data: bytes, *, cluster: str, tz, fmt, delimiter, source) -> Parsed:
 # ----------------------------------------------------------------------------------------- attempts
 
 ATTEMPT_SQL = """
-UPDATE jobs SET attempt = r.rn, restarts = coalesce(jobs.restarts, r.rn - 1)
+UPDATE jobs SET attempt = r.rn, restarts = r.rn - 1
 FROM (
     SELECT j.cluster, j.job_id_raw, j.submit_time,
            row_number() OVER (PARTITION BY j.cluster, j.job_id_raw ORDER BY j.submit_time) AS rn
@@ -492,12 +491,15 @@ FROM (
       ON j.cluster = a.cluster AND j.job_id_raw = a.job_id_raw
 ) r
 WHERE jobs.cluster = r.cluster AND jobs.job_id_raw = r.job_id_raw AND jobs.submit_time = r.submit_time
-  AND jobs.attempt IS DISTINCT FROM r.rn
+  AND (jobs.attempt IS DISTINCT FROM r.rn OR jobs.restarts IS DISTINCT FROM r.rn - 1)
 """
 
 
 def recompute_attempts(con: duckdb.DuckDBPyConnection, affected: pl.DataFrame) -> None:
     """attempt = rank by submit time among ALL stored rows of each affected (cluster, job_id_raw).
+
+    restarts = attempt - 1: the requeues before this attempt that the database has seen (sacct 22.05 has
+    no Restarts field, and a window may hold only some attempts).
 
     A window holds only some attempts of a requeued job, so the rank must come from the table. Runs
     inside the load transaction, over the affected jobs only.
