@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 import polars as pl
 from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
 from slurmscope.collectors.parsing import parse_slurm_time, split_lines
+from slurmscope.collectors.sinfo import is_blank
 
 from slurmscope.config import Config
 
@@ -48,9 +49,9 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
     section = ""
     when = snapshot_time
     for line_no, text, raw in split_lines(data):
-        s = text.strip()
-        if not s:
+        if is_blank(text):
             continue
+        s = text.strip()
         m = _AS_OF.match(s)
         if m:
             try:

@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 import polars as pl
 from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
 from slurmscope.collectors.parsing import parse_slurm_time, split_fields, split_lines
+from slurmscope.collectors.sinfo import is_blank
 
 from slurmscope.config import Config
 
@@ -76,7 +77,7 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
     bad: list[dict] = []
     header_done = False
     for line_no, text, raw in split_lines(data):
-        if not text.strip():
+        if is_blank(text):
             continue
         parts = _names(text.split(delim))
         if not header_done and "time_start" in parts and ("node" in parts or "state" in parts):

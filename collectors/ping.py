@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 import polars as pl
 from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
 from slurmscope.collectors.parsing import split_lines
+from slurmscope.collectors.sinfo import is_blank
 
 from slurmscope.config import Config
 
@@ -38,9 +39,9 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
     rows: dict[str, dict] = {}
     bad: list[dict] = []
     for line_no, text, raw in split_lines(data):
-        s = text.strip()
-        if not s:
+        if is_blank(text):
             continue
+        s = text.strip()
         m = _PING.match(s)
         if not m:
             bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw,

@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 import polars as pl
 from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
 from slurmscope.collectors.parsing import gpu_count, parse_int, parse_slurm_time, split_lines
+from slurmscope.collectors.sinfo import is_blank
 
 from slurmscope.config import Config
 
@@ -83,8 +84,10 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
     records: list[list[tuple[int, str, bytes | None]]] = []
     bad: list[dict] = []
     for line_no, text, raw in split_lines(data):
+        if is_blank(text):
+            continue
         s = text.strip()
-        if not s or _EMPTY.match(s):
+        if _EMPTY.match(s):
             continue
         if s.startswith("ReservationName="):
             records.append([(line_no, text, raw)])

@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 import polars as pl
 from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
 from slurmscope.collectors.parsing import split_lines
+from slurmscope.collectors.sinfo import is_blank
 
 from slurmscope.config import Config
 
@@ -123,7 +124,7 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
     when = snapshot_time
     for line_no, text, raw in lines:
         stripped = text.strip()
-        if not stripped or set(stripped) == {"*"}:
+        if is_blank(text) or (stripped and set(stripped) == {"*"}):
             continue
         low = stripped.lower()
         sec = next((name for prefix, name in _SECTIONS if low.startswith(prefix)), None)
@@ -179,7 +180,7 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
             continue
         row[col] = int(value)
         found += 1
-    nonblank = [(n, t, r) for n, t, r in lines if t.strip()]
+    nonblank = [(n, t, r) for n, t, r in lines if not is_blank(t)]
     if found == 0:
         bad = [{"line_no": n, "raw_text": t, "raw_bytes": r, "reason": "sdiag: not sdiag output"}
                for n, t, r in nonblank]

@@ -38,6 +38,14 @@ TABLES = {
 }
 
 US = "\x1f"
+# Padding between fixed-width columns. Not str.isspace(): Python counts the separators 0x1C-0x1F as
+# whitespace, and those are exactly the delimiters machine-readable captures use.
+WS = " \t"
+
+
+def is_blank(text: str) -> bool:
+    """A line with nothing but padding (0x1F/0x1E alone are not blank: they are empty fields)."""
+    return not text.strip(" \t\r\n\f\v")
 
 LIVE_FIELDS = (
     "NodeHost", "Partition", "StateComplete", "CPUsState", "Memory", "AllocMem", "Gres", "GresUsed",
@@ -149,7 +157,7 @@ def _strip_option(fmt: str) -> str:
 
 
 def _sep(literal: str) -> str | None:
-    return None if literal.strip() == "" else literal
+    return None if literal.strip(WS) == "" else literal
 
 
 def parse_format(fmt: str, letters: dict[str, str], long_names: dict[str, str],
@@ -210,7 +218,7 @@ def _parse_percent(fmt: str, letters: dict[str, str], free_text: frozenset[str])
             fields.append(Field(name, _sep(literals[i + 1])))
         else:
             fields.append(Field(name, None))
-    trailer = cur if cur.strip() else ""
+    trailer = cur if cur.strip(WS) else ""
     return LineFormat(tuple(fields), prefix, trailer, free_text)
 
 
@@ -225,22 +233,23 @@ def split_line(line: str, lf: LineFormat) -> tuple[dict[str, str] | None, str | 
             return None, f"line does not start with {lf.prefix!r}"
         line = line[len(lf.prefix):]
     if lf.trailer:
-        stripped = line.rstrip() if lf.trailer.strip() else line
+        stripped = line.rstrip(WS) if lf.trailer.strip(WS) else line
         if stripped.endswith(lf.trailer):
             line = stripped[: len(stripped) - len(lf.trailer)]
     fields = lf.fields
     n = len(fields)
     free = [i for i, f in enumerate(fields) if f.name in lf.free_text]
-    pivot = free[0] if len(free) == 1 else n - 1
+    # Extra separators belong to the free-text column; with several (job name and comment), to the first.
+    pivot = free[0] if free else n - 1
     values: list[str | None] = [None] * n
     pos = 0
     for i in range(pivot):
         f = fields[i]
         if f.sep is None:
-            while pos < len(line) and line[pos].isspace():
+            while pos < len(line) and line[pos] in WS:
                 pos += 1
             end = pos
-            while end < len(line) and not line[end].isspace():
+            while end < len(line) and line[end] not in WS:
                 end += 1
             if end == pos:
                 return None, f"{i} fields, expected {n}"
@@ -256,10 +265,10 @@ def split_line(line: str, lf: LineFormat) -> tuple[dict[str, str] | None, str | 
     for i in range(n - 1, pivot, -1):
         sep = fields[i - 1].sep
         if sep is None:
-            while end > pos and line[end - 1].isspace():
+            while end > pos and line[end - 1] in WS:
                 end -= 1
             start = end
-            while start > pos and not line[start - 1].isspace():
+            while start > pos and line[start - 1] not in WS:
                 start -= 1
             if start == end:
                 return None, f"missing field {fields[i].name!r}, expected {n} fields"
@@ -274,7 +283,7 @@ def split_line(line: str, lf: LineFormat) -> tuple[dict[str, str] | None, str | 
     middle = line[pos:end]
     prev_ws = pivot > 0 and fields[pivot - 1].sep is None
     if prev_ws or fields[pivot].sep is None:
-        middle = middle.strip()
+        middle = middle.strip(WS)
         if not middle and prev_ws and fields[pivot].name not in lf.free_text:
             return None, f"missing field {fields[pivot].name!r}, expected {n} fields"
     values[pivot] = middle
@@ -284,7 +293,7 @@ def split_line(line: str, lf: LineFormat) -> tuple[dict[str, str] | None, str | 
         last = values[n - 1] or ""
         if prev is not None and prev in last and fields[n - 1].name not in _MAY_CONTAIN.get(prev, ()):
             return None, f"more than {n} fields"
-        if prev is None and n > 1 and any(ch.isspace() for ch in last.strip()):
+        if prev is None and n > 1 and any(ch in WS for ch in last.strip(WS)):
             return None, f"more than {n} fields"
     return {f.name: v for f, v in zip(fields, values, strict=True)}, None
 
@@ -566,7 +575,7 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
     bad: list[dict] = []
     first = True
     for line_no, text, raw in split_lines(data):
-        if not text.strip():
+        if is_blank(text):
             continue
         values, reason = split_line(text, lf)
         if values is not None and first and is_header(values, id_cols):

@@ -21,7 +21,7 @@ from slurmscope.collectors.parsing import (
     parse_slurm_time,
     split_lines,
 )
-from slurmscope.collectors.sinfo import Field, LineFormat, is_header, parse_format, split_line
+from slurmscope.collectors.sinfo import Field, LineFormat, is_blank, is_header, parse_format, split_line
 
 from slurmscope.config import Config
 
@@ -143,6 +143,8 @@ def _row(v: dict[str, str], cluster: str, snapshot_time: datetime, tz: ZoneInfo)
         task = f"[{task}]"  # %K prints a pending range without brackets: same shape as jobs.array_task_id
     if raw is None and m.group(2) is None and m.group(3) is None:
         raw = int(m.group(1))
+    if task is None:
+        array_job_id = None  # %F prints the job's own id for a job that is not an array task
     state = _null(v.get("state"))
     if state is not None:
         state = COMPACT_STATES.get(state, state.upper())
@@ -207,7 +209,7 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
     bad: list[dict] = []
     first = True
     for line_no, text, raw in split_lines(data):
-        if not text.strip():
+        if is_blank(text):
             continue
         values, reason = split_line(text, lf)
         if values is not None and first and is_header(values, ("job_id", "job_id_raw")):

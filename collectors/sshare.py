@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 import polars as pl
 from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
 from slurmscope.collectors.parsing import split_fields, split_lines
+from slurmscope.collectors.sinfo import is_blank
 
 from slurmscope.config import Config
 
@@ -85,7 +86,7 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
         bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw, "reason": f"sshare: {reason}"})
 
     for line_no, text, raw in split_lines(data):
-        if not text.strip():
+        if is_blank(text):
             continue
         first = text.split(delim, 1)[0].strip().lower()
         if not seen_header and first == "account" and delim in text:

@@ -398,7 +398,7 @@ def _check_total(data: bytes, fmt: str | None) -> None:
     assert q <= set(range(1, len(lines) + 1))
     first = True
     for i, line in enumerate(lines, start=1):
-        if not line.decode("utf-8", "replace").strip():
+        if sinfo.is_blank(line.decode("utf-8", "replace")):
             continue
         if i not in q:
             alone = parse(line, fmt)
@@ -421,3 +421,30 @@ def test_every_line_kept_or_quarantined_live(data):
 def test_every_line_kept_or_quarantined_fixed_width(data):
     _check_total(data, NODE_DETAIL_8)
     _check_total(data, "Nodes: ,StateLong: ,Gres: ,GresUsed:")
+
+
+def test_live_line_with_empty_fields():
+    p = parse(live_line(feat="", used="", reason="") + "\n")
+    assert p.quarantine.height == 0
+    r = p.tables["node_states"].row(0, named=True)
+    assert (r["features"], r["gres_used"], r["gpus_used"], r["reason"], r["gpus_total"]) == (None, None, 0, None, 8)
+
+
+def test_a_line_of_separators_only_is_quarantined():
+    p = parse(US * 3 + "\n")
+    assert p.quarantine["line_no"].to_list() == [1]
+
+
+def test_real_slurm_22_05_sinfo(fixtures):
+    final = parse((fixtures / "slurm-22.05/sinfo_final.txt").read_bytes())
+    assert final.quarantine.height == 0
+    p = parse((fixtures / "slurm-22.05/sinfo_mid.txt").read_bytes())
+    assert p.quarantine.height == 0
+    df = p.tables["node_states"]
+    assert df.height == 9  # cpu01 once, gpu01-04 in gpu* and debug
+    r = one(df, node="gpu03", partition="gpu")
+    assert (r["state"], r["state_flags"], r["cpus_other"], r["gpus_used"]) == ("ALLOCATED", "DRAIN", 13, 3)
+    assert (r["reason"], r["reason_user"]) == ("slurmbed: ECC errors on GPU 3", "root")
+    assert r["reason_time"] == datetime(2026, 12, 2, 13, 30, 33, tzinfo=UTC)
+    cap = sinfo.capacity(df).row(0, named=True)
+    assert (cap["nodes"], cap["gpus_total"], cap["cpus_total"]) == (5, 32, 80)
