@@ -1,0 +1,157 @@
+"""The runner: idempotent windows, incremental = full, late records, failures isolated."""
+
+from __future__ import annotations
+
+import sys
+import types
+from datetime import UTC, datetime, timedelta
+
+import polars as pl
+import pytest
+from slurmscope.pipelines import runner
+from slurmscope.pipelines.runner import run_pipelines
+
+from slurmscope.config import load_config
+
+MARTS = [
+    "mart_cost_daily", "mart_capacity_daily", "mart_cost_monthly", "mart_usage_counters",
+    "mart_job_outcomes_daily", "mart_requeues_daily", "mart_node_reliability", "mart_fault_impact",
+    "mart_goodput", "mart_backfill_daily", "mart_sched_deltas", "mart_occupancy", "mart_wait_times",
+]
+MINE = ["cost", "reliability", "backfill"]
+
+
+def ts(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+def cfg(**billing):
+    return load_config(env={}).with_overrides(billing={"timezone": "Europe/Berlin", **billing})
+
+
+def add_job(con, job_id, submit, start, end, *, gpus=1, state="COMPLETED", account="a", partition="gpu",
+            sched_by="main", node_list="n1"):
+    con.execute(
+        'INSERT OR REPLACE INTO jobs (cluster, job_id, job_id_raw, submit_time, eligible_time, account, "user",'
+        ' "partition", qos, state, start_time, end_time, elapsed_seconds, gpus, gpu_type, sched_by, nodes, node_list)'
+        " VALUES ('default', ?, ?, ?, ?, ?, 'u', ?, 'normal', ?, ?, ?, ?, ?, 'h100', ?, 1, ?)",
+        [str(job_id), job_id, submit, submit, account, partition, state, start, end,
+         None if end is None or start is None else int((end - start).total_seconds()), gpus, sched_by, node_list],
+    )
+
+
+def seed(con):
+    t = ts("2026-03-01 00:00")
+    for i in range(30):
+        s = t + timedelta(hours=7 * i)
+        add_job(con, 100 + i, s - timedelta(minutes=20 * (i % 4)), s, s + timedelta(hours=3 + i % 5),
+                gpus=1 + i % 4, state=["COMPLETED", "FAILED", "NODE_FAIL", "TIMEOUT"][i % 4],
+                account=["a", "b", "c"][i % 3], sched_by=["main", "backfill"][i % 2], node_list=f"n[{i % 3}-3]")
+    add_job(con, 200, ts("2026-03-09 00:00"), ts("2026-03-09 01:00"), None, gpus=8, state="RUNNING")
+    hours = range(0, 24 * 10, 2)
+    states = pl.DataFrame({
+        "cluster": "default", "snapshot_time": [t + timedelta(hours=h) for h in hours], "node": "n1",
+        "partition": "gpu", "state": ["DOWN" if h % 48 == 10 else "MIXED" for h in hours], "state_flags": "",
+        "gpus_total": 8, "gpus_used": [h % 9 for h in hours], "gpu_type": "h100",
+    })
+    con.register("_states", states.to_arrow())
+    con.execute("INSERT INTO node_states BY NAME SELECT * FROM _states")
+    con.unregister("_states")
+    con.execute("INSERT INTO node_events VALUES ('default', 'n2', ?, ?, 'DOWN', 'xid', NULL, 'node', NULL)",
+                [t + timedelta(hours=7 * 2 + 4, minutes=59), t + timedelta(hours=30)])
+    for k in range(20):
+        con.execute("INSERT INTO sched_stats (cluster, snapshot_time, data_since, jobs_submitted, bf_total_cycles,"
+                    " bf_backfilled_jobs) VALUES ('default', ?, ?, ?, ?, ?)",
+                    [t + timedelta(hours=6 * k), t + timedelta(days=(6 * k) // 24), 10 * (k % 4), k % 4, k])
+
+
+def snapshot(con) -> dict[str, list]:
+    return {m: con.execute(f"SELECT * FROM {m} ORDER BY ALL").fetchall() for m in MARTS}
+
+
+def test_registry_names_the_three_pipelines_and_leaves_room():
+    assert runner.PIPELINES[:3] == MINE
+
+
+def test_running_twice_changes_nothing(con):
+    seed(con)
+    now = ts("2026-03-10 00:00")
+    first = run_pipelines(con, cfg(), full=True, now=now, only=MINE)
+    assert all(v >= 0 for v in first.values()), first
+    assert first["mart_cost_daily"] > 0 and first["mart_occupancy"] > 0 and first["mart_fault_impact"] == 1
+    before = snapshot(con)
+    run_pipelines(con, cfg(), full=True, now=now, only=MINE)
+    assert snapshot(con) == before
+    run_pipelines(con, cfg(), since="2026-03-05", now=now, only=MINE)
+    assert snapshot(con) == before
+    run_pipelines(con, cfg(), now=now, only=MINE)  # incremental from the last run
+    assert snapshot(con) == before
+
+
+def test_incremental_runs_equal_a_full_rebuild(con):
+    seed(con)
+    strip = {"mart_usage_counters": "updated_at", "mart_cost_monthly": "issued_at"}  # record the run time
+
+    def marts():
+        return {m: con.execute(f"SELECT * EXCLUDE ({strip[m]}) FROM {m} ORDER BY ALL" if m in strip
+                               else f"SELECT * FROM {m} ORDER BY ALL").fetchall() for m in MARTS}
+
+    for day in (3, 6, 8, 10):
+        run_pipelines(con, cfg(), now=ts(f"2026-03-{day:02d} 00:00"), only=MINE)
+    incremental = marts()
+    run_pipelines(con, cfg(), full=True, now=ts("2026-03-10 00:00"), only=MINE)
+    full = marts()
+    for mart in MARTS:
+        assert incremental[mart] == full[mart], mart
+
+
+def test_late_record_is_picked_up_by_next_incremental_run(con):
+    seed(con)
+    run_pipelines(con, cfg(), now=ts("2026-03-10 00:00"), only=MINE)
+    # A job that ended on 3 March (before the last run) reaches the database only now.
+    add_job(con, 999, ts("2026-03-03 10:00"), ts("2026-03-03 11:00"), ts("2026-03-03 13:00"), gpus=4,
+            account="late", state="FAILED")
+    run_pipelines(con, cfg(), now=ts("2026-03-10 01:00"), only=MINE)
+    q = "SELECT sum(gpu_seconds) FROM mart_cost_daily WHERE account = 'late'"
+    assert con.execute(q).fetchone()[0] == 4 * 2 * 3600
+    assert con.execute("SELECT jobs, gpu_hours FROM mart_job_outcomes_daily WHERE account = 'late'").fetchall() == [
+        (1, 8.0)
+    ]
+    assert con.execute("SELECT sum(jobs) FROM mart_backfill_daily WHERE day = DATE '2026-03-03'").fetchone()[0] == 5
+
+
+def test_missing_module_is_reported_not_fatal(con, monkeypatch):
+    seed(con)
+    monkeypatch.setattr(runner, "PIPELINES", ["cost", "no_such_pipeline", "backfill"])
+    res = run_pipelines(con, cfg(), full=True, now=ts("2026-03-10 00:00"))
+    assert res["no_such_pipeline"] == -1
+    assert res["mart_cost_daily"] > 0 and res["mart_backfill_daily"] > 0
+    status = con.execute("SELECT pipeline, status FROM pipeline_runs ORDER BY pipeline").fetchall()
+    assert status == [("backfill", "ok"), ("cost", "ok"), ("no_such_pipeline", "error")]
+
+
+def test_failing_pipeline_rolls_back_its_marts(con, monkeypatch):
+    seed(con)
+    run_pipelines(con, cfg(), full=True, now=ts("2026-03-10 00:00"), only=["cost"])
+    before = con.execute("SELECT * FROM mart_cost_daily ORDER BY ALL").fetchall()
+    broken = types.ModuleType("slurmscope.pipelines.broken")
+    broken.NAME = "broken"
+    broken.MART_TABLES = {"mart_cost_daily": "day", "no_such_mart": None}
+    broken.INPUTS = {}
+
+    def compute(frames, params):
+        import polars as pl
+        return {"mart_cost_daily": pl.LazyFrame(), "no_such_mart": pl.LazyFrame({"x": [1]})}
+
+    broken.compute = compute
+    monkeypatch.setitem(sys.modules, "slurmscope.pipelines.broken", broken)
+    monkeypatch.setattr(runner, "PIPELINES", ["broken"])
+    assert run_pipelines(con, cfg(), full=True, now=ts("2026-03-10 00:00")) == {"broken": -1}
+    assert con.execute("SELECT * FROM mart_cost_daily ORDER BY ALL").fetchall() == before
+
+
+def test_unknown_only_and_bad_since_raise(con):
+    with pytest.raises(ValueError, match="unknown pipeline"):
+        run_pipelines(con, cfg(), only=["nope"])
+    with pytest.raises(ValueError, match="YYYY-MM-DD"):
+        run_pipelines(con, cfg(), since="March", only=["cost"])
