@@ -184,10 +184,18 @@ CATALOG: tuple[Metric, ...] = (
         help="Node DOWN/DRAIN events started so far (sacctmgr show event), per node and state.",
         labels=("cluster", "node", "state"),
         source="node_events",
-        query="SELECT cluster, node, CASE WHEN upper(coalesce(state, '')) LIKE '%DOWN%' THEN 'down' ELSE 'drain' END"
-              " AS state, count(*) AS value FROM node_events WHERE cluster = $cluster AND node <> ''"
-              " AND time_start <= $now GROUP BY ALL",
-        requires=("node_events",),
+        # Every node sinfo has seen gets both series from 0, so that the first event is an increase too.
+        query="""
+            WITH nodes AS (SELECT DISTINCT node FROM node_states WHERE cluster = $cluster AND snapshot_time <= $now
+                           UNION SELECT DISTINCT node FROM node_events WHERE cluster = $cluster AND node <> ''
+                           AND time_start <= $now),
+            ev AS (SELECT node, CASE WHEN upper(coalesce(state, '')) LIKE '%DOWN%' THEN 'down' ELSE 'drain' END
+                          AS state, count(*) AS n
+                   FROM node_events WHERE cluster = $cluster AND node <> '' AND time_start <= $now GROUP BY ALL)
+            SELECT $cluster AS cluster, nodes.node, s.state, coalesce(ev.n, 0) AS value
+            FROM nodes CROSS JOIN (VALUES ('down'), ('drain')) s(state)
+            LEFT JOIN ev ON ev.node = nodes.node AND ev.state = s.state""",
+        requires=("node_events", "node_states"),
     ),
     # ---- queue (squeue) -------------------------------------------------------------------------------
     Metric(
@@ -232,12 +240,20 @@ CATALOG: tuple[Metric, ...] = (
     # ---- jobs (sacct) ---------------------------------------------------------------------------------
     Metric(
         name="slurmscope_jobs_ended_total", type="counter", unit="",
-        help="Job allocation attempts that reached a terminal state so far, per partition, account and state.",
+        help="Job allocation attempts that reached a terminal state so far, per partition, account and state"
+             " (every terminal state starts at 0 for each partition and account seen, so the first failure counts).",
         labels=("cluster", "partition", "account", "state"),
         source="jobs (sacct, end_time <= now)",
-        query=f"SELECT cluster, coalesce(\"partition\", '') AS \"partition\", coalesce(account, '') AS account,"
-              f" state, count(*) AS value FROM jobs WHERE cluster = $cluster AND end_time <= $now"
-              f" AND state IN {TERMINAL_STATES} GROUP BY ALL",
+        query=f"""
+            WITH pa AS (SELECT DISTINCT coalesce("partition", '') AS p, coalesce(account, '') AS a FROM jobs
+                        WHERE cluster = $cluster AND submit_time <= $now),
+            ended AS (SELECT coalesce("partition", '') AS p, coalesce(account, '') AS a, state, count(*) AS n
+                      FROM jobs WHERE cluster = $cluster AND end_time <= $now AND state IN {TERMINAL_STATES}
+                      GROUP BY ALL),
+            states AS (SELECT unnest([{TERMINAL_STATES[1:-1]}]) AS state)
+            SELECT $cluster AS cluster, pa.p AS "partition", pa.a AS account, states.state,
+                   coalesce(ended.n, 0) AS value
+            FROM pa CROSS JOIN states LEFT JOIN ended ON ended.p = pa.p AND ended.a = pa.a AND ended.state = states.state""",
         requires=("jobs",),
     ),
     Metric(
@@ -245,9 +261,9 @@ CATALOG: tuple[Metric, ...] = (
         help="Requeues so far: allocation attempts after the first (sacct --duplicates), per partition and account.",
         labels=("cluster", "partition", "account"),
         source="jobs (sacct, attempt > 1, submit_time <= now)",
-        query="SELECT cluster, coalesce(\"partition\", '') AS \"partition\", coalesce(account, '') AS account,"
-              " count(*) AS value FROM jobs WHERE cluster = $cluster AND attempt > 1 AND submit_time <= $now"
-              " GROUP BY ALL",
+        query="""SELECT $cluster AS cluster, coalesce("partition", '') AS "partition", coalesce(account, '') AS account,
+                        count(*) FILTER (WHERE attempt > 1) AS value
+                 FROM jobs WHERE cluster = $cluster AND submit_time <= $now GROUP BY ALL""",
         requires=("jobs",),
     ),
     Metric(
@@ -595,3 +611,33 @@ CATALOG: tuple[Metric, ...] = (
 
 def by_name() -> dict[str, Metric]:
     return {m.name: m for m in CATALOG}
+
+
+def render_markdown(extra: tuple[Metric, ...] = ()) -> str:
+    """docs/metrics.md: the reference generated from this catalog (a test keeps the committed file current)."""
+    lines = [
+        "# Metrics reference",
+        "",
+        "Generated from `slurmscope/catalog.py` by `python -m slurmscope.catalog > docs/metrics.md`; do not edit.",
+        "",
+        "Every family carries `cluster`. Labels are bounded: no job id; `user` only on families marked",
+        "*user labels*, which are served only when `exporter.user_labels = true`. Counters grow with running",
+        "allocations at every pipeline run and never decrease; corrections are separate gauges. A family whose",
+        "source table is missing has no samples and `slurmscope_exporter_family_up{family=...} 0`.",
+        "",
+        "| Metric | Type | Unit | Labels | Source | Help |",
+        "|---|---|---|---|---|---|",
+    ]
+    for m in (*CATALOG, *extra):
+        labels = ", ".join(f"`{label}`" for label in m.labels) or "-"
+        if m.user_labels:
+            labels += " (*user labels*)"
+        help_ = m.help.replace("|", "\\|")
+        lines.append(f"| `{m.name}` | {m.type} | {m.unit or '-'} | {labels} | {m.source} | {help_} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    from slurmscope.exporter import INTERNAL
+
+    print(render_markdown(INTERNAL), end="")

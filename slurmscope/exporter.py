@@ -90,7 +90,7 @@ def snapshot(con: duckdb.DuckDBPyConnection, cfg: Config, now: datetime, *,
             snap.up[metric.name] = False
             continue
         try:
-            cur = con.execute(metric.query, params)
+            cur = con.execute(metric.query, {k: v for k, v in params.items() if f"${k}" in metric.query})
             cols = [d[0] for d in cur.description]
             rows = cur.fetchall()
         except duckdb.Error as exc:
