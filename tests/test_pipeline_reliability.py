@@ -1,0 +1,166 @@
+"""Reliability formulas on tiny literal frames; expected values worked out by hand in the comments."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, date, datetime
+
+import polars as pl
+from polars.testing import assert_frame_equal
+from slurmscope.pipelines import reliability as rel
+from slurmscope.pipelines.common import UTC_DT, expand_hostlist
+from slurmscope.pipelines.runner import EPOCH, Window, pipeline_params
+
+from slurmscope.config import load_config
+
+JOB_SCHEMA = {
+    "job_id_raw": pl.Int64, "submit_time": UTC_DT, "attempt": pl.Int32, "account": pl.String,
+    "partition": pl.String, "state": pl.String, "start_time": UTC_DT, "end_time": UTC_DT,
+    "elapsed_seconds": pl.Int64, "gpus": pl.Int32, "nodes": pl.Int32, "node_list": pl.String,
+}
+EVENT_SCHEMA = {"node": pl.String, "time_start": UTC_DT, "time_end": UTC_DT, "state": pl.String, "reason": pl.String}
+GPU_EVENT_SCHEMA = {"node": pl.String, "event_time": UTC_DT, "event_type": pl.String, "xid": pl.Int32}
+
+
+def ts(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+def params(now: str, tz: str = "UTC", **reliability) -> dict:
+    cfg = load_config(env={}).with_overrides(billing={"timezone": tz}, reliability=reliability)
+    return pipeline_params(cfg, Window(EPOCH, ts(now), True))
+
+
+def jobs(rows) -> pl.LazyFrame:
+    return pl.LazyFrame(rows, schema=JOB_SCHEMA, orient="row")
+
+
+D = "2026-02-01"
+OUTCOME_JOBS = [
+    # job 1: NODE_FAIL after 1 h on 2 GPUs (2 GPU-h), requeued; its second attempt completes in 30 min (1 GPU-h)
+    (1, ts(f"{D} 08:00"), 1, "a", "gpu", "NODE_FAIL", ts(f"{D} 09:00"), ts(f"{D} 10:00"), 3600, 2, 1, "n1"),
+    (1, ts(f"{D} 10:01"), 2, "a", "gpu", "COMPLETED", ts(f"{D} 13:30"), ts(f"{D} 14:00"), 1800, 2, 1, "n2"),
+    # job 2: FAILED at 01:00 UTC next day after 15 min on 4 GPUs (1 GPU-h)
+    (2, ts(f"{D} 23:00"), 1, "b", "gpu", "FAILED", ts("2026-02-02 00:45"), ts("2026-02-02 01:00"), 900, 4, 1, "n3"),
+    # job 3: ends 23:30 UTC, i.e. 00:30 on 2 Feb in Berlin; 1 GPU-h
+    (3, ts(f"{D} 20:00"), 1, "b", "gpu", "TIMEOUT", ts(f"{D} 22:30"), ts(f"{D} 23:30"), 3600, 1, 1, "n3"),
+    # still running: not an outcome
+    (4, ts(f"{D} 20:00"), 1, "b", "gpu", "RUNNING", ts(f"{D} 22:30"), None, None, 1, 1, "n3"),
+]
+
+
+def test_outcomes_and_requeues_by_day():
+    p = params("2026-02-03 00:00")
+    days = rel.by_end_day(rel.ended_attempts(jobs(OUTCOME_JOBS)), p)
+    got = rel.outcomes(days).collect().sort("day", "account", "state")
+    want = pl.DataFrame([
+        (date(2026, 2, 1), "gpu", "a", "COMPLETED", 1, 1.0),
+        (date(2026, 2, 1), "gpu", "a", "NODE_FAIL", 1, 2.0),
+        (date(2026, 2, 1), "gpu", "b", "TIMEOUT", 1, 1.0),
+        (date(2026, 2, 2), "gpu", "b", "FAILED", 1, 1.0),
+    ], schema=rel.OUTCOMES_SCHEMA, orient="row")
+    assert_frame_equal(got, want)
+    got = rel.requeues(days).collect().sort("day", "account")
+    want = pl.DataFrame([
+        # 2 attempts ended, 1 of them requeued (rate 0.5), 2 GPU-h in the requeued attempt
+        (date(2026, 2, 1), "gpu", "a", 2, 1, 1, 0.5, 2.0),
+        (date(2026, 2, 1), "gpu", "b", 1, 0, 0, 0.0, 0.0),
+        (date(2026, 2, 2), "gpu", "b", 1, 0, 0, 0.0, 0.0),
+    ], schema=rel.REQUEUE_SCHEMA, orient="row")
+    assert_frame_equal(got, want)
+
+
+def test_outcome_day_is_cut_in_billing_zone():
+    p = params("2026-02-03 00:00", tz="Europe/Berlin")
+    days = rel.by_end_day(rel.ended_attempts(jobs(OUTCOME_JOBS)), p)
+    got = rel.outcomes(days).collect().filter(pl.col("state") == "TIMEOUT")
+    assert got["day"].to_list() == [date(2026, 2, 2)]
+
+
+def test_node_mtbf_and_mttr():
+    events = pl.LazyFrame([
+        ("n1", ts("2026-01-10 00:00"), ts("2026-01-10 02:00"), "DOWN", "xid 79"),    # 2 h
+        ("n1", ts("2026-01-20 00:00"), ts("2026-01-20 04:00"), "DRAIN", "ecc"),      # 4 h
+        ("n1", ts("2026-01-22 00:00"), ts("2026-01-22 01:00"), "MAINT", "planned"),  # not a failure
+        ("n3", ts("2026-01-25 00:00"), None, "DOWN", "dead"),                        # ongoing
+    ], schema=EVENT_SCHEMA, orient="row")
+    nodes = pl.LazyFrame({"node": ["n1", "n2"], "first_seen": [ts("2026-01-01 00:00"), ts("2026-01-30 00:00")],
+                          "partition": ["gpu", "gpu,debug"]}, schema={"node": pl.String, "first_seen": UTC_DT,
+                                                                      "partition": pl.String})
+    got = rel.node_reliability(events, nodes, params("2026-01-31 00:00")).collect().sort("node")
+    want = pl.DataFrame([
+        # 30 days observed, 6 h down, 2 failures: MTBF = (2592000 - 21600) / 2, MTTR = (2 h + 4 h) / 2
+        ("n1", "gpu", 2592000.0, 2, 21600.0, 1285200.0, 10800.0),
+        ("n2", "gpu,debug", 86400.0, 0, 0.0, None, None),
+        # seen only through its event: down for the whole 6 days observed; no repair yet
+        ("n3", "", 518400.0, 1, 518400.0, 0.0, None),
+    ], schema=rel.NODE_SCHEMA, orient="row")
+    assert_frame_equal(got, want)
+
+
+def test_young_daly():
+    # C = 300 s, M = 60000 s: tau = sqrt(2 x 300 x 60000) = 6000 s; lost = 300/6000 + 6000/120000 = 0.1
+    tau, lost = rel.young_daly(300, 60000)
+    assert tau == 6000.0 and math.isclose(lost, 0.1)
+    assert rel.young_daly(300, None) == (None, None)
+
+
+def test_goodput_table():
+    node_rel = pl.LazyFrame([
+        ("n1", "gpu", 1_000_000.0, 2, 0.0, None, None),
+        ("n2", "gpu", 200_000.0, 0, 0.0, None, None),
+    ], schema=rel.NODE_SCHEMA, orient="row")
+    sizes = pl.LazyFrame({"partition": ["gpu"], "nodes": [10], "jobs": [5], "gpu_hours": [100.0]})
+    lost_before = pl.LazyFrame({"partition": ["gpu"], "nodes": [10], "gpu_hours_lost": [4.0]})
+    no_faults = pl.LazyFrame(schema=rel.FAULT_SCHEMA)
+    p = params("2026-02-01 00:00", checkpoint_cost_seconds=300.0, job_sizes=[1, 10])
+    got = rel.goodput(node_rel, sizes, lost_before, no_faults, jobs([]), p).collect().sort("nodes")
+    # node MTBF = 1.2e6 up-seconds / 2 failures = 600000 s; N = 10: MTBI 60000 -> tau 6000, lost 0.1
+    # N = 1: MTBI 600000 -> tau = sqrt(3.6e8), lost = sqrt(2 x 300 / 600000) = sqrt(0.001)
+    want = pl.DataFrame([
+        ("gpu", 1, 600000.0, 600000.0, 300.0, math.sqrt(3.6e8), math.sqrt(0.001), None, 0),
+        ("gpu", 10, 600000.0, 60000.0, 300.0, 6000.0, 0.1, 0.04, 5),  # measured: 4 of 100 GPU-h lost
+    ], schema=rel.GOODPUT_SCHEMA, orient="row")
+    assert_frame_equal(got, want)
+
+
+def test_fault_impact_links_killed_attempts_to_faults():
+    j = jobs([
+        # job 7: 8 GPUs on g[01-02], NODE_FAIL at 12:00 (2 h = 16 GPU-h); retried, completes in the same 2 h
+        (7, ts(f"{D} 09:00"), 1, "a", "gpu", "NODE_FAIL", ts(f"{D} 10:00"), ts(f"{D} 12:00"), 7200, 8, 2, "g[01-02]"),
+        (7, ts(f"{D} 12:01"), 2, "a", "gpu", "COMPLETED", ts(f"{D} 12:05"), ts(f"{D} 14:05"), 7200, 8, 2, "g[01-02]"),
+        # failed on g01, where nothing happened; failed on g02 but 60 min after the fault; completed on g02
+        (8, ts(f"{D} 08:00"), 1, "a", "gpu", "FAILED", ts(f"{D} 09:00"), ts(f"{D} 12:30"), 12600, 1, 1, "g01"),
+        (9, ts(f"{D} 08:00"), 1, "a", "gpu", "FAILED", ts(f"{D} 09:00"), ts(f"{D} 13:00"), 14400, 1, 1, "g02"),
+        (10, ts(f"{D} 08:00"), 1, "a", "gpu", "COMPLETED", ts(f"{D} 09:00"), ts(f"{D} 12:00"), 10800, 1, 1, "g02"),
+        # job 11: requeued 10 s after an XID on g03 after 1 h on 1 GPU; the retry completes in 10 min
+        (11, ts(f"{D} 06:00"), 1, "b", "gpu", "REQUEUED", ts(f"{D} 07:00:10"), ts(f"{D} 08:00:10"), 3600, 1, 1, "g03"),
+        (11, ts(f"{D} 08:01"), 2, "b", "gpu", "COMPLETED", ts(f"{D} 08:10"), ts(f"{D} 08:20"), 600, 1, 1, "g03"),
+        # job 12: FAILED 1 min after an ECC event on g04, 30 min on 2 GPUs; never came back
+        (12, ts(f"{D} 06:00"), 1, "c", "gpu", "FAILED", ts(f"{D} 06:30"), ts(f"{D} 07:00"), 1800, 2, 1, "g04"),
+    ])
+    events = pl.LazyFrame([("g02", ts(f"{D} 11:59:45"), ts(f"{D} 13:00"), "DOWN", "xid")],
+                          schema=EVENT_SCHEMA, orient="row")
+    gpu_events = pl.LazyFrame([
+        ("g02", ts(f"{D} 11:59:00"), "xid", 79),   # also matches job 7; the later node event wins
+        ("g03", ts(f"{D} 08:00:00"), "xid", 48),
+        ("g04", ts(f"{D} 06:59:00"), "ecc", None),
+        ("g04", ts(f"{D} 06:58:00"), "nvml_error", None),  # not a fault kind
+    ], schema=GPU_EVENT_SCHEMA, orient="row")
+    got = rel.fault_impact(j, events, gpu_events, params("2026-02-02 00:00")).collect().sort("fault_time")
+    cols = ["fault_time", "node", "fault_source", "fault_kind", "job_id_raw", "attempt", "gpu_hours_lost",
+            "came_back", "completed_later", "resumed_from_checkpoint"]
+    want = pl.DataFrame([
+        (ts(f"{D} 06:59"), "g04", "gpu_event", "ecc", 12, 1, 1.0, False, False, False),
+        # the retry took 10 min after 1 h was lost: it cannot have restarted from zero
+        (ts(f"{D} 08:00"), "g03", "gpu_event", "xid:48", 11, 1, 1.0, True, True, True),
+        # the retry took as long as the lost attempt: cannot tell
+        (ts(f"{D} 11:59:45"), "g02", "node_event", "DOWN", 7, 1, 16.0, True, True, None),
+    ], schema={c: rel.FAULT_SCHEMA[c] for c in cols}, orient="row")
+    assert_frame_equal(got.select(cols), want)
+
+
+def test_expand_hostlist():
+    assert expand_hostlist("g[01-03,7],login1") == ["g01", "g02", "g03", "g7", "login1"]
+    assert expand_hostlist("r[1-2]n[08-09]") == ["r1n08", "r1n09", "r2n08", "r2n09"]
+    assert expand_hostlist("None assigned") == [] and expand_hostlist(None) == []
