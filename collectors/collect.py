@@ -91,6 +91,7 @@ def _run_and_load(
     *,
     window: tuple[datetime | None, datetime | None] = (None, None),
     watermark: datetime | None = None,
+    parse_kwargs: dict | None = None,
 ) -> Outcome:
     run = RunRecord(cluster=cfg.cluster, collector=kind, source="live", window_start=window[0],
                     window_end=window[1])
@@ -102,7 +103,8 @@ def _run_and_load(
     except CommandError as exc:
         _record(con, run, "error", str(exc))
         return Outcome(kind, "error", 0, str(exc))
-    parsed = module.parse(result.stdout, cluster=cfg.cluster, snapshot_time=at, tz=UTC, source=f"{kind}:live")
+    parsed = module.parse(result.stdout, cluster=cfg.cluster, snapshot_time=at, tz=UTC, source=f"{kind}:live",
+                          **(parse_kwargs or {}))
     hook_factory = getattr(module, "after_upsert", None)
     load(con, parsed, module.TABLES, run, content_sha=sha256(result.stdout), watermark=watermark,
          after_upsert=hook_factory(parsed) if hook_factory else None)
@@ -156,17 +158,19 @@ def _collect_sacct(con: duckdb.DuckDBPyConnection, cfg: Config, at: datetime) ->
         window=float(cfg.get("collect", "sacct_window_seconds")),
         lookback=float(cfg.get("collect", "sacct_initial_lookback_seconds")),
     )
+    live = {"delimiter": module.LIVE_DELIMITER}
     rows = 0
     for start, end in windows:
         argv = module.command(cfg, start=start, end=end)
-        out = _run_and_load(con, cfg, module, "sacct", argv, at, window=(start, end), watermark=end)
+        out = _run_and_load(con, cfg, module, "sacct", argv, at, window=(start, end), watermark=end,
+                            parse_kwargs=live)
         if out.status != "ok":
             return Outcome("sacct", out.status, rows, out.error)  # later windows wait for the next run
         rows += out.rows
     ids = module.valid_job_ids(module.pending_job_ids(con, cfg.cluster))
     for i in range(0, len(ids), JOBS_PER_CALL):
         argv = module.command_jobs(cfg, ids[i:i + JOBS_PER_CALL])
-        out = _run_and_load(con, cfg, module, "sacct", argv, at)
+        out = _run_and_load(con, cfg, module, "sacct", argv, at, parse_kwargs=live)
         if out.status != "ok":
             return Outcome("sacct", out.status, rows, "by job id: " + (out.error or ""))
         rows += out.rows

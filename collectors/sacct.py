@@ -130,8 +130,8 @@ def layout(
     it, the first non-blank line must be the header. `trailing` is True for `--parsable` (not 2) output,
     which ends each line with a delimiter. `problem` says why the input cannot be read as sacct output.
     """
-    delim = delimiter or "|"
     text = data if isinstance(data, str) else data[:65536].decode("utf-8", errors="replace")
+    delim = delimiter or (detect_delimiter(text) if not fmt else "|")
     first_no, first = None, None
     for i, line in enumerate(text.split("\n"), start=1):
         line = line.rstrip("\r")
@@ -172,6 +172,18 @@ def layout(
     return fields, header_no, trailing, None
 
 
+def detect_delimiter(text: str) -> str:
+    """The delimiter of a sacct header line: the text between `JobID` and the next field name.
+
+    Only used when no --delimiter is given and the input has a header; falls back to `|`.
+    """
+    first = next((ln for ln in text.split("\n") if ln.strip(BLANK)), "")
+    m = re.search(r"\bJobID(?:Raw)?([^A-Za-z0-9%_ ]+)[A-Za-z]", first, re.IGNORECASE) or re.search(
+        r"[A-Za-z0-9]([^A-Za-z0-9%_ ]+)JobID(?:Raw)?\b", first, re.IGNORECASE
+    )
+    return m.group(1) if m else "|"
+
+
 def _looks_trailing(text: str, delim: str, n: int, header_no: int | None) -> bool:
     """Headerless --parsable output: most lines have n+1 fields, the last one empty."""
     votes_trailing = votes_plain = 0
@@ -189,6 +201,8 @@ def _looks_trailing(text: str, delim: str, n: int, header_no: int | None) -> boo
 
 def check_input(data: bytes, fmt: str | None = None, delimiter: str | None = None) -> str | None:
     """Why `data` cannot be ingested as sacct output (None when it can); ingest reports it to the user."""
+    if not delimiter and not fmt:
+        delimiter = detect_delimiter(data[:65536].decode("utf-8", errors="replace"))
     return layout(data, fmt, delimiter)[3]
 
 
@@ -324,6 +338,8 @@ def parse(
 
 
 def _parse(data: bytes, *, cluster: str, tz, fmt, delimiter, source) -> Parsed:
+    if not delimiter and not fmt:
+        delimiter = detect_delimiter(data[:65536].decode("utf-8", errors="replace"))
     delim = delimiter or "|"
     fields, header_no, trailing, problem = layout(data, fmt, delimiter)
     if problem is not None or not fields:

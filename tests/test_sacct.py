@@ -297,3 +297,12 @@ def test_every_line_after_a_header_is_kept_or_quarantined(rows, delim):
     lines = [ln for ln in body.split("\n")] if rows else []
     nonblank = [ln for ln in lines if ln.strip(" \t\r")]
     assert out.rows + out.quarantine.height == len(nonblank)
+
+
+def test_delimiter_is_detected_from_the_header_when_not_given():
+    for delim in ("☃", "^|^", US, "|"):
+        data = live([row(JobName="a|b")], delim=delim)
+        out = parse(data, cluster="c", tz=UTCZ)
+        assert out.quarantine.height == 0, delim
+        assert job(out, "100")["name"] == "a|b"
+    assert sacct.detect_delimiter("Cluster☃JobID☃Submit") == "☃"
