@@ -111,7 +111,7 @@ def collect(ctx: click.Context, kind: str, once: bool) -> None:
         outcomes = run_collect(con, app.config, kind)
     finally:
         con.close()
-    failed = [o for o in outcomes if o.status != "ok"]
+    failed = [o for o in outcomes if o.status not in ("ok", "skipped")]
     for o in outcomes:
         click.echo(f"{o.collector}: {o.status} rows={o.rows}" + (f" error={o.error}" if o.error else ""), err=True)
     if failed:
