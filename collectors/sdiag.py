@@ -168,8 +168,9 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
             continue
         col = table.get(label)
         if col is None:
-            if section == "header" or value.strip().lstrip("-").isdigit():
-                found += 1  # a counter this schema has no column for (kept in raw_text)
+            v = value.strip()
+            if re.fullmatch(r"-?\d+", v) or parse_ctime(v, tz) is not None:
+                found += 1  # a counter or time this schema has no column for (kept in raw_text)
                 continue
             bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw,
                         "reason": f"sdiag: unknown line in {section} section"})

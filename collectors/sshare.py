@@ -88,9 +88,9 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
     for line_no, text, raw in split_lines(data):
         if is_blank(text):
             continue
-        first = text.split(delim, 1)[0].strip().lower()
-        if not seen_header and first == "account" and delim in text:
-            names = _names(text.split(delim))
+        titles = [f.strip() for f in text.split(delim)]
+        if not seen_header and all(t.isalpha() for t in titles) and "account" in _names(titles):
+            names = _names(titles)  # the header line (any column order), e.g. Account|User|RawShares|...
             seen_header = True
             continue
         if set(text.strip()) <= {"-", " "}:
