@@ -452,6 +452,15 @@ def _parse(data: bytes, *, cluster: str, tz, fmt, delimiter, source) -> Parsed:
     job_only = {k: v for k, v in job_only.items() if job_present[k] in has}
 
     typed = base.with_columns(**common, **job_only)
+    # A PENDING attempt holds no allocation, but sacct 22.05 may print the previous attempt's AllocTRES and
+    # Flags on a requeued job that waits again: never count GPUs or a scheduler for it.
+    pending = pl.col("state") == "PENDING"
+    fix = {c: pl.when(pending).then(v).otherwise(pl.col(c))
+           for c, v in (("gpus", pl.lit(0, pl.Int32)), ("mig_slices", pl.lit(0, pl.Int32)),
+                        ("gpu_type", pl.lit(None, pl.String)), ("sched_by", pl.lit(None, pl.String)))
+           if c in typed.columns}
+    if fix and "state" in typed.columns:
+        typed = typed.with_columns(**fix)
     # A step belongs to the allocation attempt printed before it (sacct prints each job, then its steps).
     typed = typed.with_columns(
         pl.when(~pl.col("_is_step")).then(pl.col("submit_time")).otherwise(None).alias("_alloc_submit")

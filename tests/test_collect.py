@@ -211,3 +211,52 @@ def test_all_runs_every_kind_in_order_and_sacct_after_squeue(con, env, monkeypat
     assert [o.collector for o in outs] == list(collect_mod.ORDER)
     assert ran == [k for k in collect_mod.ORDER if k != "sacct"]
     assert outs[collect_mod.ORDER.index("sacct")].status == "ok"
+
+
+REAL = Path(__file__).parent / "fixtures" / "slurm-22.05"
+
+
+def test_real_slurm_22_05_windows_match_what_the_driver_did(con, env):
+    """Two live runs replaying real sacct output (mid-workload, then final) plus the by-id query.
+
+    Expected states, attempts, GPUs and exit codes come from workload_record.json, which the test-bed
+    driver wrote from what it did and saw in squeue, never from sacct.
+    """
+    cfg, set_output, calls, _ = env
+    record = json.loads((REAL / "workload_record.json").read_text())
+    cfg = cfg.with_overrides(cluster={"name": "slurmbed"})
+    ids = sorted({j["job_id_raw"] for j in record["jobs"]}, key=int)
+    con.execute(
+        "INSERT INTO pending_jobs (cluster, snapshot_time, job_id, job_id_raw, state)"
+        " SELECT 'slurmbed', ?, id, CAST(id AS BIGINT), 'PENDING' FROM unnest(?) t(id)",
+        [NOW, ids],
+    )
+    set_output((REAL / "sacct_mid.txt").read_bytes())
+    set_output((REAL / "sacct_jobs_mid.txt").read_bytes(), name="jobs_mid.txt", var="FAKE_SACCT_JOBS_OUTPUT")
+    [o1] = collect(con, cfg, "sacct", now=NOW)
+    mid_13 = con.execute("SELECT state, gpus FROM jobs WHERE job_id_raw = 13 ORDER BY submit_time").fetchall()
+    assert mid_13 == [("NODE_FAIL", 8), ("PENDING", 0)]
+    set_output((REAL / "sacct_final.txt").read_bytes())
+    set_output((REAL / "sacct_jobs_final.txt").read_bytes(), name="jobs_final.txt", var="FAKE_SACCT_JOBS_OUTPUT")
+    [o2] = collect(con, cfg, "sacct", now=NOW + timedelta(minutes=5))
+    assert o1.status == o2.status == "ok"
+    assert con.execute("SELECT count(*) FROM quarantine").fetchone()[0] == 0
+    for rec in record["jobs"]:
+        rows = con.execute(
+            "SELECT job_id, state, attempt, gpus, exit_code, sched_by, account, \"user\", qos, \"partition\""
+            " FROM jobs WHERE cluster = 'slurmbed' AND job_id_raw = ? ORDER BY submit_time",
+            [int(rec["job_id_raw"])],
+        ).fetchall()
+        assert len(rows) == rec["attempts"], rec["job_id"]
+        job_id, state, attempt, gpus, exit_code, sched_by, account, user, qos, part = rows[-1]
+        assert (job_id, state, attempt) == (rec["job_id"], rec["final_state"], rec["attempts"]), rec["job_id"]
+        assert (account, user, qos, part) == (rec["account"], rec["user"], rec["qos"], rec["partition"])
+        if rec["final_state"] not in ("PENDING",) and rec["job_id"] != "16":  # 16 was cancelled while pending
+            assert gpus == rec["gpus"], rec["job_id"]
+        if "exit_code" in rec:
+            assert exit_code == rec["exit_code"], rec["job_id"]
+        if rec.get("sched_by"):
+            assert sched_by == rec["sched_by"], rec["job_id"]
+    steps = con.execute("SELECT count(*) FROM job_steps WHERE step_id = 'batch'").fetchone()[0]
+    ran = sum(j["attempts"] for j in record["jobs"] if j["final_state"] != "PENDING" and j["job_id"] != "16")
+    assert steps == ran  # one batch step per attempt that ran

@@ -306,3 +306,13 @@ def test_delimiter_is_detected_from_the_header_when_not_given():
         assert out.quarantine.height == 0, delim
         assert job(out, "100")["name"] == "a|b"
     assert sacct.detect_delimiter("Cluster☃JobID☃Submit") == "☃"
+
+
+def test_pending_requeued_attempt_counts_no_gpus_even_if_sacct_repeats_the_old_alloc_tres():
+    # seen on Slurm 22.05 (tests/fixtures/slurm-22.05/sacct_mid.txt, job 13): the waiting second attempt
+    # still shows the first attempt's AllocTRES and SchedBackfill
+    out = p(live([row(State="PENDING", Start="Unknown", End="Unknown", Flags="SchedBackfill,StartRecieved",
+                      AllocTRES="billing=20,cpu=16,gres/gpu:h100=8,gres/gpu=8,mem=16000M,node=1")]))
+    j = job(out, "100")
+    assert (j["gpus"], j["gpu_type"], j["sched_by"]) == (0, None, None)
+    assert j["alloc_tres"].endswith("node=1")  # the raw string is still kept
