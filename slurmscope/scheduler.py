@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
@@ -133,11 +134,14 @@ class Service:
 
 def build_scheduler(service: Service, intervals: dict[str, int] | None = None) -> BackgroundScheduler:
     """One BackgroundScheduler, in-memory job store rebuilt from config at every start, UTC."""
+    intervals = intervals or DEFAULT_INTERVALS
+    # One thread per job (they mostly wait on the write lock), so none misses its slot waiting for a thread.
     sched = BackgroundScheduler(
+        executors={"default": ThreadPoolExecutor(max_workers=len(intervals) + 4)},
         timezone=timezone.utc,
         job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": MISFIRE_GRACE_SECONDS},
     )
-    for kind, seconds in (intervals or DEFAULT_INTERVALS).items():
+    for kind, seconds in intervals.items():
         sched.add_job(service.run_collector, IntervalTrigger(seconds=seconds, timezone=timezone.utc),
                       args=[kind], id=f"collect-{kind}", name=f"collect {kind}",
                       next_run_time=service.clock())
