@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 
 import polars as pl
 from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
-from slurmscope.collectors.parsing import parse_slurm_time, split_fields, split_lines
+from slurmscope.collectors.parsing import expand_hostlist, parse_slurm_time, split_fields, split_lines
 from slurmscope.collectors.sinfo import is_blank
 
 from slurmscope.config import Config
@@ -69,7 +69,8 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
     """`sacctmgr -P show event` output (header kept, or field list in `fmt`) -> node_events rows.
 
     A `Cluster` column wins over `cluster`. Cluster-wide events (no NodeName) get node '' and
-    event_type 'cluster'. `TimeEnd` of `Unknown` means the event is still open (NULL).
+    event_type 'cluster'. `TimeEnd` of `Unknown` means the event is still open (NULL). A NodeName
+    printed as a hostlist gives one row per node, so downtime can be summed per node.
     """
     delim = delimiter or "|"
     names = _names(fmt.split(",")) if fmt else None
@@ -120,7 +121,12 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
             "event_type": event if event in ("node", "cluster") else ("node" if node else "cluster"),
             "tres": (v.get("tres") or "").strip() or None,
         }
-        rows[(row["cluster"], node, start)] = row
+        try:
+            nodes = expand_hostlist(node) if node else [""]
+        except ValueError:
+            nodes = [node]
+        for n in nodes or [""]:
+            rows[(row["cluster"], n, start)] = dict(row, node=n)
     df = pl.DataFrame(list(rows.values()), schema=NODE_EVENTS_SCHEMA, orient="row") if rows else \
         pl.DataFrame(schema=NODE_EVENTS_SCHEMA)
     return Parsed(tables={"node_events": df}, quarantine=quarantine_frame(bad))

@@ -134,4 +134,5 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
         }
     df = pl.DataFrame(list(rows.values()), schema=RESERVATIONS_SCHEMA, orient="row") if rows else \
         pl.DataFrame(schema=RESERVATIONS_SCHEMA)
-    return Parsed(tables={"reservations": df}, quarantine=quarantine_frame(bad))
+    return Parsed(tables={"reservations": df},
+                  quarantine=quarantine_frame(sorted(bad, key=lambda r: r["line_no"])))
