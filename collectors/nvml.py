@@ -525,6 +525,8 @@ class Reading:
     errors: int = 0
 
 
+SLOW_FIELDS = ("ecc_corr_vol", "ecc_unc_vol", "ecc_corr_agg", "ecc_unc_agg", "remapped_pending", "remapped_failed",
+               "retired_pages", "nvlink_errors")
 COUNTERS = {"energy_mj": "energy", "pcie_replay": "pcie_replay_delta", "ecc_corr_vol": "ecc_corrected_delta",
             "ecc_unc_vol": "ecc_uncorrected_delta", "nvlink_errors": "nvlink_errors_delta"}
 
@@ -535,12 +537,18 @@ class MinuteAggregator:
     Counter deltas are taken reading-to-reading, also across minute boundaries, so no energy falls
     between minutes; a counter that went backwards (driver reload) contributes nothing for that step.
     A delta is null only while the counter has never been read successfully (NotSupported stays null).
+    With `flush_seconds` below 60 a minute goes out in several disjoint chunks (same `minute` key) that
+    the loader merges exactly; that bounds what a SIGKILL can lose to one chunk.
     """
 
-    def __init__(self, identity: dict[str, Any], interval: float) -> None:
+    def __init__(self, identity: dict[str, Any], interval: float, flush_seconds: float = 60.0) -> None:
         self.identity = identity
         self.interval = interval
+        self.flush_seconds = min(max(float(flush_seconds), 1.0), 60.0)
         self.minute: int | None = None
+        self.chunk: int | None = None
+        self.first: float | None = None
+        self.last: float | None = None
         self.prev: dict[str, int] = {}
         self.last_time: float | None = None
         self.last_slow: dict[str, Any] = {}
@@ -556,15 +564,19 @@ class MinuteAggregator:
         self.reasons_or: int | None = None
         self.errors = 0
         self.slow: dict[str, Any] = {}
+        self.first = self.last = None
 
     def add(self, r: Reading) -> list[dict[str, Any]]:
         out = []
         minute = int(r.time // 60) * 60
-        if self.minute is not None and minute != self.minute:
+        chunk = int(r.time // self.flush_seconds)
+        if self.minute is not None and (minute != self.minute or chunk != self.chunk):
             rec = self.flush()
             if rec:
                 out.append(rec)
-        self.minute = minute
+        self.minute, self.chunk = minute, chunk
+        self.first = r.time if self.first is None else self.first
+        self.last = r.time
         self.n += 1
         self.errors += r.errors
         for key in ("util_gpu", "util_mem", "power_w", "sm_clock", "mem_clock"):
@@ -615,6 +627,7 @@ class MinuteAggregator:
         energy = delta("energy_mj")
         rec = {
             "type": "sample", **self.identity, "minute": iso(self.minute), "samples": self.n,
+            "first_sample": iso(self.first), "last_sample": iso(self.last),
             "util_gpu_mean": mean("util_gpu"), "util_gpu_max": self.maxes.get("util_gpu"),
             "util_mem_mean": mean("util_mem"), "mem_used_max_bytes": self.maxes.get("mem_used"),
             "mem_total_bytes": self.maxes.get("mem_total"), "power_mean_watts": mean("power_w"),
@@ -916,13 +929,14 @@ class Agent:
                  interval: float = 10.0, slow_interval: float = 60.0, cluster: str | None = None,
                  read_cgroup: Callable[[int], str | None] | None = None, proc_root: Path = Path("/proc"),
                  kmsg: KmsgReader | None = None, sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, flush_seconds: float = 60.0) -> None:
         if interval < 1:
             raise ValueError("interval must be >= 1 second")
         self.nvml, self.node, self.cluster = nvml, node, cluster
         self.spool_dir, self.mapping_dir = Path(spool_dir), mapping_dir
         self.interval, self.slow_interval = float(interval), float(slow_interval)
         self.proc_root = proc_root
+        self.flush_seconds = flush_seconds
         self.read_cgroup = read_cgroup or self._read_cgroup
         self.kmsg, self.sleep, self.clock = kmsg, sleep, clock
         self.journal = SpoolJournal(self.spool_dir, node, cluster)
@@ -1010,7 +1024,7 @@ class Agent:
             self._discover_mig(dev)
         except _GpuLost:
             self._mark_lost(dev, now, "during discovery")
-        dev.agg = MinuteAggregator(dev.identity(), self.interval)
+        dev.agg = MinuteAggregator(dev.identity(), self.interval, self.flush_seconds)
         return dev
 
     def _discover_mig(self, dev: Device) -> None:
@@ -1264,10 +1278,14 @@ class Agent:
             except _GpuLost:
                 self._mark_lost(dev, now)
                 continue
+            self.pending.extend(dev.agg.add(r))
+            if not slow and dev.last is not None:
+                for key in SLOW_FIELDS:   # metrics show the last slow reading between slow rounds
+                    if getattr(r, key) is None:
+                        setattr(r, key, getattr(dev.last, key))
             dev.last = r
             if r.reasons is not None and r.reasons & THROTTLE_MASK:
                 dev.throttle_seconds_total += self.interval
-            self.pending.extend(dev.agg.add(r))
         if self.initialized:
             active, finished = self._mappings()
             procs = self._processes() if slow else None
@@ -1583,7 +1601,8 @@ def start_http(agent: Agent, address: str, port: int) -> ThreadingHTTPServer:
 
 def run_agent(cfg: Any, *, port: int | None = None, spool: str | None = None, interval: float | None = None,
               fake: str | None = None, address: str = "0.0.0.0", node: str | None = None,  # noqa: S104
-              stop: threading.Event | None = None, kmsg_path: str = "/dev/kmsg") -> None:
+              stop: threading.Event | None = None, kmsg_path: str = "/dev/kmsg",
+              flush_seconds: float = 60.0) -> None:
     """`slurmscope agent`: sample every `interval` seconds until SIGTERM/SIGINT (or `stop` is set)."""
     import signal
 
@@ -1614,7 +1633,8 @@ def run_agent(cfg: Any, *, port: int | None = None, spool: str | None = None, in
     spool_dir.mkdir(parents=True, exist_ok=True)
     kmsg = KmsgReader(kmsg_path, spool_dir / ".kmsg-position.json", read_boot_id(), read_boot_time())
     agent = Agent(nvml, node=node, spool_dir=spool_dir, mapping_dir=mapping_dir, interval=interval,
-                  slow_interval=slow, cluster=cfg.cluster, read_cgroup=read_cgroup, kmsg=kmsg)
+                  slow_interval=slow, cluster=cfg.cluster, read_cgroup=read_cgroup, kmsg=kmsg,
+                  flush_seconds=flush_seconds)
     recovered = agent.recover()
     if recovered:
         log.warning("closed %d spool journal(s) left by a previous run", len(recovered))
