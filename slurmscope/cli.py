@@ -7,6 +7,7 @@ fix. Each command imports its implementation lazily so `--help` stays fast and n
 from __future__ import annotations
 
 import csv
+import io
 import json
 import logging
 import sys
@@ -272,7 +273,7 @@ def query(ctx: click.Context, sql: str, fmt: str) -> None:
 
 
 def _print_rows(cols: list[str], rows: list[tuple], fmt: str) -> None:
-    out = click.get_text_stream("stdout")
+    out = io.StringIO()
     if fmt == "csv":
         w = csv.writer(out, lineterminator="\n")
         w.writerow(cols)
@@ -286,6 +287,7 @@ def _print_rows(cols: list[str], rows: list[tuple], fmt: str) -> None:
         out.write("  ".join("-" * w for w in widths) + "\n")
         for r in cells:
             out.write("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() + "\n")
+    click.echo(out.getvalue(), nl=False)
 
 
 @main.command()
