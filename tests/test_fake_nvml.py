@@ -6,7 +6,6 @@ import inspect
 
 import pynvml
 import pytest
-
 from slurmscope.collectors.fake_nvml import (
     BUILTIN_PROFILES,
     CAPTURES,

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pynvml
 import pytest
-
 from slurmscope.collectors.fake_nvml import FIELDS, FakeProcess, fake_from_spec
 from slurmscope.collectors.nvml import (
     Agent,
@@ -38,6 +37,7 @@ from slurmscope.collectors.nvml import (
     utc,
 )
 from slurmscope.collectors.nvml_ingest import ingest_spool_files, parse_spool
+
 from slurmscope.config import load_config
 
 T0 = 1_800_000_000.0          # 2027-01-15T08:00:00Z, hour aligned
@@ -291,14 +291,14 @@ def test_not_supported_ecc_is_null_not_zero(tmp_path, con):
     assert got == [(0, None, None, None), (0, None, None, None), (1, 0, 0, 0), (1, 0, 0, 0)]
     assert env.agent.field_errors[(0, "ecc", "NotSupported")] == 2   # one per slow round
     text = b"".join(_metrics_lines(env.agent)).decode()
-    assert 'slurmscope_gpu_ecc_errors_total{gpu="1"' in text.replace(', ', ',') or "ecc_errors_total" in text
-    assert not [ln for ln in text.splitlines() if ln.startswith("slurmscope_gpu_ecc_errors_total") and 'gpu="0"' in ln]
+    ecc = [ln for ln in text.splitlines() if ln.startswith("slurmscope_gpu_ecc_errors_total{")]
+    assert sorted((('gpu="0"' in ln), ln.split('type="')[1].split('"')[0], ln.rsplit(" ", 1)[1]) for ln in ecc) == [
+        (False, "corrected", "0.0"), (False, "uncorrected", "0.0")]      # GPU 1 only: GPU 0 has no series
     assert [r for r in records if r["type"] == "sample" and r["gpu_index"] == 0][0]["null_fields"] >= 1
 
 
 def _metrics_lines(agent):
     from prometheus_client import CollectorRegistry, generate_latest
-
     from slurmscope.collectors.nvml import _Collector
 
     reg = CollectorRegistry(auto_describe=False)
