@@ -342,8 +342,26 @@ def collect_path(con: duckdb.DuckDBPyConnection, cfg: Any, directory: str | Path
     return out
 
 
-def collect_nvml(con: duckdb.DuckDBPyConnection, cfg: Any) -> list[Outcome]:
-    """`slurmscope collect nvml`: every configured agent URL and spool path; one Outcome per source."""
+def collect_nvml(con: duckdb.DuckDBPyConnection, cfg: Any) -> Any:
+    """`slurmscope collect nvml`: one Outcome for all sources; status 'error' if any source failed.
+
+    Sources that answered are loaded even when another failed; per-source results come from
+    `collect_nvml_sources`. The Outcome is collectors.collect's own class when that module is present.
+    """
+    try:
+        from slurmscope.collectors.collect import Outcome as outcome_cls
+    except ImportError:  # pragma: no cover - collect.py ships with the package
+        outcome_cls = Outcome
+    per_source = collect_nvml_sources(con, cfg)
+    failed = [o for o in per_source if o.status != "ok"]
+    rows = sum(o.rows for o in per_source)
+    if failed:
+        return outcome_cls("nvml", "error", rows, "; ".join(f"{o.collector}: {o.error}" for o in failed))
+    return outcome_cls("nvml", "ok", rows)
+
+
+def collect_nvml_sources(con: duckdb.DuckDBPyConnection, cfg: Any) -> list[Outcome]:
+    """Every configured agent URL and spool path; one Outcome per source."""
     outcomes = []
     timeout = float(cfg.get("slurm", "timeout_seconds"))
     sources = [("agent", u) for u in cfg.get("nvml", "agents")] + [("path", p) for p in cfg.get("nvml", "spool_paths")]

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 from slurmscope.collectors.fake_nvml import fake_from_spec
 from slurmscope.collectors.nvml import Agent, list_spool, start_http, write_spool_file
-from slurmscope.collectors.nvml_ingest import collect_nvml, ingest_bytes, ingest_spool_files, parse_spool
+from slurmscope.collectors.nvml_ingest import (
+    collect_nvml,
+    collect_nvml_sources,
+    ingest_bytes,
+    ingest_spool_files,
+    parse_spool,
+)
 
 from slurmscope.config import load_config
 from slurmscope.db import connect, migrate
@@ -166,7 +172,7 @@ def test_collect_from_agent_http_and_shared_path_then_prune(tmp_path, con):
     try:
         cfg = load_config(None, env={}).with_overrides(nvml={
             "agents": [f"http://127.0.0.1:{server.server_address[1]}"], "spool_paths": [str(tmp_path / "gpu02")]})
-        outcomes = collect_nvml(con, cfg)
+        outcomes = collect_nvml_sources(con, cfg)
         assert [o.status for o in outcomes] == ["ok", "ok"]
         # one closed hour per node at 10 s sampling: 60 minute rows, 360 samples each
         assert con.execute("SELECT node, count(*), sum(samples) FROM gpu_samples GROUP BY node ORDER BY node"
@@ -177,7 +183,7 @@ def test_collect_from_agent_http_and_shared_path_then_prune(tmp_path, con):
         on_disk.tick(T0 + 3700)        # the agent prunes acknowledged files on its next round
         assert [p.name for p in (tmp_path / "gpu02").iterdir() if not p.name.startswith(".")] == []
         again = collect_nvml(con, cfg)
-        assert [o.rows for o in again] == [0, 0]
+        assert (again.collector, again.status, again.rows) == ("nvml", "ok", 0)
     finally:
         server.shutdown()
         server.server_close()
@@ -186,6 +192,6 @@ def test_collect_from_agent_http_and_shared_path_then_prune(tmp_path, con):
 def test_unreachable_agent_is_a_recorded_failure_not_a_crash(con):
     cfg = load_config(None, env={}).with_overrides(nvml={"agents": ["http://127.0.0.1:9"]},
                                                    slurm={"timeout_seconds": 2.0})
-    (o,) = collect_nvml(con, cfg)
-    assert o.status == "error" and o.rows == 0
+    o = collect_nvml(con, cfg)
+    assert o.status == "error" and o.rows == 0 and "127.0.0.1:9" in o.error
     assert con.execute("SELECT status FROM collector_runs WHERE collector = 'nvml'").fetchall() == [("error",)]
