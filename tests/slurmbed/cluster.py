@@ -185,6 +185,7 @@ SlurmctldLogFile={P['log']}/slurmctld.log
 SlurmdLogFile={P['log']}/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
+DebugFlags=Priority
 SlurmdParameters=config_overrides
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none

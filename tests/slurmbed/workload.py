@@ -10,6 +10,10 @@ dependency, begin time). The record is the *driver's own* account: job ids, the 
 number of attempts, and the running intervals it observed by polling squeue once a second. Tests compare
 the collectors' tables with this record, so it never reads sacct or the slurmscope database.
 
+GPU-partition jobs ask for CPUs in multiples of 4 so that their billing (CPU=0.25, GRES/gpu=2.0) is an
+integer: sacct prints billing truncated to an integer while slurmctld charges fair-share usage with the
+unrounded value, and the fair-share reference must be exact (docs/testbed.md).
+
 Runs as root (it submits with runuser and administers nodes with scontrol). Stdlib only.
 """
 
@@ -29,6 +33,7 @@ import cluster  # noqa: E402
 WORK = cluster.P["work"]
 DOWN_REASON = "slurmbed: simulated node failure"
 DRAIN_REASON = "slurmbed: ECC errors on GPU 3"
+RESERVATION = "maint-gpu01"
 FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
                 "BOOT_FAIL", "DEADLINE"}
 
@@ -65,8 +70,10 @@ class Poller(threading.Thread):
         self.nodes: dict[str, str] = {}
         self.intervals: dict[str, list[list[float]]] = {}
         self.stop_evt = threading.Event()
+        self.last_poll: float | None = None
 
     def poll_once(self) -> None:
+        before = self.last_poll
         now = time.time()
         out = sh(["squeue", "--all", "--array", "--noheader", "--states=all", "-o", "%i|%A|%T|%r|%N"],
                  check=False)
@@ -83,13 +90,16 @@ class Poller(threading.Thread):
                 if state == "RUNNING":
                     self.nodes[jid] = nodes
                     if prev != "RUNNING":
-                        ivs.append([now, now])
+                        # Started between two polls: take the middle, as for the end below.
+                        first = now if before is None else (before + now) / 2
+                        ivs.append([first, now])
                     else:
                         ivs[-1][1] = now
                 elif prev == "RUNNING" and ivs:
                     # Ended between two polls: the end lies in (last seen, now]; take the middle.
                     ivs[-1][1] = (ivs[-1][1] + now) / 2
                 self.states[jid] = state
+            self.last_poll = now
 
     def run(self) -> None:
         while not self.stop_evt.is_set():
@@ -146,6 +156,10 @@ class Workload:
     def run(self, mid_hook: Callable[[], None] | None = None) -> dict:
         self.poller.start()
         W = self  # noqa: N806
+        # A future maintenance reservation, so that `scontrol show reservation` has something real to show.
+        sh(["scontrol", "create", "reservation", f"ReservationName={RESERVATION}", "StartTime=now+2hours",
+            "Duration=60", "Nodes=gpu01", "Users=root", "Flags=MAINT"])
+        W.note("reservation", name=RESERVATION)
         g8 = ["--exclusive", "--gres=gpu:8"]
         # --- CPU partition: a backfill scenario on cpu01 (16 CPUs) and a plain failure.
         cpu_long = W.submit("cpu-long", "sbdave", ["--partition=cpu", "-c", "12", "-t", "2"], first=40,
@@ -165,7 +179,7 @@ class Workload:
         W.running(low)
         W.submit("train-2node", "sbalice", ["-N", "2", "-t", "2", *g8], first=40, gpus=16,
                  expect={"final_state": "COMPLETED", "attempts": 1})
-        arr = W.submit("gpu-array", "sbbob", ["--array=0-3", "--gres=gpu:2", "-c", "2", "-t", "1"], first=15,
+        arr = W.submit("gpu-array", "sbbob", ["--array=0-3", "--gres=gpu:2", "-c", "4", "-t", "1"], first=15,
                        fail_task="2", gpus=2, expect={"final_state": "COMPLETED", "attempts": 1, "array": True,
                                                       "tasks": {"0": "COMPLETED", "1": "COMPLETED",
                                                                 "2": "FAILED", "3": "COMPLETED"}})
@@ -183,7 +197,7 @@ class Workload:
         # Time limit, cancel running, cancel pending (held), pending forever (held, dependency, begin).
         W.submit("time-limit", "sbcarol", ["--partition=debug", "--gres=gpu:1", "-c", "1", "-t", "1"],
                  first=600, gpus=1, expect={"final_state": "TIMEOUT", "attempts": 1})
-        cr = W.submit("cancel-running", "sbbob", ["--gres=gpu:2", "-c", "2", "-t", "5"], first=300, gpus=2,
+        cr = W.submit("cancel-running", "sbbob", ["--gres=gpu:2", "-c", "4", "-t", "5"], first=300, gpus=2,
                       expect={"final_state": "CANCELLED", "attempts": 1})
         cp = W.submit("cancel-pending", "sbalice", ["--hold", "--gres=gpu:1", "-t", "1"], first=5, gpus=1,
                       expect={"final_state": "CANCELLED", "attempts": 1, "never_started": True})
@@ -210,7 +224,7 @@ class Workload:
         # Drain gpu04 while busy: a job on it, then the drain; it finishes and the node stays DRAINED.
         W.poller.wait_for(arr + "_3", lambda s: s in FINAL_STATES, "array end", 120)
         drain_node = next(n for n in reversed(cluster.GPU_NODES) if n != nf_node)
-        busy = W.submit("on-drained-node", "sbcarol", ["-w", drain_node, "--gres=gpu:2", "-c", "2", "-t", "2"],
+        busy = W.submit("on-drained-node", "sbcarol", ["-w", drain_node, "--gres=gpu:2", "-c", "4", "-t", "2"],
                         first=25, gpus=2, expect={"final_state": "COMPLETED", "attempts": 1})
         W.running(busy)
         sh(["scontrol", "update", f"nodename={drain_node}", "state=drain", f"reason={DRAIN_REASON}"])
@@ -271,6 +285,7 @@ class Workload:
                 drain_node: {"state": "drained", "reason": DRAIN_REASON},
                 nf_node: {"state": "idle", "down_reason": DOWN_REASON},
             },
+            "reservation": {"name": RESERVATION, "nodes": "gpu01", "flags": "MAINT"},
             "down_node": nf_node,
             "drain_node": drain_node,
             "gpu_seconds_by_account": gpu_seconds,
