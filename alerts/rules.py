@@ -71,14 +71,14 @@ RECORDING: tuple[Recording, ...] = (
     Recording("cluster:slurmscope_gpu_utilization_ratio:avg",
               "avg by (cluster) (slurmscope_gpu_utilization_ratio)"),
     Recording("partition:slurmscope_job_wait_seconds_p90:max",
-              'max by (cluster, partition) (slurmscope_job_wait_seconds{quantile="0.9"})'),
+              'max by (cluster, partition) (slurmscope_job_wait_seconds{percentile="90"})'),
     Recording("partition_fault_kind:slurmscope_fault_lost_gpu_seconds:increase1d",
               "sum by (cluster, partition, fault_kind) (increase(slurmscope_fault_lost_gpu_seconds_total[1d]))"),
     Recording("partition_kind:slurmscope_occupancy_gpu_seconds:rate1h",
               "sum by (cluster, partition, kind) (rate(slurmscope_occupancy_gpu_seconds_total[1h]))"),
 )
 
-_WAIT_P90 = (f'max by (cluster, partition) (slurmscope_job_wait_seconds{{quantile="0.9"}}'
+_WAIT_P90 = (f'max by (cluster, partition) (slurmscope_job_wait_seconds{{percentile="90"}}'
              f" and on (cluster, partition, account, gpu_class, gpu_model)"
              f" slurmscope_job_wait_started_jobs >= {t.WAIT_P90_MIN_JOBS})")
 
@@ -132,13 +132,17 @@ ALERTS: tuple[Alert, ...] = (
           "GRES configuration.", "gpu"),
     # ---- jobs ----
     Alert("SlurmJobFailureRateHigh",
-          f"partition:slurmscope_jobs_failed:ratio_rate1h > {t.JOB_FAILURE_RATIO}"
+          # Inlined rather than read from the recording rule: rules in other groups may lag one evaluation.
+          f'sum by (cluster, partition) (rate(slurmscope_jobs_ended_total{{state=~"{FAILED_STATES}"}}[1h]))'
+          " / sum by (cluster, partition) (rate(slurmscope_jobs_ended_total[1h]))"
+          f" > {t.JOB_FAILURE_RATIO}"
           " and on (cluster, partition) sum by (cluster, partition) (increase(slurmscope_jobs_ended_total[1h]))"
           f" >= {t.JOB_FAILURE_MIN_JOBS}", t.JOB_FAILURE_FOR, "warning",
           "Many jobs are failing.",
           "{{ $value | humanizePercentage }} of the jobs that ended in partition {{ $labels.partition }} of cluster "
           "{{ $labels.cluster }} in the last hour failed.", "jobs"),
-    Alert("SlurmRequeueSpike", f"partition:slurmscope_job_requeues:increase1h > {t.REQUEUES_PER_HOUR}",
+    Alert("SlurmRequeueSpike",
+          f"sum by (cluster, partition) (increase(slurmscope_job_requeues_total[1h])) > {t.REQUEUES_PER_HOUR}",
           t.REQUEUE_FOR, "warning", "Jobs are being requeued at an unusual rate.",
           "{{ $value }} job attempts were requeued in partition {{ $labels.partition }} of cluster "
           "{{ $labels.cluster }} in the last hour.", "jobs"),
@@ -150,7 +154,7 @@ ALERTS: tuple[Alert, ...] = (
           "NODE_FAIL in the last hour.", "jobs"),
     Alert("SlurmWaitTimeP90Drift",
           f"{_WAIT_P90} > {t.WAIT_P90_DRIFT_FACTOR} * max by (cluster, partition)"
-          ' (avg_over_time(slurmscope_job_wait_seconds{quantile="0.9"}[7d] offset 1d))'
+          ' (avg_over_time(slurmscope_job_wait_seconds{percentile="90"}[7d] offset 1d))'
           f" and {_WAIT_P90} > {t.WAIT_P90_MIN_SECONDS}", t.WAIT_P90_DRIFT_FOR, "warning",
           "Queue wait times drifted far above last week's.",
           "The p90 wait in partition {{ $labels.partition }} of cluster {{ $labels.cluster }} is "

@@ -278,17 +278,17 @@ CATALOG: tuple[Metric, ...] = (
     ),
     Metric(
         name="slurmscope_job_wait_seconds", type="gauge", unit="seconds",
-        help="Wait (start - eligible) quantiles of jobs that started on the latest day, per partition, account,"
+        help="Wait (start - eligible) percentiles (50, 90, 99; a gauge, not a summary) of jobs that started on the latest day, per partition, account,"
              " GPU class (GPUs requested: 0, 1, 2-4, 5-8, 9-16, 17+) and model.",
-        labels=("cluster", "partition", "account", "gpu_class", "gpu_model", "quantile"),
+        labels=("cluster", "partition", "account", "gpu_class", "gpu_model", "percentile"),
         source="mart_wait_times (latest day <= now)",
         query="""
             WITH w AS (SELECT * FROM mart_wait_times WHERE cluster = $cluster
                        AND day = (SELECT max(day) FROM mart_wait_times WHERE cluster = $cluster
                                   AND day <= CAST($now AS DATE)))
-            SELECT cluster, "partition", account, gpu_class, gpu_model, q.quantile,
-                   CASE q.quantile WHEN '0.5' THEN p50_seconds WHEN '0.9' THEN p90_seconds ELSE p99_seconds END AS value
-            FROM w, (VALUES ('0.5'), ('0.9'), ('0.99')) q(quantile)""",
+            SELECT cluster, "partition", account, gpu_class, gpu_model, q.percentile,
+                   CASE q.percentile WHEN '50' THEN p50_seconds WHEN '90' THEN p90_seconds ELSE p99_seconds END AS value
+            FROM w, (VALUES ('50'), ('90'), ('99')) q(percentile)""",
         requires=("mart_wait_times",),
     ),
     Metric(

@@ -143,15 +143,22 @@ def families(snaps: Iterable[tuple[Snapshot, float | None]], metrics: list[Metri
     fams: list[Family] = []
     for metric in metrics:
         fam = _family(metric)
+        # OpenMetrics wants each series' samples together (time ascending within it).
+        series: dict[tuple[str, ...], list[tuple[float, float | None]]] = {}
         for snap, ts in snaps:
             for labels, value in snap.samples.get(metric.name, []):
+                series.setdefault(labels, []).append((value, ts))
+        for labels, points in series.items():
+            for value, ts in points:
                 _add(fam, metric, labels, value, ts)
         fams.append(fam)
     up = _family(FAMILY_UP)
     render = _family(RENDER_TIME)
+    for name in sorted({n for snap, _ in snaps for n in snap.up}):
+        for snap, ts in snaps:
+            if name in snap.up:
+                up.add_metric([name], 1.0 if snap.up[name] else 0.0, timestamp=ts)
     for snap, ts in snaps:
-        for name in sorted(snap.up):
-            up.add_metric([name], 1.0 if snap.up[name] else 0.0, timestamp=ts)
         render.add_metric([], snap.now.timestamp(), timestamp=ts)
     return [*fams, up, render]
 
@@ -290,6 +297,10 @@ class MetricsServer(ThreadingHTTPServer):
     def shutdown(self) -> None:
         super().shutdown()
         self.server_close()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client speaking plain HTTP to the TLS port, or hanging up mid-request: not worth a traceback.
+        log.debug("request from %s failed", client_address, exc_info=True)
 
 
 class _Handler(BaseHTTPRequestHandler):
