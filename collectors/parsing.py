@@ -12,7 +12,7 @@ The `*_expr` functions are the vectorised Polars equivalents used on whole colum
 the scalar version would give None or raise).
 
 Stable API (other parsers import these): split_lines, split_fields, parse_slurm_time, time_expr,
-parse_duration, duration_expr, parse_tres, gpu_count, is_mig_type, parse_mem_mb, parse_req_mem,
+fast_time_expr, parse_time_columns, parse_duration, duration_expr, fast_duration_expr, parse_duration_columns, parse_tres, gpu_count, is_mig_type, parse_mem_mb, parse_req_mem,
 expand_hostlist, compress_hostlist, parse_exit_code, parse_int, int_expr, NULL_WORDS.
 """
 
@@ -178,6 +178,61 @@ def time_expr(col: pl.Expr, tz: tzinfo | str | None = None) -> pl.Expr:
     return pl.coalesce(local, epoch.dt.replace_time_zone("UTC"))
 
 
+def fast_time_expr(col: pl.Expr, tz: tzinfo | str | None = None) -> pl.Expr:
+    """The cheap part of time_expr: `YYYY-MM-DDTHH:MM:SS[.f]` and epoch seconds only, null otherwise.
+
+    About ten times faster than time_expr on a million rows; parse_time_columns uses it for every row and
+    the complete parser only for the rows it leaves null (other shapes, wall times in a DST gap).
+    """
+    s = col
+    naive = s.str.slice(0, 19).str.to_datetime("%Y-%m-%dT%H:%M:%S", strict=False, time_unit="us")
+    name = _zone_name(tz)
+    if name == "UTC":
+        local = naive.dt.replace_time_zone("UTC")
+    else:
+        local = naive.dt.replace_time_zone(name, ambiguous="earliest", non_existent="null").dt.convert_time_zone(
+            "UTC"
+        )
+    secs = s.cast(pl.Int64, strict=False)
+    epoch = pl.when(secs > 0).then(secs * 1_000_000).otherwise(None).cast(pl.Datetime("us")).dt.replace_time_zone(
+        "UTC"
+    )
+    return pl.coalesce(local, epoch)
+
+
+def _odd_rows(df: pl.DataFrame, src: str, out: str) -> pl.Series:
+    """Rows whose text is a value (not a sentinel) that the fast expression left null."""
+    text = df[src].str.strip_chars()
+    return (df[out].is_null() & text.is_not_null() & ~text.is_in(list(NULL_WORDS))).arg_true()
+
+
+def parse_time_columns(
+    df: pl.DataFrame, columns: dict[str, str], tz: tzinfo | str | None = None
+) -> pl.DataFrame:
+    """Add Datetime("us", "UTC") columns {out: source text column} with exactly parse_slurm_time's result.
+
+    Vectorised for the shapes Slurm prints; the few other rows go through the scalar parser (values it
+    rejects become null). Sources missing from `df` give all-null columns.
+    """
+    dtype = pl.Datetime("us", "UTC")
+    present = {o: c for o, c in columns.items() if c in df.columns}
+    df = df.with_columns(
+        *[fast_time_expr(pl.col(c), tz).alias(o) for o, c in present.items()],
+        *[pl.lit(None, dtype).alias(o) for o in columns if o not in present],
+    )
+    for out, src in present.items():
+        idx = _odd_rows(df, src, out)
+        if idx.len():
+            vals = []
+            for v in df[src].gather(idx).to_list():
+                try:
+                    vals.append(parse_slurm_time(v, tz))
+                except ValueError:
+                    vals.append(None)
+            df = df.with_columns(df[out].scatter(idx, pl.Series(vals, dtype=dtype)))
+    return df
+
+
 # ------------------------------------------------------------------------------------------ durations
 
 _DUR_DAYS = re.compile(r"^(\d+)-(\d+)(?::(\d+))?(?::(\d+)(?:\.\d+)?)?$")
@@ -227,6 +282,59 @@ def _keep_name(result: pl.Expr, col: pl.Expr) -> pl.Expr:
         return result.alias(col.meta.output_name())
     except Exception:  # an input without a single root name: leave the derived name
         return result
+
+
+def fast_duration_expr(col: pl.Expr) -> pl.Expr:
+    """The cheap part of duration_expr, without regular expressions: `[D-]H+:MM:SS` and `M+:SS`.
+
+    Fields are cut from the right (seconds and minutes are always two digits); a fraction is ignored.
+    Anything else gives null, or a wrong number for malformed text: parse_duration_columns re-checks the
+    rows that do not have the printed shape.
+    """
+    s = col
+    dash = s.str.find("-", literal=True)
+    clock = pl.when(dash.is_not_null()).then(s.str.slice(dash + 1)).otherwise(s)
+    dot = clock.str.find(".", literal=True)
+    clock = pl.when(dot.is_not_null()).then(clock.str.slice(0, dot)).otherwise(clock)
+    n = clock.str.len_bytes().cast(pl.Int64)
+    days = pl.when(dash.is_not_null()).then(s.str.slice(0, dash).cast(pl.Int64, strict=False)).otherwise(0)
+    sec = clock.str.slice(-2).cast(pl.Int64, strict=False)
+    two = clock.str.slice(n - 6, 1) == ":"  # H+:MM:SS
+    mins = pl.when(two).then(clock.str.slice(n - 5, 2)).otherwise(clock.str.slice(0, n - 3)).cast(
+        pl.Int64, strict=False
+    )
+    hours = pl.when(two).then(clock.str.slice(0, n - 6).cast(pl.Int64, strict=False)).otherwise(0)
+    ok = (clock.str.slice(n - 3, 1) == ":") & (n >= 4) & (dash.is_null() | two)
+    return pl.when(ok).then(days * 86400 + hours * 3600 + mins * 60 + sec).otherwise(None)
+
+
+_DUR_SHAPE = re.compile(r"^(?:[0-9]+-[0-9]+:[0-9][0-9]:[0-9][0-9]|(?:[0-9]+:)?[0-9]+:[0-9][0-9])(?:\.[0-9]+)?$")
+
+
+def parse_duration_columns(df: pl.DataFrame, columns: dict[str, str]) -> pl.DataFrame:
+    """Add Int64 seconds columns {out: source text column} with exactly parse_duration's result.
+
+    Vectorised for the printed shapes; rows whose text has another shape are parsed one by one.
+    """
+    present = {o: c for o, c in columns.items() if c in df.columns}
+    df = df.with_columns(
+        *[fast_duration_expr(pl.col(c)).alias(o) for o, c in present.items()],
+        *[pl.lit(None, pl.Int64).alias(o) for o in columns if o not in present],
+    )
+    for out, src in present.items():
+        text = df[src]
+        odd = (
+            ~text.str.contains(_DUR_SHAPE.pattern) & text.is_not_null() & ~text.is_in(list(NULL_WORDS | _DUR_NULL))
+        ).arg_true()
+        if odd.len():
+            vals = []
+            for v in text.gather(odd).to_list():
+                try:
+                    vals.append(parse_duration(v))
+                except ValueError:
+                    vals.append(None)
+            df = df.with_columns(df[out].scatter(odd, pl.Series(vals, dtype=pl.Int64)))
+    return df
 
 
 # ------------------------------------------------------------------------------------------- numbers
@@ -559,6 +667,10 @@ __all__ = [
     "compress_hostlist",
     "duration_expr",
     "expand_hostlist",
+    "fast_duration_expr",
+    "fast_time_expr",
+    "parse_duration_columns",
+    "parse_time_columns",
     "gpu_count",
     "int_expr",
     "is_mig_type",

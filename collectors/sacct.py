@@ -28,12 +28,16 @@ import duckdb
 import polars as pl
 from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
 from slurmscope.collectors.parsing import (
-    duration_expr,
+    NULL_WORDS,
     gpu_count,
     int_expr,
+    parse_duration_columns,
+    parse_exit_code,
+    parse_req_mem,
+    parse_time_columns,
+    parse_tres,
     split_fields,
     split_lines,
-    time_expr,
 )
 
 from slurmscope.config import Config
@@ -279,35 +283,53 @@ def _null_if_blank(e: pl.Expr) -> pl.Expr:
     return pl.when(e.is_in(["", "(null)", "Unknown", "None", "N/A", "None assigned"])).then(None).otherwise(e)
 
 
-def _gpu_columns(tres: pl.Series) -> tuple[pl.Expr, pl.Expr, pl.Expr]:
-    """gpus, gpu_type, mig_slices by evaluating gpu_count once per distinct TRES string."""
-    uniq = tres.drop_nulls().unique().to_list()
-    counts = {u: gpu_count(u) for u in uniq}
-    keys = list(counts)
-    col = pl.col("_tres")
-    gpus = col.replace_strict(keys, [counts[k][0] for k in keys], default=0, return_dtype=pl.Int64)
-    gtype = col.replace_strict(keys, [counts[k][1] for k in keys], default=None, return_dtype=pl.String)
-    mig = col.replace_strict(keys, [counts[k][2] for k in keys], default=0, return_dtype=pl.Int64)
-    return gpus, gtype, mig
+def _map_unique(values: pl.Series, fn: Callable[[str], tuple], names: list[str], dtypes: list) -> pl.DataFrame:
+    """Apply a scalar parser once per distinct value (TRES, State, ExitCode, Flags, ReqMem repeat a lot).
+
+    Returns one column per output name, aligned with `values`; null inputs give null outputs.
+    """
+    uniq = values.drop_nulls().unique().to_list()
+    results = [fn(u) for u in uniq]
+    out = {}
+    for i, (name, dtype) in enumerate(zip(names, dtypes, strict=True)):
+        out[name] = values.replace_strict(uniq, [r[i] for r in results], default=None, return_dtype=dtype)
+    return pl.DataFrame(out)
 
 
-_MEM_UNIT = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3, "E": 1024.0**4}
+def _tres_info(s: str) -> tuple:
+    gpus, gtype, mig = gpu_count(s)
+    return gpus, gtype, mig, parse_tres(s).get("billing")
 
 
-def _req_mem_bytes(reqmem: pl.Expr, nodes: pl.Expr, cpus: pl.Expr) -> pl.Expr:
-    """ReqMem as total bytes: `Mn` is per node, `Mc` per CPU (before 21.08); plain is the amount printed."""
-    g = reqmem.str.strip_chars().str.extract_groups(r"^(\d+(?:\.\d*)?|\.\d+)([KMGTPEkmgtpe]?)([nc]?)$")
-    num = g.struct.field("1").cast(pl.Float64, strict=False)
-    unit = g.struct.field("2").str.to_uppercase()
-    factor = unit.replace_strict(list(_MEM_UNIT), list(_MEM_UNIT.values()), default=1.0, return_dtype=pl.Float64)
-    scope = g.struct.field("3")
-    mult = (
-        pl.when(scope == "n").then(nodes.cast(pl.Float64))
-        .when(scope == "c").then(cpus.cast(pl.Float64))
-        .otherwise(1.0)
-    )
-    total = num * factor * mult * 1048576.0
-    return pl.when(total < 9.2e18).then(total.round(0)).otherwise(None).cast(pl.Int64, strict=False)
+def _state_info(s: str) -> tuple:
+    s = s.strip()
+    if s in NULL_WORDS:
+        return None, None
+    # `CANCELLED by 1234` -> CANCELLED; `RUNNING` -> RUNNING; a truncated `CANCELLED+` -> CANCELLED
+    m = re.match(r"^([A-Z_]+)", s)
+    return (m.group(1) if m else None), s
+
+
+def _exit_info(s: str) -> tuple:
+    try:
+        return parse_exit_code(s)
+    except ValueError:
+        return None, None
+
+
+def _sched_by(s: str) -> tuple:
+    flags = set(s.split(","))
+    for flag, who in (("SchedBackfill", "backfill"), ("SchedMain", "main"), ("SchedSubmit", "submit")):
+        if flag in flags:
+            return (who,)
+    return (None,)
+
+
+def _mem_info(s: str) -> tuple:
+    try:
+        return parse_req_mem(s)
+    except ValueError:
+        return None, None
 
 
 def parse(
@@ -354,60 +376,90 @@ def _parse(data: bytes, *, cluster: str, tz, fmt, delimiter, source) -> Parsed:
         return Parsed(tables={}, quarantine=quarantine_frame(quarantined))
 
     has = set(fields)
-    jobid = _col(df, "jobid").str.strip_chars()
     tres_field = "alloctres" if "alloctres" in has else ("allocgres" if "allocgres" in has else None)
-
+    jobid = _col(df, "jobid").str.strip_chars()
     base = df.with_columns(
         jobid.alias("_jobid"),
-        jobid.str.contains(".", literal=True).alias("_is_step"),
-        jobid.str.split_exact(".", 1).struct.field("field_0").alias("_base"),
-        jobid.str.splitn(".", 2).struct.field("field_1").alias("_step"),
-        _col(df, "jobidraw").str.strip_chars().str.split_exact(".", 1).struct.field("field_0").alias("_rawbase"),
+        _col(df, "jobidraw").str.strip_chars().alias("_jobidraw"),
         (_col(df, tres_field) if tres_field else pl.lit(None, pl.String)).str.strip_chars().alias("_tres"),
+    ).with_columns(
+        pl.col("_jobid").str.find(".", literal=True).alias("_dot"),
+    ).with_columns(
+        pl.col("_dot").is_not_null().alias("_is_step"),
+        pl.when(pl.col("_dot").is_not_null()).then(pl.col("_jobid").str.slice(0, pl.col("_dot")))
+        .otherwise(pl.col("_jobid")).alias("_base"),
+        pl.col("_jobid").str.slice(pl.col("_dot") + 1).alias("_step"),
+        pl.col("_jobidraw").str.split_exact(".", 1).struct.field("field_0").alias("_rawbase"),
     )
+    # Arrays `123_4` / `123_[5-9%2]`, het components `123+1`: split on the literal separator (no regex).
+    arr = pl.col("_base").str.split_exact("_", 1)
+    het = pl.col("_base").str.split_exact("+", 1)
+    base = base.with_columns(
+        arr.struct.field("field_0").cast(pl.Int64, strict=False).alias("_arr_id"),
+        arr.struct.field("field_1").alias("_arr_task"),
+        het.struct.field("field_0").cast(pl.Int64, strict=False).alias("_het_id"),
+        het.struct.field("field_1").cast(pl.Int64, strict=False).alias("_het_off"),
+    )
+    is_arr = pl.col("_arr_task").is_not_null() & pl.col("_arr_id").is_not_null()
+    is_het = pl.col("_het_off").is_not_null() & pl.col("_het_id").is_not_null()
     # job_id_raw: JobIDRaw when present; else the job id itself, or leader + offset for a het component
     # (Slurm numbers het components consecutively); an array task without JobIDRaw has no knowable id.
-    het = pl.col("_base").str.extract_groups(r"^(\d+)\+(\d+)$")
-    arr = pl.col("_base").str.extract_groups(r"^(\d+)_(\[[^\]]*\]|\d+)$")
     derived_raw = (
-        pl.when(pl.col("_base").str.contains(r"^\d+$"))
-        .then(pl.col("_base").cast(pl.Int64, strict=False))
-        .when(het.struct.field("1").is_not_null())
-        .then(het.struct.field("1").cast(pl.Int64, strict=False) + het.struct.field("2").cast(pl.Int64, strict=False))
-        .otherwise(None)
+        pl.when(is_het).then(pl.col("_het_id") + pl.col("_het_off"))
+        .when(is_arr).then(None)
+        .otherwise(pl.col("_base").cast(pl.Int64, strict=False))
     )
-    raw_expr = int_expr(pl.col("_rawbase")) if "jobidraw" in has else derived_raw
     base = base.with_columns(
-        raw_expr.alias("job_id_raw"),
-        arr.struct.field("1").cast(pl.Int64, strict=False).alias("array_job_id"),
-        arr.struct.field("2").alias("array_task_id"),
-        het.struct.field("1").cast(pl.Int64, strict=False).alias("het_job_id"),
-        het.struct.field("2").cast(pl.Int32, strict=False).alias("het_job_offset"),
-        time_expr(_col(df, "submit"), tz).alias("submit_time"),
+        (int_expr(pl.col("_rawbase")) if "jobidraw" in has else derived_raw).alias("job_id_raw"),
+        pl.when(is_arr).then(pl.col("_arr_id")).alias("array_job_id"),
+        pl.when(is_arr).then(pl.col("_arr_task")).alias("array_task_id"),
+        pl.when(is_het).then(pl.col("_het_id")).alias("het_job_id"),
+        pl.when(is_het).then(pl.col("_het_off")).cast(pl.Int32).alias("het_job_offset"),
     )
+    base = parse_time_columns(
+        base,
+        {"submit_time": "submit", "start_time": "start", "end_time": "end", "eligible_time": "eligible"},
+        tz,
+    )
+    base = parse_duration_columns(base, {"elapsed_seconds": "elapsed", "timelimit_seconds": "timelimit"})
+    mapped = []
+    if tres_field:
+        mapped.append(_map_unique(base["_tres"], _tres_info, ["gpus", "gpu_type", "mig_slices", "billing"],
+                                  [pl.Int32, pl.String, pl.Int32, pl.Float64]))
+    if "state" in has:
+        mapped.append(_map_unique(base["state"], _state_info, ["state", "state_raw"], [pl.String, pl.String]))
+    if "exitcode" in has:
+        mapped.append(_map_unique(base["exitcode"], _exit_info, ["exit_code", "signal"], [pl.Int32, pl.Int32]))
+    if "flags" in has:
+        mapped.append(_map_unique(base["flags"], _sched_by, ["sched_by"], [pl.String]))
+    if "reqmem" in has:
+        mapped.append(_map_unique(base["reqmem"], _mem_info, ["_mem_mb", "_mem_scope"], [pl.Float64, pl.String]))
+    base = base.rename({c: f"_in_{c}" for c in ("state", "flags") if c in base.columns})
+    if mapped:
+        base = pl.concat([base, *mapped], how="horizontal")
+    if tres_field:
+        base = base.with_columns(pl.col("gpus").fill_null(0), pl.col("mig_slices").fill_null(0))
+
     cluster_col = (
         pl.coalesce(_null_if_blank(pl.col("cluster")), pl.lit(cluster)) if "cluster" in has else pl.lit(cluster)
     )
-    state_raw = _null_if_blank(_col(df, "state"))
-    exit_parts = _col(df, "exitcode").str.strip_chars().str.split_exact(":", 1)
     nodes = int_expr(_col(df, "nnodes"), pl.Int64)
     cpus = int_expr(_col(df, "ncpus"), pl.Int64)
-    gpus, gtype, mig = _gpu_columns(base["_tres"])
-    flags = _col(df, "flags")
+    same = pl.col  # columns already typed above keep their name
 
     common: dict[str, pl.Expr] = {
         "cluster": cluster_col,
         "name": _col(df, "jobname"),
-        "state": state_raw.str.extract(r"^([A-Z_]+)"),
-        "state_raw": state_raw,
-        "exit_code": exit_parts.struct.field("field_0").cast(pl.Int32, strict=False),
-        "signal": exit_parts.struct.field("field_1").cast(pl.Int32, strict=False),
-        "start_time": time_expr(_col(df, "start"), tz),
-        "end_time": time_expr(_col(df, "end"), tz),
-        "elapsed_seconds": duration_expr(_col(df, "elapsed")),
+        "state": same("state") if "state" in has else None,
+        "state_raw": same("state_raw") if "state" in has else None,
+        "exit_code": same("exit_code") if "exitcode" in has else None,
+        "signal": same("signal") if "exitcode" in has else None,
+        "start_time": same("start_time"),
+        "end_time": same("end_time"),
+        "elapsed_seconds": same("elapsed_seconds"),
         "nodes": nodes.cast(pl.Int32),
         "cpus": cpus.cast(pl.Int32),
-        "gpus": gpus.cast(pl.Int32),
+        "gpus": same("gpus") if tres_field else None,
         "alloc_tres": pl.col("_tres"),
         "node_list": _null_if_blank(_col(df, "nodelist")),
         "source": pl.lit(source),
@@ -421,6 +473,12 @@ def _parse(data: bytes, *, cluster: str, tz, fmt, delimiter, source) -> Parsed:
     }
     common = {k: v for k, v in common.items() if k not in present or present[k] in has}
 
+    mem_mult = (
+        pl.when(pl.col("_mem_scope") == "node").then(nodes.cast(pl.Float64))
+        .when(pl.col("_mem_scope") == "cpu").then(cpus.cast(pl.Float64))
+        .otherwise(1.0)
+    ) if "reqmem" in has else pl.lit(1.0)
+    mem_total = (pl.col("_mem_mb") * mem_mult * 1048576.0) if "reqmem" in has else pl.lit(None, pl.Float64)
     job_only: dict[str, pl.Expr] = {
         "user": _null_if_blank(_col(df, "user")),
         "uid": int_expr(_col(df, "uid")),
@@ -428,19 +486,14 @@ def _parse(data: bytes, *, cluster: str, tz, fmt, delimiter, source) -> Parsed:
         "partition": _null_if_blank(_col(df, "partition")),
         "qos": _null_if_blank(_col(df, "qos")),
         "reason": _null_if_blank(_col(df, "reason")),
-        "eligible_time": time_expr(_col(df, "eligible"), tz),
-        "timelimit_seconds": duration_expr(_col(df, "timelimit")),
-        "gpu_type": gtype,
-        "mig_slices": mig.cast(pl.Int32),
-        "req_mem_bytes": _req_mem_bytes(_col(df, "reqmem"), nodes, cpus),
-        "billing": pl.col("_tres").str.extract(r"(?:^|,)billing=([0-9.]+)").cast(pl.Float64, strict=False),
-        "sched_by": (
-            pl.when(flags.str.contains("SchedBackfill", literal=True)).then(pl.lit("backfill"))
-            .when(flags.str.contains("SchedMain", literal=True)).then(pl.lit("main"))
-            .when(flags.str.contains("SchedSubmit", literal=True)).then(pl.lit("submit"))
-            .otherwise(None)
-        ),
-        "flags": _null_if_blank(flags),
+        "eligible_time": same("eligible_time"),
+        "timelimit_seconds": same("timelimit_seconds"),
+        "gpu_type": same("gpu_type") if tres_field else None,
+        "mig_slices": same("mig_slices") if tres_field else None,
+        "req_mem_bytes": pl.when(mem_total < 9.2e18).then(mem_total.round(0)).otherwise(None).cast(pl.Int64),
+        "billing": same("billing") if tres_field else None,
+        "sched_by": same("sched_by") if "flags" in has else None,
+        "flags": _null_if_blank(pl.col("_in_flags")) if "flags" in has else None,
         "priority": int_expr(_col(df, "priority")),
     }
     job_present = {

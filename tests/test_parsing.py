@@ -264,3 +264,48 @@ def test_compress_hostlist_round_trip():
 def test_compress_expand_inverse(nums):
     names = [f"n{n:03d}" for n in nums]
     assert sorted(set(expand_hostlist(compress_hostlist(names)))) == sorted(set(names))
+
+
+def test_column_helpers_equal_the_scalar_parsers():
+    from slurmscope.collectors.parsing import parse_duration_columns, parse_time_columns
+
+    times = ["2016-12-21T21:43:34", "2021-10-31T02:30:00", "2021-03-28T02:30:00", "Unknown", "None", "1700000000",
+             "0", "2021-07-01 12:00:00", "2021-07-01T12:00", "2021-07-01T12:00:00.25", "junk", None]
+    durs = ["125-00:00:00", "7-20:39:39", "00:00:24", "30:00", "1:00", "00:05.908", "1-04", "1-04:30", "90",
+            "UNLIMITED", "Partition_Limit", "", "1:2:3", "x", None]
+    for tz in ("UTC", "Europe/Berlin"):
+        df = parse_time_columns(pl.DataFrame({"a": times}, schema={"a": pl.String}), {"t": "a", "u": "missing"}, tz)
+        want = []
+        for v in times:
+            try:
+                want.append(parse_slurm_time(v, tz))
+            except ValueError:
+                want.append(None)
+        assert df["t"].to_list() == want, tz
+        assert df["u"].null_count() == len(times)
+    df = parse_duration_columns(pl.DataFrame({"a": durs}, schema={"a": pl.String}), {"d": "a"})
+    want = []
+    for v in durs:
+        try:
+            want.append(parse_duration(v))
+        except ValueError:
+            want.append(None)
+    assert df["d"].to_list() == want
+
+
+@given(st.lists(st.one_of(st.none(), st.text(alphabet="0123456789-:.TU nko", max_size=22)), max_size=30))
+def test_column_helpers_match_scalars_on_random_text(values):
+    from slurmscope.collectors.parsing import parse_duration_columns, parse_time_columns
+
+    df = pl.DataFrame({"a": values}, schema={"a": pl.String})
+    got_t = parse_time_columns(df, {"t": "a"}, "Europe/Berlin")["t"].to_list()
+    got_d = parse_duration_columns(df, {"d": "a"})["d"].to_list()
+    for v, t, d in zip(values, got_t, got_d, strict=True):
+        try:
+            assert t == parse_slurm_time(v, "Europe/Berlin"), v
+        except ValueError:
+            assert t is None, v
+        try:
+            assert d == parse_duration(v), v
+        except ValueError:
+            assert d is None, v
