@@ -20,8 +20,24 @@ from typing import Any
 import polars as pl
 
 NAME = "fairshare"
-MART_TABLES = ("mart_fairshare", "mart_fairshare_drift")
-INPUT_TABLES = ("jobs", "shares", "slurm_config")
+MART_TABLES: dict[str, str | None] = {"mart_fairshare": "as_of", "mart_fairshare_drift": "day"}
+INPUTS: dict[str, str] = {
+    # Decayed usage depends on the whole history (or back to the last reset): every attempt is read.
+    "jobs": """
+        SELECT cluster, account, "user", submit_time, start_time, end_time, billing, cpus, gpus
+        FROM jobs WHERE cluster = $cluster AND start_time IS NOT NULL""",
+    # Only the last sshare snapshot of each day is used (as tree and as the compared record).
+    "shares": """
+        SELECT cluster, snapshot_time, account, "user", parent, raw_shares, norm_shares, raw_usage,
+               effectv_usage, level_fs, fairshare
+        FROM shares WHERE cluster = $cluster
+        QUALIFY snapshot_time = max(snapshot_time)
+            OVER (PARTITION BY CAST(timezone($tz, snapshot_time) AS DATE))""",
+    "slurm_config": """
+        SELECT cluster, snapshot_time, key, value FROM slurm_config
+        WHERE cluster = $cluster
+          AND key IN ('PriorityDecayHalfLife', 'PriorityUsageResetPeriod', 'PriorityFlags')""",
+}
 
 NO_VAL = 4294967294.0
 """Slurm's NO_VAL: the LevelFS Fair Tree gives an account whose shares are 'parent' (it sorts high)."""
@@ -117,10 +133,12 @@ def settings(params: Any) -> Settings:
     fs = raw.get("fairshare", {})
     drift = raw.get("drift", {})
     now = _utc(_param(params, "now")) or datetime.now(UTC)
+    since = None if _param(params, "full") else _utc(_param(params, "start") or _param(params, "since"))
+    tz = _param(params, "tz") or raw.get("billing", {}).get("timezone") or "UTC"
     return Settings(
         now=now,
-        since=_utc(_param(params, "since")),
-        timezone=raw.get("cluster", {}).get("timezone", "UTC"),
+        since=since,
+        timezone=tz,
         half_life_seconds=float(fs.get("decay_half_life_seconds", 7 * 86400)),
         reset_period=str(fs.get("usage_reset_period", "NONE")).upper(),
         charge=fs.get("charge", "billing"),
@@ -377,7 +395,10 @@ def asof_grid(slices: pl.LazyFrame, snaps: pl.LazyFrame, cs: pl.LazyFrame, s: Se
     ).group_by("cluster").agg(pl.col("first").min())
     if s.since is not None:
         first = first.with_columns(
-            first=pl.max_horizontal("first", local_date(pl.lit(s.since, dtype=UTC_DT), tz))
+            # from the day ending at `since`, so an incremental run rewrites the as_of == since row too
+            first=pl.max_horizontal(
+                "first", local_date(pl.lit(s.since, dtype=UTC_DT), tz) - pl.duration(days=1)
+            )
         )
     day_ends = (
         first.with_columns(day=pl.date_ranges("first", local_date(now, tz)))
@@ -442,7 +463,10 @@ def association_tree(frames: dict[str, pl.LazyFrame], snaps: pl.LazyFrame) -> pl
         "account",
         "user",
         "parent",
-        pl.lit(1, pl.Int64).alias("raw_shares"),
+        pl.when((pl.col("account") == ROOT) & (pl.col("user") == "") & pl.col("parent").is_null())
+        .then(pl.lit(None, pl.Int64))
+        .otherwise(pl.lit(1, pl.Int64))
+        .alias("raw_shares"),
     ).unique(["cluster", "account", "user"])
     tree = pl.concat([real, synthetic])
     is_user = pl.col("user") != ""
@@ -493,8 +517,10 @@ def pick_tree(grid: pl.LazyFrame, tree: pl.LazyFrame) -> pl.LazyFrame:
     """The tree in force at each as_of: the latest kept snapshot at or before it, else the first one."""
     times = tree.select("cluster", "tree_time").unique().sort("tree_time")
     g = grid.sort("as_of")
-    back = g.join_asof(times, left_on="as_of", right_on="tree_time", by="cluster", strategy="backward")
-    fwd = g.join_asof(times, left_on="as_of", right_on="tree_time", by="cluster", strategy="forward")
+    back = g.join_asof(times, left_on="as_of", right_on="tree_time", by="cluster", strategy="backward",
+                       check_sortedness=False)
+    fwd = g.join_asof(times, left_on="as_of", right_on="tree_time", by="cluster", strategy="forward",
+                      check_sortedness=False)
     return back.join(
         fwd.select("cluster", "as_of", pl.col("tree_time").alias("tree_fwd")), on=["cluster", "as_of"]
     ).with_columns(tree_time=pl.coalesce("tree_time", "tree_fwd")).drop("tree_fwd").drop_nulls("tree_time")
@@ -515,6 +541,7 @@ def user_usage_at(grid: pl.LazyFrame, tree: pl.LazyFrame, sparse: pl.LazyFrame,
             right_on="t_last",
             by=[*KEY, "epoch"],
             strategy="backward",
+            check_sortedness=False,
         )
         .with_columns(
             carry=(pl.col("u_last") * (-pl.col("lam") * seconds_between(pl.col("as_of"), pl.col("t_last"))).exp())
@@ -718,13 +745,15 @@ def classic_values(v: pl.LazyFrame, clos: pl.LazyFrame) -> pl.LazyFrame:
 
 def computed_rows(frames: dict[str, pl.LazyFrame], s: Settings) -> tuple[pl.LazyFrame, pl.LazyFrame]:
     """The computed mart_fairshare rows, and the pieces mart_fairshare_drift reuses."""
-    cs = cluster_settings(frames, s)
-    slices = usage_slices(frames["jobs"], cs, s)
+    # .cache(): these frames feed several branches; without it the plan (and its optimisation) grows
+    # with every reuse, and the closure's 16 joins alone take seconds to plan.
+    cs = cluster_settings(frames, s).cache()
+    slices = usage_slices(frames["jobs"], cs, s).cache()
     sparse = daily_usage(slices)
-    snaps = tree_snapshots(frames["shares"], s)
-    tree = association_tree(frames, snaps)
-    clos = closure(tree)
-    grid = pick_tree(asof_grid(slices, snaps, cs, s), tree)
+    snaps = tree_snapshots(frames["shares"], s).cache()
+    tree = association_tree(frames, snaps).cache()
+    clos = closure(tree).cache()
+    grid = pick_tree(asof_grid(slices, snaps, cs, s), tree).cache()
     users = user_usage_at(grid, tree, sparse, slices)
     rolled = (
         users.join(clos, on=["cluster", "tree_time", "account", "user"])
@@ -738,7 +767,7 @@ def computed_rows(frames: dict[str, pl.LazyFrame], s: Settings) -> tuple[pl.Lazy
         .join(rolled, on=["cluster", "as_of", "account", "user"], how="left")
         .with_columns(pl.col("raw_usage").fill_null(0.0))
     )
-    v = sibling_order(tree_values(nodes))
+    v = sibling_order(tree_values(nodes)).cache()
     ft = fair_tree_rank(v, clos)
     cl = classic_values(v, clos)
     key = ["cluster", "as_of", "account", "user"]
@@ -801,8 +830,8 @@ def drift_rows(frames: dict[str, pl.LazyFrame], slices: pl.LazyFrame, s: Setting
     snaps = tree_snapshots(frames["shares"], s)
     tree = association_tree(frames, snaps)
     latest = tree.group_by("cluster").agg(pl.col("tree_time").max())
-    tree = tree.join(latest, on=["cluster", "tree_time"])
-    clos = closure(tree)
+    tree = tree.join(latest, on=["cluster", "tree_time"]).cache()
+    clos = closure(tree).cache()
     accounts = tree.filter(~pl.col("is_user") & ~pl.col("is_root"))
     # target share: product of sibling-normalised shares of the account and its ancestors
     t = tree.with_columns(level_shares=pl.col("raw_shares").sum().over("cluster", "tree_time", "parent_key"))

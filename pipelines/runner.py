@@ -40,7 +40,7 @@ PIPELINES: list[str] = [
     "reliability",
     "backfill",
     # --- other engineer: register fair-share, efficiency and drift below, one line each ---
-    # "fairshare",
+    "fairshare",
     # "efficiency",
     # "drift",
 ]
