@@ -41,7 +41,7 @@ PIPELINES: list[str] = [
     "backfill",
     # --- other engineer: register fair-share, efficiency and drift below, one line each ---
     "fairshare",
-    # "efficiency",
+    "efficiency",
     # "drift",
 ]
 """Modules under slurmscope.pipelines, run in this order (a pipeline reading another's mart comes after it)."""
@@ -125,9 +125,10 @@ def _column_types(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
     return dict(rows)
 
 
-def _lower_bound(col_type: str, window: Window, params: dict[str, Any]) -> Any:
+def _lower_bound(col: str, col_type: str, window: Window, params: dict[str, Any]) -> Any:
+    """First value of `col` inside the window: a `month` DATE column holds first-of-month dates."""
     if col_type == "DATE":
-        return params["start_date"]
+        return params["start_month"] if col == "month" else params["start_date"]
     return window.start
 
 
@@ -146,7 +147,7 @@ def _write(con: duckdb.DuckDBPyConnection, table: str, col: str | None, df: pl.D
     if col is None or window.full:
         con.execute(f"DELETE FROM {table} WHERE cluster = ?", [params["cluster"]])
     else:
-        bound = _lower_bound(types[col], window, params)
+        bound = _lower_bound(col, types[col], window, params)
         con.execute(f"DELETE FROM {table} WHERE cluster = ? AND {qcol} >= ?", [params["cluster"], bound])
         if df.height:
             lit = pl.lit(bound) if types[col] == "DATE" else pl.lit(bound, dtype=pl.Datetime("us", "UTC"))
