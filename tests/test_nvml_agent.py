@@ -415,6 +415,7 @@ def test_http_metrics_spool_listing_download_and_ack(tmp_path):
                 "631.95") in text
         assert (f'slurmscope_gpu_utilization_ratio{{gpu="0",model="NVIDIA H100 80GB HBM3",node="gpu01",'
                 f'uuid="{uuid0}"}} 1.0') in text
+        assert 'slurmscope_agent_spool_files{node="gpu01"} 1.0' in text
         listing = json.loads(urllib.request.urlopen(f"{base}/spool", timeout=10).read())
         assert listing["node"] == "gpu01" and [f["name"] for f in listing["files"]] == ["gpu01_20270115T080000Z.jsonl"]
         name, sha = listing["files"][0]["name"], listing["files"][0]["sha256"]
