@@ -43,10 +43,12 @@ def test_command_lines():
 
 
 def test_real_22_05_config():
-    p = run(config_parser, (FIX / "slurm-22.05/config_final.txt").read_bytes())
+    text = (FIX / "slurm-22.05/config_final.txt").read_text()
+    p = run(config_parser, text)
     assert p.quarantine.height == 0
     df = p.tables["slurm_config"]
-    assert df.height == 208  # 207 "Key = value" lines and the controller status line
+    # every "Key = value" line and the controller status line
+    assert df.height == sum(" = " in line for line in text.splitlines()) + 1
     kv = dict(zip(df["key"], df["value"], strict=True))
     assert kv["ClusterName"] == "slurmbed"
     assert kv["PriorityDecayHalfLife"] == "7-00:00:00"
@@ -54,7 +56,8 @@ def test_real_22_05_config():
     assert kv["PriorityWeightTRES"] is None
     assert kv["SchedulerParameters"].startswith("bf_interval=2,bf_resolution=10")
     assert kv["status:Slurmctld(primary)"] == "UP at vm"
-    assert set(df["snapshot_time"]) == {at(2026, 12, 2, 13, 32, 46)}  # "Configuration data as of ..."
+    as_of = text.splitlines()[0].removeprefix("Configuration data as of ")  # the snapshot time
+    assert set(df["snapshot_time"]) == {datetime.fromisoformat(as_of).replace(tzinfo=UTC)}
 
 
 def test_config_sections_prefix_their_keys_and_junk_is_quarantined():
@@ -78,15 +81,18 @@ RESERVATION_CAPTURES = [
     (f"{S}/reservations_relative_time.txt", 1),
     (f"{S}/slurm-24.11.7/reservations.txt", 0),
     (f"{S}/slurm-26.05.2/reservations.txt", 0),
-    ("slurm-22.05/reservations_mid.txt", 0),
-    ("slurm-22.05/reservations_final.txt", 0),
+    ("slurm-22.05/reservations_mid.txt", None),
+    ("slurm-22.05/reservations_final.txt", None),
 ]
 
 
 @pytest.mark.parametrize(("path", "rows"), RESERVATION_CAPTURES, ids=[c[0] for c in RESERVATION_CAPTURES])
 def test_reservation_captures_parse_without_quarantine(path, rows):
-    p = run(reservations, (FIX / path).read_bytes())
+    data = (FIX / path).read_bytes()
+    p = run(reservations, data)
     assert p.quarantine.height == 0
+    if rows is None:  # test-bed captures: one record per --oneliner line
+        rows = data.count(b"ReservationName=")
     assert p.tables["reservations"].height == rows
 
 
@@ -182,12 +188,6 @@ def _accounted(module, data: bytes) -> None:
 
 
 @pytest.mark.parametrize("module", [config_parser, reservations, ping], ids=["config", "reservations", "ping"])
-@given(data=st.binary(max_size=300))
-def test_never_raises_on_arbitrary_bytes(module, data):
-    _accounted(module, data)
-
-
-@pytest.mark.parametrize("module", [config_parser, reservations, ping], ids=["config", "reservations", "ping"])
-@given(data=st.lists(_ALPHABET, max_size=40).map(lambda xs: "".join(xs).encode()))
-def test_every_line_kept_or_quarantined(module, data):
+@given(data=st.one_of(st.binary(max_size=300), st.lists(_ALPHABET, max_size=40).map(lambda xs: "".join(xs).encode())))
+def test_never_raises_and_every_line_kept_or_quarantined(module, data):
     _accounted(module, data)

@@ -60,14 +60,27 @@ CAPTURES = [
         "snapshot_time": at(2026, 7, 31, 3, 53, 19), "data_since": at(2026, 7, 31, 3, 51, 42),
         "jobs_pending": 6, "jobs_running": 8, "jobs_submitted": 14,
     }),
-    ("slurm-22.05/sdiag_final.txt", {
-        "snapshot_time": at(2026, 12, 2, 13, 32, 46), "data_since": at(2026, 12, 2, 13, 30, 6),
-        "jobs_submitted": 20, "jobs_started": 18, "jobs_completed": 15, "jobs_canceled": 2, "jobs_pending": 3,
-        "jobs_running": 2, "main_total_cycles": 57, "main_cycles_per_minute": 28, "bf_backfilled_jobs": 9,
-        "bf_total_cycles": 16, "bf_last_cycle_when": at(2026, 12, 2, 13, 30, 48), "bf_last_cycle_us": 362,
-        "bf_max_cycle_us": 1255, "bf_mean_cycle_us": 504,
-    }),
+    # test-bed recordings: the workload submits 20 jobs (README); other counters vary per run
+    ("slurm-22.05/sdiag_final.txt", {"jobs_submitted": 20}),
+    ("slurm-22.05/sdiag_mid.txt", {"jobs_submitted": 20}),
 ]
+
+
+def test_real_22_05_values_match_the_raw_text():
+    import re
+
+    text = (FIX / "slurm-22.05/sdiag_final.txt").read_text()
+    row = parse(text).tables["sched_stats"].row(0, named=True)
+    epochs = [int(x) for x in re.findall(r"\((\d{10})\)", text)]
+    assert row["snapshot_time"] == datetime.fromtimestamp(epochs[0], UTC)
+    assert row["data_since"] == datetime.fromtimestamp(epochs[1], UTC)
+    main_block = text.split("Main schedule statistics")[1].split("Backfilling stats")[0]
+    bf_block = text.split("Backfilling stats")[1].split("Latency")[0]
+    assert row["main_total_cycles"] == int(re.search(r"Total cycles:\s+(\d+)", main_block).group(1))
+    assert row["bf_total_cycles"] == int(re.search(r"Total cycles:\s+(\d+)", bf_block).group(1))
+    assert row["bf_last_cycle_us"] == int(re.search(r"\tLast cycle:\s+(\d+)", bf_block).group(1))
+    assert row["jobs_started"] == int(re.search(r"Jobs started:\s+(\d+)", text).group(1))
+    assert row["jobs_pending"] == int(re.search(r"Jobs pending:\s+(\d+)", text).group(1))
 
 
 @pytest.mark.parametrize(("path", "expected"), CAPTURES, ids=[c[0] for c in CAPTURES])
@@ -128,8 +141,7 @@ def test_cli_ingest_then_query(tmp_path):
     assert "2020-06-11 13:45:51+00:00,239,826" in res.output.splitlines()
 
 
-@given(st.binary(max_size=400))
-def test_never_raises_and_every_line_is_accounted_for(data):
+def _check(data: bytes) -> None:
     p = parse(data)
     lines = data.split(b"\n")
     nonblank = {i for i, line in enumerate(lines, start=1)
@@ -146,6 +158,6 @@ _WORDS = st.sampled_from(["sdiag output at Wed May 01 12:00:00 2024", "Backfilli
                           "Last cycle when: N/A", "garbage", "", "\t\tTotal cycles: 9"])
 
 
-@given(st.lists(_WORDS, max_size=30).map(lambda xs: "\n".join(xs).encode()))
-def test_structured_inputs(data):
-    test_never_raises_and_every_line_is_accounted_for.hypothesis.inner_test(data)
+@given(st.one_of(st.binary(max_size=400), st.lists(_WORDS, max_size=30).map(lambda xs: "\n".join(xs).encode())))
+def test_never_raises_and_every_line_is_accounted_for(data):
+    _check(data)

@@ -260,12 +260,7 @@ def _check_total(data: bytes, fmt: str | None) -> None:
         first = False
 
 
-@given(st.binary(max_size=300))
-def test_never_raises_on_arbitrary_bytes(data):
-    _check_total(data, None)
-
-
-@given(st.lists(_ALPHABET, max_size=80).map(lambda xs: "".join(xs).encode()))
-def test_every_line_kept_or_quarantined(data):
-    _check_total(data, None)
-    _check_total(data, "%i|%E;%R;%C")
+@given(st.one_of(st.binary(max_size=300), st.lists(_ALPHABET, max_size=80).map(lambda xs: "".join(xs).encode())),
+       st.sampled_from([None, "%i|%E;%R;%C"]))
+def test_never_raises_and_every_line_kept_or_quarantined(data, fmt):
+    _check_total(data, fmt)
