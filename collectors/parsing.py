@@ -12,7 +12,7 @@ The `*_expr` functions are the vectorised Polars equivalents used on whole colum
 the scalar version would give None or raise).
 
 Stable API (other parsers import these): split_lines, split_fields, parse_slurm_time, time_expr,
-fast_time_expr, parse_time_columns, parse_duration, duration_expr, fast_duration_expr, parse_duration_columns, parse_tres, gpu_count, is_mig_type, parse_mem_mb, parse_req_mem,
+fast_time_expr, parse_time_columns, parse_duration, duration_expr, parse_duration_columns, parse_tres, gpu_count, is_mig_type, parse_mem_mb, parse_req_mem,
 expand_hostlist, compress_hostlist, parse_exit_code, parse_int, int_expr, NULL_WORDS.
 """
 
@@ -284,48 +284,45 @@ def _keep_name(result: pl.Expr, col: pl.Expr) -> pl.Expr:
         return result
 
 
-def fast_duration_expr(col: pl.Expr) -> pl.Expr:
-    """The cheap part of duration_expr, without regular expressions: `[D-]H+:MM:SS` and `M+:SS`.
-
-    Fields are cut from the right (seconds and minutes are always two digits); a fraction is ignored.
-    Anything else gives null, or a wrong number for malformed text: parse_duration_columns re-checks the
-    rows that do not have the printed shape.
-    """
-    s = col
-    dash = s.str.find("-", literal=True)
-    clock = pl.when(dash.is_not_null()).then(s.str.slice(dash + 1)).otherwise(s)
-    dot = clock.str.find(".", literal=True)
-    clock = pl.when(dot.is_not_null()).then(clock.str.slice(0, dot)).otherwise(clock)
-    n = clock.str.len_bytes().cast(pl.Int64)
-    days = pl.when(dash.is_not_null()).then(s.str.slice(0, dash).cast(pl.Int64, strict=False)).otherwise(0)
-    sec = clock.str.slice(-2).cast(pl.Int64, strict=False)
-    two = clock.str.slice(n - 6, 1) == ":"  # H+:MM:SS
-    mins = pl.when(two).then(clock.str.slice(n - 5, 2)).otherwise(clock.str.slice(0, n - 3)).cast(
-        pl.Int64, strict=False
-    )
-    hours = pl.when(two).then(clock.str.slice(0, n - 6).cast(pl.Int64, strict=False)).otherwise(0)
-    ok = (clock.str.slice(n - 3, 1) == ":") & (n >= 4) & (dash.is_null() | two)
-    return pl.when(ok).then(days * 86400 + hours * 3600 + mins * 60 + sec).otherwise(None)
-
-
-_DUR_SHAPE = re.compile(r"^(?:[0-9]+-[0-9]+:[0-9][0-9]:[0-9][0-9]|(?:[0-9]+:)?[0-9]+:[0-9][0-9])(?:\.[0-9]+)?$")
-
-
 def parse_duration_columns(df: pl.DataFrame, columns: dict[str, str]) -> pl.DataFrame:
     """Add Int64 seconds columns {out: source text column} with exactly parse_duration's result.
 
-    Vectorised for the printed shapes; rows whose text has another shape are parsed one by one.
+    Vectorised in stages (Polars does not share sub-expressions in eager mode): `D-` becomes `:`, the
+    text is split on `:`, the fields are read from the right. Only rows that this leaves null while
+    holding a value (other shapes, e.g. `1-04:30`, bare minutes) go through the scalar parser.
     """
     present = {o: c for o, c in columns.items() if c in df.columns}
-    df = df.with_columns(
-        *[fast_duration_expr(pl.col(c)).alias(o) for o, c in present.items()],
-        *[pl.lit(None, pl.Int64).alias(o) for o in columns if o not in present],
-    )
+    missing = [pl.lit(None, pl.Int64).alias(o) for o in columns if o not in present]
+    if missing:
+        df = df.with_columns(*missing)
     for out, src in present.items():
+        s = pl.col(src)
+        df = df.with_columns(
+            s.str.replace("-", ":", literal=True).str.split(":").alias("_dur_l"),
+            s.str.contains("-", literal=True).alias("_dur_dash"),
+        )
+        last = pl.col("_dur_l").list.get(-1, null_on_oob=True).str.split_exact(".", 1)
+        df = df.with_columns(
+            pl.col("_dur_l").list.len().alias("_dur_n"),
+            last.struct.field("field_0").cast(pl.Int64, strict=False).alias("_dur_1"),
+            last.struct.field("field_1").alias("_dur_frac"),
+            *[pl.col("_dur_l").list.get(-k, null_on_oob=True).cast(pl.Int64, strict=False).alias(f"_dur_{k}")
+              for k in (2, 3, 4)],
+        )
+        n, dash = pl.col("_dur_n"), pl.col("_dur_dash")
+        g = {k: pl.col(f"_dur_{k}") for k in (1, 2, 3, 4)}
+        frac_ok = pl.col("_dur_frac").is_null() | pl.col("_dur_frac").str.contains(r"^[0-9]+$")
+        value = (
+            pl.when(dash & (n == 4)).then(g[4] * 86400 + g[3] * 3600 + g[2] * 60 + g[1])
+            .when(~dash & (n == 3)).then(g[3] * 3600 + g[2] * 60 + g[1])
+            .when(~dash & (n == 2)).then(g[2] * 60 + g[1])
+            .otherwise(None)
+        )
+        df = df.with_columns(pl.when(frac_ok).then(value).otherwise(None).alias(out)).drop(
+            "_dur_l", "_dur_dash", "_dur_n", "_dur_1", "_dur_frac", "_dur_2", "_dur_3", "_dur_4"
+        )
         text = df[src]
-        odd = (
-            ~text.str.contains(_DUR_SHAPE.pattern) & text.is_not_null() & ~text.is_in(list(NULL_WORDS | _DUR_NULL))
-        ).arg_true()
+        odd = (df[out].is_null() & text.is_not_null() & ~text.is_in(list(NULL_WORDS | _DUR_NULL))).arg_true()
         if odd.len():
             vals = []
             for v in text.gather(odd).to_list():
@@ -469,6 +466,8 @@ def _gres_entries(s: str) -> list[tuple[str, str | None, float | None, bool]]:
             continue
         # GRES style: gpu, gpu:2, gpu:a100:4, gpu:a100:no_consume:4, gpu:(null):0
         parts = [p for p in entry.split(":") if p != "no_consume"]
+        if not parts:
+            continue
         name = parts[0]
         rest = parts[1:]
         count = 1.0
@@ -667,7 +666,6 @@ __all__ = [
     "compress_hostlist",
     "duration_expr",
     "expand_hostlist",
-    "fast_duration_expr",
     "fast_time_expr",
     "parse_duration_columns",
     "parse_time_columns",

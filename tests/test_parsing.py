@@ -214,6 +214,7 @@ def test_parse_tres():
         ("gpu:(null):0(IDX:N/A)", (0, None, 0)),
         ("mig:nvidia_a100_3g.40gb:7,gpu:a100:1", (1, "a100", 7)),
         ("gres/gpumem=100K,gres/gpuutil=90", (0, None, 0)),  # usage TRES are not GPU counts
+        ("no_consume", (0, None, 0)),  # found by hypothesis: once raised IndexError
     ],
 )
 def test_gpu_count(text, expected):
