@@ -217,8 +217,9 @@ def test_real_slurm_22_05_squeue(fixtures):
         p = parse((fixtures / f"slurm-22.05/squeue_{tag}.txt").read_bytes())
         assert p.quarantine.height == 0
     df = p.tables["pending_jobs"]
-    assert df.height == 20
-    held = job(df, "17")
+    raw = (fixtures / "slurm-22.05/squeue_final.txt").read_text().splitlines()
+    assert df.height == len({line.split(US)[0] for line in raw})
+    held = job(df, "17")  # tests/fixtures/slurm-22.05/README.md: job 17 is held
     assert (held["state"], held["reason"], held["priority"], held["gpus"]) == ("PENDING", "JobHeldUser", 0, 8)
 
 
