@@ -42,7 +42,7 @@ PIPELINES: list[str] = [
     # --- other engineer: register fair-share, efficiency and drift below, one line each ---
     "fairshare",
     "efficiency",
-    # "drift",
+    "drift",
 ]
 """Modules under slurmscope.pipelines, run in this order (a pipeline reading another's mart comes after it)."""
 

@@ -1,0 +1,486 @@
+"""Drift: signals that something is slowly going wrong, each with a score and the threshold alerts use.
+
+Four families, one row per (as_of, signal, entity):
+* GPU behaviour against the fleet at comparable utilisation: a GPU running hotter, drawing different
+  power or clocking slower than GPUs of the same model doing the same work is degrading (paste, fans,
+  power delivery) long before it throws an XID.
+* Per-node error rates (XID events, ECC corrected/uncorrected) against the node's own history.
+* Usage, cost, failure rate and wait time against their own trailing baseline.
+* Fleet skew: driver/CUDA versions that differ from the fleet, GPUs NVML sees vs GRES configured.
+
+Scores are robust z-scores, (x - median) / (1.4826 * MAD), with a per-signal floor on the scale: the median
+and the MAD ignore the outliers that an EWMA would absorb into its baseline (one runaway week would raise an
+EWMA for weeks after), need no smoothing constant, and read directly as "how many typical deviations away".
+The floor keeps a perfectly flat history (MAD 0) from turning any blip into an infinite score.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import polars as pl
+from slurmscope.pipelines.common import FAILED_STATES, split_calendar
+
+NAME = "drift"
+MART_TABLES: dict[str, str | None] = {"mart_drift": "as_of"}
+
+HISTORY = "INTERVAL 60 DAY"  # longest trailing baseline read (drift.baseline_days must stay below 60)
+INPUTS: dict[str, str] = {
+    "gpu_samples": """
+        SELECT cluster, node, gpu_uuid, minute, model, util_gpu_mean, temp_gpu_max_celsius,
+               power_mean_watts, sm_clock_mean_mhz
+        FROM gpu_samples WHERE cluster = $cluster AND minute >= $start AND minute < $end""",
+    # error counters are sparse: only minutes that counted something
+    "gpu_errors": f"""
+        SELECT cluster, node, minute, coalesce(ecc_corrected_delta, 0) AS ecc_corrected,
+               coalesce(ecc_uncorrected_delta, 0) AS ecc_uncorrected
+        FROM gpu_samples WHERE cluster = $cluster AND minute >= $start - {HISTORY} AND minute < $end
+          AND (coalesce(ecc_corrected_delta, 0) > 0 OR coalesce(ecc_uncorrected_delta, 0) > 0)""",
+    "gpu_events": f"""
+        SELECT cluster, node, event_time, event_type, xid FROM gpu_events
+        WHERE cluster = $cluster AND event_time >= $start - {HISTORY} AND event_time < $end""",
+    "gpu_inventory": """
+        SELECT cluster, node, gpu_uuid, seen_at, model, driver_version, cuda_version FROM gpu_inventory
+        WHERE cluster = $cluster
+        QUALIFY seen_at >= max(seen_at) OVER (PARTITION BY node) - INTERVAL 1 HOUR""",
+    "node_states": """
+        SELECT cluster, node, snapshot_time, gpus_total FROM node_states
+        WHERE cluster = $cluster
+        QUALIFY snapshot_time = max(snapshot_time) OVER (PARTITION BY node)""",
+    "jobs": f"""
+        SELECT cluster, account, "partition", state, submit_time, eligible_time, start_time, end_time, gpus
+        FROM jobs WHERE cluster = $cluster
+          AND coalesce(end_time, $end) >= $start - {HISTORY} AND coalesce(start_time, submit_time) < $end""",
+    "cost": f"""
+        SELECT cluster, day, account, sum(cost_usd) AS cost_usd FROM mart_cost_daily
+        WHERE cluster = $cluster AND day >= CAST($start - {HISTORY} AS DATE)
+        GROUP BY ALL""",
+}
+
+UTC_DT = pl.Datetime("us", "UTC")
+SCHEMA = {
+    "cluster": pl.String,
+    "as_of": UTC_DT,
+    "signal": pl.String,
+    "entity_type": pl.String,
+    "entity": pl.String,
+    "node": pl.String,
+    "value": pl.Float64,
+    "baseline": pl.Float64,
+    "score": pl.Float64,
+    "threshold": pl.Float64,
+    "breached": pl.Boolean,
+    "method": pl.String,
+    "detail": pl.String,
+}
+DEFAULTS = {
+    "gpu_z_threshold": 4.0,
+    "error_z_threshold": 4.0,
+    "trend_z_threshold": 3.5,
+    "baseline_days": 28,
+    "min_baseline_days": 7,
+    "util_bin_percent": 10.0,
+    "min_gpu_minutes": 30,
+    "min_fleet_gpus": 3,
+}
+MAD_TO_SIGMA = 1.4826
+# (signal, column, direction: +1 higher is worse, -1 lower is worse, 0 either way, scale floor, unit)
+GPU_METRICS = [
+    ("gpu_temperature_vs_fleet", "temp_gpu_max_celsius", 1, 1.0, "C"),
+    ("gpu_power_vs_fleet", "power_mean_watts", 0, 5.0, "W"),
+    ("gpu_sm_clock_vs_fleet", "sm_clock_mean_mhz", -1, 15.0, "MHz"),
+]
+
+
+def _get(params: Any, name: str, default: Any = None) -> Any:
+    if isinstance(params, dict):
+        return params.get(name, default)
+    return getattr(params, name, default)
+
+
+def settings(params: Any) -> dict[str, Any]:
+    cfg = _get(params, "config") or {}
+    cfg = getattr(cfg, "raw", cfg)
+    merged = {**DEFAULTS, **cfg.get("drift", {})}
+    merged["now"] = _get(params, "now") or datetime.now(UTC)
+    start = None if _get(params, "full") else _get(params, "start")
+    merged["start"] = start
+    merged["tz"] = _get(params, "tz") or "UTC"
+    return merged
+
+
+def _with(frame: pl.LazyFrame | None, schema: dict[str, pl.DataType]) -> pl.LazyFrame:
+    if frame is None:
+        return pl.LazyFrame(schema=schema)
+    have = set(frame.collect_schema().names())
+    return frame.with_columns([pl.lit(None, t).alias(c) for c, t in schema.items() if c not in have])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Small expressions
+
+
+def local_day(ts: pl.Expr, tz: str) -> pl.Expr:
+    return ts.dt.convert_time_zone(tz).dt.date()
+
+
+def day_as_of(day: pl.Expr, tz: str, now: datetime) -> pl.Expr:
+    """A day's rows are as of its end (local midnight); today's as of `now`."""
+    end = (
+        (day + pl.duration(days=1))
+        .cast(pl.Datetime("us"))
+        .dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
+        .dt.convert_time_zone("UTC")
+    )
+    return pl.min_horizontal(end, pl.lit(now, dtype=UTC_DT))
+
+
+def robust_z(x: pl.Expr, median: pl.Expr, mad: pl.Expr, floor: pl.Expr | float) -> pl.Expr:
+    """(x - median) / max(1.4826 * MAD, floor)."""
+    scale = pl.max_horizontal(mad * MAD_TO_SIGMA, floor if isinstance(floor, pl.Expr) else pl.lit(floor))
+    return (x - median) / scale
+
+
+def directed(z: pl.Expr, direction: int) -> pl.Expr:
+    """Score where larger is worse: +z, -z, or |z| for two-sided signals."""
+    return z if direction > 0 else (-z if direction < 0 else z.abs())
+
+
+def rows(frame: pl.LazyFrame, **cols: pl.Expr | str | float | None) -> pl.LazyFrame:
+    """Project `frame` to the mart's columns (literal strings become constants)."""
+    exprs = []
+    for name, dtype in SCHEMA.items():
+        value = cols.get(name, pl.col(name) if name in ("cluster", "as_of") else None)
+        if isinstance(value, pl.Expr):
+            exprs.append(value.cast(dtype).alias(name))
+        else:
+            exprs.append(pl.lit(value, dtype).alias(name))
+    return frame.select(exprs)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# GPU behaviour against the fleet
+
+
+def gpu_vs_fleet(samples: pl.LazyFrame, st: dict[str, Any]) -> pl.LazyFrame:
+    """Per GPU and local day: its median deviation from the fleet median of GPUs of the same model in the
+    same utilisation bin, scored against the spread of those deviations across the fleet."""
+    tz, now = st["tz"], st["now"]
+    width = float(st["util_bin_percent"])
+    base = samples.filter(pl.col("util_gpu_mean").is_not_null()).with_columns(
+        day=local_day(pl.col("minute"), tz),
+        util_bin=(pl.col("util_gpu_mean") / width).floor().clip(0, 100.0 / width),
+        model=pl.col("model").fill_null(""),
+    )
+    out = []
+    for signal, col, direction, floor, unit in GPU_METRICS:
+        x = base.filter(pl.col(col).is_not_null()).select(
+            "cluster", "day", "node", "gpu_uuid", "model", "util_bin", pl.col(col).cast(pl.Float64).alias("x")
+        )
+        binned = x.with_columns(fleet=pl.col("x").median().over("cluster", "day", "model", "util_bin"))
+        per_gpu = (
+            binned.group_by("cluster", "day", "node", "gpu_uuid", "model")
+            .agg(
+                value=pl.col("x").median(),
+                fleet=pl.col("fleet").median(),
+                dev=(pl.col("x") - pl.col("fleet")).median(),
+                n=pl.len(),
+            )
+            .filter(pl.col("n") >= int(st["min_gpu_minutes"]))
+        )
+        fleet = ["cluster", "day", "model"]
+        scored = (
+            per_gpu.with_columns(center=pl.col("dev").median().over(fleet), gpus=pl.len().over(fleet))
+            .with_columns(mad=(pl.col("dev") - pl.col("center")).abs().median().over(fleet))
+            .filter(pl.col("gpus") >= int(st["min_fleet_gpus"]))
+            .with_columns(
+                score=directed(robust_z(pl.col("dev"), pl.col("center"), pl.col("mad"), floor), direction),
+                as_of=day_as_of(pl.col("day"), tz, now),
+            )
+        )
+        thr = float(st["gpu_z_threshold"])
+        out.append(
+            rows(
+                scored,
+                signal=signal,
+                entity_type="gpu",
+                entity=pl.col("gpu_uuid"),
+                node=pl.col("node"),
+                value=pl.col("value"),
+                baseline=pl.col("fleet"),
+                score=pl.col("score"),
+                threshold=thr,
+                breached=pl.col("score") > thr,
+                method="robust_z_fleet_same_util",
+                detail=pl.format(
+                    "{} median {} {} vs fleet {} at the same utilisation ({} GPUs)",
+                    pl.col("model"), pl.col("value").round(1), pl.lit(unit), pl.col("fleet").round(1),
+                    pl.col("gpus"),
+                ),
+            )
+        )
+    return pl.concat(out)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Trailing baselines
+
+
+def trailing_baseline(daily: pl.LazyFrame, keys: list[str], days: int) -> pl.LazyFrame:
+    """For each (keys, day, x): median, MAD and count of x over the `days` days before `day` (the rows of
+    `daily` on those days; a dense input makes absent days count as zeros)."""
+    lagged = (
+        daily.select(*keys, "day")
+        .with_columns(lag=pl.int_ranges(1, days + 1))
+        .explode("lag")
+        .with_columns(past=pl.col("day") - pl.duration(days=pl.col("lag")))
+        .join(
+            daily.select(*keys, pl.col("day").alias("past"), pl.col("x").alias("px")),
+            on=[*keys, "past"],
+        )
+    )
+    stats = (
+        lagged.with_columns(med=pl.col("px").median().over(*keys, "day"))
+        .group_by(*keys, "day")
+        .agg(
+            pl.col("med").first().alias("median"),
+            (pl.col("px") - pl.col("med")).abs().median().alias("mad"),
+            pl.len().alias("n"),
+        )
+    )
+    return daily.join(stats, on=[*keys, "day"], how="left")
+
+
+def dense_days(entities: pl.LazyFrame, data: pl.LazyFrame, st: dict[str, Any]) -> pl.LazyFrame:
+    """Every entity on every local day up to today, from the baseline before the window start but not
+    before the first day in `data`, so that days without events count as zeros."""
+    tz, now = st["tz"], st["now"]
+    today = local_day(pl.lit(now, dtype=UTC_DT), tz)
+    # Days before the first day with data are "not collected yet", not zeros: a full rebuild and an
+    # incremental run must see the same baseline.
+    firsts = data.group_by("cluster").agg(pl.col("day").min().alias("first"))
+    if st["start"] is not None:
+        first = local_day(pl.lit(st["start"], dtype=UTC_DT), tz) - pl.duration(days=int(st["baseline_days"]))
+        firsts = firsts.with_columns(first=pl.max_horizontal("first", first))
+    return (
+        entities.join(firsts, on="cluster")
+        .with_columns(day=pl.date_ranges("first", today))
+        .explode("day")
+        .drop("first")
+    )
+
+
+def scored_trend(daily: pl.LazyFrame, keys: list[str], st: dict[str, Any], *, signal: str,
+                 entity_type: str, entity: pl.Expr, node: pl.Expr | None, direction: int,
+                 floor: pl.Expr, threshold: float, method: str, unit: str,
+                 keep: pl.Expr | None = None) -> pl.LazyFrame:
+    """Rows for days inside the window whose baseline has at least drift.min_baseline_days values
+    (and, for sparse counts, only days with events plus today: `keep`)."""
+    tz, now = st["tz"], st["now"]
+    b = trailing_baseline(daily, keys, int(st["baseline_days"]))
+    if st["start"] is not None:
+        b = b.filter(pl.col("day") >= local_day(pl.lit(st["start"], dtype=UTC_DT), tz))
+    if keep is not None:
+        b = b.filter(keep)
+    b = b.filter(pl.col("n") >= int(st["min_baseline_days"])).with_columns(
+        score=directed(robust_z(pl.col("x"), pl.col("median"), pl.col("mad"), floor), direction),
+        as_of=day_as_of(pl.col("day"), tz, now),
+    )
+    return rows(
+        b,
+        signal=signal,
+        entity_type=entity_type,
+        entity=entity,
+        node=node,
+        value=pl.col("x"),
+        baseline=pl.col("median"),
+        score=pl.col("score"),
+        threshold=threshold,
+        breached=pl.col("score") > threshold,
+        method=method,
+        detail=pl.format("{} {} vs median {} over the previous {} days", pl.col("x").round(3), pl.lit(unit),
+                         pl.col("median").round(3), pl.col("n")),
+    )
+
+
+def node_errors(errors: pl.LazyFrame, events: pl.LazyFrame, inventory: pl.LazyFrame,
+                st: dict[str, Any]) -> pl.LazyFrame:
+    """XID events and ECC error counts per node and day against the node's own trailing days."""
+    tz = st["tz"]
+    thr = float(st["error_z_threshold"])
+    nodes = pl.concat(
+        [inventory.select("cluster", "node"), errors.select("cluster", "node"), events.select("cluster", "node")]
+    ).unique()
+    counts = {
+        "node_xid_events": events.filter(pl.col("event_type") == "xid")
+        .group_by("cluster", "node", local_day(pl.col("event_time"), tz).alias("day"))
+        .agg(pl.len().cast(pl.Float64).alias("x")),
+        "node_ecc_corrected": errors.group_by("cluster", "node", local_day(pl.col("minute"), tz).alias("day"))
+        .agg(pl.col("ecc_corrected").sum().cast(pl.Float64).alias("x")),
+        "node_ecc_uncorrected": errors.group_by(
+            "cluster", "node", local_day(pl.col("minute"), tz).alias("day")
+        ).agg(pl.col("ecc_uncorrected").sum().cast(pl.Float64).alias("x")),
+    }
+    today = local_day(pl.lit(st["now"], dtype=UTC_DT), tz)
+    out = []
+    for signal, c in counts.items():
+        grid = dense_days(nodes, c, st)
+        daily = grid.join(c, on=["cluster", "node", "day"], how="left").with_columns(pl.col("x").fill_null(0.0))
+        # counts: the scale floor is sqrt(median) (Poisson), at least 0.5 so a clean history still needs
+        # thr/2 events in a day to breach
+        floor = pl.max_horizontal(pl.col("median").sqrt(), pl.lit(0.5))
+        scored = scored_trend(daily, ["cluster", "node"], st, signal=signal, entity_type="node",
+                              entity=pl.col("node"), node=pl.col("node"), direction=1, floor=floor,
+                              threshold=thr, method="robust_z_own_history", unit="per day",
+                              keep=(pl.col("x") > 0) | (pl.col("day") == today))
+        out.append(scored)
+    return pl.concat(out)
+
+
+def usage_trends(jobs: pl.LazyFrame, cost: pl.LazyFrame, st: dict[str, Any]) -> pl.LazyFrame:
+    """GPU-hours and cost per account, failure rate and median wait per partition, per day, against
+    their trailing baselines."""
+    tz, now = st["tz"], st["now"]
+    thr = float(st["trend_z_threshold"])
+    now_l = pl.lit(now, dtype=UTC_DT)
+    j = jobs.with_columns(
+        account=pl.col("account").fill_null(""),
+        partition=pl.col("partition").fill_null(""),
+        use_end=pl.min_horizontal(pl.col("end_time").fill_null(now_l), now_l),
+    )
+    gpu = (
+        split_calendar(j.filter(pl.col("gpus") > 0), "start_time", "use_end", tz)
+        .group_by("cluster", "account", "day")
+        .agg((pl.col("overlap_seconds") * pl.col("gpus")).sum().truediv(3600).alias("x"))
+    )
+    accounts = pl.concat([gpu.select("cluster", "account"), cost.select("cluster", "account")]).unique()
+    days = pl.concat([gpu.select("cluster", "day"), cost.select("cluster", "day")])
+    grid = dense_days(accounts, days, st)
+    gpu_daily = grid.join(gpu, on=["cluster", "account", "day"], how="left").with_columns(
+        pl.col("x").fill_null(0.0)
+    )
+    cost_daily = grid.join(
+        cost.select("cluster", "account", "day", pl.col("cost_usd").alias("x")),
+        on=["cluster", "account", "day"],
+        how="left",
+    ).with_columns(pl.col("x").fill_null(0.0))
+    ended = j.filter(pl.col("end_time").is_not_null() & (pl.col("end_time") <= now_l)).with_columns(
+        day=local_day(pl.col("end_time"), tz)
+    )
+    failure = ended.group_by("cluster", "partition", "day").agg(
+        (pl.col("state").is_in(list(FAILED_STATES)).sum() / pl.len()).alias("x")
+    )
+    started = j.filter(pl.col("start_time").is_not_null() & (pl.col("start_time") <= now_l)).with_columns(
+        day=local_day(pl.col("start_time"), tz),
+        wait=(pl.col("start_time") - pl.coalesce("eligible_time", "submit_time")).dt.total_seconds(),
+    )
+    wait = started.group_by("cluster", "partition", "day").agg(
+        pl.col("wait").median().cast(pl.Float64).alias("x")
+    )
+    rel = pl.col("median").abs() * 0.1
+    acc, part = ["cluster", "account"], ["cluster", "partition"]
+    return pl.concat(
+        [
+            scored_trend(gpu_daily, acc, st, signal="account_gpu_hours", entity_type="account",
+                         entity=pl.col("account"), node=None, direction=0,
+                         floor=pl.max_horizontal(rel, pl.lit(1.0)), threshold=thr,
+                         method="robust_z_trailing", unit="GPU-h"),
+            scored_trend(cost_daily, acc, st, signal="account_cost_usd", entity_type="account",
+                         entity=pl.col("account"), node=None, direction=0,
+                         floor=pl.max_horizontal(rel, pl.lit(1.0)), threshold=thr,
+                         method="robust_z_trailing", unit="USD"),
+            scored_trend(failure, part, st, signal="partition_failure_rate", entity_type="partition",
+                         entity=pl.col("partition"), node=None, direction=1, floor=pl.lit(0.02),
+                         threshold=thr, method="robust_z_trailing", unit="ratio"),
+            scored_trend(wait, part, st, signal="partition_wait_p50_seconds", entity_type="partition",
+                         entity=pl.col("partition"), node=None, direction=1,
+                         floor=pl.max_horizontal(rel, pl.lit(60.0)), threshold=thr,
+                         method="robust_z_trailing", unit="s"),
+        ]
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Fleet skew
+
+
+def fleet_skew(inventory: pl.LazyFrame, node_states: pl.LazyFrame, st: dict[str, Any]) -> pl.LazyFrame:
+    """Per node, now: share of its GPUs whose driver / CUDA version differs from the fleet's most common,
+    and the GPU count NVML sees against the GRES count Slurm has configured."""
+    now = pl.lit(st["now"], dtype=UTC_DT)
+    inv = inventory.unique(["cluster", "node", "gpu_uuid"], keep="last")
+    out = []
+    for signal, col in (("driver_version_skew", "driver_version"), ("cuda_version_skew", "cuda_version")):
+        known = inv.filter(pl.col(col).is_not_null())
+        mode = known.group_by("cluster", col).agg(pl.len().alias("gpus")).sort(
+            ["gpus", col], descending=[True, False]
+        ).group_by("cluster", maintain_order=True).first().select("cluster", pl.col(col).alias("fleet"))
+        per_node = (
+            known.join(mode, on="cluster")
+            .group_by("cluster", "node")
+            .agg(
+                odd=(pl.col(col) != pl.col("fleet")).mean(),
+                versions=pl.col(col).unique().sort().str.join(","),
+                fleet=pl.col("fleet").first(),
+            )
+            .with_columns(as_of=now)
+        )
+        out.append(
+            rows(per_node, signal=signal, entity_type="node", entity=pl.col("node"), node=pl.col("node"),
+                 value=pl.col("odd"), baseline=0.0, score=pl.col("odd"), threshold=0.0,
+                 breached=pl.col("odd") > 0, method="fleet_mode",
+                 detail=pl.format("{} vs fleet {}", pl.col("versions"), pl.col("fleet")))
+        )
+    nvml = inv.group_by("cluster", "node").agg(pl.col("gpu_uuid").n_unique().cast(pl.Float64).alias("nvml"))
+    gres = node_states.group_by("cluster", "node").agg(pl.col("gpus_total").max().cast(pl.Float64).alias("gres"))
+    count = nvml.join(gres, on=["cluster", "node"]).filter(pl.col("gres").is_not_null()).with_columns(
+        diff=(pl.col("nvml") - pl.col("gres")).abs(), as_of=now
+    )
+    out.append(
+        rows(count, signal="gpu_count_nvml_vs_gres", entity_type="node", entity=pl.col("node"),
+             node=pl.col("node"), value=pl.col("nvml"), baseline=pl.col("gres"), score=pl.col("diff"),
+             threshold=0.5, breached=pl.col("diff") > 0.5, method="difference",
+             detail=pl.format("NVML sees {} GPUs, GRES configures {}", pl.col("nvml").cast(pl.Int64),
+                              pl.col("gres").cast(pl.Int64)))
+    )
+    return pl.concat(out)
+
+
+def compute(frames: dict[str, pl.LazyFrame], params: Any) -> dict[str, pl.LazyFrame]:
+    """mart_drift: every signal row of every family for the window."""
+    st = settings(params)
+    s, d = pl.String, UTC_DT
+    samples = _with(frames.get("gpu_samples"), {
+        "cluster": s, "node": s, "gpu_uuid": s, "minute": d, "model": s, "util_gpu_mean": pl.Float64,
+        "temp_gpu_max_celsius": pl.Float64, "power_mean_watts": pl.Float64, "sm_clock_mean_mhz": pl.Float64,
+    })
+    errors = _with(frames.get("gpu_errors"), {
+        "cluster": s, "node": s, "minute": d, "ecc_corrected": pl.Int64, "ecc_uncorrected": pl.Int64,
+    })
+    events = _with(frames.get("gpu_events"), {
+        "cluster": s, "node": s, "event_time": d, "event_type": s, "xid": pl.Int32,
+    })
+    inventory = _with(frames.get("gpu_inventory"), {
+        "cluster": s, "node": s, "gpu_uuid": s, "seen_at": d, "model": s, "driver_version": s,
+        "cuda_version": s,
+    })
+    node_states = _with(frames.get("node_states"), {
+        "cluster": s, "node": s, "snapshot_time": d, "gpus_total": pl.Int32,
+    })
+    jobs = _with(frames.get("jobs"), {
+        "cluster": s, "account": s, "partition": s, "state": s, "submit_time": d, "eligible_time": d,
+        "start_time": d, "end_time": d, "gpus": pl.Int32,
+    })
+    cost = _with(frames.get("cost"), {"cluster": s, "day": pl.Date, "account": s, "cost_usd": pl.Float64})
+    out = pl.concat(
+        [
+            gpu_vs_fleet(samples, st),
+            node_errors(errors, events, inventory, st),
+            usage_trends(jobs, cost, st),
+            fleet_skew(inventory, node_states, st),
+        ]
+    )
+    if st["start"] is not None:
+        out = out.filter(pl.col("as_of") >= pl.lit(st["start"], dtype=UTC_DT))
+    return {"mart_drift": out}

@@ -1,0 +1,160 @@
+"""Drift signals on tiny literal frames: robust z-scores worked out by hand, and a degrading GPU."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+from slurmscope.pipelines import drift
+
+UTC_DT = pl.Datetime("us", "UTC")
+DAY = datetime(2026, 11, 30, tzinfo=UTC)
+NOW = DAY + timedelta(hours=12)
+
+
+def samples(rows: list[tuple]) -> pl.LazyFrame:
+    """rows: (node, gpu, minute offset, util, temp, power, sm clock)."""
+    return pl.LazyFrame(
+        {
+            "cluster": ["c"] * len(rows),
+            "node": [r[0] for r in rows],
+            "gpu_uuid": [r[1] for r in rows],
+            "minute": [DAY + timedelta(hours=1, minutes=r[2]) for r in rows],
+            "model": ["H100"] * len(rows),
+            "util_gpu_mean": [float(r[3]) for r in rows],
+            "temp_gpu_max_celsius": [float(r[4]) for r in rows],
+            "power_mean_watts": [float(r[5]) for r in rows],
+            "sm_clock_mean_mhz": [float(r[6]) for r in rows],
+        },
+        schema_overrides={"minute": UTC_DT},
+    )
+
+
+def run(frames: dict, **cfg) -> pl.DataFrame:
+    params = {"now": NOW, "tz": "UTC", "start": DAY, "config": {"drift": cfg}}
+    return drift.compute(frames, params)["mart_drift"].collect()
+
+
+def test_gpu_temperature_robust_z_by_hand():
+    # One minute each, same utilisation bin: temps 60, 61, 62, 70. Fleet median 61.5; deviations
+    # -1.5, -0.5, 0.5, 8.5; their median 0, MAD median(1.5, .5, .5, 8.5) = 1.0; scale 1.4826.
+    # z = dev / 1.4826: g4 = 5.733 > 4 (breached), g1 = -1.012.
+    rows = [("n1", "g1", 0, 50, 60, 300, 1500), ("n1", "g2", 0, 52, 61, 300, 1500),
+            ("n2", "g3", 0, 55, 62, 300, 1500), ("n2", "g4", 0, 58, 70, 300, 1500)]
+    out = run({"gpu_samples": samples(rows)}, min_gpu_minutes=1)
+    got = out.filter(pl.col("signal") == "gpu_temperature_vs_fleet").sort("entity").select(
+        "as_of", "entity", "node", "value", "baseline", "score", "threshold", "breached"
+    )
+    z = [d / 1.4826 for d in (-1.5, -0.5, 0.5, 8.5)]
+    want = pl.DataFrame(
+        {
+            "as_of": [NOW] * 4,  # today's rows are as of now
+            "entity": ["g1", "g2", "g3", "g4"],
+            "node": ["n1", "n1", "n2", "n2"],
+            "value": [60.0, 61.0, 62.0, 70.0],
+            "baseline": [61.5] * 4,
+            "score": z,
+            "threshold": [4.0] * 4,
+            "breached": [False, False, False, True],
+        },
+        schema_overrides={"as_of": UTC_DT},
+    )
+    assert_frame_equal(got, want)
+
+
+def test_degrading_gpu_is_flagged_and_its_peers_are_not():
+    # Six H100s doing the same mix of work (utilisation 10..95 %) for two hours. Healthy ones follow
+    # temp = 40 + 0.3 util, clock 1980 MHz, power 100 + 5 util, with small per-GPU offsets.
+    # g5 runs 9 C hotter and 240 MHz slower at the same utilisation.
+    rows = []
+    for i in range(6):
+        gpu = f"g{i}"
+        for minute in range(120):
+            util = 10 + (minute * 7 + i) % 86
+            temp = 40 + 0.3 * util + (i - 2.5) * 0.3
+            clock = 1980 - (i % 3) * 5
+            if gpu == "g5":
+                temp += 9 + minute / 60  # and still rising
+                clock -= 240
+            rows.append((f"n{i // 2}", gpu, minute, util, temp, 100 + 5 * util, clock))
+    out = run({"gpu_samples": samples(rows)})
+    breached = out.filter(pl.col("breached")).select("signal", "entity").sort("signal")
+    assert breached.rows() == [("gpu_sm_clock_vs_fleet", "g5"), ("gpu_temperature_vs_fleet", "g5")]
+    g5 = out.filter((pl.col("entity") == "g5") & (pl.col("signal") == "gpu_sm_clock_vs_fleet"))
+    assert g5["value"].item() < g5["baseline"].item() - 200
+    healthy = out.filter(pl.col("entity") != "g5")
+    assert healthy.height == 5 * 3 and not healthy["breached"].any()
+
+
+def test_node_xid_rate_against_its_own_history():
+    # Seven days of history 1,0,0,0,1,0,0 then 5 today: median 0, MAD 0 -> floor max(sqrt 0, .5) = .5,
+    # score (5 - 0) / .5 = 10 > 4. Earlier days have fewer than 7 days of history before them (the first
+    # event starts the history) or no events, so they give no row.
+    counts = [1, 0, 0, 0, 1, 0, 0, 5]
+    times = []
+    for i, n in enumerate(counts):
+        day = DAY - timedelta(days=len(counts) - 1 - i)
+        times += [day + timedelta(hours=1, minutes=k) for k in range(n)]
+    events = pl.LazyFrame(
+        {"cluster": ["c"] * len(times), "node": ["n1"] * len(times), "event_time": times,
+         "event_type": ["xid"] * len(times), "xid": [79] * len(times)},
+        schema_overrides={"event_time": UTC_DT},
+    )
+    out = run({"gpu_events": events}, baseline_days=7, min_baseline_days=7)
+    got = out.filter(pl.col("signal") == "node_xid_events").select("as_of", "value", "baseline", "score",
+                                                                    "breached")
+    want = pl.DataFrame({"as_of": [NOW], "value": [5.0], "baseline": [0.0], "score": [10.0], "breached": [True]},
+                        schema_overrides={"as_of": UTC_DT})
+    assert_frame_equal(got, want)
+
+
+def test_failure_rate_trend_against_trailing_baseline():
+    # Partition gpu: 10 attempts end each day; 1 failed on each of 7 previous days (rate .1, MAD 0 ->
+    # floor .02), 5 failed today (rate .5): score (.5 - .1) / .02 = 20.
+    rows = []
+    for back in range(8):
+        day = DAY - timedelta(days=back)
+        failed = 5 if back == 0 else 1
+        for k in range(10):
+            end = day + timedelta(hours=2, minutes=k)
+            rows.append(("FAILED" if k < failed else "COMPLETED", end - timedelta(hours=1), end))
+    jobs = pl.LazyFrame(
+        {"cluster": ["c"] * len(rows), "account": ["a"] * len(rows), "partition": ["gpu"] * len(rows),
+         "state": [r[0] for r in rows], "submit_time": [r[1] for r in rows],
+         "eligible_time": [r[1] for r in rows], "start_time": [r[1] for r in rows],
+         "end_time": [r[2] for r in rows], "gpus": [0] * len(rows)},
+        schema_overrides={"submit_time": UTC_DT, "eligible_time": UTC_DT, "start_time": UTC_DT,
+                          "end_time": UTC_DT},
+    )
+    out = run({"jobs": jobs}, baseline_days=7)
+    fr = out.filter(pl.col("signal") == "partition_failure_rate")
+    assert fr.select("value", "baseline", "breached").rows() == [(0.5, 0.1, True)]
+    assert fr["score"].item() == pytest.approx(20.0)
+    # all attempts waited 0 s: no wait drift
+    assert not out.filter(pl.col("signal") == "partition_wait_p50_seconds")["breached"].any()
+
+
+def test_fleet_skew_driver_and_gpu_count():
+    # Drivers: n1 and n2 on 550.54 (2 GPUs each), n3 on 535.104 -> n3 breached (value 1.0).
+    # n3's NVML sees 1 GPU where GRES configures 2 -> gpu_count breached.
+    inv = pl.LazyFrame(
+        {"cluster": ["c"] * 5, "node": ["n1", "n1", "n2", "n2", "n3"], "gpu_uuid": ["a", "b", "c", "d", "e"],
+         "seen_at": [DAY] * 5, "model": ["H100"] * 5,
+         "driver_version": ["550.54", "550.54", "550.54", "550.54", "535.104"], "cuda_version": ["12.4"] * 5},
+        schema_overrides={"seen_at": UTC_DT},
+    )
+    states = pl.LazyFrame(
+        {"cluster": ["c"] * 3, "node": ["n1", "n2", "n3"], "snapshot_time": [DAY] * 3, "gpus_total": [2, 2, 2]},
+        schema_overrides={"snapshot_time": UTC_DT},
+    )
+    out = run({"gpu_inventory": inv, "node_states": states})
+    drv = out.filter(pl.col("signal") == "driver_version_skew").sort("entity")
+    assert drv.select("entity", "value", "breached").rows() == [("n1", 0.0, False), ("n2", 0.0, False),
+                                                                ("n3", 1.0, True)]
+    assert drv.filter(pl.col("entity") == "n3")["detail"].item() == "535.104 vs fleet 550.54"
+    assert not out.filter(pl.col("signal") == "cuda_version_skew")["breached"].any()
+    cnt = out.filter(pl.col("signal") == "gpu_count_nvml_vs_gres").sort("entity")
+    assert cnt.select("entity", "value", "baseline", "breached").rows() == [
+        ("n1", 2.0, 2.0, False), ("n2", 2.0, 2.0, False), ("n3", 1.0, 2.0, True)]
