@@ -1150,7 +1150,7 @@ class Agent:
                 self.field_errors[key] = self.field_errors.get(key, 0) + 1
         r.sm_clock = self._call(dev, "sm_clock", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
         r.mem_clock = self._call(dev, "mem_clock", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
-        r.reasons = self._call(dev, "clock_event_reasons", nv.nvmlDeviceGetCurrentClocksEventReasons, h)
+        r.reasons = self._clock_reasons(dev)
         r.pcie_replay = self._call(dev, "pcie_replay", nv.nvmlDeviceGetPcieReplayCounter, h)
         if slow:
             corr = nv.NVML_MEMORY_ERROR_TYPE_CORRECTED
@@ -1175,6 +1175,22 @@ class Agent:
             self._check_slow_health(dev, r, now)
         r.errors = sum(self.field_errors.values()) - before
         return r
+
+    def _clock_reasons(self, dev: Device) -> int | None:
+        """Clock-event reasons; drivers before R535 only have the older ...ThrottleReasons name."""
+        nv = self.nvml
+        try:
+            return nv.nvmlDeviceGetCurrentClocksEventReasons(dev.handle)
+        except nv.NVMLError as exc:
+            err = self._err_name(exc)
+            if err == "GpuIsLost":
+                raise _GpuLost() from exc
+            if err == "FunctionNotFound" and hasattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons"):
+                return self._call(dev, "clock_event_reasons", nv.nvmlDeviceGetCurrentClocksThrottleReasons,
+                                  dev.handle)
+            key = (dev.index, "clock_event_reasons", err)
+            self.field_errors[key] = self.field_errors.get(key, 0) + 1
+            return None
 
     def _nvlink_errors(self, dev: Device) -> int | None:
         nv, total, links = self.nvml, 0, 0

@@ -552,3 +552,18 @@ def utc_ts(text: str) -> float:
 
 def test_utc_helper():
     assert utc(T0).isoformat() == "2027-01-15T08:00:00+00:00"
+
+
+def test_old_driver_without_clocks_event_reasons_falls_back(tmp_path):
+    """Drivers before R535 lack nvmlDeviceGetCurrentClocksEventReasons (NVML says FunctionNotFound)."""
+    env = Env(tmp_path, [{"model": "h100", "state": "idle"}])
+    fake = env.fake
+
+    def missing(handle):
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+    fake.nvmlDeviceGetCurrentClocksEventReasons = missing
+    fake.nvmlDeviceGetCurrentClocksThrottleReasons = lambda handle: 0x4   # SW power cap
+    env.run(60)
+    (rec,) = [r for r in env.finish() if r["type"] == "sample"]
+    assert rec["throttle_reasons"] == 0x4 and rec["throttle_seconds"] == 60.0
