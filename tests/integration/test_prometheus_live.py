@@ -166,4 +166,5 @@ def test_expected_alerts_are_active_and_others_inactive(prometheus):
     assert by_name["GpuCountMismatch"]["labels"]["node"] == "g02"
     assert by_name["SlurmFairShareStarvation"]["labels"]["account"] == "b"
     assert by_name["SlurmscopeCollectorFailing"]["labels"]["collector"] == "sshare"
-    assert by_name["SlurmscopeCollectorStale"]["labels"]["collector"] == "sacct"
+    stale = {a["labels"]["collector"] for a in alerts if a["labels"]["alertname"] == "SlurmscopeCollectorStale"}
+    assert "sacct" in stale and "sinfo" not in stale  # sshare may join: its last success is ~30 min old
