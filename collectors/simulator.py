@@ -191,7 +191,7 @@ class Node:
 
 class Partition:
     __slots__ = ("name", "nodes", "gpu_type", "queue", "running", "heaps", "dirty", "bf_dirty", "is_gpu",
-                 "default", "cap")
+                 "default", "cap", "idle", "free_units", "version", "blocked")
 
     def __init__(self, name: str, gpu_type: str | None, default: bool) -> None:
         self.name = name
@@ -205,6 +205,10 @@ class Partition:
         self.dirty = True
         self.bf_dirty = True
         self.cap = 0
+        self.idle = 0           # nodes with nothing allocated (an upper bound on what whole-node jobs get)
+        self.free_units = 0     # free units over all nodes (upper bound for smaller jobs)
+        self.version = 0        # bumped whenever resources are released
+        self.blocked = None     # (version, job) of the last main pass that stopped at a blocked job
 
     def touch(self) -> None:
         self.dirty = self.bf_dirty = True
@@ -262,20 +266,21 @@ class ArrayRec:
 
 # ------------------------------------------------------------------------------------------ workload
 
-# Arrival rates per 1000 GPUs per day, tuned so that 10,000 GPUs x 30 days is about a million jobs
-# (array tasks counted) and the GPU job mix matches the published traces (docs/simulator.md).
+# Arrival rates per 1000 GPUs per day (pretraining: per day for the whole cluster, its size scales with
+# the partition instead), tuned so that 10,000 GPUs x 30 days is about a million jobs (array tasks
+# counted) and the GPU job mix lands near the published traces (docs/simulator.md).
 CLASSES = {
     #            rate   partition mix          qos
-    "pretrain": (1.3, {"h100": 0.8, "a100": 0.2}, "high"),
-    "finetune": (55.0, {"h100": 0.5, "a100": 0.5}, "normal"),
-    "eval": (14.0, {"h100": 0.3, "a100": 0.7}, "low"),       # arrays, ~100 tasks on average
+    "pretrain": (3.0, {"h100": 0.8, "a100": 0.2}, "high"),
+    "finetune": (200.0, {"h100": 0.5, "a100": 0.5}, "normal"),
+    "eval": (8.0, {"h100": 0.3, "a100": 0.7}, "low"),       # arrays, ~100 tasks on average
     "interactive": (50.0, {"h100": 0.5, "a100": 0.5}, "debug"),
-    "dev": (800.0, {"h100": 0.5, "a100": 0.5}, "normal"),
+    "dev": (1000.0, {"h100": 0.5, "a100": 0.5}, "normal"),
     "cpu": (1250.0, {"cpu": 1.0}, "normal"),
 }
 OUTCOMES = {
     #              COMPLETED FAILED CANCELLED OUT_OF_MEMORY
-    "pretrain": (0.40, 0.20, 0.40, 0.0),
+    "pretrain": (0.30, 0.15, 0.55, 0.0),
     "finetune": (0.62, 0.18, 0.15, 0.05),
     "eval": (0.80, 0.15, 0.02, 0.03),
     "interactive": (0.45, 0.05, 0.50, 0.0),
@@ -326,7 +331,8 @@ class Simulator:
         self.heap: list[tuple] = []
         self.seq = 0
         self.next_raw = 1000
-        self.records: list[tuple] = []       # finished sacct attempts: (sort key, line list)
+        self.records: list[str] = []         # sacct lines not yet flushed to sacct.txt
+        self.state_counts: dict[str, int] = {}
         self.ev: list[str] = []              # events.jsonl lines
         self.node_events: list[list] = []    # [node, start, end|None, state, reason, user]
         self.counters = {"submitted": 0, "started": 0, "completed": 0, "canceled": 0, "failed": 0,
@@ -336,8 +342,12 @@ class Simulator:
                          "bf_us_sum": 0, "bf_qlen_sum": 0}
         self.day_counters = dict.fromkeys(("submitted", "started", "completed", "canceled", "failed"), 0)
         self.stats_since = self.t0
-        self.jobs_by_raw: dict[int, Job] = {}
         self.pending_arrays: list[ArrayRec] = []
+        self._bf_fail: set | None = None
+        self._stash: dict[int, Node] = {}
+        self._stash_barrier = 0
+        self._resv_base: dict[int, int] | None = None
+        self._resv_fail: set = set()
         self._build_cluster()
         self._build_accounts()
 
@@ -364,6 +374,8 @@ class Simulator:
                 p.nodes.append(n)
                 self.nodes.append(n)
             p.cap = count * cap
+            p.idle = count
+            p.free_units = count * cap
             if p.is_gpu:
                 p.heaps = [[] for _ in range(cap + 1)]
                 for n in p.nodes:
@@ -376,7 +388,8 @@ class Simulator:
         self.gpu_total = sum(p.cap for p in self.parts.values() if p.is_gpu)
         # One advance reservation for a large pretraining run: half the H100 nodes for 3 days from day 10.
         h = self.parts["h100"]
-        rn = h.nodes[: max(1, len(h.nodes) // 2)]
+        size = max(1, min(64, len(h.nodes) // 2))
+        rn = h.nodes[len(h.nodes) - size:]   # the last nodes, which the node search tries last
         rstart = self.t0 + int(min(10 * 86400, 0.3 * cfg.days * 86400))
         rstart -= rstart % 3600
         self.resv = Reservation("llm-hero-run", "h100", rn, rstart, rstart + 3 * 86400, "pretrain")
@@ -457,10 +470,14 @@ class Simulator:
                 return self.parts[name]
         return self.parts[next(iter(mix))]
 
+    def _rate(self, cls: str) -> float:
+        """Arrivals per second of a workload class."""
+        scale = 1.0 if cls == "pretrain" else self.gpu_total / 1000.0
+        return CLASSES[cls][0] * scale * self.cfg.load / 86400.0
+
     def _schedule_arrivals(self) -> None:
-        scale = self.gpu_total / 1000.0 * self.cfg.load
-        for cls, (rate, _mix, _q) in CLASSES.items():
-            per_s = rate * scale / 86400.0
+        for cls in CLASSES:
+            per_s = self._rate(cls)
             if per_s > 0:
                 self.push(self.t0 + int(self.rng.expovariate(per_s)), K_ARRIVAL, cls)
         # Node faults: a cluster-wide Poisson process over GPU nodes.
@@ -493,13 +510,11 @@ class Simulator:
         nodes_in_part = len(part.nodes)
         rng = self.rng
         if cls == "pretrain":
-            cap = max(1, nodes_in_part // 4) if nodes_in_part >= 8 else max(1, nodes_in_part // 2)
-            choices = [n for n in (2, 4, 8, 16, 32, 64) if n <= cap] or [1]
-            j.nnodes = rng.choice(choices)
+            j.nnodes = max(1, min(nodes_in_part // 2, round(nodes_in_part * rng.uniform(0.05, 0.35))))
             j.units = 8
             j.whole = True
             j.limit = 72 * 3600
-            j.work = self._lognorm(30 * 3600, 0.9, 1800, 240 * 3600)
+            j.work = self._lognorm(24 * 3600, 0.8, 1800, 240 * 3600)
             j.ckpt = int(self.cfg.checkpoint_hours * 3600)
             j.name = f"pt-{rng.choice(('llama', 'moe', 'vit', 'dit'))}-{rng.choice((7, 13, 34, 70))}b"
         elif cls == "finetune":
@@ -523,7 +538,9 @@ class Simulator:
             j.requeue = False
             j.name = "bash"
         elif cls == "dev":
-            j.nnodes, j.units, j.whole = 1, (1 if rng.random() < 0.8 else 2), False
+            r = rng.random()
+            units = 1 if r < 0.5 else 2 if r < 0.65 else 4 if r < 0.8 else 8
+            j.nnodes, j.units, j.whole = 1, units, units == 8
             j.limit = 2 * 3600
             j.work = self._lognorm(150, 1.6, 5, 4 * 3600)
             j.ckpt = 0
@@ -553,7 +570,6 @@ class Simulator:
     def _register(self, j: Job) -> None:
         self.counters["submitted"] += 1
         self.day_counters["submitted"] += 1
-        self.jobs_by_raw[j.raw] = j
         if self.cfg.write_events_jsonl:
             self.ev.append(
                 f'{{"t":"{ts(j.submit)}","type":"submit","job_id_raw":{j.raw},"job":"{j.jid}","attempt":{j.attempt},'
@@ -563,8 +579,7 @@ class Simulator:
 
     def _arrival(self, cls: str) -> None:
         t = self.now
-        rate = CLASSES[cls][0] * self.gpu_total / 1000.0 * self.cfg.load / 86400.0
-        self.push(t + 1 + int(self.rng.expovariate(rate)), K_ARRIVAL, cls)
+        self.push(t + 1 + int(self.rng.expovariate(self._rate(cls))), K_ARRIVAL, cls)
         part = self._pick_part(cls)
         if cls == "eval":
             self._submit_array(part, t)
@@ -620,7 +635,6 @@ class Simulator:
         j.priority = a.priority
         self._plan(j)
         j.patience = 0
-        self.jobs_by_raw[j.raw] = j
         if self.cfg.write_events_jsonl:
             self.ev.append(
                 f'{{"t":"{ts(j.submit)}","type":"submit","job_id_raw":{j.raw},"job":"{j.jid}","attempt":1,'
@@ -736,69 +750,138 @@ class Simulator:
         go best-fit (the fullest node that still fits) so whole nodes stay free for multi-node jobs."""
         p = j.part
         exp_end = self.now + j.limit
+        if j.resv is None:
+            if (p.idle < j.nnodes if j.whole else p.free_units < j.units):
+                return None
+            memo = self._bf_fail
+            if memo is not None:
+                key = (j.units, j.whole, j.nnodes, j.limit)
+                if key in memo:
+                    return None
+                got = self._find2(j, p, exp_end)
+                if got is None:
+                    memo.add(key)
+                return got
+            return self._find2(j, p, exp_end)
         if j.resv is not None:
             cand = [n for n in j.resv.nodes if n.free == n.cap and not n.down and not n.drain]
             return cand[: j.nnodes] if len(cand) >= j.nnodes else None
+        return None
+
+    def _find2(self, j: Job, p: Partition, exp_end: int) -> list[Node] | None:
+        """Search the free-node heaps. A node that is free but barred for this job (advance or backfill
+        reservation, drain, down) is set aside in a stash for the rest of the pass instead of being
+        popped again by every later search; the stash is checked directly and put back afterwards."""
+        stash = self._stash
+        nodes = self.nodes
+        ok = self._node_ok
+        pop = heapq.heappop
+        units = j.units
         if not p.is_gpu:
             h = p.heaps[0]
-            popped = []
-            found = None
             while h:
                 negf, idx = h[0]
-                n = self.nodes[idx]
+                n = nodes[idx]
                 if -negf != n.free:
-                    heapq.heappop(h)
+                    pop(h)
                     continue
-                if n.free < j.units:
+                if n.free < units:
                     break
-                if self._node_ok(n, j, exp_end):
-                    found = n
-                    break
-                popped.append(heapq.heappop(h))
-            for e in popped:
-                heapq.heappush(h, e)
-            return [found] if found else None
+                if ok(n, j, exp_end):
+                    return [n]
+                pop(h)
+                self._stash_add(n)
+            if exp_end > self._stash_barrier:
+                return None
+            best = None
+            for n in stash.values():
+                if n.part is p and n.free >= units and ok(n, j, exp_end) and (best is None or n.free > best.free):
+                    best = n
+            return [best] if best else None
         if j.whole:
             need = j.nnodes
+            cap = p.nodes[0].cap
             got: list[Node] = []
-            h = p.heaps[8]
+            h = p.heaps[cap]
             popped = []
             seen = set()
             while h and len(got) < need:
-                idx = heapq.heappop(h)
-                n = self.nodes[idx]
-                if n.free != n.cap or idx in seen:
+                idx = pop(h)
+                n = nodes[idx]
+                if n.free != cap or idx in seen:
                     continue
                 seen.add(idx)
-                popped.append(idx)
-                if self._node_ok(n, j, exp_end):
+                if ok(n, j, exp_end):
                     got.append(n)
+                    popped.append(idx)
+                else:
+                    self._stash_add(n)
             for idx in popped:
                 heapq.heappush(h, idx)
+            if len(got) < need and exp_end <= self._stash_barrier:
+                for idx, n in stash.items():
+                    if idx not in seen and n.part is p and n.free == cap and ok(n, j, exp_end):
+                        seen.add(idx)
+                        got.append(n)
+                        if len(got) == need:
+                            break
             return got if len(got) >= need else None
-        for k in range(j.units, 9):
+        cap = p.nodes[0].cap
+        for k in range(units, cap + 1):
             h = p.heaps[k]
-            popped = []
-            found = None
             while h:
                 idx = h[0]
-                n = self.nodes[idx]
+                n = nodes[idx]
                 if n.free != k:
-                    heapq.heappop(h)
+                    pop(h)
                     continue
-                if self._node_ok(n, j, exp_end):
-                    found = n
-                    break
-                popped.append(heapq.heappop(h))
-            for idx in popped:
-                heapq.heappush(h, idx)
-            if found:
-                return [found]
-        return None
+                if ok(n, j, exp_end):
+                    return [n]
+                pop(h)
+                self._stash_add(n)
+        if exp_end > self._stash_barrier:
+            return None
+        best = None
+        for n in stash.values():
+            if n.part is p and n.free >= units and ok(n, j, exp_end) and (
+                    best is None or (n.free, n.idx) < (best.free, best.idx)):
+                best = n
+        return [best] if best else None
+
+    def _stash_add(self, n: Node) -> None:
+        """Set a barred node aside; remember the latest end time any stashed node could still accept."""
+        self._stash[n.idx] = n
+        if n.down or n.drain:
+            return
+        bar = n.bf_resv or BIG
+        r = n.resv
+        if r is not None and self.now < r.end:
+            bar = min(bar, r.start)
+        if bar > self._stash_barrier:
+            self._stash_barrier = bar
+
+    def _restore(self) -> None:
+        """Put the nodes set aside during a pass back into their heaps."""
+        self._stash_barrier = 0
+        for n in self._stash.values():
+            p = n.part
+            if p.is_gpu:
+                heapq.heappush(p.heaps[n.free], n.idx)
+            else:
+                heapq.heappush(p.heaps[0], (-n.free, n.idx))
+        self._stash.clear()
 
     def _set_free(self, n: Node, free: int) -> None:
-        n.free = free
         p = n.part
+        old = n.free
+        if old == n.cap:
+            p.idle -= 1
+        if free == n.cap:
+            p.idle += 1
+        p.free_units += free - old
+        if free > old:
+            p.version += 1
+        n.free = free
         if p.is_gpu:
             heapq.heappush(p.heaps[free], n.idx)
         else:
@@ -814,9 +897,12 @@ class Simulator:
         j.sched_by = how
         j.token += 1
         j.gpu_idx = []
+        base = self._resv_base
         for n in nodes:
             self._set_free(n, n.free - j.units)
             n.jobs.append(j)
+            if base is not None and n.idx in base:
+                base[n.idx] = n.free
             if n.owners:
                 got = []
                 for g in range(n.cap):
@@ -963,6 +1049,7 @@ class Simulator:
             self.push(self.now + j.patience, K_PATIENCE, j, j.attempt)
         if at_submit and not p.queue and j.resv is None:
             nodes = self._find(j)
+            self._restore()
             if nodes:
                 self._start(j, nodes, "submit")
                 return
@@ -973,14 +1060,15 @@ class Simulator:
 
     def _main_pass(self, p: Partition) -> None:
         """Priority order; the first job that cannot start blocks the rest of the partition."""
+        q = p.queue
+        if p.blocked is not None and p.blocked[0] == p.version and p.blocked[1] is q[0][2]:
+            return  # same blocked job at the top and nothing released since: the pass would stop there
         self.counters["main_cycles"] += 1
         depth = 0
-        q = p.queue
         while q:
             _np, _jid, j = q[0]
             depth += 1
             if isinstance(j, ArrayRec):
-                started = False
                 while j.next_task < j.ntasks:
                     probe = _PROBE
                     probe.part, probe.units, probe.limit, probe.whole, probe.nnodes = p, 1, j.limit, False, 1
@@ -989,7 +1077,6 @@ class Simulator:
                         break
                     task = self._array_task(j)
                     self._start(task, nodes, "main")
-                    started = True
                 if j.next_task >= j.ntasks:
                     q.pop(0)
                     self.pending_arrays.remove(j)
@@ -1000,6 +1087,8 @@ class Simulator:
                 break
             q.pop(0)
             self._start(j, nodes, "main")
+        p.blocked = (p.version, q[0][2]) if q else None
+        self._restore()
         us = 40 + 15 * depth
         c = self.counters
         c["main_last_us"] = us
@@ -1015,11 +1104,18 @@ class Simulator:
             n.bf_resv = 0
         horizon = now + self.cfg.bf_window_s
         reserved: list[tuple[int, int, list[Node]]] = []
+        self._bf_fail = set()
+        self._resv_fail = set()
+        self._resv_base = None
+        max_resv = self.cfg.bf_max_reservations
         tested = 0
         started = 0
         q = p.queue
         i = 0
+        avail = sum(n.free for n in p.nodes if not n.down and not n.drain)
         while i < len(q) and tested < self.cfg.bf_max_job_test:
+            if avail <= 0 and len(reserved) >= max_resv:
+                break  # nothing can start now and no further reservation will be made
             _np, _jid, j = q[i]
             tested += 1
             if isinstance(j, ArrayRec):
@@ -1031,6 +1127,7 @@ class Simulator:
                         break
                     task = self._array_task(j)
                     self._start(task, nodes, "backfill")
+                    avail -= 1
                     started += 1
                     self._log_bf(task, reserved)
                 if j.next_task >= j.ntasks:
@@ -1047,6 +1144,7 @@ class Simulator:
             if nodes:
                 del q[i]
                 self._start(j, nodes, "backfill")
+                avail -= j.units * j.nnodes
                 started += 1
                 self._log_bf(j, reserved)
                 continue
@@ -1054,6 +1152,9 @@ class Simulator:
             i += 1
         for n in p.nodes:
             n.bf_resv = 0
+        self._bf_fail = None
+        self._resv_base = None
+        self._restore()
         c = self.counters
         c["bf_cycles"] += 1
         c["bf_last"] = now
@@ -1079,38 +1180,60 @@ class Simulator:
         if len(reserved) >= self.cfg.bf_max_reservations:
             return
         units, whole, need = shape.units, shape.whole, shape.nnodes
-        free = {}
-        for n in p.nodes:
-            if n.usable() and not n.bf_resv and (n.resv is None or self.now >= n.resv.end):
-                free[n.idx] = n.free
-        if not free:
+        key = (units, whole, need)
+        if key in self._resv_fail:
             return
-
-        def fits() -> list[int] | None:
-            if whole:
-                full = [i for i, f in free.items() if f == 8]
-                return sorted(full)[:need] if len(full) >= need else None
-            c = [(f, i) for i, f in free.items() if f >= units]
-            return [min(c)[1]] if c else None
-
-        at = self.now
-        got = fits()
+        now = self.now
+        if self._resv_base is None:
+            self._resv_base = {n.idx: n.free for n in p.nodes
+                               if not n.down and not n.drain and (n.resv is None or now >= n.resv.end)}
+        free = self._resv_base.copy()
+        cap = p.nodes[0].cap
+        at = now
+        got: list[int] | None = None
+        if whole:
+            cnt = sum(1 for f in free.values() if f == cap)
+            if cnt < need:
+                for exp_end, _raw, rj in p.running:
+                    if exp_end > horizon:
+                        break
+                    for n in rj.nodes:
+                        f = free.get(n.idx)
+                        if f is not None:
+                            f += rj.units
+                            free[n.idx] = f
+                            if f == cap:
+                                cnt += 1
+                    if cnt >= need:
+                        at = exp_end
+                        break
+            if cnt >= need:
+                got = sorted(i for i, f in free.items() if f == cap)[:need]
+        else:
+            fit = [(f, i) for i, f in free.items() if f >= units]
+            if fit:
+                got = [min(fit)[1]]
+            else:
+                for exp_end, _raw, rj in p.running:
+                    if exp_end > horizon:
+                        break
+                    for n in rj.nodes:
+                        f = free.get(n.idx)
+                        if f is not None:
+                            f += rj.units
+                            free[n.idx] = f
+                            if f >= units and got is None:
+                                got = [n.idx]
+                    if got is not None:
+                        at = exp_end
+                        break
         if got is None:
-            for exp_end, _raw, rj in p.running:
-                if exp_end > horizon:
-                    return
-                for n in rj.nodes:
-                    if n.idx in free:
-                        free[n.idx] += rj.units
-                at = exp_end
-                got = fits()
-                if got is not None:
-                    break
-        if got is None:
+            self._resv_fail.add(key)
             return
         rn = [self.nodes[i] for i in got]
         for n in rn:
             n.bf_resv = at
+            self._resv_base.pop(n.idx, None)
         raw = j.raw
         reserved.append((at, raw, rn))
         self.log(self.now, "bf_reservation", job_id_raw=raw, reserved_start=ts(at), nodes=hostlist(rn),
@@ -1125,10 +1248,13 @@ class Simulator:
         n = self.rng.choice(gpu_nodes)
         r = self.rng.random()
         acc = 0.0
-        for w, xid, effect, text in FAULTS:
-            acc += w
+        pick = FAULTS[-1]
+        for f in FAULTS:
+            acc += f[0]
             if r < acc:
+                pick = f
                 break
+        _w, xid, effect, text = pick
         if n.down:
             return
         t = self.now
@@ -1193,6 +1319,7 @@ class Simulator:
         n.down = False
         n.drain = False
         self._set_reason(n, "", "", 0)
+        n.part.version += 1
         self.log(t, "resume", node=n.name, was=was)
         n.part.touch()
 
@@ -1205,6 +1332,7 @@ class Simulator:
         self.log(self.now, "reservation_end", name=r.name)
         for n in r.nodes:
             n.resv = None
+        self.parts[r.partition].version += 1
         self.parts[r.partition].touch()
 
     def _submit_hero(self) -> None:
@@ -1230,14 +1358,32 @@ class Simulator:
 
     # ------------------------------------------------------------------ main loop
 
-    def run(self) -> None:
+    def run(self, out_dir: Path) -> None:
+        """Simulate the whole period, streaming sacct.txt, events.jsonl and snapshots into `out_dir`."""
+        self.out_dir = out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for kind in ("sinfo", "squeue", "sshare", "sdiag", "reservations"):
+            if self.cfg.write_snapshots:
+                (out_dir / "snapshots" / kind).mkdir(parents=True, exist_ok=True)
+        self._sacct_fh = open(out_dir / "sacct.txt", "w", encoding="utf-8")  # noqa: SIM115 - closed in write()
+        self._sacct_fh.write("|".join(SACCT_FIELDS) + "\n")
+        self._ev_fh = open(out_dir / "events.jsonl" if self.cfg.write_events_jsonl else "/dev/null", "w",  # noqa: SIM115
+                           encoding="utf-8")
+        try:
+            self._loop()
+        except BaseException:
+            self._sacct_fh.close()
+            self._ev_fh.close()
+            raise
+
+    def _loop(self) -> None:
         cfg = self.cfg
         self._waiting_resv: list[Job] = []
         self._drain_repair: dict[int, int] = {}
         self._schedule_arrivals()
         self._submit_hero()
         self._fair_tree()
-        self.snapshots: dict[str, list[tuple[int, str]]] = {"sinfo": [], "squeue": [], "sshare": [], "sdiag": []}
+        self.snapshots: dict[str, int] = {"sinfo": 0, "squeue": 0, "sshare": 0, "sdiag": 0}
         next_bf = self.t0 + cfg.bf_interval_s
         next_prio = self.t0 + cfg.priority_calc_period_s
         next_snap = self.t0 + cfg.snapshot_interval_s if cfg.write_snapshots else self.t_end + 1
@@ -1268,6 +1414,7 @@ class Simulator:
                 self.day_counters = dict.fromkeys(self.day_counters, 0)
                 self.counters["bf_since"] = 0
                 next_midnight += 86400
+                self._flush()
             if t == next_prio:
                 self._recalc()
                 next_prio += cfg.priority_calc_period_s
@@ -1281,6 +1428,7 @@ class Simulator:
             if t == next_snap:
                 self._snapshot(t)
                 next_snap += cfg.snapshot_interval_s
+                self._flush()
         self.now = t_end
 
     def _resv_pass(self) -> None:
@@ -1292,6 +1440,7 @@ class Simulator:
                     self._start(j, nodes, "main")
                     continue
             keep.append(j)
+        self._restore()
         self._waiting_resv = keep
 
     def _dispatch(self, kind: int, obj: object, token: int) -> None:
@@ -1385,7 +1534,10 @@ class Simulator:
                     start_s, end_s, duration(elapsed), "", st, ex, str(nn),
                     str(ncpus if nn == j.nnodes else per_node_cpus), "", tr,
                     nodelist if nn == j.nnodes else first.name, "", "", "", nm)))
-        self.records.append(((j.array_id or j.raw, j.task, j.submit), "\n".join(lines)))
+        self.records.append("\n".join(lines))
+        if not at_end:
+            st = "CANCELLED" if state.startswith("CANCELLED") else state
+            self.state_counts[st] = self.state_counts.get(st, 0) + 1
 
     def _pending_reason(self, j: Job) -> str:
         if j.resv is not None:
@@ -1395,11 +1547,17 @@ class Simulator:
             return "Resources"
         return "Priority"
 
-    def sacct_text(self) -> str:
-        """All attempts so far, running and pending jobs included, in sacct's order (job id, then submit)."""
-        extra = []
-        saved = self.records
-        self.records = []
+    def _flush(self, force: bool = False) -> None:
+        """Stream finished records and events to disk so memory stays flat at a million jobs."""
+        if self.records and (force or len(self.records) > 20000):
+            self._sacct_fh.write("\n".join(self.records) + "\n")
+            self.records.clear()
+        if self.ev and (force or len(self.ev) > 50000):
+            self._ev_fh.write("\n".join(self.ev) + "\n")
+            self.ev.clear()
+
+    def _close_sacct(self) -> None:
+        """Running and pending jobs at the end of the period, as a final sacct would print them."""
         for p in self.parts.values():
             for _e, _r, j in p.running:
                 self._record(j, at_end=True)
@@ -1410,10 +1568,7 @@ class Simulator:
                     self._record(j, at_end=True)
         for j in self._waiting_resv:
             self._record(j, at_end=True)
-        extra = self.records
-        self.records = saved
-        rows = sorted(saved + extra, key=lambda r: r[0])
-        return "|".join(SACCT_FIELDS) + "\n" + "\n".join(r[1] for r in rows) + "\n"
+        self._flush(force=True)
 
     def _record_pending_array(self, a: ArrayRec) -> None:
         c = self.cfg.cluster
@@ -1426,15 +1581,15 @@ class Simulator:
             f"{a.raw}_{rng_txt}", str(a.raw), c, a.part.name, a.qos, a.account, a.user, str(a.uid), ts(a.submit),
             ts(a.submit), "Unknown", "Unknown", duration(0), duration(a.limit), "PENDING", "0:0", "1", str(cpus),
             f"{mem}M", "", "None assigned", "", str(a.priority), reason, a.name))
-        self.records.append(((a.raw, 10**9, a.submit), line))
+        self.records.append(line)
 
     # ------------------------------------------------------------------ output: snapshots
 
     def _snapshot(self, t: int) -> None:
-        self.snapshots["sinfo"].append((t, self._sinfo()))
-        self.snapshots["squeue"].append((t, self._squeue(t)))
-        self.snapshots["sshare"].append((t, self._sshare()))
-        self.snapshots["sdiag"].append((t, self._sdiag(t)))
+        for kind, text in (("sinfo", self._sinfo()), ("squeue", self._squeue(t)), ("sshare", self._sshare()),
+                           ("sdiag", self._sdiag(t))):
+            (self.out_dir / "snapshots" / kind / f"{t}.txt").write_text(text, encoding="utf-8")
+            self.snapshots[kind] += 1
 
     def _sinfo(self) -> str:
         out = []
@@ -1481,7 +1636,7 @@ class Simulator:
     def _squeue(self, t: int) -> str:
         out = []
         for p in self.parts.values():
-            for e, _raw, j in p.running:
+            for _e, _raw, j in p.running:
                 out.append(self._squeue_line(j, "RUNNING", "None", ts(j.start)))
             for i, (_np, _jid, j) in enumerate(p.queue):
                 reason = "Resources" if i == 0 else "Priority"
@@ -1646,28 +1801,23 @@ class Simulator:
                 f"Groups=(null) Accounts={r.account} Licenses=(null) State={state} BurstBuffer=(null) Watts=n/a "
                 f"MaxStartDelay=(null)\n")
 
-    def write(self, out_dir: Path) -> dict:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        files = []
-        (out_dir / "sacct.txt").write_text(self.sacct_text(), encoding="utf-8")
-        files.append("sacct.txt")
+    def write(self) -> dict:
+        """Close the streamed files and write the end-of-period ones (sacctmgr events, reservation)."""
+        out_dir = self.out_dir
+        self._close_sacct()
+        self._sacct_fh.close()
+        self._ev_fh.close()
+        files = ["sacct.txt"]
+        if self.cfg.write_events_jsonl:
+            files.append("events.jsonl")
         (out_dir / "events.txt").write_text(self.events_text(), encoding="utf-8")
         files.append("events.txt")
-        if self.cfg.write_events_jsonl:
-            with open(out_dir / "events.jsonl", "w", encoding="utf-8") as fh:
-                fh.write("\n".join(self.ev))
-                fh.write("\n")
-            files.append("events.jsonl")
         if self.cfg.write_snapshots:
-            for kind, snaps in self.snapshots.items():
-                d = out_dir / "snapshots" / kind
-                d.mkdir(parents=True, exist_ok=True)
-                for t, text in snaps:
-                    (d / f"{t}.txt").write_text(text, encoding="utf-8")
-                files.append(f"snapshots/{kind}/ ({len(snaps)} files)")
-            d = out_dir / "snapshots" / "reservations"
-            d.mkdir(parents=True, exist_ok=True)
-            (d / f"{self.t0}.txt").write_text(self.reservations_text(), encoding="utf-8")
+            for kind, n in self.snapshots.items():
+                files.append(f"snapshots/{kind}/<epoch>.txt ({n} files)")
+            (out_dir / "snapshots" / "reservations" / f"{self.t0}.txt").write_text(self.reservations_text(),
+                                                                                 encoding="utf-8")
+            files.append("snapshots/reservations/<epoch>.txt (1 file)")
         return {"files": files}
 
 
@@ -1689,6 +1839,7 @@ class _Probe:
 
 
 _PROBE = _Probe()
+BIG = 1 << 62
 K_END, K_ARRIVAL, K_SUBMIT, K_FAULT, K_RESUME, K_PATIENCE, K_RESV = range(7)
 
 
@@ -1696,17 +1847,13 @@ def simulate(gpus: int, days: float, seed: int, out_dir: Path, **options: object
     """Simulate, write every output file into `out_dir`, and return a summary (also in summary.json)."""
     cfg = SimConfig(gpus=gpus, days=days, seed=seed, **options)
     t0 = _time.perf_counter()
-    sim = Simulator(cfg)
-    sim.run()
-    t1 = _time.perf_counter()
     out_dir = Path(out_dir)
-    written = sim.write(out_dir)
+    sim = Simulator(cfg)
+    sim.run(out_dir)
+    t1 = _time.perf_counter()
+    written = sim.write()
     t2 = _time.perf_counter()
-    states: dict[str, int] = {}
-    for _k, text in sim.records:
-        st = text.split("|", 15)[14]
-        st = "CANCELLED" if st.startswith("CANCELLED") else st
-        states[st] = states.get(st, 0) + 1
+    states = sim.state_counts
     summary = {
         "cluster": cfg.cluster,
         "start": ts(sim.t0),
@@ -1714,7 +1861,7 @@ def simulate(gpus: int, days: float, seed: int, out_dir: Path, **options: object
         "gpus": sim.gpu_total,
         "nodes": {p.name: len(p.nodes) for p in sim.parts.values()},
         "jobs_submitted": sim.counters["submitted"],
-        "attempts_finished": len(sim.records),
+        "attempts_finished": sum(states.values()),
         "finished_by_state": dict(sorted(states.items())),
         "running_at_end": sum(len(p.running) for p in sim.parts.values()),
         "pending_at_end": sum(len(p.queue) for p in sim.parts.values()) + len(sim._waiting_resv),
@@ -1727,3 +1874,50 @@ def simulate(gpus: int, days: float, seed: int, out_dir: Path, **options: object
     stable = {k: v for k, v in summary.items() if k != "timing_s"}
     (out_dir / "summary.json").write_text(json.dumps(stable, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return summary
+
+
+def calibration(sacct: str, gpus: int, seconds: float) -> dict:
+    """The trace-summary figures (docs/simulator.md) computed from a sacct.txt: final attempts only."""
+    rows = [ln.split("|") for ln in sacct.splitlines()[1:] if ln and "." not in ln.split("|", 1)[0]]
+    gpu_jobs = []
+    for r in rows:
+        if r[14] in ("PENDING", "RUNNING") or r[10] == "Unknown":
+            continue
+        g = 0
+        for kv in r[19].split(","):
+            if kv.startswith("gres/gpu="):
+                g = int(kv.split("=")[1])
+        el = _secs(r[12])
+        q = int(datetime.fromisoformat(r[10]).timestamp() - datetime.fromisoformat(r[8]).timestamp())
+        st = "CANCELLED" if r[14].startswith("CANCELLED") else r[14]
+        gpu_jobs.append((g, el, q, st))
+    gj = [x for x in gpu_jobs if x[0] > 0]
+    bucket = {"COMPLETED": "completed", "CANCELLED": "cancelled"}
+    count = {"completed": 0, "cancelled": 0, "failed": 0}
+    gtime = {"completed": 0, "cancelled": 0, "failed": 0}
+    for g, el, _q, st in gj:
+        b = bucket.get(st, "failed")
+        count[b] += 1
+        gtime[b] += g * el
+    n = len(gj) or 1
+    tot = sum(gtime.values()) or 1
+    runs = sorted(x[1] for x in gj)
+    queues = sorted(x[2] for x in gj)
+    return {
+        "gpu_jobs": len(gj),
+        "cpu_jobs": len(gpu_jobs) - len(gj),
+        "count_share": {k: round(v / n, 3) for k, v in count.items()},
+        "gpu_time_share": {k: round(v / tot, 3) for k, v in gtime.items()},
+        "avg_run_s": round(sum(runs) / n, 1),
+        "median_run_s": runs[len(runs) // 2] if runs else 0,
+        "avg_queue_s": round(sum(queues) / n, 1),
+        "median_queue_s": queues[len(queues) // 2] if queues else 0,
+        "avg_gpus": round(sum(x[0] for x in gj) / n, 2),
+        "gpu_allocation_ratio": round(sum(x[0] * x[1] for x in gj) / (gpus * seconds), 3),
+    }
+
+
+def _secs(text: str) -> int:
+    d, _, rest = text.rpartition("-")
+    h, m, s = (int(x) for x in rest.split(":"))
+    return (int(d) if d else 0) * 86400 + h * 3600 + m * 60 + s
