@@ -1632,7 +1632,9 @@ def run_agent(cfg: Any, *, port: int | None = None, spool: str | None = None, in
 
     interval = float(interval if interval is not None else cfg.get("nvml", "interval_seconds"))
     if interval < 1:
-        raise ValueError("--interval must be >= 1 second")
+        import click
+
+        raise click.BadParameter(f"must be >= 1 second, got {interval:g}", param_hint="--interval")
     slow = float(cfg.get("nvml", "slow_interval_seconds"))
     port = int(port if port is not None else cfg.get("nvml", "port"))
     spool_dir = Path(spool or cfg.get("nvml", "spool_dir"))

@@ -7,13 +7,23 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from slurmscope.collectors.fake_nvml import fake_from_spec
-from slurmscope.collectors.nvml import Agent, list_spool, start_http, write_spool_file
+from slurmscope.collectors.nvml import (
+    Agent,
+    MinuteAggregator,
+    Reading,
+    list_spool,
+    start_http,
+    write_spool_file,
+)
 from slurmscope.collectors.nvml_ingest import (
     collect_nvml,
     collect_nvml_sources,
     ingest_bytes,
     ingest_spool_files,
+    merge_samples,
     parse_spool,
 )
 
@@ -195,3 +205,44 @@ def test_unreachable_agent_is_a_recorded_failure_not_a_crash(con):
     o = collect_nvml(con, cfg)
     assert o.status == "error" and o.rows == 0 and "127.0.0.1:9" in o.error
     assert con.execute("SELECT status FROM collector_runs WHERE collector = 'nvml'").fetchall() == [("error",)]
+
+
+readings = st.lists(
+    st.tuples(st.integers(0, 100), st.integers(50, 700), st.integers(0, 5000), st.sampled_from([0, 1, 4, 0x40])),
+    min_size=1, max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=readings, flush=st.sampled_from([1, 2, 5, 10, 15, 20, 30]))
+def test_chunks_merge_to_the_whole_minute(rows, flush):
+    """A minute flushed in chunks and merged by the loader equals the minute aggregated in one go."""
+    whole = MinuteAggregator({"gpu_uuid": "GPU-a"}, interval=1)
+    chunked = MinuteAggregator({"gpu_uuid": "GPU-a"}, interval=1, flush_seconds=flush)
+    parts, energy = [], 0
+    for i, (util, power, step, reasons) in enumerate(rows):
+        energy += step
+        r = dict(time=T0 + i, util_gpu=util, power_w=power, energy_mj=energy, reasons=reasons)
+        assert whole.add(Reading(**r)) == []
+        parts += chunked.add(Reading(**r))
+    parts.append(chunked.flush())
+    merged = parts[0]
+    for p in parts[1:]:
+        merged = merge_samples(merged, p)
+    ref = whole.flush()
+    for key in ("samples", "util_gpu_max", "power_max_watts", "energy_joules", "throttle_seconds", "throttle_reasons"):
+        assert merged[key] == pytest.approx(ref[key]), key
+    for key in ("util_gpu_mean", "power_mean_watts"):
+        assert merged[key] == pytest.approx(ref[key], abs=1e-3), key
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=400), cut=st.integers(0, 2000), flip=st.integers(0, 2000))
+def test_parse_spool_never_raises_and_never_accepts_a_damaged_file(tmp_path_factory, data, cut, flip):
+    assert parse_spool(data).problem is not None
+    good = write_spool_file(tmp_path_factory.mktemp("s"), "gpu01", [sample("2027-01-15T08:00:00Z")],
+                            opened_at=T0).read_bytes()
+    truncated = good[: cut % len(good)]
+    assert parse_spool(truncated).problem is not None
+    i = flip % len(good)
+    flipped = good[:i] + bytes([good[i] ^ 0x01]) + good[i + 1:]
+    assert parse_spool(flipped).problem is not None     # any single flipped bit: header, body or footer
