@@ -101,6 +101,11 @@ def slurmbed(tmp_path_factory: pytest.TempPathFactory):
     why = cluster.missing_requirements()
     if why:
         pytest.skip("Slurm test bed unavailable: " + "; ".join(why))
+    # One session at a time: a second one would stop and wipe the cluster under the first.
+    wait = float(os.environ.get("SLURMBED_LOCK_WAIT", "900"))
+    lock = cluster.acquire_lock(wait)
+    if lock is None:
+        pytest.skip(f"another test session held the Slurm test bed for {wait:g} s (SLURMBED_LOCK_WAIT)")
     cluster.stop()
     shutil.rmtree(cluster.BED, ignore_errors=True)  # fresh accounting database: expectations start at zero
     try:
@@ -111,6 +116,7 @@ def slurmbed(tmp_path_factory: pytest.TempPathFactory):
         for f in sorted(logs.glob("*.log")) if logs.exists() else []:
             tails.append(f"--- {f.name}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-15:]))
         cluster.stop()
+        lock.close()
         pytest.fail(f"slurmbed failed to start: {exc}\n" + "\n".join(tails), pytrace=False)
     work = tmp_path_factory.mktemp("slurmbed")
     config = work / "slurmscope.toml"
@@ -121,9 +127,12 @@ def slurmbed(tmp_path_factory: pytest.TempPathFactory):
     )
     captures = FIXTURE_DIR if os.environ.get("SLURMBED_UPDATE_FIXTURES") == "1" else work / "captures"
     bed = Bed(cluster, workload, capture, work, config, work / "live.duckdb", captures)
-    yield bed
-    if os.environ.get("SLURMBED_KEEP") != "1":
-        cluster.stop()
+    try:
+        yield bed
+    finally:
+        if os.environ.get("SLURMBED_KEEP") != "1":
+            cluster.stop()
+        lock.close()
 
 
 @dataclass
@@ -235,5 +244,8 @@ def fairshare(slurmbed: Bed, fault: Fault) -> FairShare:
     bed.captures.mkdir(parents=True, exist_ok=True)
     (bed.captures / "sshare_final.txt").write_text(sshare)
     (bed.captures / "sshare_final.argv").write_text("sshare\n-a\n-l\n-P\n")
-    (bed.captures / "sacct_fairshare.txt").write_text(sacct)
+    # The same moment in the live collector's sacct format, so the pair can be ingested as a fixture.
+    argv = bed.capture.sacct_argv(datetime.fromtimestamp(last_end - 86400, UTC), datetime.now(UTC))
+    (bed.captures / "sacct_fairshare.txt").write_bytes(bed.slurm(*argv).encode())
+    (bed.captures / "sacct_fairshare.argv").write_text("\n".join(a.replace("\x1f", "\\x1f") for a in argv) + "\n")
     return FairShare(sshare, sacct, captured, last_end)

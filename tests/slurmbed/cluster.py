@@ -17,6 +17,7 @@ Runs as root; stdlib only so that it works outside the project's virtualenv.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
@@ -435,6 +436,26 @@ def stop_one(name: str) -> None:
             return
         time.sleep(0.2)
     os.kill(pid, signal.SIGKILL)
+
+
+def acquire_lock(wait: float):
+    """Exclusive use of the bed across processes (several engineers' test sessions share one machine).
+
+    Returns the open lock file (keep it open; closing it releases the lock), or None when another
+    process still holds it after `wait` seconds. The lock file sits beside the bed so `wipe` keeps it.
+    """
+    path = BED.parent / (BED.name + ".lock")
+    fh = open(path, "a")  # noqa: SIM115 - the caller owns the handle
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fh
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                fh.close()
+                return None
+            time.sleep(2)
 
 
 def status() -> dict[str, int | None]:
