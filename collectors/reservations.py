@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 import polars as pl
 from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
 from slurmscope.collectors.parsing import gpu_count, parse_int, parse_slurm_time, split_lines
-from slurmscope.collectors.sinfo import is_blank
+from slurmscope.collectors.sinfo import is_blank, out_of_range
 
 from slurmscope.config import Config
 
@@ -117,7 +117,7 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
                        for n, t, r in rec)
             continue
         tres = _null(kv.get("TRES"))
-        rows[(name, start)] = {
+        row = {
             "cluster": cluster,
             "name": name,
             "start_time": start,
@@ -132,6 +132,12 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
             "tres": tres,
             "seen_at": snapshot_time,
         }
+        problem = out_of_range(row, RESERVATIONS_SCHEMA)
+        if problem:
+            bad.extend({"line_no": n, "raw_text": t, "raw_bytes": r, "reason": f"reservations: {problem}"}
+                       for n, t, r in rec)
+            continue
+        rows[(name, start)] = row
     df = pl.DataFrame(list(rows.values()), schema=RESERVATIONS_SCHEMA, orient="row") if rows else \
         pl.DataFrame(schema=RESERVATIONS_SCHEMA)
     return Parsed(tables={"reservations": df},

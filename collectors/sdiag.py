@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 import polars as pl
 from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
 from slurmscope.collectors.parsing import split_lines
-from slurmscope.collectors.sinfo import is_blank
+from slurmscope.collectors.sinfo import is_blank, out_of_range
 
 from slurmscope.config import Config
 
@@ -178,6 +178,10 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
         if not re.fullmatch(r"-?\d+", value):
             bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw,
                         "reason": f"sdiag: {label!r} is not an integer"})
+            continue
+        problem = out_of_range({col: int(value)}, SCHED_STATS_SCHEMA)
+        if problem:
+            bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw, "reason": f"sdiag: {problem}"})
             continue
         row[col] = int(value)
         found += 1

@@ -43,6 +43,21 @@ US = "\x1f"
 WS = " \t"
 
 
+def out_of_range(row: dict, schema: dict) -> str | None:
+    """The first integer too large for its column (Int32/Int64), as a quarantine reason; None if all fit.
+
+    Arbitrary input can hold any digit string; an overflowing value must quarantine its line, not crash
+    the frame construction.
+    """
+    for col, dtype in schema.items():
+        v = row.get(col)
+        if isinstance(v, int) and not isinstance(v, bool):
+            bits = 32 if dtype == pl.Int32 else 64 if dtype == pl.Int64 else None
+            if bits and not -(2 ** (bits - 1)) <= v < 2 ** (bits - 1):
+                return f"{col} out of range: {v}"
+    return None
+
+
 def is_blank(text: str) -> bool:
     """A line with nothing but padding (0x1F/0x1E alone are not blank: they are empty fields)."""
     return not text.strip(" \t\r\n\f\v")
@@ -298,6 +313,36 @@ def split_line(line: str, lf: LineFormat) -> tuple[dict[str, str] | None, str | 
     return {f.name: v for f, v in zip(fields, values, strict=True)}, None
 
 
+def vector_split(lines: list[tuple[int, str, bytes | None]], lf: LineFormat
+                 ) -> tuple[pl.DataFrame | None, list[tuple[int, str, bytes | None]]]:
+    """Split, in one vectorised pass, the lines of a format whose separators are one repeated literal.
+
+    Returns a frame (line_no, then one String column per field name, values as split_line gives them) for
+    the clean UTF-8 lines with exactly the expected field count, and the other lines, which need the
+    per-line path (free-text recovery, quarantine reasons). (None, lines) when the format does not qualify.
+    """
+    n = len(lf.fields)
+    seps = {f.sep for f in lf.fields[:-1]}
+    if n < 2 or lf.prefix or lf.trailer or len(seps) != 1 or None in seps:
+        return None, lines
+    delim = next(iter(seps))
+    clean = [(no, text) for no, text, raw in lines if raw is None]
+    if not clean:
+        return None, lines
+    df = pl.DataFrame({"line_no": [c[0] for c in clean], "_t": [c[1] for c in clean]},
+                      schema={"line_no": pl.Int64, "_t": pl.String})
+    df = df.with_columns(pl.col("_t").str.split(delim).alias("_p"))
+    ok = df.filter(pl.col("_p").list.len() == n)
+    index = {f.name: i for i, f in enumerate(lf.fields)}  # a repeated name keeps its last column
+    cols = [pl.col("_p").list.get(i).alias(name) for name, i in index.items()]
+    out = ok.select(pl.col("line_no"), *cols)
+    if not any(f.name in lf.free_text for f in lf.fields[:-1]):
+        # split_line reads the last column as the rest of the line, padding removed
+        out = out.with_columns(pl.col(lf.fields[-1].name).str.strip_chars(WS))
+    done = set(out["line_no"].to_list())
+    return out, [line for line in lines if line[0] not in done]
+
+
 # Columns whose values legitimately hold a separator character (lists, GRES, hostlists).
 _MAY_CONTAIN = {
     ",": ("gres", "gres_used", "features", "features_act", "partition", "tres", "tres_per_node",
@@ -506,6 +551,9 @@ def _rows_for(values: dict[str, str], snapshot_time: datetime, cluster: str, tz:
         "gpu_type": gtype or utype,
         "features": _null(values.get("features")),
     }
+    problem = out_of_range(row, NODE_STATES_SCHEMA)
+    if problem:
+        return [], problem
     return [dict(row, node=n) for n in nodes], None
 
 
@@ -532,7 +580,7 @@ def _group_row(values: dict[str, str], group_no: int, snapshot_time: datetime, c
         return None, f"not a node state: {state_raw!r}"
     gpn, gtype = _gres_gpus(values.get("gres"))
     used, utype = _gres_gpus(values.get("gres_used"))
-    return {
+    row = {
         "cluster": cluster,
         "snapshot_time": snapshot_time,
         "group_no": group_no,
@@ -548,7 +596,9 @@ def _group_row(values: dict[str, str], group_no: int, snapshot_time: datetime, c
         "gpu_type": gtype or utype,
         "features": _null(values.get("features")) or _null(values.get("features_act")),
         "source": source or None,
-    }, None
+    }
+    problem = out_of_range(row, NODE_GROUPS_SCHEMA)
+    return (None, problem) if problem else (row, None)
 
 
 def check_input(data: bytes, fmt: str | None, delimiter: str | None) -> str | None:

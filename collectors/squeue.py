@@ -16,12 +16,23 @@ import polars as pl
 from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
 from slurmscope.collectors.parsing import (
     NULL_WORDS,
+    duration_expr,
     gpu_count,
     parse_duration,
     parse_slurm_time,
     split_lines,
+    time_expr,
 )
-from slurmscope.collectors.sinfo import Field, LineFormat, is_blank, is_header, parse_format, split_line
+from slurmscope.collectors.sinfo import (
+    Field,
+    LineFormat,
+    is_blank,
+    is_header,
+    out_of_range,
+    parse_format,
+    split_line,
+    vector_split,
+)
 
 from slurmscope.config import Config
 
@@ -89,7 +100,10 @@ COMPACT_STATES = {
     "RQ": "REQUEUED", "RS": "RESIZING", "RV": "REVOKED", "SI": "SIGNALING", "SE": "SPECIAL_EXIT",
     "SO": "STAGE_OUT", "ST": "STOPPED", "S": "SUSPENDED", "TO": "TIMEOUT",
 }
-_JOB_ID = re.compile(r"^(\d+)(?:_(\d+|\[[^\]]*\])|\+(\d+))?$")
+_JOB_ID = re.compile(r"^([0-9]+)(?:_([0-9]+|\[[^\]]*\])|\+([0-9]+))?$")
+# Padding stripped around values; one set for the per-line and the vectorised path (Python's str.strip()
+# and Polars' strip_chars() disagree on 0x1C-0x1F and some Unicode spaces).
+_STRIP = " \t\r\n\f\v"
 _STATE = re.compile(r"^[A-Z_]+$")
 
 
@@ -110,7 +124,7 @@ def line_format(fmt: str | None, delimiter: str | None = None) -> LineFormat:
 def _null(s: str | None) -> str | None:
     if s is None:
         return None
-    s = s.strip()
+    s = s.strip(_STRIP)
     return None if s in NULL_WORDS else s
 
 
@@ -118,7 +132,7 @@ def _int(s: str | None, what: str) -> int | None:
     s = _null(s)
     if s is None:
         return None
-    if not re.fullmatch(r"-?\d+", s):
+    if not re.fullmatch(r"-?[0-9]+", s):
         raise ValueError(f"{what} is not an integer: {s!r}")
     return int(s)
 
@@ -139,7 +153,7 @@ def _row(v: dict[str, str], cluster: str, snapshot_time: datetime, tz: ZoneInfo)
     if m.group(2) is not None:
         array_job_id = array_job_id if array_job_id is not None else int(m.group(1))
         task = m.group(2)
-    elif task is not None and not task.startswith("[") and not task.isdigit():
+    elif task is not None and not task.startswith("[") and not re.fullmatch("[0-9]+", task):
         task = f"[{task}]"  # %K prints a pending range without brackets: same shape as jobs.array_task_id
     if raw is None and m.group(2) is None and m.group(3) is None:
         raw = int(m.group(1))
@@ -152,7 +166,7 @@ def _row(v: dict[str, str], cluster: str, snapshot_time: datetime, tz: ZoneInfo)
             raise ValueError(f"not a job state: {state!r}")
     reason = _null(v.get("reason"))
     if reason is None and v.get("reason_list") is not None:
-        rl = v["reason_list"].strip()
+        rl = v["reason_list"].strip(_STRIP)
         if rl.startswith("(") and rl.endswith(")"):
             reason = _null(rl[1:-1])
     nodes = _int(v.get("nodes"), "node count")
@@ -161,12 +175,12 @@ def _row(v: dict[str, str], cluster: str, snapshot_time: datetime, tz: ZoneInfo)
     gpus: int | None = None
     if tpn is not None:
         per_node, _t, _m = gpu_count(tpn)
-        gpus = per_node * (nodes or 1)
+        gpus = per_node * (nodes or 1)  # a node count of 0 or none: one node
     elif _null(v.get("tres_alloc")) is not None:
         gpus = gpu_count(v["tres_alloc"])[0]
     elif "tres_per_node" in v or "tres_alloc" in v:
         gpus = 0
-    return {
+    row = {
         "cluster": cluster,
         "snapshot_time": snapshot_time,
         "job_id": job_id,
@@ -190,6 +204,10 @@ def _row(v: dict[str, str], cluster: str, snapshot_time: datetime, tz: ZoneInfo)
         "timelimit_seconds": parse_duration(v.get("timelimit")),
         "dependency": _null(v.get("dependency")),
     }
+    problem = out_of_range(row, PENDING_JOBS_SCHEMA)
+    if problem:
+        raise ValueError(problem)
+    return row
 
 
 def check_input(data: bytes, fmt: str | None, delimiter: str | None) -> str | None:
@@ -201,30 +219,161 @@ def check_input(data: bytes, fmt: str | None, delimiter: str | None) -> str | No
     return None
 
 
+_NULLS = sorted(NULL_WORDS)
+
+
+def _nul(col: str) -> pl.Expr:
+    """The stripped text of a column, null for Slurm's null words (as _null does per value)."""
+    t = pl.col(col).str.strip_chars(_STRIP)
+    return pl.when(t.is_in(_NULLS)).then(None).otherwise(t)
+
+
+def _vector_rows(df: pl.DataFrame, cluster: str, snapshot_time: datetime, tz: ZoneInfo
+                 ) -> tuple[pl.DataFrame, list[int]]:
+    """Typed rows of split lines, in expressions; line numbers whose values need the per-line path.
+
+    A row is handed back when any value is outside what the expressions read exactly as _row does
+    (unusual times or durations, bad integers, unknown job id shapes): _row then converts it or gives
+    the quarantine reason.
+    """
+    names = set(df.columns)
+
+    def col(name: str) -> pl.Expr:
+        return _nul(name) if name in names else pl.lit(None, pl.String)
+
+    def as_int(name: str) -> tuple[pl.Expr, pl.Expr]:
+        text = col(name)
+        value = text.cast(pl.Int64, strict=False)
+        return value, text.is_null() | (value.is_not_null() & text.str.contains(r"^-?[0-9]{1,18}$"))
+
+    ok = pl.lit(True)
+    raw, good = as_int("job_id_raw")
+    ok = ok & good
+    arr, good = as_int("array_job_id")
+    ok = ok & good
+    prio, good = as_int("priority")
+    ok = ok & good
+    nodes, good = as_int("nodes")
+    ok = ok & good
+    cpus, good = as_int("cpus")
+    ok = ok & good
+    jid_in = col("job_id")
+    jid = pl.coalesce(jid_in, raw.cast(pl.String))
+    m = jid.str.extract_groups(r"^([0-9]{1,18})(?:_([0-9]+|\[[^\]]*\])|\+([0-9]+))?$")
+    base, task_from_id, het = (m.struct.field(k) for k in ("1", "2", "3"))
+    ok = ok & base.is_not_null()
+    k_task = col("array_task_id")
+    k_task = pl.when(k_task.is_null() | k_task.str.starts_with("[") | k_task.str.contains(r"^[0-9]+$")) \
+        .then(k_task).otherwise(pl.concat_str(pl.lit("["), k_task, pl.lit("]")))
+    task = pl.when(task_from_id.is_not_null()).then(task_from_id).otherwise(k_task)
+    array_job = pl.when(task_from_id.is_not_null()).then(pl.coalesce(arr, base.cast(pl.Int64))).otherwise(arr)
+    array_job = pl.when(task.is_null()).then(None).otherwise(array_job)
+    job_raw = pl.when(raw.is_null() & task_from_id.is_null() & het.is_null()) \
+        .then(base.cast(pl.Int64)).otherwise(raw)
+    st = col("state")
+    state = st.replace(COMPACT_STATES).str.to_uppercase()
+    ok = ok & (state.is_null() | state.str.contains(r"^[A-Z_]+$"))
+    reason = col("reason")
+    if "reason_list" in names:
+        rl = pl.col("reason_list").str.strip_chars(_STRIP)
+        inner = pl.when(rl.str.starts_with("(") & rl.str.ends_with(")")) \
+            .then(rl.str.slice(1, rl.str.len_chars() - 2)).otherwise(None).str.strip_chars(_STRIP)
+        inner = pl.when(inner.is_in(_NULLS)).then(None).otherwise(inner)
+        reason = pl.coalesce(reason, inner)
+    times = {}
+    for name in ("submit_time", "start_time"):
+        text = col(name)
+        value = time_expr(text, tz)
+        times[name] = value
+        ok = ok & (text.is_null() | (value.is_not_null() & text.str.contains(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}$")))
+    tl = col("timelimit")
+    dur = duration_expr(tl)
+    tl_null = tl.is_null() | tl.is_in(["UNLIMITED", "Partition_Limit", "INFINITE", "NOT_SET", "INVALID"])
+    ok = ok & (tl_null | (dur.is_not_null() & tl.str.contains(r"^([0-9]{1,6}-[0-9]{1,2}:[0-9]{1,2}:[0-9]{1,2}|([0-9]{1,6}:)?[0-9]{1,6}:[0-9]{1,2})$")))
+    timelimit = pl.when(tl_null).then(None).otherwise(dur)
+    tpn = col("tres_per_node")
+    has_tpn, has_alloc = "tres_per_node" in names, "tres_alloc" in names
+    frame = df.with_columns(
+        _ok=ok, job_id=jid, job_id_raw=job_raw, array_job_id=array_job, array_task_id=task,
+        state=state, reason=reason, priority=prio, nodes=nodes, cpus=cpus,
+        submit_time=times["submit_time"], start_time=times["start_time"], timelimit_seconds=timelimit,
+        tres_per_node=tpn, tres_alloc=col("tres_alloc"), dependency=col("dependency"),
+        user=col("user"), account=col("account"), partition=col("partition"), qos=col("qos"),
+        name=pl.col("name") if "name" in names else pl.lit(None, pl.String),
+    )
+    bad = frame.filter(~pl.col("_ok"))["line_no"].to_list()
+    frame = frame.filter(pl.col("_ok"))
+    # GPUs: few distinct strings, each read once by the shared counting rule
+    per_node = {v: gpu_count(v)[0] for v in frame["tres_per_node"].unique().to_list() if v is not None}
+    alloc = {v: gpu_count(v)[0] for v in frame["tres_alloc"].unique().to_list() if v is not None}
+    limit = 2**31 - 1
+    gpn = pl.col("tres_per_node").replace_strict(
+        {k: v for k, v in per_node.items() if v <= limit}, default=None, return_dtype=pl.Int64)
+    gal = pl.col("tres_alloc").replace_strict(
+        {k: v for k, v in alloc.items() if v <= limit}, default=None, return_dtype=pl.Int64)
+    nodes_or_one = pl.when(pl.col("nodes").is_null() | (pl.col("nodes") == 0)).then(1).otherwise(pl.col("nodes"))
+    gpus = pl.when(pl.col("tres_per_node").is_not_null()).then(gpn * nodes_or_one) \
+        .when(pl.col("tres_alloc").is_not_null()).then(gal)
+    gpus = gpus.otherwise(pl.lit(0) if (has_tpn or has_alloc) else pl.lit(None, pl.Int64))
+    frame = frame.with_columns(gpus=gpus)
+    fits = pl.lit(True)
+    for c in ("nodes", "cpus", "gpus"):
+        fits = fits & (pl.col(c).is_null() | pl.col(c).is_between(-(2**31), limit))
+    # a GPU string counted beyond Int32, or a product that overflows: per-line path (quarantine)
+    fits = fits & ~(pl.col("tres_per_node").is_not_null() & pl.col("gpus").is_null())
+    fits = fits & ~(pl.col("tres_alloc").is_not_null() & pl.col("tres_per_node").is_null() & pl.col("gpus").is_null())
+    bad += frame.filter(~fits)["line_no"].to_list()
+    frame = frame.filter(fits)
+    out = frame.with_columns(cluster=pl.lit(cluster), snapshot_time=pl.lit(snapshot_time))
+    out = out.select("line_no", *[pl.col(c).cast(t) for c, t in PENDING_JOBS_SCHEMA.items()])
+    return out, bad
+
+
 def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, fmt: str | None = None,
           delimiter: str | None = None, source: str = "") -> Parsed:
     """squeue output -> pending_jobs rows (one per job id; `-P` repeats collapse into one)."""
+    return _parse(data, cluster=cluster, snapshot_time=snapshot_time, tz=tz, fmt=fmt, delimiter=delimiter,
+                  vectorise=True)
+
+
+def _parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, fmt: str | None,
+           delimiter: str | None, vectorise: bool) -> Parsed:
+    """Vectorised split and typing for lines of the expected shape; a per-line path for the rest."""
     lf = line_format(fmt, delimiter)
-    rows: dict[str, dict] = {}
+    lines = [line for line in split_lines(data) if not is_blank(line[1])]
+    if lines:
+        values, _reason = split_line(lines[0][1], lf)
+        if values is not None and is_header(values, ("job_id", "job_id_raw")):
+            lines = lines[1:]  # a header line of column titles (squeue without --noheader)
+    frames: list[pl.DataFrame] = []
+    slow = lines
+    if vectorise and len(lines) > 1:
+        split, slow = vector_split(lines, lf)
+        if split is not None:
+            fast, redo = _vector_rows(split, cluster, snapshot_time, tz)
+            frames.append(fast)
+            if redo:
+                wanted = set(redo)
+                slow = sorted(slow + [line for line in lines if line[0] in wanted])
+    rows: list[dict] = []
     bad: list[dict] = []
-    first = True
-    for line_no, text, raw in split_lines(data):
-        if is_blank(text):
-            continue
+    for line_no, text, raw in slow:
         values, reason = split_line(text, lf)
-        if values is not None and first and is_header(values, ("job_id", "job_id_raw")):
-            first = False  # a header line of column titles (squeue without --noheader)
-            continue
-        first = False
         if values is not None:
             try:
                 row = _row(values, cluster, snapshot_time, tz)
             except ValueError as exc:
                 reason = str(exc)
             else:
-                rows[row["job_id"]] = row
+                rows.append({"line_no": line_no, **row})
                 continue
         bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw, "reason": f"squeue: {reason}"})
-    df = pl.DataFrame(list(rows.values()), schema=PENDING_JOBS_SCHEMA, orient="row") if rows else \
-        pl.DataFrame(schema=PENDING_JOBS_SCHEMA)
+    schema = {"line_no": pl.Int64, **PENDING_JOBS_SCHEMA}
+    frames.append(pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema))
+    df = (
+        pl.concat(frames)
+        .sort("line_no")
+        .unique(subset=["job_id"], keep="last", maintain_order=True)  # -P repeats: the last line wins
+        .drop("line_no")
+    )
     return Parsed(tables={"pending_jobs": df}, quarantine=quarantine_frame(bad))

@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 import polars as pl
 from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
 from slurmscope.collectors.parsing import split_fields, split_lines
-from slurmscope.collectors.sinfo import is_blank
+from slurmscope.collectors.sinfo import is_blank, out_of_range
 
 from slurmscope.config import Config
 
@@ -124,8 +124,7 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
             while stack and stack[-1][0] >= depth:
                 stack.pop()
             parent = stack[-1][1] if stack else None
-            stack.append((depth, account))
-        rows[(account, user)] = {
+        row = {
             "cluster": cluster,
             "snapshot_time": snapshot_time,
             "account": account,
@@ -137,6 +136,13 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
             "grp_tres_mins": (v.get("grp_tres_mins") or "").strip() or None,
             "tres_run_mins": (v.get("tres_run_mins") or "").strip() or None,
         }
+        problem = out_of_range(row, SHARES_SCHEMA)
+        if problem:
+            quarantine(line_no, text, raw, problem)
+            continue
+        if not user:
+            stack.append((depth, account))
+        rows[(account, user)] = row
     df = pl.DataFrame(list(rows.values()), schema=SHARES_SCHEMA, orient="row") if rows else \
         pl.DataFrame(schema=SHARES_SCHEMA)
     return Parsed(tables={"shares": df}, quarantine=quarantine_frame(bad))

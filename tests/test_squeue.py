@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import polars as pl
 import pytest
 from click.testing import CliRunner
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from slurmscope.collectors import squeue
 from slurmscope.collectors.sinfo import is_blank
@@ -265,3 +265,51 @@ def _check_total(data: bytes, fmt: str | None) -> None:
        st.sampled_from([None, "%i|%E;%R;%C"]))
 def test_never_raises_and_every_line_kept_or_quarantined(data, fmt):
     _check_total(data, fmt)
+
+
+# ------------------------------------------------------------------------- vectorised == per-line path
+
+_VALUES = {
+    "i": ["42", "7_3", "7_[5-9%2]", "8+1", "x", "", "99999999999999999999", "١٢"],
+    "A": ["42", "N/A", "", "-1", "abc", "123456789012345678901"],
+    "F": ["42", "7", "N/A"],
+    "K": ["N/A", "3", "5-9%2", "[1-2]", "²"],
+    "u": ["alice", " bob ", "(null)", "\x1calice"],
+    "a": ["ml", ""],
+    "P": ["gpu", "cpu,gpu", ""],
+    "q": ["normal", "(null)"],
+    "T": ["PENDING", "R", "pd", "running?", "", "ß"],
+    "Q": ["1000", "0", "-5", "1.5", "N/A", "99999999999999999999"],
+    "V": ["2024-05-01T10:00:00", "2024-03-31T02:30:00", "Unknown", "1714557600", "2024-05-01", "bad"],
+    "S": ["N/A", "2024-05-01T11:00:00", "2024-10-27T02:30:00"],
+    "D": ["1", "2", "0", "", "3000000000"],
+    "C": ["32", "x", "2147483648"],
+    "b": ["N/A", "gres:gpu:4", "gres/gpu:h100:2", "gres:gpu:1g.10gb:2", "gres:gpu:3000000000", "(null)"],
+    "l": ["1-00:00:00", "5:00", "UNLIMITED", "1-02:30", "30", "10:00:00.5", "9999999-00:00:00"],
+    "E": ["(null)", "afterok:7_3(unfulfilled)"],
+    "r": ["None", "Priority", "(null)"],
+    "j": ["train", "a\x1fb", "", " spaced "],
+}
+
+
+@st.composite
+def _live_lines(draw):
+    lines = []
+    for _ in range(draw(st.integers(1, 6))):
+        if draw(st.integers(0, 9)) == 0:
+            lines.append(draw(st.text(alphabet="0123456789\x1f|ab", max_size=20)))
+            continue
+        lines.append(US.join(draw(st.sampled_from(_VALUES[c])) for c in squeue.LIVE_LETTERS))
+    return ("\n".join(lines) + "\n").encode()
+
+
+@settings(max_examples=150)  # each example runs both paths (~70 ms); the no-raise property runs the CI count
+@given(_live_lines(), st.sampled_from(["UTC", "Europe/Berlin"]))
+def test_vectorised_path_equals_per_line_path(data, zone):
+    from polars.testing import assert_frame_equal
+
+    kw = dict(cluster="c", snapshot_time=T0, tz=ZoneInfo(zone), fmt=None, delimiter=None)
+    fast = squeue._parse(data, vectorise=True, **kw)
+    slow = squeue._parse(data, vectorise=False, **kw)
+    assert_frame_equal(fast.tables["pending_jobs"], slow.tables["pending_jobs"])
+    assert_frame_equal(fast.quarantine.sort("line_no"), slow.quarantine.sort("line_no"))
