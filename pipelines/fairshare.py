@@ -979,3 +979,26 @@ def compute(frames: dict[str, pl.LazyFrame], params: Any) -> dict[str, pl.LazyFr
     ).cast(FAIRSHARE_SCHEMA)
     drift = drift_rows(f, slices, s).select(list(DRIFT_SCHEMA)).cast(DRIFT_SCHEMA)
     return {"mart_fairshare": fairshare, "mart_fairshare_drift": drift}
+
+
+def sshare_agreement(mart: pl.LazyFrame) -> pl.LazyFrame:
+    """Computed against sshare rows of mart_fairshare at the same instant, per association.
+
+    sshare prints RawUsage truncated to an integer and the factors to 6 decimals, so `raw_ok` allows 1 %
+    or 2 units, `effectv_ok` 1 % or 1e-6, and `fairshare_ok` equality at sshare's 6 decimals.
+    """
+    key = ["cluster", "as_of", "account", "user"]
+    cols = ["raw_usage", "effectv_usage", "fairshare", "norm_shares", "level_fs"]
+    comp = mart.filter(pl.col("source") == "computed").select(*key, *cols)
+    ref = mart.filter(pl.col("source") == "sshare").select(*key, *[pl.col(c).alias(f"sshare_{c}") for c in cols])
+
+    def close(a: str, b: str, rel: float, abs_: float) -> pl.Expr:
+        diff = (pl.col(a) - pl.col(b)).abs()
+        return (diff <= abs_) | (diff <= rel * pl.col(b).abs())
+
+    return comp.join(ref, on=key, how="inner").with_columns(
+        raw_ok=close("raw_usage", "sshare_raw_usage", 0.01, 2.0),
+        effectv_ok=close("effectv_usage", "sshare_effectv_usage", 0.01, 1e-6),
+        fairshare_ok=pl.col("sshare_fairshare").is_null()
+        | ((pl.col("fairshare") - pl.col("sshare_fairshare")).abs() <= 5e-7),
+    )

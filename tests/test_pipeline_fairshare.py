@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -233,3 +234,74 @@ def test_drift_starved_account_and_since():
     assert drift["ratio"].to_list() == pytest.approx([0.2] * 4)
     a = run(frames)["mart_fairshare_drift"].filter(pl.col("account") == "a")
     assert set(a["state"]) == {"ok"} and a["usage_share_30d"].to_list() == pytest.approx([0.9] * 4)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Real Slurm 22.05.8: `sshare -a -l -P` one PriorityCalcPeriod after the last job of the test bed's
+# workload, and sacct of the same run (tests/fixtures/slurm-22.05/README.md).
+
+REAL = Path(__file__).parent / "fixtures" / "slurm-22.05"
+
+
+def real_sacct_jobs(text: str) -> pl.LazyFrame:
+    """JobIDRaw|Account|User|State|AllocTRES|ElapsedRaw|Start|End (one line per attempt) -> jobs rows."""
+    rows = []
+    for line in text.splitlines()[1:]:
+        raw, account, user, _state, tres, _elapsed, start, end = line.split("|")
+        billing = dict(kv.split("=", 1) for kv in tres.split(",") if "=" in kv).get("billing")
+        if start in ("Unknown", "None", "") or billing is None:
+            continue
+        rows.append({
+            "cluster": "slurmbed", "account": account, "user": user,
+            "submit_time": datetime.fromisoformat(start).replace(tzinfo=UTC),
+            "start_time": datetime.fromisoformat(start).replace(tzinfo=UTC),
+            "end_time": None if end in ("Unknown", "None", "") else datetime.fromisoformat(end).replace(tzinfo=UTC),
+            "billing": float(billing), "cpus": None, "gpus": None,
+        })
+    return pl.LazyFrame(rows, schema=fs._frames({})["jobs"].collect_schema())
+
+
+def real_frames(sshare: bytes, sacct: str, config: bytes, at: datetime) -> dict[str, pl.LazyFrame]:
+    from zoneinfo import ZoneInfo
+
+    from slurmscope.collectors import config as config_collector
+    from slurmscope.collectors import sshare as sshare_collector
+
+    utc = ZoneInfo("UTC")
+    shares = sshare_collector.parse(sshare, cluster="slurmbed", snapshot_time=at, tz=utc)
+    cfg = config_collector.parse(config, cluster="slurmbed", snapshot_time=at, tz=utc)
+    assert shares.quarantine.height == 0 and cfg.quarantine.height == 0
+    return {"jobs": real_sacct_jobs(sacct), "shares": shares.tables["shares"].lazy(),
+            "slurm_config": cfg.tables["slurm_config"].lazy()}
+
+
+def check_against_sshare(frames: dict[str, pl.LazyFrame], at: datetime) -> pl.DataFrame:
+    """Computed vs sshare per association: RawUsage within 1 % (or 2 units: sshare truncates), EffectvUsage
+    within 1 %, Fair Tree FairShare equal (6 decimals)."""
+    # the config default (fair_tree, 1 week) is deliberately different from nothing: slurm_config rules
+    params = {"now": at, "tz": "UTC", "config": {"fairshare": {"decay_half_life_seconds": 60}}}
+    mart = fs.compute(frames, params)["mart_fairshare"]
+    agree = fs.sshare_agreement(mart).collect()
+    n_assoc = frames["shares"].collect().height
+    assert agree.height == n_assoc, "every association of sshare has a computed row at the same instant"
+    bad = agree.filter(~(pl.col("raw_ok") & pl.col("effectv_ok") & pl.col("fairshare_ok")))
+    assert bad.height == 0, bad
+    return agree
+
+
+def test_real_slurm_22_05_sshare_agrees_with_computed():
+    sacct = (REAL / "sacct_fairshare.txt").read_text()
+    last_end = max(
+        datetime.fromisoformat(line.split("|")[7]).replace(tzinfo=UTC)
+        for line in sacct.splitlines()[1:] if line.split("|")[7] not in ("Unknown", "None", "")
+    )
+    at = last_end + timedelta(seconds=65)  # the bed captures sshare one PriorityCalcPeriod (+5 s) later
+    frames = real_frames((REAL / "sshare_final.txt").read_bytes(), sacct, (REAL / "config_final.txt").read_bytes(),
+                         at)
+    agree = check_against_sshare(frames, at)
+    by = {(r["account"], r["user"]): r for r in agree.iter_rows(named=True)}
+    # spot values read off sshare_final.txt, so a silent join bug cannot pass the loop above
+    assert by[("students", "sbdave")]["sshare_raw_usage"] == 703
+    assert by[("students", "sbdave")]["raw_usage"] == pytest.approx(704, abs=1.0)  # 704 billing-s, 3 min decay
+    assert by[("pretraining", "sbalice")]["fairshare"] == pytest.approx(2 / 6)
+    assert by[("root", "root")]["fairshare"] == 1.0
