@@ -191,3 +191,9 @@ def _accounted(module, data: bytes) -> None:
 @given(data=st.one_of(st.binary(max_size=300), st.lists(_ALPHABET, max_size=40).map(lambda xs: "".join(xs).encode())))
 def test_never_raises_and_every_line_kept_or_quarantined(module, data):
     _accounted(module, data)
+
+
+def test_reservation_count_too_large_is_quarantined():
+    p = run(reservations, "ReservationName=r StartTime=2024-05-02T08:00:00 NodeCnt=99999999999\n")
+    assert p.tables["reservations"].height == 0
+    assert "node_count out of range" in p.quarantine["reason"][0]

@@ -161,3 +161,9 @@ _WORDS = st.sampled_from(["sdiag output at Wed May 01 12:00:00 2024", "Backfilli
 @given(st.one_of(st.binary(max_size=400), st.lists(_WORDS, max_size=30).map(lambda xs: "\n".join(xs).encode())))
 def test_never_raises_and_every_line_is_accounted_for(data):
     _check(data)
+
+
+def test_counter_too_large_is_quarantined():
+    p = parse("sdiag output at Wed May 01 12:00:00 2024\nJobs submitted: 99999999999999999999\nJobs started: 2\n")
+    assert p.quarantine["line_no"].to_list() == [2]
+    assert p.tables["sched_stats"]["jobs_submitted"].to_list() == [None]

@@ -446,3 +446,10 @@ def test_real_slurm_22_05_sinfo(fixtures):
     assert r["reason_time"] == datetime.fromisoformat(fields[10]).replace(tzinfo=UTC)
     cap = sinfo.capacity(df).row(0, named=True)
     assert (cap["nodes"], cap["gpus_total"], cap["cpus_total"]) == (5, 32, 80)
+
+
+def test_numbers_too_large_for_their_column_are_quarantined():
+    p = parse(live_line(cpus="99999999999/0/0/99999999999") + "\n" + live_line(node="g2", gres="gpu:h100:3000000000")
+              + "\n")
+    assert p.tables["node_states"].height == 0
+    assert [r.split(":")[1].split()[0] for r in p.quarantine["reason"]] == ["cpus_alloc", "gpus_total"]

@@ -154,3 +154,10 @@ def _check_total(data: bytes) -> None:
                 header = line + b"\n"
         else:
             assert again.tables["shares"].height == 1
+
+
+def test_number_too_large_is_quarantined():
+    p = parse("Account|User|RawShares\nroot||99999999999999999999\n a||1\n")
+    assert p.quarantine["line_no"].to_list() == [2]
+    assert "raw_shares out of range" in p.quarantine["reason"][0]
+    assert p.tables["shares"]["account"].to_list() == ["a"]
