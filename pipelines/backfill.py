@@ -165,17 +165,24 @@ def sched_deltas(stats: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
     return ensure_columns(out, DELTA_SCHEMA)
 
 
-def _sweep(intervals: pl.LazyFrame, weight: str, keys: list[str], bucket: int) -> pl.LazyFrame:
+def _sweep(intervals: pl.LazyFrame, weight: str, keys: list[str], bucket: int, *, keep_zero: bool = False
+           ) -> pl.LazyFrame:
     """∫ level dt per bucket, where level = sum of `weight` over intervals [s, e) open at t (event sweep:
-    far fewer rows than exploding every interval into its buckets)."""
+    far fewer rows than exploding every interval into its buckets). Stretches with level 0 give no rows,
+    unless `keep_zero` and some interval is open there (availability: 0 usable GPUs on a known-down node
+    is a value; no snapshot at all is a gap)."""
+    w = pl.col(weight).cast(pl.Float64)
     ev = pl.concat([
-        intervals.select(*keys, pl.col("s").alias("t"), pl.col(weight).cast(pl.Float64).alias("d")),
-        intervals.select(*keys, pl.col("e").alias("t"), (-pl.col(weight).cast(pl.Float64)).alias("d")),
-    ], how="vertical").group_by(*keys, "t").agg(pl.col("d").sum()).sort(*keys, "t")
+        intervals.select(*keys, pl.col("s").alias("t"), w.alias("d"), pl.lit(1, dtype=pl.Int64).alias("c")),
+        intervals.select(*keys, pl.col("e").alias("t"), (-w).alias("d"), pl.lit(-1, dtype=pl.Int64).alias("c")),
+    ], how="vertical").group_by(*keys, "t").agg(pl.col("d").sum(), pl.col("c").sum())
     seg = ev.with_columns(
         pl.col("d").cum_sum().over(keys, order_by="t").alias("level"),
+        pl.col("c").cum_sum().over(keys, order_by="t").alias("open"),
         pl.col("t").shift(-1).over(keys, order_by="t").alias("t_next"),
-    ).filter(pl.col("t_next").is_not_null() & (pl.col("level").abs() > 1e-9))
+    )
+    keep = (pl.col("open") > 0) if keep_zero else (pl.col("level").abs() > 1e-9)
+    seg = seg.filter(pl.col("t_next").is_not_null() & keep)
     parts = split_buckets(seg, "t", "t_next", bucket)
     return parts.group_by(*keys, "bucket_start").agg((pl.col("level") * pl.col("overlap_seconds")).sum().alias("v"))
 
@@ -239,9 +246,7 @@ def occupancy(jobs: pl.LazyFrame, node_states: pl.LazyFrame, params: dict[str, A
     ).select(*keys, "usable", pl.col("snapshot_time").alias("s"), pl.col("until").alias("e")).filter(
         pl.col("e") > pl.col("s")
     )
-    avail = split_buckets(iv, "s", "e", bucket).group_by(*keys, "bucket_start").agg(
-        (pl.col("usable") * pl.col("overlap_seconds")).sum().cast(pl.Float64).alias("avail_gs")
-    )
+    avail = _sweep(iv, "usable", keys, bucket, keep_zero=True).rename({"v": "avail_gs"})
     k = [*keys, "bucket_start"]
     occ = (
         alloc.join(avail, on=k, how="full", coalesce=True)

@@ -39,11 +39,12 @@ def local_midnight_utc(day: pl.Expr, tz: str) -> pl.Expr:
 def split_calendar(
     lf: pl.LazyFrame, start: str, end: str, tz: str, *, every: str = "1d", out: str = "day"
 ) -> pl.LazyFrame:
-    """One row per (input row, calendar period of `tz` it overlaps), with `out` (the period's first Date),
-    `overlap_seconds` (Float64) and the period bounds `_period_start`/`_period_end` in UTC.
+    """One row per (input row, calendar period of `tz` it overlaps), with `out` (the period's first Date)
+    and `overlap_seconds` (Float64).
 
     Intervals are half-open [start, end); rows with end <= start or a null bound give no rows.
-    `every` is '1d' (days) or '1mo' (months).
+    `every` is '1d' (days) or '1mo' (months). Most jobs fit in one period: those skip the explode and the
+    period-bound join, which is where the time goes on millions of rows.
     """
     s, e = pl.col(start), pl.col(end)
     lf = lf.filter(s.is_not_null() & e.is_not_null() & (e > s))
@@ -51,21 +52,25 @@ def split_calendar(
     last = (e - pl.duration(microseconds=1)).dt.convert_time_zone(tz).dt.date()
     if every == "1mo":
         first, last = first.dt.month_start(), last.dt.month_start()
-        step = "1mo"
-    elif every == "1d":
-        step = "1d"
-    else:
+    elif every != "1d":
         raise ValueError(f"every must be '1d' or '1mo', got {every!r}")
-    lf = lf.with_columns(pl.date_ranges(first, last, step).alias(out)).explode(out)
-    nxt = pl.col(out).dt.offset_by(step)
-    lf = lf.with_columns(
+    lf = lf.with_columns(first.alias(out), last.alias("_last"))
+    secs = (e - s).dt.total_microseconds() / 1e6
+    single = lf.filter(pl.col(out) == pl.col("_last")).with_columns(secs.alias("overlap_seconds"))
+    multi = lf.filter(pl.col(out) != pl.col("_last")).with_columns(
+        pl.date_ranges(pl.col(out), pl.col("_last"), every).alias(out)
+    ).explode(out)
+    # Period bounds once per distinct period, then joined: time-zone arithmetic per row is slow.
+    bounds = multi.select(pl.col(out).unique()).with_columns(
         local_midnight_utc(pl.col(out), tz).alias("_period_start"),
-        local_midnight_utc(nxt, tz).alias("_period_end"),
+        local_midnight_utc(pl.col(out).dt.offset_by(every), tz).alias("_period_end"),
     )
+    multi = multi.join(bounds, on=out, how="left")
     overlap = pl.min_horizontal(e, pl.col("_period_end")) - pl.max_horizontal(s, pl.col("_period_start"))
-    return lf.with_columns((overlap.dt.total_microseconds() / 1e6).alias("overlap_seconds")).filter(
+    multi = multi.with_columns((overlap.dt.total_microseconds() / 1e6).alias("overlap_seconds")).filter(
         pl.col("overlap_seconds") > 0
-    )
+    ).drop("_period_start", "_period_end")
+    return pl.concat([single, multi], how="vertical").drop("_last")
 
 
 def split_buckets(lf: pl.LazyFrame, start: str, end: str, every_seconds: int, *, out: str = "bucket_start") -> pl.LazyFrame:
@@ -102,6 +107,20 @@ def usage_interval(now: datetime) -> list[pl.Expr]:
         pl.min_horizontal(pl.col("end_time").fill_null(now_l), now_l).alias("use_end"),
         (pl.col("end_time").is_null() | (pl.col("end_time") > now_l)).alias("running"),
     ]
+
+
+def with_requeued(jobs: pl.LazyFrame) -> pl.LazyFrame:
+    """Add `requeued`: another attempt of the same job_id_raw was submitted after this one.
+
+    Only a few per cent of jobs have several attempts, so they are found with a group-by and joined back
+    (a window over every job is several times slower on millions of rows).
+    """
+    last = jobs.group_by("job_id_raw").agg(pl.len().alias("_n"), pl.col("submit_time").max().alias("_last")).filter(
+        pl.col("_n") > 1
+    ).drop("_n")
+    return jobs.join(last, on="job_id_raw", how="left").with_columns(
+        (pl.col("submit_time") < pl.col("_last")).fill_null(False).alias("requeued")
+    ).drop("_last")
 
 
 def gpu_seconds(overlap: str = "overlap_seconds", gpus: str = "gpus") -> pl.Expr:
@@ -230,21 +249,26 @@ def node_intervals(node_states: pl.LazyFrame, params: dict[str, Any]) -> pl.Lazy
     with GPUs split into allocated / down / reserved / idle."""
     gap = int(params["config"]["pipelines"]["node_snapshot_max_gap_seconds"])
     now_l = pl.lit(params["now"], dtype=UTC_DT)
-    snaps = node_states.group_by("snapshot_time", "node").agg(
-        pl.col("partition").unique().sort().str.join(",").alias("partition"),
-        pl.col("state").first().str.to_uppercase().alias("state"),
-        pl.col("state_flags").first().fill_null("").str.to_uppercase().alias("flags"),
-        pl.col("gpus_total").max().fill_null(0).alias("total"),
-        pl.col("gpus_used").max().fill_null(0).alias("used"),
-        pl.col("gpu_type").first().fill_null("").alias("gpu_model"),
-    ).sort("node", "snapshot_time")
+    # A node listed in several partitions (sinfo -N repeats it) is one node: its partitions are joined
+    # by ',' (membership taken over the frame, since it changes rarely), its GPUs counted once.
+    parts = node_states.group_by("node").agg(pl.col("partition").unique().sort().str.join(",").alias("partition"))
+    snaps = (
+        node_states.unique(["snapshot_time", "node"], keep="any")
+        .select(
+            "snapshot_time", "node",
+            pl.col("state").fill_null("").str.to_uppercase().alias("state"),
+            pl.col("state_flags").fill_null("").str.to_uppercase().alias("flags"),
+            pl.col("gpus_total").fill_null(0).alias("total"),
+            pl.col("gpus_used").fill_null(0).alias("used"),
+            pl.col("gpu_type").fill_null("").alias("gpu_model"),
+        )
+        .join(parts, on="node", how="left")
+    )
     nxt = pl.col("snapshot_time").shift(-1).over("node", order_by="snapshot_time")
     end = pl.min_horizontal(nxt.fill_null(now_l), pl.col("snapshot_time") + pl.duration(seconds=gap), now_l)
     flags = pl.col("flags")
-    down = pl.col("state").is_in(list(DOWN_STATES)) | pl.any_horizontal(*[flags.str.contains(f) for f in DOWN_FLAGS])
-    reserved = pl.col("state").is_in(list(RESERVED_STATES)) | pl.any_horizontal(
-        *[flags.str.contains(f) for f in RESERVED_FLAGS]
-    )
+    down = pl.col("state").is_in(list(DOWN_STATES)) | flags.str.contains("|".join(DOWN_FLAGS))
+    reserved = pl.col("state").is_in(list(RESERVED_STATES)) | flags.str.contains("|".join(RESERVED_FLAGS))
     alloc = pl.min_horizontal(pl.col("used"), pl.col("total"))
     rest = pl.col("total") - alloc
     return snaps.with_columns(end.alias("until")).with_columns(

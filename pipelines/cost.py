@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import polars as pl
 from slurmscope.pipelines.common import (
@@ -25,6 +24,7 @@ from slurmscope.pipelines.common import (
     split_calendar,
     usage_interval,
     with_rate,
+    with_requeued,
 )
 
 NAME = "cost"
@@ -51,6 +51,10 @@ INPUTS: dict[str, str] = {
     "prev_monthly": """
         SELECT month, account, "user", gpu_hours, cost_usd::DOUBLE AS cost_usd, share, version, frozen, issued_at
         FROM mart_cost_monthly WHERE cluster = $cluster AND month >= $start_month""",
+    # Days of the window's first month before the window: the month total needs them.
+    "month_before": """
+        SELECT day, account, "user", gpu_seconds, cost_usd FROM mart_cost_daily
+        WHERE cluster = $cluster AND day >= $start_month AND day < $start_date""",
     "daily_before": """
         SELECT account, "partition", gpu_model, sum(gpu_seconds) AS gpu_seconds, sum(cost_usd) AS cost_usd
         FROM mart_cost_daily WHERE cluster = $cluster AND day < $start_date GROUP BY ALL""",
@@ -83,13 +87,6 @@ COUNTER_SCHEMA = {
     "updated_at": UTC_DT,
 }
 
-def align_start(start: datetime, params: dict[str, Any]) -> datetime:
-    """Widen an incremental window to the start of its billing month, so months are rebuilt whole."""
-    tz = ZoneInfo(params["tz"])
-    local = start.astimezone(tz)
-    return datetime(local.year, local.month, 1, tzinfo=tz).astimezone(start.tzinfo)
-
-
 def month_closed_at(month: pl.Expr, tz: str, close_after_days: int) -> pl.Expr:
     """UTC instant from which a billing month counts as closed."""
     return local_midnight_utc(month.dt.offset_by("1mo"), tz) + pl.duration(days=close_after_days)
@@ -97,9 +94,8 @@ def month_closed_at(month: pl.Expr, tz: str, close_after_days: int) -> pl.Expr:
 
 def attempts(jobs: pl.LazyFrame, now: datetime) -> pl.LazyFrame:
     """Started GPU attempts with their usage interval, failure and requeue flags and normalised keys."""
-    later = pl.col("submit_time") < pl.col("submit_time").max().over("job_id_raw")
     return (
-        jobs.with_columns(later.alias("requeued"))
+        with_requeued(jobs)
         .filter(pl.col("start_time").is_not_null() & (pl.col("gpus").fill_null(0) > 0))
         .with_columns(usage_interval(now))
         .with_columns(
@@ -134,7 +130,8 @@ def daily(jobs: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
 def monthly(daily_rows: pl.LazyFrame, prev: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
     """mart_cost_monthly: open months recomputed; closed months frozen; listed closed months re-issued.
 
-    `daily_rows` must cover whole months from the window start (align_start guarantees it).
+    `daily_rows` must cover whole months from the window's first month (the days before the window come
+    from the mart itself, see INPUTS["month_before"]).
     """
     billing = params["config"]["billing"]
     tz, now = params["tz"], params["now"]
@@ -236,11 +233,16 @@ def counters(window_daily: pl.LazyFrame, before: pl.LazyFrame, prev: pl.LazyFram
 
 
 def compute(frames: dict[str, pl.LazyFrame], params: dict[str, Any]) -> dict[str, pl.LazyFrame]:
-    d = daily(frames["jobs"], params).cache()
+    d = daily(frames["jobs"], params)
+    month_days = pl.concat([
+        frames["month_before"].select("day", "account", "user", "gpu_seconds", "cost_usd")
+        .cast({"gpu_seconds": pl.Float64, "cost_usd": pl.Float64}),
+        d.select("day", "account", "user", "gpu_seconds", "cost_usd"),
+    ], how="vertical")
     return {
         "mart_cost_daily": d,
         "mart_capacity_daily": capacity(frames["node_states"], params),
-        "mart_cost_monthly": monthly(d, frames["prev_monthly"], params),
+        "mart_cost_monthly": monthly(month_days, frames["prev_monthly"], params),
         "mart_usage_counters": counters(d, frames["daily_before"], frames["prev_counters"], params),
     }
 

@@ -10,10 +10,11 @@ docs/pipelines.md#reliability has the formulas.
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 from typing import Any
 
 import polars as pl
-from slurmscope.pipelines.common import UTC_DT, ensure_columns, expand_hostlist, split_calendar
+from slurmscope.pipelines.common import UTC_DT, ensure_columns, expand_hostlist, split_calendar, with_requeued
 
 NAME = "reliability"
 
@@ -100,9 +101,7 @@ def ended_attempts(jobs: pl.LazyFrame) -> pl.LazyFrame:
         (pl.col("end_time") - pl.col("start_time")).dt.total_microseconds() / 1e6,
         pl.lit(0.0),
     )
-    later = pl.col("submit_time") < pl.col("submit_time").max().over("job_id_raw")
-    return jobs.with_columns(
-        later.alias("requeued"),
+    return with_requeued(jobs).with_columns(
         (elapsed * pl.col("gpus").fill_null(0) / 3600.0).alias("gpu_hours"),
         elapsed.alias("elapsed"),
         pl.col("account").fill_null(""),
@@ -205,10 +204,22 @@ def fault_impact(jobs: pl.LazyFrame, node_events: pl.LazyFrame, gpu_events: pl.L
         pl.lit(None, dtype=pl.Float64).alias("l_elapsed"), pl.col("start_time").alias("l_start"),
     )
     later = pl.concat([later, running_later.select(later.collect_schema().names())], how="vertical")
-    killed = ended.filter(pl.col("state").is_in(KILLED_STATES)).with_columns(
-        pl.col("node_list").map_elements(expand_hostlist, return_dtype=pl.List(pl.String)).alias("node")
-    ).explode("node")
     f = faults(node_events, gpu_events, params)
+    # Cheap time prefilter before the per-row hostlist expansion: keep attempts with some fault (any node)
+    # in [end - grace, end + 60 s]; the node match below then decides.
+    times = f.select(pl.col("fault_time").alias("_near")).unique().sort("_near")
+    killed = (
+        ended.filter(pl.col("state").is_in(KILLED_STATES))
+        .with_columns((pl.col("end_time") + pl.duration(seconds=60)).alias("_probe"))
+        .sort("_probe")
+        .join_asof(times, left_on="_probe", right_on="_near", strategy="backward",
+                   tolerance=timedelta(seconds=grace + 60))
+        .filter(pl.col("_near").is_not_null())
+        .drop("_probe", "_near")
+        .with_columns(
+            pl.col("node_list").map_elements(expand_hostlist, return_dtype=pl.List(pl.String)).alias("node")
+        ).explode("node")
+    )
     m = killed.join(f, on="node").filter(
         (pl.col("start_time") <= pl.col("fault_time"))
         & (pl.col("end_time") >= pl.col("fault_time") - pl.duration(seconds=60))
@@ -297,9 +308,9 @@ def goodput(node_rel: pl.LazyFrame, job_sizes: pl.LazyFrame, lost_before: pl.Laz
 
 def compute(frames: dict[str, pl.LazyFrame], params: dict[str, Any]) -> dict[str, pl.LazyFrame]:
     ended = ended_attempts(frames["jobs"])
-    days = by_end_day(ended, params).cache()
-    nrel = node_reliability(frames["node_events"], frames["nodes"], params).cache()
-    fi = fault_impact(frames["jobs"], frames["node_events"], frames["gpu_events"], params).cache()
+    days = by_end_day(ended, params)
+    nrel = node_reliability(frames["node_events"], frames["nodes"], params)
+    fi = fault_impact(frames["jobs"], frames["node_events"], frames["gpu_events"], params)
     return {
         "mart_job_outcomes_daily": outcomes(days),
         "mart_requeues_daily": requeues(days),

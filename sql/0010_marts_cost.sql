@@ -16,9 +16,9 @@ CREATE TABLE mart_cost_daily (
     failed_cost_usd       DOUBLE NOT NULL,
     requeued_gpu_seconds  DOUBLE NOT NULL,        -- attempts followed by a later attempt of the same job
     requeued_cost_usd     DOUBLE NOT NULL,
-    running_gpu_seconds   DOUBLE NOT NULL,        -- part accrued by attempts still running at `now`
-    PRIMARY KEY (cluster, day, account, "user", "partition", qos, gpu_model)
+    running_gpu_seconds   DOUBLE NOT NULL         -- part accrued by attempts still running at `now`
 );
+-- unique key (kept by the runner's delete-then-insert; no index, for bulk-insert speed): cluster, day, account, "user", "partition", qos, gpu_model
 
 -- Capacity per day from sinfo node-state intervals: allocated + idle + down + reserved = capacity.
 CREATE TABLE mart_capacity_daily (
@@ -35,9 +35,9 @@ CREATE TABLE mart_capacity_daily (
     allocated_cost_usd     DECIMAL(18,2) NOT NULL,
     idle_cost_usd          DECIMAL(18,2) NOT NULL,
     down_cost_usd          DECIMAL(18,2) NOT NULL,
-    reserved_cost_usd      DECIMAL(18,2) NOT NULL,
-    PRIMARY KEY (cluster, day, "partition", gpu_model)
+    reserved_cost_usd      DECIMAL(18,2) NOT NULL
 );
+-- unique key (kept by the runner's delete-then-insert; no index, for bulk-insert speed): cluster, day, "partition", gpu_model
 
 -- Monthly invoice per account and user; every version is kept, readers take max(version) per month.
 CREATE TABLE mart_cost_monthly (
@@ -50,9 +50,9 @@ CREATE TABLE mart_cost_monthly (
     share                 DOUBLE NOT NULL,        -- of the month's GPU-hours in this cluster
     version               INTEGER NOT NULL,       -- 1 for the first issue; a re-issue of a closed month adds 1
     frozen                BOOLEAN NOT NULL,       -- closed month: never rewritten, only re-issued
-    issued_at             TIMESTAMPTZ NOT NULL,   -- the run's `now` when this version was computed
-    PRIMARY KEY (cluster, month, account, "user", version)
+    issued_at             TIMESTAMPTZ NOT NULL    -- the run's `now` when this version was computed
 );
+-- unique key (kept by the runner's delete-then-insert; no index, for bulk-insert speed): cluster, month, account, "user", version
 
 -- Monotone counters for the exporter: GPU-seconds and cost up to `now`, running jobs included.
 -- A recomputation that comes out lower never lowers the counter; the difference goes to *_correction.
@@ -65,9 +65,9 @@ CREATE TABLE mart_usage_counters (
     cost_usd_total            DOUBLE NOT NULL,
     gpu_seconds_correction    DOUBLE NOT NULL,    -- recomputed minus reported, <= 0
     cost_usd_correction       DOUBLE NOT NULL,
-    updated_at                TIMESTAMPTZ NOT NULL,
-    PRIMARY KEY (cluster, account, "partition", gpu_model)
+    updated_at                TIMESTAMPTZ NOT NULL
 );
+-- unique key (kept by the runner's delete-then-insert; no index, for bulk-insert speed): cluster, account, "partition", gpu_model
 
 -- When each pipeline last ran: the default start of the next incremental window.
 CREATE TABLE pipeline_runs (

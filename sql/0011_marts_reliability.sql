@@ -8,9 +8,9 @@ CREATE TABLE mart_job_outcomes_daily (
     account       VARCHAR NOT NULL,
     state         VARCHAR NOT NULL,       -- COMPLETED, FAILED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, CANCELLED, ...
     jobs          BIGINT NOT NULL,        -- attempts (a requeued job counts once per attempt)
-    gpu_hours     DOUBLE NOT NULL,        -- elapsed x GPUs of those attempts
-    PRIMARY KEY (cluster, day, "partition", account, state)
+    gpu_hours     DOUBLE NOT NULL         -- elapsed x GPUs of those attempts
 );
+-- unique key (kept by the runner's delete-then-insert; no index, for bulk-insert speed): cluster, day, "partition", account, state
 
 -- Requeues by the day the requeued attempt ended.
 CREATE TABLE mart_requeues_daily (
@@ -22,9 +22,9 @@ CREATE TABLE mart_requeues_daily (
     requeues           BIGINT NOT NULL,   -- of those, attempts followed by a later attempt of the same job
     requeued_jobs      BIGINT NOT NULL,   -- distinct jobs among `requeues`
     requeue_rate       DOUBLE,            -- requeues / attempts_ended
-    requeued_gpu_hours DOUBLE NOT NULL,   -- GPU-hours of the requeued attempts
-    PRIMARY KEY (cluster, day, "partition", account)
+    requeued_gpu_hours DOUBLE NOT NULL    -- GPU-hours of the requeued attempts
 );
+-- unique key (kept by the runner's delete-then-insert; no index, for bulk-insert speed): cluster, day, "partition", account
 
 -- Per node over all history: failures (DOWN/DRAIN/FAIL events), MTBF and MTTR.
 CREATE TABLE mart_node_reliability (
@@ -35,9 +35,9 @@ CREATE TABLE mart_node_reliability (
     failures             BIGINT NOT NULL,
     down_seconds         DOUBLE NOT NULL,
     mtbf_seconds         DOUBLE,             -- (observed - down) / failures; NULL without failures
-    mttr_seconds         DOUBLE,             -- mean duration of ended failures
-    PRIMARY KEY (cluster, node)
+    mttr_seconds         DOUBLE              -- mean duration of ended failures
 );
+-- unique key (kept by the runner's delete-then-insert; no index, for bulk-insert speed): cluster, node
 
 -- Node fault -> attempts that died on that node -> GPU-hours lost -> did the job come back.
 CREATE TABLE mart_fault_impact (
@@ -55,9 +55,9 @@ CREATE TABLE mart_fault_impact (
     gpu_hours_lost            DOUBLE NOT NULL,   -- elapsed x GPUs of the failed attempt
     came_back                 BOOLEAN NOT NULL,  -- a later attempt of the job started
     completed_later           BOOLEAN NOT NULL,  -- a later attempt COMPLETED
-    resumed_from_checkpoint   BOOLEAN,           -- TRUE: completed in less time than was lost; NULL: cannot tell
-    PRIMARY KEY (cluster, fault_time, node, fault_source, fault_kind, job_id_raw, submit_time)
+    resumed_from_checkpoint   BOOLEAN            -- TRUE: completed in less time than was lost; NULL: cannot tell
 );
+-- unique key (kept by the runner's delete-then-insert; no index, for bulk-insert speed): cluster, fault_time, node, fault_source, fault_kind, job_id_raw, submit_time
 
 -- Training goodput per partition and job size N nodes, from measured node failure rates.
 CREATE TABLE mart_goodput (
@@ -70,6 +70,6 @@ CREATE TABLE mart_goodput (
     young_daly_interval_seconds   DOUBLE,   -- sqrt(2 C MTBI)
     expected_lost_share           DOUBLE,   -- C/tau + tau/(2 MTBI) at tau = Young-Daly, capped at 1
     measured_lost_share           DOUBLE,   -- GPU-hours of fault-killed attempts / all GPU-hours, jobs of N nodes
-    jobs                          BIGINT NOT NULL,
-    PRIMARY KEY (cluster, "partition", nodes)
+    jobs                          BIGINT NOT NULL
 );
+-- unique key (kept by the runner's delete-then-insert; no index, for bulk-insert speed): cluster, "partition", nodes

@@ -9,9 +9,9 @@ CREATE TABLE mart_backfill_daily (
     jobs             BIGINT NOT NULL,
     gpu_hours        DOUBLE NOT NULL,   -- elapsed (or up to now) x GPUs of those attempts
     share            DOUBLE,            -- of the day's and partition's jobs
-    gpu_hours_share  DOUBLE,            -- of the day's and partition's GPU-hours
-    PRIMARY KEY (cluster, day, "partition", sched_by)
+    gpu_hours_share  DOUBLE             -- of the day's and partition's GPU-hours
 );
+-- unique key (kept by the runner's delete-then-insert; no index, for bulk-insert speed): cluster, day, "partition", sched_by
 
 -- sdiag deltas between consecutive snapshots; counters reset at midnight UTC and on restart.
 CREATE TABLE mart_sched_deltas (
@@ -36,9 +36,9 @@ CREATE TABLE mart_sched_deltas (
     main_mean_cycle_us       BIGINT,
     main_max_cycle_us        BIGINT,
     jobs_pending             BIGINT,
-    jobs_running             BIGINT,
-    PRIMARY KEY (cluster, snapshot_time)
+    jobs_running             BIGINT
 );
+-- unique key (kept by the runner's delete-then-insert; no index, for bulk-insert speed): cluster, snapshot_time
 
 -- Occupancy per time bucket (pipelines.occupancy_bucket_seconds, default 900).
 CREATE TABLE mart_occupancy (
@@ -53,9 +53,9 @@ CREATE TABLE mart_occupancy (
     min_pending_gpus             INTEGER,           -- smallest GPU request among them
     hole_gpu_seconds             DOUBLE,            -- idle GPU-seconds while a pending GPU job would have fit
     backfill_gpu_seconds         DOUBLE NOT NULL,   -- GPU-seconds held by backfill-started attempts
-    hole_filled_share            DOUBLE,            -- backfill / (backfill + hole) in buckets with holes or backfill
-    PRIMARY KEY (cluster, bucket_start, "partition", gpu_model)
+    hole_filled_share            DOUBLE             -- backfill / (backfill + hole) in buckets with holes or backfill
 );
+-- unique key (kept by the runner's delete-then-insert; no index, for bulk-insert speed): cluster, bucket_start, "partition", gpu_model
 
 -- Wait (start - eligible, else submit) by billing-zone day of start.
 CREATE TABLE mart_wait_times (
@@ -70,6 +70,6 @@ CREATE TABLE mart_wait_times (
     p90_seconds    DOUBLE,
     p99_seconds    DOUBLE,
     mean_seconds   DOUBLE,
-    max_seconds    DOUBLE,
-    PRIMARY KEY (cluster, day, "partition", account, gpu_class, gpu_model)
+    max_seconds    DOUBLE
 );
+-- unique key (kept by the runner's delete-then-insert; no index, for bulk-insert speed): cluster, day, "partition", account, gpu_class, gpu_model

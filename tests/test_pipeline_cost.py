@@ -46,7 +46,8 @@ def test_split_calendar_month_boundary_in_new_york():
     # 22:00 EST on 31 Jan to 02:00 EST on 1 Feb = 03:00-07:00 UTC on 1 Feb: two hours in each month.
     lf = pl.LazyFrame({"s": [ts("2026-02-01 03:00")], "e": [ts("2026-02-01 07:00")]},
                       schema={"s": UTC_DT, "e": UTC_DT})
-    got = split_calendar(lf, "s", "e", "America/New_York", every="1mo", out="month").select("month", "overlap_seconds")
+    got = split_calendar(lf, "s", "e", "America/New_York", every="1mo", out="month").select(
+        "month", "overlap_seconds").sort("month")
     want = pl.DataFrame({"month": [date(2026, 1, 1), date(2026, 2, 1)], "overlap_seconds": [7200.0, 7200.0]})
     assert_frame_equal(got.collect(), want)
 

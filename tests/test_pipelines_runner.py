@@ -69,6 +69,31 @@ def snapshot(con) -> dict[str, list]:
     return {m: con.execute(f"SELECT * FROM {m} ORDER BY ALL").fetchall() for m in MARTS}
 
 
+KEYS = {  # the unique key of each mart (documented in the migrations; no index enforces it)
+    "mart_cost_daily": 'day, account, "user", "partition", qos, gpu_model',
+    "mart_capacity_daily": 'day, "partition", gpu_model',
+    "mart_cost_monthly": 'month, account, "user", version',
+    "mart_usage_counters": 'account, "partition", gpu_model',
+    "mart_job_outcomes_daily": 'day, "partition", account, state',
+    "mart_requeues_daily": 'day, "partition", account',
+    "mart_node_reliability": "node",
+    "mart_fault_impact": "fault_time, node, fault_source, fault_kind, job_id_raw, submit_time",
+    "mart_goodput": '"partition", nodes',
+    "mart_backfill_daily": 'day, "partition", sched_by',
+    "mart_sched_deltas": "snapshot_time",
+    "mart_occupancy": 'bucket_start, "partition", gpu_model',
+    "mart_wait_times": 'day, "partition", account, gpu_class, gpu_model',
+}
+
+
+def assert_unique_keys(con):
+    for mart, key in KEYS.items():
+        total, distinct = con.execute(
+            f"SELECT count(*), count(DISTINCT (cluster, {key})) FROM {mart}"
+        ).fetchone()
+        assert total == distinct, mart
+
+
 def test_registry_names_the_three_pipelines_and_leaves_room():
     assert runner.PIPELINES[:3] == MINE
 
@@ -86,6 +111,7 @@ def test_running_twice_changes_nothing(con):
     assert snapshot(con) == before
     run_pipelines(con, cfg(), now=now, only=MINE)  # incremental from the last run
     assert snapshot(con) == before
+    assert_unique_keys(con)
 
 
 def test_incremental_runs_equal_a_full_rebuild(con):
@@ -103,6 +129,7 @@ def test_incremental_runs_equal_a_full_rebuild(con):
     full = marts()
     for mart in MARTS:
         assert incremental[mart] == full[mart], mart
+    assert_unique_keys(con)
 
 
 def test_late_record_is_picked_up_by_next_incremental_run(con):
