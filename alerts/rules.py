@@ -192,6 +192,20 @@ ALERTS: tuple[Alert, ...] = (
           "Mean GPU utilisation of cluster {{ $labels.cluster }} in the last hour is "
           "{{ $value | humanizePercentage }}, below "
           f"{round(t.UTIL_DRIFT_FACTOR * 100)}% of its mean over the day before.", "cost"),
+    Alert("GpuFleetDrift", 'max by (cluster, node, entity, signal) (slurmscope_drift_breached{entity_type="gpu"}) == 1',
+          t.DRIFT_FOR, "warning", "A GPU drifted away from the fleet.",
+          "GPU {{ $labels.entity }} on node {{ $labels.node }} of cluster {{ $labels.cluster }} is an outlier on "
+          "{{ $labels.signal }} compared with GPUs at the same utilisation.", "drift"),
+    Alert("NodeErrorRateDrift",
+          'max by (cluster, node, signal) (slurmscope_drift_breached{entity_type="node", signal=~"node_.*"}) == 1',
+          t.DRIFT_FOR, "warning", "A node's error rate drifted above its own history.",
+          "Node {{ $labels.node }} of cluster {{ $labels.cluster }}: {{ $labels.signal }} is far above its own "
+          "history.", "drift"),
+    Alert("SlurmTrendDrift",
+          'max by (cluster, entity_type, entity, signal) (slurmscope_drift_breached{entity_type=~"account|partition"}) == 1',
+          t.TREND_DRIFT_FOR, "info", "An account or partition trend drifted.",
+          "{{ $labels.signal }} of {{ $labels.entity_type }} {{ $labels.entity }} in cluster {{ $labels.cluster }} "
+          "drifted from its trailing history.", "drift"),
     # ---- the pipeline itself ----
     Alert("SlurmscopeCollectorStale",
           f"time() - slurmscope_collector_last_success_timestamp_seconds > {t.COLLECTOR_STALE_SECONDS}",

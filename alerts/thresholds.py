@@ -91,3 +91,10 @@ CONTROLLER_DOWN_FOR = "2m"
 # The exporter renders after every collector run (at least every 5 minutes): 10 minutes old is stuck.
 METRICS_STALE_SECONDS = 600
 METRICS_STALE_FOR = "5m"
+
+# Drift alerts page on what the drift pipeline marked breached: its thresholds (robust z-scores per signal)
+# live in the config section drift.* because the pipeline and the reports use them too; only the `for:`
+# lives here. Half an hour keeps a single noisy day-boundary recomputation from paging.
+DRIFT_FOR = "30m"
+# Account and partition trends (usage, cost, failure rate, wait) move slowly: an hour, and only a ticket.
+TREND_DRIFT_FOR = "1h"

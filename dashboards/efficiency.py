@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slurmscope.dashboards.common import CP, C, Q, new_dashboard, single, ts
+from slurmscope.dashboards.common import CA, CP, C, Q, new_dashboard, single, tbl, ts
 
 SLUG = "efficiency"
 TITLE = "GPU efficiency"
@@ -20,6 +20,15 @@ def build():
                                                   "{{cluster}}")], "percentunit"))
         .with_panel(ts("GPU utilisation by node", [Q(f"avg by (node) (slurmscope_gpu_utilization_ratio{{{C}}})",
                                                      "{{node}}")], "percentunit"))
+        .with_panel(ts("Allocated but idle GPUs by account (daily mean)", [
+            Q(f'sum by (account) (rate(slurmscope_allocated_gpu_seconds_total{{{CA}, kind="idle"}}[1d]))',
+              "{{account}}")]))
+        .with_panel(ts("Idle share of allocated GPU time", [
+            Q(f'sum by (account) (rate(slurmscope_allocated_gpu_seconds_total{{{CA}, kind="idle"}}[1d]))'
+              f' / sum by (account) (rate(slurmscope_allocated_gpu_seconds_total{{{CA}, kind="sampled"}}[1d]))',
+              "{{account}}")], "percentunit"))
+        .with_panel(tbl("Jobs that never used their GPUs", [
+            Q(f"sum by (account) (slurmscope_zero_util_jobs_total{{{CA}}})")], w=12))
         .with_panel(ts("Idle GPUs by partition", [
             Q(f'partition_kind:slurmscope_occupancy_gpu_seconds:rate1h{{{CP}, kind="idle"}}', "{{partition}}")]))
     )

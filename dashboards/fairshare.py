@@ -21,6 +21,11 @@ def build():
               "{{account}}")]))
         .with_panel(ts("Pending GPUs by account", [Q(f"sum by (account) (slurmscope_gpus_pending{{{CPA}}})",
                                                      "{{account}}")]))
+        .with_panel(ts("Usage share (7 days) against target share", [
+            Q(f'slurmscope_fairshare_usage_share_ratio{{{CA}, window="7d"}}', "{{account}} usage"),
+            Q(f"slurmscope_fairshare_target_share_ratio{{{CA}}}", "{{account}} target")], "percentunit"))
+        .with_panel(ts("Starved for, by account", [Q(f"slurmscope_fairshare_starved_seconds{{{CA}}}", "{{account}}")],
+                       "s"))
         .with_panel(tbl("Fair-share now", [
             Q(f"slurmscope_fairshare_shares_ratio{{{CA}}}", "shares"),
             Q(f"slurmscope_fairshare_usage_ratio{{{CA}}}", "usage"),

@@ -30,4 +30,7 @@ def build():
         .with_panel(tbl("GPUs missing (GRES minus NVML)", [
             Q(f"max by (node) (slurmscope_node_gpus_configured{{{C}}})"
               f" - max by (node) (slurmscope_node_gpus_visible{{{C}}})")], w=8))
+        .with_panel(tbl("Drift scores (breached = 1)", [
+            Q(f"slurmscope_drift_score{{{C}}}", "score"),
+            Q(f"slurmscope_drift_breached{{{C}}}", "breached")]))
     )

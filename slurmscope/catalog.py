@@ -512,6 +512,39 @@ CATALOG: tuple[Metric, ...] = (
         requires=("shares",),
         user_labels=True,
     ),
+    Metric(
+        name="slurmscope_fairshare_usage_share_ratio", type="gauge", unit="ratio",
+        help="The account's share of cluster usage over trailing windows (7d, 30d; undecayed), latest day.",
+        labels=("cluster", "account", "window"),
+        source="mart_fairshare_drift (latest day <= now)",
+        query="""
+            WITH d AS (SELECT * FROM mart_fairshare_drift WHERE cluster = $cluster
+                       AND day = (SELECT max(day) FROM mart_fairshare_drift WHERE cluster = $cluster
+                                  AND day <= CAST($now AS DATE)))
+            SELECT cluster, account, '7d' AS "window", usage_share_7d AS value FROM d
+            UNION ALL SELECT cluster, account, '30d', usage_share_30d FROM d""",
+        requires=("mart_fairshare_drift",),
+    ),
+    Metric(
+        name="slurmscope_fairshare_target_share_ratio", type="gauge", unit="ratio",
+        help="The account's target share of the cluster (product of normalised shares from the root).",
+        labels=("cluster", "account"),
+        source="mart_fairshare_drift (latest day <= now)",
+        query="""SELECT cluster, account, target_share AS value FROM mart_fairshare_drift WHERE cluster = $cluster
+                 AND day = (SELECT max(day) FROM mart_fairshare_drift WHERE cluster = $cluster
+                            AND day <= CAST($now AS DATE))""",
+        requires=("mart_fairshare_drift",),
+    ),
+    Metric(
+        name="slurmscope_fairshare_starved_seconds", type="gauge", unit="seconds",
+        help="How long the account has been starved (7-day usage share far below target), in whole days, latest day.",
+        labels=("cluster", "account"),
+        source="mart_fairshare_drift (latest day <= now)",
+        query="""SELECT cluster, account, days_starved * 86400 AS value FROM mart_fairshare_drift WHERE cluster = $cluster
+                 AND day = (SELECT max(day) FROM mart_fairshare_drift WHERE cluster = $cluster
+                            AND day <= CAST($now AS DATE))""",
+        requires=("mart_fairshare_drift",),
+    ),
     # ---- controller and collectors --------------------------------------------------------------------
     Metric(
         name="slurmscope_controller_up", type="gauge", unit="",
@@ -550,6 +583,50 @@ CATALOG: tuple[Metric, ...] = (
         query="SELECT cluster, collector, max(epoch(coalesce(finished_at, started_at))) AS value FROM collector_runs"
               " WHERE cluster = $cluster AND status = 'ok' AND coalesce(finished_at, started_at) <= $now GROUP BY ALL",
         requires=("collector_runs",),
+    ),
+    # ---- efficiency and drift (marts) ------------------------------------------------------------------
+    Metric(
+        name="slurmscope_allocated_gpu_seconds_total", type="counter", unit="seconds",
+        help="GPU-seconds held by jobs, by kind: sampled (NVML saw the GPU) and idle (held with mean utilisation"
+             " under drift.idle_util_percent); days up to today, today as of the last pipeline run.",
+        labels=("cluster", "account", "kind"),
+        source="mart_idle_gpus_daily (days <= today)",
+        query="""
+            SELECT cluster, coalesce(account, '') AS account, k.kind,
+                   sum(CASE k.kind WHEN 'sampled' THEN sampled_gpu_hours ELSE idle_gpu_hours END) * 3600 AS value
+            FROM mart_idle_gpus_daily, (VALUES ('sampled'), ('idle')) k(kind)
+            WHERE cluster = $cluster AND day <= CAST($now AS DATE) GROUP BY ALL""",
+        requires=("mart_idle_gpus_daily",),
+    ),
+    Metric(
+        name="slurmscope_zero_util_jobs_total", type="counter", unit="",
+        help="Job attempts that held GPUs without ever using them (no minute reached the idle threshold).",
+        labels=("cluster", "account"),
+        source="mart_job_efficiency (alloc_end <= now)",
+        query="""SELECT cluster, coalesce(account, '') AS account, count(*) FILTER (WHERE zero_util) AS value
+                 FROM mart_job_efficiency WHERE cluster = $cluster AND alloc_end <= $now GROUP BY ALL""",
+        requires=("mart_job_efficiency",),
+    ),
+    Metric(
+        name="slurmscope_drift_score", type="gauge", unit="",
+        help="Drift score of a signal for an entity (larger is worse; robust z for z-score methods), latest as_of.",
+        labels=("cluster", "signal", "entity_type", "entity", "node"),
+        source="mart_drift (latest as_of <= now per signal and entity)",
+        query="""SELECT cluster, signal, entity_type, entity, coalesce(node, '') AS node, score AS value
+                 FROM mart_drift WHERE cluster = $cluster AND as_of <= $now
+                 QUALIFY row_number() OVER (PARTITION BY signal, entity ORDER BY as_of DESC) = 1""",
+        requires=("mart_drift",),
+    ),
+    Metric(
+        name="slurmscope_drift_breached", type="gauge", unit="",
+        help="1 when the signal's score is above its configured threshold (config drift.*), latest as_of.",
+        labels=("cluster", "signal", "entity_type", "entity", "node"),
+        source="mart_drift (latest as_of <= now per signal and entity)",
+        query="""SELECT cluster, signal, entity_type, entity, coalesce(node, '') AS node,
+                        CASE WHEN breached THEN 1 ELSE 0 END AS value
+                 FROM mart_drift WHERE cluster = $cluster AND as_of <= $now
+                 QUALIFY row_number() OVER (PARTITION BY signal, entity ORDER BY as_of DESC) = 1""",
+        requires=("mart_drift",),
     ),
     # ---- GPU health (NVML) ----------------------------------------------------------------------------
     _gpu("slurmscope_gpu_utilization_ratio", "util_gpu_mean / 100.0", "ratio",

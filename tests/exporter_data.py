@@ -16,6 +16,8 @@ raise (EXPECTED_ALERTS) and what the exporter must report at END:
 - sshare: a has shares 0.6 and effective usage 0.8; b has shares 0.4 and effective usage 0.1.
 - GPU utilisation 80 % until 2 h before END, then 20 %.
 - collectors: sacct last succeeded 2 h before END, sshare failing for the last 30 min, others fine.
+- drift (mart_drift, from 2 h before END): GPU g02-gpu3 temperature vs fleet and node g01 uncorrectable
+  ECC breached; the partition failure-rate trend scored but not breached.
 - marts: usage counters, wait times (p90 600 s, 3000 s on the last day), occupancy, backfill, sdiag
   deltas, fault impact, node reliability, goodput, capacity, as the pipelines would write them.
 """
@@ -36,9 +38,9 @@ EXPECTED_ALERTS = {
     "GpuRowRemapFailed", "GpuFallenOffBus", "GpuThrottlingSustained", "GpuCountMismatch",
     "SlurmJobFailureRateHigh", "SlurmRequeueSpike", "SlurmNodeFaultJobKills", "SlurmWaitTimeP90Drift",
     "SlurmFairShareStarvation", "SlurmBackfillStalled", "GpuUtilizationDrift", "SlurmscopeCollectorStale",
-    "SlurmscopeCollectorFailing",
+    "SlurmscopeCollectorFailing", "GpuFleetDrift", "NodeErrorRateDrift",
 }
-QUIET_ALERTS = {"SlurmControllerUnreachable", "SlurmCostBurnAboveBudget", "SlurmscopeMetricsStale"}
+QUIET_ALERTS = {"SlurmControllerUnreachable", "SlurmCostBurnAboveBudget", "SlurmscopeMetricsStale", "SlurmTrendDrift"}
 
 
 def _exec(con: duckdb.DuckDBPyConnection, sql: str) -> None:
@@ -234,4 +236,36 @@ def build_marts(con: duckdb.DuckDBPyConnection) -> None:
         SELECT $cluster, CAST(d AS DATE), 'gpu', 'h100', 32 * 86400, 13 * 86400, 11 * 86400, 8 * 86400, 0,
                1536, 624, 528, 384, 0
         FROM generate_series($start, $end, INTERVAL 1 DAY) g(d)
+    """)
+    _exec(con, """
+        INSERT INTO mart_drift (cluster, as_of, signal, entity_type, entity, node, value, baseline, score, threshold,
+                                breached, method, detail)
+        SELECT $cluster, a, d.signal, d.etype, d.entity, d.node, d.v, d.b, d.score, 4.0, d.score > 4.0, d.method, ''
+        FROM (VALUES ($end - INTERVAL 2 HOUR), ($end - INTERVAL 10 MINUTE)) t(a),
+             (VALUES ('gpu_temperature_vs_fleet', 'gpu', 'g02-gpu3', 'g02', 88.0, 65.0, 6.5, 'robust_z_fleet_same_util'),
+                     ('gpu_temperature_vs_fleet', 'gpu', 'g02-gpu2', 'g02', 65.0, 65.0, 0.0, 'robust_z_fleet_same_util'),
+                     ('node_ecc_uncorrected', 'node', 'g01', 'g01', 1.0, 0.0, 9.0, 'robust_z_own_history'),
+                     ('partition_failure_rate', 'partition', 'gpu', NULL, 0.3, 0.2, 1.0, 'robust_z_trailing'))
+               d(signal, etype, entity, node, v, b, score, method)
+    """)
+    _exec(con, """
+        INSERT INTO mart_fairshare_drift
+        SELECT $cluster, CAST(d AS DATE), f.account, f.u7, f.u30, f.target, f.u7 / f.target, f.state, NULL, NULL,
+               f.starved, 0
+        FROM generate_series($start, $end, INTERVAL 1 DAY) g(d),
+             (VALUES ('a', 0.9, 0.85, 0.6, 'over_served', 0), ('b', 0.1, 0.15, 0.4, 'starved', 2))
+               f(account, u7, u30, target, state, starved)
+    """)
+    _exec(con, """
+        INSERT INTO mart_idle_gpus_daily
+        SELECT $cluster, CAST(d AS DATE), 'a', 'alice', 100, 90, 30, 30.0 / 90, 1
+        FROM generate_series($start, $end, INTERVAL 1 DAY) g(d)
+    """)
+    _exec(con, """
+        INSERT INTO mart_job_efficiency (cluster, job_id, job_id_raw, attempt, submit_time, account, "user", gpus,
+            util_mean, gpu_seconds, sampled_gpu_seconds, idle_gpu_seconds, zero_util, alloc_start, alloc_end)
+        SELECT $cluster, CAST(60000 + k AS VARCHAR), 60000 + k, 1, $start, 'a', 'alice', 1, CASE WHEN k < 2 THEN 0 ELSE 70 END,
+               3600, 3600, CASE WHEN k < 2 THEN 3600 ELSE 0 END, k < 2, $start + k * INTERVAL 1 HOUR,
+               $start + (k + 1) * INTERVAL 1 HOUR
+        FROM range(0, 5) s(k)
     """)
