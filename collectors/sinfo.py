@@ -376,6 +376,7 @@ _COMPACT = {
 _FLAG_ALIASES = {"drng": "DRAIN", "drain": "DRAIN", "maint": "MAINTENANCE", "resv": "RESERVED",
                  "comp": "COMPLETING"}
 _STATE_WORD = re.compile(r"^[A-Za-z_]+$")
+_DIGITS = re.compile(r"^[0-9]+$")  # not str.isdigit(): it accepts '²', which int() refuses
 
 
 def parse_state(raw: str | None) -> tuple[str | None, str | None]:
@@ -417,7 +418,7 @@ def parse_cpus_state(s: str | None) -> tuple[int | None, int | None, int | None,
     if not s:
         return None, None, None, None
     parts = s.strip().split("/")
-    if len(parts) != 4 or not all(p.isdigit() for p in parts):
+    if len(parts) != 4 or not all(_DIGITS.match(p) for p in parts):
         return None, None, None, None
     a, i, o, t = (int(p) for p in parts)
     return a, i, o, t
@@ -517,7 +518,7 @@ def _rows_for(values: dict[str, str], snapshot_time: datetime, cluster: str, tz:
     a, i, o, t = parse_cpus_state(values.get("cpus_state"))
     if values.get("cpus_state") is not None and t is None and values["cpus_state"].strip() not in NULL_WORDS:
         return [], f"not an A/I/O/T CPU count: {values['cpus_state']!r}"
-    if t is None and values.get("cpus", "").strip().isdigit():
+    if t is None and _DIGITS.match(values.get("cpus", "").strip()):
         t = int(values["cpus"].strip())
     try:
         reason_time = parse_slurm_time(values.get("reason_time"), tz)
@@ -571,7 +572,7 @@ def is_header(values: dict[str, str], id_columns: tuple[str, ...]) -> bool:
 def _group_row(values: dict[str, str], group_no: int, snapshot_time: datetime, cluster: str,
                source: str) -> tuple[dict | None, str | None]:
     count = (values.get("node_count") or "").strip()
-    if not count.isdigit():
+    if not _DIGITS.match(count):
         return None, f"node count is not a number: {count!r}"
     partition = _null(values.get("partition")) or ""
     state_raw = _null(values.get("state"))
@@ -610,6 +611,132 @@ def check_input(data: bytes, fmt: str | None, delimiter: str | None) -> str | No
     return None
 
 
+_CONTROL = r"[\x1c-\x1f]"  # separators Python's str.strip() removes and Polars' strip_chars() keeps
+
+
+def _per_value(df: pl.DataFrame, col: str, fn) -> tuple[dict, set]:
+    """fn applied once per distinct value of a column: ({value: result}, {values where fn raised})."""
+    out: dict = {}
+    bad: set = set()
+    for v in df[col].unique().to_list():
+        try:
+            out[v] = fn(v)
+        except ValueError:
+            bad.add(v)
+    return out, bad
+
+
+def _fits32(*values: int | None) -> bool:
+    return all(v is None or -(2**31) <= v < 2**31 for v in values)
+
+
+def _vector_node_rows(df: pl.DataFrame, cluster: str, snapshot_time: datetime, tz: ZoneInfo
+                      ) -> tuple[pl.DataFrame, list[int]]:
+    """node_states rows of split lines, converting each distinct value once with the per-line rules.
+
+    Returns the rows (with line_no) and the line numbers that need the per-line path (a value that
+    fails a rule, or a control character on which the two strip() flavours disagree).
+    """
+    names = set(df.columns)
+    odd = pl.any_horizontal([pl.col(c).str.contains(_CONTROL) for c in df.columns if c != "line_no"])
+    slow = df.filter(odd)["line_no"].to_list()
+    df = df.filter(~odd)
+
+    def node(v: str) -> str:
+        v = v.strip()
+        if not v:
+            raise ValueError("empty node name")
+        return v
+
+    def partition(v: str | None) -> str:
+        v = (v or "").strip()
+        return ("" if v in NULL_WORDS else v).rstrip("*")
+
+    def state(v: str | None) -> tuple:
+        raw = _null(v)
+        st, flags = parse_state(raw)
+        if st is not None and not _STATE_WORD.match(st):
+            raise ValueError("not a node state")
+        return raw, st, flags
+
+    def cpus_state(v: str | None) -> tuple:
+        a, i, o, t = parse_cpus_state(v)
+        if v is not None and t is None and v.strip() not in NULL_WORDS:
+            raise ValueError("not an A/I/O/T CPU count")
+        if not _fits32(a, i, o, t):
+            raise ValueError("out of range")
+        return a, i, o, t
+
+    def cpus(v: str | None) -> int | None:
+        n = int(v.strip()) if v is not None and _DIGITS.match(v.strip()) else None
+        if not _fits32(n):
+            raise ValueError("out of range")
+        return n
+
+    def gres(v: str | None) -> tuple:
+        g, gtype = _gres_gpus(v)
+        if not _fits32(g):
+            raise ValueError("out of range")
+        return _null(v), g, gtype
+
+    def mem(v: str | None) -> int | None:
+        m = _mem(v)
+        if m is not None and not -(2**63) <= m < 2**63:
+            raise ValueError("out of range")
+        return m
+
+    rules = {"node": node, "partition": partition, "state": state, "cpus_state": cpus_state, "cpus": cpus,
+             "memory": mem, "alloc_mem": mem, "gres": gres, "gres_used": gres, "reason": _null,
+             "reason_user": _user, "features": _null, "reason_time": lambda v: parse_slurm_time(v, tz)}
+    maps: dict[str, dict] = {}
+    bad_rows = pl.lit(False)
+    for col, fn in rules.items():
+        if col in names:
+            maps[col], bad = _per_value(df, col, fn)
+            if bad:
+                bad_rows = bad_rows | pl.col(col).is_in(list(bad))
+    slow += df.filter(bad_rows)["line_no"].to_list()
+    df = df.filter(~bad_rows)
+
+    def get(col: str, pick=lambda r: r, dtype=pl.String, default=None) -> pl.Expr:
+        if col not in maps:
+            return pl.lit(default, dtype)
+        mapping = {k: pick(v) for k, v in maps[col].items()}
+        return pl.col(col).replace_strict(mapping, default=None, return_dtype=dtype)
+
+    total = get("cpus_state", lambda r: r[3], pl.Int64)
+    if "cpus" in maps:
+        total = pl.when(total.is_null()).then(get("cpus", dtype=pl.Int64)).otherwise(total)
+    gres_present = "gres" in maps
+    out = df.select(
+        "line_no",
+        cluster=pl.lit(cluster),
+        snapshot_time=pl.lit(snapshot_time),
+        node=get("node"),
+        partition=get("partition", default=""),
+        state=get("state", lambda r: r[1]),
+        state_flags=get("state", lambda r: r[2]),
+        state_raw=get("state", lambda r: r[0]),
+        reason=get("reason"),
+        reason_user=get("reason_user"),
+        reason_time=get("reason_time", dtype=pl.Datetime("us", "UTC")),
+        cpus_alloc=get("cpus_state", lambda r: r[0], pl.Int64),
+        cpus_idle=get("cpus_state", lambda r: r[1], pl.Int64),
+        cpus_other=get("cpus_state", lambda r: r[2], pl.Int64),
+        cpus_total=total,
+        memory_mb=get("memory", dtype=pl.Int64),
+        alloc_memory_mb=get("alloc_mem", dtype=pl.Int64),
+        gres=get("gres", lambda r: r[0]) if gres_present else pl.lit(None, pl.String),
+        gres_used=get("gres_used", lambda r: r[0]),
+        gpus_total=get("gres", lambda r: r[1], pl.Int64),
+        gpus_used=get("gres_used", lambda r: r[1], pl.Int64),
+        gpu_type=pl.coalesce(get("gres", lambda r: r[2]), get("gres_used", lambda r: r[2])),
+        features=get("features"),
+    )
+    out = out.select("line_no", *[pl.col(c).cast(t) for c, t in NODE_STATES_SCHEMA.items()])
+    return out, slow
+
+
 def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, fmt: str | None = None,
           delimiter: str | None = None, source: str = "") -> Parsed:
     """sinfo output -> node_states rows (node-oriented formats) or node_groups rows (aggregated ones).
@@ -617,27 +744,42 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
     Lines that do not fit the format go to quarantine; a first line of column titles is skipped.
     Raises ValueError only for a format string that cannot describe nodes (never for the data).
     """
+    return _parse(data, cluster=cluster, snapshot_time=snapshot_time, tz=tz, fmt=fmt, delimiter=delimiter,
+                  source=source, vectorise=True)
+
+
+def _parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, fmt: str | None,
+           delimiter: str | None, source: str, vectorise: bool) -> Parsed:
+    """Node-per-line formats with one repeated separator (the live one) are split and typed per column
+    and distinct value; hostlists, aggregated formats and odd lines take the per-line path."""
     lf = line_format(fmt, delimiter)
     per_node = bool(set(lf.names) & {"node", "nodelist"})
     id_cols = ("node", "nodelist") if per_node else ("node_count",)
-    rows: dict[tuple[str, str], dict] = {}
+    lines = [line for line in split_lines(data) if not is_blank(line[1])]
+    if lines:
+        values, _reason = split_line(lines[0][1], lf)
+        if values is not None and is_header(values, id_cols):
+            lines = lines[1:]
+    frames: list[pl.DataFrame] = []
+    slow = lines
+    if vectorise and per_node and "nodelist" not in lf.names and len(lines) > 1:
+        split, slow = vector_split(lines, lf)
+        if split is not None:
+            fast, redo = _vector_node_rows(split, cluster, snapshot_time, tz)
+            frames.append(fast)
+            if redo:
+                wanted = set(redo)
+                slow = sorted(slow + [line for line in lines if line[0] in wanted])
+    rows: list[dict] = []
     groups: list[dict] = []
     bad: list[dict] = []
-    first = True
-    for line_no, text, raw in split_lines(data):
-        if is_blank(text):
-            continue
+    for line_no, text, raw in slow:
         values, reason = split_line(text, lf)
-        if values is not None and first and is_header(values, id_cols):
-            first = False
-            continue
-        first = False
         if values is not None:
             if per_node:
                 new, reason = _rows_for(values, snapshot_time, cluster, tz)
                 if reason is None:
-                    for r in new:
-                        rows[(r["node"], r["partition"])] = r  # a repeated line replaces the earlier one
+                    rows.extend({"line_no": line_no, **r} for r in new)
                     continue
             else:
                 group, reason = _group_row(values, line_no, snapshot_time, cluster, source)
@@ -647,8 +789,14 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
         bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw, "reason": f"sinfo: {reason}"})
     tables: dict[str, pl.DataFrame] = {}
     if per_node:
-        tables["node_states"] = pl.DataFrame(list(rows.values()), schema=NODE_STATES_SCHEMA, orient="row") \
-            if rows else pl.DataFrame(schema=NODE_STATES_SCHEMA)
+        schema = {"line_no": pl.Int64, **NODE_STATES_SCHEMA}
+        frames.append(pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema))
+        tables["node_states"] = (
+            pl.concat(frames)
+            .sort("line_no", maintain_order=True)
+            .unique(subset=["node", "partition"], keep="last", maintain_order=True)  # a repeated line wins
+            .drop("line_no")
+        )
     else:
         tables["node_groups"] = pl.DataFrame(groups, schema=NODE_GROUPS_SCHEMA, orient="row") \
             if groups else pl.DataFrame(schema=NODE_GROUPS_SCHEMA)

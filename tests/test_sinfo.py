@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 import polars as pl
 import pytest
 from click.testing import CliRunner
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from slurmscope.collectors import sinfo
 
@@ -386,7 +386,7 @@ def test_cli_refuses_a_format_without_nodes(tmp_path):
 
 # ------------------------------------------------------------------------------------- properties
 
-_ALPHABET = st.sampled_from(list("abcgpu01239*~#!%$@^-+:,()/| \t=\x1f\x1e") + ["idle", "mixed", "drain",
+_ALPHABET = st.sampled_from(list("abcgpu01239*~#!%$@^-+:,()/| \t=\x1f\x1e\x1c²") + ["idle", "mixed", "drain",
                                                                              "gpu:h100:8", "(null)", "\n"])
 
 
@@ -453,3 +453,44 @@ def test_numbers_too_large_for_their_column_are_quarantined():
               + "\n")
     assert p.tables["node_states"].height == 0
     assert [r.split(":")[1].split()[0] for r in p.quarantine["reason"]] == ["cpus_alloc", "gpus_total"]
+
+
+# ------------------------------------------------------------------------- vectorised == per-line path
+
+_LIVE_VALUES = [
+    ["gpu01", "gpu02", " gpu03 ", "", "n\x1c1", "(null)"],
+    ["gpu*", "debug", "", "(null)", "all"],
+    ["mixed+drain", "idle~", "DOWN*", "drained*", "weird?", "", "allocated$", "mix"],
+    ["8/56/0/64", "0/0/0/0", "N/A", "1/2/3", "²/0/0/1", "99999999999/0/0/1", ""],
+    ["512000", "N/A", "1T", "x"],
+    ["64000", "0", ""],
+    ["gpu:h100:8(S:0-1)", "(null)", "gpu:1g.10gb:7,gpu:a100:1", "gpu:3000000000", "mps:200", ""],
+    ["gpu:h100:3(IDX:0-2)", "gpu:0", "(null)", ""],
+    ["h100,ib", "", "(null)"],
+    ["root(0)", "Unknown", "alice(1001)"],
+    ["2024-04-30T08:15:00", "Unknown", "2024-03-31T02:30:00", "bad", "1714557600"],
+    ["bad GPU", "none", "", "x\x1fy"],
+]
+
+
+@st.composite
+def _sinfo_lines(draw):
+    lines = []
+    for _ in range(draw(st.integers(2, 7))):
+        if draw(st.integers(0, 9)) == 0:
+            lines.append(draw(st.text(alphabet="gpu01\x1f|/ ", max_size=20)))
+        else:
+            lines.append(US.join(draw(st.sampled_from(v)) for v in _LIVE_VALUES))
+    return ("\n".join(lines) + "\n").encode()
+
+
+@settings(max_examples=150)  # each example runs both paths; the no-raise property runs the CI count
+@given(_sinfo_lines(), st.sampled_from(["UTC", "Europe/Berlin"]))
+def test_vectorised_path_equals_per_line_path(data, zone):
+    from polars.testing import assert_frame_equal
+
+    kw = dict(cluster="c", snapshot_time=T0, tz=ZoneInfo(zone), fmt=None, delimiter=None, source="")
+    fast = sinfo._parse(data, vectorise=True, **kw)
+    slow = sinfo._parse(data, vectorise=False, **kw)
+    assert_frame_equal(fast.tables["node_states"], slow.tables["node_states"])
+    assert_frame_equal(fast.quarantine.sort("line_no"), slow.quarantine.sort("line_no"))

@@ -242,7 +242,7 @@ def test_cli_ingest_then_query(tmp_path):
 
 # --------------------------------------------------------------------------------- properties
 
-_ALPHABET = st.sampled_from(list("0123456789_[]%-+|;, ()\x1f\nPDRCGabc:") + ["PENDING", "N/A", "(null)",
+_ALPHABET = st.sampled_from(list("0123456789_[]%-+|;, ()\x1f\x1c\nPDRCGabc:²") + ["PENDING", "N/A", "(null)",
                                                                            "gres:gpu:2", "2024-05-01T10:00:00"])
 
 
