@@ -29,6 +29,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
+import os
 import random
 import time as _time
 from bisect import bisect_left, insort
@@ -44,7 +45,7 @@ SACCT_FIELDS = (
 )
 SSHARE_HEADER = ("Account|User|RawShares|NormShares|RawUsage|NormUsage|EffectvUsage|FairShare|LevelFS|"
                  "GrpTRESMins|TRESRunMins")
-EVENTS_HEADER = "Cluster|Cluster Nodes|Node Name|TimeStart|TimeEnd|State|Reason|User"
+EVENTS_HEADER = "Cluster|Cluster Nodes|NodeName|TimeStart|TimeEnd|State|Reason|User"
 DEFAULT_START = datetime(2026, 11, 1, tzinfo=UTC)
 
 
@@ -104,6 +105,18 @@ def duration(sec: int) -> str:
     d, s = divmod(int(sec), 86400)
     hms = (_CLOCK.hms or _CLOCK.table())[s][1:]
     return f"{d}-{hms}" if d else hms
+
+
+def limit_str(sec: int) -> str:
+    """squeue's %l form: `M:SS` under an hour, `H:MM:SS` under a day, else `D-HH:MM:SS`."""
+    d, s = divmod(int(sec), 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    if d:
+        return f"{d}-{h:02d}:{m:02d}:{s:02d}"
+    if h:
+        return f"{h}:{m:02d}:{s:02d}"
+    return f"{m}:{s:02d}"
 
 
 def ctime(t: int) -> str:
@@ -481,7 +494,7 @@ class Simulator:
             if per_s > 0:
                 self.push(self.t0 + int(self.rng.expovariate(per_s)), K_ARRIVAL, cls)
         # Node faults: a cluster-wide Poisson process over GPU nodes.
-        per_s = self.cfg.fault_rate * self.gpu_total / 1000.0 / 86400.0
+        per_s = self._fault_rate()
         if per_s > 0:
             self.push(self.t0 + int(self.rng.expovariate(per_s)), K_FAULT, None)
         # One slowly degrading GPU (telemetry ground truth; the scheduler never notices it).
@@ -1026,7 +1039,8 @@ class Simulator:
         j.progress = saved
         old_attempt = j.attempt
         j.attempt += 1
-        j.submit = j.eligible = t
+        j.submit = t
+        j.eligible = t + REQUEUE_DELAY
         j.state = "PENDING"
         j.sched_by = ""
         j.start = 0
@@ -1036,6 +1050,15 @@ class Simulator:
                  cause=cause, lost_seconds=lost, lost_gpu_seconds=lost * self._gpus(j),
                  restart_from=saved, new_submit=ts(t))
         j.priority = self._prio(j.account, j.user, j.qos, j.nnodes, j.submit, t)
+        self._begin_wait.append(j)
+        self.push(j.eligible, K_ELIGIBLE, j, j.attempt)
+
+    def _eligible(self, j: Job, attempt: int) -> None:
+        """A requeued attempt's BeginTime has come: it joins the queue."""
+        if j.attempt != attempt or j not in self._begin_wait:
+            return
+        self._begin_wait.remove(j)
+        j.priority = self._prio(j.account, j.user, j.qos, j.nnodes, j.submit, self.now)
         if j.resv is not None:
             self._waiting_resv.append(j)
             return
@@ -1241,8 +1264,15 @@ class Simulator:
 
     # ------------------------------------------------------------------ faults, drains, reservation
 
+    def _fault_rate(self) -> float:
+        """Faults per second: fault_rate per 1000 GPU-days, but at least one a day so that small demo
+        clusters still show failures, requeues and drains."""
+        if self.cfg.fault_rate <= 0:
+            return 0.0
+        return max(self.cfg.fault_rate * self.gpu_total / 1000.0, 1.0) / 86400.0
+
     def _fault(self) -> None:
-        per_s = self.cfg.fault_rate * self.gpu_total / 1000.0 / 86400.0
+        per_s = self._fault_rate()
         self.push(self.now + 1 + int(self.rng.expovariate(per_s)), K_FAULT, None)
         gpu_nodes = [n for p in self.parts.values() if p.is_gpu for n in p.nodes]
         n = self.rng.choice(gpu_nodes)
@@ -1266,8 +1296,7 @@ class Simulator:
                      jobs=[j.raw for j in n.jobs])
             n.down = True
             self._set_reason(n, reason, "slurm" if not xid else "root", t)
-            self.node_events.append([n.name, t, None, "DOWN*" if not xid else "DOWN", reason,
-                                     "slurm(64030)" if not xid else "root(0)"])
+            self.node_events.append([n.name, t, None, "DOWN", reason, USERS_SYS["slurm" if not xid else "root"]])
             self.log(t, "node_down", node=n.name, reason=reason)
             for j in list(n.jobs):
                 self._finish(j, "NODE_FAIL", "0:0", "node_fail" if not xid else f"xid{xid}")
@@ -1297,8 +1326,6 @@ class Simulator:
             return
         n.drain = True
         self._set_reason(n, reason, user, t)
-        self.node_events.append([n.name, t, None, "MIXED+DRAIN" if n.jobs else "IDLE+DRAIN", reason,
-                                 "root(0)" if user == "root" else f"{user}(900)"])
         self.log(t, "drain", node=n.name, reason=reason, user=user, running_jobs=[j.raw for j in n.jobs])
         n.part.touch()
         self._drain_repair[n.idx] = repair
@@ -1306,8 +1333,11 @@ class Simulator:
             self._maybe_drained(n)
 
     def _maybe_drained(self, n: Node) -> None:
+        """The node's last job ended: it is DRAINED now (the time sacctmgr's DRAIN event starts)."""
         rep = self._drain_repair.pop(n.idx, None)
         if rep is not None:
+            self.node_events.append([n.name, self.now, None, "DRAIN", n.reason, USERS_SYS[n.reason_user]])
+            self.log(self.now, "drained", node=n.name, reason=n.reason)
             self.push(self.now + rep, K_RESUME, n)
 
     def _resume(self, n: Node) -> None:
@@ -1379,6 +1409,7 @@ class Simulator:
     def _loop(self) -> None:
         cfg = self.cfg
         self._waiting_resv: list[Job] = []
+        self._begin_wait: list[Job] = []
         self._drain_repair: dict[int, int] = {}
         self._schedule_arrivals()
         self._submit_hero()
@@ -1469,6 +1500,8 @@ class Simulator:
                 self._finish(j, f"CANCELLED by {j.uid}", "0:0", "user_cancel_pending")
         elif kind == K_RESV:
             self._resv_event(obj)
+        elif kind == K_ELIGIBLE:
+            self._eligible(obj, token)
 
     # ------------------------------------------------------------------ output: sacct
 
@@ -1497,15 +1530,15 @@ class Simulator:
         else:
             start_s, end_s, elapsed = "Unknown", ts(end), 0   # cancelled while pending
         n0 = j.part.nodes[0]
-        reqmem = f"{j.nnodes * j.units * n0.mem_per_unit}M"
+        reqmem = f"{j.units * n0.mem_per_unit}M"   # per node, as --mem gives it
         if ran:
             tres = self._tres(j)
             nodelist = hostlist(j.nodes)
             ncpus = self._cpus(j)
-            flags = {"main": "SchedMain", "backfill": "SchedBackfill", "submit": "SchedSubmit"}[j.sched_by]
+            flags = FLAGS[j.sched_by]
             reason = "None"
         else:
-            tres, nodelist, ncpus, flags = "", "None assigned", self._cpus(j), ""
+            tres, nodelist, ncpus, flags = "", "None assigned", self._cpus(j), "StartRecieved"
             reason = self._pending_reason(j) if j.state == "PENDING" else "None"
         line = "|".join((
             j.jid, str(j.raw), c, j.part.name, j.qos, j.account, j.user, str(j.uid), ts(j.submit), ts(j.eligible),
@@ -1540,6 +1573,8 @@ class Simulator:
             self.state_counts[st] = self.state_counts.get(st, 0) + 1
 
     def _pending_reason(self, j: Job) -> str:
+        if j in self._begin_wait:
+            return "BeginTime"
         if j.resv is not None:
             return "Reservation"
         q = j.part.queue
@@ -1566,7 +1601,7 @@ class Simulator:
                     self._record_pending_array(j)
                 else:
                     self._record(j, at_end=True)
-        for j in self._waiting_resv:
+        for j in self._waiting_resv + self._begin_wait:
             self._record(j, at_end=True)
         self._flush(force=True)
 
@@ -1580,7 +1615,7 @@ class Simulator:
         line = "|".join((
             f"{a.raw}_{rng_txt}", str(a.raw), c, a.part.name, a.qos, a.account, a.user, str(a.uid), ts(a.submit),
             ts(a.submit), "Unknown", "Unknown", duration(0), duration(a.limit), "PENDING", "0:0", "1", str(cpus),
-            f"{mem}M", "", "None assigned", "", str(a.priority), reason, a.name))
+            f"{mem}M", "", "None assigned", "StartRecieved", str(a.priority), reason, a.name))
         self.records.append(line)
 
     # ------------------------------------------------------------------ output: snapshots
@@ -1588,7 +1623,9 @@ class Simulator:
     def _snapshot(self, t: int) -> None:
         for kind, text in (("sinfo", self._sinfo()), ("squeue", self._squeue(t)), ("sshare", self._sshare()),
                            ("sdiag", self._sdiag(t))):
-            (self.out_dir / "snapshots" / kind / f"{t}.txt").write_text(text, encoding="utf-8")
+            path = self.out_dir / "snapshots" / kind / f"{t}.txt"
+            path.write_text(text, encoding="utf-8")
+            os.utime(path, (t, t))   # mtime = snapshot time, which `slurmscope ingest` uses
             self.snapshots[kind] += 1
 
     def _sinfo(self) -> str:
@@ -1613,19 +1650,17 @@ class Simulator:
                 flags = []
                 if n.drain:
                     flags.append("drain")
-                if n.down:
-                    flags.append("not_responding")
                 state = "+".join([base] + flags)
-                cpus_other = n.cpus if (n.down or (n.drain and not n.jobs)) else 0
+                cpus_other = (n.cpus - cpus_alloc) if (n.down or n.drain) else 0
                 cpus_idle = n.cpus - cpus_alloc - cpus_other
                 if n.gpu_type:
-                    gres = f"gpu:{n.gpu_type}:{n.cap}(S:0-1)"
+                    gres = f"gpu:{n.gpu_type}:{n.cap}"
                     idx = [g for g in range(n.cap) if n.owners[g] is not None]
                     gres_used = f"gpu:{n.gpu_type}:{len(idx)}(IDX:{idx_list(idx) if idx else 'N/A'})"
                 else:
                     gres, gres_used = "(null)", "gpu:0"
                 if n.reason:
-                    ruser, rtime, reason = n.reason_user, ts(n.reason_time), n.reason
+                    ruser, rtime, reason = USERS_SYS[n.reason_user], ts(n.reason_time), n.reason
                 else:
                     ruser, rtime, reason = "Unknown", "Unknown", "none"
                 out.append(US.join((n.name, pname, state, f"{cpus_alloc}/{cpus_idle}/{cpus_other}/{n.cpus}",
@@ -1648,6 +1683,8 @@ class Simulator:
                     out.append(self._squeue_line(j, "PENDING", reason, "N/A"))
         for j in self._waiting_resv:
             out.append(self._squeue_line(j, "PENDING", "Reservation", ts(j.resv.start)))
+        for j in self._begin_wait:
+            out.append(self._squeue_line(j, "PENDING", "BeginTime", ts(j.eligible)))
         return "\n".join(out) + ("\n" if out else "")
 
     def _squeue_line(self, j: Job, state: str, reason: str, start: str) -> str:
@@ -1656,20 +1693,20 @@ class Simulator:
         task = str(j.task) if j.array_id else "N/A"
         return US.join((j.jid, str(j.raw), arr, task, j.user, j.account, j.part.name, j.qos, state,
                         str(j.priority), ts(j.submit), start, str(j.nnodes), str(self._cpus(j)), gres,
-                        duration(j.limit), "(null)", reason, j.name))
+                        limit_str(j.limit), "(null)", reason, j.name))
 
     def _squeue_array_line(self, a: ArrayRec, k: int, reason: str) -> str:
         gres = f"gres:gpu:{a.units}" if a.part.is_gpu else "N/A"
         cpus = a.part.nodes[0].cpus_per_unit
         return US.join((f"{a.raw}_{k}", str(a.raw), str(a.raw), str(k), a.user, a.account, a.part.name, a.qos,
                         "PENDING", str(a.priority), ts(a.submit), "N/A", "1", str(cpus), gres,
-                        duration(a.limit), "(null)", reason, a.name))
+                        limit_str(a.limit), "(null)", reason, a.name))
 
     def _sshare(self) -> str:
         usage = self.usage
         acct_usage = getattr(self, "acct_usage", dict.fromkeys(ACCOUNTS, 0.0))
         total = sum(usage.values())
-        lines = [SSHARE_HEADER, f"root|||0.000000|{int(total)}||1.000000||||cpu=0"]
+        lines = [SSHARE_HEADER, f"root|||0.000000|{int(total)}||1.000000||||{TRES0}"]
         children: dict[str, list[str]] = {}
         for a, (parent, _s, _n, _c) in ACCOUNTS.items():
             children.setdefault(parent, []).append(a)
@@ -1685,14 +1722,14 @@ class Simulator:
                 eff = u / sib_u if sib_u else 0.0
                 lfs = self.level.get("a:" + k, float("inf"))
                 lines.append(f"{pad}{k}||{ACCOUNTS[k][1]}|{ACCOUNTS[k][1] / tot_s:.6f}|{int(u)}|"
-                             f"{(u / total if total else 0):.6f}|{eff:.6f}||{_lfs(lfs)}||cpu=0")
+                             f"{(u / total if total else 0):.6f}|{eff:.6f}||{_lfs(lfs)}||{TRES0}")
                 visit(k, depth + 1)
             for u in users:
                 v = usage[u]
                 eff = v / sib_u if sib_u else 0.0
                 lfs = self.level.get("u:" + u, float("inf"))
                 lines.append(f"{pad}{acct}|{u}|1|{1 / tot_s:.6f}|{int(v)}|{(v / total if total else 0):.6f}|"
-                             f"{eff:.6f}|{self.fs[u]:.6f}|{_lfs(lfs)}||cpu=0")
+                             f"{eff:.6f}|{self.fs[u]:.6f}|{_lfs(lfs)}||{TRES0}")
 
         visit("root", 1)
         return "\n".join(lines) + "\n"
@@ -1815,8 +1852,9 @@ class Simulator:
         if self.cfg.write_snapshots:
             for kind, n in self.snapshots.items():
                 files.append(f"snapshots/{kind}/<epoch>.txt ({n} files)")
-            (out_dir / "snapshots" / "reservations" / f"{self.t0}.txt").write_text(self.reservations_text(),
-                                                                                 encoding="utf-8")
+            path = out_dir / "snapshots" / "reservations" / f"{self.t0}.txt"
+            path.write_text(self.reservations_text(), encoding="utf-8")
+            os.utime(path, (self.t0, self.t0))
             files.append("snapshots/reservations/<epoch>.txt (1 file)")
         return {"files": files}
 
@@ -1840,7 +1878,13 @@ class _Probe:
 
 _PROBE = _Probe()
 BIG = 1 << 62
-K_END, K_ARRIVAL, K_SUBMIT, K_FAULT, K_RESUME, K_PATIENCE, K_RESV = range(7)
+# sacct Flags as Slurm 22.05 prints them (sic "Recieved", verified on the test bed).
+USERS_SYS = {"root": "root(0)", "slurm": "slurm(64030)", "admin": "root(0)"}
+TRES0 = "cpu=0,mem=0,energy=0,node=0,billing=0,fs/disk=0,vmem=0,pages=0,gres/gpu=0"
+FLAGS = {"main": "SchedMain,StartRecieved", "backfill": "SchedBackfill,StartRecieved",
+         "submit": "SchedSubmit,StartRecieved"}
+K_END, K_ARRIVAL, K_SUBMIT, K_FAULT, K_RESUME, K_PATIENCE, K_RESV, K_ELIGIBLE = range(8)
+REQUEUE_DELAY = 121   # a requeued attempt's Eligible = Submit + ~121 s on Slurm 22.05 (test bed)
 
 
 def simulate(gpus: int, days: float, seed: int, out_dir: Path, **options: object) -> dict:
@@ -1864,7 +1908,8 @@ def simulate(gpus: int, days: float, seed: int, out_dir: Path, **options: object
         "attempts_finished": sum(states.values()),
         "finished_by_state": dict(sorted(states.items())),
         "running_at_end": sum(len(p.running) for p in sim.parts.values()),
-        "pending_at_end": sum(len(p.queue) for p in sim.parts.values()) + len(sim._waiting_resv),
+        "pending_at_end": sum(len(p.queue) for p in sim.parts.values()) + len(sim._waiting_resv)
+        + len(sim._begin_wait),
         "backfilled": sim.counters["bf_total"],
         "snapshot_interval_s": cfg.snapshot_interval_s,
         "files": written["files"],
