@@ -197,3 +197,19 @@ def test_reservation_count_too_large_is_quarantined():
     p = run(reservations, "ReservationName=r StartTime=2024-05-02T08:00:00 NodeCnt=99999999999\n")
     assert p.tables["reservations"].height == 0
     assert "node_count out of range" in p.quarantine["reason"][0]
+
+
+def test_real_22_05_reservation_values_match_the_raw_line():
+    for tag in ("mid", "final"):
+        text = (FIX / f"slurm-22.05/reservations_{tag}.txt").read_text()
+        df = run(reservations, text).tables["reservations"]
+        for line in text.splitlines():
+            if not line.startswith("ReservationName="):
+                continue
+            kv = dict(tok.split("=", 1) for tok in line.split())
+            row = df.filter(df["name"] == kv["ReservationName"]).row(0, named=True)
+            assert row["start_time"] == datetime.fromisoformat(kv["StartTime"]).replace(tzinfo=UTC)
+            assert row["end_time"] == datetime.fromisoformat(kv["EndTime"]).replace(tzinfo=UTC)
+            assert (row["node_list"], row["node_count"], row["flags"], row["state"]) == \
+                (kv["Nodes"], int(kv["NodeCnt"]), kv["Flags"], kv["State"])
+            assert row["tres"] == line.split(" TRES=")[1].split()[0]
