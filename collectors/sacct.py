@@ -19,6 +19,7 @@ Why it is shaped like this:
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -213,48 +214,78 @@ def check_input(data: bytes, fmt: str | None = None, delimiter: str | None = Non
 # -------------------------------------------------------------------------------------------- parse
 
 
+# Bytes that may serve as the "separator" when Polars reads whole lines: any one absent from the input.
+_LINE_SEPARATORS = [bytes([c]) for c in (0, 1, 2, 3, 4, 5, 6, 7, 8, 11, 12, *range(14, 32))]
+
+
+def _read_lines(data: bytes) -> pl.DataFrame:
+    """(line_no, line) for every physical line: LF or CRLF, invalid UTF-8 replaced, blank lines null.
+
+    Polars' CSV reader splits lines in parallel without building Python strings; it is given a separator
+    byte that does not occur in the input, so each line is one field (quoting off). The pure-Python split
+    is the fallback for inputs that contain every candidate byte.
+    """
+    sep = next((c for c in _LINE_SEPARATORS if data.find(c) < 0), None)
+    if sep is not None and data:
+        df = pl.read_csv(
+            io.BytesIO(data), has_header=False, separator=sep.decode(), quote_char=None, comment_prefix=None,
+            schema={"line": pl.String}, encoding="utf8-lossy", row_index_name="line_no", row_index_offset=1,
+            raise_if_empty=False, eol_char="\n",
+        )
+        return df.with_columns(pl.col("line_no").cast(pl.Int64))
+    rows = split_lines(data)
+    return pl.DataFrame(
+        {"line_no": [r[0] for r in rows], "line": [r[1] for r in rows]},
+        schema={"line_no": pl.Int64, "line": pl.String},
+    )
+
+
+def raw_lines(data: bytes, line_nos: Iterable[int]) -> dict[int, bytes]:
+    """Original bytes of the given lines (1-based) when they are not valid UTF-8, for the quarantine."""
+    wanted = sorted(set(line_nos))
+    out: dict[int, bytes] = {}
+    if not wanted:
+        return out
+    pos, no, k = 0, 1, 0
+    while k < len(wanted) and pos <= len(data):
+        end = data.find(b"\n", pos)
+        end = len(data) if end < 0 else end
+        if no == wanted[k]:
+            raw = data[pos:end]
+            raw = raw[:-1] if raw.endswith(b"\r") else raw
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                out[no] = raw
+            k += 1
+        pos, no = end + 1, no + 1
+    return out
+
+
 def _split_all(
     data: bytes, fields: list[str], delim: str, header_no: int | None, trailing: bool
-) -> tuple[pl.DataFrame, list[dict], dict[int, bytes]]:
-    """Lines -> a frame of String columns (line_no, line, one per field) and the unsplittable lines."""
+) -> tuple[pl.DataFrame, list[dict]]:
+    """Lines -> a frame of String columns (line_no, one per field) and the lines that cannot be split.
+
+    The per-line path runs only for lines whose field count is wrong.
+    """
     n = len(fields)
-    try:
-        text = data.decode("utf-8")
-        bad_raw: dict[int, bytes] = {}
-    except UnicodeDecodeError:
-        lines = split_lines(data)
-        bad_raw = {no: raw for no, _, raw in lines if raw is not None}
-        text = "\n".join(t for _, t, _ in lines)
-    if text.endswith("\n"):
-        text = text[:-1]
-    if not text:
-        return pl.DataFrame(schema={"line_no": pl.Int64, "line": pl.String, **dict.fromkeys(fields, pl.String)}), [], bad_raw
-    lines_df = (
-        pl.DataFrame({"line": [text]})
-        .select(pl.col("line").str.split("\n"))
-        .explode("line")
-        .with_row_index("line_no", offset=1)
-        .with_columns(pl.col("line_no").cast(pl.Int64), pl.col("line").str.strip_suffix("\r"))
-        .filter(pl.col("line").str.strip_chars(BLANK) != "")
-    )
+    lines_df = _read_lines(data).filter(pl.col("line").str.strip_chars(BLANK) != "")
     if header_no is not None:
         lines_df = lines_df.filter(pl.col("line_no") != header_no)
     want = n + (1 if trailing else 0)
-    counted = lines_df.with_columns(
-        (pl.col("line").str.count_matches(delim, literal=True) + 1).alias("_n")
-    )
-    good_mask = pl.col("_n") == want
+    good_mask = (pl.col("line").str.count_matches(delim, literal=True) + 1) == want
     if trailing:
         good_mask = good_mask & pl.col("line").str.ends_with(delim)
-    good = counted.filter(good_mask)
-    odd = counted.filter(~good_mask).select("line_no", "line")
-    split = good.select(
+    lines_df = lines_df.with_columns(good_mask.alias("_good"))
+    odd = lines_df.filter(~pl.col("_good")).select("line_no", "line")
+    split = lines_df.filter(pl.col("_good")).select(
         "line_no",
-        "line",
         pl.col("line").str.split_exact(delim, want - 1).struct.rename_fields(
             fields + (["_trail"] if trailing else [])
         ).alias("_f"),
     ).unnest("_f")
+    del lines_df
     if trailing:
         split = split.drop("_trail")
     free = [i for i, f in enumerate(fields) if f in FREE_TEXT]
@@ -266,12 +297,23 @@ def _split_all(
         if parts is None:
             if len(free) > 1 and line.count(delim) + 1 > want:
                 reason += f" (free-text fields {', '.join(fields[i] for i in free)}: cannot tell which holds the delimiter)"
-            quarantined.append({"line_no": no, "raw_text": line, "raw_bytes": bad_raw.get(no), "reason": reason})
+            quarantined.append({"line_no": no, "raw_text": line, "raw_bytes": None, "reason": reason})
         else:
-            recovered.append({"line_no": no, "line": line, **dict(zip(fields, parts, strict=True))})
+            recovered.append({"line_no": no, **dict(zip(fields, parts, strict=True))})
     if recovered:
         split = pl.concat([split, pl.DataFrame(recovered, schema=split.schema)]).sort("line_no")
-    return split, quarantined, bad_raw
+    return split, quarantined
+
+
+def _quarantine(data: bytes, rows: list[dict]) -> pl.DataFrame:
+    """Quarantine frame in line order, with the original bytes of lines that were not valid UTF-8."""
+    rows = sorted(rows, key=lambda r: r["line_no"])
+    suspects = [r["line_no"] for r in rows if "\ufffd" in r["raw_text"]]
+    if suspects:
+        raw = raw_lines(data, suspects)
+        for r in rows:
+            r["raw_bytes"] = raw.get(r["line_no"])
+    return quarantine_frame(rows)
 
 
 def _col(df: pl.DataFrame, name: str) -> pl.Expr:
@@ -371,9 +413,9 @@ def _parse(data: bytes, *, cluster: str, tz, fmt, delimiter, source) -> Parsed:
             if text.strip(BLANK)
         ]
         return Parsed(tables={}, quarantine=quarantine_frame(rows))
-    df, quarantined, bad_raw = _split_all(data, fields, delim, header_no, trailing)
+    df, quarantined = _split_all(data, fields, delim, header_no, trailing)
     if df.height == 0:
-        return Parsed(tables={}, quarantine=quarantine_frame(quarantined))
+        return Parsed(tables={}, quarantine=_quarantine(data, quarantined))
 
     has = set(fields)
     tres_field = "alloctres" if "alloctres" in has else ("allocgres" if "allocgres" in has else None)
@@ -539,21 +581,29 @@ def _parse(data: bytes, *, cluster: str, tz, fmt, delimiter, source) -> Parsed:
     )
     typed = typed.with_columns(reason)
     bad = typed.filter(pl.col("_reason").is_not_null())
-    ok = typed.filter(pl.col("_reason").is_null())
-    for no, line, why in bad.select("line_no", "line", "_reason").iter_rows():
-        quarantined.append({"line_no": no, "raw_text": line, "raw_bytes": bad_raw.get(no), "reason": why})
+    if bad.height:
+        # The line had exactly the expected fields, so joining them gives back its text.
+        text = pl.concat_str([pl.col(f).fill_null("") for f in fields], separator=delim)
+        if trailing:
+            text = text + pl.lit(delim)
+        for no, line, why in bad.select("line_no", text.alias("_text"), "_reason").iter_rows():
+            quarantined.append({"line_no": no, "raw_text": line, "raw_bytes": None, "reason": why})
+    del bad
 
     job_cols = ["cluster", "job_id", "job_id_raw", "submit_time", "array_job_id", "array_task_id",
                 "het_job_id", "het_job_offset", *[c for c in common if c != "cluster"], *job_only]
-    jobs = ok.filter(~pl.col("_is_step")).with_columns(pl.col("_jobid").alias("job_id")).select(
-        [c for c in dict.fromkeys(job_cols)]
-    )
     step_cols = ["cluster", "job_id_raw", "job_submit_time", "step_id", "job_id",
                  *[c for c in common if c != "cluster"]]
-    steps = ok.filter(pl.col("_is_step")).with_columns(
-        pl.col("_step").alias("step_id"), pl.col("_jobid").alias("job_id")
-    ).select([c for c in dict.fromkeys(step_cols)])
-    q = quarantine_frame(sorted(quarantined, key=lambda r: r["line_no"]))
+    # Keep only the output columns before filtering, so the raw text columns are freed, not copied.
+    keep = [c for c in dict.fromkeys(job_cols + step_cols) if c not in ("job_id", "step_id")]
+    typed = typed.select(*keep, "_is_step", "_reason", pl.col("_jobid").alias("job_id"),
+                         pl.col("_step").alias("step_id"))
+    del base, df
+    ok = pl.col("_reason").is_null()
+    jobs = typed.filter(ok & ~pl.col("_is_step")).select(list(dict.fromkeys(job_cols)))
+    steps = typed.filter(ok & pl.col("_is_step")).select(list(dict.fromkeys(step_cols)))
+    del typed
+    q = _quarantine(data, quarantined)
     return Parsed(tables={"jobs": jobs, "job_steps": steps}, quarantine=q)
 
 
