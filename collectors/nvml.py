@@ -257,10 +257,14 @@ def write_spool_file(directory: str | os.PathLike[str], node: str, records: Iter
     footer = {"type": "footer", "records": len(records), "sha256": hashlib.sha256(body).hexdigest()}
     body += encode_record(footer)
     tmp = directory / f".tmp-{final.name}.{os.getpid()}"
-    with open(tmp, "wb") as fh:
-        fh.write(body)
-        fh.flush()
-        os.fsync(fh.fileno())
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(body)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError:
+        tmp.unlink(missing_ok=True)   # a full disk must not keep a half temp file holding its space
+        raise
     os.rename(tmp, final)
     _fsync_dir(directory)
     return final
@@ -373,6 +377,7 @@ class SpoolJournal:
         self.name: str | None = None
         self.records: list[dict[str, Any]] = []
         self._fh = None
+        self._good = 0       # journal bytes known fsynced; a failed append is cut back to this
 
     @property
     def path(self) -> Path | None:
@@ -384,22 +389,56 @@ class SpoolJournal:
         while (self.directory / self.name).exists() or self.path.exists():
             self.opened_at += 1
             self.name = spool_file_name(self.node, self.opened_at)
-        self._fh = open(self.path, "ab")  # noqa: SIM115 - kept open for the hour
-        self._fh.write(encode_record(spool_header(self.node, self.opened_at, cluster=self.cluster)))
-        self._sync()
-        _fsync_dir(self.directory)
+        try:
+            self._fh = open(self.path, "ab")  # noqa: SIM115 - kept open for the hour
+            self._fh.write(encode_record(spool_header(self.node, self.opened_at, cluster=self.cluster)))
+            self._sync()
+            _fsync_dir(self.directory)
+        except OSError:
+            self._drop_fh()
+            try:
+                self.path.unlink(missing_ok=True)
+            except OSError:
+                pass
+            self.name, self.opened_at = None, None
+            raise
+        self._good = self._fh.tell()
 
     def _sync(self) -> None:
         self._fh.flush()
         os.fsync(self._fh.fileno())
 
+    def _drop_fh(self) -> None:
+        fh, self._fh = self._fh, None
+        if fh is not None:
+            try:
+                fh.close()
+            except OSError:
+                pass    # what close could not flush was never acknowledged; the caller still holds it
+
     def append(self, records: list[dict[str, Any]]) -> None:
+        """Append and fsync; on OSError (disk full, read-only) the journal is cut back and the error raised.
+
+        The caller keeps the records and retries, so a record is in the journal once or not at all.
+        """
         if not records:
             return
-        if self._fh is None:
+        if self.name is None:
             raise RuntimeError("journal not open")
-        self._fh.write(b"".join(encode_record(r) for r in records))
-        self._sync()
+        try:
+            if self._fh is None:          # reopened after a failed append or a failed close
+                os.truncate(self.path, self._good)
+                self._fh = open(self.path, "ab")  # noqa: SIM115 - kept open for the hour
+            self._fh.write(b"".join(encode_record(r) for r in records))
+            self._sync()
+        except OSError:
+            self._drop_fh()
+            try:
+                os.truncate(self.path, self._good)
+            except OSError:
+                pass
+            raise
+        self._good = self._fh.tell()
         self.records.extend(records)
 
     def due(self, now: float) -> bool:
@@ -407,10 +446,9 @@ class SpoolJournal:
 
     def close(self) -> Path | None:
         """Close the hour: write the spool file, then drop the journal."""
-        if self._fh is None:
+        if self.name is None:
             return None
-        self._fh.close()
-        self._fh = None
+        self._drop_fh()
         out = write_spool_file(self.directory, self.node, self.records, opened_at=self.opened_at,
                                name=self.name, cluster=self.cluster)
         self.path.unlink(missing_ok=True)
@@ -863,8 +901,12 @@ class KmsgReader:
         if self.pending_seq == self.last_seq:
             return
         tmp = self.state_path.with_name(self.state_path.name + ".tmp")
-        tmp.write_text(json.dumps({"boot_id": self.boot_id, "seq": self.pending_seq}))
-        os.replace(tmp, self.state_path)
+        try:
+            tmp.write_text(json.dumps({"boot_id": self.boot_id, "seq": self.pending_seq}))
+            os.replace(tmp, self.state_path)
+        except OSError as exc:   # spool disk full/read-only: re-reading later only repeats deduped XIDs
+            log.warning("cannot save the kernel log position: %s", exc)
+            return
         self.last_seq = self.pending_seq
 
     def close(self) -> None:
@@ -958,7 +1000,9 @@ class Agent:
         self.last_init_try: float | None = None
         self.field_errors: dict[tuple[int, str, str], int] = {}
         self.stats = {"ticks": 0, "tick_seconds_last": 0.0, "tick_seconds_total": 0.0, "records": 0,
-                      "nvml_init_failures": 0, "xid_duplicates": 0, "event_wait_errors": 0}
+                      "nvml_init_failures": 0, "xid_duplicates": 0, "event_wait_errors": 0,
+                      "spool_write_errors": 0}
+        self.spool_error: str | None = None
         self.recent_xids: dict[tuple[str, int], float] = {}
         self.pending: list[dict[str, Any]] = []
         self.lock = threading.Lock()
@@ -1279,13 +1323,21 @@ class Agent:
         """One sampling round at time `now`: sample, aggregate, attribute, read the kernel log, spool."""
         t0 = time.perf_counter()
         if self.journal.due(now):
-            self._flush_partial_minutes()
+            if self.spool_error is None:    # once per hour, not on every retry of a failing close
+                self._flush_partial_minutes()
             self._write(now)
-            self.journal.close()
+            try:
+                self.journal.close()
+            except OSError as exc:
+                self._spool_failed(exc)
         if self.journal.name is None:
-            self.journal.open(now)
-            if self.initialized:
-                self.pending.extend(self.inventory_records(now))
+            try:
+                self.journal.open(now)
+            except OSError as exc:
+                self._spool_failed(exc)
+            else:
+                if self.initialized:
+                    self.pending.extend(self.inventory_records(now))
         if not self.initialized:
             if self._init(now):
                 self.pending.extend(self.inventory_records(now))
@@ -1324,7 +1376,10 @@ class Agent:
                 path.unlink(missing_ok=True)
             if self.kmsg is not None:
                 self.kmsg.commit()
-        prune_acked(self.spool_dir)
+        try:
+            prune_acked(self.spool_dir)
+        except OSError as exc:
+            log.warning("cannot prune acknowledged spool files: %s", exc)
         self.last_sample_time = now
         dt = time.perf_counter() - t0
         self.stats["ticks"] += 1
@@ -1355,12 +1410,25 @@ class Agent:
     def _write(self, now: float) -> bool:
         if not self.pending:
             return False
-        if self.journal.name is None:
-            self.journal.open(now)
-        records, self.pending = self.pending, []
-        self.journal.append(records)
-        self.stats["records"] += len(records)
+        try:
+            if self.journal.name is None:
+                self.journal.open(now)
+            self.journal.append(self.pending)
+        except OSError as exc:
+            self._spool_failed(exc)
+            return False      # records stay pending (in memory) and are retried on the next write
+        self.stats["records"] += len(self.pending)
+        self.pending = []
+        self.spool_error = None
         return True
+
+    def _spool_failed(self, exc: OSError) -> None:
+        """Spool directory full or read-only: keep sampling, hold records in memory, say so in /metrics."""
+        self.stats["spool_write_errors"] += 1
+        if self.spool_error is None:
+            log.error("cannot write the spool in %s (%s); holding records in memory and retrying",
+                      self.spool_dir, exc)
+        self.spool_error = exc.strerror or str(exc)
 
     def _flush_partial_minutes(self) -> None:
         for dev in self.devices:
@@ -1429,7 +1497,7 @@ class Agent:
                 "driver": self.driver_version or "", "cuda": self.cuda_version or "",
             })
         self.snapshot = {"devices": devs, "time": now, "errors": dict(self.field_errors),
-                         "stats": dict(self.stats), "checks": dict(self.attributor.checks),
+                         "stats": {**self.stats, "pending_records": len(self.pending)}, "checks": dict(self.attributor.checks),
                          "initialized": self.initialized}
 
 
@@ -1542,11 +1610,18 @@ def metric_families(agent: Agent) -> list[Any]:
     pend = GaugeMetricFamily("slurmscope_agent_spool_files", "Closed spool files not yet acknowledged.",
                              labels=["node"])
     pend.add_metric([agent.node], count_spool(agent.spool_dir))
+    sw = CounterMetricFamily("slurmscope_agent_spool_write_errors",
+                             "Spool writes that failed (directory full or read-only); records are kept in memory.",
+                             labels=["node"])
+    sw.add_metric([agent.node], stats.get("spool_write_errors", 0))
+    held = GaugeMetricFamily("slurmscope_agent_spool_pending_records",
+                             "Records held in memory because the spool could not be written.", labels=["node"])
+    held.add_metric([agent.node], stats.get("pending_records", 0))
     chk = CounterMetricFamily("slurmscope_agent_attribution_checks", "Process cgroup vs prolog mapping checks.",
                               labels=["node", "result"])
     for res, n in sorted(snap.get("checks", {}).items()):
         chk.add_metric([agent.node, res], n)
-    return out + [up, last, dur, pend, chk]
+    return out + [up, last, dur, pend, sw, held, chk]
 
 
 class _Collector:

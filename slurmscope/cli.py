@@ -83,6 +83,8 @@ def _connect(app: Context, *, read_only: bool = False):
 def ingest(ctx: click.Context, kind: str, files: tuple[str, ...], fmt: str | None, delimiter: str | None,
            tz: str | None) -> None:
     """Load recorded Slurm or NVML output files into the database."""
+    import duckdb
+
     from slurmscope.collectors.ingest import IngestError, ingest_files
 
     app = _context(ctx)
@@ -92,6 +94,8 @@ def ingest(ctx: click.Context, kind: str, files: tuple[str, ...], fmt: str | Non
                                timezone=tz)
     except IngestError as exc:
         raise click.ClickException(str(exc)) from None
+    except duckdb.Error as exc:  # disk full, I/O error: the failed file's transaction was rolled back
+        raise click.ClickException(f"ingest failed, database {app.db_path}: {exc}") from None
     finally:
         con.close()
     for r in results:
