@@ -19,17 +19,19 @@ import time
 import urllib.parse
 import urllib.request
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import yaml
 from slurmscope.alerts.build import render_rules
+from slurmscope.alerts.rules import ALERTS
 from slurmscope.dashboards.build import MODULES, generate
 from slurmscope.dashboards.common import panel_queries, substitute
 
 from slurmscope.config import load_config
 from slurmscope.db import connect
 from slurmscope.exporter import export_history, render, serve_metrics
-from tests.exporter_data import END, EXPECTED_ALERTS, QUIET_ALERTS, build
+from tests.exporter_data import END, EXPECTED_ALERTS, EXPECTED_FIRING, QUIET_ALERTS, build
 
 pytestmark = pytest.mark.prometheus
 
@@ -56,6 +58,67 @@ def _api(port: int, path: str, **params) -> dict:
     return body["data"]
 
 
+def _start(prom: str, tmp: Path, port: int, config: dict, *extra: str) -> subprocess.Popen:
+    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+    proc = subprocess.Popen([prom, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
+                             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=30d", *extra],
+                            stdout=subprocess.DEVNULL, stderr=open(tmp / "prometheus.log", "a"))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=2) as r:
+                if r.status == 200:
+                    return proc
+        except OSError:
+            time.sleep(0.3)
+    proc.terminate()
+    pytest.fail("prometheus not ready: " + (tmp / "prometheus.log").read_text()[-2000:])
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def _blocks(promtool: str, om: Path, data: Path) -> None:
+    res = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def _esc(v: str) -> str:
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _for_state(port: int, first: float, last: float) -> str:
+    """ALERTS_FOR_STATE over the history, as a Prometheus running through it would have written it.
+
+    Prometheus itself evaluates each alert expression at every history instant (a range query stepping
+    exactly on the backfilled samples); an alert whose expression holds up to the last instant has been
+    active since the start of that unbroken run. Restored at startup, this is what lets an alert whose
+    `for:` the history covers fire at once, as it would on a Prometheus that had been running all along.
+    """
+    lines = ["# TYPE ALERTS_FOR_STATE gauge"]
+    series: dict[str, list[str]] = {}
+    for a in ALERTS:
+        data = _api(port, "query_range", query=a.expr, start=first, end=last, step=STEP.total_seconds())
+        for r in data["result"]:
+            times = [float(t) for t, _ in r["values"]]
+            if not times or times[-1] != last:
+                continue
+            k = len(times) - 1
+            while k > 0 and times[k - 1] == times[k] - STEP.total_seconds():
+                k -= 1
+            active_at = times[k]
+            labels = {n: v for n, v in r["metric"].items() if n != "__name__"}
+            labels.update({"alertname": a.name, "severity": a.severity, **a.labels})
+            key = ",".join(f'{n}="{_esc(v)}"' for n, v in sorted(labels.items()))
+            series[key] = [f"ALERTS_FOR_STATE{{{key}}} {active_at} {t}" for t in times[k:]]
+    for key in sorted(series):
+        lines.extend(series[key])
+    return "\n".join(lines) + "\n# EOF\n"
+
+
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory):
     prom, promtool = shutil.which("prometheus"), shutil.which("promtool")
@@ -65,57 +128,50 @@ def prometheus(tmp_path_factory):
     con = connect(tmp / "h.duckdb")
     build(con)
     cfg = load_config(env={}).with_overrides(cluster={"name": "c1"})
-    wall = datetime.now(UTC).replace(microsecond=0)
-    shift = wall - END
+    # The history's last instant (END) lands 30 s ago: inside the 5-minute lookback at the first evaluation.
+    last = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=30)
+    shift = last - END
     om = io.BytesIO()
-    export_history(con, cfg, END - HISTORY, END - STEP, STEP, om, shift=shift)
+    export_history(con, cfg, END - HISTORY, END, STEP, om, shift=shift)
     (tmp / "history.om").write_bytes(om.getvalue())
     body = render(con, cfg, END, shift_seconds=shift.total_seconds())
     con.close()
-    data = tmp / "data"
-    res = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(tmp / "history.om"), str(data)],
-                         capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stdout + res.stderr
+    _blocks(promtool, tmp / "history.om", tmp / "data")
+    port = _free_port()
+    # Phase 1: the history alone, to let Prometheus say since when each alert has been active.
+    proc = _start(prom, tmp, port, {"global": {"scrape_interval": "5s"}})
+    try:
+        for_state = _for_state(port, (last - HISTORY).timestamp(), last.timestamp())
+    finally:
+        _stop(proc)
+    (tmp / "for_state.om").write_text(for_state)
+    _blocks(promtool, tmp / "for_state.om", tmp / "data")
+    # Phase 2: rules (group interval 5 s instead of 1 m so the test does not wait minutes) and the exporter.
     rules = yaml.safe_load(render_rules())
     for g in rules["groups"]:
         g["interval"] = "5s"
     (tmp / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False, width=10_000))
     server = serve_metrics("127.0.0.1", 0, lambda: body)
-    port = _free_port()
-    (tmp / "prometheus.yml").write_text(yaml.safe_dump({
+    config = {
         "global": {"scrape_interval": "5s", "evaluation_interval": "5s"},
         "rule_files": [str(tmp / "rules.yaml")],
         # The backfilled history has no job/instance labels: drop them so scraped samples continue its series.
         "scrape_configs": [{"job_name": "slurmscope", "static_configs": [
             {"targets": [f"127.0.0.1:{server.server_address[1]}"]}],
             "metric_relabel_configs": [{"action": "labeldrop", "regex": "job|instance"}]}],
-    }))
-    proc = subprocess.Popen([prom, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={data}",
-                             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=30d"],
-                            stdout=subprocess.DEVNULL, stderr=open(tmp / "prometheus.log", "w"))
+    }
+    proc = _start(prom, tmp, port, config, "--rules.alert.for-grace-period=1s")
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("prometheus not ready: " + (tmp / "prometheus.log").read_text()[-2000:])
-        # Two scrapes and several rule evaluations.
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             up = _api(port, "query", query='count_over_time(up{job="slurmscope"}[1m])')["result"]
             if up and float(up[0]["value"][1]) >= 3:
                 break
             time.sleep(1)
-        time.sleep(12)
+        time.sleep(6)
         yield port
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        _stop(proc)
         server.shutdown()
 
 
@@ -160,6 +216,9 @@ def test_expected_alerts_are_active_and_others_inactive(prometheus):
     assert EXPECTED_ALERTS <= active, f"missing: {EXPECTED_ALERTS - active}"
     assert not (QUIET_ALERTS & active), f"unexpected: {QUIET_ALERTS & active}"
     assert active <= EXPECTED_ALERTS, f"not predicted: {active - EXPECTED_ALERTS}"
+    # Those whose condition held in the history for longer than their `for:` fire at once (restored state).
+    firing = {name for name, st in states.items() if "firing" in st}
+    assert EXPECTED_FIRING <= firing, f"pending instead of firing: {EXPECTED_FIRING - firing}"
     by_name = {a["labels"]["alertname"]: a for a in alerts}
     assert by_name["SlurmNodeDown"]["labels"]["node"] == "g03"
     assert by_name["SlurmNodeDrainedTooLong"]["labels"]["node"] == "g04"
