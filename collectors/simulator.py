@@ -485,7 +485,9 @@ class Simulator:
 
     def _rate(self, cls: str) -> float:
         """Arrivals per second of a workload class."""
-        scale = 1.0 if cls == "pretrain" else self.gpu_total / 1000.0
+        # Pretraining runs scale in size with the partition, so their rate does not grow with it (but a
+        # cluster under 512 GPUs sees proportionally fewer of them).
+        scale = min(1.0, self.gpu_total / 512.0) if cls == "pretrain" else self.gpu_total / 1000.0
         return CLASSES[cls][0] * scale * self.cfg.load / 86400.0
 
     def _schedule_arrivals(self) -> None:
@@ -1048,7 +1050,7 @@ class Simulator:
         j.gpu_idx = []
         self.log(t, "requeue", job_id_raw=j.raw, job=j.jid, from_attempt=old_attempt, attempt=j.attempt,
                  cause=cause, lost_seconds=lost, lost_gpu_seconds=lost * self._gpus(j),
-                 restart_from=saved, new_submit=ts(t))
+                 restart_from=saved, checkpoint_interval=j.ckpt, new_submit=ts(t))
         j.priority = self._prio(j.account, j.user, j.qos, j.nnodes, j.submit, t)
         self._begin_wait.append(j)
         self.push(j.eligible, K_ELIGIBLE, j, j.attempt)
