@@ -214,6 +214,11 @@ def check_input(data: bytes, fmt: str | None = None, delimiter: str | None = Non
 # -------------------------------------------------------------------------------------------- parse
 
 
+# Lines per slice of typed conversion (bounds peak memory on huge dumps), and allocation rows carried over
+# from one slice to the next (a job's steps follow it immediately in sacct's output).
+CHUNK_LINES = 250_000
+CARRY_ROWS = 1000
+
 # Bytes that may serve as the "separator" when Polars reads whole lines: any one absent from the input.
 _LINE_SEPARATORS = [bytes([c]) for c in (0, 1, 2, 3, 4, 5, 6, 7, 8, 11, 12, *range(14, 32))]
 
@@ -262,17 +267,14 @@ def raw_lines(data: bytes, line_nos: Iterable[int]) -> dict[int, bytes]:
     return out
 
 
-def _split_all(
-    data: bytes, fields: list[str], delim: str, header_no: int | None, trailing: bool
+def _split_lines(
+    lines_df: pl.DataFrame, fields: list[str], delim: str, trailing: bool
 ) -> tuple[pl.DataFrame, list[dict]]:
-    """Lines -> a frame of String columns (line_no, one per field) and the lines that cannot be split.
+    """(line_no, line) -> a frame of String columns (line_no, one per field) and the unsplittable lines.
 
     The per-line path runs only for lines whose field count is wrong.
     """
     n = len(fields)
-    lines_df = _read_lines(data).filter(pl.col("line").str.strip_chars(BLANK) != "")
-    if header_no is not None:
-        lines_df = lines_df.filter(pl.col("line_no") != header_no)
     want = n + (1 if trailing else 0)
     good_mask = (pl.col("line").str.count_matches(delim, literal=True) + 1) == want
     if trailing:
@@ -285,7 +287,6 @@ def _split_all(
             fields + (["_trail"] if trailing else [])
         ).alias("_f"),
     ).unnest("_f")
-    del lines_df
     if trailing:
         split = split.drop("_trail")
     free = [i for i, f in enumerate(fields) if f in FREE_TEXT]
@@ -413,10 +414,36 @@ def _parse(data: bytes, *, cluster: str, tz, fmt, delimiter, source) -> Parsed:
             if text.strip(BLANK)
         ]
         return Parsed(tables={}, quarantine=quarantine_frame(rows))
-    df, quarantined = _split_all(data, fields, delim, header_no, trailing)
-    if df.height == 0:
-        return Parsed(tables={}, quarantine=_quarantine(data, quarantined))
+    lines_df = _read_lines(data).filter(pl.col("line").str.strip_chars(BLANK) != "")
+    if header_no is not None:
+        lines_df = lines_df.filter(pl.col("line_no") != header_no)
+    quarantined: list[dict] = []
+    jobs_parts: list[pl.DataFrame] = []
+    steps_parts: list[pl.DataFrame] = []
+    carry: dict[int, datetime] = {}
+    # Typed conversion runs on slices of CHUNK_LINES lines, so the intermediate string columns of a huge
+    # dump never exist all at once; a step whose job line ended the previous slice finds it in `carry`.
+    for start in range(0, lines_df.height, CHUNK_LINES):
+        df, q = _split_lines(lines_df.slice(start, CHUNK_LINES), fields, delim, trailing)
+        quarantined += q
+        if df.height == 0:
+            continue
+        jobs, steps, carry = _typed(df, fields=fields, delim=delim, trailing=trailing, tz=tz, cluster=cluster,
+                                    source=source, carry=carry, quarantined=quarantined)
+        jobs_parts.append(jobs)
+        steps_parts.append(steps)
+    del lines_df
+    q = _quarantine(data, quarantined)
+    if not jobs_parts:
+        return Parsed(tables={}, quarantine=q)
+    jobs = pl.concat(jobs_parts, how="vertical_relaxed") if len(jobs_parts) > 1 else jobs_parts[0]
+    steps = pl.concat(steps_parts, how="vertical_relaxed") if len(steps_parts) > 1 else steps_parts[0]
+    return Parsed(tables={"jobs": jobs, "job_steps": steps}, quarantine=q)
 
+
+def _typed(df: pl.DataFrame, *, fields: list[str], delim: str, trailing: bool, tz, cluster: str, source: str,
+           carry: dict[int, datetime], quarantined: list[dict]) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
+    """Split fields (String columns) -> typed jobs and steps frames; unusable lines go to `quarantined`."""
     has = set(fields)
     tres_field = "alloctres" if "alloctres" in has else ("allocgres" if "allocgres" in has else None)
     jobid = _col(df, "jobid").str.strip_chars()
@@ -562,6 +589,17 @@ def _parse(data: bytes, *, cluster: str, tz, fmt, delimiter, source) -> Parsed:
     ).with_columns(
         pl.col("_alloc_submit").forward_fill().over("job_id_raw").alias("job_submit_time")
     )
+    if carry:
+        keys = list(carry)
+        typed = typed.with_columns(pl.coalesce(
+            "job_submit_time",
+            pl.when(pl.col("_is_step")).then(pl.col("job_id_raw").replace_strict(
+                keys, [carry[k] for k in keys], default=None, return_dtype=pl.Datetime("us", "UTC"))),
+        ).alias("job_submit_time"))
+    # The allocations at the end of this slice, for steps printed at the start of the next one.
+    tail_allocs = typed.filter(~pl.col("_is_step") & pl.col("job_id_raw").is_not_null()).select(
+        "job_id_raw", "submit_time").tail(CARRY_ROWS)
+    new_carry = dict(zip(tail_allocs["job_id_raw"].to_list(), tail_allocs["submit_time"].to_list(), strict=True))
 
     reason = (
         pl.when(pl.col("_jobid").is_null() | (pl.col("_jobid") == ""))
@@ -603,8 +641,9 @@ def _parse(data: bytes, *, cluster: str, tz, fmt, delimiter, source) -> Parsed:
     jobs = typed.filter(ok & ~pl.col("_is_step")).select(list(dict.fromkeys(job_cols)))
     steps = typed.filter(ok & pl.col("_is_step")).select(list(dict.fromkeys(step_cols)))
     del typed
-    q = _quarantine(data, quarantined)
-    return Parsed(tables={"jobs": jobs, "job_steps": steps}, quarantine=q)
+    return jobs, steps, new_carry
+
+
 
 
 # ----------------------------------------------------------------------------------------- attempts

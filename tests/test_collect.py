@@ -224,6 +224,8 @@ def test_real_slurm_22_05_windows_match_what_the_driver_did(con, env):
     """
     cfg, set_output, calls, _ = env
     record = json.loads((REAL / "workload_record.json").read_text())
+    submits = {f: (REAL / f).read_bytes().split(b"\n")[1].split(US.encode())[8] for f in ("sacct_mid.txt", "sacct_final.txt")}
+    assert len(set(submits.values())) == 1, f"fixtures come from different test-bed runs: job 1 submitted {submits}"
     cfg = cfg.with_overrides(cluster={"name": "slurmbed"})
     ids = sorted({j["job_id_raw"] for j in record["jobs"]}, key=int)
     con.execute(

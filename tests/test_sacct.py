@@ -316,3 +316,22 @@ def test_pending_requeued_attempt_counts_no_gpus_even_if_sacct_repeats_the_old_a
     j = job(out, "100")
     assert (j["gpus"], j["gpu_type"], j["sched_by"]) == (0, None, None)
     assert j["alloc_tres"].endswith("node=1")  # the raw string is still kept
+
+
+def test_slices_give_the_same_result_as_one_pass(monkeypatch):
+    rows = []
+    for j in range(1, 8):
+        rows.append(row(JobID=str(j), JobIDRaw=str(j), Submit=f"2024-05-01T10:0{j}:00", JobName="a|b" if j == 3 else "n"))
+        rows.append(row(JobID=f"{j}.batch", JobIDRaw=f"{j}.batch", Submit="2024-05-01T11:00:00"))
+        rows.append(row(JobID=f"{j}.0", JobIDRaw=f"{j}.0", Submit="2024-05-01T11:00:01"))
+    data = live(rows, delim="|")
+    whole = p(data, delimiter="|")
+    monkeypatch.setattr(sacct, "CHUNK_LINES", 2)  # steps land at the start of the next slice
+    sliced = p(data, delimiter="|")
+    assert sliced.quarantine.height == whole.quarantine.height == 0
+    for t in ("jobs", "job_steps"):
+        assert sliced.tables[t].equals(whole.tables[t]), t
+    steps = sliced.tables["job_steps"]
+    assert steps.height == 14
+    assert steps.filter(pl.col("job_id_raw") == 5)["job_submit_time"].to_list() == [
+        datetime(2024, 5, 1, 10, 5, tzinfo=UTC)] * 2
