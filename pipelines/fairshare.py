@@ -255,7 +255,8 @@ def cluster_settings(frames: dict[str, pl.LazyFrame], s: Settings) -> pl.LazyFra
         .agg(pl.col("value").last())
     )
     wide = latest.group_by("cluster").agg(
-        *[pl.col("value").filter(pl.col("key") == k).first().alias(k) for k in keys]
+        *[pl.col("value").filter(pl.col("key") == k).first().alias(k) for k in keys],
+        pl.lit(True).alias("collected"),
     )
     flags = pl.col("PriorityFlags").str.to_uppercase()
     return (
@@ -265,9 +266,11 @@ def cluster_settings(frames: dict[str, pl.LazyFrame], s: Settings) -> pl.LazyFra
             reset=pl.col("PriorityUsageResetPeriod").str.strip_chars().str.to_uppercase().fill_null(
                 s.reset_period
             ),
-            algorithm=pl.when(flags.str.contains("NO_FAIR_TREE"))
+            # Slurm >= 19.05 runs Fair Tree unless PriorityFlags says NO_FAIR_TREE (an empty
+            # PriorityFlags, as 22.05 prints by default, is Fair Tree)
+            algorithm=pl.when(flags.fill_null("").str.contains("NO_FAIR_TREE"))
             .then(pl.lit("classic"))
-            .when(flags.is_not_null())
+            .when(pl.col("collected").fill_null(False))
             .then(pl.lit("fair_tree"))
             .otherwise(pl.lit(s.algorithm)),
         )
@@ -484,33 +487,44 @@ def association_tree(frames: dict[str, pl.LazyFrame], snaps: pl.LazyFrame) -> pl
 
 def closure(tree: pl.LazyFrame) -> pl.LazyFrame:
     """Every node with each of its ancestors-or-self: cluster, tree_time, account, user, anc_account,
-    anc_user, dist (0 = self). Ancestors of a user are accounts."""
-    node = ["cluster", "tree_time", "account", "user"]
-    parents = tree.filter(~pl.col("is_user")).select(
-        "cluster", "tree_time", pl.col("account").alias("next"), pl.col("parent_key").alias("next_parent")
-    )
-    level = tree.select(
-        *node,
-        pl.col("account").alias("anc_account"),
-        pl.col("user").alias("anc_user"),
+    anc_user, dist (0 = self). Ancestors of a user are accounts.
+
+    Built by squaring (self+parent pairs composed with themselves 4 times reach distance 16): four joins
+    instead of one per level keep the plan small.
+    """
+    t = ["cluster", "tree_time"]
+    node = [*t, "account", "user"]
+    selfs = tree.select(
+        *node, pl.col("account").alias("anc_account"), pl.col("user").alias("anc_user"),
         pl.lit(0, pl.Int32).alias("dist"),
-        pl.col("parent_key").alias("next"),
     )
-    out = [level.drop("next")]
-    for depth in range(1, MAX_DEPTH + 1):
-        level = (
-            level.filter(pl.col("next").is_not_null())
-            .join(parents, on=["cluster", "tree_time", "next"], how="inner")
+    parents = tree.filter(pl.col("parent_key").is_not_null()).select(
+        *node, pl.col("parent_key").alias("anc_account"), pl.lit("").alias("anc_user"),
+        pl.lit(1, pl.Int32).alias("dist"),
+    )
+    pairs = pl.concat([selfs, parents])
+    reach = 1
+    while reach < MAX_DEPTH:
+        step = pairs.select(
+            *t,
+            pl.col("account").alias("anc_account"),
+            pl.col("user").alias("anc_user"),
+            pl.col("anc_account").alias("far_account"),
+            pl.col("anc_user").alias("far_user"),
+            pl.col("dist").alias("far_dist"),
+        )
+        pairs = (
+            pairs.join(step, on=[*t, "anc_account", "anc_user"])
             .select(
                 *node,
-                pl.col("next").alias("anc_account"),
-                pl.lit("").alias("anc_user"),
-                pl.lit(depth, pl.Int32).alias("dist"),
-                pl.col("next_parent").alias("next"),
+                pl.col("far_account").alias("anc_account"),
+                pl.col("far_user").alias("anc_user"),
+                (pl.col("dist") + pl.col("far_dist")).alias("dist"),
             )
+            .unique([*node, "anc_account", "anc_user"])
         )
-        out.append(level.drop("next"))
-    return pl.concat(out)
+        reach *= 2
+    return pairs
 
 
 def pick_tree(grid: pl.LazyFrame, tree: pl.LazyFrame) -> pl.LazyFrame:

@@ -237,71 +237,73 @@ def test_drift_starved_account_and_since():
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Real Slurm 22.05.8: `sshare -a -l -P` one PriorityCalcPeriod after the last job of the test bed's
-# workload, and sacct of the same run (tests/fixtures/slurm-22.05/README.md).
+# Real Slurm 22.05.8 (tests/fixtures/slurm-22.05-fairshare/, see tests/fixtures/PROVENANCE.md): the test bed's
+# `sacct` (live collector command line) and `sshare -a -l -P` of the same capture, taken 6 s after the last
+# job ended, and `scontrol show config` (PriorityDecayHalfLife 7 days, PriorityCalcPeriod 1 min).
 
-REAL = Path(__file__).parent / "fixtures" / "slurm-22.05"
-
-
-def real_sacct_jobs(text: str) -> pl.LazyFrame:
-    """JobIDRaw|Account|User|State|AllocTRES|ElapsedRaw|Start|End (one line per attempt) -> jobs rows."""
-    rows = []
-    for line in text.splitlines()[1:]:
-        raw, account, user, _state, tres, _elapsed, start, end = line.split("|")
-        billing = dict(kv.split("=", 1) for kv in tres.split(",") if "=" in kv).get("billing")
-        if start in ("Unknown", "None", "") or billing is None:
-            continue
-        rows.append({
-            "cluster": "slurmbed", "account": account, "user": user,
-            "submit_time": datetime.fromisoformat(start).replace(tzinfo=UTC),
-            "start_time": datetime.fromisoformat(start).replace(tzinfo=UTC),
-            "end_time": None if end in ("Unknown", "None", "") else datetime.fromisoformat(end).replace(tzinfo=UTC),
-            "billing": float(billing), "cpus": None, "gpus": None,
-        })
-    return pl.LazyFrame(rows, schema=fs._frames({})["jobs"].collect_schema())
+REAL = Path(__file__).parent / "fixtures" / "slurm-22.05-fairshare"
+CAPTURED = datetime(2026, 12, 2, 13, 50, 16, tzinfo=UTC)  # mtime of the capture (capture.py, 'final')
 
 
-def real_frames(sshare: bytes, sacct: str, config: bytes, at: datetime) -> dict[str, pl.LazyFrame]:
+def real_frames(at: datetime) -> dict[str, pl.LazyFrame]:
     from zoneinfo import ZoneInfo
 
     from slurmscope.collectors import config as config_collector
+    from slurmscope.collectors import sacct as sacct_collector
     from slurmscope.collectors import sshare as sshare_collector
 
     utc = ZoneInfo("UTC")
-    shares = sshare_collector.parse(sshare, cluster="slurmbed", snapshot_time=at, tz=utc)
-    cfg = config_collector.parse(config, cluster="slurmbed", snapshot_time=at, tz=utc)
+    jobs = sacct_collector.parse((REAL / "sacct.txt").read_bytes(), cluster="slurmbed", snapshot_time=CAPTURED,
+                                 tz=utc, delimiter="\x1f")
+    shares = sshare_collector.parse((REAL / "sshare.txt").read_bytes(), cluster="slurmbed", snapshot_time=at,
+                                    tz=utc)
+    cfg = config_collector.parse((REAL / "config.txt").read_bytes(), cluster="slurmbed", snapshot_time=at, tz=utc)
     assert shares.quarantine.height == 0 and cfg.quarantine.height == 0
-    return {"jobs": real_sacct_jobs(sacct), "shares": shares.tables["shares"].lazy(),
+    return {"jobs": jobs.tables["jobs"].lazy(), "shares": shares.tables["shares"].lazy(),
             "slurm_config": cfg.tables["slurm_config"].lazy()}
 
 
-def check_against_sshare(frames: dict[str, pl.LazyFrame], at: datetime) -> pl.DataFrame:
-    """Computed vs sshare per association: RawUsage within 1 % (or 2 units: sshare truncates), EffectvUsage
-    within 1 %, Fair Tree FairShare equal (6 decimals)."""
-    # the config default (fair_tree, 1 week) is deliberately different from nothing: slurm_config rules
-    params = {"now": at, "tz": "UTC", "config": {"fairshare": {"decay_half_life_seconds": 60}}}
-    mart = fs.compute(frames, params)["mart_fairshare"]
+def agreement(at: datetime) -> pl.DataFrame:
+    # config says 60 s and classic: scontrol show config (7 days, Fair Tree) must win
+    params = {"now": at, "tz": "UTC",
+              "config": {"fairshare": {"decay_half_life_seconds": 60, "algorithm": "classic"}}}
+    mart = fs.compute(real_frames(at), params)["mart_fairshare"]
     agree = fs.sshare_agreement(mart).collect()
-    n_assoc = frames["shares"].collect().height
-    assert agree.height == n_assoc, "every association of sshare has a computed row at the same instant"
-    bad = agree.filter(~(pl.col("raw_ok") & pl.col("effectv_ok") & pl.col("fairshare_ok")))
-    assert bad.height == 0, bad
+    assert agree.height == 12, "every association sshare printed has a computed row at the same instant"
     return agree
 
 
-def test_real_slurm_22_05_sshare_agrees_with_computed():
-    sacct = (REAL / "sacct_fairshare.txt").read_text()
-    last_end = max(
-        datetime.fromisoformat(line.split("|")[7]).replace(tzinfo=UTC)
-        for line in sacct.splitlines()[1:] if line.split("|")[7] not in ("Unknown", "None", "")
-    )
-    at = last_end + timedelta(seconds=65)  # the bed captures sshare one PriorityCalcPeriod (+5 s) later
-    frames = real_frames((REAL / "sshare_final.txt").read_bytes(), sacct, (REAL / "config_final.txt").read_bytes(),
-                         at)
-    agree = check_against_sshare(frames, at)
+def test_real_slurm_22_05_raw_usage_and_fair_tree_factor_agree_with_sshare():
+    # RawUsage within 1 % or 2 units (sshare truncates) for all 12 associations; FairShare equal.
+    agree = agreement(CAPTURED)
+    bad = agree.filter(~(pl.col("raw_ok") & pl.col("fairshare_ok")))
+    assert bad.height == 0, bad
     by = {(r["account"], r["user"]): r for r in agree.iter_rows(named=True)}
-    # spot values read off sshare_final.txt, so a silent join bug cannot pass the loop above
-    assert by[("students", "sbdave")]["sshare_raw_usage"] == 703
-    assert by[("students", "sbdave")]["raw_usage"] == pytest.approx(704, abs=1.0)  # 704 billing-s, 3 min decay
+    # read off sshare.txt and sacct.txt: sbdave's five attempts (billing x seconds: 12x40, 16x5, 4x20, 1x2,
+    # 20x2 = 682) decayed by Slurm's own calc-period loop to the capture: 681.9; sshare prints 681.
+    assert by[("students", "sbdave")]["sshare_raw_usage"] == 681
+    t = datetime.fromisoformat
+    sbdave = [("13:47:34", "13:48:14", 12), ("13:48:14", "13:48:19", 16), ("13:47:42", "13:48:02", 4),
+              ("13:47:38", "13:47:40", 1), ("13:47:38", "13:47:40", 20)]
+    want = sum(
+        slurm_decay_loop(t(f"2026-12-02T{a}+00:00"), t(f"2026-12-02T{b}+00:00"), CAPTURED, r, 7 * 86400.0)
+        for a, b, r in sbdave
+    )
+    assert want == pytest.approx(681.9, abs=0.05)
+    assert by[("students", "sbdave")]["raw_usage"] == pytest.approx(want, rel=1e-4)
     assert by[("pretraining", "sbalice")]["fairshare"] == pytest.approx(2 / 6)
     assert by[("root", "root")]["fairshare"] == 1.0
+    assert by[("vision", "sbbob")]["fairshare"] == pytest.approx(4 / 6)
+
+
+def test_real_slurm_22_05_effective_usage_is_that_of_the_last_calc_period():
+    # sshare adds a job's usage when it ends but recomputes EffectvUsage only every PriorityCalcPeriod
+    # (60 s). This capture came 6 s after the last job ended (13:50:10) and before the next period, so the
+    # account rows still show the ratios of the previous period, which fell in (13:49:16, 13:50:10].
+    # No job ended in that span, so our values anywhere in it (here 13:49:16) must match; at the capture
+    # instant they must not (the last job moved them), which shows the comparison can fail.
+    stale = agreement(CAPTURED - timedelta(seconds=60))
+    assert stale.filter(~pl.col("effectv_ok")).height == 0, stale
+    fresh = agreement(CAPTURED)
+    moved = fresh.filter(~pl.col("effectv_ok"))["account"].to_list()
+    assert sorted(moved) == ["infra", "pretraining", "research", "students", "vision"]
