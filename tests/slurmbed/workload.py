@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -68,21 +69,27 @@ class Poller(threading.Thread):
         self.raw: dict[str, str] = {}  # job id as printed -> JobIDRaw
         self.reasons: dict[str, str] = {}
         self.nodes: dict[str, str] = {}
-        self.intervals: dict[str, list[list[float]]] = {}
+        self.intervals: dict[str, list[list[float]]] = {}  # job id -> [start, end, unc_s, unc_e, seen]
         self.stop_evt = threading.Event()
         self.last_poll: float | None = None
+        self.times: dict[str, tuple[str, str]] = {}  # job id -> squeue's (StartTime, EndTime)
 
     def poll_once(self) -> None:
-        before = self.last_poll
-        now = time.time()
-        out = sh(["squeue", "--all", "--array", "--noheader", "--states=all", "-o", "%i|%A|%T|%r|%N"],
+        """One squeue sample. It shows the state at some instant in [tb, ta] (the command's own run
+        time), so a state change lies between the previous sample's tb and this sample's ta: keep the
+        middle of that span and half its width as the uncertainty (it grows when the machine is busy)."""
+        prev_b = self.last_poll
+        tb = time.time()
+        out = sh(["squeue", "--all", "--array", "--noheader", "--states=all", "-o", "%i|%A|%T|%r|%N|%S|%e"],
                  check=False)
+        ta = time.time()
         with self.lock:
             for line in out.splitlines():
                 parts = line.strip().split("|")
-                if len(parts) != 5:
+                if len(parts) != 7:
                     continue
-                jid, raw, state, reason, nodes = parts
+                jid, raw, state, reason, nodes, st, en = parts
+                self.times[jid] = (st, en)
                 self.raw[jid] = raw
                 self.reasons[jid] = reason
                 prev = self.states.get(jid)
@@ -90,16 +97,16 @@ class Poller(threading.Thread):
                 if state == "RUNNING":
                     self.nodes[jid] = nodes
                     if prev != "RUNNING":
-                        # Started between two polls: take the middle, as for the end below.
-                        first = now if before is None else (before + now) / 2
-                        ivs.append([first, now])
+                        lo = tb if prev_b is None else prev_b
+                        # [start, end, start uncertainty, end uncertainty, last sample seen running]
+                        ivs.append([(lo + ta) / 2, ta, (ta - lo) / 2, (ta - tb) / 2, tb])
                     else:
-                        ivs[-1][1] = now
+                        ivs[-1][1], ivs[-1][3], ivs[-1][4] = ta, (ta - tb) / 2, tb
                 elif prev == "RUNNING" and ivs:
-                    # Ended between two polls: the end lies in (last seen, now]; take the middle.
-                    ivs[-1][1] = (ivs[-1][1] + now) / 2
+                    lo = ivs[-1][4]
+                    ivs[-1][1], ivs[-1][3] = (lo + ta) / 2, (ta - lo) / 2
                 self.states[jid] = state
-            self.last_poll = now
+            self.last_poll = tb
 
     def run(self) -> None:
         while not self.stop_evt.is_set():
@@ -250,12 +257,33 @@ class Workload:
 
     def record(self, nf_node: str, drain_node: str) -> dict:
         with self.poller.lock:
-            intervals = {k: [[round(a, 3), round(b, 3)] for a, b in v] for k, v in self.poller.intervals.items()}
+            intervals = {k: [[round(a, 3), round(b, 3)] for a, b, *_ in v] for k, v in self.poller.intervals.items()}
+            uncertainty = {k: [round(us + ue + 1.0, 3) for _, _, us, ue, _ in v]
+                           for k, v in self.poller.intervals.items()}
             raw = dict(self.poller.raw)
             reasons = dict(self.poller.reasons)
             states = dict(self.poller.states)
+        # A short job can start and end between two samples; then take slurmctld's own start/end of its
+        # last attempt (squeue %S/%e, whole seconds; never sacct).
+        with self.poller.lock:
+            times = dict(self.poller.times)
+
+        def fill(jid: str, expected: dict) -> None:
+            ivs = intervals.setdefault(jid, [])
+            if expected.get("never_started") or expected["final_state"] == "PENDING":
+                return
+            if not ivs and expected["attempts"] == 1 and jid in times:
+                st, en = (datetime.fromisoformat(t).replace(tzinfo=UTC).timestamp() for t in times[jid])
+                ivs.append([st, en])
+                uncertainty.setdefault(jid, []).append(1.0)
+
         jobs = []
         for job in self.jobs.values():
+            if job.get("array"):
+                for task, st in job["tasks"].items():
+                    fill(f"{job['job_id']}_{task}", {**job, "final_state": st})
+            else:
+                fill(job["job_id"], job)
             if job.get("array"):
                 for task, st in job["tasks"].items():
                     jid = f"{job['job_id']}_{task}"
@@ -263,18 +291,21 @@ class Workload:
                                  "array_job_id": job["job_id"], "array_task_id": int(task),
                                  "job_id_raw": raw.get(jid), "final_state": st,
                                  "exit_code": 3 if st == "FAILED" else 0,
-                                 "intervals": intervals.get(jid, []), "last_squeue_state": states.get(jid)})
+                                 "intervals": intervals.get(jid, []), "interval_slack": uncertainty.get(jid, []),
+                                 "last_squeue_state": states.get(jid)})
             else:
                 jid = job["job_id"]
                 jobs.append({**job, "job_id_raw": raw.get(jid, jid), "intervals": intervals.get(jid, []),
+                             "interval_slack": uncertainty.get(jid, []),
                              "last_squeue_state": states.get(jid), "last_squeue_reason": reasons.get(jid)})
         gpu_seconds: dict[str, float] = {}
         slack: dict[str, float] = {}
         for j in jobs:
-            for a, b in j["intervals"]:
+            for (a, b), unc in zip(j["intervals"], j["interval_slack"], strict=True):
                 gpu_seconds[j["account"]] = gpu_seconds.get(j["account"], 0.0) + j["gpus"] * (b - a)
-                # Poll granularity: each interval edge is known to within ~1.5 s.
-                slack[j["account"]] = slack.get(j["account"], 0.0) + j["gpus"] * 3.0
+                # Each edge is known to within half the span between two samples; sacct's whole seconds
+                # add up to 1 s more (the +1 in interval_slack).
+                slack[j["account"]] = slack.get(j["account"], 0.0) + j["gpus"] * unc
         return {
             "cluster": cluster.CLUSTER,
             "started": self.t0,
