@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """A private Slurm 22.05 cluster on one machine, for the live integration tests.
 
-    python3 tests/slurmbed/cluster.py start|stop|status|env
+    python3 tests/slurmbed/cluster.py start|stop|status|env|wipe|stop-dbd|start-dbd [--force]
 
 Everything lives under one directory ($SLURMBED_DIR, default /tmp/slurmscope-slurmbed): configs, logs,
 pidfiles, spool and state, a MariaDB datadir on 127.0.0.1:17500 with its own socket, a munge daemon with
 its own key and socket, and fake GPU character devices. Nothing system-wide is touched except that the
 test users are created with useradd when missing. `start` is idempotent (a running daemon is left alone),
-`stop` ends only the processes named in this directory's pidfiles.
+`stop` ends only the processes named in this directory's pidfiles. Commands that change the bed refuse
+while a test session holds its lock (tests/integration/conftest.py), unless given --force.
 
 Why this shape: an AI cluster's accounting (cons_tres, GPUs as typed GRES, fair share with a strong
 weight, QOS preemption, billing weights on the GPU partition) is what the collectors and pipelines must
@@ -113,14 +114,18 @@ def _pid_alive(pidfile: Path) -> int | None:
         return None
     except PermissionError:
         return pid
-    # A recycled pid belongs to someone else: check it is one of our daemons.
+    # A recycled pid belongs to someone else: it is ours only if its command line names this bed
+    # (munged, mariadbd, slurmctld, slurmd) or, for slurmdbd (which takes no config argument), its
+    # environment carries this bed's SLURM_CONF.
     try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:
         return None
-    if str(BED) not in cmd and "slurm" not in cmd and "munge" not in cmd and "mariadb" not in cmd:
-        return None
-    return pid
+    mine = str(BED).encode()
+    if mine in cmd or f"SLURM_CONF={SLURM_CONF}".encode() in environ:
+        return pid
+    return None
 
 
 def _pidfiles() -> dict[str, Path]:
@@ -464,6 +469,12 @@ def status() -> dict[str, int | None]:
 
 def main(argv: list[str]) -> int:
     cmd = argv[1] if len(argv) > 1 else "status"
+    if cmd in ("start", "stop", "wipe", "stop-dbd", "start-dbd") and "--force" not in argv:
+        held = acquire_lock(0)
+        if held is None:
+            print("slurmbed: a test session is using the bed (lock held); add --force to override",
+                  file=sys.stderr)
+            return 4
     if cmd == "start":
         start()
     elif cmd == "stop":
