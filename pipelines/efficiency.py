@@ -18,12 +18,13 @@ from slurmscope.pipelines.common import split_buckets
 NAME = "efficiency"
 MART_TABLES: dict[str, str | None] = {"mart_job_efficiency": "alloc_end", "mart_idle_gpus_daily": "day"}
 INPUTS: dict[str, str] = {
-    # Intervals still open, or that ended inside the window; whole GPUs only (MIG slices have no
-    # per-slice utilisation in NVML's device-level counters).
+    # Every interval of the jobs holding a GPU at or after the window start (all of a job's GPUs, so its
+    # row is whole); whole GPUs only (MIG slices have no per-slice utilisation in NVML's device counters).
     "gpu_jobs": """
         SELECT cluster, node, gpu_uuid, job_id, interval_start, interval_end FROM gpu_jobs
-        WHERE cluster = $cluster AND coalesce(mig_instance, '') = ''
-          AND coalesce(interval_end, $end) >= $start AND interval_start < $end""",
+        WHERE cluster = $cluster AND coalesce(mig_instance, '') = '' AND interval_start < $end
+          AND job_id IN (SELECT job_id FROM gpu_jobs WHERE cluster = $cluster
+                         AND coalesce(interval_end, $end) >= $start AND interval_start < $end)""",
     # Samples back to the earliest of those intervals, so a long job's efficiency covers its whole run.
     "gpu_samples": """
         SELECT cluster, node, gpu_uuid, minute, samples, util_gpu_mean, util_gpu_max, mem_used_max_bytes,
@@ -31,8 +32,9 @@ INPUTS: dict[str, str] = {
         FROM gpu_samples
         WHERE cluster = $cluster AND minute < $end AND minute >= coalesce((
             SELECT min(interval_start) FROM gpu_jobs
-            WHERE cluster = $cluster AND coalesce(mig_instance, '') = ''
-              AND coalesce(interval_end, $end) >= $start AND interval_start < $end
+            WHERE cluster = $cluster AND coalesce(mig_instance, '') = '' AND interval_start < $end
+              AND job_id IN (SELECT job_id FROM gpu_jobs WHERE cluster = $cluster
+                             AND coalesce(interval_end, $end) >= $start AND interval_start < $end)
         ) - INTERVAL 1 MINUTE, $start)""",
     "jobs": """
         SELECT cluster, job_id, job_id_raw, attempt, submit_time, start_time, end_time, account, "user", gpus
