@@ -71,6 +71,8 @@ class SimConfig:
     checkpoint_hours: float = 2.0         # pretraining checkpoint interval K
     write_events_jsonl: bool = True
     write_snapshots: bool = True
+    telemetry_nodes: int = 4              # GPU nodes with simulated NVML telemetry (spool format v1)
+    telemetry_days: float = 1.0           # per-minute telemetry for the last N days of the period
 
 
 # --------------------------------------------------------------------------------------------- helpers
@@ -242,7 +244,7 @@ class Job:
                  "submit", "eligible", "start", "end", "limit", "nnodes", "units", "whole", "state",
                  "exit", "nodes", "gpu_idx", "sched_by", "priority", "work", "progress", "target",
                  "outcome", "ckpt", "attempt", "requeue", "interactive", "resv", "token", "array_rec",
-                 "cont_of", "patience", "first_submit", "cause")
+                 "cont_of", "patience", "first_submit", "cause", "tele")
 
     def __init__(self) -> None:
         self.array_id = 0
@@ -265,6 +267,7 @@ class Job:
         self.cont_of = 0
         self.patience = 0
         self.cause = ""
+        self.tele: list[int] = []
 
 
 class ArrayRec:
@@ -406,6 +409,16 @@ class Simulator:
         rstart = self.t0 + int(min(10 * 86400, 0.3 * cfg.days * 86400))
         rstart -= rstart % 3600
         self.resv = Reservation("llm-hero-run", "h100", rn, rstart, rstart + 3 * 86400, "pretrain")
+        # Telemetry: the degrading GPU's node (the last H100 node), then alternately H100 and A100 nodes.
+        a = self.parts["a100"].nodes
+        pick = [h.nodes[-1]]
+        for i in range(max(len(h.nodes), len(a))):
+            for ns in (h.nodes, a):
+                if i < len(ns) and ns[i] not in pick:
+                    pick.append(ns[i])
+        self.tele = {n.idx for n in pick[: max(0, cfg.telemetry_nodes)]}
+        self.gpu_iv: list[list] = []      # [node idx, gpu index, job, start, end|None]
+        self.tele_events: list[tuple] = []
 
     def _uuid(self, node: str, gpu: int) -> str:
         h = random.Random(f"{self.cfg.seed}:{node}:{gpu}").getrandbits(128)
@@ -503,7 +516,7 @@ class Simulator:
         gn = self.parts["h100"].nodes[-1]
         self.degrading = (gn.name, 3, gn.gpu_uuids[3], self.t0 + 86400)
         self.log(self.t0 + 86400, "degradation_start", node=gn.name, gpu_index=3, gpu_uuid=gn.gpu_uuids[3],
-                 temp_rise_c_per_day=1.2, sm_clock_drop_mhz_per_day=12)
+                 temp_rise_c_per_day=DEG_TEMP_PER_DAY, sm_clock_drop_mhz_per_day=DEG_CLOCK_PER_DAY)
         # The reservation and its hero run.
         r = self.resv
         for n in r.nodes:
@@ -913,6 +926,7 @@ class Simulator:
         j.token += 1
         j.gpu_idx = []
         base = self._resv_base
+        tele = self.tele
         for n in nodes:
             self._set_free(n, n.free - j.units)
             n.jobs.append(j)
@@ -927,6 +941,10 @@ class Simulator:
                         if len(got) == j.units:
                             break
                 j.gpu_idx.append(got)
+                if n.idx in tele:
+                    for g in got:
+                        j.tele.append(len(self.gpu_iv))
+                        self.gpu_iv.append([n.idx, g, j, t, None])
         remaining = j.target - j.progress
         if remaining > j.limit:
             dur, final = j.limit, "TIMEOUT"
@@ -951,6 +969,10 @@ class Simulator:
                 f'"priority":{j.priority},"gpu_idx":[{gi}]}}')
 
     def _release(self, j: Job) -> None:
+        if j.tele:
+            for i in j.tele:
+                self.gpu_iv[i][4] = self.now
+            j.tele = []
         for n in j.nodes:
             n.jobs.remove(j)
             if n.owners:
@@ -1008,6 +1030,8 @@ class Simulator:
             cause = f"xid{xid}"
             self.log(self.now, "fault", xid=xid, node=n.name, gpu_index=g, gpu_uuid=n.gpu_uuids[g],
                      effect="job_failed", job_id_raw=j.raw, cause="application")
+            if n.idx in self.tele:
+                self.tele_events.append((n.idx, self.now, xid, g))
         if state == "CANCELLED":
             state_txt = f"CANCELLED by {j.uid}"
         else:
@@ -1291,6 +1315,8 @@ class Simulator:
             return
         t = self.now
         g = self.rng.randrange(n.cap)
+        if n.idx in self.tele and xid > 0:
+            self.tele_events.append((n.idx, t, xid, g))
         if effect == "down":
             reason = f"XID {xid} {text} gpu={g}" if xid else text
             self.log(t, "fault", xid=xid or None, node=n.name, gpu_index=g if xid else None,
@@ -1840,6 +1866,107 @@ class Simulator:
                 f"Groups=(null) Accounts={r.account} Licenses=(null) State={state} BurstBuffer=(null) Watts=n/a "
                 f"MaxStartDelay=(null)\n")
 
+    def write_telemetry(self) -> list[str]:
+        """Per-GPU per-minute NVML aggregates for the telemetry nodes over the last `telemetry_days`, in the
+        agent's spool format v1 (docs/nvml.md), one file per node per day, plus GPU-to-job intervals,
+        inventory and the XID events those nodes saw. Utilisation follows the jobs on each GPU (a job is
+        busy at 85-100% or, like ~30% of jobs in the Seren trace, nearly idle); the degrading GPU runs hotter
+        and slower every day."""
+        try:
+            from slurmscope.collectors.nvml import write_spool_file
+        except ImportError:   # the NVML agent module is not in this checkout: no telemetry step
+            return []
+        cfg = self.cfg
+        t1 = self.t_end
+        t0 = max(self.t0, t1 - int(cfg.telemetry_days * 86400))
+        t0 -= t0 % 60
+        if not self.tele or t1 <= t0:
+            return []
+        deg_node, deg_gpu, _uuid, deg_start = self.degrading
+        spool = self.out_dir / "spool"
+        written = []
+        ivs: dict[tuple[int, int], list[list]] = {}
+        for iv in self.gpu_iv:
+            ivs.setdefault((iv[0], iv[1]), []).append(iv)
+        busy: dict[tuple[int, int], float] = {}
+
+        def level(job: Job, attempt: int) -> float:
+            key = (job.raw, attempt)
+            if key not in busy:
+                r = random.Random(f"{cfg.seed}:{job.raw}:{attempt}").random()
+                busy[key] = r * 2.0 if r < 0.3 else 85.0 + 15.0 * (r - 0.3) / 0.7
+            return busy[key]
+
+        for idx in sorted(self.tele):
+            n = self.nodes[idx]
+            spec = GPU_SPECS[n.gpu_type]
+            rng = random.Random(f"{cfg.seed}:{n.name}:telemetry")
+            day = t0
+            while day < t1:
+                day_end = min(t1, day - day % 86400 + 86400)
+                records: list[dict] = []
+                for g in range(n.cap):
+                    uuid = n.gpu_uuids[g]
+                    bus = f"00000000:{0x18 + 0x10 * g:02X}:00.0"
+                    records.append({"type": "inventory", "gpu_uuid": uuid, "seen_at": _iso(day), "gpu_index": g,
+                                    "gpu_minor": g, "pci_bus_id": bus, "model": spec["model"],
+                                    "serial": f"{1650000000000 + idx * 8 + g}", "driver_version": "535.183.01",
+                                    "cuda_version": "12.2", "mig_mode": False})
+                    mine = sorted((iv for iv in ivs.get((idx, g), []) if iv[3] < day_end and
+                                   (iv[4] is None or iv[4] > day)), key=lambda iv: iv[3])
+                    for iv in mine:
+                        records.append({"type": "job", "gpu_uuid": uuid, "job_id": iv[2].jid,
+                                        "interval_start": _iso(iv[3]),
+                                        "interval_end": _iso(iv[4]) if iv[4] is not None else None,
+                                        "gpu_index": g, "mig_instance": "", "source": "prolog"})
+                    k = 0
+                    degrading = n.name == deg_node and g == deg_gpu
+                    for m in range(day, day_end, 60):
+                        while k < len(mine) and (mine[k][4] or BIG) <= m:
+                            k += 1
+                        util = 0.0
+                        if k < len(mine) and mine[k][3] < m + 60:
+                            iv = mine[k]
+                            lo, hi = max(m, iv[3]), min(m + 60, iv[4] or BIG)
+                            util = level(iv[2], 1) * max(0, hi - lo) / 60.0
+                        util = min(100.0, max(0.0, util + (rng.gauss(0, 1.5) if util > 5 else 0.0)))
+                        frac = util / 100.0
+                        temp = spec["t_idle"] + (spec["t_load"] - spec["t_idle"]) * frac + rng.gauss(0, 0.4)
+                        clock = spec["sm_idle"] + (spec["sm_max"] - spec["sm_idle"]) * min(1.0, frac * 4)
+                        reasons = 0 if util > 5 else 1   # GpuIdle
+                        if degrading and m >= deg_start:
+                            days_in = (m - deg_start) / 86400.0
+                            temp += DEG_TEMP_PER_DAY * days_in
+                            clock -= DEG_CLOCK_PER_DAY * days_in * min(1.0, frac * 4)
+                            if temp > 83:
+                                reasons |= 0x40   # HwThermalSlowdown
+                        power = spec["p_idle"] + (spec["p_max"] - spec["p_idle"]) * frac * 0.9
+                        records.append({
+                            "type": "sample", "gpu_uuid": uuid, "minute": _iso(m), "gpu_index": g, "gpu_minor": g,
+                            "pci_bus_id": bus, "model": spec["model"], "samples": 6,
+                            "util_gpu_mean": round(util, 2), "util_gpu_max": round(min(100.0, util * 1.05), 2),
+                            "util_mem_mean": round(util * 0.45, 2),
+                            "mem_used_max_bytes": int(spec["mem"] * (0.05 + 0.8 * frac)),
+                            "mem_total_bytes": spec["mem"], "power_mean_watts": round(power, 1),
+                            "power_max_watts": round(power * 1.08, 1), "energy_joules": round(power * 60, 1),
+                            "temp_gpu_max_celsius": round(temp, 1), "temp_mem_max_celsius": round(temp + 6, 1),
+                            "sm_clock_mean_mhz": round(clock), "mem_clock_mean_mhz": spec["mem_clock"],
+                            "throttle_seconds": 60.0 if reasons & 0x40 else 0.0, "throttle_reasons": reasons,
+                            "pcie_replay_delta": 0, "ecc_corrected_delta": 0, "ecc_uncorrected_delta": 0,
+                            "ecc_corrected_total": 0, "ecc_uncorrected_total": 0, "remapped_pending": False,
+                            "remapped_failed": False, "retired_pages": 0, "nvlink_errors_delta": 0,
+                            "null_fields": 0})
+                for nidx, t, xid, g in self.tele_events:
+                    if nidx == idx and day <= t < day_end:
+                        records.append({"type": "event", "event_time": _iso(t), "event_type": "xid",
+                                        "gpu_uuid": n.gpu_uuids[g], "xid": xid,
+                                        "pci_bus_id": f"00000000:{0x18 + 0x10 * g:02X}:00.0", "source": "kmsg",
+                                        "detail": f"NVRM: Xid (PCI:0000:{0x18 + 0x10 * g:02X}:00): {xid}"})
+                path = write_spool_file(spool / n.name, n.name, records, opened_at=float(day), cluster=cfg.cluster)
+                written.append(str(path.relative_to(self.out_dir)))
+                day = day_end
+        return written
+
     def write(self) -> dict:
         """Close the streamed files and write the end-of-period ones (sacctmgr events, reservation)."""
         out_dir = self.out_dir
@@ -1858,7 +1985,24 @@ class Simulator:
             path.write_text(self.reservations_text(), encoding="utf-8")
             os.utime(path, (self.t0, self.t0))
             files.append("snapshots/reservations/<epoch>.txt (1 file)")
+        if self.cfg.telemetry_nodes > 0:
+            tele = self.write_telemetry()
+            if tele:
+                files.append(f"spool/<node>/<node>_<opened>Z.jsonl ({len(tele)} files, NVML spool v1)")
         return {"files": files}
+
+
+DEG_TEMP_PER_DAY, DEG_CLOCK_PER_DAY = 0.6, 12.0   # the slowly degrading GPU
+GPU_SPECS = {
+    "h100": {"model": "NVIDIA H100 80GB HBM3", "mem": 85899345920, "p_idle": 70.0, "p_max": 700.0, "t_idle": 31.0,
+             "t_load": 66.0, "sm_idle": 345.0, "sm_max": 1980.0, "mem_clock": 2619},
+    "a100": {"model": "NVIDIA A100-SXM4-80GB", "mem": 85899345920, "p_idle": 60.0, "p_max": 400.0, "t_idle": 30.0,
+             "t_load": 62.0, "sm_idle": 210.0, "sm_max": 1410.0, "mem_clock": 1593},
+}
+
+
+def _iso(t: int) -> str:
+    return ts(int(t)) + "Z"
 
 
 def _lfs(v: float) -> str:

@@ -300,8 +300,11 @@ def _serve(cfg: Config, db_path: str, result: DemoResult, prog: Progress, port: 
     address = cfg.get("exporter", "address")
     server = serve_metrics(address, port, lambda: body)
     result.port = port
+    stop, agent_url = _start_agent(cfg, result, port + 1)
     bar(1, 1)
     sys.stdout.write(f"Serving http://{address}:{port}/metrics  (Ctrl-C to stop)\n")
+    if agent_url:
+        sys.stdout.write(f"Node agent on the fake NVML: {agent_url}/metrics (live GPU series)\n")
     sys.stdout.flush()
     try:
         while True:
@@ -310,6 +313,32 @@ def _serve(cfg: Config, db_path: str, result: DemoResult, prog: Progress, port: 
         pass
     finally:
         server.shutdown()
+        if stop is not None:
+            stop.set()
+
+
+def _start_agent(cfg: Config, result: DemoResult, port: int):
+    """One `slurmscope agent` on the fake NVML (4 busy and 4 idle H100s), so GPU panels have live series."""
+    import json
+    import threading
+
+    run_agent = _optional("slurmscope.collectors.nvml", "run_agent")
+    if run_agent is None:
+        result.skipped.append("node agent")
+        return None, None
+    base = (result.out_dir / "agent").resolve()
+    (base / "gpu-jobs").mkdir(parents=True, exist_ok=True)
+    spec = {"node": "h100-001", "mapping_dir": str(base / "gpu-jobs"),
+            "gpus": [{"model": "h100", "state": "load", "count": 4}, {"model": "h100", "state": "idle", "count": 4}]}
+    (base / "fake-nvml.json").write_text(json.dumps(spec, indent=1), encoding="utf-8")
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=run_agent, name="slurmscope-demo-agent", daemon=True,
+        kwargs={"port": port, "spool": str(base / "spool"), "interval": 10.0, "fake": str(base / "fake-nvml.json"),
+                "address": "127.0.0.1", "stop": stop, "kmsg_path": str(base / "no-kmsg")},
+        args=(cfg,))
+    thread.start()
+    return stop, f"http://127.0.0.1:{port}"
 
 
 def _rel(paths: Iterable[Path], base: Path) -> str:
@@ -344,6 +373,8 @@ def print_summary(result: DemoResult, *, serve: bool, port: int) -> None:
         "  scrape_configs:",
         "    - job_name: slurmscope",
         f"      static_configs: [{{targets: ['127.0.0.1:{port}']}}]",
+        "    - job_name: slurmscope-agent   # the demo's node agent on the fake NVML",
+        f"      static_configs: [{{targets: ['127.0.0.1:{port + 1}']}}]",
         f"  rule_files: ['{(out / 'alerts').resolve()}/slurmscope.rules.yaml']",
         "Point Grafana at it: copy "
         f"{(out / 'dashboards' / 'provisioning').resolve()}/* into /etc/grafana/provisioning/ and the JSON in "
