@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import polars as pl
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from slurmscope.collectors.parsing import (
     compress_hostlist,
@@ -261,6 +261,7 @@ def test_compress_hostlist_round_trip():
     assert compress_hostlist(expand_hostlist(s)) == s
 
 
+@settings(max_examples=300)  # a helper, not a parser: the CI profile's 2,000 examples are for parsers
 @given(st.lists(st.integers(min_value=0, max_value=300), min_size=1, max_size=30))
 def test_compress_expand_inverse(nums):
     names = [f"n{n:03d}" for n in nums]
@@ -294,6 +295,7 @@ def test_column_helpers_equal_the_scalar_parsers():
     assert df["d"].to_list() == want
 
 
+@settings(max_examples=300)  # each example runs Polars twice; the scalar parsers get the full profile
 @given(st.lists(st.one_of(st.none(), st.text(alphabet="0123456789-:.TU nko", max_size=22)), max_size=30))
 def test_column_helpers_match_scalars_on_random_text(values):
     from slurmscope.collectors.parsing import parse_duration_columns, parse_time_columns
