@@ -437,6 +437,10 @@ def _parse(data: bytes, *, cluster: str, tz, fmt, delimiter, source) -> Parsed:
     if not jobs_parts:
         return Parsed(tables={}, quarantine=q)
     jobs = pl.concat(jobs_parts, how="vertical_relaxed") if len(jobs_parts) > 1 else jobs_parts[0]
+    # The rank within this output; after_upsert corrects it from all stored rows, and only rows whose
+    # rank really differs (attempts seen in other windows) are rewritten there.
+    rank = pl.col("submit_time").rank("dense").over("cluster", "job_id_raw").cast(pl.Int32)
+    jobs = jobs.with_columns(rank.alias("attempt"), (rank - 1).alias("restarts"))
     steps = pl.concat(steps_parts, how="vertical_relaxed") if len(steps_parts) > 1 else steps_parts[0]
     return Parsed(tables={"jobs": jobs, "job_steps": steps}, quarantine=q)
 
