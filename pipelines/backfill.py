@@ -13,14 +13,15 @@ from typing import Any
 
 import polars as pl
 from slurmscope.pipelines.common import (
+    NODE_STATES_SQL,
     UTC_DT,
     clip_interval,
     ensure_columns,
     gpu_class,
+    local_day,
     node_intervals,
     percentile,
     split_buckets,
-    split_calendar,
     usage_interval,
 )
 
@@ -44,10 +45,7 @@ INPUTS: dict[str, str] = {
     "sched_stats": """
         SELECT * EXCLUDE (cluster, raw_text) FROM sched_stats
         WHERE cluster = $cluster AND snapshot_time >= $start - INTERVAL 2 DAY AND snapshot_time < $end""",
-    "node_states": """
-        SELECT snapshot_time, node, "partition", state, state_flags, gpus_total, gpus_used, gpu_type
-        FROM node_states
-        WHERE cluster = $cluster AND snapshot_time >= $start - INTERVAL 1 DAY AND snapshot_time < $end""",
+    "node_states": NODE_STATES_SQL,
 }
 
 DAILY_SCHEMA = {"day": pl.Date, "partition": pl.String, "sched_by": pl.String, "jobs": pl.Int64,
@@ -86,12 +84,9 @@ def _norm(jobs: pl.LazyFrame) -> pl.LazyFrame:
 
 def _start_day(lf: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
     """Billing-zone day of each started attempt's start, from the window's first day on."""
-    s = lf.filter(pl.col("start_time").is_not_null()).with_columns(
-        (pl.col("start_time") + pl.duration(microseconds=1)).alias("_s1")
-    )
-    return split_calendar(s, "start_time", "_s1", params["tz"], out="day").filter(
-        pl.col("day") >= pl.lit(params["start_date"])
-    )
+    return lf.filter(pl.col("start_time").is_not_null()).with_columns(
+        local_day(pl.col("start_time"), params["tz"]).alias("day")
+    ).filter(pl.col("day") >= pl.lit(params["start_date"]))
 
 
 def backfill_daily(jobs: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:

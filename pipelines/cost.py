@@ -14,6 +14,7 @@ from typing import Any
 import polars as pl
 from slurmscope.pipelines.common import (
     FAILED_STATES,
+    NODE_STATES_SQL,
     UTC_DT,
     clip_interval,
     ensure_columns,
@@ -44,10 +45,7 @@ INPUTS: dict[str, str] = {
         FROM jobs
         WHERE cluster = $cluster AND (end_time IS NULL OR end_time >= $start)
           AND (start_time IS NULL OR start_time < $end)""",
-    "node_states": """
-        SELECT snapshot_time, node, "partition", state, state_flags, gpus_total, gpus_used, gpu_type
-        FROM node_states
-        WHERE cluster = $cluster AND snapshot_time >= $start - INTERVAL 1 DAY AND snapshot_time < $end""",
+    "node_states": NODE_STATES_SQL,
     "prev_monthly": """
         SELECT month, account, "user", gpu_hours, cost_usd::DOUBLE AS cost_usd, share, version, frozen, issued_at
         FROM mart_cost_monthly WHERE cluster = $cluster AND month >= $start_month""",

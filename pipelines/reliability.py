@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 import polars as pl
-from slurmscope.pipelines.common import UTC_DT, ensure_columns, expand_hostlist, split_calendar, with_requeued
+from slurmscope.pipelines.common import UTC_DT, ensure_columns, expand_hostlist, local_day, with_requeued
 
 NAME = "reliability"
 
@@ -111,11 +111,9 @@ def ended_attempts(jobs: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def by_end_day(ended: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
-    """Billing-zone day of each attempt's end (the last microsecond before end counts as inside the day)."""
-    point = ended.with_columns((pl.col("end_time") - pl.duration(microseconds=1)).alias("_e0"))
-    return split_calendar(point, "_e0", "end_time", params["tz"], out="day").filter(
-        pl.col("day") >= pl.lit(params["start_date"])
-    )
+    """Billing-zone day of each attempt's end (an end at midnight belongs to the day before: [start, end))."""
+    day = local_day(pl.col("end_time") - pl.duration(microseconds=1), params["tz"])
+    return ended.with_columns(day.alias("day")).filter(pl.col("day") >= pl.lit(params["start_date"]))
 
 
 def outcomes(ended_days: pl.LazyFrame) -> pl.LazyFrame:
