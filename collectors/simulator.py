@@ -1568,34 +1568,41 @@ class Simulator:
         else:
             tres, nodelist, ncpus, flags = "", "None assigned", self._cpus(j), "StartRecieved"
             reason = self._pending_reason(j) if j.state == "PENDING" else "None"
+        el = duration(elapsed)
         line = "|".join((
             j.jid, str(j.raw), c, j.part.name, j.qos, j.account, j.user, str(j.uid), ts(j.submit), ts(j.eligible),
-            start_s, end_s, duration(elapsed), duration(j.limit), state, j.exit, str(j.nnodes), str(ncpus),
+            start_s, end_s, el, duration(j.limit), state, j.exit, str(j.nnodes), str(ncpus),
             reqmem, tres, nodelist, flags, str(j.priority), reason, j.name))
-        lines = [line]
-        if ran and self.cfg.steps:
+        if not (ran and self.cfg.steps):
+            self.records.append(line)
+        else:
+            # Step lines: their Submit/Eligible are the allocation's start; both steps share one tail.
             first = j.nodes[0]
             per_node_cpus = j.units * first.cpus_per_unit
-            step_tres = f"cpu={per_node_cpus},mem={j.units * first.mem_per_unit}M,node=1"
+            mem = j.units * first.mem_per_unit
             if j.part.is_gpu:
                 step_tres = (f"cpu={per_node_cpus},gres/gpu:{j.part.gpu_type}={j.units},gres/gpu={j.units},"
-                             f"mem={j.units * first.mem_per_unit}M,node=1")
-            step_state = "RUNNING" if state == "RUNNING" else ("CANCELLED" if state.startswith("CANCELLED")
-                                                               or state in ("TIMEOUT", "NODE_FAIL") else state)
-            ext_state = "RUNNING" if state == "RUNNING" else ("COMPLETED" if state != "NODE_FAIL" else "CANCELLED")
-            main_step = "0" if j.interactive else "batch"
+                             f"mem={mem}M,node=1")
+            else:
+                step_tres = f"cpu={per_node_cpus},mem={mem}M,node=1"
+            if state == "RUNNING":
+                step_state = ext_state = "RUNNING"
+            else:
+                step_state = ("CANCELLED" if state.startswith("CANCELLED") or state in ("TIMEOUT", "NODE_FAIL")
+                              else state)
+                ext_state = "COMPLETED" if state != "NODE_FAIL" else "CANCELLED"
             main_exit = j.exit if state not in ("TIMEOUT", "NODE_FAIL") else "0:15"
-            for step, st, ex, nm, nn, tr in (
-                ("extern", ext_state, "0:0", "extern", j.nnodes, self._tres(j).split(",", 1)[1]),
-                (main_step, step_state, main_exit, "bash" if j.interactive else "batch",
-                 j.nnodes if j.interactive else 1, step_tres),
-            ):
-                lines.append("|".join((
-                    f"{j.jid}.{step}", f"{j.raw}.{step}", c, "", "", j.account, "", "", ts(j.start), ts(j.start),
-                    start_s, end_s, duration(elapsed), "", st, ex, str(nn),
-                    str(ncpus if nn == j.nnodes else per_node_cpus), "", tr,
-                    nodelist if nn == j.nnodes else first.name, "", "", "", nm)))
-        self.records.append("\n".join(lines))
+            times = f"{start_s}|{start_s}|{start_s}|{end_s}|{el}|"
+            head = f"{c}|||{j.account}|||{times}"
+            ext = (f"{j.jid}.extern|{j.raw}.extern|{head}|{ext_state}|0:0|{j.nnodes}|{ncpus}||"
+                   f"{tres.split(',', 1)[1]}|{nodelist}||||extern")
+            if j.interactive:
+                main = (f"{j.jid}.0|{j.raw}.0|{head}|{step_state}|{main_exit}|{j.nnodes}|{ncpus}||{step_tres}|"
+                        f"{nodelist}||||bash")
+            else:
+                main = (f"{j.jid}.batch|{j.raw}.batch|{head}|{step_state}|{main_exit}|1|{per_node_cpus}||"
+                        f"{step_tres}|{first.name}||||batch")
+            self.records.append(f"{line}\n{ext}\n{main}")
         if not at_end:
             st = "CANCELLED" if state.startswith("CANCELLED") else state
             self.state_counts[st] = self.state_counts.get(st, 0) + 1
