@@ -50,7 +50,7 @@ def _truth(events: list[dict]):
 
 def test_no_quarantined_lines(demo_run):  # noqa: F811
     assert demo_run.result.ingested["sacct"][1] > 0
-    for kind, (files, rows, quarantined) in demo_run.result.ingested.items():
+    for kind, (files, _rows, quarantined) in demo_run.result.ingested.items():
         assert files > 0 and quarantined == 0, kind
     con = demo_run.connect()
     try:
@@ -180,3 +180,38 @@ def test_demo_built_every_stage(demo_run):  # noqa: F811
     assert any(p.suffix == ".json" for p in r.built["dashboards"])
     assert r.report_month == "2026-11"
     assert DEMO_DAYS == 3
+
+
+def test_report_month_is_the_last_full_month_in_the_period():
+    from slurmscope.demo import last_full_month
+
+    def d(text: str) -> datetime:
+        return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+    assert last_full_month(d("2026-11-01T00:00:00"), d("2026-12-01T00:00:00")) == "2026-11"
+    assert last_full_month(d("2026-11-15T00:00:00"), d("2027-01-03T00:00:00")) == "2026-12"
+    assert last_full_month(d("2026-11-01T00:00:00"), d("2026-11-04T00:00:00")) == "2026-11"   # no full month
+    assert last_full_month(d("2026-10-31T12:00:00"), d("2026-12-01T00:00:00")) == "2026-11"
+
+
+def test_missing_stage_module_is_reported_not_fatal():
+    from slurmscope.demo import _optional
+
+    assert _optional("slurmscope.no_such_stage_module", "build_all") is None
+    assert callable(_optional("slurmscope.demo", "run_demo"))
+
+
+def test_progress_bar_is_plain_text_and_ends_each_stage_once():
+    import io
+
+    from slurmscope.demo import Progress
+
+    buf = io.StringIO()
+    p = Progress(stream=buf, width=10)
+    bar = p.stage("ingest")
+    for i in range(1, 5):
+        bar(i, 4)
+    bar(4, 4)
+    out = buf.getvalue()
+    assert out.count("\n") == 1 and out.endswith("s\n")
+    assert "[1/8] ingest" in out and "[##########] 100%" in out
