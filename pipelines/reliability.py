@@ -58,6 +58,9 @@ INPUTS: dict[str, str] = {
 FAULT_NODE_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "NO_RESPOND")
 """A node event counts as a failure when its state names one of these (DRAINING and DRAINED included)."""
 FAULT_GPU_EVENTS = ("xid", "gpu_lost", "ecc")
+APPLICATION_XIDS = (13, 31, 43, 45)
+"""XIDs NVIDIA attributes to the application (graphics engine exception, MMU fault, GPU stopped processing,
+preemptive cleanup): the job broke the GPU's work, not the other way round, so they are not node faults."""
 KILLED_STATES = ("NODE_FAIL", "FAILED", "REQUEUED", "BOOT_FAIL")
 """Attempt end states a node fault can cause."""
 ENDED_STATES_EXCLUDED = ("RUNNING", "PENDING", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "RESIZING")
@@ -173,7 +176,9 @@ def faults(node_events: pl.LazyFrame, gpu_events: pl.LazyFrame, params: dict[str
         "node", pl.col("time_start").alias("fault_time"), pl.lit("node_event").alias("fault_source"),
         pl.col("state").str.to_uppercase().alias("fault_kind"),
     )
-    g = gpu_events.filter(pl.col("event_type").is_in(FAULT_GPU_EVENTS)).select(
+    g = gpu_events.filter(
+        pl.col("event_type").is_in(FAULT_GPU_EVENTS) & ~pl.col("xid").is_in(APPLICATION_XIDS).fill_null(False)
+    ).select(
         "node", pl.col("event_time").alias("fault_time"), pl.lit("gpu_event").alias("fault_source"),
         pl.when(pl.col("xid").is_not_null()).then(pl.lit("xid:") + pl.col("xid").cast(pl.String))
         .otherwise(pl.col("event_type")).alias("fault_kind"),
