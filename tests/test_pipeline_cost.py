@@ -233,3 +233,19 @@ def test_running_job_accrues_and_counters_never_decrease(con):
     insert_job(con, 6, ts("2026-02-01 04:00"), ts("2026-02-01 04:00"), ts("2026-02-01 08:00"), gpus=1)
     run_pipelines(con, cfg, now=ts("2026-02-01 09:00"), only=["cost"])
     assert con.execute(counters).fetchall() == [(14400.0 + 14400.0, 8.0, 0.0)]
+
+
+def test_monthly_invoice_rows_sum_to_the_rounded_total():
+    # Three users each use 10/3 GPU-hours at $1: $3.333... each; the month is $10.00 and the rows must say
+    # 3.34 + 3.33 + 3.33 (the spare cent to the first by account, user), not 3.33 x 3 = 9.99.
+    day = date(2026, 2, 3)
+    d = pl.LazyFrame(
+        [(day, "a", u, 12000.0, 10 / 3) for u in ("u1", "u2", "u3")],
+        schema={"day": pl.Date, "account": pl.String, "user": pl.String, "gpu_seconds": pl.Float64,
+                "cost_usd": pl.Float64}, orient="row",
+    )
+    m = cost.monthly(d, pl.LazyFrame(schema=cost.MONTHLY_SCHEMA), params(ts("2026-02-10 00:00"))).collect()
+    m = m.sort("user")
+    assert m["cost_usd"].to_list() == [3.34, 3.33, 3.33]
+    assert m["share"].to_list() == pytest.approx([1 / 3] * 3)
+    assert m["frozen"].to_list() == [False] * 3 and m["version"].to_list() == [1] * 3
