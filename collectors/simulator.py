@@ -2042,6 +2042,8 @@ REQUEUE_DELAY = 121   # a requeued attempt's Eligible = Submit + ~121 s on Slurm
 
 def simulate(gpus: int, days: float, seed: int, out_dir: Path, **options: object) -> dict:
     """Simulate, write every output file into `out_dir`, and return a summary (also in summary.json)."""
+    if gpus < 1 or days <= 0:
+        raise ValueError(f"simulate needs --gpus >= 1 and --days > 0, got gpus={gpus} days={days}")
     cfg = SimConfig(gpus=gpus, days=days, seed=seed, **options)
     t0 = _time.perf_counter()
     out_dir = Path(out_dir)
