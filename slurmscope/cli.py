@@ -146,19 +146,36 @@ def pipelines() -> None:
 @click.option("--since", help="Rebuild windows from this date (YYYY-MM-DD) on.")
 @click.option("--full", is_flag=True, help="Rebuild every mart from all history.")
 @click.option("--only", multiple=True, help="Run only the named pipeline(s).")
+@click.option("--now", "now_text", help="Evaluate as of this UTC time (ISO 8601) instead of the clock: "
+              "reproducible rebuilds of a past state.")
 @click.pass_context
-def pipelines_run(ctx: click.Context, since: str | None, full: bool, only: tuple[str, ...]) -> None:
+def pipelines_run(ctx: click.Context, since: str | None, full: bool, only: tuple[str, ...],
+                  now_text: str | None) -> None:
     """Rebuild the marts idempotently."""
+    from datetime import datetime, timezone
+
     from slurmscope.pipelines.runner import run_pipelines
 
+    now = None
+    if now_text:
+        try:
+            now = datetime.fromisoformat(now_text)
+        except ValueError:
+            raise click.BadParameter(f"expects an ISO 8601 time, got {now_text!r}", param_hint="--now") from None
+        now = now if now.tzinfo else now.replace(tzinfo=timezone.utc)
     app = _context(ctx)
     con = _connect(app)
     try:
-        results = run_pipelines(con, app.config, since=since, full=full, only=only or None)
+        results = run_pipelines(con, app.config, since=since, full=full, only=only or None, now=now)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
     finally:
         con.close()
     for name, rows in results.items():
-        click.echo(f"{name}: {rows} rows", err=True)
+        click.echo(f"{name}: {rows} rows" if rows >= 0 else f"{name}: failed (see log)", err=True)
+    failed = [name for name, rows in results.items() if rows < 0]
+    if failed:
+        raise click.ClickException(f"pipeline(s) failed: {', '.join(failed)}")
 
 
 @main.command()

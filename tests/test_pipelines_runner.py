@@ -182,3 +182,17 @@ def test_unknown_only_and_bad_since_raise(con):
         run_pipelines(con, cfg(), only=["nope"])
     with pytest.raises(ValueError, match="YYYY-MM-DD"):
         run_pipelines(con, cfg(), since="March", only=["cost"])
+
+
+def test_cli_exits_non_zero_when_a_pipeline_fails(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from slurmscope.cli import main
+
+    db = str(tmp_path / "cli.duckdb")
+    monkeypatch.setattr(runner, "PIPELINES", ["cost"])
+    ok = CliRunner().invoke(main, ["--db", db, "pipelines", "run", "--full"], env={})
+    assert ok.exit_code == 0, ok.output
+    monkeypatch.setattr(runner, "PIPELINES", ["cost", "no_such_pipeline"])
+    bad = CliRunner().invoke(main, ["--db", db, "pipelines", "run", "--full"], env={})
+    assert bad.exit_code != 0 and "no_such_pipeline" in bad.output
