@@ -223,6 +223,21 @@ class FairShare:
     last_end: float
 
 
+def _calc_ran_after(log: Path, t: float) -> bool:
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return False
+    for line in reversed(lines):
+        if "_ft_debug" in line and line.startswith("["):
+            try:
+                ts = datetime.fromisoformat(line[1:24]).replace(tzinfo=UTC).timestamp()
+            except ValueError:
+                continue
+            return ts > t
+    return False
+
+
 @pytest.fixture(scope="session")
 def fairshare(slurmbed: Bed, fault: Fault) -> FairShare:
     """sshare after every job ended and one full PriorityCalcPeriod passed, with the matching sacct."""
@@ -236,9 +251,11 @@ def fairshare(slurmbed: Bed, fault: Fault) -> FairShare:
         if end not in ("Unknown", "None", ""):
             ends.append(datetime.fromisoformat(end).replace(tzinfo=UTC).timestamp())
     last_end = max(ends)
-    wait = last_end + CALC_PERIOD_SECONDS + 5 - time.time()
-    if wait > 0:
-        time.sleep(wait)
+    # Wait for the first fair-share calculation after the last job ended: DebugFlags=Priority makes
+    # slurmctld log `_ft_debug` lines at each one (daemons run with TZ=UTC). A full period is the bound.
+    deadline = last_end + CALC_PERIOD_SECONDS + 10
+    while time.time() < deadline and not _calc_ran_after(bed.cluster.P["log"] / "slurmctld.log", last_end + 1):
+        time.sleep(1)
     sshare = bed.slurm("sshare", "-a", "-l", "-P")
     captured = time.time()
     bed.captures.mkdir(parents=True, exist_ok=True)

@@ -101,9 +101,11 @@ def test_gpu_seconds_per_account_match_the_drivers_record(slurmbed, live):
         "GROUP BY account", [slurmbed.cluster.CLUSTER, *raw_ids]))
     expected = live.record["gpu_seconds_by_account"]
     slack = live.record["gpu_seconds_tolerance_by_account"]
-    assert {a for a, v in got.items() if v} == {a for a, v in expected.items() if v}
-    for account, value in expected.items():
-        assert got[account] == pytest.approx(value, abs=slack[account]), account
+    assert sum(expected.values()) > 500  # the workload ran real GPU work (not a vacuous comparison)
+    # A job preempted within its first second has Elapsed 0 in sacct and ~0.5 s in the driver's record:
+    # both within the slack, so compare every account either side knows.
+    for account in set(expected) | set(got):
+        assert got.get(account, 0) == pytest.approx(expected.get(account, 0.0), abs=slack.get(account, 0.0)), account
 
 
 def test_node_states_and_drain_reasons_match_what_the_driver_did(slurmbed, live):
@@ -142,7 +144,11 @@ def test_pending_jobs_carry_their_real_reasons(slurmbed, live):
         assert snap[j["job_id"]] == ("PENDING", j["pending_reason"]), j["name"]
         assert j["last_squeue_reason"] == j["pending_reason"]  # the driver saw the same
         (row,) = rows[int(j["job_id_raw"])]
-        assert (row["state"], row["reason"]) == ("PENDING", j["pending_reason"]), j["name"]
+        assert row["state"] == "PENDING", j["name"]
+        # sacct's Reason for a pending job is whatever slurmctld last sent slurmdbd: seen both as the real
+        # reason and as 'None' (NULL) for the held and dependency jobs across runs. squeue (above) is
+        # the authority; jobs.reason must never contradict it.
+        assert row["reason"] in (j["pending_reason"], None), j["name"]
 
 
 def test_incremental_collection_updates_attempts_in_place(slurmbed, live):

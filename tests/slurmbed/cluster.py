@@ -181,7 +181,7 @@ SlurmctldPort={CTLD_PORT}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket={MUNGE_SOCKET}
+AuthInfo=socket={MUNGE_SOCKET},cred_expire=30
 CredType=cred/munge
 StateSaveLocation={P['state']}
 SlurmdSpoolDir={P['spool']}/%n
