@@ -89,33 +89,35 @@ def ingest_files(
         raise IngestError("--delimiter must not be empty")
     module = parser_module(kind)
     tz = resolve_timezone(cfg, timezone)
-    inputs: list[tuple[Path, bytes]] = []
+    check = getattr(module, "check_input", None)
     for path in paths:
         try:
-            data = path.read_bytes()
+            with open(path, "rb") as fh:
+                head = fh.read(65536)
         except OSError as exc:
             raise IngestError(f"{path}: cannot read: {exc.strerror or exc}") from None
-        check = getattr(module, "check_input", None)
         if check is not None:
-            problem = check(data, fmt, delimiter)
+            problem = check(head, fmt, delimiter)
             if problem:
                 raise IngestError(f"{path}: {problem}")
-        inputs.append((path, data))
-    results = []
-    for path, data in inputs:
-        results.append(_ingest_one(con, cfg, kind, module, path, data, fmt, delimiter, tz))
-    return results
+    return [_ingest_one(con, cfg, kind, module, path, fmt, delimiter, tz) for path in paths]
 
 
-def _ingest_one(con, cfg: Config, kind: str, module: ModuleType, path: Path, data: bytes, fmt, delimiter,
+def _ingest_one(con, cfg: Config, kind: str, module: ModuleType, path: Path, fmt, delimiter,
                 tz: ZoneInfo) -> IngestResult:
     source = f"{kind}:{path.name}"
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise IngestError(f"{path}: cannot read: {exc.strerror or exc}") from None
     snapshot = datetime.fromtimestamp(path.stat().st_mtime, UTC).replace(microsecond=0)
+    digest = sha256(data)
     parsed = module.parse(
         data, cluster=cfg.cluster, snapshot_time=snapshot, tz=tz, fmt=fmt, delimiter=delimiter, source=source
     )
+    del data  # the raw text is not needed for loading; a large dump should not be held twice
     hook_factory = getattr(module, "after_upsert", None)
     run = RunRecord(cluster=cfg.cluster, collector=kind, source=source)
-    load(con, parsed, module.TABLES, run, content_sha=sha256(data),
+    load(con, parsed, module.TABLES, run, content_sha=digest,
          after_upsert=hook_factory(parsed) if hook_factory else None)
     return IngestResult(path=path, rows=parsed.rows, quarantined=parsed.quarantine.height)
