@@ -37,6 +37,10 @@ MART_TABLES: dict[str, str | None] = {
     "mart_usage_counters": None,
 }
 
+WIDEN_SQL = """
+    SELECT min(month) FROM mart_cost_monthly WHERE cluster = $cluster AND NOT frozen AND month < $start_month"""
+"""An open month before the window is rebuilt with it, so it is frozen by the first run after it closes."""
+
 INPUTS: dict[str, str] = {
     # Attempts that may overlap the window, plus pending later attempts (to tell which were requeued).
     "jobs": """

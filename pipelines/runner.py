@@ -12,7 +12,7 @@ Pipeline module contract (see docs/pipelines.md):
     INPUTS: dict[str, str]               # alias -> SELECT with named parameters ($cluster, $start, $end,
                                          #   $start_date, $start_month); the runner adds nothing to it
     def compute(frames: dict[str, pl.LazyFrame], params: dict) -> dict[str, pl.LazyFrame]
-    optional: def align_start(start: datetime, params: dict) -> datetime   # widen the window
+    optional: WIDEN_SQL: str  # a SELECT of one DATE (billing-zone day) the window must start at or before
 """
 
 from __future__ import annotations
@@ -166,14 +166,17 @@ def _write(con: duckdb.DuckDBPyConnection, table: str, col: str | None, df: pl.D
 def run_pipeline(con: duckdb.DuckDBPyConnection, cfg: Config, module: ModuleType, window: Window) -> dict[str, int]:
     """Compute one pipeline over `window` and write all its marts in one transaction."""
     tz = ZoneInfo(cfg.get("billing", "timezone"))
+    widen = getattr(module, "WIDEN_SQL", None)
+    if widen and not window.full:  # e.g. cost: back to the first month not yet frozen
+        day = _read(con, widen, pipeline_params(cfg, window)).collect()
+        if day.height and day.item(0, 0) is not None:
+            first = day.item(0, 0)
+            window = Window(min(window.start, datetime(first.year, first.month, first.day, tzinfo=tz).astimezone(UTC)),
+                            window.end, False)
     if not window.full:  # whole billing days: a day is deleted and rebuilt from its midnight
         local = window.start.astimezone(tz)
         window = Window(datetime(local.year, local.month, local.day, tzinfo=tz).astimezone(UTC), window.end, False)
     params = pipeline_params(cfg, window)
-    align = getattr(module, "align_start", None)
-    if align is not None and not window.full:
-        window = Window(min(window.start, align(window.start, params)), window.end, window.full)
-        params = pipeline_params(cfg, window)
     frames = {alias: _read(con, sql, params) for alias, sql in module.INPUTS.items()}
     outputs = module.compute(frames, params)
     missing = set(module.MART_TABLES) - set(outputs)

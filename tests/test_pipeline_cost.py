@@ -249,3 +249,18 @@ def test_monthly_invoice_rows_sum_to_the_rounded_total():
     assert m["cost_usd"].to_list() == [3.34, 3.33, 3.33]
     assert m["share"].to_list() == pytest.approx([1 / 3] * 3)
     assert m["frozen"].to_list() == [False] * 3 and m["version"].to_list() == [1] * 3
+
+
+def test_incremental_run_freezes_a_month_that_closed_outside_its_window(con):
+    cfg = load_config(env={}).with_overrides(billing={"close_after_days": 5, "default_rate_per_gpu_hour": 1.0})
+    insert_job(con, 1, ts("2026-01-30 00:00"), ts("2026-01-30 00:00"), ts("2026-01-30 02:00"), gpus=1)
+    insert_job(con, 2, ts("2026-02-02 00:00"), ts("2026-02-02 00:00"), ts("2026-02-02 03:00"), gpus=1)
+    run_pipelines(con, cfg, now=ts("2026-02-01 00:00"), only=["cost"])
+    run_pipelines(con, cfg, now=ts("2026-02-04 00:00"), only=["cost"])   # January still open (closes 6 Feb)
+    assert [r[-1] for r in monthly_rows(con)] == [False, False]
+    run_pipelines(con, cfg, now=ts("2026-02-09 00:00"), only=["cost"])   # window from 2 Feb, January closed
+    assert monthly_rows(con) == [
+        (date(2026, 1, 1), "a", "u", 2.0, Decimal("2.00"), 1, True),
+        (date(2026, 2, 1), "a", "u", 3.0, Decimal("3.00"), 1, False),
+    ]
+    assert con.execute("SELECT count(*) FROM mart_cost_daily").fetchone()[0] == 2
