@@ -1,9 +1,10 @@
 """Recording and alerting rules, built from the thresholds in alerts/thresholds.py.
 
 Recording rules are named level:metric:operations (the level is the labels kept besides `cluster`, which is
-always kept so that one Prometheus can watch several clusters). Alerts carry a severity label, a static
-summary, a description templated with the labels and value, and a runbook_url to
-docs/runbooks/<AlertName>.md. Dashboards read the recording rules where one exists.
+always kept so that one Prometheus can watch several clusters). GPU metric names that the node agents also
+export (without a cluster label) are selected with cluster!="" so the two sources are never mixed.
+Alerts carry a severity label, a static summary, a description templated with the labels and value, and a
+runbook_url to docs/runbooks/<AlertName>.md. Dashboards read the recording rules where one exists.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ RECORDING: tuple[Recording, ...] = (
     Recording("account:slurmscope_cost_usd_per_gpu_hour:ratio_rate1h",
               "account:slurmscope_cost_usd:rate1h / account:slurmscope_gpu_seconds:rate1h * 3600"),
     Recording("cluster:slurmscope_gpu_utilization_ratio:avg",
-              "avg by (cluster) (slurmscope_gpu_utilization_ratio)"),
+              'avg by (cluster) (slurmscope_gpu_utilization_ratio{cluster!=""})'),
     Recording("partition:slurmscope_job_wait_seconds_p90:max",
               'max by (cluster, partition) (slurmscope_job_wait_seconds{percentile="90"})'),
     Recording("partition_fault_kind:slurmscope_fault_lost_gpu_seconds:increase1d",
@@ -106,7 +107,8 @@ ALERTS: tuple[Alert, ...] = (
           "Node {{ $labels.node }} of cluster {{ $labels.cluster }} reported XID {{ $labels.xid }} "
           f"{{{{ $value }}}} time(s) in the last {t.EVENT_WINDOW}.", "gpu"),
     Alert("GpuEccUncorrectable",
-          _new_or_increased('slurmscope_gpu_ecc_errors_total{type="uncorrected"}', t.EVENT_WINDOW, "cluster, node, gpu"),
+          _new_or_increased('slurmscope_gpu_ecc_errors_total{cluster!="", type="uncorrected"}', t.EVENT_WINDOW,
+                            "cluster, node, gpu"),
           t.EVENT_FOR, "critical", "A GPU had uncorrectable ECC errors.",
           "GPU {{ $labels.gpu }} on node {{ $labels.node }} of cluster {{ $labels.cluster }} counted {{ $value }} "
           f"uncorrectable ECC error(s) in the last {t.EVENT_WINDOW}.", "gpu"),
@@ -186,8 +188,9 @@ ALERTS: tuple[Alert, ...] = (
           "Account {{ $labels.account }} of cluster {{ $labels.cluster }} is spending {{ $value | printf \"%.2f\" }} "
           f"USD per hour, above the {t.COST_BURN_USD_PER_HOUR} USD/hour budget.", "cost"),
     Alert("GpuUtilizationDrift",
-          "avg by (cluster) (avg_over_time(slurmscope_gpu_utilization_ratio[1h]))"
-          f" < {t.UTIL_DRIFT_FACTOR} * avg by (cluster) (avg_over_time(slurmscope_gpu_utilization_ratio[1d] offset 1h))",
+          'avg by (cluster) (avg_over_time(slurmscope_gpu_utilization_ratio{cluster!=""}[1h]))'
+          f" < {t.UTIL_DRIFT_FACTOR} * avg by (cluster)"
+          ' (avg_over_time(slurmscope_gpu_utilization_ratio{cluster!=""}[1d] offset 1h))',
           t.UTIL_DRIFT_FOR, "warning", "Cluster GPU utilisation dropped well below yesterday's.",
           "Mean GPU utilisation of cluster {{ $labels.cluster }} in the last hour is "
           "{{ $value | humanizePercentage }}, below "

@@ -3,7 +3,7 @@
 Every dashboard reads one Prometheus datasource whose uid is fixed by the provisioning file, so the JSON
 works unchanged on any Grafana that uses dashboards/generated/provisioning. Every query filters on the
 template variables cluster, partition and account through regex matchers (`=~"$var"`), whose "All"
-value is `.*`, so a dashboard works for one cluster or many. Panels read recording rules where one exists
+value is `.+` for cluster and `.*` for the others, so a dashboard works for one cluster or many. Panels read recording rules where one exists
 (alerts/rules.py) so the dashboards and the alerts agree on what a number means.
 """
 
@@ -43,7 +43,7 @@ class Q:
     legend: str = ""
 
 
-def _variable(name: str, label: str, query: str) -> dash.QueryVariable:
+def _variable(name: str, label: str, query: str, all_value: str = ".*") -> dash.QueryVariable:
     return (
         dash.QueryVariable(name)
         .label(label)
@@ -53,7 +53,7 @@ def _variable(name: str, label: str, query: str) -> dash.QueryVariable:
         .sort(VariableSort.ALPHABETICAL_ASC)
         .multi(True)
         .include_all(True)
-        .all_value(".*")
+        .all_value(all_value)
     )
 
 
@@ -69,7 +69,9 @@ def new_dashboard(slug: str, title: str, description: str, *, time_from: str = "
         .refresh("1m")
         .tooltip(DashboardCursorSync.CROSSHAIR)
         .readonly()
-        .with_variable(_variable("cluster", "Cluster", "label_values(slurmscope_nodes, cluster)"))
+        # "All" clusters is `.+`, not `.*`: the node agents export some of the same GPU metric names without a
+        # cluster label (they are scraped per node), and the central series must not be summed with them.
+        .with_variable(_variable("cluster", "Cluster", "label_values(slurmscope_nodes, cluster)", ".+"))
         .with_variable(_variable("partition", "Partition",
                                  'label_values(slurmscope_gpus{cluster=~"$cluster"}, partition)'))
         .with_variable(_variable("account", "Account",
@@ -147,6 +149,6 @@ VARIABLE = re.compile(r"\$(cluster|partition|account|__rate_interval|__interval|
 
 def substitute(expr: str, values: dict[str, str] | None = None) -> str:
     """The query as Grafana would send it with "All" selected (variables -> `.*`, intervals -> 5m)."""
-    values = {"cluster": ".*", "partition": ".*", "account": ".*", "__rate_interval": "5m",
+    values = {"cluster": ".+", "partition": ".*", "account": ".*", "__rate_interval": "5m",
               "__interval": "1m", "__range": "1d", **(values or {})}
     return VARIABLE.sub(lambda m: values[m.group(1)], expr)

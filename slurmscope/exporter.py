@@ -191,17 +191,27 @@ def export_history(con: duckdb.DuckDBPyConnection, cfg: Config, start: datetime,
     """Write an OpenMetrics file of what scrapes every `step` from `start` to `end` would have shown.
 
     For `promtool tsdb create-blocks-from openmetrics`: families are not interleaved and each series'
-    timestamps ascend. `shift` moves every sample (and every `*_timestamp_seconds` value) in time, so a
-    simulated period can be replayed as the recent past. Returns the number of instants written.
+    samples are together with ascending timestamps. `shift` moves every sample (and every
+    `*_timestamp_seconds` value) in time, so a simulated period can be replayed as the recent past.
+    Returns the number of instants written.
     """
-    metrics = enabled_metrics(cfg)
-    snaps: list[tuple[Snapshot, float | None]] = []
+    instants = []
     t = start
     while t <= end:
+        instants.append(t)
+        t += step
+    return export_instants(con, cfg, instants, out, shift=shift)
+
+
+def export_instants(con: duckdb.DuckDBPyConnection, cfg: Config, instants: Iterable[datetime], out: IO[bytes],
+                    *, shift: timedelta = timedelta(0)) -> int:
+    """export_history at arbitrary ascending instants (e.g. coarse far back, fine near the end)."""
+    metrics = enabled_metrics(cfg)
+    snaps: list[tuple[Snapshot, float | None]] = []
+    for t in sorted(set(instants)):
         snap = snapshot(con, cfg, t, shift_seconds=shift.total_seconds(), metrics=metrics)
         snap.now = t + shift
         snaps.append((snap, (t + shift).timestamp()))
-        t += step
     out.write(generate_openmetrics(_registry(families(snaps, metrics))))
     return len(snaps)
 

@@ -15,6 +15,7 @@ import json
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -30,13 +31,15 @@ from slurmscope.dashboards.common import panel_queries, substitute
 
 from slurmscope.config import load_config
 from slurmscope.db import connect
-from slurmscope.exporter import export_history, render, serve_metrics
+from slurmscope.exporter import export_instants, render, serve_metrics
 from tests.exporter_data import END, EXPECTED_ALERTS, EXPECTED_FIRING, QUIET_ALERTS, build
 
 pytestmark = pytest.mark.prometheus
 
 HISTORY = timedelta(hours=26)   # covers the 1d-offset baselines of the drift alerts
-STEP = timedelta(minutes=10)  # shorter than the 15m windows of the event alerts
+STEP = timedelta(minutes=10)    # the last FINE of history: shorter than the 15m windows of the event alerts
+FINE = timedelta(hours=3)
+COARSE_STEP = timedelta(minutes=30)  # before that, enough for baselines and drained-for-a-day, and fast
 
 
 def _free_port() -> int:
@@ -93,9 +96,9 @@ def _esc(v: str) -> str:
 def _for_state(port: int, first: float, last: float) -> str:
     """ALERTS_FOR_STATE over the history, as a Prometheus running through it would have written it.
 
-    Prometheus itself evaluates each alert expression at every history instant (a range query stepping
-    exactly on the backfilled samples); an alert whose expression holds up to the last instant has been
-    active since the start of that unbroken run. Restored at startup, this is what lets an alert whose
+    Prometheus itself evaluates each alert expression at every instant of the fine-grained part of the
+    history (a range query stepping exactly on the backfilled samples); an alert whose expression holds up
+    to the last instant has been active since the start of that unbroken run (at most FINE ago). Restored at startup, this is what lets an alert whose
     `for:` the history covers fire at once, as it would on a Prometheus that had been running all along.
     """
     lines = ["# TYPE ALERTS_FOR_STATE gauge"]
@@ -119,6 +122,25 @@ def _for_state(port: int, first: float, last: float) -> str:
     return "\n".join(lines) + "\n# EOF\n"
 
 
+def _start_agent(tmp: Path) -> tuple[int, threading.Event, threading.Thread]:
+    """The node agent on a fake NVML (two healthy H100s), as `slurmscope agent --fake` runs it."""
+    from slurmscope.collectors.nvml import run_agent
+
+    spec = tmp / "fake-nvml.json"
+    spec.write_text(json.dumps({"gpus": [{"model": "h100", "state": "load", "count": 2}],
+                                "mapping_dir": str(tmp / "map")}))
+    (tmp / "map").mkdir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    stop = threading.Event()
+    thread = threading.Thread(target=run_agent, args=(load_config(env={}),), daemon=True, kwargs={
+        "port": port, "spool": str(tmp / "spool"), "interval": 1, "fake": str(spec), "address": "127.0.0.1",
+        "node": "g09", "stop": stop, "kmsg_path": str(tmp / "no-kmsg")})
+    thread.start()
+    return port, stop, thread
+
+
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory):
     prom, promtool = shutil.which("prometheus"), shutil.which("promtool")
@@ -132,7 +154,9 @@ def prometheus(tmp_path_factory):
     last = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=30)
     shift = last - END
     om = io.BytesIO()
-    export_history(con, cfg, END - HISTORY, END, STEP, om, shift=shift)
+    coarse = [END - HISTORY + i * COARSE_STEP for i in range(int((HISTORY - FINE) / COARSE_STEP))]
+    fine = [END - FINE + i * STEP for i in range(int(FINE / STEP) + 1)]
+    export_instants(con, cfg, coarse + fine, om, shift=shift)
     (tmp / "history.om").write_bytes(om.getvalue())
     body = render(con, cfg, END, shift_seconds=shift.total_seconds())
     con.close()
@@ -141,7 +165,7 @@ def prometheus(tmp_path_factory):
     # Phase 1: the history alone, to let Prometheus say since when each alert has been active.
     proc = _start(prom, tmp, port, {"global": {"scrape_interval": "5s"}})
     try:
-        for_state = _for_state(port, (last - HISTORY).timestamp(), last.timestamp())
+        for_state = _for_state(port, (last - FINE).timestamp(), last.timestamp())
     finally:
         _stop(proc)
     (tmp / "for_state.om").write_text(for_state)
@@ -152,13 +176,15 @@ def prometheus(tmp_path_factory):
         g["interval"] = "5s"
     (tmp / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False, width=10_000))
     server = serve_metrics("127.0.0.1", 0, lambda: body)
+    agent_port, agent_stop, agent = _start_agent(tmp)
     config = {
         "global": {"scrape_interval": "5s", "evaluation_interval": "5s"},
         "rule_files": [str(tmp / "rules.yaml")],
         # The backfilled history has no job/instance labels: drop them so scraped samples continue its series.
         "scrape_configs": [{"job_name": "slurmscope", "static_configs": [
             {"targets": [f"127.0.0.1:{server.server_address[1]}"]}],
-            "metric_relabel_configs": [{"action": "labeldrop", "regex": "job|instance"}]}],
+            "metric_relabel_configs": [{"action": "labeldrop", "regex": "job|instance"}]},
+            {"job_name": "nvml-agent", "static_configs": [{"targets": [f"127.0.0.1:{agent_port}"]}]}],
     }
     proc = _start(prom, tmp, port, config, "--rules.alert.for-grace-period=1s")
     try:
@@ -173,14 +199,16 @@ def prometheus(tmp_path_factory):
     finally:
         _stop(proc)
         server.shutdown()
+        agent_stop.set()
+        agent.join(timeout=30)
 
 
 def test_history_was_loaded(prometheus):
-    # g03 went down 2 h before the end of the history: an hour earlier it was up, 26 h of samples exist.
+    # g03 went down 2 h before the end of the history: an hour earlier it was up; a day of samples exists.
     r = _api(prometheus, "query", query='slurmscope_node_down{node="g03"} offset 3h')["result"]
     assert [float(x["value"][1]) for x in r] == [0.0]
     r = _api(prometheus, "query", query='count_over_time(slurmscope_node_down{node="g03"}[1d])')["result"]
-    assert float(r[0]["value"][1]) >= 90
+    assert float(r[0]["value"][1]) >= 42 + 19  # half-hourly for 21 h, every 10 min for 3 h, then scrapes
 
 
 def test_every_rule_is_healthy(prometheus):
@@ -227,3 +255,14 @@ def test_expected_alerts_are_active_and_others_inactive(prometheus):
     assert by_name["SlurmscopeCollectorFailing"]["labels"]["collector"] == "sshare"
     stale = {a["labels"]["collector"] for a in alerts if a["labels"]["alertname"] == "SlurmscopeCollectorStale"}
     assert "sacct" in stale and "sinfo" not in stale  # sshare may join: its last success is ~30 min old
+
+
+def test_agent_is_scraped_and_kept_apart(prometheus):
+    """The agent's GPUs are in Prometheus, yet central panels and alerts (cluster=~".+") do not count them."""
+    up = _api(prometheus, "query", query='up{job="nvml-agent"}')["result"]
+    assert [float(r["value"][1]) for r in up] == [1.0]
+    info = _api(prometheus, "query", query='slurmscope_gpu_info{node="g09"}')["result"]
+    assert len(info) == 2
+    # The central exporter's last render has 16 GPUs at 500 W (tests/exporter_data.py); the agent's two are extra.
+    power = _api(prometheus, "query", query=substitute('sum(slurmscope_gpu_power_watts{cluster=~"$cluster"})'))
+    assert float(power["result"][0]["value"][1]) == 16 * 500.0
