@@ -31,6 +31,7 @@ import json
 import math
 import os
 import random
+import shutil
 import time as _time
 from bisect import bisect_left, insort
 from dataclasses import asdict, dataclass
@@ -1420,6 +1421,11 @@ class Simulator:
         """Simulate the whole period, streaming sacct.txt, events.jsonl and snapshots into `out_dir`."""
         self.out_dir = out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
+        # A rerun into the same directory must not leave an older run's snapshots or spool files behind
+        # (they would be ingested with this run's data): these two folders belong to the simulator.
+        for owned in ("snapshots", "spool"):
+            if (out_dir / owned).is_dir():
+                shutil.rmtree(out_dir / owned)
         for kind in ("sinfo", "squeue", "sshare", "sdiag", "reservations"):
             if self.cfg.write_snapshots:
                 (out_dir / "snapshots" / kind).mkdir(parents=True, exist_ok=True)

@@ -150,3 +150,12 @@ def test_formatting_helpers():
     assert hostlist([N(5)]) == "h100-005"
     assert hostlist([N(1), N(2, "a100-")]) == "h100-001,a100-002"
     assert hostlist([]) == "None assigned"
+
+
+def test_rerun_into_the_same_directory_leaves_no_stale_snapshots(tmp_path):
+    simulate(gpus=16, days=1, seed=1, out_dir=tmp_path)
+    first = len(list((tmp_path / "snapshots" / "sinfo").glob("*.txt")))
+    simulate(gpus=16, days=0.5, seed=1, out_dir=tmp_path)
+    assert first == 24
+    assert len(list((tmp_path / "snapshots" / "sinfo").glob("*.txt"))) == 12
+    assert all("-" not in p.stem.split("_")[-1] for p in (tmp_path / "spool").rglob("*.jsonl"))
