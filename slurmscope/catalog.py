@@ -503,6 +503,18 @@ CATALOG: tuple[Metric, ...] = (
     _fairshare("slurmscope_fairshare_level_fs", "level_fs",
                "Fair-tree LevelFS of the account: shares over usage among siblings; below 1 means over-served.", ""),
     Metric(
+        name="slurmscope_fairshare_factor_ratio", type="gauge", unit="ratio",
+        help="Fair-share factor of the account as slurmscope recomputes it (mart_fairshare, source 'computed'):"
+             " set under the classic algorithm; Fair Tree gives accounts LevelFS instead.",
+        labels=("cluster", "account"),
+        source="mart_fairshare (latest as_of <= now, account rows)",
+        query="""SELECT cluster, account, fairshare AS value FROM mart_fairshare
+                 WHERE cluster = $cluster AND source = 'computed' AND "user" = '' AND fairshare IS NOT NULL
+                   AND as_of = (SELECT max(as_of) FROM mart_fairshare WHERE cluster = $cluster
+                                AND source = 'computed' AND as_of <= $now)""",
+        requires=("mart_fairshare",),
+    ),
+    Metric(
         name="slurmscope_fairshare_user_factor_ratio", type="gauge", unit="ratio",
         help="Fair-share factor of each user in each account (sshare FairShare); served only with exporter.user_labels.",
         labels=("cluster", "account", "user"),
