@@ -9,6 +9,7 @@ import pytest
 from hypothesis import settings
 
 from slurmscope.db import connect
+from tests.demo_fixture import demo_run  # noqa: F401  (the one shared small demo, built once per session)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -1,8 +1,7 @@
 """One small shared demo (64 GPUs, 3 days, --no-serve) for every end-to-end test, built once per session.
 
-Use it from any test module:
-
-    from tests.demo_fixture import demo_run  # noqa: F401  (pytest finds the fixture by name)
+tests/conftest.py imports the fixture, so any test just names it (do not import `demo_run` into a test
+module: pytest would register a second session fixture there and build the demo twice):
 
     def test_something(demo_run):
         con = demo_run.connect()          # read-only DuckDB connection to the demo database

@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from datetime import UTC, datetime
 
-from tests.demo_fixture import DEMO_DAYS, DEMO_GPUS, demo_run  # noqa: F401  (fixture)
+from tests.demo_fixture import DEMO_DAYS, DEMO_GPUS
+
+# `demo_run` comes from tests/conftest.py (defined once there, so the demo runs once per session).
 
 
 def _t(text: str) -> int:
@@ -48,7 +50,7 @@ def _truth(events: list[dict]):
     return submit, start, end, gpus, account, requeues, pending_arrays
 
 
-def test_no_quarantined_lines(demo_run):  # noqa: F811
+def test_no_quarantined_lines(demo_run):
     assert demo_run.result.ingested["sacct"][1] > 0
     for kind, (files, _rows, quarantined) in demo_run.result.ingested.items():
         assert files > 0 and quarantined == 0, kind
@@ -59,7 +61,7 @@ def test_no_quarantined_lines(demo_run):  # noqa: F811
         con.close()
 
 
-def test_jobs_per_state_match_event_log(demo_run):  # noqa: F811
+def test_jobs_per_state_match_event_log(demo_run):
     submit, start, end, _g, _a, _r, pending_arrays = _truth(demo_run.events())
     expected: Counter = Counter()
     for key in submit:
@@ -81,7 +83,7 @@ def test_jobs_per_state_match_event_log(demo_run):  # noqa: F811
     assert expected["NODE_FAIL"] >= 1, "the CI demo should exercise at least one node failure"
 
 
-def test_attempts_per_requeued_job(demo_run):  # noqa: F811
+def test_attempts_per_requeued_job(demo_run):
     *_, requeues, _p = _truth(demo_run.events())
     assert requeues, "the CI demo should requeue at least one job"
     con = demo_run.connect()
@@ -98,7 +100,7 @@ def test_attempts_per_requeued_job(demo_run):  # noqa: F811
         assert ranks == list(range(1, len(ranks) + 1))
 
 
-def test_gpu_seconds_per_account(demo_run):  # noqa: F811
+def test_gpu_seconds_per_account(demo_run):
     submit, start, end, gpus, account, _r, _p = _truth(demo_run.events())
     sim_end = _t(demo_run.result.summary["end"])
     expected: dict[str, int] = defaultdict(int)
@@ -118,7 +120,7 @@ def test_gpu_seconds_per_account(demo_run):  # noqa: F811
     assert got == {a: v for a, v in expected.items() if v > 0}
 
 
-def test_jobs_started_by_backfill(demo_run):  # noqa: F811
+def test_jobs_started_by_backfill(demo_run):
     events = demo_run.events()
     by = Counter(e["sched_by"] for e in events if e["type"] == "start")
     assert by["backfill"] > 0 and by["main"] > 0 and by["submit"] > 0
@@ -131,7 +133,7 @@ def test_jobs_started_by_backfill(demo_run):  # noqa: F811
     assert got == dict(by)
 
 
-def test_backfill_never_delays_a_reservation(demo_run):  # noqa: F811
+def test_backfill_never_delays_a_reservation(demo_run):
     """Every backfilled job that shares a node with a reservation made earlier in the same backfill
     cycle (for a higher-priority job) is expected to end (start + time limit) by the reserved start."""
     events = demo_run.events()
@@ -170,7 +172,7 @@ def _nodes(hostlist: str) -> list[str]:
     return list(expand_hostlist(hostlist))
 
 
-def test_demo_built_every_stage(demo_run):  # noqa: F811
+def test_demo_built_every_stage(demo_run):
     r = demo_run.result
     assert r.summary["gpus"] == DEMO_GPUS
     assert r.summary["end"] > r.summary["start"]
