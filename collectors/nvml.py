@@ -1736,7 +1736,11 @@ def run_agent(cfg: Any, *, port: int | None = None, spool: str | None = None, in
     agent = Agent(nvml, node=node, spool_dir=spool_dir, mapping_dir=mapping_dir, interval=interval,
                   slow_interval=slow, cluster=cfg.cluster, read_cgroup=read_cgroup, kmsg=kmsg,
                   flush_seconds=flush_seconds)
-    recovered = agent.recover()
+    try:
+        recovered = agent.recover()
+    except OSError as exc:   # read-only or full spool: run anyway; the journals stay for the next start
+        recovered = []
+        log.error("cannot close the spool journals left in %s (%s); sampling anyway", spool_dir, exc)
     if recovered:
         log.warning("closed %d spool journal(s) left by a previous run", len(recovered))
     stop = stop or threading.Event()

@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -336,3 +337,70 @@ def sacct_lines(first_id: int, n: int) -> bytes:
         rows.append("\x1f".join(v[k] for k in names))
     return ("\n".join(rows) + "\n").encode()
 
+
+
+AGENT = ("import logging, sys; logging.basicConfig(level=logging.INFO); from slurmscope.config import load_config;"
+         " from slurmscope.collectors.nvml import run_agent; run_agent(load_config(None, env={}), port=0,"
+         " spool=sys.argv[1], interval=1, fake=sys.argv[2], address='127.0.0.1', node='gpu01',"
+         " kmsg_path=sys.argv[3], flush_seconds=1)")
+
+
+@pytest.mark.slow  # starts three real agent processes (~10-30 s on a loaded 2-core machine)
+def test_agent_process_starts_on_a_read_only_spool_with_a_journal_left_behind(tmp_path, tmpfs):
+    import json
+    import signal
+
+    from slurmscope.collectors.nvml import SpoolJournal
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"gpus": [{"model": "h100", "state": "load", "count": 2}]}))
+    spool = tmpfs(tmp_path / "spool", "1m")
+    killed = SpoolJournal(spool, "gpu01")            # what a SIGKILLed agent leaves: an open journal
+    killed.open(T0)
+    left = Node(tmp_path / "src").agent
+    assert left._init(T0)
+    records = left.inventory_records(T0)
+    assert len(records) == 2
+    killed.append(records)
+    killed._fh.close()
+    journal_bytes = killed.path.read_bytes()
+    remount(spool, "ro")
+
+    def start(log: Path):
+        return subprocess.Popen([sys.executable, "-c", AGENT, str(spool), str(spec), str(tmp_path / "no-kmsg")],
+                                cwd=tmp_path, stderr=log.open("w"))
+
+    def wait_for(pred) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not pred():
+            time.sleep(0.1)
+
+    def stop(proc, log: Path) -> str:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()
+        return log.read_text()
+
+    log_a = tmp_path / "a.log"
+    a = start(log_a)
+    try:
+        wait_for(lambda: log_a.read_text().count("agent on") and a.poll() is None)
+        time.sleep(3)                                  # a few sampling rounds on the read-only spool
+        assert a.poll() is None, log_a.read_text()     # still running
+    finally:
+        err = stop(a, log_a)
+    assert "cannot close the spool journals" in err and "cannot write the spool" in err
+    assert killed.path.read_bytes() == journal_bytes   # untouched, waiting for a writable start
+
+    remount(spool, "rw")
+    log_b = tmp_path / "b.log"
+    b = start(log_b)
+    try:
+        wait_for(lambda: not killed.path.exists())
+        time.sleep(2)
+    finally:
+        stop(b, log_b)
+    files = closed_files(spool)
+    assert not killed.path.exists() and len(files) >= 2   # the recovered journal + this run's file
+    recovered = read_spool_bytes((spool / killed.name).read_bytes())
+    assert [r for _, r in recovered.records] == records
