@@ -736,16 +736,16 @@ class Simulator:
                 else:
                     j.priority = self._prio(j.account, j.user, j.qos, j.nnodes, j.submit, now)
                 q.append((-j.priority, jid, j))
-            q.sort(key=_qkey)
+            q.sort(key=_qkey)   # (priority, id) pairs are unique: the job itself is never compared
             p.queue = q
             p.touch()
 
     def _queue_insert(self, p: Partition, prio: int, jid: int, j: object) -> None:
-        insort(p.queue, (-prio, jid, j), key=_qkey)
+        insort(p.queue, (-prio, jid, j))   # (priority, id) is unique: jobs are never compared
 
     def _queue_remove(self, p: Partition, j: object) -> None:
         key = (-j.priority, j.raw)
-        i = bisect_left(p.queue, key, key=_qkey)
+        i = bisect_left(p.queue, key)
         while p.queue[i][2] is not j:
             i += 1
         del p.queue[i]
@@ -953,7 +953,7 @@ class Simulator:
             dur, final = max(1, remaining), j.outcome
         j.end = t + dur
         self.push(t + dur, K_END, j, j.token)
-        insort(j.part.running, (t + j.limit, j.raw, j), key=_qkey)
+        insort(j.part.running, (t + j.limit, j.raw, j))
         j.cause = final
         rate = j.nnodes * j.units if j.part.is_gpu else j.nnodes * j.units * 0.1
         self.run_rate[j.user] += rate
@@ -985,7 +985,7 @@ class Simulator:
                 self._maybe_drained(n)
         p = j.part
         key = (j.start + j.limit, j.raw)
-        i = bisect_left(p.running, key, key=_qkey)
+        i = bisect_left(p.running, key)
         while p.running[i][2] is not j:
             i += 1
         del p.running[i]
