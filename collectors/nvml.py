@@ -1440,11 +1440,19 @@ class Agent:
     def close(self, now: float) -> Path | None:
         """Graceful stop: write the partial minute and close the hour's file (the loader merges minutes)."""
         self._flush_partial_minutes()
-        self._write(now)
+        wrote = self._write(now)
         if self.kmsg is not None:
-            self.kmsg.commit()
+            if wrote or not self.pending:   # never move past kernel XIDs that did not reach the spool
+                self.kmsg.commit()
             self.kmsg.close()
-        out = self.journal.close()
+        try:
+            out = self.journal.close()
+        except OSError as exc:
+            self._spool_failed(exc)
+            log.error("stopping with the spool unwritable: %d records held in memory are lost; the journal %s "
+                      "keeps everything written before and is closed at the next start",
+                      len(self.pending), self.journal.path)
+            out = None
         if self.initialized:
             try:
                 if self.event_set is not None:

@@ -404,3 +404,22 @@ def test_agent_process_starts_on_a_read_only_spool_with_a_journal_left_behind(tm
     assert not killed.path.exists() and len(files) >= 2   # the recovered journal + this run's file
     recovered = read_spool_bytes((spool / killed.name).read_bytes())
     assert [r for _, r in recovered.records] == records
+
+
+def test_stop_on_a_full_spool_keeps_the_journal_for_the_next_start(tmp_path, tmpfs):
+    from slurmscope.collectors.nvml import SpoolJournal
+
+    spool = tmpfs(tmp_path / "spool", "1m")
+    node = Node(spool)
+    node.run_until(T0 + 600)
+    written = list(node.agent.journal.records)        # everything appended (and fsynced) so far
+    # ticks at T0 .. T0+590: minutes 0-8 are complete (minute 9 closes at the T0+600 tick): 2 GPUs x 9
+    assert len([r for r in written if r["type"] == "sample"]) == 2 * 9
+    journal = node.agent.journal.path
+    filler = fill(spool)
+    node.run_until(T0 + 900)
+    assert node.agent.close(node.t[0]) is None        # a graceful stop on a full disk: logged, not raised
+    assert journal.exists() and not closed_files(spool)
+    filler.unlink()
+    (out,) = SpoolJournal.recover(spool)              # what the next start does
+    assert [r for _, r in read_spool_bytes(out.read_bytes()).records] == written
