@@ -22,7 +22,7 @@ import ssl
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO, Any
@@ -365,3 +365,45 @@ def serve_metrics(address: str, port: int, get_bytes: Callable[[], bytes | None]
     thread = threading.Thread(target=server.serve_forever, name="slurmscope-metrics", daemon=True)
     thread.start()
     return server
+
+
+def _main(argv: list[str] | None = None) -> int:
+    """`python -m slurmscope.exporter history ...`: backfill Prometheus from the DuckDB history.
+
+    Writes what scrapes every --step between --start and --end would have shown, as OpenMetrics for
+    `promtool tsdb create-blocks-from openmetrics FILE DATA_DIR` (docs/dashboards.md).
+    """
+    import argparse
+    import sys
+
+    from slurmscope.config import load_config
+    from slurmscope.db import connect
+
+    ap = argparse.ArgumentParser(prog="python -m slurmscope.exporter")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    h = sub.add_parser("history", help="write an OpenMetrics backfill file")
+    h.add_argument("--db", required=True)
+    h.add_argument("--config")
+    h.add_argument("--start", required=True, help="ISO time, UTC unless it has an offset")
+    h.add_argument("--end", required=True)
+    h.add_argument("--step", type=float, default=300, help="seconds between instants (default 300)")
+    h.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+
+    def when(text: str) -> datetime:
+        t = datetime.fromisoformat(text)
+        return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+    cfg = load_config(args.config)
+    con = connect(args.db, read_only=True)
+    try:
+        with open(args.out, "wb") as fh:
+            n = export_history(con, cfg, when(args.start), when(args.end), timedelta(seconds=args.step), fh)
+    finally:
+        con.close()
+    print(f"{n} instants written to {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

@@ -236,3 +236,22 @@ def test_basic_auth_and_tls_from_web_config(tmp_path):
             urllib.request.urlopen(url.replace("https", "http"), timeout=5)
     finally:
         server.shutdown()
+
+
+def test_history_command_writes_a_backfill_file(tmp_path, db_path):
+    from slurmscope.db import connect
+    from slurmscope.exporter import _main
+
+    con = connect(db_path)
+    build(con)
+    con.close()
+    cfg_file = tmp_path / "c.toml"
+    cfg_file.write_text('[cluster]\nname = "c1"\n')
+    out = tmp_path / "h.om"
+    start = (END - timedelta(hours=1)).isoformat()
+    assert _main(["history", "--db", str(db_path), "--config", str(cfg_file), "--start", start,
+                  "--end", END.isoformat(), "--step", "1800", "--out", str(out)]) == 0
+    fams = {f.name: f for f in parse_openmetrics(out.read_text())}
+    times = sorted({float(s.timestamp) for s in fams["slurmscope_nodes"].samples})
+    assert times == [(END - timedelta(hours=1)).timestamp(), (END - timedelta(minutes=30)).timestamp(),
+                     END.timestamp()]
