@@ -183,7 +183,8 @@ def run_pipeline(con: duckdb.DuckDBPyConnection, cfg: Config, module: ModuleType
     if missing:
         raise RuntimeError(f"{module.NAME}: compute returned no frame for {sorted(missing)}")
     tables = list(module.MART_TABLES)
-    collected = pl.collect_all([outputs[t] for t in tables])
+    # The streaming engine keeps peak memory lower on large histories (and falls back where it must).
+    collected = pl.collect_all([outputs[t] for t in tables], engine="streaming")
     written: dict[str, int] = {}
     t0 = time.monotonic()
     with transaction(con):
