@@ -78,11 +78,14 @@ class Poller(threading.Thread):
         """One squeue sample. It shows the state at some instant in [tb, ta] (the command's own run
         time), so a state change lies between the previous sample's tb and this sample's ta: keep the
         middle of that span and half its width as the uncertainty (it grows when the machine is busy)."""
-        prev_b = self.last_poll
         tb = time.time()
         out = sh(["squeue", "--all", "--array", "--noheader", "--states=all", "-o", "%i|%A|%T|%r|%N|%S|%e"],
                  check=False)
-        ta = time.time()
+        self.observe(out, tb, time.time())
+
+    def observe(self, out: str, tb: float, ta: float) -> None:
+        """Fold one squeue sample (taken between tb and ta) into the states and RUNNING intervals."""
+        prev_b = self.last_poll
         with self.lock:
             for line in out.splitlines():
                 parts = line.strip().split("|")
