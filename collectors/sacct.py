@@ -136,6 +136,7 @@ def layout(
     which ends each line with a delimiter. `problem` says why the input cannot be read as sacct output.
     """
     text = data if isinstance(data, str) else data[:65536].decode("utf-8", errors="replace")
+    text = text.removeprefix("\ufeff")  # a byte-order mark from a Windows editor is not part of JobID
     delim = delimiter or (detect_delimiter(text) if not fmt else "|")
     first_no, first = None, None
     for i, line in enumerate(text.split("\n"), start=1):

@@ -335,3 +335,8 @@ def test_slices_give_the_same_result_as_one_pass(monkeypatch):
     assert steps.height == 14
     assert steps.filter(pl.col("job_id_raw") == 5)["job_submit_time"].to_list() == [
         datetime(2024, 5, 1, 10, 5, tzinfo=UTC)] * 2
+
+
+def test_byte_order_mark_before_the_header():
+    out = parse(b"\xef\xbb\xbfJobID|Submit|State\r\n5|2024-01-01T00:00:00|COMPLETED\r\n", cluster="c", tz=UTCZ)
+    assert out.quarantine.height == 0 and out.tables["jobs"]["job_id"].to_list() == ["5"]
