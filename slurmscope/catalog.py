@@ -83,6 +83,10 @@ _GPU_LATEST = (
     "cluster = $cluster AND minute <= $now AND minute > $now - INTERVAL '15 minutes'"
     " QUALIFY row_number() OVER (PARTITION BY node, gpu_uuid ORDER BY minute DESC) = 1"
 )
+# The per-GPU families all read the latest minute of each GPU: the exporter runs this once per render and
+# registers the result as `gpu_latest`, so N families cost one window query over gpu_samples, not N.
+GPU_LATEST_VIEW = "gpu_latest"
+GPU_LATEST_QUERY = f"SELECT * FROM gpu_samples WHERE {_GPU_LATEST}"
 
 
 def _sdiag(name: str, column: str, unit: str, help_: str, scale: str = "") -> Metric:
@@ -98,7 +102,7 @@ def _gpu(name: str, expr: str, unit: str, help_: str) -> Metric:
         name=name, type="gauge", unit=unit, help=help_, labels=("cluster", "node", "gpu", "gpu_model"),
         source="gpu_samples (latest minute per GPU, at most 15 min old)",
         query=f"SELECT cluster, node, CAST(gpu_index AS VARCHAR) AS gpu, coalesce(model, '') AS gpu_model,"
-              f" {expr} AS value FROM gpu_samples WHERE {_GPU_LATEST}",
+              f" {expr} AS value FROM {GPU_LATEST_VIEW}",
         requires=("gpu_samples",),
     )
 
@@ -658,7 +662,7 @@ CATALOG: tuple[Metric, ...] = (
         labels=("cluster", "node", "gpu", "gpu_model", "type"),
         source="gpu_samples (latest minute per GPU)",
         query=f"""
-            WITH g AS (SELECT * FROM gpu_samples WHERE {_GPU_LATEST})
+            WITH g AS (SELECT * FROM {GPU_LATEST_VIEW})
             SELECT cluster, node, CAST(gpu_index AS VARCHAR) AS gpu, coalesce(model, '') AS gpu_model,
                    'corrected' AS type, ecc_corrected_total AS value FROM g WHERE ecc_corrected_total IS NOT NULL
             UNION ALL

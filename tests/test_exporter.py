@@ -255,3 +255,24 @@ def test_history_command_writes_a_backfill_file(tmp_path, db_path):
     times = sorted({float(s.timestamp) for s in fams["slurmscope_nodes"].samples})
     assert times == [(END - timedelta(hours=1)).timestamp(), (END - timedelta(minutes=30)).timestamp(),
                      END.timestamp()]
+
+
+def test_gzip_when_asked_compressed_once_per_render():
+    import gzip
+
+    bodies = [b"x 1.0\n" * 1000]
+    server = serve_metrics("127.0.0.1", 0, lambda: bodies[0])
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        status, got, headers = _get(url, {"Accept-Encoding": "gzip"})
+        assert status == 200 and headers["Content-Encoding"] == "gzip"
+        assert gzip.decompress(got) == bodies[0] and len(got) < len(bodies[0]) / 10
+        first = server.gzipped(bodies[0])
+        assert server.gzipped(bodies[0]) is first          # not recompressed for the same render
+        bodies[0] = b"x 2.0\n"                             # a new render
+        status, got, _ = _get(url, {"Accept-Encoding": "gzip"})
+        assert gzip.decompress(got) == b"x 2.0\n"
+        status, got, headers = _get(url)
+        assert got == b"x 2.0\n" and "Content-Encoding" not in headers
+    finally:
+        server.shutdown()
