@@ -447,9 +447,10 @@ def acquire_lock(wait: float):
     """Exclusive use of the bed across processes (several engineers' test sessions share one machine).
 
     Returns the open lock file (keep it open; closing it releases the lock), or None when another
-    process still holds it after `wait` seconds. The lock file sits beside the bed so `wipe` keeps it.
+    process still holds it after `wait` seconds. One lock for every bed directory, because the ports are
+    fixed; it sits outside the bed so that `wipe` keeps it.
     """
-    path = BED.parent / (BED.name + ".lock")
+    path = Path("/tmp/slurmscope-slurmbed.lock")
     fh = open(path, "a")  # noqa: SIM115 - the caller owns the handle
     deadline = time.monotonic() + wait
     while True:
