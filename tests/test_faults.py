@@ -345,7 +345,7 @@ AGENT = ("import logging, sys; logging.basicConfig(level=logging.INFO); from slu
          " kmsg_path=sys.argv[3], flush_seconds=1)")
 
 
-@pytest.mark.slow  # starts three real agent processes (~10-30 s on a loaded 2-core machine)
+@pytest.mark.slow  # starts two real agent processes (~15-30 s on a loaded 2-core machine)
 def test_agent_process_starts_on_a_read_only_spool_with_a_journal_left_behind(tmp_path, tmpfs):
     import json
     import signal
