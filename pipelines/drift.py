@@ -21,6 +21,7 @@ from typing import Any
 
 import polars as pl
 from slurmscope.pipelines.common import FAILED_STATES, split_calendar
+from slurmscope.pipelines.fairshare import to_utc
 
 NAME = "drift"
 MART_TABLES: dict[str, str | None] = {"mart_drift": "as_of"}
@@ -113,8 +114,9 @@ def settings(params: Any) -> dict[str, Any]:
 def _with(frame: pl.LazyFrame | None, schema: dict[str, pl.DataType]) -> pl.LazyFrame:
     if frame is None:
         return pl.LazyFrame(schema=schema)
-    have = set(frame.collect_schema().names())
-    return frame.with_columns([pl.lit(None, t).alias(c) for c, t in schema.items() if c not in have])
+    have = frame.collect_schema()
+    return frame.with_columns(*[pl.lit(None, t).alias(c) for c, t in schema.items() if c not in have],
+                              *to_utc(have))
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Any
 
 import polars as pl
 from slurmscope.pipelines.common import split_buckets
+from slurmscope.pipelines.fairshare import to_utc
 
 NAME = "efficiency"
 MART_TABLES: dict[str, str | None] = {"mart_job_efficiency": "alloc_end", "mart_idle_gpus_daily": "day"}
@@ -96,8 +97,9 @@ def _threshold(params: Any) -> float:
 def _with(frame: pl.LazyFrame | None, schema: dict[str, pl.DataType]) -> pl.LazyFrame:
     if frame is None:
         return pl.LazyFrame(schema=schema)
-    have = set(frame.collect_schema().names())
-    return frame.with_columns([pl.lit(None, t).alias(c) for c, t in schema.items() if c not in have])
+    have = frame.collect_schema()
+    return frame.with_columns(*[pl.lit(None, t).alias(c) for c, t in schema.items() if c not in have],
+                              *to_utc(have))
 
 
 def attribute_intervals(gpu_jobs: pl.LazyFrame, jobs: pl.LazyFrame, now: datetime) -> pl.LazyFrame:

@@ -201,11 +201,15 @@ def charge_rate(charge: str) -> pl.Expr:
 
 
 def local_date(ts: pl.Expr, tz: str) -> pl.Expr:
+    if tz == "UTC":  # the common case, without a time-zone database lookup per row
+        return ts.dt.date()
     return ts.dt.convert_time_zone(tz).dt.date()
 
 
 def local_midnight(day: pl.Expr, tz: str) -> pl.Expr:
     """UTC instant of 00:00 local time on `day` (DST-aware)."""
+    if tz == "UTC":
+        return day.cast(pl.Datetime("us")).dt.replace_time_zone("UTC")
     return (
         day.cast(pl.Datetime("us"))
         .dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
@@ -881,10 +885,11 @@ def drift_rows(frames: dict[str, pl.LazyFrame], slices: pl.LazyFrame, s: Setting
     )
     submitted = (
         frames["jobs"]
-        .select("cluster", "account", "user", local_date(pl.col("submit_time"), tz).alias("day"))
+        .group_by("cluster", "account", "user", local_date(pl.col("submit_time"), tz).alias("day"))
+        .agg(pl.len().alias("submitted"))
         .join(user_to_acc, on=["cluster", "account", "user"])
         .group_by("cluster", "node", "day")
-        .agg(pl.len().alias("submitted"))
+        .agg(pl.col("submitted").sum())
     )
     today = local_date(pl.lit(s.now, dtype=UTC_DT), tz)
     first = used.group_by("cluster").agg(pl.col("day").min().alias("first"))
@@ -978,9 +983,21 @@ def with_columns_of(frame: pl.LazyFrame | None, schema: dict[str, pl.DataType]) 
     """`frame` with any column of `schema` it lacks added as nulls (an empty frame when it is None)."""
     if frame is None:
         return _empty(schema)
-    have = set(frame.collect_schema().names())
+    have = frame.collect_schema()
     missing = [pl.lit(None, dtype).alias(name) for name, dtype in schema.items() if name not in have]
-    return frame.with_columns(missing) if missing else frame
+    return frame.with_columns(*missing, *to_utc(have)) if missing or to_utc(have) else frame
+
+
+def to_utc(schema: Mapping[str, pl.DataType]) -> list[pl.Expr]:
+    """Timestamps in the one zone the pipeline compares them in (a DuckDB session in another zone, or
+    'Etc/UTC', would otherwise fail every comparison with a UTC literal)."""
+    out = []
+    for name, dtype in schema.items():
+        if isinstance(dtype, pl.Datetime) and dtype.time_zone != "UTC":
+            col = pl.col(name).cast(pl.Datetime("us", dtype.time_zone))
+            col = col.dt.replace_time_zone("UTC") if dtype.time_zone is None else col.dt.convert_time_zone("UTC")
+            out.append(col.alias(name))
+    return out
 
 
 def compute(frames: dict[str, pl.LazyFrame], params: Any) -> dict[str, pl.LazyFrame]:
