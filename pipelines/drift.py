@@ -258,7 +258,7 @@ def dense_days(entities: pl.LazyFrame, data: pl.LazyFrame, st: dict[str, Any]) -
     """Every entity on every local day up to today, from the baseline before the window start but not
     before the first day in `data`, so that days without events count as zeros."""
     tz, now = st["tz"], st["now"]
-    today = local_day(pl.lit(now, dtype=UTC_DT), tz)
+    today = local_day(pl.lit(now, dtype=UTC_DT) - pl.duration(microseconds=1), tz)  # the day now is in
     # Days before the first day with data are "not collected yet", not zeros: a full rebuild and an
     # incremental run must see the same baseline.
     firsts = data.group_by("cluster").agg(pl.col("day").min().alias("first"))
@@ -324,7 +324,7 @@ def node_errors(errors: pl.LazyFrame, events: pl.LazyFrame, inventory: pl.LazyFr
             "cluster", "node", local_day(pl.col("minute"), tz).alias("day")
         ).agg(pl.col("ecc_uncorrected").sum().cast(pl.Float64).alias("x")),
     }
-    today = local_day(pl.lit(st["now"], dtype=UTC_DT), tz)
+    today = local_day(pl.lit(st["now"], dtype=UTC_DT) - pl.duration(microseconds=1), tz)
     out = []
     for signal, c in counts.items():
         grid = dense_days(nodes, c, st)

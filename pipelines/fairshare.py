@@ -891,7 +891,7 @@ def drift_rows(frames: dict[str, pl.LazyFrame], slices: pl.LazyFrame, s: Setting
         .group_by("cluster", "node", "day")
         .agg(pl.col("submitted").sum())
     )
-    today = local_date(pl.lit(s.now, dtype=UTC_DT), tz)
+    today = local_date(pl.lit(s.now, dtype=UTC_DT) - pl.duration(microseconds=1), tz)  # now at midnight: yesterday
     first = used.group_by("cluster").agg(pl.col("day").min().alias("first"))
     days = first.with_columns(day=pl.date_ranges("first", today)).explode("day").select("cluster", "day")
     grid = days.join(accounts.select("cluster", pl.col("account").alias("node")), on="cluster")

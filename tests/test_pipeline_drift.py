@@ -158,3 +158,40 @@ def test_fleet_skew_driver_and_gpu_count():
     cnt = out.filter(pl.col("signal") == "gpu_count_nvml_vs_gres").sort("entity")
     assert cnt.select("entity", "value", "baseline", "breached").rows() == [
         ("n1", 2.0, 2.0, False), ("n2", 2.0, 2.0, False), ("n3", 1.0, 2.0, True)]
+
+
+def test_runner_writes_are_idempotent_and_incremental_equals_full(con):
+    from slurmscope.pipelines.runner import run_pipelines
+
+    from slurmscope.config import load_config
+
+    cfg = load_config(None, env={})
+    base = datetime(2026, 2, 1, 10, tzinfo=UTC)
+    for d in range(36):
+        for k in range(10):
+            start = base + timedelta(days=d, minutes=k)
+            state = "FAILED" if k < (6 if d == 35 else 1) else "COMPLETED"
+            con.execute(
+                'INSERT INTO jobs (cluster, job_id, job_id_raw, submit_time, start_time, end_time, account,'
+                ' "user", "partition", state, gpus) VALUES (\'default\', ?, ?, ?, ?, ?, \'a\', \'u\', \'gpu\', ?, 1)',
+                [str(d * 100 + k), d * 100 + k, start, start, start + timedelta(hours=1), state])
+    con.execute("INSERT INTO gpu_inventory (cluster, node, gpu_uuid, seen_at, driver_version, cuda_version)"
+                " VALUES ('default', 'n1', 'g1', TIMESTAMPTZ '2026-03-01 00:00:00+00', '550', '12.4')")
+
+    def mart():
+        return con.execute("SELECT * FROM mart_drift ORDER BY ALL").fetchall()
+
+    for day in (20, 28, 38):
+        run_pipelines(con, cfg, now=base + timedelta(days=day - 1, hours=14), only=["drift"])
+    incremental = mart()
+    run_pipelines(con, cfg, full=True, now=base + timedelta(days=37, hours=14), only=["drift"])
+    assert mart() == incremental
+    breached = con.execute("SELECT signal, entity, as_of FROM mart_drift WHERE breached ORDER BY ALL").fetchall()
+    # 8 March (as of its end, 9 March 00:00): 6 of 10 attempts failed against 1 of 10 every day before.
+    # No jobs after 8 March: 0 GPU-hours on 9 and 10 March (the last as of now, 11 March 00:00) against a
+    # median of 10 is a drop (usage is two-sided).
+    assert [(s, e, a.astimezone(UTC)) for s, e, a in breached] == [
+        ("account_gpu_hours", "a", datetime(2026, 3, 10, tzinfo=UTC)),
+        ("account_gpu_hours", "a", datetime(2026, 3, 11, tzinfo=UTC)),
+        ("partition_failure_rate", "gpu", datetime(2026, 3, 9, tzinfo=UTC)),
+    ]

@@ -135,3 +135,39 @@ def test_threshold_from_config():
     got = out["mart_job_efficiency"].collect().sort("job_id_raw")
     assert got["idle_gpu_seconds"].to_list() == [0.0, 150.0]
     assert got["zero_util"].to_list() == [False, False]
+
+
+def test_runner_writes_are_idempotent_and_incremental_equals_full(con):
+    from slurmscope.pipelines.runner import run_pipelines
+
+    from slurmscope.config import load_config
+
+    cfg = load_config(None, env={})
+    base = datetime(2026, 3, 1, 10, tzinfo=UTC)
+    for d in range(8):
+        start = base + timedelta(days=d)
+        con.execute(
+            'INSERT INTO jobs (cluster, job_id, job_id_raw, submit_time, start_time, end_time, account, "user",'
+            " gpus) VALUES ('default', ?, ?, ?, ?, ?, 'a', 'u', 1)",
+            [str(d + 1), d + 1, start, start, start + timedelta(hours=1)],
+        )
+        con.execute(
+            "INSERT INTO gpu_jobs (cluster, node, gpu_uuid, job_id, interval_start, interval_end, mig_instance)"
+            " VALUES ('default', 'n1', 'g1', ?, ?, ?, '')", [str(d + 1), start, start + timedelta(hours=1)])
+        con.execute(
+            "INSERT INTO gpu_samples (cluster, node, gpu_uuid, minute, util_gpu_mean, util_gpu_max)"
+            " SELECT 'default', 'n1', 'g1', ?::TIMESTAMPTZ + to_minutes(m), ?, ? FROM range(60) t(m)",
+            [start, float(d % 3) * 20, float(d % 3) * 20])
+
+    def marts():
+        return (con.execute("SELECT * FROM mart_job_efficiency ORDER BY ALL").fetchall(),
+                con.execute("SELECT * FROM mart_idle_gpus_daily ORDER BY ALL").fetchall())
+
+    for day in (3, 6, 9):
+        run_pipelines(con, cfg, now=datetime(2026, 3, day, tzinfo=UTC), only=["efficiency"])
+    incremental = marts()
+    run_pipelines(con, cfg, full=True, now=datetime(2026, 3, 9, tzinfo=UTC), only=["efficiency"])
+    assert marts() == incremental
+    assert len(incremental[0]) == 8
+    # days 0, 3, 6 ran at 0 %: three zero-util jobs, each 1 GPU-hour idle
+    assert sum(r[-1] for r in incremental[1]) == 3

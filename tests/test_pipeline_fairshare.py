@@ -307,3 +307,51 @@ def test_real_slurm_22_05_effective_usage_is_that_of_the_last_calc_period():
     fresh = agreement(CAPTURED)
     moved = fresh.filter(~pl.col("effectv_ok"))["account"].to_list()
     assert sorted(moved) == ["infra", "pretraining", "research", "students", "vision"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Written marts: idempotent, incremental = full, a late record is picked up (through the runner)
+
+
+def _seed_db(con, rows: list[tuple]) -> None:
+    for i, (account, user, start, seconds) in enumerate(rows):
+        con.execute(
+            'INSERT INTO jobs (cluster, job_id, job_id_raw, submit_time, start_time, end_time, account, "user",'
+            " billing, cpus, gpus) VALUES ('default', ?, ?, ?, ?, ?, ?, ?, 2, 2, 1)",
+            [str(100 + i), 100 + i, start, start, start + timedelta(seconds=seconds), account, user],
+        )
+
+
+def _mart(con) -> list[tuple]:
+    return con.execute("SELECT * FROM mart_fairshare ORDER BY ALL").fetchall() + con.execute(
+        "SELECT * FROM mart_fairshare_drift ORDER BY ALL").fetchall()
+
+
+def test_runner_writes_are_idempotent_incremental_and_pick_up_late_jobs(con):
+    from slurmscope.pipelines.runner import run_pipelines
+
+    from slurmscope.config import load_config
+
+    cfg = load_config(None, env={})
+    base = datetime(2026, 3, 1, 10, tzinfo=UTC)
+    _seed_db(con, [("a", "u1", base + timedelta(days=d), 3600) for d in range(9)]
+             + [("b", "u2", base + timedelta(days=d, hours=5), 600) for d in range(0, 9, 2)])
+    now = datetime(2026, 3, 10, tzinfo=UTC)
+    for day in (3, 6, 8, 10):
+        run_pipelines(con, cfg, now=datetime(2026, 3, day, tzinfo=UTC), only=["fairshare"])
+    incremental = _mart(con)
+    run_pipelines(con, cfg, full=True, now=now, only=["fairshare"])
+    assert _mart(con) == incremental
+    run_pipelines(con, cfg, full=True, now=now, only=["fairshare"])
+    assert _mart(con) == incremental
+    # A job of 3 March reaches the database after the run of 10 March: the next run sees it.
+    q = ("SELECT raw_usage FROM mart_fairshare WHERE account = 'b' AND \"user\" = 'u2' "
+         "AND as_of = TIMESTAMPTZ '2026-03-10 00:00:00+00' AND source = 'computed'")
+    before = con.execute(q).fetchone()[0]
+    _seed_db(con, [("b", "u2", datetime(2026, 3, 3, 12, tzinfo=UTC), 1000)])
+    run_pipelines(con, cfg, now=now + timedelta(hours=1), only=["fairshare"])
+    after = con.execute(q).fetchone()[0]
+    # 2 billing x 1000 s, decayed over 6.5 days of a 7-day half-life (Slurm's factor 1 - 0.693/hl)
+    lam = -math.log(1 - 0.693 / (7 * 86400))
+    added = 2 * (1 - math.exp(-lam * 1000)) / lam * math.exp(-lam * (6.5 * 86400 - 1000))
+    assert after - before == pytest.approx(added, rel=1e-6)
