@@ -114,7 +114,11 @@ def _read(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> p
     used = {name: params[name] for name in set(_PARAM.findall(sql)) if name in params}
     con.complete()  # a caller's half-read execute() result would block the relation API
     table = con.sql(sql, params=used).to_arrow_table()
-    return pl.from_arrow(table).lazy()
+    lf = pl.from_arrow(table).lazy()
+    # TIMESTAMPTZ arrives in the session's zone; pipelines compare against UTC literals (metadata-only cast).
+    schema = lf.collect_schema()
+    tz_cols = [c for c, t in schema.items() if isinstance(t, pl.Datetime) and t.time_zone not in (None, "UTC")]
+    return lf.with_columns(pl.col(c).dt.convert_time_zone("UTC") for c in tz_cols) if tz_cols else lf
 
 
 def _column_types(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:

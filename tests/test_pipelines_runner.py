@@ -196,3 +196,14 @@ def test_cli_exits_non_zero_when_a_pipeline_fails(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "PIPELINES", ["cost", "no_such_pipeline"])
     bad = CliRunner().invoke(main, ["--db", db, "pipelines", "run", "--full"], env={})
     assert bad.exit_code != 0 and "no_such_pipeline" in bad.output
+
+
+def test_session_time_zone_does_not_change_the_marts(con):
+    seed(con)
+    now = ts("2026-03-10 00:00")
+    run_pipelines(con, cfg(), full=True, now=now, only=MINE)
+    before = snapshot(con)
+    con.execute("SET TimeZone = 'America/Los_Angeles'")
+    run_pipelines(con, cfg(), full=True, now=now, only=MINE)
+    con.execute("SET TimeZone = 'UTC'")
+    assert snapshot(con) == before
