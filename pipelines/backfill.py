@@ -27,6 +27,8 @@ from slurmscope.pipelines.common import (
 
 NAME = "backfill"
 
+SLICEABLE = True  # a full rebuild may run as consecutive windows (pipelines.full_slice_days)
+
 MART_TABLES: dict[str, str | None] = {
     "mart_backfill_daily": "day",
     "mart_sched_deltas": "snapshot_time",

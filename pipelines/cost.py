@@ -30,6 +30,8 @@ from slurmscope.pipelines.common import (
 
 NAME = "cost"
 
+SLICEABLE = True  # a full rebuild may run as consecutive windows (pipelines.full_slice_days)
+
 MART_TABLES: dict[str, str | None] = {
     "mart_cost_daily": "day",
     "mart_capacity_daily": "day",
@@ -149,7 +151,9 @@ def monthly(daily_rows: pl.LazyFrame, prev: pl.LazyFrame, params: dict[str, Any]
     new = new.with_columns(
         (pl.col("cents") / 100.0).alias("cost_usd"),
         pl.when(month_hours > 0).then(pl.col("gpu_hours") / month_hours).otherwise(0.0).alias("share"),
-        (now_l >= month_closed_at(pl.col("month"), tz, int(billing.get("close_after_days", 0)))).alias("closed"),
+        # Closed as of the window's end: a slice of a full rebuild must not freeze a month it saw only in part.
+        (pl.lit(params["end"], dtype=UTC_DT) >= month_closed_at(pl.col("month"), tz,
+                                                                 int(billing.get("close_after_days", 0)))).alias("closed"),
     ).drop("cents", "amount")
     prev = prev.with_columns(pl.col("version").cast(pl.Int32), pl.col("issued_at").cast(UTC_DT))
     state = prev.group_by("month").agg(

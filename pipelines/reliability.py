@@ -18,6 +18,8 @@ from slurmscope.pipelines.common import UTC_DT, ensure_columns, expand_hostlist,
 
 NAME = "reliability"
 
+SLICEABLE = True  # a full rebuild may run as consecutive windows (pipelines.full_slice_days)
+
 MART_TABLES: dict[str, str | None] = {
     "mart_job_outcomes_daily": "day",
     "mart_requeues_daily": "day",

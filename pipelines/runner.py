@@ -53,8 +53,9 @@ _PARAM = re.compile(r"\$([a-z_]+)")
 @dataclass(frozen=True)
 class Window:
     start: datetime  # UTC, inclusive
-    end: datetime  # UTC, exclusive: the run's `now`
+    end: datetime  # UTC, exclusive: the run's `now`, or the end of a full rebuild's slice
     full: bool
+    now: datetime | None = None  # when a slice ends before now: running attempts still accrue to now
 
 
 def _parse_since(since: str | date | datetime, tz: ZoneInfo) -> datetime:
@@ -99,7 +100,7 @@ def pipeline_params(cfg: Config, window: Window) -> dict[str, Any]:
     start_local = window.start.astimezone(ZoneInfo(tz))
     return {
         "cluster": cfg.cluster,
-        "now": window.end,
+        "now": window.now or window.end,
         "start": window.start,
         "end": window.end,
         "full": window.full,
@@ -176,10 +177,11 @@ def run_pipeline(con: duckdb.DuckDBPyConnection, cfg: Config, module: ModuleType
         if day.height and day.item(0, 0) is not None:
             first = day.item(0, 0)
             window = Window(min(window.start, datetime(first.year, first.month, first.day, tzinfo=tz).astimezone(UTC)),
-                            window.end, False)
+                            window.end, False, window.now)
     if not window.full:  # whole billing days: a day is deleted and rebuilt from its midnight
         local = window.start.astimezone(tz)
-        window = Window(datetime(local.year, local.month, local.day, tzinfo=tz).astimezone(UTC), window.end, False)
+        window = Window(datetime(local.year, local.month, local.day, tzinfo=tz).astimezone(UTC), window.end, False,
+                        window.now)
     params = pipeline_params(cfg, window)
     frames = {alias: _read(con, sql, params) for alias, sql in module.INPUTS.items()}
     outputs = module.compute(frames, params)
@@ -201,6 +203,37 @@ def run_pipeline(con: duckdb.DuckDBPyConnection, cfg: Config, module: ModuleType
              time.monotonic() - t0],
         )
     return written
+
+
+def _slices(con: duckdb.DuckDBPyConnection, cfg: Config, module: ModuleType, window: Window) -> list[Window]:
+    """A full rebuild of a SLICEABLE pipeline, cut into `pipelines.full_slice_days` windows run in turn.
+
+    Each slice reads only the attempts that began before its end, so only a slice's attempts are in memory,
+    but they run to their real end (or `now`); rows a slice writes past its end are rewritten by the next
+    slices. Marts come out as from one full run (tested).
+    """
+    days = int(cfg.get("pipelines", "full_slice_days"))
+    if not window.full or days <= 0 or not getattr(module, "SLICEABLE", False):
+        return [window]
+    first = con.execute(
+        "SELECT min(coalesce(start_time, eligible_time, submit_time)) FROM jobs WHERE cluster = ?", [cfg.cluster]
+    ).fetchall()[0][0]
+    if first is None:
+        return [window]
+    tz = ZoneInfo(cfg.get("billing", "timezone"))
+    local = first.astimezone(tz)
+    edge = datetime(local.year, local.month, local.day, tzinfo=tz)
+    ends = []
+    while True:
+        edge = (edge + timedelta(days=days)).astimezone(tz)
+        edge = datetime(edge.year, edge.month, edge.day, tzinfo=tz)  # local midnight across DST
+        if edge.astimezone(UTC) >= window.end:
+            break
+        ends.append(edge.astimezone(UTC))
+    parts = [Window(EPOCH, ends[0], True, window.end)] if ends else []
+    parts += [Window(a, b, False, window.end) for a, b in zip(ends, ends[1:], strict=False)]
+    parts.append(Window(ends[-1], window.end, False) if ends else window)
+    return parts
 
 
 def _record_error(con: duckdb.DuckDBPyConnection, cfg: Config, name: str, window: Window, error: str) -> None:
@@ -253,7 +286,11 @@ def run_pipelines(
             _record_error(con, cfg, name, window, f"import failed: {exc}")
             continue
         try:
-            results.update(run_pipeline(con, cfg, module, window))
+            written: dict[str, int] = {}
+            for part in _slices(con, cfg, module, window):
+                for table, rows in run_pipeline(con, cfg, module, part).items():
+                    written[table] = rows  # the last slice's count: earlier slices' rows are rewritten
+            results.update(written)
         except Exception as exc:
             log.exception("pipeline %s failed", name)
             results[name] = -1
