@@ -79,13 +79,17 @@ def upsert(con: duckdb.DuckDBPyConnection, spec: TableSpec, df: pl.DataFrame) ->
     key_sql = ", ".join(_quote(c) for c in spec.key)
     updates = [c for c in cols if c not in spec.key]
     con.register("_upsert_src", df.to_arrow())
+    # ON CONFLICT DO UPDATE costs DuckDB more than twice a plain INSERT, so only rows whose key is already
+    # stored take that path (first, while "already stored" still means before this call); new keys, the
+    # bulk of any first load, go in with a plain INSERT.
+    match = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in spec.key)
+    exists = f"EXISTS (SELECT 1 FROM {spec.name} t WHERE {match})"
     try:
         if updates:
             set_sql = ", ".join(f"{_quote(c)} = excluded.{_quote(c)}" for c in updates)
-            conflict = f"ON CONFLICT ({key_sql}) DO UPDATE SET {set_sql}"
-        else:
-            conflict = f"ON CONFLICT ({key_sql}) DO NOTHING"
-        con.execute(f"INSERT INTO {spec.name} ({col_sql}) SELECT {col_sql} FROM _upsert_src {conflict}")
+            con.execute(f"INSERT INTO {spec.name} ({col_sql}) SELECT {col_sql} FROM _upsert_src s WHERE {exists} "
+                        f"ON CONFLICT ({key_sql}) DO UPDATE SET {set_sql}")
+        con.execute(f"INSERT INTO {spec.name} ({col_sql}) SELECT {col_sql} FROM _upsert_src s WHERE NOT {exists}")
     finally:
         con.unregister("_upsert_src")
     return df.height
