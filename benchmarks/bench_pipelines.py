@@ -146,7 +146,8 @@ def main() -> None:
     rows = run_pipelines(con, cfg, full=True, now=now, only=MINE)
     out["full_seconds"] = round(time.perf_counter() - t, 1)
     out["full_cpu_seconds"] = round(time.process_time() - c, 1)
-    out["full_rows"] = rows
+    out["full_rows_last_slice"] = rows
+    out["mart_rows"] = {m: con.execute(f"SELECT count(*) FROM {m}").fetchall()[0][0] for m in rows}
     out["rss_after_full_mb"] = round(rss_mb())
 
     # One more day: 1/365 of the jobs, submitted after `now`, ingested after the last run.
