@@ -80,7 +80,7 @@ DEFAULTS: dict[str, Any] = {
         "incremental_lookback_seconds": 2 * 86400,
         "occupancy_bucket_seconds": 900,
         "node_snapshot_max_gap_seconds": 3600,
-        "full_slice_days": 0,
+        "full_slice_days": 30,
     },
     "reliability": {
         "checkpoint_cost_seconds": 300.0,
