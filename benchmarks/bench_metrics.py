@@ -11,7 +11,9 @@
 3. Serve: the rendered bytes from `slurmscope.exporter.serve_metrics` on 127.0.0.1 (ephemeral port), the
    same server `serve` runs. `--scrapers` client processes each scrape in a closed loop (next request as
    soon as the last body arrived, a new connection each time) for `--seconds`: a far harsher load than 20
-   Prometheus servers scraping every 15 s. Then a paced run: every scraper once per second.
+   Prometheus servers scraping every 15 s. Then a paced run: every scraper once per second, all in step.
+   Then the Prometheus-like run: every scraper once per `--prometheus-interval` (15 s), the scrapers'
+   phases spread evenly over the interval, for 4 intervals (80 scrapes).
 A single scraper gives the unloaded baseline; the server's CPU per scrape is reported for each run.
 Client processes, not threads, so the clients' own Python does not share the server's GIL. Latency is
 request sent -> whole body read, per scrape. Prints one JSON object.
@@ -80,12 +82,13 @@ def build(db: Path, out: Path, gpus: int, days: float, seed: int, hours: float) 
             "jobs": res.summary["jobs_submitted"]}
 
 
-def scraper(port: int, seconds: float, pace: float, start_at: float, q) -> None:
+def scraper(port: int, seconds: float, pace: float, start_at: float, q, phase: float = 0.0) -> None:
     """One Prometheus stand-in: GET /metrics until the deadline; latencies in ms go back on `q`."""
     while time.time() < start_at:
         time.sleep(0.001)
     deadline = start_at + seconds
     lat, errors, size = [], 0, 0
+    time.sleep(phase)           # Prometheus spreads its targets' scrapes over the interval
     nxt = time.monotonic()
     while time.time() < deadline:
         t0 = time.perf_counter()
@@ -109,11 +112,12 @@ def scraper(port: int, seconds: float, pace: float, start_at: float, q) -> None:
     q.put((lat, errors, size))
 
 
-def load_test(port: int, scrapers: int, seconds: float, pace: float) -> dict:
+def load_test(port: int, scrapers: int, seconds: float, pace: float, spread: bool = False) -> dict:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     start_at = time.time() + 2.0 + 0.1 * scrapers   # let every process start before the clock runs
-    procs = [ctx.Process(target=scraper, args=(port, seconds, pace, start_at, q)) for _ in range(scrapers)]
+    phases = [pace * i / scrapers if spread else 0.0 for i in range(scrapers)]
+    procs = [ctx.Process(target=scraper, args=(port, seconds, pace, start_at, q, ph)) for ph in phases]
     for p in procs:
         p.start()
     results = [q.get(timeout=seconds + 120) for _ in procs]
@@ -142,6 +146,10 @@ def main() -> None:
     ap.add_argument("--renders", type=int, default=5)
     ap.add_argument("--scrapers", type=int, default=20)
     ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--prometheus-interval", type=float, default=15.0,
+                    help="also run scrapers once per this many seconds, spread over it (0: skip)")
+    ap.add_argument("--backlog-what-if", action="store_true",
+                    help="also rerun the closed-loop and paced runs with a listen backlog of 128")
     ap.add_argument("--gzip-what-if", action="store_true",
                     help="also serve the body gzip-compressed (as bytes) to measure what compression would save")
     args = ap.parse_args()
@@ -177,12 +185,27 @@ def main() -> None:
     server = serve_metrics("127.0.0.1", 0, lambda: served["body"])
     try:
         port = server.server_address[1]
-        runs = [("single_scraper", 1, 0.0), ("closed_loop", args.scrapers, 0.0), ("paced_1s", args.scrapers, 1.0)]
-        for name, n, pace in runs:
+        runs = [("single_scraper", 1, 0.0, args.seconds, False),
+                ("closed_loop", args.scrapers, 0.0, args.seconds, False),
+                ("paced_1s", args.scrapers, 1.0, args.seconds, False)]
+        if args.prometheus_interval:
+            # Prometheus-like: each scraper once per interval, the 20 spread evenly over it, 4 intervals.
+            runs.append(("prometheus_interval", args.scrapers, args.prometheus_interval,
+                         4 * args.prometheus_interval, True))
+        for name, n, pace, secs, spread in runs:
             cpu0 = time.process_time()
-            out[name] = load_test(port, n, args.seconds, pace)
+            out[name] = load_test(port, n, secs, pace, spread)
             out[name]["server_cpu_ms_per_scrape"] = round(
                 (time.process_time() - cpu0) * 1000 / max(1, out[name]["scrapes"]), 2)
+        if args.backlog_what_if:
+            # socketserver listens with a backlog of 5: 20 simultaneous connects overflow it, the kernel
+            # drops SYNs and the clients retransmit after 1 s (then 3 s). Re-listening raises the backlog.
+            server.socket.listen(128)
+            for name, n, pace, secs, spread in runs[1:3]:
+                cpu0 = time.process_time()
+                out[f"backlog128_{name}"] = load_test(port, n, secs, pace, spread)
+                out[f"backlog128_{name}"]["server_cpu_ms_per_scrape"] = round(
+                    (time.process_time() - cpu0) * 1000 / max(1, out[f"backlog128_{name}"]["scrapes"]), 2)
         if args.gzip_what_if:
             # What a gzip-serving exporter would move per scrape: the body compressed once per render.
             t0 = time.perf_counter()
