@@ -355,6 +355,9 @@ LANDING = b"""<html><head><title>slurmscope exporter</title></head>
 
 class MetricsServer(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default backlog of 5 drops connections when many scrapers arrive at once (the kernel
+    # then makes clients retry after 1 s and 3 s): benchmarks/bench_metrics.py measured p99 1.2-4 s.
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], get_bytes: Callable[[], bytes | None], auth: _Auth) -> None:
         self.get_bytes = get_bytes

@@ -84,7 +84,8 @@ class Service:
             log.exception("collector %s crashed", kind)
             return
         for o in outcomes:
-            log.info("collector %s: %s rows=%s %s", o.collector, o.status, o.rows, o.error or "")
+            level = logging.INFO if o.status in ("ok", "skipped") else logging.WARNING
+            log.log(level, "collector %s: %s rows=%s %s", o.collector, o.status, o.rows, o.error or "")
             if o.status == "ok" and o.collector in FEEDS_PIPELINES and o.rows:
                 self.dirty = True
 
