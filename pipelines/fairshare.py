@@ -24,7 +24,7 @@ MART_TABLES: dict[str, str | None] = {"mart_fairshare": "as_of", "mart_fairshare
 INPUTS: dict[str, str] = {
     # Decayed usage depends on the whole history (or back to the last reset): every attempt is read.
     "jobs": """
-        SELECT cluster, account, "user", submit_time, start_time, end_time, billing, cpus, gpus
+        SELECT cluster, account, "user", submit_time, start_time, end_time, billing, cpus, gpus, state
         FROM jobs WHERE cluster = $cluster AND start_time IS NOT NULL""",
     # Only the last sshare snapshot of each day is used (as tree and as the compared record).
     "shares": """
@@ -48,6 +48,12 @@ ERA_HALF_LIVES = 60
 MAX_DEPTH = 16
 """Deepest association tree handled (root = 0). Real trees rarely exceed 6 levels."""
 NO_DECAY_ERA = 1e18
+FINISHED_STATES = [
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+    "DEADLINE", "REQUEUED", "REVOKED", "SPECIAL_EXIT",
+]
+"""States of an attempt that no longer runs: slurmctld charged it for the last time at its end
+(priority_p_job_end), so without an End in accounting it has nothing left to accrue up to `now`."""
 
 UTC_DT = pl.Datetime("us", "UTC")
 KEY = ["cluster", "account", "user"]
@@ -292,13 +298,34 @@ def cluster_settings(frames: dict[str, pl.LazyFrame], s: Settings) -> pl.LazyFra
 # Usage
 
 
+def charged_until(now: datetime) -> pl.Expr:
+    """Where an attempt's charge ends: its End (capped at `now`); `now` while it runs; null (nothing) when
+    accounting already gives it a final state but not yet its End.
+
+    slurmctld charges a job at every PriorityCalcPeriod while it runs and once more when it ends
+    (priority_multifactor.c: decay_apply_new_usage skips finished jobs, priority_p_job_end charges up to
+    the job's end_time), so a finished job never accrues past its end. sacct can show the final state
+    before the End: a job that ran while slurmdbd was down reaches accounting with slurmctld's current
+    state first and its end record later. Charging such a row up to `now` would grow without bound until
+    the next collect brings the End; charging nothing undercounts only that one short window.
+    """
+    now_ = pl.lit(now, dtype=UTC_DT)
+    state = pl.col("state").str.strip_chars().str.to_uppercase().str.extract(r"^([A-Z_]+)")
+    finished = state.is_in(FINISHED_STATES).fill_null(False)
+    return (
+        pl.when(pl.col("end_time").is_null() & finished)
+        .then(pl.lit(None, dtype=UTC_DT))
+        .otherwise(pl.min_horizontal(pl.col("end_time").fill_null(now_), now_))
+    )
+
+
 def usage_slices(jobs: pl.LazyFrame, cs: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
     """Each job attempt's charged time cut at local midnights: one row per (job, day) it ran in.
 
-    Running jobs (no End) accrue up to `now`. Columns: cluster, account, user, day, day_start, day_end,
-    sa, sb, rate, lam, era_s, reset, epoch.
+    Running jobs (no End) accrue up to `now`; finished ones without an End are not charged (see
+    charged_until). Columns: cluster, account, user, day, day_start, day_end, sa, sb, rate, lam, era_s,
+    reset, epoch.
     """
-    now = pl.lit(s.now, dtype=UTC_DT)
     tz = s.timezone
     base = (
         jobs.select(
@@ -306,7 +333,7 @@ def usage_slices(jobs: pl.LazyFrame, cs: pl.LazyFrame, s: Settings) -> pl.LazyFr
             pl.col("account").fill_null(""),
             pl.col("user").fill_null(""),
             pl.col("start_time").alias("a"),
-            pl.min_horizontal(pl.col("end_time").fill_null(now), now).alias("b"),
+            charged_until(s.now).alias("b"),
             charge_rate(s.charge).alias("rate"),
         )
         .filter(pl.col("a").is_not_null() & (pl.col("b") > pl.col("a")) & (pl.col("rate") > 0))
@@ -966,7 +993,7 @@ def _frames(frames: dict[str, pl.LazyFrame]) -> dict[str, pl.LazyFrame]:
         "jobs": {
             "cluster": pl.String, "account": pl.String, "user": pl.String, "submit_time": UTC_DT,
             "start_time": UTC_DT, "end_time": UTC_DT, "billing": pl.Float64, "cpus": pl.Int32,
-            "gpus": pl.Int32,
+            "gpus": pl.Int32, "state": pl.String,
         },
         "shares": {
             "cluster": pl.String, "snapshot_time": UTC_DT, "account": pl.String, "user": pl.String,

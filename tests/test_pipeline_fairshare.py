@@ -207,6 +207,30 @@ def test_running_job_accrues_until_now_and_daily_reset():
     assert prev == 1000
 
 
+def test_finished_attempt_without_end_is_not_charged_until_now():
+    # slurmctld charges a job while it runs and once at its end (priority_p_job_end, up to end_time), so
+    # only a running attempt accrues up to now. No decay; now = T0 + 3 h.
+    # u1: COMPLETED but accounting has no End yet (ran while slurmdbd was down) -> 0, not 5 * 3 h.
+    # u2: RUNNING since T0 + 2 h at billing 2 -> 2 * 3600 = 7200.
+    # u3: PREEMPTED (PreemptMode=CANCEL) after 3 s at billing 20 -> 20 * 3 = 60, the whole attempt.
+    # u4: no state recorded, no End, since T0 + 2.5 h at billing 1 -> 1800 (treated as running).
+    # u5: 'CANCELLED by 1004' as sacct prints it, no End -> 0.
+    rows = [("a", "u1", T0, None, 5), ("a", "u2", T0 + timedelta(hours=2), None, 2), ("a", "u3", T0, 3, 20),
+            ("a", "u4", T0 + timedelta(hours=2, minutes=30), None, 1), ("a", "u5", T0, None, 7)]
+    states = ["COMPLETED", "RUNNING", "PREEMPTED", None, "CANCELLED by 1004"]
+    frames = {"jobs": jobs(rows).with_columns(state=pl.Series(states, dtype=pl.String))}
+    out = run(frames)["mart_fairshare"]
+    got = out.filter((pl.col("as_of") == NOW) & (pl.col("source") == "computed")).select("user", "raw_usage")
+    got = dict(got.iter_rows())
+    assert got.get("u1", 0.0) == 0.0
+    assert got["u2"] == 7200
+    assert got["u3"] == 60
+    assert got["u4"] == 1800
+    assert got.get("u5", 0.0) == 0.0
+    assert out.filter((pl.col("as_of") == NOW) & (pl.col("account") == "root") & (pl.col("user") == ""))[
+        "raw_usage"].item() == 7200 + 60 + 1800
+
+
 def test_slurm_duration_parsing():
     df = pl.DataFrame({"v": ["7-00:00:00", "00:05:00", "1-02:03:04", "30", None]})
     got = df.select(fs.parse_slurm_duration(pl.col("v")).alias("s"))["s"].to_list()

@@ -1,7 +1,9 @@
 """Fair-share computed by slurmscope against Slurm's own `sshare` on the live Slurm 22.05 test bed.
 
-The jobs come from what `slurmscope collect` stored during the run (sacct parser, billing column included);
-the reference is `sshare -a -l -P` once a PriorityCalcPeriod has passed after the last job ended (after the
+The jobs come from what `slurmscope collect` stored (sacct parser, billing column included), collected once
+more after the reference was taken, as the next scheduled collect would: the outage job ran while slurmdbd
+was down, and the collect that first sees it again may store it COMPLETED without its End yet; the
+reference is `sshare -a -l -P` once a PriorityCalcPeriod has passed after the last job ended (after the
 `fairshare` phase), and the decay settings are read from `scontrol show config` of the same cluster.
 Expected values are Slurm's, never ours.
 """
@@ -50,7 +52,12 @@ def test_sshare_raw_and_effective_usage_and_fair_tree_factor(slurmbed, fairshare
     assert shares.quarantine.height == 0
     config = config_collector.parse(bed.slurm("scontrol", "show", "config").encode(), cluster=cluster,
                                     snapshot_time=at, tz=utc)
-    cols = ["cluster", "account", "user", "submit_time", "start_time", "end_time", "billing", "cpus", "gpus"]
+    # Every job had ended before `at` (the fixture waited for that), so this collect adds no usage after
+    # the reference; it only completes records accounting had not finished receiving.
+    recollect = bed.collect("sacct")
+    assert recollect.returncode == 0, recollect.stderr
+    cols = ["cluster", "account", "user", "submit_time", "start_time", "end_time", "billing", "cpus", "gpus",
+            "state"]
     rows = bed.query(f"SELECT {', '.join(chr(34) + c + chr(34) for c in cols)} FROM jobs WHERE cluster = ?",
                      [cluster])
     jobs = pl.DataFrame(rows, schema=fs._frames({})["jobs"].collect_schema(), orient="row").lazy()
