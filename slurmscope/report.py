@@ -65,7 +65,8 @@ class ReportData:
     wait_trend: list[dict] = field(default_factory=list)
     backfill: list[dict] = field(default_factory=list)
     fairshare: list[dict] = field(default_factory=list)
-    used_gpu_hours: float | None = None
+    used_gpu_hours: float | None = None          # busy GPU-hours among allocations the NVML agents sampled
+    sampled_allocated_gpu_hours: float | None = None
     version: int | None = None
     frozen: bool | None = None
 
@@ -80,9 +81,15 @@ class ReportData:
         cap["charged_gpu_hours"] = charged_hours
         cap["charged_cost_usd"] = charged_cost
         cap["used_gpu_hours"] = self.used_gpu_hours
+        cap["sampled_allocated_gpu_hours"] = self.sampled_allocated_gpu_hours
         cap["cost_per_gpu_hour"] = (charged_cost / Decimal(str(charged_hours))) if charged_hours else None
+        # Telemetry may cover only some nodes or days: the useful share is measured where GPUs were sampled
+        # and applied to the whole charge, rather than dividing all cost by a sample's busy hours.
+        useful = (self.used_gpu_hours / self.sampled_allocated_gpu_hours
+                  if self.used_gpu_hours and self.sampled_allocated_gpu_hours else None)
+        cap["useful_share"] = useful
         cap["cost_per_useful_gpu_hour"] = (
-            charged_cost / Decimal(str(self.used_gpu_hours)) if self.used_gpu_hours else None
+            cap["cost_per_gpu_hour"] / Decimal(str(useful)) if useful and cap["cost_per_gpu_hour"] else None
         )
         return cap
 
@@ -160,8 +167,11 @@ def collect_data(con: duckdb.DuckDBPyConnection, cluster: str, month: date) -> R
                                               [cluster, month, nxt])}
         for w in d.waste:
             w["alloc_idle_gpu_hours"] = idle.get(w["account"], {}).get("idle_gpu_hours")
-        sampled = sum((r["allocated_gpu_hours"] or 0) - (r["idle_gpu_hours"] or 0) for r in idle.values())
-        d.used_gpu_hours = sampled if idle else None
+        sampled_alloc = sum(r["allocated_gpu_hours"] or 0 for r in idle.values())
+        sampled_used = sum((r["allocated_gpu_hours"] or 0) - (r["idle_gpu_hours"] or 0) for r in idle.values())
+        if sampled_alloc > 0:
+            d.sampled_allocated_gpu_hours = sampled_alloc
+            d.used_gpu_hours = sampled_used
     d.outcomes = _rows(con, """
         SELECT state, sum(jobs) AS jobs, sum(gpu_hours) AS gpu_hours FROM mart_job_outcomes_daily
         WHERE cluster = ? AND day >= ? AND day < ? GROUP BY ALL ORDER BY 2 DESC, 1""", [cluster, month, nxt])
@@ -289,7 +299,7 @@ def hbars_svg(title: str, items: list[tuple[str, float]], unit: str, width: int 
         parts.append(f'<text x="{left - 6}" y="{y + 14}" font-size="11" text-anchor="end">{_esc(name)}</text>'
                      f'<rect x="{left}" y="{y + 3}" width="{max(v / peak * plot_w, 1):.1f}" height="{row - 6}" '
                      f'fill="{PALETTE[i % len(PALETTE)]}"/><text x="{left + v / peak * plot_w + 6:.1f}" '
-                     f'y="{y + 14}" font-size="11">{v:,.1f} {_esc(unit)}</text>')
+                     f'y="{y + 14}" font-size="11">{v:,.{0 if float(v).is_integer() else 1}f} {_esc(unit)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -408,7 +418,11 @@ def render_html(d: ReportData, users_out: list[dict]) -> str:
         _table(["measure", "value"], [
             ["GPU-hours available (capacity)", _fmt(t["capacity_gpu_hours"])],
             ["GPU-hours allocated", _fmt(t["allocated_gpu_hours"])],
-            ["GPU-hours used (NVML, allocated minus idle)", _fmt(t["used_gpu_hours"])],
+            ["GPU-hours busy (NVML) / allocated GPU-hours sampled by NVML",
+             "–" if t["used_gpu_hours"] is None else
+             f"{_fmt(t['used_gpu_hours'])} / {_fmt(t['sampled_allocated_gpu_hours'])}"],
+            ["Useful share of allocated GPU time (NVML sample)",
+             "–" if t["useful_share"] is None else f"{t['useful_share']:.1%}"],
             ["GPU-hours idle (capacity not allocated)", _fmt(t["idle_gpu_hours"])],
             ["GPU-hours down or drained", _fmt(t["down_gpu_hours"])],
             ["GPU-hours reserved", _fmt(t["reserved_gpu_hours"])],

@@ -140,3 +140,17 @@ def test_the_browser_check_catches_errors_and_blank_pages(tmp_path):
     log = screenshot(bad, tmp_path / "bad.png", tmp_path / "profile")
     assert "CONSOLE" in log
     assert distinct_colours((tmp_path / "bad.png").read_bytes()) < 5
+
+
+def test_cost_per_useful_gpu_hour_scales_by_the_sampled_useful_share():
+    """Telemetry from a few nodes must not be divided into the whole month's cost."""
+    from slurmscope.report import ReportData
+
+    d = ReportData(cluster="c", month=date(2026, 11, 1))
+    d.accounts = [{"account": "a", "gpu_hours": 1000.0, "cost_usd": Decimal("2000.00"), "share": 1.0,
+                   "prev_cost_usd": Decimal(0), "mom_change": None}]
+    d.used_gpu_hours, d.sampled_allocated_gpu_hours = 30.0, 40.0   # 75 % busy where sampled
+    t = d.totals
+    assert t["cost_per_gpu_hour"] == Decimal("2")
+    assert t["useful_share"] == pytest.approx(0.75)
+    assert float(t["cost_per_useful_gpu_hour"]) == pytest.approx(2 / 0.75)
