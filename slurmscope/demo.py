@@ -1,14 +1,12 @@
 """`slurmscope demo`: the whole product on a simulated cluster, with no Slurm, no GPU and no network.
 
 Simulate -> ingest through the same parsers as recorded files -> pipelines -> dashboards, alerts, report
--> serve /metrics. Each later stage imports its module lazily: a stage whose module is missing says
-"<stage>: not available yet" and the demo carries on, so the demo is useful while the product grows.
+-> serve /metrics. Stages import their modules lazily, so `slurmscope --help` stays fast.
 Progress goes to stderr as plain text bars; the closing summary goes to stdout.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -34,7 +32,6 @@ class DemoResult:
     pipelines: dict[str, int] | None = None
     built: dict[str, list[Path]] = field(default_factory=dict)
     report_month: str | None = None
-    skipped: list[str] = field(default_factory=list)
     port: int | None = None
 
 
@@ -74,17 +71,6 @@ class Progress:
     def note(self, text: str) -> None:
         self.stream.write(f"      {text}\n")
         self.stream.flush()
-
-
-def _optional(module: str, attr: str):
-    """The function, or None when its module is not in this checkout yet."""
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name and (module.startswith(exc.name) or exc.name.startswith(module)):
-            return None
-        raise
-    return getattr(mod, attr, None)
 
 
 def snapshot_time(path: Path) -> datetime:
@@ -221,12 +207,8 @@ def _telemetry(con, cfg: Config, result: DemoResult, prog: Progress) -> None:
         bar(1, 1)
         prog.note("no simulated telemetry in this run")
         return
-    load = _optional("slurmscope.collectors.nvml_ingest", "ingest_spool_files")
-    if load is None:
-        bar(1, 1)
-        prog.note("GPU telemetry: not available yet")
-        result.skipped.append("telemetry")
-        return
+    from slurmscope.collectors.nvml_ingest import ingest_spool_files as load
+
     rows = quar = 0
     for i in range(0, len(files), 50):
         res = load(con, cfg, files[i:i + 50])
@@ -238,13 +220,9 @@ def _telemetry(con, cfg: Config, result: DemoResult, prog: Progress) -> None:
 
 def _pipelines(con, cfg: Config, result: DemoResult, prog: Progress, now: datetime) -> None:
     bar = prog.stage("pipelines")
-    run = _optional("slurmscope.pipelines.runner", "run_pipelines")
-    if run is None:
-        bar(1, 1)
-        prog.note("pipelines: not available yet")
-        result.skipped.append("pipelines")
-        return
-    result.pipelines = run(con, cfg, full=True, now=now)
+    from slurmscope.pipelines.runner import run_pipelines
+
+    result.pipelines = run_pipelines(con, cfg, full=True, now=now)
     bar(1, 1)
     failed = [k for k, v in result.pipelines.items() if v < 0]
     prog.note(f"marts: {sum(v for v in result.pipelines.values() if v > 0)} rows from "
@@ -253,28 +231,21 @@ def _pipelines(con, cfg: Config, result: DemoResult, prog: Progress, now: dateti
 
 def _builders(result: DemoResult, prog: Progress) -> None:
     bar = prog.stage("dashboards + alerts")
-    for i, (stage, module) in enumerate((("dashboards", "slurmscope.dashboards.build"),
-                                         ("alerts", "slurmscope.alerts.build"))):
-        build = _optional(module, "build_all")
-        if build is None:
-            prog.note(f"{stage}: not available yet")
-            result.skipped.append(stage)
-        else:
-            result.built[stage] = list(build(result.out_dir / stage))
+    from slurmscope.alerts.build import build_all as build_alerts
+    from slurmscope.dashboards.build import build_all as build_dashboards
+
+    for i, (stage, build) in enumerate((("dashboards", build_dashboards), ("alerts", build_alerts))):
+        result.built[stage] = list(build(result.out_dir / stage))
         bar(i + 1, 2)
 
 
 def _report(con, cfg: Config, result: DemoResult, prog: Progress, start: datetime, end: datetime) -> None:
     bar = prog.stage("monthly report")
-    build = _optional("slurmscope.report", "build_report")
-    if build is None:
-        bar(1, 1)
-        prog.note("report: not available yet")
-        result.skipped.append("report")
-        return
+    from slurmscope.report import build_report
+
     month = last_full_month(start, end)
     result.report_month = month
-    result.built["report"] = list(build(con, cfg, month=month, out_dir=result.out_dir / "report",
+    result.built["report"] = list(build_report(con, cfg, month=month, out_dir=result.out_dir / "report",
                                         formats=["html", "csv"]))
     bar(1, 1)
 
@@ -282,14 +253,8 @@ def _report(con, cfg: Config, result: DemoResult, prog: Progress, start: datetim
 def _serve(cfg: Config, db_path: str, result: DemoResult, prog: Progress, port: int, sim_end: datetime) -> None:
     """Serve /metrics for the simulated cluster, rendered as of the end of the simulated period."""
     bar = prog.stage("serve /metrics")
-    render = _optional("slurmscope.exporter", "render")
-    serve_metrics = _optional("slurmscope.exporter", "serve_metrics")
-    if render is None or serve_metrics is None:
-        bar(1, 1)
-        prog.note("exporter: not available yet")
-        result.skipped.append("exporter")
-        return
     from slurmscope.db import connect
+    from slurmscope.exporter import render, serve_metrics
 
     con = connect(db_path, read_only=True)
     try:
@@ -322,10 +287,8 @@ def _start_agent(cfg: Config, result: DemoResult, port: int):
     import json
     import threading
 
-    run_agent = _optional("slurmscope.collectors.nvml", "run_agent")
-    if run_agent is None:
-        result.skipped.append("node agent")
-        return None, None
+    from slurmscope.collectors.nvml import run_agent
+
     base = (result.out_dir / "agent").resolve()
     (base / "gpu-jobs").mkdir(parents=True, exist_ok=True)
     spec = {"node": "h100-001", "mapping_dir": str(base / "gpu-jobs"),
@@ -365,8 +328,6 @@ def print_summary(result: DemoResult, *, serve: bool, port: int) -> None:
             lines.append(f"  {stage:<18} {out / stage}/ ({_rel(result.built[stage], out)})")
     if result.report_month:
         lines.append(f"  report month       {result.report_month}: open {out / 'report' / 'report.html'}")
-    if result.skipped:
-        lines.append(f"  not available yet  {', '.join(result.skipped)}")
     lines += [
         "",
         "Point Prometheus at it (prometheus.yml):",

@@ -176,7 +176,6 @@ def test_demo_built_every_stage(demo_run):
     r = demo_run.result
     assert r.summary["gpus"] == DEMO_GPUS
     assert r.summary["end"] > r.summary["start"]
-    assert not r.skipped, r.skipped
     assert r.pipelines and all(v >= 0 for v in r.pipelines.values()), r.pipelines
     assert (demo_run.out_dir / "report" / "report.html").is_file()
     assert any(p.suffix == ".json" for p in r.built["dashboards"])
@@ -194,13 +193,6 @@ def test_report_month_is_the_last_full_month_in_the_period():
     assert last_full_month(d("2026-11-15T00:00:00"), d("2027-01-03T00:00:00")) == "2026-12"
     assert last_full_month(d("2026-11-01T00:00:00"), d("2026-11-04T00:00:00")) == "2026-11"   # no full month
     assert last_full_month(d("2026-10-31T12:00:00"), d("2026-12-01T00:00:00")) == "2026-11"
-
-
-def test_missing_stage_module_is_reported_not_fatal():
-    from slurmscope.demo import _optional
-
-    assert _optional("slurmscope.no_such_stage_module", "build_all") is None
-    assert callable(_optional("slurmscope.demo", "run_demo"))
 
 
 def test_progress_bar_is_plain_text_and_ends_each_stage_once():
