@@ -13,6 +13,7 @@ docs/collectors.md for the supported and declined ones).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from zoneinfo import ZoneInfo
@@ -311,6 +312,26 @@ def split_line(line: str, lf: LineFormat) -> tuple[dict[str, str] | None, str | 
         if prev is None and n > 1 and any(ch in WS for ch in last.strip(WS)):
             return None, f"more than {n} fields"
     return {f.name: v for f, v in zip(fields, values, strict=True)}, None
+
+
+def fast_path(lines: list[tuple[int, str, bytes | None]], lf: LineFormat,
+              typed: Callable[[pl.DataFrame], tuple[pl.DataFrame, list[int]]],
+              ) -> tuple[list[pl.DataFrame], list[tuple[int, str, bytes | None]]]:
+    """The vectorised path shared by sinfo and squeue: split and type the clean lines in one pass.
+
+    `typed(split)` returns the rows it could type and the line numbers it could not; those lines, with the
+    ones vector_split refused, are returned for the per-line path. Returns (frames, slow lines).
+    """
+    if len(lines) <= 1:
+        return [], lines
+    split, slow = vector_split(lines, lf)
+    if split is None:
+        return [], slow
+    fast, redo = typed(split)
+    if redo:
+        wanted = set(redo)
+        slow = sorted(slow + [line for line in lines if line[0] in wanted])
+    return [fast], slow
 
 
 def vector_split(lines: list[tuple[int, str, bytes | None]], lf: LineFormat
@@ -762,14 +783,8 @@ def _parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, 
             lines = lines[1:]
     frames: list[pl.DataFrame] = []
     slow = lines
-    if vectorise and per_node and "nodelist" not in lf.names and len(lines) > 1:
-        split, slow = vector_split(lines, lf)
-        if split is not None:
-            fast, redo = _vector_node_rows(split, cluster, snapshot_time, tz)
-            frames.append(fast)
-            if redo:
-                wanted = set(redo)
-                slow = sorted(slow + [line for line in lines if line[0] in wanted])
+    if vectorise and per_node and "nodelist" not in lf.names:
+        frames, slow = fast_path(lines, lf, lambda split: _vector_node_rows(split, cluster, snapshot_time, tz))
     rows: list[dict] = []
     groups: list[dict] = []
     bad: list[dict] = []

@@ -26,12 +26,12 @@ from slurmscope.collectors.parsing import (
 from slurmscope.collectors.sinfo import (
     Field,
     LineFormat,
+    fast_path,
     is_blank,
     is_header,
     out_of_range,
     parse_format,
     split_line,
-    vector_split,
 )
 
 from slurmscope.config import Config
@@ -347,14 +347,8 @@ def _parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, 
             lines = lines[1:]  # a header line of column titles (squeue without --noheader)
     frames: list[pl.DataFrame] = []
     slow = lines
-    if vectorise and len(lines) > 1:
-        split, slow = vector_split(lines, lf)
-        if split is not None:
-            fast, redo = _vector_rows(split, cluster, snapshot_time, tz)
-            frames.append(fast)
-            if redo:
-                wanted = set(redo)
-                slow = sorted(slow + [line for line in lines if line[0] in wanted])
+    if vectorise:
+        frames, slow = fast_path(lines, lf, lambda split: _vector_rows(split, cluster, snapshot_time, tz))
     rows: list[dict] = []
     bad: list[dict] = []
     for line_no, text, raw in slow:
