@@ -49,6 +49,32 @@ FEEDS_PIPELINES = {"sacct", "sshare", "sdiag", "events", "nvml", "sinfo"}
 MISFIRE_GRACE_SECONDS = 30
 
 
+class FairLock:
+    """A first-come, first-served lock: jobs get the database in the order they asked for it.
+
+    threading.Lock makes no promise of order, and under load the 1-minute collectors could take it again
+    and again while a 5-minute collector waits (seen as sdiag never running in a test on a busy machine).
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._next_ticket = 0
+        self._serving = 0
+
+    def __enter__(self) -> FairLock:
+        with self._cond:
+            ticket = self._next_ticket
+            self._next_ticket += 1
+            while ticket != self._serving:
+                self._cond.wait()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cond:
+            self._serving += 1
+            self._cond.notify_all()
+
+
 @dataclass
 class Service:
     """State shared by the scheduled jobs: the write lock, the latest /metrics bytes, what is dirty."""
@@ -56,7 +82,7 @@ class Service:
     config: Config
     db_path: str
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: FairLock = field(default_factory=FairLock)
     metrics: bytes = b""
     dirty: bool = False
     report_dir: Path = Path("reports")

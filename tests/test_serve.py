@@ -106,3 +106,29 @@ def test_serve_runs_collectors_serves_metrics_lets_readers_in_and_stops_on_sigte
             raise
     assert proc.returncode == 0, err[-3000:]
     assert "stopped" in err
+
+
+def test_fair_lock_serves_waiters_in_arrival_order():
+    import threading
+
+    from slurmscope.scheduler import FairLock
+
+    lock, order, started = FairLock(), [], []
+
+    def job(name: str) -> None:
+        started.append(name)
+        with lock:
+            order.append(name)
+
+    with lock:  # hold it while three jobs queue up, one after the other
+        threads = []
+        for name in ("sdiag", "sinfo", "squeue"):
+            t = threading.Thread(target=job, args=(name,))
+            t.start()
+            while len(started) < len(threads) + 1:
+                time.sleep(0.01)
+            time.sleep(0.05)  # let it reach the wait
+            threads.append(t)
+    for t in threads:
+        t.join(5)
+    assert order == ["sdiag", "sinfo", "squeue"]
