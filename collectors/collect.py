@@ -5,6 +5,12 @@ window hides (held, waiting on a dependency, --begin in the future): those are t
 snapshot taken moments before, plus jobs still stored as PENDING. A failed or timed-out command records
 its error in collector_runs and leaves data and watermark untouched; one collector failing never stops
 the others, and a missing collector module is reported, not raised.
+
+sacct output that exits 0 but is garbage is not a success either: when at least half of its lines are
+quarantined, or it stops mid-line, its good rows and its quarantined lines are stored but the run is
+recorded as an error and the watermark stays, so the window is read again on the next run and the
+exporter shows the collector failing (docs/ingest.md, "Live collection", item 3). A few bad lines among
+good ones are quarantined and the watermark moves on, so one unparseable line cannot stall collection.
 """
 
 from __future__ import annotations
@@ -74,6 +80,34 @@ def _module(kind: str) -> ModuleType | str:
     return module
 
 
+def untrusted_output(data: bytes, rows: int, quarantined: int) -> str | None:
+    """Why an exit-0 output must not count as a successful run, or None when it may.
+
+    Advancing the watermark past a window whose output was garbage would lose that window's jobs for
+    good whenever the window is wider than the overlap (a catch-up after an outage), and the exporter
+    would call the collector healthy. Slurm ends every line with a newline, so output without one was
+    cut short and its later records are missing, however good the first ones look.
+    """
+    if data and not data.endswith(b"\n"):
+        return (f"output cut short (no final newline): {rows} row(s) kept, {quarantined} line(s) quarantined;"
+                " watermark kept")
+    if quarantined and quarantined >= rows:
+        return (f"mostly garbage: {quarantined} of {rows + quarantined} lines quarantined (see the quarantine"
+                " table); watermark kept")
+    return None
+
+
+@dataclass
+class _UntrustedRun(RunRecord):
+    """A run whose rows are stored but which is recorded as an error, in the same transaction as its rows."""
+
+    verdict: str = ""
+
+    def insert(self, con: duckdb.DuckDBPyConnection, *, status: str, rows: int = 0, quarantined: int = 0,
+               error: str | None = None) -> int:
+        return super().insert(con, status="error", rows=rows, quarantined=quarantined, error=self.verdict)
+
+
 def _record(con: duckdb.DuckDBPyConnection, run: RunRecord, status: str, error: str) -> None:
     try:
         record_failure(con, run, status, error)
@@ -92,6 +126,7 @@ def _run_and_load(
     window: tuple[datetime | None, datetime | None] = (None, None),
     watermark: datetime | None = None,
     parse_kwargs: dict | None = None,
+    check_garbage: bool = False,
 ) -> Outcome:
     run = RunRecord(cluster=cfg.cluster, collector=kind, source="live", window_start=window[0],
                     window_end=window[1])
@@ -106,8 +141,15 @@ def _run_and_load(
     parsed = module.parse(result.stdout, cluster=cfg.cluster, snapshot_time=at, tz=UTC, source=f"{kind}:live",
                           **(parse_kwargs or {}))
     hook_factory = getattr(module, "after_upsert", None)
+    verdict = untrusted_output(result.stdout, parsed.rows, parsed.quarantine.height) if check_garbage else None
+    if verdict is not None:
+        run = _UntrustedRun(cluster=run.cluster, collector=kind, source="live", started_at=run.started_at,
+                            window_start=window[0], window_end=window[1], _t0=run._t0, verdict=verdict)
+        watermark = None
     load(con, parsed, module.TABLES, run, content_sha=sha256(result.stdout), watermark=watermark,
          after_upsert=hook_factory(parsed) if hook_factory else None)
+    if verdict is not None:
+        return Outcome(kind, "error", parsed.rows, verdict)
     return Outcome(kind, "ok", parsed.rows)
 
 
@@ -163,14 +205,14 @@ def _collect_sacct(con: duckdb.DuckDBPyConnection, cfg: Config, at: datetime) ->
     for start, end in windows:
         argv = module.command(cfg, start=start, end=end)
         out = _run_and_load(con, cfg, module, "sacct", argv, at, window=(start, end), watermark=end,
-                            parse_kwargs=live)
+                            parse_kwargs=live, check_garbage=True)
         if out.status != "ok":
             return Outcome("sacct", out.status, rows, out.error)  # later windows wait for the next run
         rows += out.rows
     ids = module.valid_job_ids(module.pending_job_ids(con, cfg.cluster))
     for i in range(0, len(ids), JOBS_PER_CALL):
         argv = module.command_jobs(cfg, ids[i:i + JOBS_PER_CALL])
-        out = _run_and_load(con, cfg, module, "sacct", argv, at, parse_kwargs=live)
+        out = _run_and_load(con, cfg, module, "sacct", argv, at, parse_kwargs=live, check_garbage=True)
         if out.status != "ok":
             return Outcome("sacct", out.status, rows, "by job id: " + (out.error or ""))
         rows += out.rows
