@@ -20,13 +20,16 @@ from slurmscope.pipelines.common import (
     ensure_columns,
     gpu_seconds,
     largest_remainder_cents,
+    local_day,
     local_midnight_utc,
     node_intervals,
+    split_buckets,
     split_calendar,
     usage_interval,
     with_rate,
     with_requeued,
 )
+from slurmscope.pipelines.efficiency import IDLE_UTIL_PERCENT, attribute_intervals
 
 NAME = "cost"
 
@@ -37,6 +40,7 @@ MART_TABLES: dict[str, str | None] = {
     "mart_capacity_daily": "day",
     "mart_cost_monthly": "month",
     "mart_usage_counters": None,
+    "mart_cost_efficiency_daily": "day",
 }
 
 WIDEN_SQL = """
@@ -53,18 +57,32 @@ INPUTS: dict[str, str] = {
           AND (start_time IS NULL OR start_time < $end)""",
     "node_states": NODE_STATES_SQL,
     "prev_monthly": """
-        SELECT month, account, "user", gpu_hours, cost_usd::DOUBLE AS cost_usd, share, version, frozen, issued_at
+        SELECT month, account, "user", gpu_hours, cost_usd::DOUBLE AS cost_usd, share, version, frozen, issued_at,
+               coalesce(spread_cost_usd, 0)::DOUBLE AS spread_cost_usd
         FROM mart_cost_monthly WHERE cluster = $cluster AND month >= $start_month""",
     # Days of the window's first month before the window: the month total needs them.
     "month_before": """
         SELECT day, account, "user", gpu_seconds, cost_usd FROM mart_cost_daily
         WHERE cluster = $cluster AND day >= $start_month AND day < $start_date""",
+    # Unallocated capacity cost of those days: a day without usage has nobody to spread it over that day.
+    "capacity_month_before": """
+        SELECT day, sum(idle_cost_usd + down_cost_usd + reserved_cost_usd)::DOUBLE AS unallocated_usd
+        FROM mart_capacity_daily WHERE cluster = $cluster AND day >= $start_month AND day < $start_date
+        GROUP BY day""",
     "daily_before": """
         SELECT account, "partition", gpu_model, sum(gpu_seconds) AS gpu_seconds, sum(cost_usd) AS cost_usd
         FROM mart_cost_daily WHERE cluster = $cluster AND day < $start_date GROUP BY ALL""",
     "prev_counters": """
         SELECT account, "partition", gpu_model, gpu_seconds_total, cost_usd_total
         FROM mart_usage_counters WHERE cluster = $cluster""",
+    # Whole-GPU mapping intervals and NVML samples inside the window (usage-weighted cost and energy).
+    "gpu_jobs": """
+        SELECT node, gpu_uuid, job_id, interval_start, interval_end FROM gpu_jobs
+        WHERE cluster = $cluster AND coalesce(mig_instance, '') = '' AND interval_start < $end
+          AND (interval_end IS NULL OR interval_end > $start)""",
+    "gpu_samples": """
+        SELECT node, gpu_uuid, minute, util_gpu_mean, energy_joules, power_mean_watts FROM gpu_samples
+        WHERE cluster = $cluster AND minute >= $start AND minute < $end""",
 }
 
 DAILY_SCHEMA = {
@@ -72,10 +90,12 @@ DAILY_SCHEMA = {
     "gpu_model": pl.String, "gpu_seconds": pl.Float64, "cost_usd": pl.Float64,
     "failed_gpu_seconds": pl.Float64, "failed_cost_usd": pl.Float64,
     "requeued_gpu_seconds": pl.Float64, "requeued_cost_usd": pl.Float64, "running_gpu_seconds": pl.Float64,
+    "spread_cost_usd": pl.Float64,
 }
 MONTHLY_SCHEMA = {
     "month": pl.Date, "account": pl.String, "user": pl.String, "gpu_hours": pl.Float64, "cost_usd": pl.Float64,
     "share": pl.Float64, "version": pl.Int32, "frozen": pl.Boolean, "issued_at": UTC_DT,
+    "spread_cost_usd": pl.Float64,
 }
 CAPACITY_PARTS = ("allocated", "idle", "down", "reserved")
 CAPACITY_SCHEMA = {
@@ -85,6 +105,16 @@ CAPACITY_SCHEMA = {
     "capacity_cost_usd": pl.Float64,
     **{f"{p}_cost_usd": pl.Float64 for p in CAPACITY_PARTS},
 }
+EFFICIENCY_SCHEMA = {
+    "day": pl.Date, "account": pl.String, "gpu_seconds": pl.Float64, "cost_usd": pl.Float64,
+    "sampled_gpu_seconds": pl.Float64, "sampled_cost_usd": pl.Float64, "idle_gpu_seconds": pl.Float64,
+    "idle_cost_usd": pl.Float64, "useful_gpu_seconds": pl.Float64, "useful_share": pl.Float64,
+    "cost_per_useful_gpu_hour": pl.Float64, "energy_joules": pl.Float64, "energy_kwh": pl.Float64,
+    "energy_cost_usd": pl.Float64,
+}
+UNALLOCATED_PARTS = ("idle", "down", "reserved")
+"""Capacity minus allocation: what billing.idle_cost = "spread" charges to the accounts."""
+JOULES_PER_KWH = 3.6e6
 COUNTER_SCHEMA = {
     "account": pl.String, "partition": pl.String, "gpu_model": pl.String, "gpu_seconds_total": pl.Float64,
     "cost_usd_total": pl.Float64, "gpu_seconds_correction": pl.Float64, "cost_usd_correction": pl.Float64,
@@ -127,35 +157,95 @@ def daily(jobs: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
         pl.when(pl.col("requeued")).then(pl.col("gs")).otherwise(zero).sum().alias("requeued_gpu_seconds"),
         pl.when(pl.col("requeued")).then(cost).otherwise(zero).sum().alias("requeued_cost_usd"),
         pl.when(pl.col("running")).then(pl.col("gs")).otherwise(zero).sum().alias("running_gpu_seconds"),
+        zero.alias("spread_cost_usd"),  # set by spread_daily, which needs the day's capacity
     )
     return ensure_columns(out.filter(pl.col("day") >= pl.lit(params["start_date"])), DAILY_SCHEMA)
 
 
-def monthly(daily_rows: pl.LazyFrame, prev: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
+def spreads(params: dict[str, Any]) -> bool:
+    return params["config"]["billing"].get("idle_cost", "separate") == "spread"
+
+
+def unallocated_daily(cap: pl.LazyFrame) -> pl.LazyFrame:
+    """Per billing day: dollars of capacity not allocated (idle + down + reserved cents of mart_capacity_daily)."""
+    return cap.group_by("day").agg(
+        pl.sum_horizontal(*[pl.col(f"{p}_cost_usd") for p in UNALLOCATED_PARTS]).sum().cast(pl.Float64)
+        .alias("unallocated_usd")
+    )
+
+
+def spread_daily(d: pl.LazyFrame, unallocated: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
+    """`spread_cost_usd` of each daily row: the day's unallocated capacity cost × the row's share of the day's
+    GPU-seconds (billing.idle_cost = "spread"); 0 when idle cost is reported separately."""
+    if not spreads(params):
+        return d.with_columns(pl.lit(0.0).alias("spread_cost_usd"))
+    day_gs = pl.col("gpu_seconds").sum().over("day")
+    return d.drop("spread_cost_usd", strict=False).join(unallocated, on="day", how="left").with_columns(
+        pl.when(day_gs > 0).then(pl.col("unallocated_usd").fill_null(0.0) * pl.col("gpu_seconds") / day_gs)
+        .otherwise(0.0).alias("spread_cost_usd")
+    ).drop("unallocated_usd")
+
+
+def monthly(daily_rows: pl.LazyFrame, prev: pl.LazyFrame, params: dict[str, Any],
+            unallocated: pl.LazyFrame | None = None) -> pl.LazyFrame:
     """mart_cost_monthly: open months recomputed; closed months frozen; listed closed months re-issued.
 
-    `daily_rows` must cover whole months from the window's first month (the days before the window come
-    from the mart itself, see INPUTS["month_before"]).
+    `daily_rows` (and `unallocated`, each day's unallocated capacity dollars) must cover whole months from
+    the window's first month (the days before the window come from the marts, see INPUTS["month_before"]).
+    With billing.idle_cost = "spread" a row's cost is its usage plus its spread: each day's unallocated cost
+    by the row's share of that day's GPU-seconds (the daily rows' spread_cost_usd, recomputed here so that a
+    re-issue after a change of mode is whole), plus the cost of days nobody used by the row's share of the
+    month's GPU-hours. Usage and spread are each rounded by largest remainder, so the rows add up to the
+    rounded usage total plus the unallocated capacity cost (already whole cents).
     """
     billing = params["config"]["billing"]
     tz, now = params["tz"], params["now"]
     reissue = [datetime.strptime(m, "%Y-%m").date() for m in billing.get("reissue_months", [])]
     now_l = pl.lit(now, dtype=UTC_DT)
+    rows = daily_rows.select("day", "account", "user", pl.col("gpu_seconds").cast(pl.Float64),
+                             pl.col("cost_usd").cast(pl.Float64))
+    spread = spreads(params) and unallocated is not None
+    if spread:
+        un = unallocated.group_by("day").agg(pl.col("unallocated_usd").sum())
+        day_gs = rows.group_by("day").agg(pl.col("gpu_seconds").sum().alias("day_gs")).filter(pl.col("day_gs") > 0)
+        rows = rows.join(un, on="day", how="left").join(day_gs, on="day", how="left").with_columns(
+            pl.when(pl.col("day_gs") > 0)
+            .then(pl.col("unallocated_usd").fill_null(0.0) * pl.col("gpu_seconds") / pl.col("day_gs"))
+            .otherwise(0.0).alias("spread_cost_usd")
+        )
+        unspread = (
+            un.join(day_gs, on="day", how="anti")
+            .group_by(pl.col("day").dt.month_start().alias("month"))
+            .agg(pl.col("unallocated_usd").sum().alias("unspread"))
+        )
+    else:
+        rows = rows.with_columns(pl.lit(0.0).alias("spread_cost_usd"))
     new = (
-        daily_rows.with_columns(pl.col("day").dt.month_start().alias("month"))
+        rows.with_columns(pl.col("day").dt.month_start().alias("month"))
         .group_by("month", "account", "user")
-        .agg((pl.col("gpu_seconds").sum() / 3600.0).alias("gpu_hours"), pl.col("cost_usd").sum().alias("amount"))
+        .agg((pl.col("gpu_seconds").sum() / 3600.0).alias("gpu_hours"), pl.col("cost_usd").sum().alias("amount"),
+             pl.col("spread_cost_usd").sum().alias("spread_amount"))
     )
-    new = largest_remainder_cents(new, "amount", ["month"], ["account", "user"])
     month_hours = pl.col("gpu_hours").sum().over("month")
+    if spread:
+        new = new.join(unspread, on="month", how="left").with_columns(
+            (pl.col("spread_amount") + pl.when(month_hours > 0).then(
+                pl.col("unspread").fill_null(0.0) * pl.col("gpu_hours") / month_hours).otherwise(0.0))
+            .alias("spread_amount")
+        ).drop("unspread")
+    new = largest_remainder_cents(new, "amount", ["month"], ["account", "user"])
+    new = largest_remainder_cents(new, "spread_amount", ["month"], ["account", "user"], out="spread_cents")
     new = new.with_columns(
-        (pl.col("cents") / 100.0).alias("cost_usd"),
+        ((pl.col("cents") + pl.col("spread_cents")) / 100.0).alias("cost_usd"),
+        (pl.col("spread_cents") / 100.0).alias("spread_cost_usd"),
         pl.when(month_hours > 0).then(pl.col("gpu_hours") / month_hours).otherwise(0.0).alias("share"),
         # Closed as of the window's end: a slice of a full rebuild must not freeze a month it saw only in part.
         (pl.lit(params["end"], dtype=UTC_DT) >= month_closed_at(pl.col("month"), tz,
                                                                  int(billing.get("close_after_days", 0)))).alias("closed"),
-    ).drop("cents", "amount")
+    ).drop("cents", "amount", "spread_cents", "spread_amount")
     prev = prev.with_columns(pl.col("version").cast(pl.Int32), pl.col("issued_at").cast(UTC_DT))
+    if "spread_cost_usd" not in prev.collect_schema().names():
+        prev = prev.with_columns(pl.lit(0.0).alias("spread_cost_usd"))
     state = prev.group_by("month").agg(
         pl.col("version").max().alias("max_version"), pl.col("frozen").any().alias("was_frozen")
     )
@@ -238,17 +328,91 @@ def counters(window_daily: pl.LazyFrame, before: pl.LazyFrame, prev: pl.LazyFram
     return ensure_columns(out, COUNTER_SCHEMA)
 
 
+def cost_efficiency(d: pl.LazyFrame, jobs: pl.LazyFrame, gpu_jobs: pl.LazyFrame, samples: pl.LazyFrame,
+                    params: dict[str, Any]) -> pl.LazyFrame:
+    """mart_cost_efficiency_daily: per billing day and account, the charged GPU-seconds and dollars (from the
+    daily rows `d`) beside what NVML says the GPUs did while the account's attempts held them.
+
+    Each whole-GPU mapping interval (gpu_jobs) goes to its attempt (efficiency.attribute_intervals), is
+    clipped to [window start, now), cut into UTC minutes and joined to that GPU's minute sample. A sampled
+    held second costs the attempt's $/GPU-hour / 3600; it is idle when the minute's mean utilisation is under
+    drift.idle_util_percent, and it counts util_gpu_mean / 100 of a useful second. Energy is the minute's
+    energy-counter delta (else its mean power × 60 s) × held / 60.
+    """
+    billing = params["config"]["billing"]
+    threshold = float(params["config"].get("drift", {}).get("idle_util_percent", IDLE_UTIL_PERCENT))
+    price_kwh = float(billing.get("energy_usd_per_kwh", 0.0)) * float(billing.get("pue", 1.0))
+    cluster = pl.lit(params["cluster"])
+    att = attempts(jobs, params["now"])
+    j = att.select(
+        cluster.alias("cluster"), "job_id_raw", pl.col("job_id_raw").cast(pl.String).alias("job_id"),
+        pl.lit(None, dtype=pl.Int32).alias("attempt"), "submit_time", "start_time", "end_time", "account",
+        "user", "gpus",
+    )
+    iv = attribute_intervals(gpu_jobs.with_columns(cluster.alias("cluster")), j, params["now"])
+    iv = iv.filter(pl.col("submit_time").is_not_null()).with_columns(
+        clip_interval("interval_start", "interval_end", params["start"], params["now"])
+    ).join(att.select("job_id_raw", "submit_time", "partition", "gpu_model"), on=["job_id_raw", "submit_time"])
+    minutes = split_buckets(iv, "interval_start", "interval_end", 60, out="minute").rename({"overlap_seconds": "held"})
+    m = with_rate(minutes.join(samples, on=["node", "gpu_uuid", "minute"], how="left"), billing)
+    sampled = pl.col("util_gpu_mean").is_not_null()
+    per_second = pl.col("rate_per_gpu_hour") / 3600.0
+    energy = pl.coalesce(pl.col("energy_joules") * pl.col("held") / 60.0, pl.col("power_mean_watts") * pl.col("held"))
+    zero = pl.lit(0.0)
+    used = m.with_columns(local_day(pl.col("minute"), params["tz"]).alias("day")).group_by("day", "account").agg(
+        pl.when(sampled).then(pl.col("held")).otherwise(zero).sum().alias("sampled_gpu_seconds"),
+        pl.when(sampled).then(pl.col("held") * per_second).otherwise(zero).sum().alias("sampled_cost_usd"),
+        pl.when(sampled & (pl.col("util_gpu_mean") < threshold)).then(pl.col("held")).otherwise(zero).sum()
+        .alias("idle_gpu_seconds"),
+        pl.when(sampled & (pl.col("util_gpu_mean") < threshold)).then(pl.col("held") * per_second).otherwise(zero)
+        .sum().alias("idle_cost_usd"),
+        pl.when(sampled).then(pl.col("held") * pl.col("util_gpu_mean") / 100.0).otherwise(zero).sum()
+        .alias("useful_gpu_seconds"),
+        energy.fill_null(0.0).sum().alias("energy_joules"),
+    )
+    charged = d.group_by("day", "account").agg(pl.col("gpu_seconds").sum(), pl.col("cost_usd").sum())
+    out = charged.join(used, on=["day", "account"], how="full", coalesce=True).with_columns(
+        pl.col("gpu_seconds", "cost_usd", "sampled_gpu_seconds", "sampled_cost_usd", "idle_gpu_seconds",
+               "idle_cost_usd", "useful_gpu_seconds", "energy_joules").fill_null(0.0)
+    ).with_columns(
+        pl.when(pl.col("sampled_gpu_seconds") > 0)
+        .then(pl.col("useful_gpu_seconds") / pl.col("sampled_gpu_seconds")).alias("useful_share"),
+        pl.when(pl.col("useful_gpu_seconds") > 0)
+        .then(pl.col("sampled_cost_usd") / (pl.col("useful_gpu_seconds") / 3600.0)).alias("cost_per_useful_gpu_hour"),
+        (pl.col("energy_joules") / JOULES_PER_KWH).alias("energy_kwh"),
+        (pl.col("energy_joules") / JOULES_PER_KWH * price_kwh).alias("energy_cost_usd"),
+    )
+    return ensure_columns(out.filter(pl.col("day") >= pl.lit(params["start_date"])), EFFICIENCY_SCHEMA)
+
+
+def _frame(frames: dict[str, pl.LazyFrame], name: str, schema: dict[str, pl.DataType]) -> pl.LazyFrame:
+    """An optional input (a caller that passes only the jobs and node states gets empty telemetry)."""
+    return frames[name] if name in frames else pl.LazyFrame(schema=schema)
+
+
 def compute(frames: dict[str, pl.LazyFrame], params: dict[str, Any]) -> dict[str, pl.LazyFrame]:
-    d = daily(frames["jobs"], params)
+    cap = capacity(frames["node_states"], params)
+    unallocated = unallocated_daily(cap)
+    d = spread_daily(daily(frames["jobs"], params), unallocated, params)
+    cols = ("day", "account", "user", "gpu_seconds", "cost_usd")
     month_days = pl.concat([
-        frames["month_before"].select("day", "account", "user", "gpu_seconds", "cost_usd")
-        .cast({"gpu_seconds": pl.Float64, "cost_usd": pl.Float64}),
-        d.select("day", "account", "user", "gpu_seconds", "cost_usd"),
+        frames["month_before"].select(*cols).cast({"gpu_seconds": pl.Float64, "cost_usd": pl.Float64}),
+        d.select(*cols),
     ], how="vertical")
+    month_unallocated = pl.concat([
+        _frame(frames, "capacity_month_before", {"day": pl.Date, "unallocated_usd": pl.Float64})
+        .select("day", pl.col("unallocated_usd").cast(pl.Float64)),
+        unallocated,
+    ], how="vertical")
+    gpu_jobs = _frame(frames, "gpu_jobs", {"node": pl.String, "gpu_uuid": pl.String, "job_id": pl.String,
+                                           "interval_start": UTC_DT, "interval_end": UTC_DT})
+    samples = _frame(frames, "gpu_samples", {"node": pl.String, "gpu_uuid": pl.String, "minute": UTC_DT,
+                                             "util_gpu_mean": pl.Float64, "energy_joules": pl.Float64,
+                                             "power_mean_watts": pl.Float64})
     return {
         "mart_cost_daily": d,
-        "mart_capacity_daily": capacity(frames["node_states"], params),
-        "mart_cost_monthly": monthly(month_days, frames["prev_monthly"], params),
+        "mart_capacity_daily": cap,
+        "mart_cost_monthly": monthly(month_days, frames["prev_monthly"], params, month_unallocated),
         "mart_usage_counters": counters(d, frames["daily_before"], frames["prev_counters"], params),
+        "mart_cost_efficiency_daily": cost_efficiency(d, frames["jobs"], gpu_jobs, samples, params),
     }
-

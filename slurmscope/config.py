@@ -75,6 +75,8 @@ DEFAULTS: dict[str, Any] = {
         "rates": {},
         "close_after_days": 5,
         "reissue_months": [],
+        "energy_usd_per_kwh": 0.0,
+        "pue": 1.0,
     },
     "pipelines": {
         "incremental_lookback_seconds": 2 * 86400,
@@ -102,6 +104,17 @@ DEFAULTS: dict[str, Any] = {
     },
     "report": {
         "pseudonymise_users": False,
+    },
+    "health": {  # node and GPU health verdicts (pipelines/health.py, docs/pipelines.md#health)
+        "event_window_seconds": 3600,
+        "critical_xids": [48, 63, 64, 74, 79, 92, 94, 95, 119, 120],
+        "application_xids": [13, 31, 43, 45],
+        "throttle_ratio": 0.25,
+        "throttle_window_seconds": 900,
+        "temp_degraded_celsius": 85.0,
+        "temp_failing_celsius": 95.0,
+        "sample_max_age_seconds": 900,
+        "gpu_forget_seconds": 86400,
     },
 }
 
@@ -208,7 +221,10 @@ def _validate(raw: dict[str, Any], source: str) -> None:
     if raw["fairshare"]["algorithm"] not in {"fair_tree", "classic"}:
         raise ConfigError(f"{source}: key 'fairshare.algorithm' expects 'fair_tree' or 'classic'")
     if raw["billing"]["idle_cost"] not in {"separate", "spread"}:
-        raise ConfigError(f"{source}: key 'billing.idle_cost' expects 'separate' or 'spread'")
+        raise ConfigError(f"{source}: key 'billing.idle_cost' expects 'separate' or 'spread', "
+                          f"got {raw['billing']['idle_cost']!r}")
+    if raw["billing"]["pue"] < 1:
+        raise ConfigError(f"{source}: key 'billing.pue' expects a number >= 1, got {raw['billing']['pue']!r}")
     if raw["nvml"]["interval_seconds"] < 1:
         raise ConfigError(f"{source}: key 'nvml.interval_seconds' expects a number >= 1")
 

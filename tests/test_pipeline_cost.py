@@ -94,10 +94,10 @@ def test_daily_failed_requeued_running_and_partition_rate():
     want = pl.DataFrame(
         [
             # 3 GPU-h x $2 = 6; failed 2 GPU-h = $4; requeued the same attempt
-            (date(2026, 2, 1), "a", "u", "gpu", "normal", "h100", 10800.0, 6.0, 7200.0, 4.0, 7200.0, 4.0, 0.0),
-            # 4 GPU-h x $1 per day, all accrued by a running attempt
-            (date(2026, 2, 1), "b", "v", "cheap", "normal", "", 14400.0, 4.0, 0.0, 0.0, 0.0, 0.0, 14400.0),
-            (date(2026, 2, 2), "b", "v", "cheap", "normal", "", 14400.0, 4.0, 0.0, 0.0, 0.0, 0.0, 14400.0),
+            (date(2026, 2, 1), "a", "u", "gpu", "normal", "h100", 10800.0, 6.0, 7200.0, 4.0, 7200.0, 4.0, 0.0, 0.0),
+            # 4 GPU-h x $1 per day, all accrued by a running attempt (last column: spread, 0 when "separate")
+            (date(2026, 2, 1), "b", "v", "cheap", "normal", "", 14400.0, 4.0, 0.0, 0.0, 0.0, 0.0, 14400.0, 0.0),
+            (date(2026, 2, 2), "b", "v", "cheap", "normal", "", 14400.0, 4.0, 0.0, 0.0, 0.0, 0.0, 14400.0, 0.0),
         ],
         schema=cost.DAILY_SCHEMA, orient="row",
     )
@@ -264,3 +264,94 @@ def test_incremental_run_freezes_a_month_that_closed_outside_its_window(con):
         (date(2026, 2, 1), "a", "u", 3.0, Decimal("3.00"), 1, False),
     ]
     assert con.execute("SELECT count(*) FROM mart_cost_daily").fetchone()[0] == 2
+
+
+# --- idle cost spread over the accounts (billing.idle_cost = "spread") ----------------------------------------
+
+
+def insert_node(con, t, state, used, total=2, flags=""):
+    con.execute("INSERT INTO node_states (cluster, snapshot_time, node, \"partition\", state, state_flags,"
+                " gpus_total, gpus_used, gpu_type) VALUES ('default', ?, 'n1', 'gpu', ?, ?, ?, ?, 'h100')",
+                [t, state, flags, total, used])
+
+
+def three_users_one_hour(con):
+    """Node n1 (2 H100 at $1/GPU-h) from 3 Feb 00:00 UTC for one hour, 1 GPU allocated, 1 idle: capacity $2,
+    allocated $1, unallocated $1. Users x, y, z of accounts a, a, b each hold 1 GPU for 20 minutes."""
+    t0 = ts("2026-02-03 00:00")
+    insert_node(con, t0, "MIXED", 1)
+    for i, (acct, user) in enumerate((("a", "x"), ("a", "y"), ("b", "z"))):
+        s = t0 + timedelta(minutes=20 * i)
+        insert_job(con, 100 + i, s, s, s + timedelta(minutes=20), account=acct, user=user)
+    return t0
+
+
+def invoice(con):
+    return con.execute('SELECT account, "user", cost_usd, spread_cost_usd, version FROM mart_cost_monthly'
+                       " ORDER BY version, account, \"user\"").fetchall()
+
+
+def test_spread_charges_unallocated_capacity_by_usage_and_rows_sum_to_capacity(con):
+    t0 = three_users_one_hour(con)
+    cfg = load_config(env={}).with_overrides(billing={"rates": {"h100": 1.0}, "idle_cost": "spread"})
+    run_pipelines(con, cfg, now=t0 + timedelta(hours=1), only=["cost"])
+    # Each user: 1200 GPU-s = $0.3333 of usage and 1/3 of the $1 idle. Usage cents 33.33 x 3 -> 34, 33, 33
+    # (the spare cent to the first by account, user); the same for the spread: rows 0.68, 0.66, 0.66 = $2.00,
+    # the day's capacity cost.
+    assert invoice(con) == [("a", "x", Decimal("0.68"), Decimal("0.34"), 1), ("a", "y", Decimal("0.66"), Decimal("0.33"), 1),
+                            ("b", "z", Decimal("0.66"), Decimal("0.33"), 1)]
+    cap = con.execute("SELECT capacity_cost_usd, idle_cost_usd FROM mart_capacity_daily").fetchall()
+    assert cap == [(Decimal("2.00"), Decimal("1.00"))]
+    daily = con.execute('SELECT "user", spread_cost_usd FROM mart_cost_daily ORDER BY "user"').fetchall()
+    assert [u for u, _ in daily] == ["x", "y", "z"]
+    assert [v for _, v in daily] == pytest.approx([1 / 3] * 3)
+
+    separate = cfg.with_overrides(billing={"idle_cost": "separate"})
+    run_pipelines(con, separate, now=t0 + timedelta(hours=1), only=["cost"], full=True)
+    assert invoice(con) == [("a", "x", Decimal("0.34"), Decimal("0.00"), 1), ("a", "y", Decimal("0.33"), Decimal("0.00"), 1),
+                            ("b", "z", Decimal("0.33"), Decimal("0.00"), 1)]
+    assert con.execute("SELECT sum(spread_cost_usd) FROM mart_cost_daily").fetchone()[0] == 0
+
+
+def test_spread_of_a_day_nobody_used_goes_by_the_months_usage(con):
+    t0 = three_users_one_hour(con)
+    # 4 Feb: n1 DOWN for an hour, no job: $2 of down capacity with nobody to charge that day.
+    insert_node(con, t0 + timedelta(days=1), "DOWN", 0)
+    cfg = load_config(env={}).with_overrides(billing={"rates": {"h100": 1.0}, "idle_cost": "spread"})
+    run_pipelines(con, cfg, now=t0 + timedelta(days=1, hours=1), only=["cost"])
+    # Unallocated $1 (3 Feb, by that day's usage) + $2 (4 Feb, by the month's: thirds) = $1 each; usage as above.
+    assert invoice(con) == [("a", "x", Decimal("1.34"), Decimal("1.00"), 1), ("a", "y", Decimal("1.33"), Decimal("1.00"), 1),
+                            ("b", "z", Decimal("1.33"), Decimal("1.00"), 1)]
+    total = con.execute("SELECT sum(cost_usd) FROM mart_cost_monthly").fetchone()[0]
+    capacity = con.execute("SELECT sum(capacity_cost_usd) FROM mart_capacity_daily").fetchone()[0]
+    assert total == capacity == Decimal("4.00")
+
+
+def test_spread_leaves_a_frozen_month_alone_unless_reissued(con):
+    three_users_one_hour(con)
+    cfg = load_config(env={}).with_overrides(billing={"rates": {"h100": 1.0}, "close_after_days": 0})
+    run_pipelines(con, cfg, now=ts("2026-03-01 00:00"), only=["cost"])
+    first = invoice(con)
+    assert [r[2] for r in first] == [Decimal("0.34"), Decimal("0.33"), Decimal("0.33")]
+    spread = cfg.with_overrides(billing={"idle_cost": "spread"})
+    run_pipelines(con, spread, now=ts("2026-03-02 00:00"), only=["cost"], full=True)
+    assert invoice(con) == first  # February closed: a change of policy does not rewrite it
+    reissue = spread.with_overrides(billing={"reissue_months": ["2026-02"]})
+    run_pipelines(con, reissue, now=ts("2026-03-03 00:00"), only=["cost"], full=True)
+    assert invoice(con) == first + [("a", "x", Decimal("0.68"), Decimal("0.34"), 2),
+                                    ("a", "y", Decimal("0.66"), Decimal("0.33"), 2),
+                                    ("b", "z", Decimal("0.66"), Decimal("0.33"), 2)]
+
+
+def test_idle_cost_setting_is_validated(tmp_path):
+    from slurmscope.config import ConfigError
+
+    path = tmp_path / "s.toml"
+    path.write_text('[billing]\nidle_cost = "smear"\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(path, env={})
+    assert str(path) in str(err.value) and "billing.idle_cost" in str(err.value)
+    assert "'separate' or 'spread'" in str(err.value) and "smear" in str(err.value)
+    path.write_text("[billing]\npue = 0.5\n")
+    with pytest.raises(ConfigError, match="billing.pue"):
+        load_config(path, env={})
