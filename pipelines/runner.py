@@ -43,6 +43,7 @@ PIPELINES: list[str] = [
     "fairshare",
     "efficiency",
     "drift",
+    "health",
 ]
 """Modules under slurmscope.pipelines, run in this order (a pipeline reading another's mart comes after it)."""
 

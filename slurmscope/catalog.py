@@ -89,6 +89,19 @@ GPU_LATEST_VIEW = "gpu_latest"
 GPU_LATEST_QUERY = f"SELECT * FROM gpu_samples WHERE {_GPU_LATEST}"
 
 
+# The health verdict in force at $now: the run with the latest `since` <= $now per entity, if still valid.
+_HEALTH_NOW = (
+    "SELECT * FROM (SELECT * FROM {table} WHERE cluster = $cluster AND since <= $now"
+    " QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY since DESC) = 1) WHERE valid_until > $now"
+)
+# Per GPU index (a GPU swapped for a new one keeps its index: the newer UUID wins).
+_GPU_HEALTH_NOW = (
+    "SELECT node, CAST(gpu_index AS VARCHAR) AS gpu, coalesce(gpu_model, '') AS gpu_model, status, reason FROM ("
+    + _HEALTH_NOW.format(table="mart_gpu_health", key="node, gpu_uuid")
+    + ") WHERE gpu_index IS NOT NULL QUALIFY row_number() OVER (PARTITION BY node, gpu_index ORDER BY since DESC) = 1"
+)
+
+
 def _sdiag(name: str, column: str, unit: str, help_: str, scale: str = "") -> Metric:
     return Metric(
         name=name, type="gauge", unit=unit, help=help_, labels=("cluster",), source="sched_stats (latest sdiag)",
@@ -643,6 +656,57 @@ CATALOG: tuple[Metric, ...] = (
                  FROM mart_drift WHERE cluster = $cluster AND as_of <= $now
                  QUALIFY row_number() OVER (PARTITION BY signal, entity ORDER BY as_of DESC) = 1""",
         requires=("mart_drift",),
+    ),
+    # ---- health verdicts (mart_node_health, mart_gpu_health) -------------------------------------------
+    Metric(
+        name="slurmscope_node_health_status", type="gauge", unit="",
+        help="The node's health verdict, one series per status (ok, degraded, failing): 1 for the verdict in"
+             " force, 0 for the others (a StateSet). Rules: docs/pipelines.md#health.",
+        labels=("cluster", "node", "status"),
+        source="mart_node_health (run in force at now)",
+        query=f"""
+            WITH cur AS ({_HEALTH_NOW.format(table="mart_node_health", key="node")})
+            SELECT $cluster AS cluster, node, s.status, CASE WHEN cur.status = s.status THEN 1 ELSE 0 END AS value
+            FROM cur, (VALUES ('ok'), ('degraded'), ('failing')) s(status) ORDER BY node, s.status""",
+        requires=("mart_node_health",),
+    ),
+    Metric(
+        name="slurmscope_node_health_info", type="info", unit="",
+        help="Why the node has its verdict: `reason` is the first rule that holds (failing rules first; '' when"
+             " ok), from a fixed list (gpu_failing, gpu_missing, xid_critical, slurm_down, gpu_degraded,"
+             " slurm_drain, slurm_unavailable).",
+        labels=("cluster", "node", "status", "reason"),
+        source="mart_node_health (run in force at now)",
+        query=f"""
+            WITH cur AS ({_HEALTH_NOW.format(table="mart_node_health", key="node")})
+            SELECT $cluster AS cluster, node, status, reason, 1 AS value FROM cur ORDER BY node""",
+        requires=("mart_node_health",),
+    ),
+    Metric(
+        name="slurmscope_gpu_health_status", type="gauge", unit="",
+        help="The GPU's health verdict, one series per status (ok, degraded, failing): 1 for the verdict in"
+             " force, 0 for the others. Rules: docs/pipelines.md#health.",
+        labels=("cluster", "node", "gpu", "gpu_model", "status", "source"),
+        source="mart_gpu_health (run in force at now)",
+        query=f"""
+            WITH cur AS ({_GPU_HEALTH_NOW})
+            SELECT $cluster AS cluster, node, gpu, gpu_model, s.status, 'central' AS source,
+                   CASE WHEN cur.status = s.status THEN 1 ELSE 0 END AS value
+            FROM cur, (VALUES ('ok'), ('degraded'), ('failing')) s(status) ORDER BY node, gpu, s.status""",
+        requires=("mart_gpu_health",),
+    ),
+    Metric(
+        name="slurmscope_gpu_health_info", type="info", unit="",
+        help="Why the GPU has its verdict: `reason` is the first rule that holds ('' when ok), from a fixed"
+             " list (fallen_off_bus, row_remap_failed, uncorrectable_ecc, xid_critical, overheating,"
+             " row_remap_pending, xid_other, throttling, hot, telemetry_stale).",
+        labels=("cluster", "node", "gpu", "gpu_model", "status", "reason", "source"),
+        source="mart_gpu_health (run in force at now)",
+        query=f"""
+            WITH cur AS ({_GPU_HEALTH_NOW})
+            SELECT $cluster AS cluster, node, gpu, gpu_model, status, reason, 'central' AS source, 1 AS value
+            FROM cur ORDER BY node, gpu""",
+        requires=("mart_gpu_health",),
     ),
     # ---- GPU health (NVML) ----------------------------------------------------------------------------
     _gpu("slurmscope_gpu_utilization_ratio", "util_gpu_mean / 100.0", "ratio",

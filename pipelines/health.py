@@ -1,0 +1,315 @@
+"""One health verdict per node and per GPU: ok, degraded or failing, with the reason.
+
+Operators have the pieces on separate panels (Slurm state and reason, XIDs, ECC, row remaps, throttling,
+GRES vs NVML GPU counts) and want one answer per node: can it run work, and if not, why. The verdict is
+evaluated at every sinfo snapshot (the instants at which the Slurm side is known) from that snapshot, the
+latest NVML minute of each GPU at or before it, the NVML/kernel events of the preceding window and the
+latest NVML inventory. The marts keep one row per unbroken run of an unchanged verdict (since, last_seen,
+valid_until), so a year of minute-by-minute sinfo snapshots of a large cluster stays small. The rules,
+their order and their thresholds (config section `health`) are in docs/pipelines.md#health.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+from slurmscope.pipelines.common import UTC_DT, ensure_columns
+
+NAME = "health"
+
+MART_TABLES: dict[str, str | None] = {
+    "mart_node_health": "since",
+    "mart_gpu_health": "since",
+}
+
+LOOKBACK = "INTERVAL 1 DAY"
+MAX_LOOKBACK_SECONDS = 86400
+"""Events and samples are read this far before the window: every time window of the rules is capped to it."""
+
+INPUTS: dict[str, str] = {
+    # One row per node and snapshot (sinfo -N repeats a node per partition; the state is the node's).
+    "nodes": """
+        SELECT snapshot_time, node, max(state) AS state, max(state_flags) AS state_flags, max(reason) AS reason,
+               max(gpus_total) AS gpus_total
+        FROM node_states WHERE cluster = $cluster AND snapshot_time >= $start AND snapshot_time < $end
+        GROUP BY snapshot_time, node""",
+    "samples": f"""
+        SELECT node, gpu_uuid, minute, gpu_index, model, temp_gpu_max_celsius, throttle_seconds,
+               ecc_uncorrected_delta, ecc_uncorrected_total, remapped_pending, remapped_failed
+        FROM gpu_samples WHERE cluster = $cluster AND minute >= $start - {LOOKBACK} AND minute < $end""",
+    "events": f"""
+        SELECT node, gpu_uuid, event_time, event_type, xid FROM gpu_events
+        WHERE cluster = $cluster AND event_time >= $start - {LOOKBACK} AND event_time < $end
+          AND event_type IN ('xid', 'gpu_lost')""",
+    "inventory": """
+        SELECT node, seen_at, count(DISTINCT gpu_uuid) AS gpus_visible FROM gpu_inventory
+        WHERE cluster = $cluster AND seen_at < $end GROUP BY node, seen_at""",
+}
+
+STATUSES = ("ok", "degraded", "failing")
+
+# Reasons in the order they are reported: the first that holds is `reason`; all that hold are `reasons`.
+# Failing reasons come first, so `reason` always explains `status`.
+GPU_FAILING = ("fallen_off_bus", "row_remap_failed", "uncorrectable_ecc", "xid_critical", "overheating")
+GPU_DEGRADED = ("row_remap_pending", "xid_other", "throttling", "hot", "telemetry_stale")
+NODE_FAILING = ("gpu_failing", "gpu_missing", "xid_critical", "slurm_down")
+NODE_DEGRADED = ("gpu_degraded", "slurm_drain", "slurm_unavailable")
+GPU_REASONS = GPU_FAILING + GPU_DEGRADED
+NODE_REASONS = NODE_FAILING + NODE_DEGRADED
+
+SLURM_DOWN_STATES = ("DOWN", "FAIL", "FAILING", "NOT_RESPONDING", "NO_RESPOND", "INVAL")
+SLURM_DOWN_FLAGS = ("NOT_RESPONDING", "FAIL")
+SLURM_DRAIN_STATES = ("DRAIN", "DRAINED", "DRAINING")
+SLURM_DRAIN_FLAGS = ("DRAIN",)
+SLURM_UNAVAILABLE_STATES = ("MAINT", "MAINTENANCE", "UNKNOWN", "FUTURE", "REBOOT_REQUESTED", "REBOOT_ISSUED")
+SLURM_UNAVAILABLE_FLAGS = ("MAINT", "MAINTENANCE", "REBOOT_REQUESTED", "REBOOT_ISSUED")
+
+NODE_SCHEMA = {"since": UTC_DT, "last_seen": UTC_DT, "valid_until": UTC_DT, "node": pl.String,
+               "status": pl.String, "reason": pl.String, "reasons": pl.String, "slurm_state": pl.String,
+               "slurm_reason": pl.String, "gpus_configured": pl.Int32, "gpus_visible": pl.Int32,
+               "gpus_failing": pl.Int32, "gpus_degraded": pl.Int32}
+GPU_SCHEMA = {"since": UTC_DT, "last_seen": UTC_DT, "valid_until": UTC_DT, "node": pl.String,
+              "gpu_uuid": pl.String, "gpu_index": pl.Int32, "gpu_model": pl.String, "status": pl.String,
+              "reason": pl.String, "reasons": pl.String, "detail": pl.String}
+
+
+def settings(config: dict[str, Any]) -> dict[str, Any]:
+    """The `health` config section with every time window capped to what the inputs read."""
+    h = dict(config["health"])
+    for key in ("event_window_seconds", "throttle_window_seconds", "sample_max_age_seconds", "gpu_forget_seconds"):
+        h[key] = min(float(h[key]), MAX_LOOKBACK_SECONDS)
+    h["critical_xids"] = [int(x) for x in h["critical_xids"]]
+    h["application_xids"] = [int(x) for x in h["application_xids"]]
+    return h
+
+
+def _secs(value: float) -> pl.Expr:
+    return pl.duration(microseconds=int(round(value * 1e6)))
+
+
+def _flag(flags: pl.Expr, names: tuple[str, ...]) -> pl.Expr:
+    """True when any of `names` is one of the '+'-joined flags (whole words: POWERED_DOWN is not DOWN)."""
+    return flags.fill_null("").str.to_uppercase().str.split("+").list.eval(pl.element().is_in(list(names))).list.any()
+
+
+def slurm_class(state: pl.Expr, flags: pl.Expr) -> pl.Expr:
+    """'down', 'drain', 'unavailable' or 'up' for a sinfo base state and its flags (down beats drain)."""
+    st = state.fill_null("").str.to_uppercase()
+    return (
+        pl.when(st.is_in(list(SLURM_DOWN_STATES)) | _flag(flags, SLURM_DOWN_FLAGS)).then(pl.lit("down"))
+        .when(st.is_in(list(SLURM_DRAIN_STATES)) | _flag(flags, SLURM_DRAIN_FLAGS)).then(pl.lit("drain"))
+        .when(st.is_in(list(SLURM_UNAVAILABLE_STATES)) | _flag(flags, SLURM_UNAVAILABLE_FLAGS))
+        .then(pl.lit("unavailable"))
+        .otherwise(pl.lit("up"))
+    )
+
+
+def _verdict(conds: dict[str, pl.Expr], failing: tuple[str, ...], degraded: tuple[str, ...]) -> list[pl.Expr]:
+    """status, reason (first that holds, failing ones first) and reasons (all, ',' joined, in that order)."""
+    names = [*failing, *degraded]
+    held = pl.concat_list([pl.when(conds[n].fill_null(False)).then(pl.lit(n)).otherwise(pl.lit(None, pl.String))
+                           for n in names]).list.drop_nulls()
+    any_failing = pl.any_horizontal([conds[n].fill_null(False) for n in failing])
+    any_degraded = pl.any_horizontal([conds[n].fill_null(False) for n in degraded])
+    return [
+        pl.when(any_failing).then(pl.lit("failing")).when(any_degraded).then(pl.lit("degraded"))
+        .otherwise(pl.lit("ok")).alias("status"),
+        held.list.first().fill_null("").alias("reason"),
+        held.list.join(",").alias("reasons"),
+    ]
+
+
+def _last_event(left: pl.LazyFrame, events: pl.LazyFrame, by: list[str], out: str,
+                extra: tuple[str, ...] = ()) -> pl.LazyFrame:
+    """Attach `out` = time of the latest event at or before `t` per `by` (and the `extra` columns of it)."""
+    right = events.select(*by, pl.col("event_time").alias(out), *extra).sort(out)
+    return _asof(left, right, out, by)
+
+
+def _asof(left: pl.LazyFrame, right: pl.LazyFrame, right_on: str, by: list[str] | str) -> pl.LazyFrame:
+    """Backward as-of join on t (both sides are sorted here; polars cannot verify it with `by` groups)."""
+    return left.sort("t").join_asof(right.sort(right_on), left_on="t", right_on=right_on, by=by,
+                                    strategy="backward", check_sortedness=False)
+
+
+def _recent(col: str, window: float) -> pl.Expr:
+    """The event in `col` happened within (t - window, t]."""
+    return pl.col(col).is_not_null() & ((pl.col("t") - pl.col(col)) < _secs(window))
+
+
+def _classify_events(events: pl.LazyFrame, h: dict[str, Any]) -> dict[str, pl.LazyFrame]:
+    xid = pl.col("xid")
+    lost = (pl.col("event_type") == "gpu_lost") | ((pl.col("event_type") == "xid") & (xid == 79))
+    critical = (pl.col("event_type") == "xid") & xid.is_in(h["critical_xids"]) & (xid != 79)
+    other = ((pl.col("event_type") == "xid") & xid.is_not_null() & ~xid.is_in(h["critical_xids"])
+             & ~xid.is_in(h["application_xids"]) & (xid != 79))
+    events = events.with_columns(pl.col("gpu_uuid").fill_null(""))
+    return {"lost": events.filter(lost), "critical": events.filter(critical), "other": events.filter(other)}
+
+
+def with_ecc_increase(samples: pl.LazyFrame) -> pl.LazyFrame:
+    """Sorted per GPU by minute, with `ecc_n`: uncorrectable ECC errors counted in that minute.
+
+    The minute's own delta, or the rise of the aggregate counter since the GPU's previous sample when that
+    is larger (a minute the agent missed, or a source that only reports the total).
+    """
+    total = pl.col("ecc_uncorrected_total")
+    rise = (total - total.shift(1).over("node", "gpu_uuid")).clip(lower_bound=0).fill_null(0)
+    return samples.sort("node", "gpu_uuid", "minute").with_columns(
+        pl.max_horizontal(pl.col("ecc_uncorrected_delta").fill_null(0), rise).alias("ecc_n"))
+
+
+def gpu_verdicts(instants: pl.LazyFrame, samples: pl.LazyFrame, events: pl.LazyFrame,
+                 h: dict[str, Any]) -> pl.LazyFrame:
+    """One row per (t, node, GPU sampled on that node within gpu_forget_seconds before t) with the verdict."""
+    samples = with_ecc_increase(samples).with_columns(
+        (pl.col("throttle_seconds").fill_null(0.0) / 60.0).clip(0.0, 1.0).alias("_thr"),
+    ).with_columns(
+        pl.col("_thr").rolling_mean_by("minute", window_size=f"{int(h['throttle_window_seconds'])}s")
+        .over("node", "gpu_uuid").alias("throttle_ratio"),
+    )
+    gpus = samples.select("node", "gpu_uuid").unique()
+    grid = instants.join(gpus, on="node", how="inner")
+    latest = samples.select(
+        "node", "gpu_uuid", pl.col("minute").alias("last_minute"), "gpu_index", pl.col("model").alias("gpu_model"),
+        "temp_gpu_max_celsius", "throttle_ratio", "remapped_pending", "remapped_failed",
+    )
+    lf = _asof(grid, latest, "last_minute", ["node", "gpu_uuid"])
+    lf = lf.filter(pl.col("last_minute").is_not_null()
+                   & ((pl.col("t") - pl.col("last_minute")) < _secs(h["gpu_forget_seconds"])))
+    ecc = samples.filter(pl.col("ecc_n") > 0).select("node", "gpu_uuid", pl.col("minute").alias("event_time"),
+                                                      "ecc_n")
+    cls = _classify_events(events, h)
+    by = ["node", "gpu_uuid"]
+    lf = _last_event(lf, cls["lost"], by, "lost_at")
+    lf = _last_event(lf, cls["critical"], by, "critical_at", ("xid",)).rename({"xid": "critical_xid"})
+    lf = _last_event(lf, cls["other"], by, "other_at", ("xid",)).rename({"xid": "other_xid"})
+    lf = _last_event(lf, ecc, by, "ecc_at", ("ecc_n",))
+    win = h["event_window_seconds"]
+    temp = pl.col("temp_gpu_max_celsius")
+    stale = (pl.col("t") - pl.col("last_minute")) >= _secs(h["sample_max_age_seconds"])
+    fresh = ~stale  # a state read from the last sample (remap, temperature, throttling) only while it is recent
+    conds = {
+        "fallen_off_bus": _recent("lost_at", win),
+        "row_remap_failed": fresh & pl.col("remapped_failed").fill_null(False),
+        "uncorrectable_ecc": _recent("ecc_at", win),
+        "xid_critical": _recent("critical_at", win),
+        "overheating": fresh & (temp >= float(h["temp_failing_celsius"])),
+        "row_remap_pending": fresh & pl.col("remapped_pending").fill_null(False),
+        "xid_other": _recent("other_at", win),
+        "throttling": fresh & (pl.col("throttle_ratio") > float(h["throttle_ratio"])),
+        "hot": fresh & (temp >= float(h["temp_degraded_celsius"])),
+        "telemetry_stale": stale,
+    }
+    fmt = "%Y-%m-%dT%H:%M:%SZ"
+    detail = pl.concat_list([
+        pl.when(conds["fallen_off_bus"]).then(pl.lit("lost at ") + pl.col("lost_at").dt.strftime(fmt)),
+        pl.when(conds["xid_critical"]).then(pl.format("XID {} at {}", pl.col("critical_xid"),
+                                                       pl.col("critical_at").dt.strftime(fmt))),
+        pl.when(conds["uncorrectable_ecc"]).then(pl.format("{} uncorrectable ECC at {}", pl.col("ecc_n"),
+                                                            pl.col("ecc_at").dt.strftime(fmt))),
+        pl.when(conds["xid_other"]).then(pl.format("XID {} at {}", pl.col("other_xid"),
+                                                    pl.col("other_at").dt.strftime(fmt))),
+        pl.when(conds["overheating"] | conds["hot"]).then(pl.format("{} C", temp.round(1))),
+        pl.when(conds["throttling"]).then(pl.format("throttled {}%", (pl.col("throttle_ratio") * 100).round(0))),
+        pl.when(conds["telemetry_stale"]).then(pl.lit("last sample ") + pl.col("last_minute").dt.strftime(fmt)),
+    ]).list.drop_nulls().list.join("; ")
+    return lf.with_columns(*_verdict(conds, GPU_FAILING, GPU_DEGRADED), detail.alias("detail"))
+
+
+def node_verdicts(nodes: pl.LazyFrame, gpu: pl.LazyFrame, events: pl.LazyFrame, inventory: pl.LazyFrame,
+                  h: dict[str, Any]) -> pl.LazyFrame:
+    """One row per evaluation (t, node; `nodes` carries the sinfo snapshot in force at t) with the verdict."""
+    counts = gpu.group_by("t", "node").agg(
+        (pl.col("status") == "failing").sum().cast(pl.Int32).alias("gpus_failing"),
+        (pl.col("status") == "degraded").sum().cast(pl.Int32).alias("gpus_degraded"),
+    )
+    lf = nodes.with_columns(
+        slurm_class(pl.col("state"), pl.col("state_flags")).alias("_slurm"),
+    ).join(counts, on=["t", "node"], how="left").with_columns(
+        pl.col("gpus_failing").fill_null(0), pl.col("gpus_degraded").fill_null(0),
+    )
+    inv = inventory.select("node", "seen_at", pl.col("gpus_visible").cast(pl.Int32))
+    lf = _asof(lf, inv, "seen_at", "node")
+    # Events no GPU could be named for (a kernel XID whose PCI address matched no GPU) count for the node.
+    cls = _classify_events(events, h)
+    unnamed = pl.concat([cls["lost"], cls["critical"]]).filter(pl.col("gpu_uuid") == "")
+    lf = _last_event(lf, unnamed, ["node"], "node_event_at")
+    configured = pl.col("gpus_total")
+    conds = {
+        "gpu_failing": pl.col("gpus_failing") > 0,
+        "gpu_missing": pl.col("gpus_visible").is_not_null() & configured.is_not_null()
+        & (pl.col("gpus_visible") < configured),
+        "xid_critical": _recent("node_event_at", h["event_window_seconds"]),
+        "slurm_down": pl.col("_slurm") == "down",
+        "gpu_degraded": pl.col("gpus_degraded") > 0,
+        "slurm_drain": pl.col("_slurm") == "drain",
+        "slurm_unavailable": pl.col("_slurm") == "unavailable",
+    }
+    state = pl.col("state").fill_null("").str.to_uppercase()
+    flags = pl.col("state_flags").fill_null("")
+    return lf.with_columns(
+        *_verdict(conds, NODE_FAILING, NODE_DEGRADED),
+        pl.when(flags != "").then(state + "+" + flags).otherwise(state).alias("slurm_state"),
+        pl.col("reason").fill_null("").alias("slurm_reason"),
+        configured.cast(pl.Int32).alias("gpus_configured"),
+    )
+
+
+def runs(lf: pl.LazyFrame, keys: list[str], change: list[str], gap_seconds: float) -> pl.LazyFrame:
+    """Collapse consecutive evaluations of one entity with the same `change` columns into one row.
+
+    A run breaks where the verdict changes or where two evaluations are more than `gap_seconds` apart (the
+    entity was not seen in between). Every other column is taken from the run's first evaluation.
+    """
+    gap = _secs(gap_seconds)
+    lf = lf.sort(*keys, "t")
+    prev_t = pl.col("t").shift(1).over(keys)
+    changed = prev_t.is_null() | ((pl.col("t") - prev_t) > gap)
+    for c in change:
+        changed = changed | pl.col(c).ne_missing(pl.col(c).shift(1).over(keys))
+    lf = lf.with_columns(changed.cast(pl.Int64).cum_sum().over(keys).alias("_run"))
+    others = [c for c in lf.collect_schema().names() if c not in (*keys, "_run", "t")]
+    return lf.group_by(*keys, "_run").agg(
+        pl.col("t").min().alias("since"), pl.col("t").max().alias("last_seen"), *[pl.col(c).first() for c in others],
+    ).with_columns((pl.col("last_seen") + gap).alias("valid_until")).drop("_run")
+
+
+def evaluations(nodes: pl.LazyFrame, samples: pl.LazyFrame, events: pl.LazyFrame, inventory: pl.LazyFrame,
+                params: dict[str, Any], gap_seconds: float) -> pl.LazyFrame:
+    """The instants a node is judged at, each with the sinfo snapshot in force then.
+
+    Every sinfo snapshot, and every NVML event, uncorrectable-ECC minute and inventory of the window: a
+    GPU that falls off the bus between two hourly snapshots turns the node failing at that minute, not at
+    the next snapshot. A node is judged only while its latest snapshot is at most `gap_seconds` old.
+    """
+    start, end = pl.lit(params["start"], dtype=UTC_DT), pl.lit(params["end"], dtype=UTC_DT)
+    extra = pl.concat([
+        events.select("node", pl.col("event_time").alias("t")),
+        with_ecc_increase(samples).filter(pl.col("ecc_n") > 0).select("node", pl.col("minute").alias("t")),
+        inventory.select("node", pl.col("seen_at").alias("t")),
+    ]).filter((pl.col("t") >= start) & (pl.col("t") < end))
+    instants = pl.concat([nodes.select("node", pl.col("snapshot_time").alias("t")), extra]).unique()
+    snaps = nodes.select("node", "snapshot_time", "state", "state_flags", "reason", "gpus_total")
+    lf = _asof(instants, snaps, "snapshot_time", "node")
+    return lf.filter(pl.col("snapshot_time").is_not_null()
+                     & ((pl.col("t") - pl.col("snapshot_time")) <= _secs(gap_seconds))).drop("snapshot_time")
+
+
+def compute(frames: dict[str, pl.LazyFrame], params: dict[str, Any]) -> dict[str, pl.LazyFrame]:
+    h = settings(params["config"])
+    gap = float(params["config"]["pipelines"]["node_snapshot_max_gap_seconds"])
+    nodes = evaluations(frames["nodes"], frames["samples"], frames["events"], frames["inventory"], params, gap)
+    instants = nodes.select("t", "node")
+    gpu = gpu_verdicts(instants, frames["samples"], frames["events"], h)
+    node = node_verdicts(nodes, gpu, frames["events"], frames["inventory"], h)
+    gpu_runs = runs(gpu.select("t", *[c for c in GPU_SCHEMA if c not in ("since", "last_seen", "valid_until")]),
+                    ["node", "gpu_uuid"], ["status", "reasons"], gap)
+    node_cols = [c for c in NODE_SCHEMA if c not in ("since", "last_seen", "valid_until")]
+    node_runs = runs(node.select("t", *node_cols), ["node"], ["status", "reasons", "slurm_state", "slurm_reason"],
+                     gap)
+    return {
+        "mart_node_health": ensure_columns(node_runs, NODE_SCHEMA).sort("node", "since"),
+        "mart_gpu_health": ensure_columns(gpu_runs, GPU_SCHEMA).sort("node", "gpu_uuid", "since"),
+    }
