@@ -36,14 +36,17 @@ def _seed(db: Path) -> None:
     con = connect(db)
     issued = datetime(2026, 12, 1, tzinfo=timezone.utc)
     for m, acct, user, hours, cost, share, version, frozen in MONTHLY:
-        con.execute("INSERT INTO mart_cost_monthly VALUES ('c1', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        con.execute("INSERT INTO mart_cost_monthly (cluster, month, account, \"user\", gpu_hours, cost_usd, share,"
+                    " version, frozen, issued_at) VALUES ('c1', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [m, acct, user, hours, Decimal(cost), share, version, frozen, issued])
     for day in (date(2026, 11, 1), date(2026, 11, 2)):
         con.execute("INSERT INTO mart_capacity_daily VALUES ('c1', ?, 'gpu', 'h100', 691200, 400000, 200000, "
                     "51200, 40000, 1536.00, 888.89, 444.44, 113.78, 88.89)", [day])
         for acct, secs in (("pretraining", 300000.0), ("vision", 100000.0)):
-            con.execute("INSERT INTO mart_cost_daily VALUES ('c1', ?, ?, 'u', 'gpu', 'normal', 'h100', ?, ?, "
-                        "?, ?, 0, 0, 0)", [day, acct, secs, secs / 3600 * 2, secs / 10, secs / 36000 * 2])
+            con.execute("INSERT INTO mart_cost_daily (cluster, day, account, \"user\", \"partition\", qos,"
+                        " gpu_model, gpu_seconds, cost_usd, failed_gpu_seconds, failed_cost_usd,"
+                        " requeued_gpu_seconds, requeued_cost_usd, running_gpu_seconds)"
+                        " VALUES ('c1', ?, ?, 'u', 'gpu', 'normal', 'h100', ?, ?, ?, ?, 0, 0, 0)", [day, acct, secs, secs / 3600 * 2, secs / 10, secs / 36000 * 2])
         con.execute("INSERT INTO mart_job_outcomes_daily VALUES ('c1', ?, 'gpu', 'vision', 'COMPLETED', 10, 20.0)", [day])
         con.execute("INSERT INTO mart_job_outcomes_daily VALUES ('c1', ?, 'gpu', 'vision', 'NODE_FAIL', 2, 5.0)", [day])
         con.execute("INSERT INTO mart_wait_times VALUES ('c1', ?, 'gpu', 'vision', '5-8', 'h100', 12, 60, 600, 900, 200, 1000)", [day])
