@@ -22,6 +22,7 @@ SLICEABLE = True  # a full rebuild may run as consecutive windows (pipelines.ful
 
 MART_TABLES: dict[str, str | None] = {
     "mart_job_outcomes_daily": "day",
+    "mart_job_outcomes_node_daily": "day",
     "mart_requeues_daily": "day",
     "mart_fault_impact": "fault_time",
     "mart_node_reliability": None,
@@ -69,6 +70,8 @@ ENDED_STATES_EXCLUDED = ("RUNNING", "PENDING", "REQUEUE_HOLD", "REQUEUE_FED", "S
 
 OUTCOMES_SCHEMA = {"day": pl.Date, "partition": pl.String, "account": pl.String, "state": pl.String,
                    "jobs": pl.Int64, "gpu_hours": pl.Float64}
+NODE_OUTCOMES_SCHEMA = {"day": pl.Date, "node": pl.String, "state": pl.String, "jobs": pl.Int64,
+                        "gpu_hours": pl.Float64}
 REQUEUE_SCHEMA = {"day": pl.Date, "partition": pl.String, "account": pl.String, "attempts_ended": pl.Int64,
                   "requeues": pl.Int64, "requeued_jobs": pl.Int64, "requeue_rate": pl.Float64,
                   "requeued_gpu_hours": pl.Float64}
@@ -126,6 +129,28 @@ def outcomes(ended_days: pl.LazyFrame) -> pl.LazyFrame:
         pl.len().cast(pl.Int64).alias("jobs"), pl.col("gpu_hours").sum()
     )
     return ensure_columns(out, OUTCOMES_SCHEMA)
+
+
+def outcomes_by_node(ended_days: pl.LazyFrame) -> pl.LazyFrame:
+    """Outcomes per node: an attempt counts once on each node of its NodeList and gives each an equal share
+    of its GPU-hours (sacct records the job's GPUs, not how they were spread over its nodes; Slurm's
+    --gpus-per-node jobs, the usual multi-node case, are spread evenly). Attempts that never got a node
+    (cancelled while pending) have no node and are left out. Hostlists are expanded once per distinct
+    NodeList, not once per attempt."""
+    lists = (
+        ended_days.select(pl.col("node_list").drop_nulls().unique())
+        .with_columns(pl.col("node_list").map_elements(expand_hostlist, return_dtype=pl.List(pl.String)).alias("node"))
+        .with_columns(pl.col("node").list.len().alias("_nodes"))
+        .filter(pl.col("_nodes") > 0)
+    )
+    out = (
+        ended_days.join(lists, on="node_list", how="inner")
+        .with_columns((pl.col("gpu_hours") / pl.col("_nodes")).alias("gpu_hours"))
+        .explode("node")
+        .group_by("day", "node", "state")
+        .agg(pl.len().cast(pl.Int64).alias("jobs"), pl.col("gpu_hours").sum())
+    )
+    return ensure_columns(out, NODE_OUTCOMES_SCHEMA)
 
 
 def requeues(ended_days: pl.LazyFrame) -> pl.LazyFrame:
@@ -318,6 +343,7 @@ def compute(frames: dict[str, pl.LazyFrame], params: dict[str, Any]) -> dict[str
     fi = fault_impact(frames["jobs"], frames["node_events"], frames["gpu_events"], params)
     return {
         "mart_job_outcomes_daily": outcomes(days),
+        "mart_job_outcomes_node_daily": outcomes_by_node(days),
         "mart_requeues_daily": requeues(days),
         "mart_fault_impact": fi,
         "mart_node_reliability": nrel,

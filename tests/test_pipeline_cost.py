@@ -355,3 +355,49 @@ def test_idle_cost_setting_is_validated(tmp_path):
     path.write_text("[billing]\npue = 0.5\n")
     with pytest.raises(ConfigError, match="billing.pue"):
         load_config(path, env={})
+
+
+# --- usage-weighted cost and energy (mart_cost_efficiency_daily) -----------------------------------------------
+
+
+def test_cost_per_useful_gpu_hour_idle_dollars_and_energy_per_account():
+    t = ts("2026-02-03 00:00")
+    m = [t + timedelta(minutes=i) for i in range(3)]
+    # Job 1 (account a): 2 H100 for 3 minutes at $3.6/GPU-h ($0.001 per GPU-second): 360 GPU-s, $0.36.
+    # Job 2 (account b): 1 GPU for 10 minutes on a node without telemetry: 600 GPU-s, $0.60.
+    jobs = jobs_frame([
+        (1, t, "a", "u", "gpu", "normal", "COMPLETED", t, t + timedelta(minutes=3), 2, "h100"),
+        (2, t, "b", "v", "gpu", "normal", "COMPLETED", t + timedelta(minutes=10), t + timedelta(minutes=20), 1, "h100"),
+    ])
+    # The prolog mapped g0 for the whole run and g1 until 00:02:30 (30 s of the third minute).
+    gpu_jobs = pl.LazyFrame(
+        [("n1", "g0", "1", t, t + timedelta(minutes=3)), ("n1", "g1", "1", t, t + timedelta(minutes=2, seconds=30))],
+        schema={"node": pl.String, "gpu_uuid": pl.String, "job_id": pl.String, "interval_start": UTC_DT,
+                "interval_end": UTC_DT}, orient="row")
+    samples = pl.LazyFrame(
+        [  # node, gpu, minute, util %, energy J (counter delta), mean power W
+            ("n1", "g0", m[0], 100.0, 6000.0, 100.0),
+            ("n1", "g0", m[1], 50.0, 3000.0, 50.0),
+            ("n1", "g0", m[2], 2.0, None, 100.0),   # no energy counter: 100 W x 60 s = 6000 J
+            ("n1", "g1", m[0], 80.0, 1200.0, 20.0),
+            # g1 has no sample for the second minute
+            ("n1", "g1", m[2], 0.0, 600.0, 10.0),   # held 30 s: 300 J
+        ],
+        schema={"node": pl.String, "gpu_uuid": pl.String, "minute": UTC_DT, "util_gpu_mean": pl.Float64,
+                "energy_joules": pl.Float64, "power_mean_watts": pl.Float64}, orient="row")
+    p = params(ts("2026-02-03 01:00"), rates={"h100": 3.6}, energy_usd_per_kwh=0.15, pue=1.5)
+    d = cost.daily(jobs, p)
+    got = cost.cost_efficiency(d, jobs, gpu_jobs, samples, p).collect().sort("account")
+    # a: sampled 180 (g0) + 60 + 30 (g1) = 270 GPU-s = $0.27; idle (< 5 %) 60 + 30 = 90 s = $0.09;
+    # useful 60x1 + 60x0.5 + 60x0.02 + 60x0.8 + 30x0 = 139.2 s; share 139.2 / 270; $/useful GPU-h
+    # 0.27 / (139.2 / 3600) = 6.98276; energy 6000 + 3000 + 6000 + 1200 + 300 = 16500 J = 0.0045833 kWh,
+    # x 1.5 PUE x $0.15 = $0.00103125.
+    want = pl.DataFrame(
+        [
+            (date(2026, 2, 3), "a", 360.0, 0.36, 270.0, 0.27, 90.0, 0.09, 139.2, 139.2 / 270, 0.27 * 3600 / 139.2,
+             16500.0, 16500 / 3.6e6, 0.00103125),
+            (date(2026, 2, 3), "b", 600.0, 0.60, 0.0, 0.0, 0.0, 0.0, 0.0, None, None, 0.0, 0.0, 0.0),
+        ],
+        schema=cost.EFFICIENCY_SCHEMA, orient="row",
+    )
+    assert_frame_equal(got, want, check_exact=False, rel_tol=1e-9, abs_tol=1e-12)

@@ -164,3 +164,49 @@ def test_expand_hostlist():
     assert expand_hostlist("g[01-03,7],login1") == ["g01", "g02", "g03", "g7", "login1"]
     assert expand_hostlist("r[1-2]n[08-09]") == ["r1n08", "r1n09", "r2n08", "r2n09"]
     assert expand_hostlist("None assigned") == [] and expand_hostlist(None) == []
+
+
+def test_outcomes_by_node_share_a_multi_node_attempts_gpu_hours():
+    rows = [
+        # 2 nodes x 4 GPUs for 1 h = 8 GPU-h, NODE_FAIL: 1 attempt and 4 GPU-h on each of gpu01 and gpu02
+        (7, ts(f"{D} 08:00"), 1, "a", "gpu", "NODE_FAIL", ts(f"{D} 09:00"), ts(f"{D} 10:00"), 3600, 8, 2, "gpu[01-02]"),
+        # 3 nodes x 1 GPU for 30 min = 1.5 GPU-h, COMPLETED: 0.5 GPU-h on each of gpu02, gpu03, gpu10
+        (8, ts(f"{D} 08:00"), 1, "a", "gpu", "COMPLETED", ts(f"{D} 11:00"), ts(f"{D} 11:30"), 1800, 3, 3,
+         "gpu[02-03],gpu10"),
+        # one node: gpu01, COMPLETED, 2 GPUs x 1 h = 2 GPU-h
+        (9, ts(f"{D} 08:00"), 1, "b", "gpu", "COMPLETED", ts(f"{D} 12:00"), ts(f"{D} 13:00"), 3600, 2, 1, "gpu01"),
+        # cancelled while pending: no node, not in the node view (still in the partition/account view)
+        (10, ts(f"{D} 08:00"), 1, "b", "gpu", "CANCELLED", None, ts(f"{D} 09:00"), 0, 0, 0, "None assigned"),
+    ]
+    days = rel.by_end_day(rel.ended_attempts(jobs(rows)), params("2026-02-03 00:00"))
+    got = rel.outcomes_by_node(days).collect().sort("node", "state")
+    want = pl.DataFrame([
+        (date(2026, 2, 1), "gpu01", "COMPLETED", 1, 2.0),
+        (date(2026, 2, 1), "gpu01", "NODE_FAIL", 1, 4.0),
+        (date(2026, 2, 1), "gpu02", "COMPLETED", 1, 0.5),
+        (date(2026, 2, 1), "gpu02", "NODE_FAIL", 1, 4.0),
+        (date(2026, 2, 1), "gpu03", "COMPLETED", 1, 0.5),
+        (date(2026, 2, 1), "gpu10", "COMPLETED", 1, 0.5),
+    ], schema=rel.NODE_OUTCOMES_SCHEMA, orient="row")
+    assert_frame_equal(got, want)
+    # Over nodes the GPU-hours add up to the partition/account view (8 + 1.5 + 2); the cancelled attempt
+    # counts there only.
+    by_part = rel.outcomes(days).collect()
+    assert got["gpu_hours"].sum() == by_part["gpu_hours"].sum() == 11.5
+    assert by_part["jobs"].sum() == 4
+
+
+def test_weekly_outcome_views_sum_the_days():
+    from slurmscope.db import connect
+
+    con = connect(":memory:")
+    for day, node, jobs_, hours in ((date(2026, 2, 1), "n1", 1, 1.0), (date(2026, 2, 2), "n1", 2, 3.0),
+                                    (date(2026, 2, 8), "n1", 4, 5.0), (date(2026, 2, 9), "n1", 8, 7.0)):
+        con.execute("INSERT INTO mart_job_outcomes_node_daily VALUES ('c', ?, ?, 'FAILED', ?, ?)",
+                    [day, node, jobs_, hours])
+        con.execute("INSERT INTO mart_job_outcomes_daily VALUES ('c', ?, 'gpu', 'a', 'FAILED', ?, ?)",
+                    [day, jobs_, hours])
+    # ISO weeks start on Monday: 1 Feb 2026 is a Sunday (week of 26 Jan); 2-8 Feb; 9 Feb starts the next.
+    want = [(date(2026, 1, 26), 1, 1.0), (date(2026, 2, 2), 6, 8.0), (date(2026, 2, 9), 8, 7.0)]
+    assert con.execute("SELECT week, jobs, gpu_hours FROM mart_job_outcomes_node_weekly ORDER BY week").fetchall() == want
+    assert con.execute("SELECT week, jobs, gpu_hours FROM mart_job_outcomes_weekly ORDER BY week").fetchall() == want

@@ -17,6 +17,7 @@ MARTS = [
     "mart_cost_daily", "mart_capacity_daily", "mart_cost_monthly", "mart_usage_counters",
     "mart_job_outcomes_daily", "mart_requeues_daily", "mart_node_reliability", "mart_fault_impact",
     "mart_goodput", "mart_backfill_daily", "mart_sched_deltas", "mart_occupancy", "mart_wait_times",
+    "mart_job_outcomes_node_daily", "mart_cost_efficiency_daily",
 ]
 MINE = ["cost", "reliability", "backfill"]
 
@@ -83,6 +84,8 @@ KEYS = {  # the unique key of each mart (documented in the migrations; no index 
     "mart_sched_deltas": "snapshot_time",
     "mart_occupancy": 'bucket_start, "partition", gpu_model',
     "mart_wait_times": 'day, "partition", account, gpu_class, gpu_model',
+    "mart_job_outcomes_node_daily": "day, node, state",
+    "mart_cost_efficiency_daily": "day, account",
 }
 
 
