@@ -1,8 +1,10 @@
 """Recording and alerting rules, built from the thresholds in alerts/thresholds.py.
 
 Recording rules are named level:metric:operations (the level is the labels kept besides `cluster`, which is
-always kept so that one Prometheus can watch several clusters). GPU metric names that the node agents also
-export (without a cluster label) are selected with cluster!="" so the two sources are never mixed.
+always kept so that one Prometheus can watch several clusters). The node agents serve some slurmscope_gpu_*
+names live (`source="agent"`) that the central exporter also serves from the ingested spool
+(`source="central"`), both with `cluster`: every rule on a slurmscope_gpu_* family selects source="central"
+(the series with history, present whether or not Prometheus scrapes the agents), so the two are never added.
 Alerts carry a severity label, a static summary, a description templated with the labels and value, and a
 runbook_url to docs/runbooks/<AlertName>.md. Dashboards read the recording rules where one exists.
 """
@@ -70,7 +72,7 @@ RECORDING: tuple[Recording, ...] = (
     Recording("account:slurmscope_cost_usd_per_gpu_hour:ratio_rate1h",
               "account:slurmscope_cost_usd:rate1h / account:slurmscope_gpu_seconds:rate1h * 3600"),
     Recording("cluster:slurmscope_gpu_utilization_ratio:avg",
-              'avg by (cluster) (slurmscope_gpu_utilization_ratio{cluster!=""})'),
+              'avg by (cluster) (slurmscope_gpu_utilization_ratio{source="central"})'),
     Recording("partition:slurmscope_job_wait_seconds_p90:max",
               'max by (cluster, partition) (slurmscope_job_wait_seconds{percentile="90"})'),
     Recording("partition_fault_kind:slurmscope_fault_lost_gpu_seconds:increase1d",
@@ -102,27 +104,28 @@ ALERTS: tuple[Alert, ...] = (
           f"{t.NODE_FLAP_WINDOW}.", "nodes"),
     # ---- GPU health ----
     Alert("GpuXidCritical",
-          _new_or_increased(f'slurmscope_gpu_xid_events_total{{xid=~"{XID_RE}"}}', t.EVENT_WINDOW, "cluster, node, xid"),
+          _new_or_increased(f'slurmscope_gpu_xid_events_total{{source="central", xid=~"{XID_RE}"}}', t.EVENT_WINDOW,
+                            "cluster, node, xid"),
           t.EVENT_FOR, "critical", "A GPU reported a critical XID error.",
           "Node {{ $labels.node }} of cluster {{ $labels.cluster }} reported XID {{ $labels.xid }} "
           f"{{{{ $value }}}} time(s) in the last {t.EVENT_WINDOW}.", "gpu"),
     Alert("GpuEccUncorrectable",
-          _new_or_increased('slurmscope_gpu_ecc_errors_total{cluster!="", type="uncorrected"}', t.EVENT_WINDOW,
+          _new_or_increased('slurmscope_gpu_ecc_errors_total{source="central", type="uncorrected"}', t.EVENT_WINDOW,
                             "cluster, node, gpu"),
           t.EVENT_FOR, "critical", "A GPU had uncorrectable ECC errors.",
           "GPU {{ $labels.gpu }} on node {{ $labels.node }} of cluster {{ $labels.cluster }} counted {{ $value }} "
           f"uncorrectable ECC error(s) in the last {t.EVENT_WINDOW}.", "gpu"),
-    Alert("GpuRowRemapFailed", "max by (cluster, node, gpu) (slurmscope_gpu_row_remap_failed) == 1", t.ROW_REMAP_FOR,
+    Alert("GpuRowRemapFailed", 'max by (cluster, node, gpu) (slurmscope_gpu_row_remap_failed{source="central"}) == 1', t.ROW_REMAP_FOR,
           "critical", "A GPU failed to remap a memory row.",
           "GPU {{ $labels.gpu }} on node {{ $labels.node }} of cluster {{ $labels.cluster }} reports a failed row "
           "remapping; it needs to be replaced.", "gpu"),
     Alert("GpuFallenOffBus",
-          _new_or_increased("slurmscope_gpu_lost_events_total", t.EVENT_WINDOW, "cluster, node"),
+          _new_or_increased('slurmscope_gpu_lost_events_total{source="central"}', t.EVENT_WINDOW, "cluster, node"),
           t.EVENT_FOR, "critical", "A GPU fell off the bus.",
           "Node {{ $labels.node }} of cluster {{ $labels.cluster }} lost {{ $value }} GPU(s) from the PCIe bus in "
           f"the last {t.EVENT_WINDOW}.", "gpu"),
     Alert("GpuThrottlingSustained",
-          f"avg_over_time(slurmscope_gpu_throttle_ratio[{t.THROTTLE_WINDOW}]) > {t.THROTTLE_RATIO}", t.THROTTLE_FOR,
+          f'avg_over_time(slurmscope_gpu_throttle_ratio{{source="central"}}[{t.THROTTLE_WINDOW}]) > {t.THROTTLE_RATIO}', t.THROTTLE_FOR,
           "warning", "A GPU is throttling its clocks for a sustained period.",
           "GPU {{ $labels.gpu }} on node {{ $labels.node }} of cluster {{ $labels.cluster }} spent "
           f"{{{{ $value | humanizePercentage }}}} of the last {t.THROTTLE_WINDOW} throttled (thermal or power).",
@@ -188,9 +191,9 @@ ALERTS: tuple[Alert, ...] = (
           "Account {{ $labels.account }} of cluster {{ $labels.cluster }} is spending {{ $value | printf \"%.2f\" }} "
           f"USD per hour, above the {t.COST_BURN_USD_PER_HOUR} USD/hour budget.", "cost"),
     Alert("GpuUtilizationDrift",
-          'avg by (cluster) (avg_over_time(slurmscope_gpu_utilization_ratio{cluster!=""}[1h]))'
+          'avg by (cluster) (avg_over_time(slurmscope_gpu_utilization_ratio{source="central"}[1h]))'
           f" < {t.UTIL_DRIFT_FACTOR} * avg by (cluster)"
-          ' (avg_over_time(slurmscope_gpu_utilization_ratio{cluster!=""}[1d] offset 1h))',
+          ' (avg_over_time(slurmscope_gpu_utilization_ratio{source="central"}[1d] offset 1h))',
           t.UTIL_DRIFT_FOR, "warning", "Cluster GPU utilisation dropped well below yesterday's.",
           "Mean GPU utilisation of cluster {{ $labels.cluster }} in the last hour is "
           "{{ $value | humanizePercentage }}, below "

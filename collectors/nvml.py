@@ -1532,22 +1532,33 @@ def _handle_key(h: Any) -> Any:
 # ==================================================================================================
 
 
+AGENT_SOURCE = "agent"
+"""`source` label of the agent's slurmscope_gpu_* series; the central exporter's copies say "central"."""
+
+
 def metric_families(agent: Agent) -> list[Any]:
-    """Map the agent's last snapshot to Prometheus families. Computes nothing; null fields are omitted."""
+    """Map the agent's last snapshot to Prometheus families. Computes nothing; null fields are omitted.
+
+    Every series carries `cluster` (config cluster.name) so that one Prometheus can watch several clusters;
+    the slurmscope_gpu_* series also carry `source="agent"`, because the central exporter serves some of the
+    same names from the ingested spool (`source="central"`) and the two must never be added together.
+    """
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     snap = agent.snapshot
+    cluster = agent.cluster or ""
     base = ["node", "gpu", "uuid", "model"]
+    names = ["cluster", *base, "source"]
     fams: dict[str, Any] = {}
 
     def g(name: str, doc: str, extra: tuple[str, ...] = ()) -> Any:
         if name not in fams:
-            fams[name] = GaugeMetricFamily(name, doc, labels=base + list(extra))
+            fams[name] = GaugeMetricFamily(name, doc, labels=names + list(extra))
         return fams[name]
 
     def c(name: str, doc: str, extra: tuple[str, ...] = ()) -> Any:
         if name not in fams:
-            fams[name] = CounterMetricFamily(name, doc, labels=base + list(extra))
+            fams[name] = CounterMetricFamily(name, doc, labels=names + list(extra))
         return fams[name]
 
     gauges = [
@@ -1571,7 +1582,7 @@ def metric_families(agent: Agent) -> list[Any]:
         ("slurmscope_gpu_nvlink_errors", "NVLink replay+recovery+CRC errors, all links.", "nvlink_errors", 1),
     ]
     for d in snap["devices"]:
-        labels = [d["labels"][k] for k in base]
+        labels = [cluster, *(d["labels"][k] for k in base), AGENT_SOURCE]
         g("slurmscope_gpu_info", "GPU identity; value 1.", ("driver_version", "cuda_version")).add_metric(
             labels + [d["driver"], d["cuda"]], 1)
         g("slurmscope_gpu_healthy", "0 after a critical XID, a lost GPU or a failed row remap.").add_metric(
@@ -1598,37 +1609,38 @@ def metric_families(agent: Agent) -> list[Any]:
             v = getattr(r, attr)
             if v is not None:
                 c("slurmscope_gpu_ecc_errors", "Aggregate ECC errors.", ("type",)).add_metric(labels + [kind], v)
-    by_index = {d["labels"]["gpu"]: [d["labels"][k] for k in base] for d in snap["devices"]}
+    by_index = {d["labels"]["gpu"]: [cluster, *(d["labels"][k] for k in base), AGENT_SOURCE]
+                for d in snap["devices"]}
     ef = c("slurmscope_gpu_field_errors", "NVML calls that failed, by field and error (field left null).",
            ("field", "error"))
     for (idx, fieldname, err), n in sorted(snap.get("errors", {}).items()):
-        labels = by_index.get(str(idx), [agent.node, str(idx), "", ""])
+        labels = by_index.get(str(idx), [cluster, agent.node, str(idx), "", "", AGENT_SOURCE])
         ef.add_metric(labels + [fieldname, err], n)
     out = list(fams.values())
     stats = snap.get("stats", {})
-    up = GaugeMetricFamily("slurmscope_agent_nvml_up", "1 when NVML is initialised.", labels=["node"])
-    up.add_metric([agent.node], 1 if snap.get("initialized") else 0)
+    up = GaugeMetricFamily("slurmscope_agent_nvml_up", "1 when NVML is initialised.", labels=["cluster", "node"])
+    up.add_metric([cluster, agent.node], 1 if snap.get("initialized") else 0)
     last = GaugeMetricFamily("slurmscope_agent_last_sample_timestamp_seconds", "Time of the last sample.",
-                             labels=["node"])
+                             labels=["cluster", "node"])
     if snap.get("time") is not None:
-        last.add_metric([agent.node], snap["time"])
+        last.add_metric([cluster, agent.node], snap["time"])
     dur = GaugeMetricFamily("slurmscope_agent_sample_duration_seconds", "Wall time of the last sampling round.",
-                            labels=["node"])
-    dur.add_metric([agent.node], stats.get("tick_seconds_last", 0.0))
+                            labels=["cluster", "node"])
+    dur.add_metric([cluster, agent.node], stats.get("tick_seconds_last", 0.0))
     pend = GaugeMetricFamily("slurmscope_agent_spool_files", "Closed spool files not yet acknowledged.",
-                             labels=["node"])
-    pend.add_metric([agent.node], count_spool(agent.spool_dir))
+                             labels=["cluster", "node"])
+    pend.add_metric([cluster, agent.node], count_spool(agent.spool_dir))
     sw = CounterMetricFamily("slurmscope_agent_spool_write_errors",
                              "Spool writes that failed (directory full or read-only); records are kept in memory.",
-                             labels=["node"])
-    sw.add_metric([agent.node], stats.get("spool_write_errors", 0))
+                             labels=["cluster", "node"])
+    sw.add_metric([cluster, agent.node], stats.get("spool_write_errors", 0))
     held = GaugeMetricFamily("slurmscope_agent_spool_pending_records",
-                             "Records held in memory because the spool could not be written.", labels=["node"])
-    held.add_metric([agent.node], stats.get("pending_records", 0))
+                             "Records held in memory because the spool could not be written.", labels=["cluster", "node"])
+    held.add_metric([cluster, agent.node], stats.get("pending_records", 0))
     chk = CounterMetricFamily("slurmscope_agent_attribution_checks", "Process cgroup vs prolog mapping checks.",
-                              labels=["node", "result"])
+                              labels=["cluster", "node", "result"])
     for res, n in sorted(snap.get("checks", {}).items()):
-        chk.add_metric([agent.node, res], n)
+        chk.add_metric([cluster, agent.node, res], n)
     return out + [up, last, dur, pend, sw, held, chk]
 
 

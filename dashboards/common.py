@@ -33,6 +33,10 @@ C = 'cluster=~"$cluster"'
 CP = 'cluster=~"$cluster", partition=~"$partition"'
 CA = 'cluster=~"$cluster", account=~"$account"'
 CPA = 'cluster=~"$cluster", partition=~"$partition", account=~"$account"'
+# slurmscope_gpu_* telemetry and health: the node agents serve some of the same names live (source="agent");
+# panels read the central exporter's series (history, every node, present whether or not the agents are
+# scraped), so the two sources are never added together.
+CG = 'cluster=~"$cluster", source="central"'
 
 
 @dataclass(frozen=True)
@@ -69,8 +73,8 @@ def new_dashboard(slug: str, title: str, description: str, *, time_from: str = "
         .refresh("1m")
         .tooltip(DashboardCursorSync.CROSSHAIR)
         .readonly()
-        # "All" clusters is `.+`, not `.*`: the node agents export some of the same GPU metric names without a
-        # cluster label (they are scraped per node), and the central series must not be summed with them.
+        # "All" clusters is `.+`, not `.*`: a series without a cluster label (an agent older than the `cluster`
+        # label, a foreign exporter) cannot be attributed to a cluster and is left out.
         .with_variable(_variable("cluster", "Cluster", "label_values(slurmscope_nodes, cluster)", ".+"))
         .with_variable(_variable("partition", "Partition",
                                  'label_values(slurmscope_gpus{cluster=~"$cluster"}, partition)'))

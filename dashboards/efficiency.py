@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slurmscope.dashboards.common import CA, CP, C, Q, new_dashboard, single, tbl, ts
+from slurmscope.dashboards.common import CA, CG, CP, C, Q, new_dashboard, single, tbl, ts
 
 SLUG = "efficiency"
 TITLE = "GPU efficiency"
@@ -13,12 +13,12 @@ def build():
         new_dashboard(SLUG, TITLE, "GPU utilisation, power and idle capacity.")
         .with_panel(single("Mean GPU utilisation", Q(f"cluster:slurmscope_gpu_utilization_ratio:avg{{{C}}}"),
                            "percentunit", w=8))
-        .with_panel(single("GPU power", Q(f"sum(slurmscope_gpu_power_watts{{{C}}})"), "watt", w=8))
+        .with_panel(single("GPU power", Q(f"sum(slurmscope_gpu_power_watts{{{CG}}})"), "watt", w=8))
         .with_panel(single("Idle GPUs (1h mean)", Q(
             f'sum(partition_kind:slurmscope_occupancy_gpu_seconds:rate1h{{{CP}, kind="idle"}})'), w=8))
         .with_panel(ts("Mean GPU utilisation", [Q(f"cluster:slurmscope_gpu_utilization_ratio:avg{{{C}}}",
                                                   "{{cluster}}")], "percentunit"))
-        .with_panel(ts("GPU utilisation by node", [Q(f"avg by (node) (slurmscope_gpu_utilization_ratio{{{C}}})",
+        .with_panel(ts("GPU utilisation by node", [Q(f"avg by (node) (slurmscope_gpu_utilization_ratio{{{CG}}})",
                                                      "{{node}}")], "percentunit"))
         .with_panel(ts("Allocated but idle GPUs by account (daily mean)", [
             Q(f'sum by (account) (rate(slurmscope_allocated_gpu_seconds_total{{{CA}, kind="idle"}}[1d]))',

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slurmscope.dashboards.common import CP, C, Q, new_dashboard, tbl, ts
+from slurmscope.dashboards.common import CG, CP, C, Q, new_dashboard, tbl, ts
 
 SLUG = "nodes"
 TITLE = "Slurm nodes and GPU health"
@@ -11,22 +11,31 @@ TITLE = "Slurm nodes and GPU health"
 def build():
     return (
         new_dashboard(SLUG, TITLE, "Node states with reasons, GPU availability by model, and NVML health.")
+        .with_panel(ts("Nodes by health verdict", [
+            Q(f"sum by (status) (slurmscope_node_health_status{{{C}}})", "{{status}}")], stacked=True,
+            description="ok / degraded / failing per node, combining Slurm state, NVML GPU health and GRES vs NVML"
+                        " GPU counts (rules: docs/pipelines.md#health)."))
+        .with_panel(tbl("Nodes and GPUs not ok, and why", [
+            Q(f'slurmscope_node_health_info{{{C}, status!="ok"}}', "node"),
+            Q(f'slurmscope_gpu_health_info{{{CG}, status!="ok"}}', "gpu")],
+            description="The verdict and its first reason per node and per GPU (fixed reason list in"
+                        " docs/pipelines.md#health); Slurm's own reason text is in 'Node states and reasons'."))
         .with_panel(ts("Nodes by state", [Q(f"sum by (state) (slurmscope_nodes{{{CP}}})", "{{state}}")], stacked=True))
         .with_panel(ts("GPUs by model and state", [
             Q(f"sum by (gpu_model, state) (partition_gpu_model_state:slurmscope_gpus:sum{{{CP}}})",
               "{{gpu_model}} {{state}}")]))
         .with_panel(tbl("Node states and reasons", [Q(f"slurmscope_node_state_info{{{CP}}}")]))
-        .with_panel(ts("Hottest GPU per node", [Q(f"max by (node) (slurmscope_gpu_temperature_celsius{{{C}}})",
+        .with_panel(ts("Hottest GPU per node", [Q(f"max by (node) (slurmscope_gpu_temperature_celsius{{{CG}}})",
                                                  "{{node}}")], "celsius"))
         .with_panel(ts("Throttled time per node (worst GPU)",
-                       [Q(f"max by (node) (slurmscope_gpu_throttle_ratio{{{C}}})", "{{node}}")], "percentunit"))
+                       [Q(f"max by (node) (slurmscope_gpu_throttle_ratio{{{CG}}})", "{{node}}")], "percentunit"))
         .with_panel(ts("XID errors per hour", [
-            Q(f"sum by (node, xid) (increase(slurmscope_gpu_xid_events_total{{{C}}}[1h]))", "{{node}} XID {{xid}}")]))
-        .with_panel(ts("GPU power", [Q(f"sum by (node) (slurmscope_gpu_power_watts{{{C}}})", "{{node}}")], "watt"))
+            Q(f"sum by (node, xid) (increase(slurmscope_gpu_xid_events_total{{{CG}}}[1h]))", "{{node}} XID {{xid}}")]))
+        .with_panel(ts("GPU power", [Q(f"sum by (node) (slurmscope_gpu_power_watts{{{CG}}})", "{{node}}")], "watt"))
         .with_panel(tbl("Uncorrectable ECC errors per node",
-                        [Q(f'sum by (node) (slurmscope_gpu_ecc_errors_total{{{C}, type="uncorrected"}})')], w=8))
+                        [Q(f'sum by (node) (slurmscope_gpu_ecc_errors_total{{{CG}, type="uncorrected"}})')], w=8))
         .with_panel(tbl("Failed row remaps per node",
-                        [Q(f"sum by (node) (slurmscope_gpu_row_remap_failed{{{C}}})")], w=8))
+                        [Q(f"sum by (node) (slurmscope_gpu_row_remap_failed{{{CG}}})")], w=8))
         .with_panel(tbl("GPUs missing (GRES minus NVML)", [
             Q(f"max by (node) (slurmscope_node_gpus_configured{{{C}}})"
               f" - max by (node) (slurmscope_node_gpus_visible{{{C}}})")], w=8))

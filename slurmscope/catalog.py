@@ -110,12 +110,18 @@ def _sdiag(name: str, column: str, unit: str, help_: str, scale: str = "") -> Me
     )
 
 
+# The node agents serve some of the same slurmscope_gpu_* names live; every slurmscope_gpu_* telemetry or health
+# family of either carries a `source` label ("central" here, "agent" there) so that dashboards and rules select
+# one source and never add the two (docs/dashboards.md). The accounting slurmscope_gpu_seconds_* have none.
+CENTRAL = "'central' AS source"
+
+
 def _gpu(name: str, expr: str, unit: str, help_: str) -> Metric:
     return Metric(
-        name=name, type="gauge", unit=unit, help=help_, labels=("cluster", "node", "gpu", "gpu_model"),
+        name=name, type="gauge", unit=unit, help=help_, labels=("cluster", "node", "gpu", "gpu_model", "source"),
         source="gpu_samples (latest minute per GPU, at most 15 min old)",
         query=f"SELECT cluster, node, CAST(gpu_index AS VARCHAR) AS gpu, coalesce(model, '') AS gpu_model,"
-              f" {expr} AS value FROM {GPU_LATEST_VIEW}",
+              f" {CENTRAL}, {expr} AS value FROM {GPU_LATEST_VIEW}",
         requires=("gpu_samples",),
     )
 
@@ -723,14 +729,15 @@ CATALOG: tuple[Metric, ...] = (
     Metric(
         name="slurmscope_gpu_ecc_errors_total", type="counter", unit="",
         help="ECC errors the GPU has counted (NVML aggregate counter), by type corrected or uncorrected.",
-        labels=("cluster", "node", "gpu", "gpu_model", "type"),
+        labels=("cluster", "node", "gpu", "gpu_model", "type", "source"),
         source="gpu_samples (latest minute per GPU)",
         query=f"""
             WITH g AS (SELECT * FROM {GPU_LATEST_VIEW})
             SELECT cluster, node, CAST(gpu_index AS VARCHAR) AS gpu, coalesce(model, '') AS gpu_model,
-                   'corrected' AS type, ecc_corrected_total AS value FROM g WHERE ecc_corrected_total IS NOT NULL
+                   'corrected' AS type, {CENTRAL}, ecc_corrected_total AS value FROM g
+            WHERE ecc_corrected_total IS NOT NULL
             UNION ALL
-            SELECT cluster, node, CAST(gpu_index AS VARCHAR), coalesce(model, ''), 'uncorrected',
+            SELECT cluster, node, CAST(gpu_index AS VARCHAR), coalesce(model, ''), 'uncorrected', 'central',
                    ecc_uncorrected_total FROM g WHERE ecc_uncorrected_total IS NOT NULL""",
         requires=("gpu_samples",),
     ),
@@ -748,18 +755,18 @@ CATALOG: tuple[Metric, ...] = (
     Metric(
         name="slurmscope_gpu_xid_events_total", type="counter", unit="",
         help="GPU XID errors seen so far per node and XID code (NVML events and kernel log).",
-        labels=("cluster", "node", "xid"),
+        labels=("cluster", "node", "xid", "source"),
         source="gpu_events (event_type = 'xid')",
-        query="SELECT cluster, node, CAST(xid AS VARCHAR) AS xid, count(*) AS value FROM gpu_events"
+        query=f"SELECT cluster, node, CAST(xid AS VARCHAR) AS xid, {CENTRAL}, count(*) AS value FROM gpu_events"
               " WHERE cluster = $cluster AND event_type = 'xid' AND xid IS NOT NULL AND event_time <= $now GROUP BY ALL",
         requires=("gpu_events",),
     ),
     Metric(
         name="slurmscope_gpu_lost_events_total", type="counter", unit="",
         help="Times a GPU fell off the bus (NVML GPU lost, XID 79) so far, per node.",
-        labels=("cluster", "node"),
+        labels=("cluster", "node", "source"),
         source="gpu_events (event_type = 'gpu_lost' or XID 79)",
-        query="SELECT cluster, node, count(*) AS value FROM gpu_events WHERE cluster = $cluster"
+        query=f"SELECT cluster, node, {CENTRAL}, count(*) AS value FROM gpu_events WHERE cluster = $cluster"
               " AND (event_type = 'gpu_lost' OR (event_type = 'xid' AND xid = 79)) AND event_time <= $now GROUP BY ALL",
         requires=("gpu_events",),
     ),
@@ -781,6 +788,11 @@ def render_markdown(extra: tuple[Metric, ...] = ()) -> str:
         "*user labels*, which are served only when `exporter.user_labels = true`. Counters grow with running",
         "allocations at every pipeline run and never decrease; corrections are separate gauges. A family whose",
         "source table is missing has no samples and `slurmscope_exporter_family_up{family=...} 0`.",
+        "",
+        "Every `slurmscope_gpu_*` telemetry and health family carries `source=\"central\"`: the node agents",
+        "(`slurmscope agent`, docs/nvml.md) serve some of the same names live with `source=\"agent\"` and the same",
+        "`cluster`, so dashboards and rules select one source and never add the two (docs/dashboards.md). The",
+        "allocation counters `slurmscope_gpu_seconds_*` come from Slurm, not NVML, and have no `source`.",
         "",
         "| Metric | Type | Unit | Labels | Source | Help |",
         "|---|---|---|---|---|---|",

@@ -93,12 +93,13 @@ def test_collectors_fairshare_gpu_and_cost(history, cfg):
     assert value(s, "slurmscope_collector_last_success_timestamp_seconds", collector="sacct") == \
         (END - timedelta(hours=2, minutes=5) + timedelta(seconds=2)).timestamp()
     assert value(s, "slurmscope_fairshare_effective_usage_ratio", account="b") == pytest.approx(0.1)
-    assert value(s, "slurmscope_gpu_throttle_ratio", node="g02", gpu="3", gpu_model="h100") == 0.5
-    assert value(s, "slurmscope_gpu_row_remap_failed", node="g02", gpu="5", gpu_model="h100") == 1
-    assert value(s, "slurmscope_gpu_ecc_errors_total", node="g01", gpu="0", gpu_model="h100", type="uncorrected") == 1
+    assert value(s, "slurmscope_gpu_throttle_ratio", node="g02", gpu="3", gpu_model="h100", source="central") == 0.5
+    assert value(s, "slurmscope_gpu_row_remap_failed", node="g02", gpu="5", gpu_model="h100", source="central") == 1
+    assert value(s, "slurmscope_gpu_ecc_errors_total", node="g01", gpu="0", gpu_model="h100", type="uncorrected",
+                 source="central") == 1
     assert value(s, "slurmscope_node_gpus_visible", node="g02") == 7
-    assert value(s, "slurmscope_gpu_xid_events_total", node="g02", xid="79") == 1
-    assert value(s, "slurmscope_gpu_lost_events_total", node="g02") == 1
+    assert value(s, "slurmscope_gpu_xid_events_total", node="g02", xid="79", source="central") == 1
+    assert value(s, "slurmscope_gpu_lost_events_total", node="g02", source="central") == 1
     assert value(s, "slurmscope_gpu_seconds_total", account="a", partition="gpu", gpu_model="h100") == 360000
     assert value(s, "slurmscope_cost_usd_total", account="a", partition="gpu", gpu_model="h100") == 200
     assert value(s, "slurmscope_cost_correction_usd", account="a", partition="gpu", gpu_model="h100") == -2

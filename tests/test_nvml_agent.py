@@ -111,7 +111,8 @@ def test_xid_lines_of_real_kernel_logs(fixtures, name, expected):
 
 class Env:
     def __init__(self, tmp: Path, gpus: list[dict], *, minors: list[int] | None = None, interval: float = 10,
-                 cgroups: dict[int, str] | None = None, kmsg: KmsgReader | None = None, flush: float = 60):
+                 cgroups: dict[int, str] | None = None, kmsg: KmsgReader | None = None, flush: float = 60,
+                 cluster: str | None = None):
         self.t = [T0]
         self.tmp = tmp
         self.fake = fake_from_spec({"gpus": gpus, "start": T0}, clock=self.clock, sleep=self.advance)
@@ -122,7 +123,7 @@ class Env:
         self.spool = tmp / "spool"
         self.agent = Agent(self.fake, node="gpu01", spool_dir=self.spool, mapping_dir=self.map, interval=interval,
                            read_cgroup=(cgroups or {}).get, kmsg=kmsg, clock=self.clock, sleep=self.advance,
-                           flush_seconds=flush)
+                           flush_seconds=flush, cluster=cluster)
 
     def clock(self) -> float:
         return self.t[0]
@@ -398,7 +399,7 @@ def test_prolog_and_epilog_scripts(tmp_path):
 
 
 def test_http_metrics_spool_listing_download_and_ack(tmp_path):
-    env = Env(tmp_path, [{"model": "h100", "state": "load", "count": 2}])
+    env = Env(tmp_path, [{"model": "h100", "state": "load", "count": 2}], cluster="c7")
     env.run(3700)                                     # crosses the hour: one closed file
     server = start_http(env.agent, "127.0.0.1", 0)
     base = f"http://127.0.0.1:{server.server_address[1]}"
@@ -407,15 +408,15 @@ def test_http_metrics_spool_listing_download_and_ack(tmp_path):
         gpu_lines = [ln for ln in text.splitlines() if ln.startswith("slurmscope_gpu_")]
         assert gpu_lines
         for ln in gpu_lines:
-            for label in ("node=", "gpu=", "uuid=", "model="):
+            for label in ("cluster=\"c7\"", "node=", "gpu=", "uuid=", "model=", "source=\"agent\""):
                 assert label in ln, ln
             assert "job" not in ln.split("}")[0]
         uuid0 = env.fake.gpus[0].uuid
-        assert (f'slurmscope_gpu_power_watts{{gpu="0",model="NVIDIA H100 80GB HBM3",node="gpu01",uuid="{uuid0}"}} '
-                "631.95") in text
-        assert (f'slurmscope_gpu_utilization_ratio{{gpu="0",model="NVIDIA H100 80GB HBM3",node="gpu01",'
-                f'uuid="{uuid0}"}} 1.0') in text
-        assert 'slurmscope_agent_spool_files{node="gpu01"} 1.0' in text
+        assert (f'slurmscope_gpu_power_watts{{cluster="c7",gpu="0",model="NVIDIA H100 80GB HBM3",node="gpu01",'
+                f'source="agent",uuid="{uuid0}"}} 631.95') in text
+        assert (f'slurmscope_gpu_utilization_ratio{{cluster="c7",gpu="0",model="NVIDIA H100 80GB HBM3",node="gpu01",'
+                f'source="agent",uuid="{uuid0}"}} 1.0') in text
+        assert 'slurmscope_agent_spool_files{cluster="c7",node="gpu01"} 1.0' in text
         listing = json.loads(urllib.request.urlopen(f"{base}/spool", timeout=10).read())
         assert listing["node"] == "gpu01" and [f["name"] for f in listing["files"]] == ["gpu01_20270115T080000Z.jsonl"]
         name, sha = listing["files"][0]["name"], listing["files"][0]["sha256"]
