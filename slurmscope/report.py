@@ -65,7 +65,7 @@ class ReportData:
     wait_trend: list[dict] = field(default_factory=list)
     backfill: list[dict] = field(default_factory=list)
     fairshare: list[dict] = field(default_factory=list)
-    used_gpu_hours: float | None = None          # busy GPU-hours among allocations the NVML agents sampled
+    used_gpu_hours: float | None = None          # useful (utilisation-weighted) GPU-hours the NVML agents sampled
     sampled_allocated_gpu_hours: float | None = None
     version: int | None = None
     frozen: bool | None = None
@@ -160,18 +160,25 @@ def collect_data(con: duckdb.DuckDBPyConnection, cluster: str, month: date) -> R
                sum(requeued_gpu_seconds) / 3600 AS requeued_gpu_hours, sum(requeued_cost_usd) AS requeued_cost_usd
         FROM mart_cost_daily WHERE cluster = ? AND day >= ? AND day < ? GROUP BY ALL ORDER BY 3 DESC, 1""",
                     [cluster, month, nxt])
-    if _has_table(con, "mart_idle_gpus_daily"):
-        idle = {r["account"]: r for r in _rows(con, """
-            SELECT account, sum(allocated_gpu_hours) AS allocated_gpu_hours, sum(idle_gpu_hours) AS idle_gpu_hours
-            FROM mart_idle_gpus_daily WHERE cluster = ? AND day >= ? AND day < ? GROUP BY ALL""",
-                                              [cluster, month, nxt])}
+    if _has_table(con, "mart_cost_efficiency_daily"):
+        # The cost pipeline's usage-weighted view: useful = held seconds x NVML utilisation, where sampled.
+        eff = {r["account"]: r for r in _rows(con, """
+            SELECT account, sum(sampled_gpu_seconds) / 3600 AS sampled_gpu_hours,
+                   sum(useful_gpu_seconds) / 3600 AS useful_gpu_hours,
+                   sum(idle_gpu_seconds) / 3600 AS idle_gpu_hours, sum(idle_cost_usd) AS idle_cost_usd,
+                   sum(energy_kwh) AS energy_kwh, sum(energy_cost_usd) AS energy_cost_usd
+            FROM mart_cost_efficiency_daily WHERE cluster = ? AND day >= ? AND day < ? GROUP BY ALL""",
+                                             [cluster, month, nxt])}
         for w in d.waste:
-            w["alloc_idle_gpu_hours"] = idle.get(w["account"], {}).get("idle_gpu_hours")
-        sampled_alloc = sum(r["allocated_gpu_hours"] or 0 for r in idle.values())
-        sampled_used = sum((r["allocated_gpu_hours"] or 0) - (r["idle_gpu_hours"] or 0) for r in idle.values())
-        if sampled_alloc > 0:
-            d.sampled_allocated_gpu_hours = sampled_alloc
-            d.used_gpu_hours = sampled_used
+            e = eff.get(w["account"], {})
+            w["alloc_idle_gpu_hours"] = e.get("idle_gpu_hours")
+            w["alloc_idle_cost_usd"] = e.get("idle_cost_usd")
+            w["energy_kwh"] = e.get("energy_kwh")
+            w["energy_cost_usd"] = e.get("energy_cost_usd")
+        sampled = sum(r["sampled_gpu_hours"] or 0 for r in eff.values())
+        if sampled > 0:
+            d.sampled_allocated_gpu_hours = sampled
+            d.used_gpu_hours = sum(r["useful_gpu_hours"] or 0 for r in eff.values())
     d.outcomes = _rows(con, """
         SELECT state, sum(jobs) AS jobs, sum(gpu_hours) AS gpu_hours FROM mart_job_outcomes_daily
         WHERE cluster = ? AND day >= ? AND day < ? GROUP BY ALL ORDER BY 2 DESC, 1""", [cluster, month, nxt])
@@ -418,7 +425,7 @@ def render_html(d: ReportData, users_out: list[dict]) -> str:
         _table(["measure", "value"], [
             ["GPU-hours available (capacity)", _fmt(t["capacity_gpu_hours"])],
             ["GPU-hours allocated", _fmt(t["allocated_gpu_hours"])],
-            ["GPU-hours busy (NVML) / allocated GPU-hours sampled by NVML",
+            ["Useful GPU-hours (held x NVML utilisation) / allocated GPU-hours sampled by NVML",
              "–" if t["used_gpu_hours"] is None else
              f"{_fmt(t['used_gpu_hours'])} / {_fmt(t['sampled_allocated_gpu_hours'])}"],
             ["Useful share of allocated GPU time (NVML sample)",
@@ -447,10 +454,12 @@ def render_html(d: ReportData, users_out: list[dict]) -> str:
         _table(["capacity idle cost (USD)", "down/drained cost (USD)"],
                [[_fmt(t["idle_cost_usd"]), _fmt(t["down_cost_usd"])]]),
         _table(["account", "failed attempts GPU-h", "failed cost (USD)", "requeued attempts GPU-h",
-                "requeued cost (USD)", "allocated-but-idle GPU-h"],
+                "requeued cost (USD)", "allocated-but-idle GPU-h", "allocated-but-idle cost (USD)",
+                "energy (kWh)", "energy cost (USD)"],
                [[w["account"], _fmt(w["failed_gpu_hours"]), _fmt(w["failed_cost_usd"], 2),
                  _fmt(w["requeued_gpu_hours"]), _fmt(w["requeued_cost_usd"], 2),
-                 _fmt(w.get("alloc_idle_gpu_hours"))] for w in d.waste]),
+                 _fmt(w.get("alloc_idle_gpu_hours")), _fmt(w.get("alloc_idle_cost_usd"), 2),
+                 _fmt(w.get("energy_kwh")), _fmt(w.get("energy_cost_usd"), 2)] for w in d.waste]),
         "<h2>Reliability</h2>",
         _table(["attempts ended", "not completed", "failure rate", "requeues", "requeue rate",
                 "requeued GPU-hours"],

@@ -157,3 +157,26 @@ def test_cost_per_useful_gpu_hour_scales_by_the_sampled_useful_share():
     assert t["cost_per_gpu_hour"] == Decimal("2")
     assert t["useful_share"] == pytest.approx(0.75)
     assert float(t["cost_per_useful_gpu_hour"]) == pytest.approx(2 / 0.75)
+
+
+def test_useful_share_idle_dollars_and_energy_come_from_the_cost_efficiency_mart(tmp_path):
+    from slurmscope.report import collect_data
+
+    db = tmp_path / "r.duckdb"
+    _seed(db)
+    con = connect(db)
+    # day, account, charged s, $, sampled s, sampled $, idle s, idle $, useful s, share, $/useful h, J, kWh, $
+    for day, acct, sampled, useful, idle, kwh in ((date(2026, 11, 1), "pretraining", 7200.0, 5400.0, 360.0, 2.0),
+                                                  (date(2026, 11, 2), "vision", 3600.0, 1800.0, 1800.0, 0.5)):
+        con.execute("INSERT INTO mart_cost_efficiency_daily VALUES ('c1', ?, ?, 0, 0, ?, 0, ?, ?, ?, NULL, NULL,"
+                    " ?, ?, ?)", [day, acct, sampled, idle, idle / 1800, useful, kwh * 3.6e6, kwh, kwh * 0.2])
+    d = collect_data(con, "c1", date(2026, 11, 1))
+    con.close()
+    # useful 5400 + 1800 s over 7200 + 3600 s sampled: 2 h / 3 h
+    assert (d.used_gpu_hours, d.sampled_allocated_gpu_hours) == pytest.approx((2.0, 3.0))
+    assert d.totals["useful_share"] == pytest.approx(2 / 3)
+    waste = {w["account"]: w for w in d.waste}
+    assert waste["vision"]["alloc_idle_gpu_hours"] == pytest.approx(0.5)
+    assert waste["vision"]["alloc_idle_cost_usd"] == pytest.approx(1.0)
+    assert waste["pretraining"]["energy_kwh"] == pytest.approx(2.0)
+    assert waste["pretraining"]["energy_cost_usd"] == pytest.approx(0.4)
