@@ -375,6 +375,48 @@ CATALOG: tuple[Metric, ...] = (
             WHERE cluster = $cluster AND day <= CAST($now AS DATE) GROUP BY ALL""",
         requires=("mart_capacity_daily",),
     ),
+    Metric(
+        name="slurmscope_account_gpu_energy_joules_total", type="counter", unit="joules",
+        help="Energy drawn by the GPUs an account's jobs held, from NVML energy counters (else mean power),"
+             " where NVML agents sample; days up to today, today as of the last pipeline run.",
+        labels=("cluster", "account"),
+        source="mart_cost_efficiency_daily (days <= today)",
+        query="SELECT cluster, account, sum(energy_joules) AS value FROM mart_cost_efficiency_daily"
+              " WHERE cluster = $cluster AND day <= CAST($now AS DATE) GROUP BY ALL",
+        requires=("mart_cost_efficiency_daily",),
+    ),
+    Metric(
+        name="slurmscope_account_energy_cost_usd_total", type="counter", unit="usd",
+        help="That energy priced at billing.energy_usd_per_kwh x billing.pue (informational, not invoiced).",
+        labels=("cluster", "account"),
+        source="mart_cost_efficiency_daily (days <= today)",
+        query="SELECT cluster, account, sum(energy_cost_usd) AS value FROM mart_cost_efficiency_daily"
+              " WHERE cluster = $cluster AND day <= CAST($now AS DATE) GROUP BY ALL",
+        requires=("mart_cost_efficiency_daily",),
+    ),
+    Metric(
+        name="slurmscope_allocated_idle_cost_usd_total", type="counter", unit="usd",
+        help="Dollars of allocated-but-idle GPU time: sampled GPU-minutes under drift.idle_util_percent, at the"
+             " job's rate.",
+        labels=("cluster", "account"),
+        source="mart_cost_efficiency_daily (days <= today)",
+        query="SELECT cluster, account, sum(idle_cost_usd) AS value FROM mart_cost_efficiency_daily"
+              " WHERE cluster = $cluster AND day <= CAST($now AS DATE) GROUP BY ALL",
+        requires=("mart_cost_efficiency_daily",),
+    ),
+    Metric(
+        name="slurmscope_cost_per_useful_gpu_hour_usd", type="gauge", unit="usd",
+        help="Effective cost per useful GPU-hour this month so far: cost of the NVML-sampled allocations /"
+             " (held GPU-hours x utilisation); absent for accounts with no sampled use.",
+        labels=("cluster", "account"),
+        source="mart_cost_efficiency_daily (month of now, days <= today)",
+        query="""SELECT cluster, account, sum(sampled_cost_usd) / (sum(useful_gpu_seconds) / 3600) AS value
+                 FROM mart_cost_efficiency_daily
+                 WHERE cluster = $cluster AND day <= CAST($now AS DATE)
+                   AND day >= date_trunc('month', CAST($now AS DATE)) GROUP BY ALL
+                 HAVING sum(useful_gpu_seconds) > 0""",
+        requires=("mart_cost_efficiency_daily",),
+    ),
     # ---- occupancy and backfill (marts) ---------------------------------------------------------------
     Metric(
         name="slurmscope_occupancy_gpu_seconds_total", type="counter", unit="seconds",
