@@ -27,24 +27,26 @@ LOOKBACK = "INTERVAL 1 DAY"
 MAX_LOOKBACK_SECONDS = 86400
 """Events and samples are read this far before the window: every time window of the rules is capped to it."""
 
+# Unlike the window's half-open [start, end), the instant `end` itself (the run's `now`) is judged too: a sinfo
+# snapshot taken at the very instant of the run is the newest state there is.
 INPUTS: dict[str, str] = {
     # One row per node and snapshot (sinfo -N repeats a node per partition; the state is the node's).
     "nodes": """
         SELECT snapshot_time, node, max(state) AS state, max(state_flags) AS state_flags, max(reason) AS reason,
                max(gpus_total) AS gpus_total
-        FROM node_states WHERE cluster = $cluster AND snapshot_time >= $start AND snapshot_time < $end
+        FROM node_states WHERE cluster = $cluster AND snapshot_time >= $start AND snapshot_time <= $end
         GROUP BY snapshot_time, node""",
     "samples": f"""
         SELECT node, gpu_uuid, minute, gpu_index, model, temp_gpu_max_celsius, throttle_seconds,
                ecc_uncorrected_delta, ecc_uncorrected_total, remapped_pending, remapped_failed
-        FROM gpu_samples WHERE cluster = $cluster AND minute >= $start - {LOOKBACK} AND minute < $end""",
+        FROM gpu_samples WHERE cluster = $cluster AND minute >= $start - {LOOKBACK} AND minute <= $end""",
     "events": f"""
         SELECT node, gpu_uuid, event_time, event_type, xid FROM gpu_events
-        WHERE cluster = $cluster AND event_time >= $start - {LOOKBACK} AND event_time < $end
+        WHERE cluster = $cluster AND event_time >= $start - {LOOKBACK} AND event_time <= $end
           AND event_type IN ('xid', 'gpu_lost')""",
     "inventory": """
         SELECT node, seen_at, count(DISTINCT gpu_uuid) AS gpus_visible FROM gpu_inventory
-        WHERE cluster = $cluster AND seen_at < $end GROUP BY node, seen_at""",
+        WHERE cluster = $cluster AND seen_at <= $end GROUP BY node, seen_at""",
 }
 
 STATUSES = ("ok", "degraded", "failing")
@@ -289,7 +291,7 @@ def evaluations(nodes: pl.LazyFrame, samples: pl.LazyFrame, events: pl.LazyFrame
         events.select("node", pl.col("event_time").alias("t")),
         with_ecc_increase(samples).filter(pl.col("ecc_n") > 0).select("node", pl.col("minute").alias("t")),
         inventory.select("node", pl.col("seen_at").alias("t")),
-    ]).filter((pl.col("t") >= start) & (pl.col("t") < end))
+    ]).filter((pl.col("t") >= start) & (pl.col("t") <= end))
     instants = pl.concat([nodes.select("node", pl.col("snapshot_time").alias("t")), extra]).unique()
     snaps = nodes.select("node", "snapshot_time", "state", "state_flags", "reason", "gpus_total")
     lf = _asof(instants, snaps, "snapshot_time", "node")
@@ -307,8 +309,9 @@ def compute(frames: dict[str, pl.LazyFrame], params: dict[str, Any]) -> dict[str
     gpu_runs = runs(gpu.select("t", *[c for c in GPU_SCHEMA if c not in ("since", "last_seen", "valid_until")]),
                     ["node", "gpu_uuid"], ["status", "reasons"], gap)
     node_cols = [c for c in NODE_SCHEMA if c not in ("since", "last_seen", "valid_until")]
-    node_runs = runs(node.select("t", *node_cols), ["node"], ["status", "reasons", "slurm_state", "slurm_reason"],
-                     gap)
+    # Slurm's allocation state (IDLE, MIXED, ALLOCATED) changes all the time and is not a verdict: a run breaks
+    # on the verdict and on Slurm's reason text only; slurm_state is the state at the run's start.
+    node_runs = runs(node.select("t", *node_cols), ["node"], ["status", "reasons", "slurm_reason"], gap)
     return {
         "mart_node_health": ensure_columns(node_runs, NODE_SCHEMA).sort("node", "since"),
         "mart_gpu_health": ensure_columns(gpu_runs, GPU_SCHEMA).sort("node", "gpu_uuid", "since"),

@@ -27,7 +27,7 @@ import yaml
 from slurmscope.alerts.build import render_rules
 from slurmscope.alerts.rules import ALERTS
 from slurmscope.dashboards.build import MODULES, generate
-from slurmscope.dashboards.common import panel_queries, substitute
+from slurmscope.dashboards.common import CG, panel_queries, substitute
 
 from slurmscope.config import load_config
 from slurmscope.db import connect
@@ -123,7 +123,7 @@ def _for_state(port: int, first: float, last: float) -> str:
 
 
 def _start_agent(tmp: Path) -> tuple[int, threading.Event, threading.Thread]:
-    """The node agent on a fake NVML (two healthy H100s), as `slurmscope agent --fake` runs it."""
+    """The node agent of cluster c1 on a fake NVML (two healthy H100s), as `slurmscope agent --fake` runs it."""
     from slurmscope.collectors.nvml import run_agent
 
     spec = tmp / "fake-nvml.json"
@@ -134,7 +134,8 @@ def _start_agent(tmp: Path) -> tuple[int, threading.Event, threading.Thread]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     stop = threading.Event()
-    thread = threading.Thread(target=run_agent, args=(load_config(env={}),), daemon=True, kwargs={
+    cfg = load_config(env={}).with_overrides(cluster={"name": "c1"})  # the central exporter's cluster too
+    thread = threading.Thread(target=run_agent, args=(cfg,), daemon=True, kwargs={
         "port": port, "spool": str(tmp / "spool"), "interval": 1, "fake": str(spec), "address": "127.0.0.1",
         "node": "g09", "stop": stop, "kmsg_path": str(tmp / "no-kmsg")})
     thread.start()
@@ -258,11 +259,17 @@ def test_expected_alerts_are_active_and_others_inactive(prometheus):
 
 
 def test_agent_is_scraped_and_kept_apart(prometheus):
-    """The agent's GPUs are in Prometheus, yet central panels and alerts (cluster=~".+") do not count them."""
+    """The agent's GPU series carry the cluster, yet central panels and rules (source="central") do not count them."""
     up = _api(prometheus, "query", query='up{job="nvml-agent"}')["result"]
     assert [float(r["value"][1]) for r in up] == [1.0]
     info = _api(prometheus, "query", query='slurmscope_gpu_info{node="g09"}')["result"]
-    assert len(info) == 2
-    # The central exporter's last render has 16 GPUs at 500 W (tests/exporter_data.py); the agent's two are extra.
-    power = _api(prometheus, "query", query=substitute('sum(slurmscope_gpu_power_watts{cluster=~"$cluster"})'))
-    assert float(power["result"][0]["value"][1]) == 16 * 500.0
+    assert [(r["metric"]["cluster"], r["metric"]["source"]) for r in info] == [("c1", "agent")] * 2
+    # Same cluster, same metric name: the agent's two GPUs are in c1's power, the cluster label alone cannot split.
+    power = _api(prometheus, "query", query='sum(slurmscope_gpu_power_watts{cluster="c1"})')["result"]
+    assert float(power[0]["value"][1]) > 16 * 500.0
+    # The central exporter's last render has 16 GPUs at 500 W and 20 % (tests/exporter_data.py); the panels'
+    # matcher and the utilisation recording rule see those only.
+    power = _api(prometheus, "query", query=substitute(f"sum(slurmscope_gpu_power_watts{{{CG}}})"))["result"]
+    assert float(power[0]["value"][1]) == 16 * 500.0
+    util = _api(prometheus, "query", query='cluster:slurmscope_gpu_utilization_ratio:avg{cluster="c1"}')["result"]
+    assert float(util[0]["value"][1]) == pytest.approx(0.2)

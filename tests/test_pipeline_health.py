@@ -1,0 +1,241 @@
+"""Health verdict rules on tiny hand-made frames: one case per rule, its threshold edge, and the run rows.
+
+Each case builds one sinfo snapshot (or a few) of node n1 at T with the NVML rows the rule looks at, and
+checks the verdict docs/pipelines.md#health says it must give. The thresholds are the config defaults
+(event window 3600 s, throttle > 0.25 over 900 s, hot >= 85 C, overheating >= 95 C, stale after 900 s).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import polars as pl
+import pytest
+from slurmscope.pipelines import health
+from slurmscope.pipelines.common import UTC_DT
+from slurmscope.pipelines.runner import Window, pipeline_params
+
+from slurmscope.config import load_config
+
+T = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+MIN = timedelta(minutes=1)
+
+NODE_SCHEMA = {"snapshot_time": UTC_DT, "node": pl.String, "state": pl.String, "state_flags": pl.String,
+               "reason": pl.String, "gpus_total": pl.Int32}
+SAMPLE_SCHEMA = {"node": pl.String, "gpu_uuid": pl.String, "minute": UTC_DT, "gpu_index": pl.Int32,
+                 "model": pl.String, "temp_gpu_max_celsius": pl.Float64, "throttle_seconds": pl.Float64,
+                 "ecc_uncorrected_delta": pl.Int64, "ecc_uncorrected_total": pl.Int64,
+                 "remapped_pending": pl.Boolean, "remapped_failed": pl.Boolean}
+EVENT_SCHEMA = {"node": pl.String, "gpu_uuid": pl.String, "event_time": UTC_DT, "event_type": pl.String,
+                "xid": pl.Int32}
+INV_SCHEMA = {"node": pl.String, "seen_at": UTC_DT, "gpus_visible": pl.Int64}
+
+
+def snap(t=T, state="IDLE", flags=None, reason=None, gpus=1, node="n1"):
+    return (t, node, state, flags, reason, gpus)
+
+
+def sample(minute, *, temp=60.0, thr=0.0, ecc=0, ecc_total=0, pending=False, failed=False, uuid="GPU-a",
+           idx=0, node="n1"):
+    return (node, uuid, minute, idx, "h100", temp, thr, ecc, ecc_total, pending, failed)
+
+
+def healthy(minutes=20, end=T, **kw):
+    """One sample a minute for `minutes` minutes up to `end` (inclusive)."""
+    return [sample(end - k * MIN, **kw) for k in range(minutes - 1, -1, -1)]
+
+
+def event(t, event_type="xid", xid=None, uuid="GPU-a", node="n1"):
+    return (node, uuid, t, event_type, xid)
+
+
+def run(nodes, samples=(), events=(), inventory=(), *, start=T - timedelta(hours=1), now=T + MIN, **cfg):
+    conf = load_config(env={}).with_overrides(health=cfg) if cfg else load_config(env={})
+    params = pipeline_params(conf, Window(start, now, False))
+    frames = {
+        "nodes": pl.LazyFrame(list(nodes), schema=NODE_SCHEMA, orient="row"),
+        "samples": pl.LazyFrame(list(samples), schema=SAMPLE_SCHEMA, orient="row"),
+        "events": pl.LazyFrame(list(events), schema=EVENT_SCHEMA, orient="row"),
+        "inventory": pl.LazyFrame(list(inventory), schema=INV_SCHEMA, orient="row"),
+    }
+    out = health.compute(frames, params)
+    return out["mart_node_health"].collect(), out["mart_gpu_health"].collect()
+
+
+def node_at(nodes, samples=(), events=(), inventory=(), **kw):
+    """(status, reason, reasons) of n1's last row, and of its GPU GPU-a's last row (None without one)."""
+    n, g = run(nodes, samples, events, inventory, **kw)
+    nrow = n.filter(pl.col("node") == "n1").sort("since").row(-1, named=True)
+    grows = g.filter(pl.col("gpu_uuid") == "GPU-a").sort("since")
+    grow = grows.row(-1, named=True) if grows.height else None
+    return ((nrow["status"], nrow["reason"], nrow["reasons"]),
+            None if grow is None else (grow["status"], grow["reason"], grow["reasons"]))
+
+
+# ---- Slurm state ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("state", "flags", "want"), [
+    ("ALLOCATED", None, ("ok", "", "")),
+    ("IDLE", "POWERED_DOWN", ("ok", "", "")),                     # the word DOWN inside a flag is not DOWN
+    ("DOWN", "NOT_RESPONDING", ("failing", "slurm_down", "slurm_down")),
+    ("MIXED", "NOT_RESPONDING", ("failing", "slurm_down", "slurm_down")),
+    ("INVAL", None, ("failing", "slurm_down", "slurm_down")),
+    ("IDLE", "DRAIN", ("degraded", "slurm_drain", "slurm_drain")),
+    ("DRAINING", "DRAIN", ("degraded", "slurm_drain", "slurm_drain")),
+    ("DOWN", "DRAIN", ("failing", "slurm_down", "slurm_down")),   # down beats drain
+    ("IDLE", "MAINTENANCE+RESERVED", ("degraded", "slurm_unavailable", "slurm_unavailable")),
+    ("IDLE", "REBOOT_REQUESTED", ("degraded", "slurm_unavailable", "slurm_unavailable")),
+    ("UNKNOWN", None, ("degraded", "slurm_unavailable", "slurm_unavailable")),
+])
+def test_slurm_state_alone(state, flags, want):
+    node, gpu = node_at([snap(state=state, flags=flags, reason="why")])
+    assert node == want and gpu is None
+    n, _ = run([snap(state=state, flags=flags, reason="why")])
+    assert n.item(0, "slurm_reason") == "why"
+    assert n.item(0, "slurm_state") == (state if flags is None else f"{state}+{flags}")
+
+
+# ---- GPU rules ------------------------------------------------------------------------------------------
+
+def test_healthy_gpu_is_ok():
+    assert node_at([snap()], healthy()) == (("ok", "", ""), ("ok", "", ""))
+
+
+def test_row_remap_failed_fails_and_pending_degrades():
+    s = healthy()[:-1] + [sample(T, failed=True)]
+    assert node_at([snap()], s) == (("failing", "gpu_failing", "gpu_failing"),
+                                    ("failing", "row_remap_failed", "row_remap_failed"))
+    s = healthy()[:-1] + [sample(T, pending=True)]
+    assert node_at([snap()], s) == (("degraded", "gpu_degraded", "gpu_degraded"),
+                                    ("degraded", "row_remap_pending", "row_remap_pending"))
+
+
+def test_critical_xid_fails_for_the_event_window_only():
+    # XID 48 at 11:00:30: judged at 12:00 it is 59.5 minutes old (< 3600 s): failing.
+    ev = [event(T - timedelta(minutes=59, seconds=30), xid=48)]
+    assert node_at([snap()], healthy(), ev)[1] == ("failing", "xid_critical", "xid_critical")
+    # exactly 3600 s old: out of the window (t - event < window).
+    ev = [event(T - timedelta(hours=1), xid=48)]
+    assert node_at([snap()], healthy(), ev)[1] == ("ok", "", "")
+    # a shorter configured window
+    ev = [event(T - timedelta(minutes=20), xid=48)]
+    assert node_at([snap()], healthy(), ev, event_window_seconds=600)[1] == ("ok", "", "")
+
+
+def test_application_xids_are_ignored_and_other_xids_degrade():
+    assert node_at([snap()], healthy(), [event(T - MIN, xid=13), event(T - 2 * MIN, xid=43)])[1] == ("ok", "", "")
+    assert node_at([snap()], healthy(), [event(T - MIN, xid=62)])[1] == ("degraded", "xid_other", "xid_other")
+
+
+def test_fallen_off_the_bus_from_gpu_lost_or_xid_79():
+    for ev in (event(T - MIN, "gpu_lost"), event(T - MIN, xid=79)):
+        assert node_at([snap()], healthy(), [ev]) == (("failing", "gpu_failing", "gpu_failing"),
+                                                      ("failing", "fallen_off_bus", "fallen_off_bus"))
+
+
+def test_uncorrectable_ecc_from_delta_or_from_the_counter_rising():
+    s = healthy()[:-5] + [sample(T - 4 * MIN, ecc=2, ecc_total=2)] + healthy(4, ecc_total=2)
+    assert node_at([snap()], s)[1] == ("failing", "uncorrectable_ecc", "uncorrectable_ecc")
+    s = healthy(ecc_total=5)[:-5] + healthy(5, ecc_total=6)  # total 5 -> 6 four minutes ago, no delta column
+    assert node_at([snap()], s)[1] == ("failing", "uncorrectable_ecc", "uncorrectable_ecc")
+    # an old, constant total is history, not a new error
+    assert node_at([snap()], healthy(ecc_total=7))[1] == ("ok", "", "")
+
+
+def test_throttling_over_the_window_mean():
+    # last 15 samples (the 900 s window ending at T) throttled 30 s of 60: mean 0.5 > 0.25
+    s = healthy(20)[:5] + healthy(15, thr=30.0)
+    assert node_at([snap()], s)[1] == ("degraded", "throttling", "throttling")
+    # throttled exactly a quarter: not above the threshold
+    s = healthy(20)[:5] + healthy(15, thr=15.0)
+    assert node_at([snap()], s)[1] == ("ok", "", "")
+    # fully throttled, but only for 3 of the 15 minutes: 0.2
+    s = healthy(20)[:17] + healthy(3, thr=60.0)
+    assert node_at([snap()], s)[1] == ("ok", "", "")
+
+
+def test_temperature_thresholds_and_override():
+    assert node_at([snap()], healthy(temp=84.9))[1] == ("ok", "", "")
+    assert node_at([snap()], healthy(temp=85.0))[1] == ("degraded", "hot", "hot")
+    assert node_at([snap()], healthy(temp=95.0))[1] == ("failing", "overheating", "overheating,hot")
+    assert node_at([snap()], healthy(temp=80.0), temp_degraded_celsius=80)[1] == ("degraded", "hot", "hot")
+
+
+def test_stale_telemetry_degrades_and_old_state_is_not_reused():
+    # last sample 15 minutes before the snapshot, and it said the row remap failed: only staleness counts
+    s = healthy(5, end=T - timedelta(minutes=15), failed=True)
+    assert node_at([snap()], s)[1] == ("degraded", "telemetry_stale", "telemetry_stale")
+    assert node_at([snap()], healthy(5, end=T - timedelta(minutes=14, seconds=59)))[1] == ("ok", "", "")
+    # not sampled for a day: the GPU is no longer judged (removed or replaced)
+    assert node_at([snap()], healthy(5, end=T - timedelta(days=1)))[1] is None
+
+
+def test_gpu_count_mismatch():
+    inv7 = [("n1", T - timedelta(minutes=30), 7)]
+    assert node_at([snap(gpus=8)], inventory=inv7)[0] == ("failing", "gpu_missing", "gpu_missing")
+    assert node_at([snap(gpus=8)], inventory=[("n1", T - timedelta(minutes=30), 8)])[0] == ("ok", "", "")
+    assert node_at([snap(gpus=8)], inventory=[("n1", T - timedelta(minutes=30), 9)])[0] == ("ok", "", "")
+    assert node_at([snap(gpus=8)])[0] == ("ok", "", "")           # no inventory: nothing to compare
+    # the latest inventory at or before the instant counts: 8 seen again after 7
+    inv = inv7 + [("n1", T - timedelta(minutes=10), 8)]
+    assert node_at([snap(gpus=8)], inventory=inv)[0] == ("ok", "", "")
+
+
+def test_unattributed_critical_xid_counts_for_the_node():
+    ev = [event(T - 5 * MIN, xid=79, uuid="")]
+    assert node_at([snap()], healthy(), ev) == (("failing", "xid_critical", "xid_critical"), ("ok", "", ""))
+
+
+def test_reason_order_failing_first():
+    s = healthy()[:-1] + [sample(T, failed=True)]
+    assert node_at([snap(state="DOWN")], s)[0] == ("failing", "gpu_failing", "gpu_failing,slurm_down")
+    s = healthy(temp=86.0)
+    assert node_at([snap(flags="DRAIN")], s)[0] == ("degraded", "gpu_degraded", "gpu_degraded,slurm_drain")
+    # a drained node with a failing GPU is failing, and says why first
+    s = healthy()[:-1] + [sample(T, failed=True)]
+    assert node_at([snap(flags="DRAIN")], s)[0] == ("failing", "gpu_failing", "gpu_failing,slurm_drain")
+
+
+# ---- evaluation instants and runs -----------------------------------------------------------------------
+
+def test_runs_collapse_unchanged_verdicts_and_break_on_change_and_gap():
+    q = timedelta(minutes=15)
+    snaps = [snap(T + k * q) for k in range(4)]                     # 12:00 .. 12:45 up
+    snaps += [snap(T + k * q, flags="DRAIN", reason="rma") for k in range(4, 6)]   # 13:00, 13:15 drained
+    snaps += [snap(T + timedelta(hours=3))]                         # up again after 1 h 45 min unseen (> 1 h gap)
+    snaps += [snap(T + timedelta(hours=3) + q)]
+    n, g = run(snaps, start=T, now=T + timedelta(hours=4))
+    got = [(r["since"] - T, r["last_seen"] - T, r["valid_until"] - T, r["status"], r["slurm_reason"])
+           for r in n.sort("since").iter_rows(named=True)]
+    h = timedelta(hours=1)
+    assert got == [
+        (timedelta(0), 3 * q, 3 * q + h, "ok", ""),
+        (4 * q, 5 * q, 5 * q + h, "degraded", "rma"),
+        (3 * h, 3 * h + q, 3 * h + q + h, "ok", ""),                 # same verdict as the first run, new row
+    ]
+    assert g.height == 0
+
+
+def test_an_event_between_snapshots_is_an_evaluation_instant():
+    # hourly snapshots at 11:00 and 12:00; XID 79 at 11:20 on a GPU sampled every minute
+    snaps = [snap(T - timedelta(hours=1)), snap(T)]
+    s = healthy(90)
+    ev = [event(T - timedelta(minutes=40), xid=79)]
+    n, g = run(snaps, s, ev, start=T - timedelta(hours=1))
+    rows = [(r["since"], r["status"], r["reason"]) for r in n.sort("since").iter_rows(named=True)]
+    assert rows == [(T - timedelta(hours=1), "ok", ""), (T - timedelta(minutes=40), "failing", "gpu_failing")]
+    grow = g.sort("since").row(-1, named=True)
+    assert (grow["since"], grow["reason"], grow["detail"]) == (
+        T - timedelta(minutes=40), "fallen_off_bus", "lost at 2026-03-02T11:20:00Z")
+    # the same event after the last snapshot's gap is not judged (the node's Slurm state is unknown by then)
+    n, _ = run([snap(T - timedelta(hours=3))], s, [event(T - MIN, xid=79)], start=T - timedelta(hours=4))
+    assert n["status"].to_list() == ["ok"]
+
+
+def test_outputs_match_the_mart_tables(con):
+    """Every column compute returns exists in sql/0040_health.sql with a compatible type (the runner checks)."""
+    cols = {t: {r[0] for r in con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = ?",
+                                          [t]).fetchall()} for t in health.MART_TABLES}
+    n, g = run([snap()], healthy())
+    assert set(n.columns) | {"cluster"} == cols["mart_node_health"]
+    assert set(g.columns) | {"cluster"} == cols["mart_gpu_health"]
