@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A private Slurm 22.05 cluster on one machine, for the live integration tests.
 
-    python3 tests/slurmbed/cluster.py start|stop|status|env|wipe|stop-dbd|start-dbd [--force]
+    python3 tests/slurmbed/cluster.py start|stop|status|env|wipe|stop-dbd|start-dbd|stop-ctld|start-ctld|restart-ctld
+        [--force]
 
 Everything lives under one directory ($SLURMBED_DIR, default /tmp/slurmscope-slurmbed): configs, logs,
 pidfiles, spool and state, a MariaDB datadir on 127.0.0.1:17500 with its own socket, a munge daemon with
@@ -443,6 +444,12 @@ def stop_one(name: str) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
+def restart_slurmctld() -> None:
+    """Stop slurmctld (it saves its state) and start it again: running jobs survive, sdiag counters reset."""
+    stop_one("slurmctld")
+    start_slurmctld()
+
+
 def acquire_lock(wait: float):
     """Exclusive use of the bed across processes (several engineers' test sessions share one machine).
 
@@ -470,7 +477,8 @@ def status() -> dict[str, int | None]:
 
 def main(argv: list[str]) -> int:
     cmd = argv[1] if len(argv) > 1 else "status"
-    if cmd in ("start", "stop", "wipe", "stop-dbd", "start-dbd") and "--force" not in argv:
+    if cmd in ("start", "stop", "wipe", "stop-dbd", "start-dbd", "stop-ctld", "start-ctld", "restart-ctld") \
+            and "--force" not in argv:
         held = acquire_lock(0)
         if held is None:
             print("slurmbed: a test session is using the bed (lock held); add --force to override",
@@ -491,6 +499,12 @@ def main(argv: list[str]) -> int:
         stop_one("slurmdbd")
     elif cmd == "start-dbd":
         start_slurmdbd()
+    elif cmd == "stop-ctld":
+        stop_one("slurmctld")
+    elif cmd == "start-ctld":
+        start_slurmctld()
+    elif cmd == "restart-ctld":
+        restart_slurmctld()
     elif cmd == "wipe":
         stop()
         shutil.rmtree(BED, ignore_errors=True)
