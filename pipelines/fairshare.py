@@ -20,17 +20,35 @@ from typing import Any
 import polars as pl
 
 NAME = "fairshare"
-MART_TABLES: dict[str, str | None] = {"mart_fairshare": "as_of", "mart_fairshare_drift": "day"}
+MART_TABLES: dict[str, str | None] = {
+    "mart_fairshare": "as_of",
+    "mart_fairshare_drift": "day",
+    # The pipeline's own state: day-level charge per association. Decayed usage depends on the whole
+    # history (back to the last reset); keeping its day sums lets an incremental run read only the attempts
+    # that overlap its window and carry the stored days forward (docs/pipelines.md, "Incremental runs").
+    "mart_fairshare_daily": "day",
+}
 INPUTS: dict[str, str] = {
-    # Decayed usage depends on the whole history (or back to the last reset): every attempt is read.
+    # Attempts charged inside the window (or submitted in it): those still running or ending after its
+    # start. A full run's start is 1970, so it reads every attempt. Late records are inside the window
+    # because the runner starts it at the earliest attempt ingested since the last run.
     "jobs": """
         SELECT cluster, account, "user", submit_time, start_time, end_time, billing, cpus, gpus, state
-        FROM jobs WHERE cluster = $cluster AND start_time IS NOT NULL""",
-    # Only the last sshare snapshot of each day is used (as tree and as the compared record).
+        FROM jobs WHERE cluster = $cluster AND start_time IS NOT NULL
+          AND (end_time IS NULL OR end_time > $start OR submit_time >= $start)""",
+    # The stored days before the window (none in a full run); the days from the window on are recomputed.
+    "fairshare_daily": """
+        SELECT cluster, day, account, "user", charge, raw, submitted
+        FROM mart_fairshare_daily WHERE cluster = $cluster AND day < $start_date""",
+    # Only the last sshare snapshot of each day is used (as tree and as the compared record); before the
+    # window only the tree in force at its start (the last snapshot before it) matters.
     "shares": """
         SELECT cluster, snapshot_time, account, "user", parent, raw_shares, norm_shares, raw_usage,
                effectv_usage, level_fs, fairshare
         FROM shares WHERE cluster = $cluster
+          AND snapshot_time >= coalesce((SELECT max(snapshot_time) FROM shares
+                                         WHERE cluster = $cluster AND snapshot_time < $start),
+                                        '-infinity'::TIMESTAMPTZ)
         QUALIFY snapshot_time = max(snapshot_time)
             OVER (PARTITION BY CAST(timezone($tz, snapshot_time) AS DATE))""",
     "slurm_config": """
@@ -38,6 +56,15 @@ INPUTS: dict[str, str] = {
         WHERE cluster = $cluster
           AND key IN ('PriorityDecayHalfLife', 'PriorityUsageResetPeriod', 'PriorityFlags')""",
 }
+
+WIDEN_SQL = """
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM mart_fairshare_daily WHERE cluster = $cluster)
+                THEN (SELECT CAST(timezone($tz, max(run_at)) AS DATE) FROM pipeline_runs
+                      WHERE cluster = $cluster AND pipeline = 'fairshare' AND status = 'ok')
+                ELSE DATE '1970-01-01' END"""
+"""The stored days are complete before the day of the last good run (that day was charged up to its `now`):
+an incremental window (`--since` included) starts at that day at the latest. Without stored days (a
+database migrated from before mart_fairshare_daily) it starts in 1970, i.e. recomputes everything."""
 
 NO_VAL = 4294967294.0
 """Slurm's NO_VAL: the LevelFS Fair Tree gives an account whose shares are 'parent' (it sorts high)."""
@@ -72,6 +99,15 @@ FAIRSHARE_SCHEMA = {
     "level_fs": pl.Float64,
     "fairshare": pl.Float64,
     "source": pl.String,
+}
+DAILY_SCHEMA = {
+    "cluster": pl.String,
+    "day": pl.Date,
+    "account": pl.String,
+    "user": pl.String,
+    "charge": pl.Float64,
+    "raw": pl.Float64,
+    "submitted": pl.Int64,
 }
 DRIFT_SCHEMA = {
     "cluster": pl.String,
@@ -254,7 +290,7 @@ def _empty(schema: dict[str, pl.DataType]) -> pl.LazyFrame:
 def cluster_settings(frames: dict[str, pl.LazyFrame], s: Settings) -> pl.LazyFrame:
     """cluster, half_life_s, lam, era_s, reset, algorithm: scontrol show config where collected, else config."""
     clusters = pl.concat(
-        [frames["jobs"].select("cluster"), frames["shares"].select("cluster")], how="vertical"
+        [frames[name].select("cluster") for name in ("jobs", "shares", "fairshare_daily")], how="vertical"
     ).unique()
     keys = ["PriorityDecayHalfLife", "PriorityUsageResetPeriod", "PriorityFlags"]
     latest = (
@@ -359,19 +395,76 @@ def usage_slices(jobs: pl.LazyFrame, cs: pl.LazyFrame, s: Settings) -> pl.LazyFr
     )
 
 
-def daily_usage(slices: pl.LazyFrame) -> pl.LazyFrame:
+def usage_days(jobs: pl.LazyFrame, slices: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
+    """cluster, day, account, user, charge, raw, submitted: one row per association and local day.
+
+    `charge`: what the association's attempts were charged that day, decayed to the day's end (C_i below);
+    `raw`: the same undecayed (drift's usage shares); `submitted`: its attempts submitted that day (drift's
+    demand). Every attempt gives at least the row of its submit day, so the rows also list every
+    association that ran anything (Slurm's default tree is built from them). This is the grain stored in
+    mart_fairshare_daily: everything the marts need from the job history.
+    """
+    key = ["cluster", "account", "user", "day"]
+    used = (
+        slices.with_columns(
+            c=decayed_usage(pl.col("rate"), pl.col("sa"), pl.col("sb"), pl.col("day_end"), pl.col("lam")),
+            r=pl.col("rate") * seconds_between(pl.col("sb"), pl.col("sa")),
+        )
+        .group_by(key)
+        .agg(pl.col("c").sum().alias("charge"), pl.col("r").sum().alias("raw"))
+    )
+    counted = pl.col("submit_time").is_not_null() & pl.col("account").is_not_null() & pl.col("user").is_not_null()
+    submitted = (
+        jobs.select(
+            "cluster",
+            pl.col("account").fill_null(""),
+            pl.col("user").fill_null(""),
+            pl.coalesce(
+                local_date(pl.col("submit_time"), s.timezone), local_date(pl.col("start_time"), s.timezone)
+            ).alias("day"),
+            counted.alias("counted"),
+        )
+        .group_by(key)
+        .agg(pl.col("counted").sum().cast(pl.Int64).alias("submitted"))
+    )
+    return used.join(submitted, on=key, how="full", coalesce=True, nulls_equal=True).with_columns(
+        pl.col("charge").fill_null(0.0), pl.col("raw").fill_null(0.0), pl.col("submitted").fill_null(0)
+    )
+
+
+def history_days(frames: dict[str, pl.LazyFrame], slices: pl.LazyFrame, s: Settings,
+                 stored: bool) -> pl.LazyFrame:
+    """The day table of the whole history: the stored days before the window and the recomputed ones from
+    its first day on (an incremental run); every day recomputed from the attempts when there are no stored
+    days to use (a full run, or a caller that passes the whole history as `jobs`)."""
+    fresh = usage_days(frames["jobs"], slices, s)
+    if not stored or s.since is None:
+        return fresh
+    first = local_date(pl.lit(s.since, dtype=UTC_DT), s.timezone)
+    kept = frames["fairshare_daily"].filter(pl.col("day") < first).select(list(DAILY_SCHEMA))
+    return pl.concat([kept.cast(DAILY_SCHEMA), fresh.filter(pl.col("day") >= first).select(list(DAILY_SCHEMA))])
+
+
+def daily_usage(days: pl.LazyFrame, cs: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
     """Decayed raw usage per association at each local day end on which it had usage (sparse).
 
     U(D_k) = sum over days i <= k of the same reset epoch of C_i * exp(-lambda (D_k - D_i)), computed
-    as cumulative sums in eras of 60 half-lives so that exp() never overflows.
+    as cumulative sums in eras of 60 half-lives so that exp() never overflows. C_i are the day table's
+    `charge`s, so the carry costs one row per association and day, however many attempts ran.
     """
     group = [*KEY, "epoch"]
     daily = (
-        slices.with_columns(
-            c=decayed_usage(pl.col("rate"), pl.col("sa"), pl.col("sb"), pl.col("day_end"), pl.col("lam"))
+        days.filter(pl.col("raw") > 0)
+        .join(cs.select("cluster", "lam", "era_s", "reset"), on="cluster")
+        .select(
+            *KEY,
+            reset_epoch(pl.col("day"), pl.col("reset")).alias("epoch"),
+            "day",
+            local_midnight(pl.col("day") + pl.duration(days=1), s.timezone).alias("day_end"),
+            "lam",
+            "era_s",
+            pl.col("charge").alias("c"),
         )
-        .group_by(*group, "day", "day_end", "lam", "era_s")
-        .agg(pl.col("c").sum())
         .with_columns(t_s=pl.col("day_end").dt.epoch("us").cast(pl.Float64) / 1e6)
         .with_columns(era=(pl.col("t_s") / pl.col("era_s")).floor())
         .with_columns(
@@ -412,7 +505,7 @@ def tree_snapshots(shares: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
     )
 
 
-def asof_grid(slices: pl.LazyFrame, snaps: pl.LazyFrame, cs: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
+def asof_grid(days: pl.LazyFrame, snaps: pl.LazyFrame, cs: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
     """cluster, as_of, day, lookup, epoch, partial: local day ends, compared sshare instants and now.
 
     A day-end row reads the day-level usage at `as_of`; a partial row (an instant inside a day) reads it
@@ -423,7 +516,7 @@ def asof_grid(slices: pl.LazyFrame, snaps: pl.LazyFrame, cs: pl.LazyFrame, s: Se
     now = pl.lit(today, dtype=UTC_DT)
     first = pl.concat(
         [
-            slices.group_by("cluster").agg(pl.col("day").min().alias("first")),
+            days.filter(pl.col("raw") > 0).group_by("cluster").agg(pl.col("day").min().alias("first")),
             snaps.group_by("cluster").agg(pl.col("day").min().alias("first")),
         ]
     ).group_by("cluster").agg(pl.col("first").min())
@@ -464,11 +557,12 @@ def asof_grid(slices: pl.LazyFrame, snaps: pl.LazyFrame, cs: pl.LazyFrame, s: Se
     )
 
 
-def association_tree(frames: dict[str, pl.LazyFrame], snaps: pl.LazyFrame) -> pl.LazyFrame:
+def association_tree(frames: dict[str, pl.LazyFrame], snaps: pl.LazyFrame, days: pl.LazyFrame) -> pl.LazyFrame:
     """cluster, tree_time, account, user, parent_key, raw_shares, is_user, is_root.
 
     From the kept sshare snapshots; a cluster never collected gets Slurm's defaults (every association
-    with Fairshare=1, accounts under root) built from the accounts and users seen in jobs.
+    with Fairshare=1, accounts under root) built from the accounts and users seen in jobs (`days`: the
+    day table, which lists every association that ran anything).
     """
     shares = frames["shares"].join(snaps.select("cluster", "snapshot_time"), on=["cluster", "snapshot_time"])
     real = shares.select(
@@ -479,7 +573,7 @@ def association_tree(frames: dict[str, pl.LazyFrame], snaps: pl.LazyFrame) -> pl
         pl.col("parent"),
         pl.col("raw_shares").cast(pl.Int64),
     )
-    jobs = frames["jobs"].select("cluster", pl.col("account").fill_null(""), pl.col("user").fill_null(""))
+    jobs = days.select("cluster", "account", "user")
     jobs = jobs.join(frames["shares"].select("cluster").unique(), on="cluster", how="anti").unique()
     epoch0 = pl.lit(datetime(1970, 1, 1, tzinfo=UTC), dtype=UTC_DT)
     synthetic = pl.concat(
@@ -788,17 +882,20 @@ def classic_values(v: pl.LazyFrame, clos: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def computed_rows(frames: dict[str, pl.LazyFrame], s: Settings) -> tuple[pl.LazyFrame, pl.LazyFrame]:
-    """The computed mart_fairshare rows, and the pieces mart_fairshare_drift reuses."""
+def computed_rows(frames: dict[str, pl.LazyFrame], cs: pl.LazyFrame, slices: pl.LazyFrame,
+                  days: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
+    """The computed mart_fairshare rows at every as_of of the window.
+
+    `days` (the day table of the whole history) carries usage up to each as_of's day; `slices` (the
+    attempts of the window, cut into days) add the part of an as_of's own day before it.
+    """
     # .cache(): these frames feed several branches; without it the plan (and its optimisation) grows
     # with every reuse, and the closure's 16 joins alone take seconds to plan.
-    cs = cluster_settings(frames, s).cache()
-    slices = usage_slices(frames["jobs"], cs, s).cache()
-    sparse = daily_usage(slices)
+    sparse = daily_usage(days, cs, s)
     snaps = tree_snapshots(frames["shares"], s).cache()
-    tree = association_tree(frames, snaps).cache()
+    tree = association_tree(frames, snaps, days).cache()
     clos = closure(tree).cache()
-    grid = pick_tree(asof_grid(slices, snaps, cs, s), tree).cache()
+    grid = pick_tree(asof_grid(days, snaps, cs, s), tree).cache()
     users = user_usage_at(grid, tree, sparse, slices)
     rolled = (
         users.join(clos, on=["cluster", "tree_time", "account", "user"])
@@ -841,7 +938,7 @@ def computed_rows(frames: dict[str, pl.LazyFrame], s: Settings) -> tuple[pl.Lazy
             pl.lit("computed").alias("source"),
         )
     )
-    return out, slices
+    return out
 
 
 def sshare_rows(frames: dict[str, pl.LazyFrame], s: Settings) -> pl.LazyFrame:
@@ -867,13 +964,13 @@ def sshare_rows(frames: dict[str, pl.LazyFrame], s: Settings) -> pl.LazyFrame:
     )
 
 
-def drift_rows(frames: dict[str, pl.LazyFrame], slices: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
+def drift_rows(frames: dict[str, pl.LazyFrame], days: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
     """Each account's share of (undecayed) usage over trailing 7 and 30 days against its target share of
     the machine (the product of normalised shares down its path), and how long it has been starved
     (ratio below drift.fairshare_starved_ratio while it had jobs submitted) or over-served."""
     tz = s.timezone
     snaps = tree_snapshots(frames["shares"], s)
-    tree = association_tree(frames, snaps)
+    tree = association_tree(frames, snaps, days)
     latest = tree.group_by("cluster").agg(pl.col("tree_time").max())
     tree = tree.join(latest, on=["cluster", "tree_time"]).cache()
     clos = closure(tree).cache()
@@ -903,17 +1000,15 @@ def drift_rows(frames: dict[str, pl.LazyFrame], slices: pl.LazyFrame, s: Setting
         .select("cluster", "account", "user", pl.col("anc_account").alias("node"))
     )
     used = (
-        slices.with_columns(raw=pl.col("rate") * seconds_between(pl.col("sb"), pl.col("sa")))
-        .group_by("cluster", "account", "user", "day")
-        .agg(pl.col("raw").sum())
+        days.filter(pl.col("raw") > 0)
+        .select("cluster", "account", "user", "day", "raw")
         .join(user_to_acc, on=["cluster", "account", "user"])
         .group_by("cluster", "node", "day")
         .agg(pl.col("raw").sum())
     )
     submitted = (
-        frames["jobs"]
-        .group_by("cluster", "account", "user", local_date(pl.col("submit_time"), tz).alias("day"))
-        .agg(pl.len().alias("submitted"))
+        days.filter(pl.col("submitted") > 0)
+        .select("cluster", "account", "user", "day", "submitted")
         .join(user_to_acc, on=["cluster", "account", "user"])
         .group_by("cluster", "node", "day")
         .agg(pl.col("submitted").sum())
@@ -1002,6 +1097,7 @@ def _frames(frames: dict[str, pl.LazyFrame]) -> dict[str, pl.LazyFrame]:
             "fairshare": pl.Float64,
         },
         "slurm_config": {"cluster": pl.String, "snapshot_time": UTC_DT, "key": pl.String, "value": pl.String},
+        "fairshare_daily": DAILY_SCHEMA,
     }
     return {name: with_columns_of(frames.get(name), schema) for name, schema in schemas.items()}
 
@@ -1028,15 +1124,25 @@ def to_utc(schema: Mapping[str, pl.DataType]) -> list[pl.Expr]:
 
 
 def compute(frames: dict[str, pl.LazyFrame], params: Any) -> dict[str, pl.LazyFrame]:
-    """mart_fairshare (computed and sshare rows per association and as_of) and mart_fairshare_drift."""
+    """mart_fairshare (computed and sshare rows per association and as_of), mart_fairshare_drift, and the
+    day table mart_fairshare_daily the next incremental run starts from.
+
+    With `since` and a `fairshare_daily` frame (the stored days before the window, as the runner reads
+    them), `jobs` need only hold the attempts charged or submitted from the window's first day on;
+    otherwise `jobs` is the whole history.
+    """
     s = settings(params)
     f = _frames(frames)
-    computed, slices = computed_rows(f, s)
+    cs = cluster_settings(f, s).cache()
+    slices = usage_slices(f["jobs"], cs, s).cache()
+    days = history_days(f, slices, s, stored=frames.get("fairshare_daily") is not None).cache()
+    computed = computed_rows(f, cs, slices, days, s)
     fairshare = pl.concat(
         [computed.select(list(FAIRSHARE_SCHEMA)), sshare_rows(f, s).select(list(FAIRSHARE_SCHEMA))]
     ).cast(FAIRSHARE_SCHEMA)
-    drift = drift_rows(f, slices, s).select(list(DRIFT_SCHEMA)).cast(DRIFT_SCHEMA)
-    return {"mart_fairshare": fairshare, "mart_fairshare_drift": drift}
+    drift = drift_rows(f, days, s).select(list(DRIFT_SCHEMA)).cast(DRIFT_SCHEMA)
+    daily = days.filter(pl.col("day").is_not_null()).select(list(DAILY_SCHEMA)).cast(DAILY_SCHEMA)
+    return {"mart_fairshare": fairshare, "mart_fairshare_drift": drift, "mart_fairshare_daily": daily}
 
 
 def sshare_agreement(mart: pl.LazyFrame) -> pl.LazyFrame:
