@@ -532,7 +532,7 @@ def test_scheduler_rides_out_a_slurmctld_restart_and_a_slurmdbd_outage(rig):
     con = connect(rig.db)
     try:
         stats = pl.from_arrow(con.execute("SELECT * FROM sched_stats WHERE cluster = ? ORDER BY snapshot_time",
-                                          [rig.cfg.cluster]).fetch_arrow_table())
+                                          [rig.cfg.cluster]).to_arrow_table())
     finally:
         con.close()
     naive = stats.select(pl.col("jobs_submitted").diff()).to_series().drop_nulls()
