@@ -8,6 +8,18 @@ SLUG = "nodes"
 TITLE = "Slurm nodes and GPU health"
 
 
+def _worst_first(kind: str, matcher: str) -> str:
+    """The `_info` series (status, reason) valued 2 failing / 1 degraded / 0 ok, sorted worst first.
+
+    Every node (GPU) is listed, so a healthy cluster shows its verdicts too, not an empty table.
+    """
+    key = "cluster, node" if kind == "node" else "cluster, node, gpu"
+    status = f"slurmscope_{kind}_health_status"
+    return (f"sort_desc(slurmscope_{kind}_health_info{{{matcher}}} * on ({key}) group_left ()"
+            f" (2 * max by ({key}) ({status}{{{matcher}, status=\"failing\"}})"
+            f" + max by ({key}) ({status}{{{matcher}, status=\"degraded\"}})))")
+
+
 def build():
     return (
         new_dashboard(SLUG, TITLE, "Node states with reasons, GPU availability by model, and NVML health.")
@@ -15,11 +27,13 @@ def build():
             Q(f"sum by (status) (slurmscope_node_health_status{{{C}}})", "{{status}}")], stacked=True,
             description="ok / degraded / failing per node, combining Slurm state, NVML GPU health and GRES vs NVML"
                         " GPU counts (rules: docs/pipelines.md#health)."))
-        .with_panel(tbl("Nodes and GPUs not ok, and why", [
-            Q(f'slurmscope_node_health_info{{{C}, status!="ok"}}', "node"),
-            Q(f'slurmscope_gpu_health_info{{{CG}, status!="ok"}}', "gpu")],
-            description="The verdict and its first reason per node and per GPU (fixed reason list in"
-                        " docs/pipelines.md#health); Slurm's own reason text is in 'Node states and reasons'."))
+        .with_panel(tbl("Node health verdicts and why (failing first)", [Q(_worst_first("node", C), "node")], w=12,
+                        description="Each node's verdict and the first rule that holds (docs/pipelines.md#health);"
+                                    " value 2 = failing, 1 = degraded, 0 = ok. Slurm's own reason text is in"
+                                    " 'Node states and reasons'."))
+        .with_panel(tbl("GPU health verdicts and why (failing first)", [Q(_worst_first("gpu", CG), "gpu")], w=12,
+                        description="Each GPU's verdict (central NVML data) and the first rule that holds;"
+                                    " value 2 = failing, 1 = degraded, 0 = ok."))
         .with_panel(ts("Nodes by state", [Q(f"sum by (state) (slurmscope_nodes{{{CP}}})", "{{state}}")], stacked=True))
         .with_panel(ts("GPUs by model and state", [
             Q(f"sum by (gpu_model, state) (partition_gpu_model_state:slurmscope_gpus:sum{{{CP}}})",

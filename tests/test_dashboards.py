@@ -23,7 +23,7 @@ GENERATED = ROOT / "dashboards" / "generated"
 KNOWN = ({m.name for m in CATALOG} | {m.name for m in INTERNAL} | {r.record for r in RECORDING}
          | {"ALERTS", "ALERTS_FOR_STATE"})
 FUNCS = {"sum", "max", "min", "avg", "count", "rate", "increase", "time", "vector", "by", "or", "and", "unless",
-         "on", "offset", "label_values", "avg_over_time"}
+         "on", "offset", "label_values", "avg_over_time", "group_left", "sort_desc"}
 
 
 def test_committed_json_is_generated():
