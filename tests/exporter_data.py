@@ -275,8 +275,9 @@ def build_marts(con: duckdb.DuckDBPyConnection) -> None:
     """)
     # Health verdicts: not typed out by hand but computed by the health pipeline from the raw rows above (its
     # rules are unit-tested on their own in tests/test_pipeline_health.py).
-    from slurmscope.config import load_config
     from slurmscope.pipelines.runner import run_pipelines
+
+    from slurmscope.config import load_config
 
     cfg = load_config(env={}).with_overrides(cluster={"name": CLUSTER})
     written = run_pipelines(con, cfg, full=True, only=["health"], now=END)
