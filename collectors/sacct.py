@@ -219,6 +219,7 @@ def check_input(data: bytes, fmt: str | None = None, delimiter: str | None = Non
 # from one slice to the next (a job's steps follow it immediately in sacct's output).
 CHUNK_LINES = 250_000
 CARRY_ROWS = 1000
+_MASKS = ("\ue000", "\ue001", "\ue002", "\ufdd0")  # private-use / non-characters
 
 # Bytes that may serve as the "separator" when Polars reads whole lines: any one absent from the input.
 _LINE_SEPARATORS = [bytes([c]) for c in (0, 1, 2, 3, 4, 5, 6, 7, 8, 11, 12, *range(14, 32))]
@@ -281,8 +282,33 @@ def _split_lines(
     if trailing:
         good_mask = good_mask & pl.col("line").str.ends_with(delim)
     lines_df = lines_df.with_columns(good_mask.alias("_good"))
+    free = [i for i, f in enumerate(fields) if f in FREE_TEXT]
+    free_idx = free[0] if len(free) == 1 else None
+    fixed: dict[int, str] = {}
+    quarantined: list[dict] = []
     odd = lines_df.filter(~pl.col("_good")).select("line_no", "line")
-    split = lines_df.filter(pl.col("_good")).select(
+    placeholder = None
+    if odd.height:
+        # A recovered line is rewritten with its free-text delimiters masked, then split with all the others
+        # in file order (steps must follow their job); a character absent from the slice does the masking.
+        placeholder = next((c for c in _MASKS if not lines_df["line"].str.contains(c, literal=True).any()), None)
+    for no, line in odd.iter_rows():
+        parts, reason = split_fields(line, delim, n, free_text=free_idx, trailing=trailing)
+        if parts is not None and placeholder is None:
+            parts, reason = None, "delimiter inside a free-text field, and no free character to mask it"
+        if parts is None:
+            if len(free) > 1 and line.count(delim) + 1 > want:
+                reason += f" (free-text fields {', '.join(fields[i] for i in free)}: cannot tell which holds the delimiter)"
+            quarantined.append({"line_no": no, "raw_text": line, "raw_bytes": None, "reason": reason})
+        else:
+            fixed[no] = delim.join(p.replace(delim, placeholder) for p in parts) + (delim if trailing else "")
+    if odd.height:
+        keys = list(fixed)
+        lines_df = lines_df.filter(pl.col("_good") | pl.col("line_no").is_in(keys)).with_columns(
+            pl.when(pl.col("_good")).then(pl.col("line")).otherwise(
+                pl.col("line_no").replace_strict(keys, list(fixed.values()), default=None, return_dtype=pl.String)
+            ).alias("line"))
+    split = lines_df.select(
         "line_no",
         pl.col("line").str.split_exact(delim, want - 1).struct.rename_fields(
             fields + (["_trail"] if trailing else [])
@@ -290,20 +316,9 @@ def _split_lines(
     ).unnest("_f")
     if trailing:
         split = split.drop("_trail")
-    free = [i for i, f in enumerate(fields) if f in FREE_TEXT]
-    free_idx = free[0] if len(free) == 1 else None
-    recovered: list[dict] = []
-    quarantined: list[dict] = []
-    for no, line in odd.iter_rows():
-        parts, reason = split_fields(line, delim, n, free_text=free_idx, trailing=trailing)
-        if parts is None:
-            if len(free) > 1 and line.count(delim) + 1 > want:
-                reason += f" (free-text fields {', '.join(fields[i] for i in free)}: cannot tell which holds the delimiter)"
-            quarantined.append({"line_no": no, "raw_text": line, "raw_bytes": None, "reason": reason})
-        else:
-            recovered.append({"line_no": no, **dict(zip(fields, parts, strict=True))})
-    if recovered:
-        split = pl.concat([split, pl.DataFrame(recovered, schema=split.schema)]).sort("line_no")
+    if fixed and free_idx is not None:
+        free_col = pl.col(fields[free_idx])
+        split = split.with_columns(free_col.str.replace_all(placeholder, delim, literal=True))
     return split, quarantined
 
 
@@ -440,10 +455,50 @@ def _parse(data: bytes, *, cluster: str, tz, fmt, delimiter, source) -> Parsed:
     jobs = pl.concat(jobs_parts, how="vertical_relaxed") if len(jobs_parts) > 1 else jobs_parts[0]
     # The rank within this output; after_upsert corrects it from all stored rows, and only rows whose
     # rank really differs (attempts seen in other windows) are rewritten there.
-    rank = pl.col("submit_time").rank("dense").over("cluster", "job_id_raw").cast(pl.Int32)
-    jobs = jobs.with_columns(rank.alias("attempt"), (rank - 1).alias("restarts"))
+    attempt = output_attempts(jobs)
+    jobs = jobs.with_columns(attempt.alias("attempt"), (attempt - 1).alias("restarts"))
     steps = pl.concat(steps_parts, how="vertical_relaxed") if len(steps_parts) > 1 else steps_parts[0]
     return Parsed(tables={"jobs": jobs, "job_steps": steps}, quarantine=q)
+
+
+def step_submit_times(typed: pl.DataFrame) -> pl.Series:
+    """For each step line, the Submit of the latest allocation line of the same job printed before it.
+
+    sacct prints a job's steps right after its allocation line, so the previous allocation line (a plain
+    gather) answers nearly every step; the per-job window, a group-by, runs only over the jobs of the
+    steps that gather did not resolve.
+    """
+    frame = typed.select(
+        "job_id_raw", "_is_step",
+        pl.when(~pl.col("_is_step")).then(pl.col("submit_time")).alias("_alloc"),
+        pl.when(~pl.col("_is_step")).then(pl.int_range(pl.len(), dtype=pl.Int64)).forward_fill().alias("_prev"),
+    )
+    near = frame.select(
+        pl.when(pl.col("_is_step") & (pl.col("job_id_raw").gather(pl.col("_prev")) == pl.col("job_id_raw")))
+        .then(pl.col("_alloc").gather(pl.col("_prev")))
+    ).to_series()
+    open_steps = frame["_is_step"] & near.is_null()
+    if open_steps.any():
+        rows = frame["job_id_raw"].is_in(frame["job_id_raw"].filter(open_steps).unique().implode())
+        far = frame.filter(rows).select(pl.col("_alloc").forward_fill().over("job_id_raw")).to_series()
+        idx = rows.arg_true()
+        near = near.scatter(idx, near.gather(idx).fill_null(far))
+    return near.alias("job_submit_time")
+
+
+def output_attempts(jobs: pl.DataFrame) -> pl.Series:
+    """Dense rank of submit time per (cluster, job_id_raw) within this output, as an Int32 series.
+
+    Almost every job id occurs once, so the rank (a window over all rows, the slowest step of a large
+    parse) is computed only on the rows whose job id repeats; the rest are attempt 1.
+    """
+    attempt = pl.Series("attempt", [1], dtype=pl.Int32).new_from_index(0, jobs.height)
+    repeated = jobs["job_id_raw"].is_duplicated()
+    if repeated.any():
+        rank = jobs.filter(repeated).select(
+            pl.col("submit_time").rank("dense").over("cluster", "job_id_raw").cast(pl.Int32))
+        attempt = attempt.scatter(repeated.arg_true(), rank.to_series())
+    return attempt
 
 
 def _typed(df: pl.DataFrame, *, fields: list[str], delim: str, trailing: bool, tz, cluster: str, source: str,
@@ -589,11 +644,7 @@ def _typed(df: pl.DataFrame, *, fields: list[str], delim: str, trailing: bool, t
     if fix and "state" in typed.columns:
         typed = typed.with_columns(**fix)
     # A step belongs to the allocation attempt printed before it (sacct prints each job, then its steps).
-    typed = typed.with_columns(
-        pl.when(~pl.col("_is_step")).then(pl.col("submit_time")).otherwise(None).alias("_alloc_submit")
-    ).with_columns(
-        pl.col("_alloc_submit").forward_fill().over("job_id_raw").alias("job_submit_time")
-    )
+    typed = typed.with_columns(step_submit_times(typed).alias("job_submit_time"))
     if carry:
         keys = list(carry)
         typed = typed.with_columns(pl.coalesce(
@@ -623,14 +674,18 @@ def _typed(df: pl.DataFrame, *, fields: list[str], delim: str, trailing: bool, t
         .alias("_reason")
     )
     typed = typed.with_columns(reason)
-    bad = typed.filter(pl.col("_reason").is_not_null())
+    has_bad = typed["_reason"].is_not_null().any()
+    bad = typed.filter(pl.col("_reason").is_not_null()) if has_bad else typed.clear()
     if bad.height:
-        # The line had exactly the expected fields, so joining them gives back its text.
+        # The line had exactly the expected fields, so joining them gives back its text: from `df`, the
+        # split fields as printed (typing has rewritten some columns of `typed`, e.g. State).
         text = pl.concat_str([pl.col(f).fill_null("") for f in fields], separator=delim)
         if trailing:
             text = text + pl.lit(delim)
-        for no, line, why in bad.select("line_no", text.alias("_text"), "_reason").iter_rows():
-            quarantined.append({"line_no": no, "raw_text": line, "raw_bytes": None, "reason": why})
+        texts = dict(df.filter(pl.col("line_no").is_in(bad["line_no"].implode()))
+                     .select("line_no", text.alias("_text")).iter_rows())
+        for no, why in bad.select("line_no", "_reason").iter_rows():
+            quarantined.append({"line_no": no, "raw_text": texts[no], "raw_bytes": None, "reason": why})
     del bad
 
     job_cols = ["cluster", "job_id", "job_id_raw", "submit_time", "array_job_id", "array_task_id",

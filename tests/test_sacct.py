@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 import polars as pl
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from slurmscope.collectors import sacct
 from slurmscope.collectors.sacct import LIVE_FIELDS, parse
@@ -340,3 +340,36 @@ def test_slices_give_the_same_result_as_one_pass(monkeypatch):
 def test_byte_order_mark_before_the_header():
     out = parse(b"\xef\xbb\xbfJobID|Submit|State\r\n5|2024-01-01T00:00:00|COMPLETED\r\n", cluster="c", tz=UTCZ)
     assert out.quarantine.height == 0 and out.tables["jobs"]["job_id"].to_list() == ["5"]
+
+
+# The fast paths of a large parse must equal the plain window expressions they replace, on any order of
+# allocation and step lines (steps far from their job, jobs repeated, a step before any allocation line).
+_rows = st.lists(st.tuples(st.integers(1, 4), st.booleans(), st.none() | st.integers(0, 5)), max_size=40)
+
+
+@settings(max_examples=300)
+@given(_rows)
+def test_step_submit_times_equals_the_per_job_forward_fill(rows):
+    df = pl.DataFrame(
+        {"job_id_raw": [r[0] for r in rows], "_is_step": [r[1] for r in rows],
+         "submit_time": [None if r[2] is None else datetime(2026, 1, 1, r[2], tzinfo=UTC) for r in rows]},
+        schema={"job_id_raw": pl.Int64, "_is_step": pl.Boolean, "submit_time": pl.Datetime("us", "UTC")},
+    )
+    expected = df.select(
+        pl.when(~pl.col("_is_step")).then(pl.col("submit_time")).forward_fill().over("job_id_raw")
+    ).to_series().to_list()
+    got = sacct.step_submit_times(df).to_list()
+    steps = [i for i, r in enumerate(rows) if r[1]]
+    assert [got[i] for i in steps] == [expected[i] for i in steps]
+
+
+@settings(max_examples=300)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(1, 5), st.integers(0, 3)), max_size=40))
+def test_output_attempts_equals_the_dense_rank_per_job(rows):
+    df = pl.DataFrame(
+        {"cluster": [r[0] for r in rows], "job_id_raw": [r[1] for r in rows],
+         "submit_time": [datetime(2026, 1, 1, r[2], tzinfo=UTC) for r in rows]},
+        schema={"cluster": pl.String, "job_id_raw": pl.Int64, "submit_time": pl.Datetime("us", "UTC")},
+    )
+    expected = df.select(pl.col("submit_time").rank("dense").over("cluster", "job_id_raw").cast(pl.Int32))
+    assert sacct.output_attempts(df).to_list() == expected.to_series().to_list()
