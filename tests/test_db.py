@@ -63,6 +63,17 @@ def test_upsert_replaces_by_natural_key(con):
     assert rows == [("a", 2025), ("b", 2024)]
 
 
+def test_upsert_keeps_the_last_row_of_a_key_repeated_within_one_load(con):
+    spec = TableSpec("watermarks", ("cluster", "collector"))
+    df = pl.DataFrame({"cluster": ["c", "c", "c"], "collector": ["a", "b", "a"],
+                       "position": ["2023-01-01", "2024-01-01", "2025-01-01"]})
+    df = df.with_columns(pl.col("position").str.to_datetime("%Y-%m-%d", time_zone="UTC"))
+    with transaction(con):
+        assert upsert(con, spec, df) == 2
+    rows = con.execute("SELECT collector, year(position) FROM watermarks ORDER BY 1").fetchall()
+    assert rows == [("a", 2025), ("b", 2024)]
+
+
 def test_load_is_one_transaction_with_its_run_record(con):
     bad = Parsed(tables={"watermarks": pl.DataFrame({"collector": ["a"], "position": [None]})},
                  quarantine=quarantine_frame())
