@@ -401,3 +401,22 @@ def test_cost_per_useful_gpu_hour_idle_dollars_and_energy_per_account():
         schema=cost.EFFICIENCY_SCHEMA, orient="row",
     )
     assert_frame_equal(got, want, check_exact=False, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def test_spread_of_an_incremental_run_takes_earlier_days_of_the_month_from_the_marts(con):
+    t0 = three_users_one_hour(con)
+    # 4 Feb: 1 of 2 GPUs allocated for an hour, to x alone: usage $1 and unallocated $1, both x's.
+    insert_node(con, t0 + timedelta(days=1), "MIXED", 1)
+    insert_job(con, 200, t0 + timedelta(days=1), t0 + timedelta(days=1), t0 + timedelta(days=1, hours=1), user="x")
+    cfg = load_config(env={}).with_overrides(billing={"rates": {"h100": 1.0}, "idle_cost": "spread"})
+    now = t0 + timedelta(days=1, hours=2)
+    run_pipelines(con, cfg, now=now, only=["cost"], full=True)
+    full = invoice(con)
+    # x: usage 1/3 + 1 and spread 1/3 + 1; y, z: 1/3 each -> 133.33, 33.33, 33.33 cents: the spare cent of each
+    # to x (equal fractions, first by account, user). Rows: 2.68 + 0.66 + 0.66 = $4.00 = two days of capacity.
+    assert full == [("a", "x", Decimal("2.68"), Decimal("1.34"), 1), ("a", "y", Decimal("0.66"), Decimal("0.33"), 1),
+                    ("b", "z", Decimal("0.66"), Decimal("0.33"), 1)]
+    # Rebuilding only from 4 Feb: 3 Feb's usage and unallocated dollars come from mart_cost_daily and
+    # mart_capacity_daily; the invoice must not change.
+    run_pipelines(con, cfg, now=now, only=["cost"], since="2026-02-04")
+    assert invoice(con) == full
