@@ -1,0 +1,658 @@
+"""The demo's own history on a real Prometheus (Debian's 2.42): every panel has data, the right alerts are on.
+
+tests/integration/test_prometheus_live.py proves the rules and panels on a hand-made 26-hour history. This
+module does the same with what `slurmscope demo` builds (the session's `demo_run`: 64 GPUs, 3 simulated
+days, seed 7): the simulated period is exported with `export_instants` (every 30 minutes, then every 5
+minutes for the last FINE hours), shifted so that its end lands 30 s ago, turned into TSDB blocks by
+`promtool tsdb create-blocks-from openmetrics`, and Prometheus starts on loopback with the generated rules,
+scraping a `demo` job (serve_metrics with the demo's final render, as `slurmscope demo` serves it) and a node
+agent on the fake NVML.
+
+What is expected is derived without asking Prometheus: from the simulator's ground truth (events.jsonl:
+node faults, XIDs, job ends, requeues; the snapshot schedule in the file names) or from the raw DuckDB tables
+by a separate computation in this file. Alerts and panels that the demo cannot exercise are listed with the
+reason (IMPOSSIBLE_IN_DEMO, NO_DATA_IN_DEMO) and each reason is itself checked against the data, so that
+the lists go stale loudly when the simulator or the exporter starts producing what they lack.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+from slurmscope.alerts import thresholds as th
+from slurmscope.alerts.build import render_rules
+from slurmscope.alerts.rules import ALERTS
+from slurmscope.dashboards.build import MODULES, generate
+from slurmscope.dashboards.common import panel_queries, substitute
+
+from slurmscope.config import load_config
+from slurmscope.exporter import export_instants, render, serve_metrics
+from tests.integration.test_prometheus_live import (
+    _api,
+    _blocks,
+    _esc,
+    _free_port,
+    _start,
+    _start_agent,
+    _stop,
+)
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
+
+# Half-hourly far back: any 1h window then holds two samples, so 1h rates (recording rules, job alerts) have a
+# value at every instant, and t - 1h and t - 6h are instants too (exact increases). Every instant costs ~70
+# DuckDB queries, so the fine part is kept to what the alerts need: the 15m event windows and the longest
+# `for:` (1h).
+COARSE_STEP = timedelta(minutes=30)
+FINE = timedelta(hours=3)
+STEP = timedelta(minutes=5)
+LAG = timedelta(seconds=30)           # the history's last instant lands this long before Prometheus starts
+FAILED_STATES = {"FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL"}
+
+# Alerts the 3-day demo cannot raise at all, each with why; test_impossible_alerts_have_no_cause checks the
+# reasons hold in the demo's data (so this list fails when the simulator learns to produce the cause).
+IMPOSSIBLE_IN_DEMO = {
+    "GpuEccUncorrectable": "the simulator's NVML telemetry writes ecc_uncorrected_total = 0 for every minute",
+    "GpuRowRemapFailed": "the simulator's NVML telemetry never sets remapped_failed",
+    "GpuCountMismatch": "the simulated inventory lists every GPU of a telemetry node (a GPU that falls off the bus "
+                        "is not removed from it)",
+    "SlurmControllerUnreachable": "the simulator writes no `scontrol ping` snapshots (controller_pings is empty)",
+    "SlurmCostBurnAboveBudget": "the demo runs the pipelines once, at the end: mart_usage_counters has one "
+                                "updated_at, so the cost counters have a single value and no rate",
+    "SlurmscopeCollectorStale": "the demo's ingest runs are recorded at wall-clock time, after the simulated "
+                                "period: no collector run is at or before the rendered instant",
+    "SlurmscopeCollectorFailing": "as SlurmscopeCollectorStale: no collector run inside the simulated period",
+}
+
+
+# ---------------------------------------------------------------------------------------------- fixture
+
+@dataclass
+class DemoProm:
+    port: int
+    end: datetime                  # end of the simulated period (simulated time)
+    shift: timedelta               # simulated time + shift = Prometheus time
+    instants: list[datetime]       # the exported instants (simulated time)
+    events: list[dict]
+    con: object                    # read-only DuckDB connection to the demo database
+    cluster: str
+    tele_nodes: set[str]
+    sinfo_times: list[datetime]
+    telemetry_days: float          # the simulator writes NVML telemetry (and kmsg XIDs) for the last N days
+
+
+def _for_state(port: int, first: float, last: float, step: float) -> str:
+    """ALERTS_FOR_STATE for the fine part of the history, as a Prometheus running through it would write it.
+
+    Same as test_prometheus_live._for_state, with this module's step: an alert whose expression holds at
+    every fine instant up to the last has been active since the start of that unbroken run, so once
+    restored it fires at once where the history covers its `for:`.
+    """
+    lines = ["# TYPE ALERTS_FOR_STATE gauge"]
+    series: dict[str, list[str]] = {}
+    for a in ALERTS:
+        data = _api(port, "query_range", query=a.expr, start=first, end=last, step=step)
+        for r in data["result"]:
+            times = [float(t) for t, _ in r["values"]]
+            if not times or times[-1] != last:
+                continue
+            k = len(times) - 1
+            while k > 0 and times[k - 1] == times[k] - step:
+                k -= 1
+            labels = {n: v for n, v in r["metric"].items() if n != "__name__"}
+            labels.update({"alertname": a.name, "severity": a.severity, **a.labels})
+            key = ",".join(f'{n}="{_esc(v)}"' for n, v in sorted(labels.items()))
+            series[key] = [f"ALERTS_FOR_STATE{{{key}}} {times[k]} {t}" for t in times[k:]]
+    for key in sorted(series):
+        lines.extend(series[key])
+    return "\n".join(lines) + "\n# EOF\n"
+
+
+def _record_blocks(promtool: str, tmp: Path, port: int, group: list[dict], t0: int, t1: int, name: str) -> None:
+    """Backfill recording rules over [t0, t1] from the running Prometheus into tmp/name, every 5 minutes:
+    promtool evaluates on its own grid, and 5 minutes (the lookback) is what lets every sample be seen."""
+    path = tmp / f"{name}.rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": name, "interval": "5m", "rules": group}]}, sort_keys=False,
+                                   width=10_000))
+    res = subprocess.run([promtool, "tsdb", "create-blocks-from", "rules", f"--start={t0}", f"--end={t1}",
+                          f"--url=http://127.0.0.1:{port}", f"--output-dir={tmp / name}", "--quiet", str(path)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def _move_blocks(src: Path, data: Path) -> None:
+    """Blocks written by promtool go into the data directory while Prometheus is stopped."""
+    if src.is_dir():
+        for block in src.iterdir():
+            if block.is_dir() and (block / "meta.json").exists():
+                shutil.move(str(block), str(data / block.name))
+
+
+@pytest.fixture(scope="module")
+def demo_prom(demo_run, tmp_path_factory):
+    prom, promtool = shutil.which("prometheus"), shutil.which("promtool")
+    if prom is None or promtool is None:
+        pytest.skip("Debian's prometheus/promtool not installed")
+    tmp = tmp_path_factory.mktemp("promdemo")
+    summary = demo_run.result.summary
+    cluster = summary["cluster"]
+    start = datetime.fromisoformat(summary["start"]).replace(tzinfo=UTC)
+    end = datetime.fromisoformat(summary["end"]).replace(tzinfo=UTC)
+    cfg = load_config(None, env={}).with_overrides(cluster={"name": cluster})
+    last = datetime.now(UTC).replace(microsecond=0) - LAG
+    shift = last - end
+    coarse = [start + i * COARSE_STEP for i in range(int((end - FINE - start) / COARSE_STEP))]
+    fine = [end - FINE + i * STEP for i in range(int(FINE / STEP) + 1)]
+    instants = coarse + fine
+    con = demo_run.connect()
+    try:
+        om = io.BytesIO()
+        export_instants(con, cfg, instants, om, shift=shift)
+        body = render(con, cfg, end, shift_seconds=shift.total_seconds())  # what `slurmscope demo` serves
+    except BaseException:
+        con.close()
+        raise
+    (tmp / "history.om").write_bytes(om.getvalue())
+    _blocks(promtool, tmp / "history.om", tmp / "data")
+    port = _free_port()
+    server = agent = agent_stop = None
+    try:
+        rules = yaml.safe_load(render_rules())
+        # Phase 1: the history alone. Recording rules are backfilled over it (`promtool tsdb create-blocks-from
+        # rules`, in two passes because promtool cannot backfill a rule that reads another recording rule),
+        # so that panels reading them have the whole simulated period, not just the minutes since start.
+        recording = rules["groups"][0]["rules"]
+        names = [r["record"] for r in recording]
+        passes = [[r for r in recording if not any(n in r["expr"] for n in names)],
+                  [r for r in recording if any(n in r["expr"] for n in names)]]
+        t0, t1 = int((instants[0] + shift).timestamp()), int(last.timestamp()) + 1
+        for i, group in enumerate(passes):
+            proc = _start(prom, tmp, port, {"global": {"scrape_interval": "5s"}})
+            try:
+                if group:
+                    _record_blocks(promtool, tmp, port, group, t0, t1, f"pass{i}")
+                if i == len(passes) - 1:
+                    for_state = _for_state(port, (last - FINE).timestamp(), last.timestamp(), STEP.total_seconds())
+            finally:
+                _stop(proc)
+            _move_blocks(tmp / f"pass{i}", tmp / "data")
+        (tmp / "for_state.om").write_text(for_state)
+        _blocks(promtool, tmp / "for_state.om", tmp / "data")
+        for g in rules["groups"]:
+            g["interval"] = "5s"   # instead of 1m, so the test does not wait minutes for an evaluation
+        (tmp / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False, width=10_000))
+        server = serve_metrics("127.0.0.1", 0, lambda: body)
+        agent_port, agent_stop, agent = _start_agent(tmp)
+        config = {
+            "global": {"scrape_interval": "5s", "evaluation_interval": "5s"},
+            "rule_files": [str(tmp / "rules.yaml")],
+            # The backfilled history has no job/instance labels: drop them so scraped samples continue it.
+            "scrape_configs": [
+                {"job_name": "demo", "static_configs": [{"targets": [f"127.0.0.1:{server.server_address[1]}"]}],
+                 "metric_relabel_configs": [{"action": "labeldrop", "regex": "job|instance"}]},
+                {"job_name": "nvml-agent", "static_configs": [{"targets": [f"127.0.0.1:{agent_port}"]}]}],
+        }
+        proc = _start(prom, tmp, port, config, "--rules.alert.for-grace-period=1s")
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                up = _api(port, "query", query='count_over_time(up{job="demo"}[1m])')["result"]
+                if up and float(up[0]["value"][1]) >= 3:
+                    break
+                time.sleep(1)
+            time.sleep(6)   # one more evaluation of every group after the scrapes
+            sinfo = sorted(datetime.fromtimestamp(int(p.stem), UTC)
+                           for p in (demo_run.sim_dir / "snapshots" / "sinfo").glob("*.txt"))
+            tele = {p.name for p in (demo_run.sim_dir / "spool").iterdir() if p.is_dir()}
+            yield DemoProm(port, end, shift, instants, demo_run.events(), con, cluster, tele, sinfo,
+                           float(summary["config"]["telemetry_days"]))
+        finally:
+            _stop(proc)
+    finally:
+        con.close()
+        if server is not None:
+            server.shutdown()
+        if agent is not None:
+            agent_stop.set()
+            agent.join(timeout=30)
+
+
+# ------------------------------------------------------------------------- expectations, independently
+
+def _t(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+def _decide(value: float, threshold: float, rel: float = 0.15) -> bool | None:
+    """value > threshold, unless it is within rel of it: Prometheus's rate extrapolation and the exact
+    instants of the live evaluations move a borderline value either way; None means 'either'."""
+    if value > threshold * (1 + rel):
+        return True
+    if value < threshold * (1 - rel):
+        return False
+    return None
+
+
+@dataclass
+class Expected:
+    on: dict[tuple[str, tuple], datetime | None]      # (alertname, key labels) -> since when it holds (sim time)
+    either: dict[tuple[str, tuple], str]               # borderline: accepted active or not, with why
+
+
+KEY_LABELS = {
+    "SlurmNodeDown": ("node",), "SlurmNodeDrainedTooLong": ("node",), "SlurmNodeFlapping": ("node",),
+    "GpuXidCritical": ("node", "xid"), "GpuFallenOffBus": ("node",), "GpuThrottlingSustained": ("node", "gpu"),
+    "SlurmJobFailureRateHigh": ("partition",), "SlurmRequeueSpike": ("partition",),
+    "SlurmNodeFaultJobKills": ("partition",), "SlurmWaitTimeP90Drift": ("partition",),
+    "SlurmFairShareStarvation": ("account",), "SlurmBackfillStalled": (), "GpuUtilizationDrift": (),
+    "GpuFleetDrift": ("entity", "signal"), "NodeErrorRateDrift": ("node", "signal"),
+    "SlurmTrendDrift": ("entity_type", "entity", "signal"), "SlurmscopeMetricsStale": (),
+    "GpuEccUncorrectable": ("node", "gpu"), "GpuRowRemapFailed": ("node", "gpu"), "GpuCountMismatch": ("node",),
+    "SlurmControllerUnreachable": (), "SlurmCostBurnAboveBudget": ("account",),
+    "SlurmscopeCollectorStale": ("collector",), "SlurmscopeCollectorFailing": ("collector",),
+}
+
+
+def _dur(text: str) -> timedelta:
+    n, unit = int(text[:-1]), text[-1]
+    return timedelta(**{{"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[unit]: n})
+
+
+def expected_at_end(d: DemoProm) -> Expected:
+    """Which alerts the demo's history implies at its end, from events.jsonl and the raw tables."""
+    end, ev = d.end, d.events
+    on: dict[tuple[str, tuple], datetime | None] = {}
+    either: dict[tuple[str, tuple], str] = {}
+
+    # Nodes (events.jsonl: node_down / drain / drained / resume). sinfo is hourly: a node shows DOWN from the
+    # first snapshot at or after it went down.
+    state: dict[str, tuple[str, datetime]] = {}
+    node_events: dict[str, list[datetime]] = {}
+    for e in ev:
+        t = _t(e["t"])
+        if t > end:
+            continue
+        if e["type"] == "node_down":
+            state[e["node"]] = ("down", t)
+            node_events.setdefault(e["node"], []).append(t)
+        elif e["type"] == "drained":   # the time sacctmgr's DRAIN event starts
+            state[e["node"]] = ("drain", t)
+            node_events.setdefault(e["node"], []).append(t)
+        elif e["type"] == "drain" and e["node"] not in state:
+            state[e["node"]] = ("draining", t)
+        elif e["type"] == "resume":
+            state.pop(e["node"], None)
+    seen = [s for s in d.sinfo_times if s <= end]
+    for node, (kind, t) in state.items():
+        shown = next((s for s in seen if s >= t), None)
+        if kind == "down" and shown is not None:
+            on[("SlurmNodeDown", (node,))] = shown
+        if kind in ("drain", "draining") and end - t > timedelta(seconds=th.NODE_DRAINED_MAX_SECONDS):
+            on[("SlurmNodeDrainedTooLong", (node,))] = t + timedelta(seconds=th.NODE_DRAINED_MAX_SECONDS)
+    flap = _dur(th.NODE_FLAP_WINDOW)
+    for node, times in node_events.items():
+        recent = sorted(t for t in times if t > end - flap)
+        if len(recent) >= th.NODE_FLAP_EVENTS:
+            on[("SlurmNodeFlapping", (node,))] = recent[th.NODE_FLAP_EVENTS - 1]
+
+    # GPU events: only the telemetry nodes have an NVML agent (and kmsg) in the simulation.
+    window = _dur(th.EVENT_WINDOW)
+    tele_from = end - timedelta(days=d.telemetry_days)
+    for e in ev:
+        if e["type"] != "fault" or not e.get("xid") or e["node"] not in d.tele_nodes:
+            continue
+        t = _t(e["t"])
+        if not (tele_from <= t <= end and t > end - window):
+            continue
+        if e["xid"] in th.CRITICAL_XIDS:
+            on[("GpuXidCritical", (e["node"], str(e["xid"])))] = t
+        if e["xid"] == 79:
+            on[("GpuFallenOffBus", (e["node"],))] = t
+
+    # Throttling, from gpu_samples: throttled share of each GPU's minutes in the last window.
+    tw = _dur(th.THROTTLE_WINDOW)
+    rows = d.con.execute(
+        "SELECT node, CAST(gpu_index AS VARCHAR), avg(least(coalesce(throttle_seconds, 0) / 60.0, 1.0))"
+        " FROM gpu_samples WHERE minute > ? AND minute <= ? GROUP BY ALL", [end - tw, end]).fetchall()
+    for node, gpu, share in rows:
+        verdict = _decide(share, th.THROTTLE_RATIO)
+        if verdict:
+            on[("GpuThrottlingSustained", (node, gpu))] = None
+        elif verdict is None:
+            either[("GpuThrottlingSustained", (node, gpu))] = f"throttled share {share:.2f}"
+
+    # Jobs, from the job ends and requeues of events.jsonl (partition from the submit records).
+    part = {e["job_id_raw"]: e["partition"] for e in ev if e["type"] == "submit"}
+    for e in ev:
+        if e["type"] == "submit_array":
+            part.setdefault(e["job_id_raw"], e["partition"])
+    hour = timedelta(hours=1)
+    ends: dict[str, list[str]] = {}
+    requeues: dict[str, int] = {}
+    for e in ev:
+        t = _t(e["t"])
+        if not (end - hour < t <= end):
+            continue
+        if e["type"] == "end":
+            ends.setdefault(part.get(e["job_id_raw"], ""), []).append(e["state"])
+        elif e["type"] == "requeue":
+            p = part.get(e["job_id_raw"], "")
+            requeues[p] = requeues.get(p, 0) + 1
+    for p, states in ends.items():
+        n = len(states)
+        failed = sum(s in FAILED_STATES for s in states)
+        ratio, many = _decide(failed / n, th.JOB_FAILURE_RATIO), _decide(n, th.JOB_FAILURE_MIN_JOBS - 0.5)
+        if ratio and many:
+            on[("SlurmJobFailureRateHigh", (p,))] = None
+        elif ratio is not False and many is not False and (ratio is None or many is None):
+            either[("SlurmJobFailureRateHigh", (p,))] = f"{failed} failed of {n} ended in the last hour"
+        kills = sum(s == "NODE_FAIL" for s in states)
+        if kills >= th.NODE_FAIL_KILLS_PER_HOUR:
+            on[("SlurmNodeFaultJobKills", (p,))] = None
+    for p, n in requeues.items():
+        verdict = _decide(n, th.REQUEUES_PER_HOUR)
+        if verdict:
+            on[("SlurmRequeueSpike", (p,))] = None
+        elif verdict is None:
+            either[("SlurmRequeueSpike", (p,))] = f"{n} requeues in the last hour"
+
+    # Fair-share starvation, from the raw squeue and sshare snapshots at the end.
+    pend = dict(d.con.execute(
+        "SELECT account, min(submit_time) FROM pending_jobs WHERE cluster = ? AND state = 'PENDING' AND"
+        " snapshot_time = (SELECT max(snapshot_time) FROM pending_jobs WHERE cluster = ? AND snapshot_time <= ?)"
+        " GROUP BY ALL", [d.cluster, d.cluster, end]).fetchall())
+    shares = {a: (s, u) for a, s, u in d.con.execute(
+        "SELECT account, norm_shares, effectv_usage FROM shares WHERE cluster = ? AND \"user\" = '' AND"
+        " snapshot_time = (SELECT max(snapshot_time) FROM shares WHERE cluster = ? AND snapshot_time <= ?)",
+        [d.cluster, d.cluster, end]).fetchall()}
+    for account, submit in pend.items():
+        s, u = shares.get(account, (None, None))
+        if s is None or u is None:
+            continue
+        if (end - submit).total_seconds() > th.STARVATION_PENDING_SECONDS and u < th.STARVATION_USAGE_OVER_SHARES * s:
+            on[("SlurmFairShareStarvation", (account,))] = None
+
+    # Backfill: the last cycle time in the latest sdiag, while jobs are pending.
+    row = d.con.execute(
+        "SELECT bf_last_cycle_when, jobs_pending FROM sched_stats WHERE cluster = ? AND snapshot_time ="
+        " (SELECT max(snapshot_time) FROM sched_stats WHERE cluster = ? AND snapshot_time <= ?)",
+        [d.cluster, d.cluster, end]).fetchone()
+    if row and row[0] is not None and (end - row[0]).total_seconds() > th.BACKFILL_STALL_SECONDS and pend:
+        on[("SlurmBackfillStalled", ())] = row[0] + timedelta(seconds=th.BACKFILL_STALL_SECONDS)
+
+    # GPU utilisation drift, from gpu_samples at the exported instants (what the gauge showed then).
+    def util_at(t: datetime) -> list[float]:
+        return [r[0] for r in d.con.execute(
+            "SELECT util_gpu_mean / 100.0 FROM gpu_samples WHERE cluster = ? AND minute <= ? AND"
+            " minute > ? - INTERVAL 15 MINUTE QUALIFY row_number() OVER (PARTITION BY node, gpu_uuid"
+            " ORDER BY minute DESC) = 1", [d.cluster, t, t]).fetchall() if r[0] is not None]
+
+    recent = [u for t in d.instants if end - hour <= t <= end for u in util_at(t)]
+    before = [u for t in d.instants if end - hour - timedelta(days=1) <= t <= end - hour for u in util_at(t)]
+    if recent and before:
+        ratio = (sum(recent) / len(recent)) / max(sum(before) / len(before), 1e-9)
+        verdict = _decide(th.UTIL_DRIFT_FACTOR, ratio)   # alert when ratio < factor
+        if verdict:
+            on[("GpuUtilizationDrift", ())] = None
+        elif verdict is None:
+            either[("GpuUtilizationDrift", ())] = f"last hour / day before = {ratio:.2f}"
+
+    # Wait-time p90 drift, from mart_wait_times as the gauge showed it at each exported instant.
+    waits = d.con.execute(
+        "SELECT day, \"partition\", account, gpu_class, gpu_model, p90_seconds, jobs FROM mart_wait_times"
+        " WHERE cluster = ?", [d.cluster]).fetchall()
+    days = sorted({w[0] for w in waits})
+
+    def latest_day(t: datetime):
+        ok = [x for x in days if x <= t.date()]
+        return ok[-1] if ok else None
+
+    now_day = latest_day(end)
+    baseline: dict[tuple, list[float]] = {}
+    for t in d.instants:
+        if end - timedelta(days=8) <= t <= end - timedelta(days=1):
+            for w in waits:
+                if w[0] == latest_day(t) and w[5] is not None:
+                    baseline.setdefault(w[1:5], []).append(w[5])
+    for p in sorted({w[1] for w in waits}):
+        cur = [w[5] for w in waits if w[0] == now_day and w[1] == p and w[6] >= th.WAIT_P90_MIN_JOBS
+               and w[5] is not None]
+        base = [sum(v) / len(v) for k, v in baseline.items() if k[0] == p]
+        if not cur or not base:
+            continue
+        value, ref = max(cur), max(base)
+        a = _decide(value, th.WAIT_P90_DRIFT_FACTOR * ref)
+        b = _decide(value, th.WAIT_P90_MIN_SECONDS)
+        if a and b:
+            on[("SlurmWaitTimeP90Drift", (p,))] = None
+        elif a is not False and b is not False and (a is None or b is None):
+            either[("SlurmWaitTimeP90Drift", (p,))] = f"p90 {value:.0f} s vs baseline {ref:.0f} s"
+
+    # Drift alerts page on what the drift pipeline marked breached at its latest run (mart_drift).
+    for signal, etype, entity, node in d.con.execute(
+            "SELECT signal, entity_type, entity, coalesce(node, '') FROM mart_drift WHERE cluster = ? AND as_of <= ?"
+            " QUALIFY row_number() OVER (PARTITION BY signal, entity ORDER BY as_of DESC) = 1 AND breached",
+            [d.cluster, end]).fetchall():
+        if etype == "gpu":
+            on[("GpuFleetDrift", (entity, signal))] = None
+        elif etype == "node" and signal.startswith("node_"):
+            on[("NodeErrorRateDrift", (node, signal))] = None
+        elif etype in ("account", "partition"):
+            on[("SlurmTrendDrift", (etype, entity, signal))] = None
+    return Expected(on, either)
+
+
+# ---------------------------------------------------------------------------------------------- tests
+
+def test_history_was_loaded(demo_prom):
+    """The simulated period is in Prometheus: h100-001 went DOWN (XID 79) early on day 1 and came back."""
+    d = demo_prom
+    downs = [e for e in d.events if e["type"] == "node_down"]
+    assert downs, "the demo's history has no node going down any more; pick another check"
+    first = downs[0]
+    at = _t(first["t"])
+    shown = next(s for s in d.sinfo_times if s >= at)
+    ts = (shown + d.shift).timestamp() + 60
+    r = _api(d.port, "query", query=f'slurmscope_node_down{{node="{first["node"]}"}}', time=ts)["result"]
+    assert [float(x["value"][1]) for x in r] == [1.0]
+    r = _api(d.port, "query", query=f'slurmscope_node_down{{node="{first["node"]}"}}')["result"]
+    assert [float(x["value"][1]) for x in r] == [0.0]
+    span = (d.end - d.instants[0]).total_seconds()
+    r = _api(d.port, "query", query=f'count_over_time(slurmscope_node_down{{node="{first["node"]}"}}[{int(span)}s])')
+    assert float(r["result"][0]["value"][1]) >= len(d.instants) - 1
+
+
+def test_every_rule_is_healthy(demo_prom):
+    rules = [r for g in _api(demo_prom.port, "rules")["groups"] for r in g["rules"]]
+    assert len(rules) == len(ALERTS) + len(yaml.safe_load(render_rules())["groups"][0]["rules"])
+    assert not [(r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"]
+
+
+
+# Panels that legitimately have no data in the 3-day demo, with why (checked: each must really be empty, and
+# test_impossible_alerts_have_no_cause checks the cause in the demo's data).
+_ONE_PIPELINE_RUN = ("the demo runs the pipelines once, at the end of the simulated period, so the usage and "
+                     "cost counters (mart_usage_counters) have one value in the history and no rate over it")
+NO_DATA_IN_DEMO: dict[tuple[str, str], str] = {
+    ("cost", "Spend per hour by account"): _ONE_PIPELINE_RUN,
+    ("cost", "GPUs in use by account"): _ONE_PIPELINE_RUN,
+    ("cost", "Cost per GPU-hour by account"): _ONE_PIPELINE_RUN,
+}
+
+
+def _panels() -> list[tuple[str, str, str, bool]]:
+    out = []
+    files = generate()
+    for m in MODULES:
+        board = json.loads(files[f"dashboards/{m.SLUG}.json"])
+        for title, expr, instant in panel_queries(board):
+            out.append((m.SLUG, title, substitute(expr), instant))
+    return out
+
+
+def test_every_dashboard_query_returns_data(demo_prom):
+    """Range panels over the simulated period (history only, not the live scrapes); stat and table panels now."""
+    d = demo_prom
+    begin, last = (d.instants[0] + d.shift).timestamp(), (d.end + d.shift).timestamp()
+    empty: dict[tuple[str, str], list[str]] = {}
+    for slug, title, q, instant in _panels():
+        if instant:
+            result = _api(d.port, "query", query=q)["result"]
+        else:
+            result = _api(d.port, "query_range", query=q, start=begin, end=last, step=COARSE_STEP.total_seconds())["result"]
+        if not result:
+            empty.setdefault((slug, title), []).append(q)
+    unexplained = {k: v for k, v in empty.items() if k not in NO_DATA_IN_DEMO}
+    assert not unexplained, f"panels without data in the demo: {unexplained}"
+    stale = set(NO_DATA_IN_DEMO) - set(empty)
+    assert not stale, f"listed as empty but they have data now (remove them from NO_DATA_IN_DEMO): {stale}"
+
+
+def _active(port: int) -> dict[tuple[str, tuple], set[str]]:
+    out: dict[tuple[str, tuple], set[str]] = {}
+    for a in _api(port, "alerts")["alerts"]:
+        name = a["labels"]["alertname"]
+        key = tuple(a["labels"].get(n, "") for n in KEY_LABELS.get(name, ()))
+        out.setdefault((name, key), set()).add(a["state"])
+    return out
+
+
+def test_alerts_at_the_end_match_the_history(demo_prom):
+    """Active alerts are exactly those the ground truth implies at the end of the simulated period; each is
+    firing where the history covers its `for:`, pending where it does not."""
+    d = demo_prom
+    exp = expected_at_end(d)
+    active = _active(d.port)
+    missing = set(exp.on) - set(active)
+    unexpected = set(active) - set(exp.on) - set(exp.either)
+    assert not missing, f"implied by the history but not active: {missing}"
+    assert not unexpected, f"active without a cause in the history: { {k: active[k] for k in unexpected} }"
+    fors = {a.name: _dur(a.for_) for a in ALERTS}
+    for key, since in exp.on.items():
+        if since is None:
+            continue
+        held = d.end - since
+        if held >= fors[key[0]] + STEP:
+            assert "firing" in active[key], (key, held, active[key])
+        elif held < fors[key[0]] - STEP:
+            assert active[key] == {"pending"}, (key, held, active[key])
+    assert not ({n for n, _ in active} & set(IMPOSSIBLE_IN_DEMO))
+
+
+def test_impossible_alerts_have_no_cause(demo_prom):
+    """The reasons in IMPOSSIBLE_IN_DEMO hold in the demo's data (and those alerts are not active)."""
+    d, c = demo_prom, demo_prom.cluster
+    q = d.con.execute
+    assert q("SELECT coalesce(max(ecc_uncorrected_total), 0) FROM gpu_samples").fetchone()[0] == 0
+    assert q("SELECT count(*) FROM gpu_samples WHERE remapped_failed").fetchone()[0] == 0
+    mismatch = q("""
+        WITH inv AS (SELECT node, count(DISTINCT gpu_uuid) AS n FROM gpu_inventory WHERE cluster = $c
+                       AND seen_at = (SELECT max(seen_at) FROM gpu_inventory i WHERE i.node = gpu_inventory.node)
+                     GROUP BY node),
+             gres AS (SELECT node, max(gpus_total) AS n FROM node_states WHERE cluster = $c
+                        AND snapshot_time = (SELECT max(snapshot_time) FROM node_states) GROUP BY node)
+        SELECT inv.node FROM inv JOIN gres USING (node) WHERE inv.n < gres.n""", {"c": c}).fetchall()
+    assert mismatch == []
+    assert q("SELECT count(*) FROM controller_pings").fetchone()[0] == 0
+    assert q("SELECT count(DISTINCT updated_at) FROM mart_usage_counters WHERE cluster = ?", [c]).fetchone()[0] == 1
+    first_run = q("SELECT min(started_at) FROM collector_runs WHERE cluster = ?", [c]).fetchone()[0]
+    assert first_run is None or first_run > d.end
+    active = {n for n, _ in _active(d.port)}
+    assert not active & set(IMPOSSIBLE_IN_DEMO)
+    assert set(IMPOSSIBLE_IN_DEMO) <= {a.name for a in ALERTS}
+
+
+# Alerts checked at every coarse instant of the history: their expression in Prometheus against the same
+# condition computed from events.jsonl. Counters sampled every COARSE_STEP on a grid that includes t - 1h
+# and t - 6h give exact increases (Prometheus 2.x range selectors include both ends), so these compare
+# exactly; the event-window (15m) alerts need finer samples than the old history has.
+HISTORY_ALERTS = ("SlurmNodeDown", "SlurmNodeFlapping", "SlurmJobFailureRateHigh", "SlurmNodeFaultJobKills",
+                  "SlurmRequeueSpike")
+
+
+def expected_over_history(d: DemoProm, grid: list[datetime]) -> tuple[set, set]:
+    """(alertname, key, instant) whose condition holds per the ground truth, and instants to skip."""
+    ev = d.events
+    out: set[tuple[str, tuple, datetime]] = set()
+    skip: set[datetime] = set()
+    part = {e["job_id_raw"]: e["partition"] for e in ev if e["type"] in ("submit", "submit_array")}
+    first_pair: dict[tuple, datetime] = {}
+    for e in ev:
+        if e["type"] in ("submit", "submit_array"):
+            first_pair.setdefault((e["partition"], e["account"]), _t(e["t"]))
+    downs = [(e["node"], _t(e["t"])) for e in ev if e["type"] == "node_down"]
+    resumes = [(e["node"], _t(e["t"])) for e in ev if e["type"] == "resume"]
+    node_ev = [(e["node"], _t(e["t"])) for e in ev if e["type"] in ("node_down", "drained")]
+    ends = [(part.get(e["job_id_raw"], ""), e["state"], _t(e["t"])) for e in ev if e["type"] == "end"]
+    requeues = [(part.get(e["job_id_raw"], ""), _t(e["new_submit"])) for e in ev if e["type"] == "requeue"]
+    hour, six = timedelta(hours=1), _dur(th.NODE_FLAP_WINDOW)
+    for t in grid:
+        shown = max((s for s in d.sinfo_times if s <= t), default=None)
+        if shown is not None:
+            for node, td in downs:
+                back = min((tr for n, tr in resumes if n == node and tr > td), default=None)
+                if td <= shown and (back is None or shown < back):
+                    out.add(("SlurmNodeDown", (node,), t))
+        for node in {n for n, _ in node_ev}:
+            if sum(1 for n, x in node_ev if n == node and t - six < x <= t) >= th.NODE_FLAP_EVENTS:
+                out.add(("SlurmNodeFlapping", (node,), t))
+        if any(t - hour < x <= t for x in first_pair.values()):
+            skip.add(t)   # a series born inside the window: Prometheus extrapolates its first sample
+        for p in {p for p, _, _ in ends}:
+            states = [s for q, s, x in ends if q == p and t - hour < x <= t]
+            failed = sum(s in FAILED_STATES for s in states)
+            if states and len(states) >= th.JOB_FAILURE_MIN_JOBS:
+                if math.isclose(failed / len(states), th.JOB_FAILURE_RATIO):
+                    skip.add(t)
+                elif failed / len(states) > th.JOB_FAILURE_RATIO:
+                    out.add(("SlurmJobFailureRateHigh", (p,), t))
+            if sum(s == "NODE_FAIL" for s in states) >= th.NODE_FAIL_KILLS_PER_HOUR:
+                out.add(("SlurmNodeFaultJobKills", (p,), t))
+        for p in {p for p, _ in requeues}:
+            if sum(1 for q, x in requeues if q == p and t - hour < x <= t) > th.REQUEUES_PER_HOUR:
+                out.add(("SlurmRequeueSpike", (p,), t))
+    return out, skip
+
+
+def test_alert_conditions_over_the_history(demo_prom):
+    """At every coarse instant of the simulated period, each HISTORY_ALERTS expression holds in Prometheus
+    exactly where the simulator's event log says its condition held (and the demo has at least one)."""
+    d = demo_prom
+    step = COARSE_STEP
+    grid = [t for t in d.instants if (t - d.instants[0]) % step == timedelta(0)]
+    want, skip = expected_over_history(d, grid)
+    got: set[tuple[str, tuple, datetime]] = set()
+    by_ts = {int((t + d.shift).timestamp()): t for t in grid}
+    exprs = {a.name: a.expr for a in ALERTS}
+    for name in HISTORY_ALERTS:
+        res = _api(d.port, "query_range", query=exprs[name], start=(grid[0] + d.shift).timestamp(),
+                   end=(grid[-1] + d.shift).timestamp(), step=step.total_seconds())["result"]
+        for r in res:
+            key = tuple(r["metric"].get(n, "") for n in KEY_LABELS[name])
+            for ts, _v in r["values"]:
+                got.add((name, key, by_ts[int(float(ts))]))
+    # An instant whose window reaches before the history starts sees a partial window: not comparable.
+    window = {"SlurmNodeFlapping": _dur(th.NODE_FLAP_WINDOW), "SlurmNodeDown": timedelta(0)}
+
+    def comparable(x: tuple[str, tuple, datetime]) -> bool:
+        return x[2] not in skip and x[2] - window.get(x[0], timedelta(hours=1)) >= d.instants[0]
+
+    got = {x for x in got if comparable(x)}
+    want = {x for x in want if comparable(x)}
+    assert len(skip) < len(grid) / 2, "most of the history was skipped"
+    assert want, "the demo's history no longer implies any of HISTORY_ALERTS; pick another seed or alert"
+    assert got - want == set(), f"in Prometheus without a cause in events.jsonl: {sorted(got - want)[:10]}"
+    assert want - got == set(), f"implied by events.jsonl but not in Prometheus: {sorted(want - got)[:10]}"
+    print(f"history check: {len(grid)} instants, {len(skip)} skipped, {len(want)} (alert, key, instant) matched:",
+          sorted({(n, k) for n, k, _ in want}))
+
