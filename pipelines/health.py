@@ -130,7 +130,7 @@ def _last_event(left: pl.LazyFrame, events: pl.LazyFrame, by: list[str], out: st
 
 
 def _asof(left: pl.LazyFrame, right: pl.LazyFrame, right_on: str, by: list[str] | str) -> pl.LazyFrame:
-    """Backward as-of join on t (both sides are sorted here; polars cannot verify it with `by` groups)."""
+    """Backward as-of join on t (both sides sorted here; polars cannot verify it with `by` groups)."""
     return left.sort("t").join_asof(right.sort(right_on), left_on="t", right_on=right_on, by=by,
                                     strategy="backward", check_sortedness=False)
 
@@ -150,40 +150,47 @@ def _classify_events(events: pl.LazyFrame, h: dict[str, Any]) -> dict[str, pl.La
     return {"lost": events.filter(lost), "critical": events.filter(critical), "other": events.filter(other)}
 
 
-def with_ecc_increase(samples: pl.LazyFrame) -> pl.LazyFrame:
-    """Sorted per GPU by minute, with `ecc_n`: uncorrectable ECC errors counted in that minute.
+def prepare_samples(samples: pl.LazyFrame, h: dict[str, Any]) -> pl.LazyFrame:
+    """The NVML minutes with an integer GPU key `_gid`, sorted by GPU and minute, plus what the rules derive:
 
-    The minute's own delta, or the rise of the aggregate counter since the GPU's previous sample when that
-    is larger (a minute the agent missed, or a source that only reports the total).
+    - `ecc_n`: uncorrectable ECC errors counted in that minute: the minute's own delta, or the rise of the
+      aggregate counter since the GPU's previous sample when that is larger (a minute the agent missed, or a
+      source that only reports the total);
+    - `throttle_ratio`: mean throttled share of the GPU's samples in the throttle window ending at the minute.
+
+    Sorting and windowing on an integer key rather than (node, uuid) strings is what keeps a day of a
+    thousand GPUs' minutes fast (docs/benchmarks.md).
     """
+    gid = pl.concat_str(["node", "gpu_uuid"], separator="\x1f").cast(pl.Categorical).to_physical()
+    lf = samples.with_columns(gid.alias("_gid")).sort("_gid", "minute")
+    same = pl.col("_gid") == pl.col("_gid").shift(1)
     total = pl.col("ecc_uncorrected_total")
-    rise = (total - total.shift(1).over("node", "gpu_uuid")).clip(lower_bound=0).fill_null(0)
-    return samples.sort("node", "gpu_uuid", "minute").with_columns(
-        pl.max_horizontal(pl.col("ecc_uncorrected_delta").fill_null(0), rise).alias("ecc_n"))
+    rise = pl.when(same).then(total - total.shift(1)).clip(lower_bound=0).fill_null(0)
+    thr = (pl.col("throttle_seconds").fill_null(0.0) / 60.0).clip(0.0, 1.0)
+    return lf.with_columns(
+        pl.max_horizontal(pl.col("ecc_uncorrected_delta").fill_null(0), rise).alias("ecc_n"),
+        thr.rolling_mean_by("minute", window_size=f"{int(h['throttle_window_seconds'])}s").over("_gid")
+        .alias("throttle_ratio"),
+    )
 
 
 def gpu_verdicts(instants: pl.LazyFrame, samples: pl.LazyFrame, events: pl.LazyFrame,
                  h: dict[str, Any]) -> pl.LazyFrame:
-    """One row per (t, node, GPU sampled on that node within gpu_forget_seconds before t) with the verdict."""
-    samples = with_ecc_increase(samples).with_columns(
-        (pl.col("throttle_seconds").fill_null(0.0) / 60.0).clip(0.0, 1.0).alias("_thr"),
-    ).with_columns(
-        pl.col("_thr").rolling_mean_by("minute", window_size=f"{int(h['throttle_window_seconds'])}s")
-        .over("node", "gpu_uuid").alias("throttle_ratio"),
-    )
-    gpus = samples.select("node", "gpu_uuid").unique()
+    """One row per (t, node, GPU sampled on that node within gpu_forget_seconds before t) with the verdict.
+
+    `samples` come from prepare_samples."""
+    gpus = samples.select("node", "gpu_uuid", "_gid").unique()
     grid = instants.join(gpus, on="node", how="inner")
     latest = samples.select(
-        "node", "gpu_uuid", pl.col("minute").alias("last_minute"), "gpu_index", pl.col("model").alias("gpu_model"),
+        "_gid", pl.col("minute").alias("last_minute"), "gpu_index", pl.col("model").alias("gpu_model"),
         "temp_gpu_max_celsius", "throttle_ratio", "remapped_pending", "remapped_failed",
     )
-    lf = _asof(grid, latest, "last_minute", ["node", "gpu_uuid"])
+    lf = _asof(grid, latest, "last_minute", "_gid")
     lf = lf.filter(pl.col("last_minute").is_not_null()
                    & ((pl.col("t") - pl.col("last_minute")) < _secs(h["gpu_forget_seconds"])))
-    ecc = samples.filter(pl.col("ecc_n") > 0).select("node", "gpu_uuid", pl.col("minute").alias("event_time"),
-                                                      "ecc_n")
-    cls = _classify_events(events, h)
-    by = ["node", "gpu_uuid"]
+    ecc = samples.filter(pl.col("ecc_n") > 0).select("_gid", pl.col("minute").alias("event_time"), "ecc_n")
+    cls = {k: v.join(gpus, on=["node", "gpu_uuid"], how="inner") for k, v in _classify_events(events, h).items()}
+    by = ["_gid"]
     lf = _last_event(lf, cls["lost"], by, "lost_at")
     lf = _last_event(lf, cls["critical"], by, "critical_at", ("xid",)).rename({"xid": "critical_xid"})
     lf = _last_event(lf, cls["other"], by, "other_at", ("xid",)).rename({"xid": "other_xid"})
@@ -204,20 +211,35 @@ def gpu_verdicts(instants: pl.LazyFrame, samples: pl.LazyFrame, events: pl.LazyF
         "hot": fresh & (temp >= float(h["temp_degraded_celsius"])),
         "telemetry_stale": stale,
     }
+    return lf.with_columns(*_verdict(conds, GPU_FAILING, GPU_DEGRADED))
+
+
+EVIDENCE = ("lost_at", "critical_xid", "critical_at", "ecc_n", "ecc_at", "other_xid", "other_at",
+            "temp_gpu_max_celsius", "throttle_ratio", "last_minute")
+"""Columns gpu_verdicts keeps for `detail`, which is built once per run row (strftime on every evaluation of
+a day of a large cluster costs more than all the rules together)."""
+
+
+def gpu_detail() -> pl.Expr:
+    """The evidence behind the reasons that hold, e.g. 'XID 48 at 2026-03-02T11:20:00Z; 91.5 C'."""
     fmt = "%Y-%m-%dT%H:%M:%SZ"
-    detail = pl.concat_list([
-        pl.when(conds["fallen_off_bus"]).then(pl.lit("lost at ") + pl.col("lost_at").dt.strftime(fmt)),
-        pl.when(conds["xid_critical"]).then(pl.format("XID {} at {}", pl.col("critical_xid"),
-                                                       pl.col("critical_at").dt.strftime(fmt))),
-        pl.when(conds["uncorrectable_ecc"]).then(pl.format("{} uncorrectable ECC at {}", pl.col("ecc_n"),
-                                                            pl.col("ecc_at").dt.strftime(fmt))),
-        pl.when(conds["xid_other"]).then(pl.format("XID {} at {}", pl.col("other_xid"),
-                                                    pl.col("other_at").dt.strftime(fmt))),
-        pl.when(conds["overheating"] | conds["hot"]).then(pl.format("{} C", temp.round(1))),
-        pl.when(conds["throttling"]).then(pl.format("throttled {}%", (pl.col("throttle_ratio") * 100).round(0))),
-        pl.when(conds["telemetry_stale"]).then(pl.lit("last sample ") + pl.col("last_minute").dt.strftime(fmt)),
+    held = pl.col("reasons").str.split(",")
+
+    def has(*names: str) -> pl.Expr:
+        return pl.any_horizontal([held.list.contains(n) for n in names])
+
+    return pl.concat_list([
+        pl.when(has("fallen_off_bus")).then(pl.lit("lost at ") + pl.col("lost_at").dt.strftime(fmt)),
+        pl.when(has("xid_critical")).then(pl.format("XID {} at {}", pl.col("critical_xid"),
+                                                     pl.col("critical_at").dt.strftime(fmt))),
+        pl.when(has("uncorrectable_ecc")).then(pl.format("{} uncorrectable ECC at {}", pl.col("ecc_n"),
+                                                          pl.col("ecc_at").dt.strftime(fmt))),
+        pl.when(has("xid_other")).then(pl.format("XID {} at {}", pl.col("other_xid"),
+                                                  pl.col("other_at").dt.strftime(fmt))),
+        pl.when(has("overheating", "hot")).then(pl.format("{} C", pl.col("temp_gpu_max_celsius").round(1))),
+        pl.when(has("throttling")).then(pl.format("throttled {}%", (pl.col("throttle_ratio") * 100).round(0))),
+        pl.when(has("telemetry_stale")).then(pl.lit("last sample ") + pl.col("last_minute").dt.strftime(fmt)),
     ]).list.drop_nulls().list.join("; ")
-    return lf.with_columns(*_verdict(conds, GPU_FAILING, GPU_DEGRADED), detail.alias("detail"))
 
 
 def node_verdicts(nodes: pl.LazyFrame, gpu: pl.LazyFrame, events: pl.LazyFrame, inventory: pl.LazyFrame,
@@ -280,7 +302,7 @@ def runs(lf: pl.LazyFrame, keys: list[str], change: list[str], gap_seconds: floa
 
 def evaluations(nodes: pl.LazyFrame, samples: pl.LazyFrame, events: pl.LazyFrame, inventory: pl.LazyFrame,
                 params: dict[str, Any], gap_seconds: float) -> pl.LazyFrame:
-    """The instants a node is judged at, each with the sinfo snapshot in force then.
+    """The instants a node is judged at, each with the sinfo snapshot in force then (`samples` prepared).
 
     Every sinfo snapshot, and every NVML event, uncorrectable-ECC minute and inventory of the window: a
     GPU that falls off the bus between two hourly snapshots turns the node failing at that minute, not at
@@ -289,7 +311,7 @@ def evaluations(nodes: pl.LazyFrame, samples: pl.LazyFrame, events: pl.LazyFrame
     start, end = pl.lit(params["start"], dtype=UTC_DT), pl.lit(params["end"], dtype=UTC_DT)
     extra = pl.concat([
         events.select("node", pl.col("event_time").alias("t")),
-        with_ecc_increase(samples).filter(pl.col("ecc_n") > 0).select("node", pl.col("minute").alias("t")),
+        samples.filter(pl.col("ecc_n") > 0).select("node", pl.col("minute").alias("t")),
         inventory.select("node", pl.col("seen_at").alias("t")),
     ]).filter((pl.col("t") >= start) & (pl.col("t") <= end))
     instants = pl.concat([nodes.select("node", pl.col("snapshot_time").alias("t")), extra]).unique()
@@ -302,12 +324,14 @@ def evaluations(nodes: pl.LazyFrame, samples: pl.LazyFrame, events: pl.LazyFrame
 def compute(frames: dict[str, pl.LazyFrame], params: dict[str, Any]) -> dict[str, pl.LazyFrame]:
     h = settings(params["config"])
     gap = float(params["config"]["pipelines"]["node_snapshot_max_gap_seconds"])
-    nodes = evaluations(frames["nodes"], frames["samples"], frames["events"], frames["inventory"], params, gap)
+    samples = prepare_samples(frames["samples"], h).cache()  # read by the instants and by the GPU rules
+    nodes = evaluations(frames["nodes"], samples, frames["events"], frames["inventory"], params, gap)
     instants = nodes.select("t", "node")
-    gpu = gpu_verdicts(instants, frames["samples"], frames["events"], h)
+    gpu = gpu_verdicts(instants, samples, frames["events"], h)
     node = node_verdicts(nodes, gpu, frames["events"], frames["inventory"], h)
-    gpu_runs = runs(gpu.select("t", *[c for c in GPU_SCHEMA if c not in ("since", "last_seen", "valid_until")]),
-                    ["node", "gpu_uuid"], ["status", "reasons"], gap)
+    gpu_cols = [c for c in GPU_SCHEMA if c not in ("since", "last_seen", "valid_until", "detail")]
+    gpu_runs = runs(gpu.select("t", *gpu_cols, *EVIDENCE), ["node", "gpu_uuid"], ["status", "reasons"], gap)
+    gpu_runs = gpu_runs.with_columns(gpu_detail().alias("detail"))
     node_cols = [c for c in NODE_SCHEMA if c not in ("since", "last_seen", "valid_until")]
     # Slurm's allocation state (IDLE, MIXED, ALLOCATED) changes all the time and is not a verdict: a run breaks
     # on the verdict and on Slurm's reason text only; slurm_state is the state at the run's start.
