@@ -62,6 +62,11 @@ def health_sample_columns() -> tuple[str, ...]:
             "ecc_uncorrected_delta", "ecc_uncorrected_total", "remapped_pending", "remapped_failed")
 
 
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--nodes", type=int, default=200)
@@ -72,15 +77,15 @@ def main() -> None:
     n_samples = f["samples"].select(pl.len()).collect().item()
     cfg = load_config(env={})
     params = pipeline_params(cfg, Window(START, START + timedelta(hours=a.hours), False))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu()
     out = health.compute(f, params)
     node_df, gpu_df = pl.collect_all([out["mart_node_health"], out["mart_gpu_health"]], engine="streaming")
-    secs = time.perf_counter() - t0
+    secs, cpu = time.perf_counter() - t0, _cpu() - c0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     evals = a.nodes * (a.hours * 60 // a.snapshot_minutes + 1)
     print(f"nodes={a.nodes} gpus={a.nodes * 8} hours={a.hours} sinfo every {a.snapshot_minutes} min:"
           f" {evals} node evaluations, {evals * 8} GPU evaluations, {n_samples} NVML samples")
-    print(f"compute+collect {secs:.2f} s, peak RSS {rss:.0f} MiB;"
+    print(f"compute+collect {secs:.2f} s wall, {cpu:.2f} CPU-s, peak RSS {rss:.0f} MiB;"
           f" rows written: mart_node_health={node_df.height} mart_gpu_health={gpu_df.height}")
     print(node_df.group_by("status", "reason").len().sort("status").rows())
 
