@@ -2,9 +2,9 @@
 
 Operators have the pieces on separate panels (Slurm state and reason, XIDs, ECC, row remaps, throttling,
 GRES vs NVML GPU counts) and want one answer per node: can it run work, and if not, why. The verdict is
-evaluated at every sinfo snapshot (the instants at which the Slurm side is known) from that snapshot, the
-latest NVML minute of each GPU at or before it, the NVML/kernel events of the preceding window and the
-latest NVML inventory. The marts keep one row per unbroken run of an unchanged verdict (since, last_seen,
+evaluated at every sinfo snapshot and at every NVML event, new-ECC minute and inventory in between, from the
+sinfo snapshot in force, the latest NVML minute of each GPU at or before the instant, the NVML/kernel events
+of the preceding window and the latest NVML inventory. The marts keep one row per unbroken run of an unchanged verdict (since, last_seen,
 valid_until), so a year of minute-by-minute sinfo snapshots of a large cluster stays small. The rules,
 their order and their thresholds (config section `health`) are in docs/pipelines.md#health.
 """

@@ -178,3 +178,18 @@ def test_agent_series_carry_cluster_and_source(tmp_path):
     assert {"slurmscope_gpu_utilization_ratio", "slurmscope_gpu_power_watts",
             "slurmscope_gpu_ecc_errors_total"} <= {s.name for s in gpu} & central
     json.dumps([s.labels for s in gpu])  # plain strings only
+
+
+def test_reason_lists_are_documented():
+    """The bounded `reason` values: every one the pipeline can give is named in the metric help and the docs."""
+    from pathlib import Path
+
+    from slurmscope.pipelines import health
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "pipelines.md").read_text(encoding="utf-8")
+    section = doc[doc.index("## Health"):]
+    for family, reasons in (("slurmscope_node_health_info", health.NODE_REASONS),
+                            ("slurmscope_gpu_health_info", health.GPU_REASONS)):
+        for r in reasons:
+            assert r in by_name()[family].help, (family, r)
+            assert f"| `{r}` |" in section, r
