@@ -23,11 +23,16 @@ from types import ModuleType
 
 import duckdb
 from slurmscope.collectors.base import RunRecord, get_watermark, load, record_failure, sha256
-from slurmscope.collectors.runner import CommandError, CommandTimeout, run_command
+from slurmscope.collectors.runner import CommandError, CommandResult, CommandTimeout, run_command
 
 from slurmscope.config import Config
 
 log = logging.getLogger(__name__)
+
+# Exit codes that still carry the measurement: `scontrol ping` exits 1 when any controller is DOWN and
+# prints which. Recording that as a failed run stored nothing, so /metrics kept the last "UP" for the
+# whole outage (seen on the test bed with slurmctld stopped) and SlurmControllerUnreachable could not fire.
+DATA_EXIT_CODES: dict[str, frozenset[int]] = {"ping": frozenset({1})}
 
 ORDER = ("config", "ping", "sinfo", "squeue", "sshare", "sdiag", "reservations", "events", "sacct", "nvml")
 JOBS_PER_CALL = 500
@@ -130,16 +135,23 @@ def _run_and_load(
 ) -> Outcome:
     run = RunRecord(cluster=cfg.cluster, collector=kind, source="live", window_start=window[0],
                     window_end=window[1])
+    failure: CommandError | None = None
     try:
         result = run_command(argv, timeout=float(cfg.get("slurm", "timeout_seconds")))
     except CommandTimeout as exc:
         _record(con, run, "timeout", str(exc))
         return Outcome(kind, "timeout", 0, str(exc))
     except CommandError as exc:
-        _record(con, run, "error", str(exc))
-        return Outcome(kind, "error", 0, str(exc))
+        if exc.returncode not in DATA_EXIT_CODES.get(kind, ()):
+            _record(con, run, "error", str(exc))
+            return Outcome(kind, "error", 0, str(exc))
+        failure = exc
+        result = CommandResult(tuple(argv), exc.stdout, b"", exc.returncode)
     parsed = module.parse(result.stdout, cluster=cfg.cluster, snapshot_time=at, tz=UTC, source=f"{kind}:live",
                           **(parse_kwargs or {}))
+    if failure is not None and parsed.rows == 0:  # the exit code meant a real failure this time
+        _record(con, run, "error", str(failure))
+        return Outcome(kind, "error", 0, str(failure))
     hook_factory = getattr(module, "after_upsert", None)
     verdict = untrusted_output(result.stdout, parsed.rows, parsed.quarantine.height) if check_garbage else None
     if verdict is not None:

@@ -15,7 +15,16 @@ from dataclasses import dataclass
 
 
 class CommandError(RuntimeError):
-    """The command failed to start or exited non-zero; the message carries its stderr."""
+    """The command failed to start or exited non-zero; the message carries its stderr.
+
+    `stdout` and `returncode` are kept because for some commands a non-zero exit is the answer
+    (`scontrol ping` exits 1 when a controller is DOWN).
+    """
+
+    def __init__(self, message: str, *, stdout: bytes = b"", returncode: int | None = None) -> None:
+        super().__init__(message)
+        self.stdout = stdout
+        self.returncode = returncode
 
 
 class CommandTimeout(CommandError):
@@ -62,5 +71,6 @@ def run_command(
         raise CommandTimeout(f"{argv[0]}: timed out after {timeout:g} s") from None
     if proc.returncode != 0:
         msg = err.decode("utf-8", "replace").strip() or out.decode("utf-8", "replace").strip()[:500]
-        raise CommandError(f"{' '.join(argv[:3])}: exit status {proc.returncode}: {msg}")
+        raise CommandError(f"{' '.join(argv[:3])}: exit status {proc.returncode}: {msg}", stdout=out,
+                           returncode=proc.returncode)
     return CommandResult(tuple(argv), out, err, proc.returncode)
