@@ -186,15 +186,19 @@ def _scrape(rig: Rig, now: datetime) -> dict[tuple[str, str], float]:
 
 
 def _health(body: str) -> dict[tuple[str, str], float]:
+    """(metric, collector) for the collector gauges, (metric, role) for slurmscope_controller_up."""
     out = {}
     for fam in text_string_to_metric_families(body):
         for s in fam.samples:
             if s.name in ("slurmscope_collector_success", "slurmscope_collector_last_success_timestamp_seconds"):
                 out[(s.name, s.labels["collector"])] = s.value
+            elif s.name == CTLD_UP:
+                out[(s.name, s.labels["role"])] = s.value
     return out
 
 
 SUCCESS = "slurmscope_collector_success"
+CTLD_UP = "slurmscope_controller_up"
 LAST_OK = "slurmscope_collector_last_success_timestamp_seconds"
 
 
@@ -472,6 +476,8 @@ def test_scheduler_rides_out_a_slurmctld_restart_and_a_slurmdbd_outage(rig):
         t_down = datetime.now(UTC)
         cluster.stop_one("slurmctld")
         _wait_until(all_have(t_down, ctl_kinds, ok=False), "sinfo, squeue and sdiag to fail", 90)
+        _wait_until(lambda: q("SELECT count(*) FROM controller_pings WHERE NOT up AND snapshot_time >= ?",
+                              [t_down])[0][0] > 0, "scontrol ping to report the controller DOWN", 30)
         metrics_down = _health(service.metrics.decode())
         rig.driver.note("start slurmctld")
         t_up = datetime.now(UTC)
@@ -512,9 +518,17 @@ def test_scheduler_rides_out_a_slurmctld_restart_and_a_slurmdbd_outage(rig):
     for kind in ctl_kinds:
         assert metrics_down[(SUCCESS, kind)] == 0.0, kind
         assert metrics_up[(SUCCESS, kind)] == 1.0, kind
+    # scontrol ping answered (exit 1, "... is DOWN"): the exporter says the controller is down, then up
+    assert metrics_down[(CTLD_UP, "primary")] == 0.0 and metrics_up[(CTLD_UP, "primary")] == 1.0
     # the dbd outage: recorded, watermark held, exporter failing, then healed
     assert dbd_errors and all(e for (e,) in dbd_errors)
     assert wm_before_ctld is not None and wm_during_dbd is not None
+    # the watermark during the outage is still the end of the last good window before the first failure
+    first_fail = rig.query("SELECT min(run_id) FROM collector_runs WHERE collector = 'sacct' AND status <> 'ok' "
+                           "AND started_at >= ?", [t_dbd])[0][0]
+    last_good_end = rig.query("SELECT max(window_end) FROM collector_runs WHERE collector = 'sacct' "
+                              "AND status = 'ok' AND run_id < ?", [first_fail])[0][0]
+    assert wm_during_dbd == last_good_end
     held = rig.query("SELECT count(*) FROM collector_runs WHERE collector = 'sacct' AND status <> 'ok' "
                      "AND started_at >= ? AND started_at < ?", [t_dbd, t_dbd_up])[0][0]
     assert held >= 1
@@ -531,8 +545,8 @@ def test_scheduler_rides_out_a_slurmctld_restart_and_a_slurmdbd_outage(rig):
     # ... the stored snapshots show the drop, and the reset-aware deltas never go negative
     con = connect(rig.db)
     try:
-        stats = pl.from_arrow(con.execute("SELECT * FROM sched_stats WHERE cluster = ? ORDER BY snapshot_time",
-                                          [rig.cfg.cluster]).to_arrow_table())
+        stats = pl.from_arrow(con.sql("SELECT * FROM sched_stats WHERE cluster = $c ORDER BY snapshot_time",
+                                      params={"c": rig.cfg.cluster}).to_arrow_table())
     finally:
         con.close()
     naive = stats.select(pl.col("jobs_submitted").diff()).to_series().drop_nulls()
