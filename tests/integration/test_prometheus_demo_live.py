@@ -580,8 +580,13 @@ HISTORY_ALERTS = ("SlurmNodeDown", "SlurmNodeFlapping", "SlurmJobFailureRateHigh
                   "SlurmRequeueSpike")
 
 
+JOB_ALERTS = ("SlurmJobFailureRateHigh", "SlurmNodeFaultJobKills", "SlurmRequeueSpike")
+
+
 def expected_over_history(d: DemoProm, grid: list[datetime]) -> tuple[set, set]:
-    """(alertname, key, instant) whose condition holds per the ground truth, and instants to skip."""
+    """(alertname, key, instant) whose condition holds per the ground truth, and the instants at which the
+    job alerts cannot be compared exactly (a job-counter series born inside the window, a ratio exactly at
+    the threshold)."""
     ev = d.events
     out: set[tuple[str, tuple, datetime]] = set()
     skip: set[datetime] = set()
@@ -645,14 +650,32 @@ def test_alert_conditions_over_the_history(demo_prom):
     window = {"SlurmNodeFlapping": _dur(th.NODE_FLAP_WINDOW), "SlurmNodeDown": timedelta(0)}
 
     def comparable(x: tuple[str, tuple, datetime]) -> bool:
-        return x[2] not in skip and x[2] - window.get(x[0], timedelta(hours=1)) >= d.instants[0]
+        if x[0] in JOB_ALERTS and x[2] in skip:
+            return False
+        return x[2] - window.get(x[0], timedelta(hours=1)) >= d.instants[0]
 
     got = {x for x in got if comparable(x)}
     want = {x for x in want if comparable(x)}
-    assert len(skip) < len(grid) / 2, "most of the history was skipped"
+    assert len(skip) < len(grid) / 4, "most of the history was skipped"
     assert want, "the demo's history no longer implies any of HISTORY_ALERTS; pick another seed or alert"
     assert got - want == set(), f"in Prometheus without a cause in events.jsonl: {sorted(got - want)[:10]}"
     assert want - got == set(), f"implied by events.jsonl but not in Prometheus: {sorted(want - got)[:10]}"
-    print(f"history check: {len(grid)} instants, {len(skip)} skipped, {len(want)} (alert, key, instant) matched:",
-          sorted({(n, k) for n, k, _ in want}))
+    print(f"history check: {len(grid)} instants ({len(skip)} skipped for the job alerts), matched:",
+          sorted((n, k, t.isoformat()) for n, k, t in want))
 
+
+
+def test_agent_is_scraped_and_kept_apart(demo_prom):
+    """The fake-NVML agent's two GPUs are in Prometheus, and the central GPU series (what panels and rules
+    read) are the demo's own: their power sum is the latest minute of each GPU in gpu_samples at the end."""
+    d = demo_prom
+    up = _api(d.port, "query", query='up{job="nvml-agent"}')["result"]
+    assert [float(r["value"][1]) for r in up] == [1.0]
+    agent = _api(d.port, "query", query='count(slurmscope_gpu_power_watts{source="agent"})')["result"]
+    assert [float(r["value"][1]) for r in agent] == [2.0]
+    want = d.con.execute(
+        "SELECT sum(power_mean_watts) FROM (SELECT power_mean_watts FROM gpu_samples WHERE cluster = ? AND minute <= ?"
+        " AND minute > ? - INTERVAL 15 MINUTE QUALIFY row_number() OVER (PARTITION BY node, gpu_uuid"
+        " ORDER BY minute DESC) = 1)", [d.cluster, d.end, d.end]).fetchone()[0]
+    got = _api(d.port, "query", query=substitute('sum(slurmscope_gpu_power_watts{cluster=~"$cluster", source="central"})'))
+    assert float(got["result"][0]["value"][1]) == pytest.approx(want)
