@@ -420,3 +420,26 @@ def test_spread_of_an_incremental_run_takes_earlier_days_of_the_month_from_the_m
     # mart_capacity_daily; the invoice must not change.
     run_pipelines(con, cfg, now=now, only=["cost"], since="2026-02-04")
     assert invoice(con) == full
+
+
+def test_exporter_serves_energy_idle_dollars_and_cost_per_useful_gpu_hour_from_the_mart(con):
+    from slurmscope.exporter import snapshot
+
+    run = "INSERT INTO mart_cost_efficiency_daily VALUES ('default', ?, 'a', 0, 0, ?, ?, 0, ?, ?, NULL, NULL, ?, 0, ?)"
+    # day, sampled s, sampled $, idle $, useful s, J, energy $: October is before this month, 3 Nov is "today",
+    # 4 Nov is after now (a replayed history): only the month to date counts for $/useful GPU-hour.
+    for day, sampled, cost_usd, idle, useful, joules, energy in (
+        (date(2026, 10, 31), 3600.0, 100.0, 1.0, 3600.0, 10.0, 0.1),
+        (date(2026, 11, 2), 7200.0, 4.0, 2.0, 1800.0, 20.0, 0.2),
+        (date(2026, 11, 3), 3600.0, 2.0, 0.5, 1800.0, 30.0, 0.3),
+        (date(2026, 11, 4), 3600.0, 50.0, 9.0, 60.0, 40.0, 0.4),
+    ):
+        con.execute(run, [day, sampled, cost_usd, idle, useful, joules, energy])
+    snap = snapshot(con, load_config(env={}), ts("2026-11-03 12:00"))
+    values = {name: snap.samples[name] for name in (
+        "slurmscope_cost_per_useful_gpu_hour_usd", "slurmscope_account_gpu_energy_joules_total",
+        "slurmscope_account_energy_cost_usd_total", "slurmscope_allocated_idle_cost_usd_total")}
+    assert values["slurmscope_cost_per_useful_gpu_hour_usd"] == [(("default", "a"), 6.0)]  # $6 / (3600 s / 3600)
+    assert values["slurmscope_account_gpu_energy_joules_total"] == [(("default", "a"), 60.0)]
+    assert values["slurmscope_account_energy_cost_usd_total"][0][1] == pytest.approx(0.6)
+    assert values["slurmscope_allocated_idle_cost_usd_total"] == [(("default", "a"), 3.5)]
