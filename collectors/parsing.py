@@ -318,7 +318,11 @@ def parse_duration_columns(df: pl.DataFrame, columns: dict[str, str]) -> pl.Data
             .when(~dash & (n == 2)).then(g[2] * 60 + g[1])
             .otherwise(None)
         )
-        df = df.with_columns(pl.when(frac_ok).then(value).otherwise(None).alias(out)).drop(
+        # Int64 arithmetic wraps silently: a field too large to be safe leaves the row to the scalar parser
+        # (exact Python integers; beyond Int64 it gives NULL below).
+        small = pl.all_horizontal([g[k].is_null() | (g[k].abs() < 10**k_max) for k, k_max in
+                                   ((1, 15), (2, 14), (3, 12), (4, 9))])
+        df = df.with_columns(pl.when(frac_ok & small).then(value).otherwise(None).alias(out)).drop(
             "_dur_l", "_dur_dash", "_dur_n", "_dur_1", "_dur_frac", "_dur_2", "_dur_3", "_dur_4"
         )
         text = df[src]
@@ -327,9 +331,11 @@ def parse_duration_columns(df: pl.DataFrame, columns: dict[str, str]) -> pl.Data
             vals = []
             for v in text.gather(odd).to_list():
                 try:
-                    vals.append(parse_duration(v))
+                    secs = parse_duration(v)
                 except ValueError:
-                    vals.append(None)
+                    secs = None
+                # beyond Int64 (a huge bare minute count) is as unreadable as text: NULL, not a failed parse
+                vals.append(secs if secs is None or -(2**63) <= secs < 2**63 else None)
             df = df.with_columns(df[out].scatter(odd, pl.Series(vals, dtype=pl.Int64)))
     return df
 

@@ -93,7 +93,7 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
             names = _names(titles)  # the header line (any column order), e.g. Account|User|RawShares|...
             seen_header = True
             continue
-        if set(text.strip()) <= {"-", " "}:
+        if set(text.strip(" \t\r\n\f\v")) <= {"-", " "}:  # not str.strip(): 0x1C-0x1F are not a rule
             continue  # the dashed rule under a non-parsable header
         cols = names or _names(list(LONG_FIELDS))
         if "account" not in cols:

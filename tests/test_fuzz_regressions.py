@@ -1,0 +1,66 @@
+"""Parser bugs found by benchmarks/fuzz_parsers.py, each pinned by the smallest input that showed it.
+
+Expected values are read off the input by hand: the line as printed, the number as written.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from slurmscope.collectors import sacct, sshare
+from slurmscope.collectors.parsing import parse_duration_columns
+
+SNAP = datetime(2026, 11, 1, tzinfo=UTC)
+HEADER = "JobID|JobIDRaw|Partition|Account|User|Submit|Start|End|Elapsed|State|ExitCode|NCPUS|AllocTRES|NodeList|JobName"
+
+
+def _sacct(text: str):
+    return sacct.parse(text.encode(), cluster="c", snapshot_time=SNAP, tz=UTC, source="t")
+
+
+def _job(job: int, *, ncpus: str = "8", elapsed: str = "00:01:00", submit: str = "2026-10-01T10:00:00",
+         state: str = "COMPLETED") -> str:
+    return f"{job}|{job}|gpu|acct|alice|{submit}|||{elapsed}|{state}|0:0|{ncpus}|cpu=8|n1|train"
+
+
+def test_sshare_line_of_unit_separators_is_quarantined_not_dropped():
+    # str.strip() treats 0x1C-0x1F as whitespace, so such a line passed for an (empty) dashed rule and vanished.
+    for line in ("\x1f", "\x1c", "\x1c\x1d\x1e"):
+        parsed = sshare.parse((line + "\n").encode(), cluster="c", snapshot_time=SNAP, tz=UTC)
+        assert parsed.quarantine["raw_text"].to_list() == [line]
+        assert parsed.rows == 0
+    # a real dashed rule is still skipped
+    rule = sshare.parse(b"----------- ----------\n", cluster="c", snapshot_time=SNAP, tz=UTC)
+    assert rule.rows == 0 and rule.quarantine.height == 0
+
+
+def test_sacct_quarantine_keeps_the_line_as_printed():
+    # State '0' was rewritten by typing before the line's text was rebuilt from its fields: '...|0:0|' lost '0'.
+    line = "0|0|0|0|0|0|0|0|0|0|0|0|0|0|0"
+    parsed = _sacct(HEADER + "\n" + line + "\n")
+    assert parsed.quarantine["raw_text"].to_list() == [line]
+    assert parsed.quarantine["reason"].to_list() == ["job without a Submit time (the key of the jobs table)"]
+
+
+def test_sacct_huge_elapsed_is_null_not_a_failed_parse_or_a_wrapped_number():
+    # 99999999999999999999 bare minutes is beyond Int64: building the column raised and lost the whole
+    # output; 9999999999999999:00:00 wrapped around in Int64 arithmetic to a negative duration.
+    parsed = _sacct(HEADER + "\n" + _job(7, elapsed="99999999999999999999") + "\n"
+                    + _job(8, elapsed="9999999999999999:00:00") + "\n" + _job(9, elapsed="1-00:00:01") + "\n")
+    assert parsed.quarantine.height == 0
+    got = {r["job_id_raw"]: r["elapsed_seconds"] for r in parsed.tables["jobs"].iter_rows(named=True)}
+    assert got == {7: None, 8: None, 9: 86401}
+
+
+def test_duration_columns_near_the_int64_edge_are_exact():
+    import polars as pl
+
+    df = pl.DataFrame({"e": ["153722867280912930:07", "2562047788015215:30:07", "2562047788015216:00:00",
+                             "106751991167-00:00:00"]})
+    out = parse_duration_columns(df, {"s": "e"})["s"].to_list()
+    # by hand: 153722867280912930*60 + 7 = 2**63-1 and 2562047788015215*3600 + 30*60 + 7 = 2**63-1 (the
+    # largest values that fit); a day count too large for the vectorised path is still exact
+    assert out[0] == 2**63 - 1
+    assert out[1] == 2**63 - 1
+    assert out[2] is None  # 2562047788015216*3600 = 9223372036854777600 > 2**63-1
+    assert out[3] == 106751991167 * 86400
