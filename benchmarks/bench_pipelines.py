@@ -134,7 +134,8 @@ def main() -> None:
     if reuse:  # back to the generated history: no marts, no runs, no extra day
         con.execute("DELETE FROM jobs WHERE job_id_raw >= ?", [args.jobs])
         for (table,) in con.execute("SELECT table_name FROM information_schema.tables"
-                                    " WHERE table_name LIKE 'mart_%' OR table_name = 'pipeline_runs'").fetchall():
+                                    " WHERE table_type = 'BASE TABLE'"
+                                    " AND (table_name LIKE 'mart_%' OR table_name = 'pipeline_runs')").fetchall():
             con.execute(f"DELETE FROM {table}")
         con.execute("CHECKPOINT")
         out["generate_seconds"] = None
