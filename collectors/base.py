@@ -84,13 +84,13 @@ def upsert(con: duckdb.DuckDBPyConnection, spec: TableSpec, df: pl.DataFrame) ->
     # stored take that path (first, while "already stored" still means before this call); new keys, the
     # bulk of any first load, go in with a plain INSERT.
     match = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in spec.key)
-    exists = f"EXISTS (SELECT 1 FROM {spec.name} t WHERE {match})"
+    exists = f"EXISTS (SELECT 1 FROM {spec.name} t WHERE {match})"  # noqa: S608 - table (TableSpec) and quoted column names from code, never input
     try:
         if updates:
             set_sql = ", ".join(f"{_quote(c)} = excluded.{_quote(c)}" for c in updates)
-            con.execute(f"INSERT INTO {spec.name} ({col_sql}) SELECT {col_sql} FROM _upsert_src s WHERE {exists} "
+            con.execute(f"INSERT INTO {spec.name} ({col_sql}) SELECT {col_sql} FROM _upsert_src s WHERE {exists} "  # noqa: S608 - table (TableSpec) and quoted column names from code, never input
                         f"ON CONFLICT ({key_sql}) DO UPDATE SET {set_sql}")
-        con.execute(f"INSERT INTO {spec.name} ({col_sql}) SELECT {col_sql} FROM _upsert_src s WHERE NOT {exists}")
+        con.execute(f"INSERT INTO {spec.name} ({col_sql}) SELECT {col_sql} FROM _upsert_src s WHERE NOT {exists}")  # noqa: S608 - table (TableSpec) and quoted column names from code, never input
     finally:
         con.unregister("_upsert_src")
     return df.height

@@ -230,13 +230,13 @@ def _sample_merge_sql() -> str:
                 "THEN NULL ELSE coalesce(throttle_reasons, 0) | coalesce(excluded.throttle_reasons, 0) END")
     sets += [f"{c} = coalesce(excluded.{c}, {c})" for c in _LATEST]
     cols = ", ".join(_SAMPLE_COLS)
-    return (f"INSERT INTO gpu_samples ({cols}) SELECT {cols} FROM _nvml_samples "
+    return (f"INSERT INTO gpu_samples ({cols}) SELECT {cols} FROM _nvml_samples "  # noqa: S608 - column lists are module constants (SCHEMAS)
             f"ON CONFLICT (cluster, node, gpu_uuid, minute) DO UPDATE SET " + ", ".join(sets))
 
 
 _JOB_COLS = ["cluster"] + list(SCHEMAS["gpu_jobs"])
 _JOB_MERGE_SQL = (
-    f"INSERT INTO gpu_jobs ({', '.join(_JOB_COLS)}) SELECT {', '.join(_JOB_COLS)} FROM _nvml_jobs "
+    f"INSERT INTO gpu_jobs ({', '.join(_JOB_COLS)}) SELECT {', '.join(_JOB_COLS)} FROM _nvml_jobs "  # noqa: S608 - column lists are module constants (SCHEMAS)
     "ON CONFLICT (cluster, node, gpu_uuid, job_id, mig_instance, interval_start) DO UPDATE SET "
     "interval_end = greatest(interval_end, excluded.interval_end), "
     "gpu_index = coalesce(excluded.gpu_index, gpu_index), source = coalesce(source, excluded.source)"
@@ -302,16 +302,44 @@ def ingest_spool_files(con: duckdb.DuckDBPyConnection, cfg: Any, paths: Iterable
 # --------------------------------------------------------------------------------------------------
 
 
-def _http(url: str, *, method: str = "GET", timeout: float) -> bytes:
-    req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
-    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - configured agent URLs
-        return resp.read()
+@dataclass(frozen=True)
+class AgentClient:
+    """How the central collector reaches agents: basic-auth header and TLS trust (nvml.agent_* keys)."""
+
+    authorization: str | None = None
+    ca_file: str | None = None
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> AgentClient:
+        from slurmscope.webconfig import basic_auth_header
+
+        user = cfg.get("nvml", "agent_username")
+        password_file = cfg.get("nvml", "agent_password_file")
+        if bool(user) != bool(password_file):
+            raise ValueError("nvml.agent_username and nvml.agent_password_file must be set together")
+        header = None
+        if user:
+            password = Path(password_file).read_text(encoding="utf-8").rstrip("\r\n")
+            header = basic_auth_header(user, password)
+        return cls(authorization=header, ca_file=cfg.get("nvml", "agent_ca_file") or None)
+
+    def fetch(self, url: str, *, method: str = "GET", timeout: float) -> bytes:
+        from slurmscope.webconfig import client_context
+
+        req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+        if self.authorization:
+            req.add_header("Authorization", self.authorization)
+        ctx = client_context(self.ca_file) if url.startswith("https:") else None
+        with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:  # noqa: S310 - configured agent URLs
+            return resp.read()
 
 
 def collect_agent(con: duckdb.DuckDBPyConnection, cfg: Any, base_url: str, *,
-                  timeout: float = 30.0) -> list[IngestResult]:
+                  timeout: float = 30.0, client: AgentClient | None = None) -> list[IngestResult]:
     """Pull every listed file from one agent, load it, then acknowledge it (so the agent prunes)."""
     base = base_url.rstrip("/")
+    client = client or AgentClient.from_config(cfg)
+    _http = client.fetch
     listing = json.loads(_http(f"{base}/spool", timeout=timeout))
     out = []
     for entry in sorted(listing.get("files", []), key=lambda e: e["name"]):

@@ -37,10 +37,10 @@ INPUTS: dict[str, str] = {
         SELECT cluster, node, minute, coalesce(ecc_corrected_delta, 0) AS ecc_corrected,
                coalesce(ecc_uncorrected_delta, 0) AS ecc_uncorrected
         FROM gpu_samples WHERE cluster = $cluster AND minute >= $start - {HISTORY} AND minute < $end
-          AND (coalesce(ecc_corrected_delta, 0) > 0 OR coalesce(ecc_uncorrected_delta, 0) > 0)""",
+          AND (coalesce(ecc_corrected_delta, 0) > 0 OR coalesce(ecc_uncorrected_delta, 0) > 0)""",  # noqa: S608 - HISTORY and column lists are module constants; values are $parameters
     "gpu_events": f"""
         SELECT cluster, node, event_time, event_type, xid FROM gpu_events
-        WHERE cluster = $cluster AND event_time >= $start - {HISTORY} AND event_time < $end""",
+        WHERE cluster = $cluster AND event_time >= $start - {HISTORY} AND event_time < $end""",  # noqa: S608 - HISTORY and column lists are module constants; values are $parameters
     "gpu_inventory": """
         SELECT cluster, node, gpu_uuid, seen_at, model, driver_version, cuda_version FROM gpu_inventory
         WHERE cluster = $cluster
@@ -52,11 +52,11 @@ INPUTS: dict[str, str] = {
     "jobs": f"""
         SELECT cluster, account, "partition", state, submit_time, eligible_time, start_time, end_time, gpus
         FROM jobs WHERE cluster = $cluster
-          AND coalesce(end_time, $end) >= $start - {HISTORY} AND coalesce(start_time, submit_time) < $end""",
+          AND coalesce(end_time, $end) >= $start - {HISTORY} AND coalesce(start_time, submit_time) < $end""",  # noqa: S608 - HISTORY and column lists are module constants; values are $parameters
     "cost": f"""
         SELECT cluster, day, account, sum(cost_usd) AS cost_usd FROM mart_cost_daily
         WHERE cluster = $cluster AND day >= CAST($start - {HISTORY} AS DATE)
-        GROUP BY ALL""",
+        GROUP BY ALL""",  # noqa: S608 - HISTORY and column lists are module constants; values are $parameters
 }
 
 UTC_DT = pl.Datetime("us", "UTC")

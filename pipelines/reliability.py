@@ -36,7 +36,7 @@ INPUTS: dict[str, str] = {
     "jobs": f"""
         SELECT {_JOB_COLS} FROM jobs
         WHERE cluster = $cluster AND (end_time IS NULL OR end_time >= $start)
-          AND (start_time IS NULL OR start_time < $end)""",
+          AND (start_time IS NULL OR start_time < $end)""",  # noqa: S608 - _JOB_COLS is a module constant; values are $parameters
     "node_events": """
         SELECT node, time_start, time_end, state, reason FROM node_events
         WHERE cluster = $cluster AND node <> ''""",

@@ -151,10 +151,10 @@ def _write(con: duckdb.DuckDBPyConnection, table: str, col: str | None, df: pl.D
         raise RuntimeError(f"{table}: compute returned columns not in the table: {unknown}")
     qcol = '"' + (col or "") + '"'
     if col is None or window.full:
-        con.execute(f"DELETE FROM {table} WHERE cluster = ?", [params["cluster"]])
+        con.execute(f"DELETE FROM {table} WHERE cluster = ?", [params["cluster"]])  # noqa: S608 - mart table and column from the pipeline registry (MART_TABLES); values are ? parameters
     else:
         bound = _lower_bound(col, types[col], window, params)
-        con.execute(f"DELETE FROM {table} WHERE cluster = ? AND {qcol} >= ?", [params["cluster"], bound])
+        con.execute(f"DELETE FROM {table} WHERE cluster = ? AND {qcol} >= ?", [params["cluster"], bound])  # noqa: S608 - mart table and column from the pipeline registry (MART_TABLES); values are ? parameters
         if df.height:
             lit = pl.lit(bound) if types[col] == "DATE" else pl.lit(bound, dtype=pl.Datetime("us", "UTC"))
             df = df.filter(pl.col(col) >= lit)
@@ -163,7 +163,7 @@ def _write(con: duckdb.DuckDBPyConnection, table: str, col: str | None, df: pl.D
     cols = ", ".join('"' + c + '"' for c in df.columns)
     con.register("_mart_src", df.to_arrow())
     try:
-        con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _mart_src")
+        con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _mart_src")  # noqa: S608 - mart table and column from the pipeline registry (MART_TABLES); values are ? parameters
     finally:
         con.unregister("_mart_src")
     return df.height

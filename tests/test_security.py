@@ -1,8 +1,9 @@
-"""No shell anywhere, and `query` cannot write."""
+"""No shell anywhere, SQL formatted only from reviewed identifiers, and `query` cannot write."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -47,6 +48,110 @@ def test_the_scanner_finds_what_it_looks_for():
 def test_no_shell_anywhere_in_the_code():
     offenders = {str(p.relative_to(ROOT)): u for p in _python_files() if (u := shell_uses(p.read_text()))}
     offenders.pop("tests/test_security.py", None)
+    assert offenders == {}
+
+
+SQL_WORDS = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|CREATE|DROP|ALTER|FROM|WHERE|INTO|VALUES|COPY|ATTACH|PRAGMA|JOIN)\b")
+PRODUCT_DIRS = ["slurmscope", "collectors", "pipelines", "dashboards", "alerts"]
+
+# Every expression product code may interpolate into SQL text, per file, each reviewed as a trusted
+# identifier or SQL fragment written in code (never CLI arguments, config values or file content; those go
+# in as `?` / `$name` parameters). A new interpolation fails test_sql_interpolates_only_reviewed_names
+# until it is reviewed and added here. The `query` command runs the user's own SQL, by design, on a
+# read-only connection (test_query_opens_the_database_read_only); it formats nothing.
+SQL_INTERPOLATION_ALLOWED: dict[str, set[str]] = {
+    # metric queries composed at import from this module's constants and literal arguments
+    "slurmscope/catalog.py": {
+        "CENTRAL", "GPU_LATEST_VIEW", "NODE_STATE_SQL", "TERMINAL_STATES", "TERMINAL_STATES[1:-1]",
+        "UNAVAILABLE_FLAG_SQL", "_GPU_HEALTH_NOW", "_GPU_LATEST", "_NODE_LATEST", "_SDIAG_LATEST",
+        "_SHARES_LATEST", "_SQUEUE_LATEST", "_latest('controller_pings')",
+        "_HEALTH_NOW.format(table='mart_gpu_health', key='node, gpu_uuid')",
+        "_HEALTH_NOW.format(table='mart_node_health', key='node')",
+        "age", "column", "expr", "scale", "table", "time_col",  # parameters of the builders, literal at each call
+    },
+    # upsert: table name from the collectors' TableSpec constants; columns double-quoted by _quote
+    "collectors/base.py": {"col_sql", "exists", "key_sql", "match", "set_sql", "spec.name"},
+    # column lists from the module's SCHEMAS constants
+    "collectors/nvml_ingest.py": {"', '.join(_JOB_COLS)", "', '.join(sets)", "cols"},
+    "pipelines/drift.py": {"HISTORY"},  # "INTERVAL 60 DAY"
+    "pipelines/health.py": {"LOOKBACK"},  # "INTERVAL 1 DAY"
+    "pipelines/reliability.py": {"_JOB_COLS"},  # a column list literal
+    # mart table and window column from the pipeline registry (MART_TABLES), checked against the catalog
+    "pipelines/runner.py": {"cols", "qcol", "table"},
+}
+
+
+def _literal_text(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value for v in node.values if isinstance(v, ast.Constant))
+    return None
+
+
+def _add_operands(node: ast.AST, inner: set[int]) -> list[ast.AST]:
+    """The operands of a chain a + b + c (the inner BinOps are recorded so the chain is read once)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        inner.update((id(node.left), id(node.right)))
+        return _add_operands(node.left, inner) + _add_operands(node.right, inner)
+    return [node]
+
+
+def sql_interpolations(source: str) -> list[tuple[int, str]]:
+    """(line, expression) for every non-literal value put into SQL text by an f-string, str.format, `%` or
+    `+`: text counts as SQL when its literal part has an upper-case SQL keyword."""
+    found = []
+    inner: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        exprs: list[ast.AST] = []
+        if isinstance(node, ast.JoinedStr) and SQL_WORDS.search(_literal_text(node) or ""):
+            exprs = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format":
+            recv, text = node.func.value, _literal_text(node.func.value)
+            # a literal SQL template, or a module constant (UPPER_CASE) holding one
+            if (text is not None and SQL_WORDS.search(text)) or (
+                    isinstance(recv, ast.Name) and recv.id.lstrip("_").isupper()):
+                exprs = [*node.args, *(k.value for k in node.keywords)]
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+            text = _literal_text(node.left)
+            if text is not None and SQL_WORDS.search(text):
+                exprs = list(node.right.elts) if isinstance(node.right, ast.Tuple) else [node.right]
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and id(node) not in inner:
+            ops = _add_operands(node, inner)
+            if any(SQL_WORDS.search(_literal_text(o) or "") for o in ops):
+                exprs = [o for o in ops if _literal_text(o) is None]
+        found += [(e.lineno, ast.unparse(e)) for e in exprs if not isinstance(e, ast.Constant)]
+    return sorted(found)
+
+
+def test_the_sql_scanner_finds_formatted_values():
+    bad = (
+        "def f(con, user, table, day):\n"
+        "    con.execute(f\"SELECT * FROM jobs WHERE user = '{user}'\")\n"
+        "    con.execute(\"DELETE FROM jobs WHERE day = '%s'\" % day)\n"
+        "    con.execute(\"SELECT * FROM {} WHERE a = 1\".format(table))\n"
+        "    con.execute(\"SELECT * FROM jobs WHERE account = '\" + user + \"'\")\n"
+    )
+    assert [e for _, e in sql_interpolations(bad)] == ["user", "day", "table", "user"]  # lines 2-5
+    ok = (
+        "def f(con, user):\n"
+        "    con.execute(\"SELECT * FROM jobs WHERE user = ?\", [user])\n"
+        "    con.execute(f\"{user} is not SQL\")\n"
+        "    con.execute(f\"SELECT {'literal'} FROM jobs\")\n"
+    )
+    assert sql_interpolations(ok) == []
+
+
+def test_sql_interpolates_only_reviewed_names():
+    """SQL takes parameters: any value formatted into product SQL must be a reviewed identifier source."""
+    offenders = {}
+    for d in PRODUCT_DIRS:
+        for p in (ROOT / d).rglob("*.py"):
+            rel = str(p.relative_to(ROOT))
+            allowed = SQL_INTERPOLATION_ALLOWED.get(rel, set())
+            new = sorted({f"line {n}: {e}" for n, e in sql_interpolations(p.read_text()) if e not in allowed})
+            if new:
+                offenders[rel] = new
     assert offenders == {}
 
 
