@@ -68,6 +68,7 @@ class ReportData:
     used_gpu_hours: float | None = None          # useful (utilisation-weighted) GPU-hours the NVML agents sampled
     sampled_allocated_gpu_hours: float | None = None
     version: int | None = None
+    spread_cost_usd: Decimal = Decimal(0)        # unallocated capacity in the charges (billing.idle_cost = spread)
     frozen: bool | None = None
 
     @property
@@ -120,6 +121,7 @@ def collect_data(con: duckdb.DuckDBPyConnection, cluster: str, month: date) -> R
     if cur:
         d.version = max(r["version"] for r in cur)
         d.frozen = all(r["frozen"] for r in cur)
+        d.spread_cost_usd = sum((Decimal(r.get("spread_cost_usd") or 0) for r in cur), Decimal(0))
     d.users = sorted(({"account": r["account"], "user": r["user"], "gpu_hours": r["gpu_hours"],
                        "cost_usd": Decimal(r["cost_usd"]), "share": r["share"]} for r in cur),
                      key=lambda r: (-r["cost_usd"], r["account"], r["user"]))
@@ -435,6 +437,8 @@ def render_html(d: ReportData, users_out: list[dict]) -> str:
             ["GPU-hours reserved", _fmt(t["reserved_gpu_hours"])],
             ["Capacity cost (USD)", _fmt(t["capacity_cost_usd"])],
             ["Charged to accounts (USD)", _fmt(t["charged_cost_usd"])],
+            *([["of which unallocated capacity spread over accounts (USD)", _fmt(d.spread_cost_usd)]]
+              if d.spread_cost_usd else []),
             ["Cost per charged GPU-hour (USD)", _fmt(t["cost_per_gpu_hour"], 3)],
             ["Cost per useful GPU-hour (USD)", _fmt(t["cost_per_useful_gpu_hour"], 3)],
         ]),

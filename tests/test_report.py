@@ -180,3 +180,19 @@ def test_useful_share_idle_dollars_and_energy_come_from_the_cost_efficiency_mart
     assert waste["vision"]["alloc_idle_cost_usd"] == pytest.approx(1.0)
     assert waste["pretraining"]["energy_kwh"] == pytest.approx(2.0)
     assert waste["pretraining"]["energy_cost_usd"] == pytest.approx(0.4)
+
+
+def test_spread_idle_capacity_in_the_charges_is_shown(tmp_path):
+    from slurmscope.report import collect_data, render_html
+
+    db = tmp_path / "r.duckdb"
+    _seed(db)
+    con = connect(db)
+    d0 = collect_data(con, "c1", date(2026, 11, 1))
+    assert "spread over accounts" not in render_html(d0, d0.users)  # billing.idle_cost = separate: no line
+    con.execute("UPDATE mart_cost_monthly SET spread_cost_usd = 25.5 WHERE version = 2")  # 3 rows of November
+    con.execute("UPDATE mart_cost_monthly SET spread_cost_usd = 99 WHERE version = 1")    # superseded: ignored
+    d = collect_data(con, "c1", date(2026, 11, 1))
+    con.close()
+    assert d.spread_cost_usd == Decimal("76.50")
+    assert "of which unallocated capacity spread over accounts (USD)</td><td>76.50" in render_html(d, d.users)
