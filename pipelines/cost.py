@@ -3,7 +3,9 @@
 Billing rules first, because finance checks them: an attempt is charged for the overlap of [start, end or
 now) with each billing-zone day, at the $/GPU-hour of its partition or GPU model; months are sums of days;
 invoice cents are rounded by largest remainder so rows add up to the rounded month total; a closed month is
-frozen and only a listed re-issue adds a new version. docs/pipelines.md#cost has the formulas.
+frozen and only a listed re-issue adds a new version. Unallocated capacity is reported apart or, with
+billing.idle_cost = "spread", charged by usage; NVML samples give the usage-weighted view (allocated-but-idle
+dollars, cost per useful GPU-hour, energy). docs/pipelines.md#cost has the formulas.
 """
 
 from __future__ import annotations
