@@ -1656,6 +1656,7 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "slurmscope-agent"
     agent: Agent
     registry: Any
+    auth: Any = None
 
     def log_message(self, fmt: str, *args: Any) -> None:
         log.debug("http: " + fmt, *args)
@@ -1667,9 +1668,22 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _denied(self) -> bool:
+        """Every endpoint but /healthz needs the web config's credentials: /spool/<file>/ack deletes data."""
+        if urlparse(self.path).path == "/healthz" or self.auth is None or self.auth.check(
+                self.headers.get("Authorization")):
+            return False
+        self.send_response(401)
+        self.send_header("WWW-Authenticate", 'Basic realm="slurmscope-agent"')
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+        return True
+
     def do_GET(self) -> None:  # noqa: N802
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+        if self._denied():
+            return
         path = urlparse(self.path).path
         spool = self.agent.spool_dir
         if path == "/metrics":
@@ -1690,6 +1704,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, b"not found\n")
 
     def do_POST(self) -> None:  # noqa: N802
+        if self._denied():
+            return
         url = urlparse(self.path)
         m = re.fullmatch(r"/spool/([^/]+)/ack", url.path)
         if not m:
@@ -1701,14 +1717,25 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(int(code), (result + "\n").encode())
 
 
-def start_http(agent: Agent, address: str, port: int) -> ThreadingHTTPServer:
+def start_http(agent: Agent, address: str, port: int, web_config: str | Path | None = None) -> ThreadingHTTPServer:
+    """/metrics, /spool, /healthz from a daemon thread; TLS and basic auth from an exporter-toolkit web config."""
     from prometheus_client import CollectorRegistry
 
+    from slurmscope.webconfig import BasicAuth, WebConfig, load_web_config, server_context
+
+    wc = load_web_config(web_config) if web_config else WebConfig()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector(agent))
-    handler = type("Handler", (_Handler,), {"agent": agent, "registry": registry})
+    auth = BasicAuth(wc.users) if wc.users else None
+    handler = type("Handler", (_Handler,), {"agent": agent, "registry": registry, "auth": auth})
     server = ThreadingHTTPServer((address, port), handler)
     server.daemon_threads = True
+    ctx = server_context(wc)
+    if ctx is not None:
+        server.socket = ctx.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+    if not wc.users and address not in ("127.0.0.1", "::1", "localhost"):
+        log.warning("agent on %s:%d without basic auth: anyone who reaches the port can acknowledge (delete) "
+                    "spool files; set nvml.web_config_file", address, port)
     threading.Thread(target=server.serve_forever, name="agent-http", daemon=True).start()
     return server
 
@@ -1721,7 +1748,7 @@ def start_http(agent: Agent, address: str, port: int) -> ThreadingHTTPServer:
 def run_agent(cfg: Any, *, port: int | None = None, spool: str | None = None, interval: float | None = None,
               fake: str | None = None, address: str = "0.0.0.0", node: str | None = None,  # noqa: S104
               stop: threading.Event | None = None, kmsg_path: str = "/dev/kmsg",
-              flush_seconds: float = 60.0) -> None:
+              flush_seconds: float = 60.0, web_config: str | None = None) -> None:
     """`slurmscope agent`: sample every `interval` seconds until SIGTERM/SIGINT (or `stop` is set)."""
     import signal
 
@@ -1767,7 +1794,7 @@ def run_agent(cfg: Any, *, port: int | None = None, spool: str | None = None, in
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-    server = start_http(agent, address, port)
+    server = start_http(agent, address, port, web_config or cfg.get("nvml", "web_config_file") or None)
     log.info("agent on %s:%d, node %s, spool %s, interval %.1f s", address, port, node, spool_dir, interval)
     try:
         while not stop.is_set():

@@ -128,13 +128,20 @@ def collect(ctx: click.Context, kind: str, once: bool) -> None:
 @click.option("--spool", type=click.Path(file_okay=False), help="Spool directory.")
 @click.option("--interval", type=float, help="Sampling interval in seconds (>= 1).")
 @click.option("--fake", "fake", type=click.Path(exists=True), help="Use the fake NVML backend with this spec.")
+@click.option("--web-config", "web_config", type=click.Path(exists=True, dir_okay=False),
+              help="Exporter-toolkit web config (TLS, basic auth) for every endpoint but /healthz "
+                   "[default: nvml.web_config_file].")
 @click.pass_context
-def agent(ctx: click.Context, port: int | None, spool: str | None, interval: float | None, fake: str | None) -> None:
+def agent(ctx: click.Context, port: int | None, spool: str | None, interval: float | None, fake: str | None,
+          web_config: str | None) -> None:
     """Per-node NVML agent: GPU telemetry, health events and GPU-to-job attribution."""
     from slurmscope.collectors.nvml import run_agent
 
     app = _context(ctx)
-    run_agent(app.config, port=port, spool=spool, interval=interval, fake=fake)
+    try:
+        run_agent(app.config, port=port, spool=spool, interval=interval, fake=fake, web_config=web_config)
+    except (ValueError, OSError) as exc:
+        raise click.ClickException(f"agent: {exc}") from None
 
 
 @main.group()

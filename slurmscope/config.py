@@ -54,6 +54,10 @@ DEFAULTS: dict[str, Any] = {
         "port": 9401,
         "agents": [],
         "spool_paths": [],
+        "web_config_file": "",
+        "agent_username": "",
+        "agent_password_file": "",
+        "agent_ca_file": "",
     },
     "exporter": {
         "address": "127.0.0.1",

@@ -13,13 +13,9 @@ failed scrape.
 
 from __future__ import annotations
 
-import base64
 import gzip
-import hashlib
-import hmac
 import logging
 import math
-import ssl
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -36,6 +32,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from slurmscope.catalog import CATALOG, GPU_LATEST_QUERY, GPU_LATEST_VIEW, Metric
 from slurmscope.config import Config
+from slurmscope.webconfig import BasicAuth, WebConfig, load_web_config, server_context
 
 log = logging.getLogger(__name__)
 
@@ -275,79 +272,6 @@ def export_instants(con: duckdb.DuckDBPyConnection, cfg: Config, instants: Itera
 
 # ---- HTTP ---------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class WebConfig:
-    """The subset of the Prometheus exporter-toolkit web config file that slurmscope honours."""
-
-    cert_file: Path | None = None
-    key_file: Path | None = None
-    client_ca_file: Path | None = None
-    users: dict[str, bytes] = field(default_factory=dict)  # user -> bcrypt hash
-
-
-def load_web_config(path: str | Path) -> WebConfig:
-    """Parse an exporter-toolkit web config (tls_server_config, basic_auth_users); paths relative to it."""
-    import yaml
-
-    path = Path(path)
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: web config must be a mapping")
-    unknown = set(data) - {"tls_server_config", "basic_auth_users", "http_server_config"}
-    if unknown:
-        raise ValueError(f"{path}: unsupported web config keys {sorted(unknown)}")
-    tls = data.get("tls_server_config") or {}
-
-    def rel(key: str) -> Path | None:
-        value = tls.get(key)
-        if not value:
-            return None
-        p = Path(value)
-        return p if p.is_absolute() else path.parent / p
-
-    cert, key = rel("cert_file"), rel("key_file")
-    if (cert is None) != (key is None):
-        raise ValueError(f"{path}: tls_server_config needs both cert_file and key_file")
-    users = {str(u): str(h).encode() for u, h in (data.get("basic_auth_users") or {}).items()}
-    for user, hashed in users.items():
-        if not hashed.startswith((b"$2a$", b"$2b$", b"$2y$")):
-            raise ValueError(f"{path}: basic_auth_users.{user} must be a bcrypt hash")
-    return WebConfig(cert_file=cert, key_file=key, client_ca_file=rel("client_ca_file"), users=users)
-
-
-class _Auth:
-    """bcrypt checks cost ~100 ms by design; remember the digests of credentials that passed."""
-
-    def __init__(self, users: dict[str, bytes]) -> None:
-        self.users = users
-        self._ok: set[bytes] = set()
-        self._lock = threading.Lock()
-
-    def check(self, header: str | None) -> bool:
-        import bcrypt
-
-        if not self.users:
-            return True
-        if not header or not header.startswith("Basic "):
-            return False
-        try:
-            user, _, password = base64.b64decode(header[6:], validate=True).decode("utf-8").partition(":")
-        except (ValueError, UnicodeDecodeError):
-            return False
-        hashed = self.users.get(user)
-        if hashed is None:
-            return False
-        digest = hashlib.sha256(user.encode() + b"\0" + password.encode() + b"\0" + hashed).digest()
-        with self._lock:
-            if any(hmac.compare_digest(digest, d) for d in self._ok):
-                return True
-        if bcrypt.checkpw(password.encode(), hashed):
-            with self._lock:
-                self._ok.add(digest)
-            return True
-        return False
-
-
 LANDING = b"""<html><head><title>slurmscope exporter</title></head>
 <body><h1>slurmscope exporter</h1><p><a href="/metrics">Metrics</a></p></body></html>
 """
@@ -359,7 +283,7 @@ class MetricsServer(ThreadingHTTPServer):
     # then makes clients retry after 1 s and 3 s): benchmarks/bench_metrics.py measured p99 1.2-4 s.
     request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], get_bytes: Callable[[], bytes | None], auth: _Auth) -> None:
+    def __init__(self, address: tuple[str, int], get_bytes: Callable[[], bytes | None], auth: BasicAuth) -> None:
         self.get_bytes = get_bytes
         self.auth = auth
         self._gz_lock = threading.Lock()
@@ -425,14 +349,9 @@ def serve_metrics(address: str, port: int, get_bytes: Callable[[], bytes | None]
     basic_auth_users is set (bcrypt hashes, as the Prometheus exporter-toolkit).
     """
     wc = load_web_config(web_config) if web_config else WebConfig()
-    server = MetricsServer((address, port), get_bytes, _Auth(wc.users))
-    if wc.cert_file is not None:
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        ctx.load_cert_chain(str(wc.cert_file), str(wc.key_file))
-        if wc.client_ca_file is not None:
-            ctx.load_verify_locations(str(wc.client_ca_file))
-            ctx.verify_mode = ssl.CERT_REQUIRED
+    server = MetricsServer((address, port), get_bytes, BasicAuth(wc.users))
+    ctx = server_context(wc)
+    if ctx is not None:
         server.socket = ctx.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
     thread = threading.Thread(target=server.serve_forever, name="slurmscope-metrics", daemon=True)
     thread.start()
