@@ -29,17 +29,26 @@ MART_TABLES: dict[str, str | None] = {
     "mart_fairshare_daily": "day",
 }
 INPUTS: dict[str, str] = {
-    # Attempts charged inside the window (or submitted in it): those still running or ending after its
-    # start. A full run's start is 1970, so it reads every attempt. Late records are inside the window
-    # because the runner starts it at the earliest attempt ingested since the last run.
+    # Attempts charged inside the window: those still running or ending after its start. A full run's
+    # start is 1970, so it reads every attempt. Late records are inside the window because the runner
+    # starts it at the earliest attempt ingested since the last run.
     "jobs": """
         SELECT cluster, account, "user", submit_time, start_time, end_time, billing, cpus, gpus, state
         FROM jobs WHERE cluster = $cluster AND start_time IS NOT NULL
-          AND (end_time IS NULL OR end_time > $start OR submit_time >= $start)""",
+          AND (end_time IS NULL OR end_time > $start)""",
     # The stored days before the window (none in a full run); the days from the window on are recomputed.
     "fairshare_daily": """
-        SELECT cluster, day, account, "user", charge, raw, submitted
+        SELECT cluster, day, account, "user", charge, raw
         FROM mart_fairshare_daily WHERE cluster = $cluster AND day < $start_date""",
+    # Attempts per association and submit day, over the whole history: drift's demand counts an attempt
+    # on its submit day once it has started, however long it was pending, so stored counts would go stale.
+    # Also the list of associations that ran anything (Slurm's default tree). One aggregate in DuckDB.
+    "submits": """
+        SELECT cluster, coalesce(account, '') AS account, coalesce("user", '') AS "user",
+               CAST(timezone($tz, submit_time) AS DATE) AS day,
+               count(*) FILTER (WHERE account IS NOT NULL AND "user" IS NOT NULL) AS submitted
+        FROM jobs WHERE cluster = $cluster AND start_time IS NOT NULL
+        GROUP BY ALL""",
     # Only the last sshare snapshot of each day is used (as tree and as the compared record); before the
     # window only the tree in force at its start (the last snapshot before it) matters.
     "shares": """
@@ -107,6 +116,12 @@ DAILY_SCHEMA = {
     "user": pl.String,
     "charge": pl.Float64,
     "raw": pl.Float64,
+}
+SUBMITS_SCHEMA = {
+    "cluster": pl.String,
+    "account": pl.String,
+    "user": pl.String,
+    "day": pl.Date,
     "submitted": pl.Int64,
 }
 DRIFT_SCHEMA = {
@@ -395,26 +410,27 @@ def usage_slices(jobs: pl.LazyFrame, cs: pl.LazyFrame, s: Settings) -> pl.LazyFr
     )
 
 
-def usage_days(jobs: pl.LazyFrame, slices: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
-    """cluster, day, account, user, charge, raw, submitted: one row per association and local day.
+def day_charges(slices: pl.LazyFrame) -> pl.LazyFrame:
+    """cluster, account, user, day, charge, raw: what each association was charged on each local day.
 
-    `charge`: what the association's attempts were charged that day, decayed to the day's end (C_i below);
-    `raw`: the same undecayed (drift's usage shares); `submitted`: its attempts submitted that day (drift's
-    demand). Every attempt gives at least the row of its submit day, so the rows also list every
-    association that ran anything (Slurm's default tree is built from them). This is the grain stored in
-    mart_fairshare_daily: everything the marts need from the job history.
+    `charge` is decayed to the day's end (C_i in daily_usage), `raw` is undecayed (drift's usage shares).
+    This is the grain stored in mart_fairshare_daily: all the decayed usage needs from the job history.
     """
-    key = ["cluster", "account", "user", "day"]
-    used = (
+    return (
         slices.with_columns(
             c=decayed_usage(pl.col("rate"), pl.col("sa"), pl.col("sb"), pl.col("day_end"), pl.col("lam")),
             r=pl.col("rate") * seconds_between(pl.col("sb"), pl.col("sa")),
         )
-        .group_by(key)
+        .group_by("cluster", "account", "user", "day")
         .agg(pl.col("c").sum().alias("charge"), pl.col("r").sum().alias("raw"))
     )
+
+
+def job_submits(jobs: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
+    """cluster, account, user, day, submitted: attempts per association and submit day (what the runner's
+    `submits` query aggregates in DuckDB), from a jobs frame holding the whole history."""
     counted = pl.col("submit_time").is_not_null() & pl.col("account").is_not_null() & pl.col("user").is_not_null()
-    submitted = (
+    return (
         jobs.select(
             "cluster",
             pl.col("account").fill_null(""),
@@ -424,25 +440,34 @@ def usage_days(jobs: pl.LazyFrame, slices: pl.LazyFrame, s: Settings) -> pl.Lazy
             ).alias("day"),
             counted.alias("counted"),
         )
-        .group_by(key)
+        .group_by("cluster", "account", "user", "day")
         .agg(pl.col("counted").sum().cast(pl.Int64).alias("submitted"))
     )
-    return used.join(submitted, on=key, how="full", coalesce=True, nulls_equal=True).with_columns(
+
+
+def history_days(frames: dict[str, pl.LazyFrame], slices: pl.LazyFrame, s: Settings, *,
+                 stored: bool, submits: bool) -> pl.LazyFrame:
+    """cluster, account, user, day, charge, raw, submitted: the day table of the whole history.
+
+    Charges: the stored days before the window and the ones recomputed from its first day on (an
+    incremental run, `stored`), or every day recomputed from `jobs` (a full run, or a caller that passes
+    the whole history as `jobs`). Submits: the `submits` frame when given, else counted from `jobs`. Every
+    attempt has a submit row, so the rows also list every association that ran anything.
+    """
+    used = day_charges(slices)
+    if stored and s.since is not None:
+        first = local_date(pl.lit(s.since, dtype=UTC_DT), s.timezone)
+        kept = frames["fairshare_daily"].filter((pl.col("day") < first) & (pl.col("raw") > 0))
+        used = pl.concat([
+            kept.select(list(DAILY_SCHEMA)).cast(DAILY_SCHEMA),
+            used.filter(pl.col("day") >= first).select(list(DAILY_SCHEMA)).cast(DAILY_SCHEMA),
+        ])
+    subs = frames["submits"] if submits else job_submits(frames["jobs"], s)
+    subs = subs.select(list(SUBMITS_SCHEMA)).cast(SUBMITS_SCHEMA)
+    key = ["cluster", "account", "user", "day"]
+    return used.join(subs, on=key, how="full", coalesce=True, nulls_equal=True).with_columns(
         pl.col("charge").fill_null(0.0), pl.col("raw").fill_null(0.0), pl.col("submitted").fill_null(0)
     )
-
-
-def history_days(frames: dict[str, pl.LazyFrame], slices: pl.LazyFrame, s: Settings,
-                 stored: bool) -> pl.LazyFrame:
-    """The day table of the whole history: the stored days before the window and the recomputed ones from
-    its first day on (an incremental run); every day recomputed from the attempts when there are no stored
-    days to use (a full run, or a caller that passes the whole history as `jobs`)."""
-    fresh = usage_days(frames["jobs"], slices, s)
-    if not stored or s.since is None:
-        return fresh
-    first = local_date(pl.lit(s.since, dtype=UTC_DT), s.timezone)
-    kept = frames["fairshare_daily"].filter(pl.col("day") < first).select(list(DAILY_SCHEMA))
-    return pl.concat([kept.cast(DAILY_SCHEMA), fresh.filter(pl.col("day") >= first).select(list(DAILY_SCHEMA))])
 
 
 def daily_usage(days: pl.LazyFrame, cs: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
@@ -1098,6 +1123,7 @@ def _frames(frames: dict[str, pl.LazyFrame]) -> dict[str, pl.LazyFrame]:
         },
         "slurm_config": {"cluster": pl.String, "snapshot_time": UTC_DT, "key": pl.String, "value": pl.String},
         "fairshare_daily": DAILY_SCHEMA,
+        "submits": SUBMITS_SCHEMA,
     }
     return {name: with_columns_of(frames.get(name), schema) for name, schema in schemas.items()}
 
@@ -1127,21 +1153,22 @@ def compute(frames: dict[str, pl.LazyFrame], params: Any) -> dict[str, pl.LazyFr
     """mart_fairshare (computed and sshare rows per association and as_of), mart_fairshare_drift, and the
     day table mart_fairshare_daily the next incremental run starts from.
 
-    With `since` and a `fairshare_daily` frame (the stored days before the window, as the runner reads
-    them), `jobs` need only hold the attempts charged or submitted from the window's first day on;
-    otherwise `jobs` is the whole history.
+    With `since`, a `fairshare_daily` frame (the stored days before the window) and a `submits` frame
+    (attempts per association and submit day), as the runner reads them, `jobs` need only hold the attempts
+    charged or submitted from the window's first day on; otherwise `jobs` is the whole history.
     """
     s = settings(params)
     f = _frames(frames)
     cs = cluster_settings(f, s).cache()
     slices = usage_slices(f["jobs"], cs, s).cache()
-    days = history_days(f, slices, s, stored=frames.get("fairshare_daily") is not None).cache()
+    days = history_days(f, slices, s, stored=frames.get("fairshare_daily") is not None,
+                        submits=frames.get("submits") is not None).cache()
     computed = computed_rows(f, cs, slices, days, s)
     fairshare = pl.concat(
         [computed.select(list(FAIRSHARE_SCHEMA)), sshare_rows(f, s).select(list(FAIRSHARE_SCHEMA))]
     ).cast(FAIRSHARE_SCHEMA)
     drift = drift_rows(f, days, s).select(list(DRIFT_SCHEMA)).cast(DRIFT_SCHEMA)
-    daily = days.filter(pl.col("day").is_not_null()).select(list(DAILY_SCHEMA)).cast(DAILY_SCHEMA)
+    daily = days.filter(pl.col("raw") > 0).select(list(DAILY_SCHEMA)).cast(DAILY_SCHEMA)
     return {"mart_fairshare": fairshare, "mart_fairshare_drift": drift, "mart_fairshare_daily": daily}
 
 

@@ -1,5 +1,5 @@
 -- Fair-share day table (pipelines/fairshare.py): the pipeline's own state, and a mart in its own right.
--- One row per association and local day (billing.timezone) on which it was charged or submitted anything.
+-- One row per association and local day (billing.timezone) on which it was charged anything.
 -- Decayed usage depends on the whole history; with these day sums an incremental run reads only the
 -- attempts that overlap its window and carries the stored days forward (docs/pipelines.md). Rebuilt by
 -- the runner like the other marts: rows with day >= the window's first day are deleted and recomputed.
@@ -11,8 +11,7 @@ CREATE TABLE mart_fairshare_daily (
     account            VARCHAR NOT NULL,     -- '' when the record had none
     "user"             VARCHAR NOT NULL,
     charge             DOUBLE NOT NULL,      -- that day's charge, decayed to the day's end (local midnight)
-    raw                DOUBLE NOT NULL,      -- the same undecayed (billing TRES-seconds or GPU-seconds)
-    submitted          BIGINT NOT NULL       -- attempts with a Start that were submitted that day
+    raw                DOUBLE NOT NULL       -- the same undecayed (billing TRES-seconds or GPU-seconds)
 );
 -- Unique key (cluster, day, account, "user"), kept by the runner's delete-then-insert (no index, as for
 -- every mart).
