@@ -268,8 +268,12 @@ def _dur(text: str) -> timedelta:
     return timedelta(**{{"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[unit]: n})
 
 
-def expected_at_end(d: DemoProm) -> Expected:
-    """Which alerts the demo's history implies at its end, from events.jsonl and the raw tables."""
+def expected_at_end(d: DemoProm, now: datetime) -> Expected:
+    """Which alerts the demo's history implies at its end, from events.jsonl and the raw tables.
+
+    `now` is the instant Prometheus evaluates at, in simulated time (the end plus however long the setup
+    took): its windows reach back from there, and after the end the demo's final render is all it sees.
+    """
     end, ev = d.end, d.events
     on: dict[tuple[str, tuple], datetime | None] = {}
     either: dict[tuple[str, tuple], str] = {}
@@ -297,11 +301,11 @@ def expected_at_end(d: DemoProm) -> Expected:
         shown = next((s for s in seen if s >= t), None)
         if kind == "down" and shown is not None:
             on[("SlurmNodeDown", (node,))] = shown
-        if kind in ("drain", "draining") and end - t > timedelta(seconds=th.NODE_DRAINED_MAX_SECONDS):
+        if kind in ("drain", "draining") and now - t > timedelta(seconds=th.NODE_DRAINED_MAX_SECONDS):
             on[("SlurmNodeDrainedTooLong", (node,))] = t + timedelta(seconds=th.NODE_DRAINED_MAX_SECONDS)
     flap = _dur(th.NODE_FLAP_WINDOW)
     for node, times in node_events.items():
-        recent = sorted(t for t in times if t > end - flap)
+        recent = sorted(t for t in times if t > now - flap)
         if len(recent) >= th.NODE_FLAP_EVENTS:
             on[("SlurmNodeFlapping", (node,))] = recent[th.NODE_FLAP_EVENTS - 1]
 
@@ -312,7 +316,7 @@ def expected_at_end(d: DemoProm) -> Expected:
         if e["type"] != "fault" or not e.get("xid") or e["node"] not in d.tele_nodes:
             continue
         t = _t(e["t"])
-        if not (tele_from <= t <= end and t > end - window):
+        if not (tele_from <= t <= end and t > now - window):
             continue
         if e["xid"] in th.CRITICAL_XIDS:
             on[("GpuXidCritical", (e["node"], str(e["xid"])))] = t
@@ -323,7 +327,7 @@ def expected_at_end(d: DemoProm) -> Expected:
     tw = _dur(th.THROTTLE_WINDOW)
     rows = d.con.execute(
         "SELECT node, CAST(gpu_index AS VARCHAR), avg(least(coalesce(throttle_seconds, 0) / 60.0, 1.0))"
-        " FROM gpu_samples WHERE minute > ? AND minute <= ? GROUP BY ALL", [end - tw, end]).fetchall()
+        " FROM gpu_samples WHERE minute > ? AND minute <= ? GROUP BY ALL", [now - tw, end]).fetchall()
     for node, gpu, share in rows:
         verdict = _decide(share, th.THROTTLE_RATIO)
         if verdict:
@@ -341,7 +345,7 @@ def expected_at_end(d: DemoProm) -> Expected:
     requeues: dict[str, int] = {}
     for e in ev:
         t = _t(e["t"])
-        if not (end - hour < t <= end):
+        if not (now - hour < t <= end):
             continue
         if e["type"] == "end":
             ends.setdefault(part.get(e["job_id_raw"], ""), []).append(e["state"])
@@ -379,7 +383,7 @@ def expected_at_end(d: DemoProm) -> Expected:
         s, u = shares.get(account, (None, None))
         if s is None or u is None:
             continue
-        if (end - submit).total_seconds() > th.STARVATION_PENDING_SECONDS and u < th.STARVATION_USAGE_OVER_SHARES * s:
+        if (now - submit).total_seconds() > th.STARVATION_PENDING_SECONDS and u < th.STARVATION_USAGE_OVER_SHARES * s:
             on[("SlurmFairShareStarvation", (account,))] = None
 
     # Backfill: the last cycle time in the latest sdiag, while jobs are pending.
@@ -387,7 +391,7 @@ def expected_at_end(d: DemoProm) -> Expected:
         "SELECT bf_last_cycle_when, jobs_pending FROM sched_stats WHERE cluster = ? AND snapshot_time ="
         " (SELECT max(snapshot_time) FROM sched_stats WHERE cluster = ? AND snapshot_time <= ?)",
         [d.cluster, d.cluster, end]).fetchone()
-    if row and row[0] is not None and (end - row[0]).total_seconds() > th.BACKFILL_STALL_SECONDS and pend:
+    if row and row[0] is not None and (now - row[0]).total_seconds() > th.BACKFILL_STALL_SECONDS and pend:
         on[("SlurmBackfillStalled", ())] = row[0] + timedelta(seconds=th.BACKFILL_STALL_SECONDS)
 
     # GPU utilisation drift, from gpu_samples at the exported instants (what the gauge showed then).
@@ -397,8 +401,8 @@ def expected_at_end(d: DemoProm) -> Expected:
             " minute > ? - INTERVAL 15 MINUTE QUALIFY row_number() OVER (PARTITION BY node, gpu_uuid"
             " ORDER BY minute DESC) = 1", [d.cluster, t, t]).fetchall() if r[0] is not None]
 
-    recent = [u for t in d.instants if end - hour <= t <= end for u in util_at(t)]
-    before = [u for t in d.instants if end - hour - timedelta(days=1) <= t <= end - hour for u in util_at(t)]
+    recent = [u for t in d.instants if now - hour <= t <= end for u in util_at(t)]
+    before = [u for t in d.instants if now - hour - timedelta(days=1) <= t <= now - hour for u in util_at(t)]
     if recent and before:
         ratio = (sum(recent) / len(recent)) / max(sum(before) / len(before), 1e-9)
         verdict = _decide(th.UTIL_DRIFT_FACTOR, ratio)   # alert when ratio < factor
@@ -420,7 +424,7 @@ def expected_at_end(d: DemoProm) -> Expected:
     now_day = latest_day(end)
     baseline: dict[tuple, list[float]] = {}
     for t in d.instants:
-        if end - timedelta(days=8) <= t <= end - timedelta(days=1):
+        if now - timedelta(days=8) <= t <= now - timedelta(days=1):
             for w in waits:
                 if w[0] == latest_day(t) and w[5] is not None:
                     baseline.setdefault(w[1:5], []).append(w[5])
@@ -449,6 +453,12 @@ def expected_at_end(d: DemoProm) -> Expected:
             on[("NodeErrorRateDrift", (node, signal))] = None
         elif etype in ("account", "partition"):
             on[("SlurmTrendDrift", (etype, entity, signal))] = None
+    # The served metrics are the render at the end: stale once the setup took longer than the threshold.
+    age = (now - end).total_seconds()
+    if abs(age - th.METRICS_STALE_SECONDS) < 30:
+        either[("SlurmscopeMetricsStale", ())] = f"the render is {age:.0f} s old"
+    elif age > th.METRICS_STALE_SECONDS:
+        on[("SlurmscopeMetricsStale", ())] = end + timedelta(seconds=th.METRICS_STALE_SECONDS)
     return Expected(on, either)
 
 
@@ -531,8 +541,9 @@ def test_alerts_at_the_end_match_the_history(demo_prom):
     """Active alerts are exactly those the ground truth implies at the end of the simulated period; each is
     firing where the history covers its `for:`, pending where it does not."""
     d = demo_prom
-    exp = expected_at_end(d)
+    now = datetime.now(UTC) - d.shift
     active = _active(d.port)
+    exp = expected_at_end(d, now)
     missing = set(exp.on) - set(active)
     unexpected = set(active) - set(exp.on) - set(exp.either)
     assert not missing, f"implied by the history but not active: {missing}"
@@ -541,7 +552,7 @@ def test_alerts_at_the_end_match_the_history(demo_prom):
     for key, since in exp.on.items():
         if since is None:
             continue
-        held = d.end - since
+        held = now - since
         if held >= fors[key[0]] + STEP:
             assert "firing" in active[key], (key, held, active[key])
         elif held < fors[key[0]] - STEP:
