@@ -17,17 +17,21 @@ from __future__ import annotations
 
 import importlib
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
+from typing import TypeVar
 
 import duckdb
-from slurmscope.collectors.base import RunRecord, get_watermark, load, record_failure, sha256
+from slurmscope.collectors.base import Parsed, RunRecord, get_watermark, load, record_failure, sha256
 from slurmscope.collectors.runner import CommandError, CommandResult, CommandTimeout, run_command
 
 from slurmscope.config import Config
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Exit codes that still carry the measurement: `scontrol ping` exits 1 when any controller is DOWN and
 # prints which. Recording that as a failed run stored nothing, so /metrics kept the last "UP" for the
@@ -50,6 +54,17 @@ def collect(
     con: duckdb.DuckDBPyConnection, cfg: Config, kind: str = "all", *, now: datetime | None = None
 ) -> list[Outcome]:
     """Run one collector kind, or all of them in ORDER; one Outcome per kind."""
+    return collect_with(lambda fn: fn(con), cfg, kind, now=now)
+
+
+def collect_with(db: Callable[[Callable[[duckdb.DuckDBPyConnection], T]], T], cfg: Config, kind: str = "all", *,
+                 now: datetime | None = None) -> list[Outcome]:
+    """`collect`, with the database reached only through `db(fn)`, which runs fn(con) and returns its result.
+
+    Slurm commands run between those calls, never inside one: `serve` passes a `db` that takes its write
+    lock, so a command hanging until its timeout (sinfo and squeue retry for the whole timeout while
+    slurmctld is down) keeps the other collectors and the pipelines waiting for nothing.
+    """
     kinds = ORDER if kind == "all" else (kind,)
     if any(k not in ORDER for k in kinds):
         raise ValueError(f"unknown collector {kind!r}; expected one of {', '.join(ORDER)} or all")
@@ -58,15 +73,19 @@ def collect(
         at = now or datetime.now(UTC)
         try:
             if k == "nvml":
-                outcomes.append(_collect_nvml(con, cfg))
+                outcomes.append(db(lambda con: _collect_nvml(con, cfg)))
             elif k == "sacct":
-                outcomes.append(_collect_sacct(con, cfg, at))
+                outcomes.append(_collect_sacct(db, cfg, at))
             else:
-                outcomes.append(_collect_snapshot(con, cfg, k, at))
+                outcomes.append(_collect_snapshot(db, cfg, k, at))
         except Exception as exc:  # a bug in one collector must not stop the others
             log.exception("collector %s failed", k)
             msg = f"{type(exc).__name__}: {exc}"
-            _record(con, RunRecord(cluster=cfg.cluster, collector=k, source="live"), "error", msg)
+            run = RunRecord(cluster=cfg.cluster, collector=k, source="live")
+            try:
+                db(lambda con, run=run, msg=msg: _record(con, run, "error", msg))
+            except Exception:  # the database itself is the problem; the outcome still says what failed
+                log.exception("cannot record the failure of %s", k)
             outcomes.append(Outcome(k, "error", 0, msg))
     return outcomes
 
@@ -120,8 +139,22 @@ def _record(con: duckdb.DuckDBPyConnection, run: RunRecord, status: str, error: 
         log.exception("cannot record the failure of %s", run.collector)
 
 
-def _run_and_load(
-    con: duckdb.DuckDBPyConnection,
+@dataclass
+class _Fetched:
+    """One command's output, parsed and judged, ready to load: made without touching the database."""
+
+    kind: str
+    module: ModuleType
+    run: RunRecord
+    failure: tuple[str, str] | None = None  # (status, message): nothing to load
+    parsed: Parsed | None = None
+    digest: str | None = None
+    watermark: datetime | None = None
+    verdict: str | None = None
+    elapsed: float = 0.0
+
+
+def _fetch(
     cfg: Config,
     module: ModuleType,
     kind: str,
@@ -132,43 +165,51 @@ def _run_and_load(
     watermark: datetime | None = None,
     parse_kwargs: dict | None = None,
     check_garbage: bool = False,
-) -> Outcome:
+) -> _Fetched:
     run = RunRecord(cluster=cfg.cluster, collector=kind, source="live", window_start=window[0],
                     window_end=window[1])
+    t0 = time.monotonic()
     failure: CommandError | None = None
     try:
         result = run_command(argv, timeout=float(cfg.get("slurm", "timeout_seconds")))
     except CommandTimeout as exc:
-        _record(con, run, "timeout", str(exc))
-        return Outcome(kind, "timeout", 0, str(exc))
+        return _Fetched(kind, module, run, failure=("timeout", str(exc)), elapsed=time.monotonic() - t0)
     except CommandError as exc:
         if exc.returncode not in DATA_EXIT_CODES.get(kind, ()):
-            _record(con, run, "error", str(exc))
-            return Outcome(kind, "error", 0, str(exc))
+            return _Fetched(kind, module, run, failure=("error", str(exc)), elapsed=time.monotonic() - t0)
         failure = exc
         result = CommandResult(tuple(argv), exc.stdout, b"", exc.returncode)
     parsed = module.parse(result.stdout, cluster=cfg.cluster, snapshot_time=at, tz=UTC, source=f"{kind}:live",
                           **(parse_kwargs or {}))
     if failure is not None and parsed.rows == 0:  # the exit code meant a real failure this time
-        _record(con, run, "error", str(failure))
-        return Outcome(kind, "error", 0, str(failure))
-    hook_factory = getattr(module, "after_upsert", None)
+        return _Fetched(kind, module, run, failure=("error", str(failure)), elapsed=time.monotonic() - t0)
     verdict = untrusted_output(result.stdout, parsed.rows, parsed.quarantine.height) if check_garbage else None
     if verdict is not None:
         run = _UntrustedRun(cluster=run.cluster, collector=kind, source="live", started_at=run.started_at,
-                            window_start=window[0], window_end=window[1], _t0=run._t0, verdict=verdict)
+                            window_start=window[0], window_end=window[1], verdict=verdict)
         watermark = None
-    load(con, parsed, module.TABLES, run, content_sha=sha256(result.stdout), watermark=watermark,
-         after_upsert=hook_factory(parsed) if hook_factory else None)
-    if verdict is not None:
-        return Outcome(kind, "error", parsed.rows, verdict)
-    return Outcome(kind, "ok", parsed.rows)
+    return _Fetched(kind, module, run, parsed=parsed, digest=sha256(result.stdout), watermark=watermark,
+                    verdict=verdict, elapsed=time.monotonic() - t0)
 
 
-def _collect_snapshot(con: duckdb.DuckDBPyConnection, cfg: Config, kind: str, at: datetime) -> Outcome:
+def _load(con: duckdb.DuckDBPyConnection, f: _Fetched) -> Outcome:
+    # The run's duration is its command, parse and load, not the wait for the database between them.
+    f.run._t0 = time.monotonic() - f.elapsed
+    if f.failure is not None:
+        _record(con, f.run, *f.failure)
+        return Outcome(f.kind, f.failure[0], 0, f.failure[1])
+    hook_factory = getattr(f.module, "after_upsert", None)
+    load(con, f.parsed, f.module.TABLES, f.run, content_sha=f.digest, watermark=f.watermark,
+         after_upsert=hook_factory(f.parsed) if hook_factory else None)
+    if f.verdict is not None:
+        return Outcome(f.kind, "error", f.parsed.rows, f.verdict)
+    return Outcome(f.kind, "ok", f.parsed.rows)
+
+
+def _collect_snapshot(db: Callable, cfg: Config, kind: str, at: datetime) -> Outcome:
     module = _module(kind)
     if isinstance(module, str):
-        _record(con, RunRecord(cluster=cfg.cluster, collector=kind, source="live"), "error", module)
+        db(lambda con: _record(con, RunRecord(cluster=cfg.cluster, collector=kind, source="live"), "error", module))
         return Outcome(kind, "error", 0, module)
     start = end = None
     if kind == "events":
@@ -176,8 +217,8 @@ def _collect_snapshot(con: duckdb.DuckDBPyConnection, cfg: Config, kind: str, at
         # (no end yet) up to date without a watermark.
         start = at - timedelta(seconds=float(cfg.get("collect", "events_lookback_seconds")))
         end = at
-    argv = module.command(cfg, start=start, end=end)
-    return _run_and_load(con, cfg, module, kind, argv, at, window=(start, end))
+    fetched = _fetch(cfg, module, kind, module.command(cfg, start=start, end=end), at, window=(start, end))
+    return db(lambda con: _load(con, fetched))
 
 
 def sacct_windows(
@@ -199,14 +240,21 @@ def sacct_windows(
     return out or [(now, now)]
 
 
-def _collect_sacct(con: duckdb.DuckDBPyConnection, cfg: Config, at: datetime) -> Outcome:
+def _collect_sacct(db: Callable, cfg: Config, at: datetime) -> Outcome:
     module = _module("sacct")
     if isinstance(module, str):
-        _record(con, RunRecord(cluster=cfg.cluster, collector="sacct", source="live"), "error", module)
+        db(lambda con: _record(con, RunRecord(cluster=cfg.cluster, collector="sacct", source="live"), "error", module))
         return Outcome("sacct", "error", 0, module)
     at = at.astimezone(UTC).replace(microsecond=0)
+
+    def plan(con: duckdb.DuckDBPyConnection) -> tuple[datetime | None, list[str]]:
+        return (get_watermark(con, cfg.cluster, "sacct"),
+                module.valid_job_ids(module.pending_job_ids(con, cfg.cluster)))
+
+    # The by-id list is read before this run's windows load: jobs those windows print are current anyway.
+    watermark, ids = db(plan)
     windows = sacct_windows(
-        get_watermark(con, cfg.cluster, "sacct"),
+        watermark,
         at,
         overlap=float(cfg.get("collect", "sacct_overlap_seconds")),
         window=float(cfg.get("collect", "sacct_window_seconds")),
@@ -215,16 +263,16 @@ def _collect_sacct(con: duckdb.DuckDBPyConnection, cfg: Config, at: datetime) ->
     live = {"delimiter": module.LIVE_DELIMITER}
     rows = 0
     for start, end in windows:
-        argv = module.command(cfg, start=start, end=end)
-        out = _run_and_load(con, cfg, module, "sacct", argv, at, window=(start, end), watermark=end,
-                            parse_kwargs=live, check_garbage=True)
+        fetched = _fetch(cfg, module, "sacct", module.command(cfg, start=start, end=end), at, window=(start, end),
+                         watermark=end, parse_kwargs=live, check_garbage=True)
+        out = db(lambda con, f=fetched: _load(con, f))
         if out.status != "ok":
             return Outcome("sacct", out.status, rows, out.error)  # later windows wait for the next run
         rows += out.rows
-    ids = module.valid_job_ids(module.pending_job_ids(con, cfg.cluster))
     for i in range(0, len(ids), JOBS_PER_CALL):
-        argv = module.command_jobs(cfg, ids[i:i + JOBS_PER_CALL])
-        out = _run_and_load(con, cfg, module, "sacct", argv, at, parse_kwargs=live, check_garbage=True)
+        fetched = _fetch(cfg, module, "sacct", module.command_jobs(cfg, ids[i:i + JOBS_PER_CALL]), at,
+                         parse_kwargs=live, check_garbage=True)
+        out = db(lambda con, f=fetched: _load(con, f))
         if out.status != "ok":
             return Outcome("sacct", out.status, rows, "by job id: " + (out.error or ""))
         rows += out.rows

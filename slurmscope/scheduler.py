@@ -3,8 +3,9 @@
 DuckDB lets one process write a file, and no other process may even read it while a writer holds it open.
 So serve opens the database only for the length of one job (collect, pipelines, render) and closes it
 again; `query`, `status` and `report` open it read-only in between (and retry briefly while a write is in
-progress). Jobs are serialised by one lock: a collector that hangs is cut by its own command timeout, so
-the lock is never held longer than the slowest Slurm command's timeout plus its load.
+progress). Database work is serialised by one lock; Slurm commands run outside it (a collector takes the
+lock to read its watermark, runs and parses its command, then takes it again to load), so a command hanging
+until its timeout delays only its own collector.
 
 The /metrics bytes are rendered once after each job and served from memory: a scrape never touches the
 database, runs a Slurm command or a pipeline.
@@ -97,15 +98,12 @@ class Service:
                 con.close()
 
     def run_collector(self, kind: str) -> None:
-        from slurmscope.collectors.collect import collect
-
-        def job(con):
-            outcomes = collect(con, self.config, kind)
-            self._render(con)
-            return outcomes
+        from slurmscope.collectors.collect import collect_with
 
         try:
-            outcomes = self.with_db(job)
+            # The Slurm command runs between two turns at the lock, not inside one (collect_with).
+            outcomes = collect_with(self.with_db, self.config, kind)
+            self.with_db(self._render)
         except Exception:
             log.exception("collector %s crashed", kind)
             return

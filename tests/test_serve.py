@@ -132,3 +132,30 @@ def test_fair_lock_serves_waiters_in_arrival_order():
     for t in threads:
         t.join(5)
     assert order == ["sdiag", "sinfo", "squeue"]
+
+
+def test_a_hanging_slurm_command_does_not_hold_the_write_lock(tmp_path):
+    """While sinfo hangs until its timeout, another job gets the database at once, and sinfo's failure
+    is still recorded afterwards."""
+    import threading
+
+    from slurmscope.db import connect
+
+    _fake_slurm(tmp_path / "bin")
+    cfg = load_config(env={}).with_overrides(cluster={"name": "t"},
+                                             slurm={"bin_dir": str(tmp_path / "bin"), "timeout_seconds": 8})
+    service = Service(cfg, str(tmp_path / "db.duckdb"))
+    service.with_db(lambda con: None)  # create and migrate the database
+    collector = threading.Thread(target=service.run_collector, args=("sinfo",))
+    collector.start()
+    time.sleep(1.0)  # sinfo is now running (it sleeps far past the 8 s timeout)
+    service.with_db(lambda con: con.execute("SELECT 1").fetchone())
+    # Had the collector held the lock, this job would only have run after sinfo's timeout and load.
+    assert collector.is_alive()
+    collector.join(60)
+    con = connect(tmp_path / "db.duckdb", read_only=True)
+    try:
+        status, error = con.execute("SELECT status, error FROM collector_runs WHERE collector = 'sinfo'").fetchone()
+    finally:
+        con.close()
+    assert status == "timeout" and "timed out after 8 s" in error
