@@ -99,7 +99,10 @@ def parse_ctime(s: str, tz: ZoneInfo) -> datetime | None:
         return None
     mon, day, hh, mi, ss, year, epoch = m.groups()
     if epoch:
-        return datetime.fromtimestamp(int(epoch), UTC)
+        try:
+            return datetime.fromtimestamp(int(epoch), UTC)
+        except (ValueError, OverflowError, OSError):  # beyond year 9999 or time_t: not a date (atheris found it)
+            return None
     if mon not in _MONTHS:
         return None
     try:

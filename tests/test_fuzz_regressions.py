@@ -64,3 +64,18 @@ def test_duration_columns_near_the_int64_edge_are_exact():
     assert out[1] == 2**63 - 1
     assert out[2] is None  # 2562047788015216*3600 = 9223372036854777600 > 2**63-1
     assert out[3] == 106751991167 * 86400
+
+
+def test_sdiag_epoch_beyond_the_calendar_is_a_bad_date_not_an_exception():
+    # atheris mutated a real sdiag capture's "(epoch)" into 17 digits: fromtimestamp raised out of parse().
+    from slurmscope.collectors import sdiag
+
+    text = ("sdiag output at Wed Dec 02 13:57:41 2026 (1796219861)\n"
+            "Data since      Wed Dec 02 13:56:59 2026 (17962198196219819)\n"
+            "Jobs submitted: 3\n")
+    parsed = sdiag.parse(text.encode(), cluster="c", snapshot_time=SNAP, tz=UTC)
+    assert parsed.quarantine.to_dicts() == [{"line_no": 2, "raw_text": text.splitlines()[1], "raw_bytes": None,
+                                              "reason": "sdiag: bad date"}]
+    row = parsed.tables["sched_stats"].row(0, named=True)
+    assert row["snapshot_time"] == datetime.fromtimestamp(1796219861, UTC) and row["jobs_submitted"] == 3
+    assert row["data_since"] is None
