@@ -543,7 +543,7 @@ def _typed(df: pl.DataFrame, *, fields: list[str], delim: str, trailing: bool, t
         pl.when(is_arr).then(pl.col("_arr_id")).alias("array_job_id"),
         pl.when(is_arr).then(pl.col("_arr_task")).alias("array_task_id"),
         pl.when(is_het).then(pl.col("_het_id")).alias("het_job_id"),
-        pl.when(is_het).then(pl.col("_het_off")).cast(pl.Int32).alias("het_job_offset"),
+        pl.when(is_het).then(pl.col("_het_off")).cast(pl.Int32, strict=False).alias("het_job_offset"),
     )
     base = parse_time_columns(
         base,
@@ -586,8 +586,9 @@ def _typed(df: pl.DataFrame, *, fields: list[str], delim: str, trailing: bool, t
         "start_time": same("start_time"),
         "end_time": same("end_time"),
         "elapsed_seconds": same("elapsed_seconds"),
-        "nodes": nodes.cast(pl.Int32),
-        "cpus": cpus.cast(pl.Int32),
+        # beyond Int32 is as unreadable as a non-number: NULL (a strict cast would fail the whole parse)
+        "nodes": nodes.cast(pl.Int32, strict=False),
+        "cpus": cpus.cast(pl.Int32, strict=False),
         "gpus": same("gpus") if tres_field else None,
         "alloc_tres": pl.col("_tres"),
         "node_list": _null_if_blank(_col(df, "nodelist")),

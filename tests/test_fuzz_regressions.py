@@ -79,3 +79,11 @@ def test_sdiag_epoch_beyond_the_calendar_is_a_bad_date_not_an_exception():
     row = parsed.tables["sched_stats"].row(0, named=True)
     assert row["snapshot_time"] == datetime.fromtimestamp(1796219861, UTC) and row["jobs_submitted"] == 3
     assert row["data_since"] is None
+def test_sacct_cpu_count_beyond_int32_does_not_lose_the_whole_output():
+    # A strict Int32 cast made the whole parse fail, so every line (the good one too) went to quarantine.
+    parsed = _sacct(HEADER + "\n" + _job(7, ncpus="2147483648") + "\n" + _job(8) + "\n")
+    assert parsed.quarantine.height == 0
+    jobs = {r["job_id_raw"]: r["cpus"] for r in parsed.tables["jobs"].iter_rows(named=True)}
+    assert jobs == {7: None, 8: 8}  # unreadable as Int32, like a non-number; the neighbour is untouched
+
+
