@@ -30,4 +30,14 @@ def build():
             Q(f"sum by (account) (slurmscope_cost_usd_total{{{CPA}}})")], w=12))
         .with_panel(tbl("GPU-hours so far by account, partition and model", [
             Q(f"sum by (account, partition, gpu_model) (slurmscope_gpu_seconds_total{{{CPA}}}) / 3600")], w=12))
+        .with_panel(tbl("Cost per useful GPU-hour, month to date", [
+            Q(f"sum by (account) (slurmscope_cost_per_useful_gpu_hour_usd{{{CA}}})")], w=8,
+            description="Cost of the NVML-sampled allocations / their utilisation-weighted GPU-hours: what a "
+                        "GPU-hour of real work costs each account (docs/pipelines.md, cost)."))
+        .with_panel(tbl("Spend on allocated but idle GPUs by account", [
+            Q(f"sum by (account) (slurmscope_allocated_idle_cost_usd_total{{{CA}}})")], w=8))
+        .with_panel(tbl("GPU energy by account (kWh)", [
+            Q(f"sum by (account) (slurmscope_account_gpu_energy_joules_total{{{CA}}}) / 3.6e6")], w=8,
+            description="From NVML energy counters (else mean power); priced by billing.energy_usd_per_kwh x "
+                        "billing.pue in slurmscope_account_energy_cost_usd_total."))
     )

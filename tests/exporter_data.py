@@ -19,7 +19,8 @@ raise (EXPECTED_ALERTS) and what the exporter must report at END:
 - drift (mart_drift, from 2 h before END): GPU g02-gpu3 temperature vs fleet and node g01 uncorrectable
   ECC breached; the partition failure-rate trend scored but not breached.
 - marts: usage counters, wait times (p90 600 s, 3000 s on the last day), occupancy, backfill, sdiag
-  deltas, fault impact, node reliability, goodput, capacity, as the pipelines would write them.
+  deltas, fault impact, node reliability, goodput, capacity, cost efficiency (useful share 0.7, 20 kWh a
+  day per account), as the pipelines would write them.
 """
 
 from __future__ import annotations
@@ -272,6 +273,12 @@ def build_marts(con: duckdb.DuckDBPyConnection) -> None:
                3600, 3600, CASE WHEN k < 2 THEN 3600 ELSE 0 END, k < 2, $start + k * INTERVAL 1 HOUR,
                $start + (k + 1) * INTERVAL 1 HOUR
         FROM range(0, 5) s(k)
+    """)
+    _exec(con, """
+        INSERT INTO mart_cost_efficiency_daily
+        SELECT $cluster, CAST(d AS DATE), account, 86400, 48, 43200, 24, 3600, 2, 30240, 0.7, 24 / 8.4,
+               7.2e7, 20, 0
+        FROM generate_series($start, $end, INTERVAL 1 DAY) g(d), (VALUES ('a'), ('b')) a(account)
     """)
     # Health verdicts: not typed out by hand but computed by the health pipeline from the raw rows above (its
     # rules are unit-tested on their own in tests/test_pipeline_health.py).
