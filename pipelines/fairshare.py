@@ -27,6 +27,9 @@ MART_TABLES: dict[str, str | None] = {
     # history (back to the last reset); keeping its day sums lets an incremental run read only the attempts
     # that overlap its window and carry the stored days forward (docs/pipelines.md, "Incremental runs").
     "mart_fairshare_daily": "day",
+    # Its attempt counts per association, start day and submit day: drift's demand counts an attempt on its
+    # submit day once it has started, so keyed by start day the stored rows stay complete like the charges.
+    "mart_fairshare_submits": "day",
 }
 INPUTS: dict[str, str] = {
     # Attempts charged inside the window: those still running or ending after its start. A full run's
@@ -37,20 +40,15 @@ INPUTS: dict[str, str] = {
         SELECT cluster, account, "user", submit_time, start_time, end_time, billing, cpus, gpus,
                CASE WHEN end_time IS NULL THEN state END AS state
         FROM jobs WHERE cluster = $cluster AND start_time IS NOT NULL
-          AND (end_time IS NULL OR end_time > $start)""",
+          AND (end_time IS NULL OR end_time > $start OR start_time >= $start)""",
     # The stored days before the window (none in a full run); the days from the window on are recomputed.
     "fairshare_daily": """
         SELECT cluster, day, account, "user", charge, raw
         FROM mart_fairshare_daily WHERE cluster = $cluster AND day < $start_date""",
-    # Attempts per association and submit day, over the whole history: drift's demand counts an attempt
-    # on its submit day once it has started, however long it was pending, so stored counts would go stale.
-    # Also the list of associations that ran anything (Slurm's default tree). One aggregate in DuckDB.
-    "submits": """
-        SELECT cluster, coalesce(account, '') AS account, coalesce("user", '') AS "user",
-               CAST(timezone($tz, submit_time) AS DATE) AS day,
-               count(*) FILTER (WHERE account IS NOT NULL AND "user" IS NOT NULL) AS submitted
-        FROM jobs WHERE cluster = $cluster AND start_time IS NOT NULL
-        GROUP BY ALL""",
+    # The stored attempt counts of attempts started before the window (none in a full run).
+    "fairshare_submits": """
+        SELECT cluster, day, submit_day, account, "user", submitted
+        FROM mart_fairshare_submits WHERE cluster = $cluster AND day < $start_date""",
     # Only the last sshare snapshot of each day is used (as tree and as the compared record); before the
     # window only the tree in force at its start (the last snapshot before it) matters.
     "shares": """
@@ -70,6 +68,7 @@ INPUTS: dict[str, str] = {
 
 WIDEN_SQL = """
     SELECT CASE WHEN EXISTS (SELECT 1 FROM mart_fairshare_daily WHERE cluster = $cluster)
+                 AND EXISTS (SELECT 1 FROM mart_fairshare_submits WHERE cluster = $cluster)
                 THEN (SELECT CAST(timezone($tz, max(run_at)) AS DATE) FROM pipeline_runs
                       WHERE cluster = $cluster AND pipeline = 'fairshare' AND status = 'ok')
                 ELSE DATE '1970-01-01' END"""
@@ -121,9 +120,10 @@ DAILY_SCHEMA = {
 }
 SUBMITS_SCHEMA = {
     "cluster": pl.String,
+    "day": pl.Date,
+    "submit_day": pl.Date,
     "account": pl.String,
     "user": pl.String,
-    "day": pl.Date,
     "submitted": pl.Int64,
 }
 DRIFT_SCHEMA = {
@@ -429,47 +429,47 @@ def day_charges(slices: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def job_submits(jobs: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
-    """cluster, account, user, day, submitted: attempts per association and submit day (what the runner's
-    `submits` query aggregates in DuckDB), from a jobs frame holding the whole history."""
+    """cluster, day (start), submit_day, account, user, submitted: attempts per association, local start day
+    and submit day. `submitted` counts those with a submit time, account and user (drift's demand joins on
+    them); every started attempt has a row, so the rows also list every association that ran anything."""
     counted = pl.col("submit_time").is_not_null() & pl.col("account").is_not_null() & pl.col("user").is_not_null()
+    start = local_date(pl.col("start_time"), s.timezone)
     return (
         jobs.select(
             "cluster",
+            start.alias("day"),
+            pl.coalesce(local_date(pl.col("submit_time"), s.timezone), start).alias("submit_day"),
             pl.col("account").fill_null(""),
             pl.col("user").fill_null(""),
-            pl.coalesce(
-                local_date(pl.col("submit_time"), s.timezone), local_date(pl.col("start_time"), s.timezone)
-            ).alias("day"),
             counted.alias("counted"),
         )
-        .group_by("cluster", "account", "user", "day")
+        .group_by("cluster", "day", "submit_day", "account", "user")
         .agg(pl.col("counted").sum().cast(pl.Int64).alias("submitted"))
     )
 
 
-def history_days(frames: dict[str, pl.LazyFrame], slices: pl.LazyFrame, s: Settings, *,
-                 stored: bool, submits: bool) -> pl.LazyFrame:
-    """cluster, account, user, day, charge, raw, submitted: the day table of the whole history.
+def window_rows(frames: dict[str, pl.LazyFrame], name: str, fresh: pl.LazyFrame, schema: dict[str, Any],
+                s: Settings, stored: bool) -> pl.LazyFrame:
+    """The stored rows of `name` before the window's first day and `fresh` from it on (an incremental run,
+    `stored`), or `fresh` alone (a full run, or a caller that passes the whole history as `jobs`)."""
+    fresh = fresh.select(list(schema)).cast(schema)
+    if not stored or s.since is None:
+        return fresh
+    first = local_date(pl.lit(s.since, dtype=UTC_DT), s.timezone)
+    kept = frames[name].filter(pl.col("day") < first).select(list(schema)).cast(schema)
+    return pl.concat([kept, fresh.filter(pl.col("day") >= first)])
 
-    Charges: the stored days before the window and the ones recomputed from its first day on (an
-    incremental run, `stored`), or every day recomputed from `jobs` (a full run, or a caller that passes
-    the whole history as `jobs`). Submits: the `submits` frame when given, else counted from `jobs`. Every
-    attempt has a submit row, so the rows also list every association that ran anything.
-    """
-    used = day_charges(slices)
-    if stored and s.since is not None:
-        first = local_date(pl.lit(s.since, dtype=UTC_DT), s.timezone)
-        kept = frames["fairshare_daily"].filter((pl.col("day") < first) & (pl.col("raw") > 0))
-        used = pl.concat([
-            kept.select(list(DAILY_SCHEMA)).cast(DAILY_SCHEMA),
-            used.filter(pl.col("day") >= first).select(list(DAILY_SCHEMA)).cast(DAILY_SCHEMA),
-        ])
-    subs = frames["submits"] if submits else job_submits(frames["jobs"], s)
-    subs = subs.select(list(SUBMITS_SCHEMA)).cast(SUBMITS_SCHEMA)
-    key = ["cluster", "account", "user", "day"]
-    return used.join(subs, on=key, how="full", coalesce=True, nulls_equal=True).with_columns(
-        pl.col("charge").fill_null(0.0), pl.col("raw").fill_null(0.0), pl.col("submitted").fill_null(0)
+
+def history_days(used: pl.LazyFrame, submits: pl.LazyFrame) -> pl.LazyFrame:
+    """cluster, account, user, day, charge, raw, submitted: the day table of the whole history, from the
+    charges per day and the attempt counts per start and submit day (counted on the submit day)."""
+    subs = submits.group_by("cluster", "account", "user", pl.col("submit_day").alias("day")).agg(
+        pl.col("submitted").sum()
     )
+    key = ["cluster", "account", "user", "day"]
+    return used.filter(pl.col("raw") > 0).join(
+        subs, on=key, how="full", coalesce=True, nulls_equal=True
+    ).with_columns(pl.col("charge").fill_null(0.0), pl.col("raw").fill_null(0.0), pl.col("submitted").fill_null(0))
 
 
 def daily_usage(days: pl.LazyFrame, cs: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
@@ -1125,7 +1125,7 @@ def _frames(frames: dict[str, pl.LazyFrame]) -> dict[str, pl.LazyFrame]:
         },
         "slurm_config": {"cluster": pl.String, "snapshot_time": UTC_DT, "key": pl.String, "value": pl.String},
         "fairshare_daily": DAILY_SCHEMA,
-        "submits": SUBMITS_SCHEMA,
+        "fairshare_submits": SUBMITS_SCHEMA,
     }
     return {name: with_columns_of(frames.get(name), schema) for name, schema in schemas.items()}
 
@@ -1155,23 +1155,29 @@ def compute(frames: dict[str, pl.LazyFrame], params: Any) -> dict[str, pl.LazyFr
     """mart_fairshare (computed and sshare rows per association and as_of), mart_fairshare_drift, and the
     day table mart_fairshare_daily the next incremental run starts from.
 
-    With `since`, a `fairshare_daily` frame (the stored days before the window) and a `submits` frame
-    (attempts per association and submit day), as the runner reads them, `jobs` need only hold the attempts
-    charged or submitted from the window's first day on; otherwise `jobs` is the whole history.
+    With `since` and the stored `fairshare_daily` / `fairshare_submits` rows of the days before the window,
+    as the runner reads them, `jobs` need only hold the attempts charged or started from the window's first
+    day on; otherwise `jobs` is the whole history.
     """
     s = settings(params)
     f = _frames(frames)
     cs = cluster_settings(f, s).cache()
     slices = usage_slices(f["jobs"], cs, s).cache()
-    days = history_days(f, slices, s, stored=frames.get("fairshare_daily") is not None,
-                        submits=frames.get("submits") is not None).cache()
+    stored = frames.get("fairshare_daily") is not None and frames.get("fairshare_submits") is not None
+    used = window_rows(f, "fairshare_daily", day_charges(slices), DAILY_SCHEMA, s, stored).cache()
+    submits = window_rows(f, "fairshare_submits", job_submits(f["jobs"], s), SUBMITS_SCHEMA, s, stored).cache()
+    days = history_days(used, submits).cache()
     computed = computed_rows(f, cs, slices, days, s)
     fairshare = pl.concat(
         [computed.select(list(FAIRSHARE_SCHEMA)), sshare_rows(f, s).select(list(FAIRSHARE_SCHEMA))]
     ).cast(FAIRSHARE_SCHEMA)
     drift = drift_rows(f, days, s).select(list(DRIFT_SCHEMA)).cast(DRIFT_SCHEMA)
-    daily = days.filter(pl.col("raw") > 0).select(list(DAILY_SCHEMA)).cast(DAILY_SCHEMA)
-    return {"mart_fairshare": fairshare, "mart_fairshare_drift": drift, "mart_fairshare_daily": daily}
+    return {
+        "mart_fairshare": fairshare,
+        "mart_fairshare_drift": drift,
+        "mart_fairshare_daily": used.filter(pl.col("raw") > 0),
+        "mart_fairshare_submits": submits.filter(pl.col("day").is_not_null()),
+    }
 
 
 def sshare_agreement(mart: pl.LazyFrame) -> pl.LazyFrame:

@@ -15,3 +15,17 @@ CREATE TABLE mart_fairshare_daily (
 );
 -- Unique key (cluster, day, account, "user"), kept by the runner's delete-then-insert (no index, as for
 -- every mart).
+
+-- Attempts with a Start per association, local start day and local submit day: drift's demand counts an
+-- attempt on its submit day once it has started, however long it was pending. Keyed by start day, a stored
+-- row is complete once its day is (as for the charges above); an incremental run adds the counts of the
+-- attempts started from its window on. Rebuilt by the runner from `day` (the start day) on.
+CREATE TABLE mart_fairshare_submits (
+    cluster            VARCHAR NOT NULL,
+    day                DATE NOT NULL,        -- local start day
+    submit_day         DATE NOT NULL,        -- local submit day
+    account            VARCHAR NOT NULL,     -- '' when the record had none
+    "user"             VARCHAR NOT NULL,
+    submitted          BIGINT NOT NULL       -- attempts (those without account or user count 0: drift skips them)
+);
+-- Unique key (cluster, day, submit_day, account, "user").

@@ -24,6 +24,7 @@ MARTS = {  # mart -> its unique key
     "mart_fairshare": ["cluster", "as_of", "account", "user", "source"],
     "mart_fairshare_drift": ["cluster", "day", "account"],
     "mart_fairshare_daily": ["cluster", "day", "account", "user"],
+    "mart_fairshare_submits": ["cluster", "day", "submit_day", "account", "user"],
 }
 
 
@@ -175,7 +176,7 @@ def test_incremental_window_reads_only_recent_attempts(con, monkeypatch):
     # window: 18 March 00:00 (last run minus the 2-day lookback) on; attempts run at most ~2 days
     in_window = con.execute(
         "SELECT count(*) FROM jobs WHERE start_time IS NOT NULL AND (end_time IS NULL"
-        " OR end_time > TIMESTAMPTZ '2026-03-18 00:00:00+00')"
+        " OR end_time > TIMESTAMPTZ '2026-03-18 00:00:00+00' OR start_time >= TIMESTAMPTZ '2026-03-18 00:00:00+00')"
     ).fetchone()[0]
     assert seen["jobs"] == in_window < total / 2
     assert seen["stored"] > 0
@@ -189,6 +190,7 @@ def test_migrated_database_without_stored_days_recomputes_everything(con):
     c = cfg("UTC")
     run_pipelines(con, c, full=True, now=ts("2026-03-09 00:00"), only=["fairshare"])
     con.execute("DELETE FROM mart_fairshare_daily")
+    con.execute("DELETE FROM mart_fairshare_submits")
     run_pipelines(con, c, now=ts("2026-03-10 00:00"), only=["fairshare"])
     incremental = marts(con)
     run_pipelines(con, c, full=True, now=ts("2026-03-10 00:00"), only=["fairshare"])
