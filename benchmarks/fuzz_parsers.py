@@ -35,6 +35,7 @@ import importlib
 import json
 import math
 import random
+import re
 import sys
 import time
 import zlib
@@ -328,7 +329,35 @@ def call(module, data: bytes):
     return module.parse(data, cluster="c", snapshot_time=SNAP, tz=timezone.utc, source="fuzz")
 
 
-HEADER_STARTS = (b"jobid", b"account", b"cluster")
+HEADER_STARTS = ("jobid", "account", "cluster")
+_TITLES = re.compile(r"^[A-Z][A-Z0-9_:()/ %\x1f-]*$")
+
+
+def consumed_whole(kind: str, raw: bytes) -> bool:
+    """A line the parser reads as context and documents as giving no row (a column-title header, a config
+    section title or "as of" line, sshare's dashed rule, sdiag's rule of stars, "No reservations in the
+    system"), by the parser's own test where it has one. An input of only such lines may give nothing."""
+    from slurmscope.collectors import config, events, reservations, sshare
+
+    text = raw.decode("utf-8", errors="replace").removesuffix("\r")
+    s = text.strip(" \t\r\n\f\v")
+    if kind in ("sacct", "sshare", "events") and s.lower().startswith(HEADER_STARTS):
+        return True
+    if kind == "events":
+        names = events._names(text.split("|"))
+        return "time_start" in names and ("node" in names or "state" in names)
+    if kind == "sshare":
+        titles = [f.strip() for f in text.split("|")]
+        return set(s) <= {"-", " "} or (all(t.isalpha() for t in titles) and "account" in sshare._names(titles))
+    if kind == "config":
+        return bool(config._AS_OF.match(s) or (config._SECTION.match(s) and "=" not in s))
+    if kind == "reservations":
+        return bool(reservations._EMPTY.match(s))
+    if kind == "sdiag":
+        return set(s) == {"*"}
+    if kind in ("sinfo", "squeue"):
+        return bool(_TITLES.match(s))
+    return False
 
 
 def check_whole(kind: str, module, data: bytes, tally: Tally) -> None:
@@ -338,9 +367,8 @@ def check_whole(kind: str, module, data: bytes, tally: Tally) -> None:
     except Exception as exc:  # noqa: BLE001 - the finding itself
         tally.fail(f"raised {type(exc).__name__}: {exc}", data)
         return
-    # Header lines (sacct, sshare, sacctmgr) are consumed, not kept: only data lines must be accounted for.
-    nonblank = [ln for ln in data.split(b"\n") if ln.strip(BLANK) and not ln.lstrip().lower().startswith(HEADER_STARTS)]
-    if nonblank and parsed.rows + parsed.quarantine.height == 0 and kind != "sdiag":
+    nonblank = [ln for ln in data.split(b"\n") if ln.strip(BLANK) and not consumed_whole(kind, ln)]
+    if nonblank and parsed.rows + parsed.quarantine.height == 0:
         tally.fail("non-blank input gave neither rows nor quarantine", data)
 
 
