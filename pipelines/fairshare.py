@@ -296,6 +296,16 @@ def reset_epoch(day: pl.Expr, period: pl.Expr) -> pl.Expr:
     )
 
 
+def reuse(frame: pl.LazyFrame, eager: bool) -> pl.LazyFrame:
+    """A frame several branches read: cached in the plan, or computed now when `eager`.
+
+    An incremental run's frames are small (its window's attempts, the stored days, the tree), and
+    optimising the one plan that joins them all costs more than running it (1 of 2.5 CPU-s at 10M
+    attempts); a full run's day slices are millions of rows, which one streaming plan handles better.
+    """
+    return frame.collect().lazy() if eager else frame.cache()
+
+
 def _empty(schema: dict[str, pl.DataType]) -> pl.LazyFrame:
     return pl.LazyFrame(schema=schema)
 
@@ -910,19 +920,19 @@ def classic_values(v: pl.LazyFrame, clos: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def computed_rows(frames: dict[str, pl.LazyFrame], cs: pl.LazyFrame, slices: pl.LazyFrame,
-                  days: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
+                  days: pl.LazyFrame, s: Settings, *, eager: bool = False) -> pl.LazyFrame:
     """The computed mart_fairshare rows at every as_of of the window.
 
     `days` (the day table of the whole history) carries usage up to each as_of's day; `slices` (the
     attempts of the window, cut into days) add the part of an as_of's own day before it.
     """
-    # .cache(): these frames feed several branches; without it the plan (and its optimisation) grows
+    # reuse(): these frames feed several branches; without a cache the plan (and its optimisation) grows
     # with every reuse, and the closure's 16 joins alone take seconds to plan.
     sparse = daily_usage(days, cs, s)
-    snaps = tree_snapshots(frames["shares"], s).cache()
-    tree = association_tree(frames, snaps, days).cache()
-    clos = closure(tree).cache()
-    grid = pick_tree(asof_grid(days, snaps, cs, s), tree).cache()
+    snaps = reuse(tree_snapshots(frames["shares"], s), eager)
+    tree = reuse(association_tree(frames, snaps, days), eager)
+    clos = reuse(closure(tree), eager)
+    grid = reuse(pick_tree(asof_grid(days, snaps, cs, s), tree), eager)
     users = user_usage_at(grid, tree, sparse, slices)
     rolled = (
         users.join(clos, on=["cluster", "tree_time", "account", "user"])
@@ -936,7 +946,7 @@ def computed_rows(frames: dict[str, pl.LazyFrame], cs: pl.LazyFrame, slices: pl.
         .join(rolled, on=["cluster", "as_of", "account", "user"], how="left")
         .with_columns(pl.col("raw_usage").fill_null(0.0))
     )
-    v = sibling_order(tree_values(nodes)).cache()
+    v = reuse(sibling_order(tree_values(nodes)), eager)
     ft = fair_tree_rank(v, clos)
     cl = classic_values(v, clos)
     key = ["cluster", "as_of", "account", "user"]
@@ -991,7 +1001,8 @@ def sshare_rows(frames: dict[str, pl.LazyFrame], s: Settings) -> pl.LazyFrame:
     )
 
 
-def drift_rows(frames: dict[str, pl.LazyFrame], days: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
+def drift_rows(frames: dict[str, pl.LazyFrame], days: pl.LazyFrame, s: Settings, *,
+               eager: bool = False) -> pl.LazyFrame:
     """Each account's share of (undecayed) usage over trailing 7 and 30 days against its target share of
     the machine (the product of normalised shares down its path), and how long it has been starved
     (ratio below drift.fairshare_starved_ratio while it had jobs submitted) or over-served."""
@@ -999,8 +1010,8 @@ def drift_rows(frames: dict[str, pl.LazyFrame], days: pl.LazyFrame, s: Settings)
     snaps = tree_snapshots(frames["shares"], s)
     tree = association_tree(frames, snaps, days)
     latest = tree.group_by("cluster").agg(pl.col("tree_time").max())
-    tree = tree.join(latest, on=["cluster", "tree_time"]).cache()
-    clos = closure(tree).cache()
+    tree = reuse(tree.join(latest, on=["cluster", "tree_time"]), eager)
+    clos = reuse(closure(tree), eager)
     accounts = tree.filter(~pl.col("is_user") & ~pl.col("is_root"))
     # target share: product of sibling-normalised shares of the account and its ancestors
     t = tree.with_columns(level_shares=pl.col("raw_shares").sum().over("cluster", "tree_time", "parent_key"))
@@ -1161,17 +1172,19 @@ def compute(frames: dict[str, pl.LazyFrame], params: Any) -> dict[str, pl.LazyFr
     """
     s = settings(params)
     f = _frames(frames)
-    cs = cluster_settings(f, s).cache()
-    slices = usage_slices(f["jobs"], cs, s).cache()
     stored = frames.get("fairshare_daily") is not None and frames.get("fairshare_submits") is not None
-    used = window_rows(f, "fairshare_daily", day_charges(slices), DAILY_SCHEMA, s, stored).cache()
-    submits = window_rows(f, "fairshare_submits", job_submits(f["jobs"], s), SUBMITS_SCHEMA, s, stored).cache()
-    days = history_days(used, submits).cache()
-    computed = computed_rows(f, cs, slices, days, s)
+    eager = stored and s.since is not None  # an incremental run: every frame below is small
+    cs = reuse(cluster_settings(f, s), eager)
+    slices = reuse(usage_slices(f["jobs"], cs, s), eager)
+    used = reuse(window_rows(f, "fairshare_daily", day_charges(slices), DAILY_SCHEMA, s, stored), eager)
+    submits = reuse(window_rows(f, "fairshare_submits", job_submits(f["jobs"], s), SUBMITS_SCHEMA, s, stored),
+                    eager)
+    days = reuse(history_days(used, submits), eager)
+    computed = computed_rows(f, cs, slices, days, s, eager=eager)
     fairshare = pl.concat(
         [computed.select(list(FAIRSHARE_SCHEMA)), sshare_rows(f, s).select(list(FAIRSHARE_SCHEMA))]
     ).cast(FAIRSHARE_SCHEMA)
-    drift = drift_rows(f, days, s).select(list(DRIFT_SCHEMA)).cast(DRIFT_SCHEMA)
+    drift = drift_rows(f, days, s, eager=eager).select(list(DRIFT_SCHEMA)).cast(DRIFT_SCHEMA)
     return {
         "mart_fairshare": fairshare,
         "mart_fairshare_drift": drift,
