@@ -343,7 +343,7 @@ def print_summary(result: DemoResult, *, serve: bool, port: int) -> None:
         "(see docs/dashboards.md); the datasource is that Prometheus.",
     ]
     if not serve:
-        lines.append(f"/metrics not served (--no-serve); `slurmscope --db {result.db_path} serve --port {port}` "
-                     "serves it.")
+        lines.append("/metrics not served (--no-serve); run the demo again without --no-serve to serve it "
+                     "(`slurmscope serve` would start the live Slurm collectors against this database).")
     sys.stdout.write("\n".join(lines) + "\n")
     sys.stdout.flush()
