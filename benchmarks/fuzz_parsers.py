@@ -258,7 +258,9 @@ def specs() -> dict[str, Spec]:
         "config": Spec(lines=(kv_line(["SlurmctldPort", "ClusterName", "MaxJobCount", "Sub Key"], " = "),
                               kv_line(["Foo", "Bar"], "="), soup_line),
                        context=lambda text: bool(config._AS_OF.match(text.strip()))
-                       or bool(config._SECTION.match(text.strip()) and "=" not in text)),
+                       or bool(config._SECTION.match(text.strip()) and "=" not in text),
+                       # a section title or the "as of" line is read as context for the lines after it
+                       consumed_ok=lambda text, solo: consumed_whole("config", text.encode("utf-8", "surrogatepass"))),
         "reservations": Spec(lines=(res_line, res_line, soup_line),
                              # a line with '=' outside ReservationName= continues the record above it
                              context=lambda text: not text.strip().startswith("ReservationName=") and "=" in text,

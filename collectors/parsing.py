@@ -577,6 +577,9 @@ def _expand_range(spec: str) -> list[str]:
     return out
 
 
+MAX_HOSTLIST_NAMES = 1_000_000  # far beyond any cluster; a garbled or hostile hostlist must not take all memory
+
+
 def expand_hostlist(s: str | None) -> list[str]:
     """Node names of a Slurm hostlist: `gpu[001-004,010],cpu-a[1-3]` -> gpu001..gpu004, gpu010, cpu-a1..3.
 
@@ -605,6 +608,9 @@ def expand_hostlist(s: str | None) -> list[str]:
                     changed = True
                     for num in _expand_range(m.group(1)):
                         expanded.append(name[: m.start()] + num + name[m.end():])
+                    if len(names) + len(expanded) > MAX_HOSTLIST_NAMES:
+                        # several bracket groups multiply: each within its range limit, the product unbounded
+                        raise ValueError(f"hostlist expands to more than {MAX_HOSTLIST_NAMES:,} names {s[:200]!r}")
             pieces = [expanded]
             if not changed:
                 break

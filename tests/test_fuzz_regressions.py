@@ -87,3 +87,20 @@ def test_sacct_cpu_count_beyond_int32_does_not_lose_the_whole_output():
     assert jobs == {7: None, 8: 8}  # unreadable as Int32, like a non-number; the neighbour is untouched
 
 
+
+
+def test_hostlist_whose_bracket_groups_multiply_past_the_limit_is_refused():
+    # atheris: each bracket group within the per-range limit, their product 1.7 million names (over 2 GB in
+    # the events parser). One range of 10^6 was already refused; now the product is too.
+    from slurmscope.collectors import events
+    from slurmscope.collectors.parsing import MAX_HOSTLIST_NAMES, expand_hostlist
+
+    assert len(expand_hostlist("a[0-999]b[0-999]")) == 1000 * 1000 == MAX_HOSTLIST_NAMES
+    try:
+        expand_hostlist("a[0-999]b[0-1000]")  # 1000 * 1001 names
+        raise AssertionError("not refused")
+    except ValueError as exc:
+        assert "more than 1,000,000 names" in str(exc)
+    line = "c|n|x[0-999]y[0-999]z[0-9]|2026-10-01T10:00:00|Unknown|DOWN|bomb|root(0)\n"
+    parsed = events.parse(("|".join(events.FIELDS) + "\n" + line).encode(), cluster="c", snapshot_time=SNAP, tz=UTC)
+    assert parsed.tables["node_events"]["node"].to_list() == ["x[0-999]y[0-999]z[0-9]"]  # kept as printed
