@@ -188,7 +188,8 @@ class Spec:
     consumed_ok: object = None        # (text, solo Parsed) -> True when a line may give neither row nor quarantine
     ignore: frozenset = frozenset()   # columns derived from other lines, not compared
     units: object = None              # Parsed -> {key: row}; default: every table's rows by natural key
-    context_reaches_back: bool = False  # a context line also changes the line before it (a continuation)
+    context_reaches_back: bool = False  # a context line also changes the record it continues (above it)
+    record_start: object = None       # line text -> True for the first line of a record (with context_reaches_back)
     solo_sample: int | None = None    # re-parse only this many lines per batch alone (None: every line)
     raw_key: object = None            # line text -> the fields its natural key comes from (with solo_sample)
 
@@ -265,6 +266,7 @@ def specs() -> dict[str, Spec]:
                              # a line with '=' outside ReservationName= continues the record above it
                              context=lambda text: not text.strip().startswith("ReservationName=") and "=" in text,
                              context_reaches_back=True,
+                             record_start=lambda text: text.strip().startswith("ReservationName="),
                              consumed_ok=lambda text, solo: bool(reservations._EMPTY.match(text.strip()))),
         "ping": Spec(lines=(ping_line, ping_line, soup_line)),
     }
@@ -421,7 +423,9 @@ def check_batch(kind: str, module, spec: Spec, lines: list[bytes], tally: Tally)
             tally.fail("line alone gave neither rows nor quarantine (silently dropped)", spec.prefix + line)
         is_context = bool(spec.context and spec.context(text))
         if is_context and spec.context_reaches_back:
-            prev = next((j for j in range(i - 1, -1, -1) if solo[j] is not None), None)
+            # the record it continues: the nearest record start above (junk lines between do not end it)
+            prev = next((j for j in range(i - 1, -1, -1) if solo[j] is not None
+                         and spec.record_start(_decoded(lines[j])[0])), None)
             if prev is not None and solo[prev] != "unverified":
                 solo[prev] = (*solo[prev][:2], True)
         solo.append((q[0]["reason"] if q else None, u, after_context or is_context))
