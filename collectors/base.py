@@ -52,10 +52,16 @@ class Parsed:
 
 @dataclass(frozen=True)
 class TableSpec:
-    """Natural key of a raw table: an upsert replaces the stored row with the same key."""
+    """Natural key of a raw table: an upsert replaces the stored row with the same key.
+
+    `touch` names the columns whose change matters downstream: when an upsert changes one of them, the
+    row's `ingested_at` moves to the load time, so incremental pipelines see the change (re-reading an
+    unchanged row, as the collection overlap does every run, moves nothing).
+    """
 
     name: str
     key: tuple[str, ...]
+    touch: tuple[str, ...] = ()
 
 
 def sha256(data: bytes) -> str:
@@ -88,6 +94,11 @@ def upsert(con: duckdb.DuckDBPyConnection, spec: TableSpec, df: pl.DataFrame) ->
     try:
         if updates:
             set_sql = ", ".join(f"{_quote(c)} = excluded.{_quote(c)}" for c in updates)
+            touched = [c for c in spec.touch if c in updates]
+            if touched:
+                changed = " OR ".join(f"excluded.{_quote(c)} IS DISTINCT FROM {spec.name}.{_quote(c)}" for c in touched)
+                set_sql += (f", ingested_at = CASE WHEN {changed} THEN now()"
+                            f" ELSE {spec.name}.ingested_at END")
             con.execute(f"INSERT INTO {spec.name} ({col_sql}) SELECT {col_sql} FROM _upsert_src s WHERE {exists} "  # noqa: S608 - table (TableSpec) and quoted column names from code, never input
                         f"ON CONFLICT ({key_sql}) DO UPDATE SET {set_sql}")
         con.execute(f"INSERT INTO {spec.name} ({col_sql}) SELECT {col_sql} FROM _upsert_src s WHERE NOT {exists}")  # noqa: S608 - table (TableSpec) and quoted column names from code, never input

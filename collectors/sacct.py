@@ -45,7 +45,10 @@ from slurmscope.config import Config
 
 KIND = "sacct"
 TABLES = {
-    "jobs": TableSpec("jobs", ("cluster", "job_id_raw", "submit_time")),
+    # A change of state, times or GPUs moves ingested_at, so the next incremental pipeline run rebuilds from
+    # the attempt's start: per-day columns (failed, running GPU-seconds) depend on how it ended.
+    "jobs": TableSpec("jobs", ("cluster", "job_id_raw", "submit_time"),
+                      touch=("state", "start_time", "end_time", "gpus")),
     "job_steps": TableSpec("job_steps", ("cluster", "job_id_raw", "job_submit_time", "step_id")),
 }
 

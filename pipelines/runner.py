@@ -78,7 +78,8 @@ def _table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
 
 def default_start(con: duckdb.DuckDBPyConnection, cluster: str, pipeline: str, lookback: float) -> datetime | None:
     """Start of an incremental window: the last good run minus `lookback`, pulled earlier to the start of any
-    job row ingested since that run (a late sacct record). None = no previous run (rebuild everything)."""
+    job row ingested or changed since that run (a late sacct record; an attempt that ended, whose earlier
+    days' failed/running split changes with it). None = no previous run (rebuild everything)."""
     row = con.execute(
         "SELECT max(run_at) FROM pipeline_runs WHERE cluster = ? AND pipeline = ? AND status = 'ok'",
         [cluster, pipeline],

@@ -229,3 +229,46 @@ def test_full_rebuild_in_slices_equals_one_window(con):
     runs = con.execute("SELECT count(*) FROM pipeline_runs WHERE pipeline = 'cost' AND run_at < ?", [now]).fetchone()
     assert runs[0] == 4  # slices ending 3, 5, 7, 9 March (Berlin midnights), then the last one at now
     assert marts() == whole
+
+
+def test_late_end_of_a_stored_running_job_reaches_the_incremental_run(con):
+    """A job stored as RUNNING whose End arrives days late (slurmdbd or the collector was away): the next
+    incremental run must rewrite the days it was charged as running after it ended, though the window's
+    lookback is shorter. Times are near the wall clock, because `ingested_at` is."""
+    import time
+
+    from slurmscope.collectors.base import upsert
+    from slurmscope.collectors.sacct import TABLES
+
+    from slurmscope.db import transaction
+
+    t = datetime.now(UTC).replace(microsecond=0)
+    add_job(con, 1, t - timedelta(days=8, hours=1), t - timedelta(days=8), None, gpus=4, state="RUNNING", account="long")
+    add_job(con, 2, t - timedelta(days=6, hours=1), t - timedelta(days=6), t - timedelta(days=5), gpus=2)
+    add_job(con, 3, t - timedelta(days=1, hours=1), t - timedelta(days=1), t - timedelta(hours=20), gpus=1)
+    time.sleep(0.01)
+    now0 = datetime.now(UTC)
+    run_pipelines(con, cfg(), full=True, now=now0, only=["cost", "reliability"])
+    stored = con.execute("SELECT submit_time FROM jobs WHERE job_id_raw = 1").fetchone()[0]
+    late = pl.DataFrame({"cluster": ["default"], "job_id": ["1"], "job_id_raw": [1], "submit_time": [stored],
+                         "state": ["COMPLETED"], "start_time": [t - timedelta(days=8)],
+                         "end_time": [t - timedelta(days=5)], "gpus": [4]},
+                        schema_overrides={"submit_time": pl.Datetime("us", "UTC"),
+                                          "start_time": pl.Datetime("us", "UTC"), "end_time": pl.Datetime("us", "UTC")})
+    with transaction(con):
+        upsert(con, TABLES["jobs"], late)
+    touched = con.execute("SELECT ingested_at FROM jobs WHERE job_id_raw = 1").fetchone()[0]
+    assert touched > now0
+    with transaction(con):  # the same record read again (the collection overlap) is no change
+        upsert(con, TABLES["jobs"], late)
+    assert con.execute("SELECT ingested_at FROM jobs WHERE job_id_raw = 1").fetchone()[0] == touched
+    now1 = datetime.now(UTC)
+    run_pipelines(con, cfg(), now=now1, only=["cost", "reliability"])  # incremental, 2-day lookback
+    marts = ["mart_cost_daily", "mart_job_outcomes_daily"]
+    incremental = {m: con.execute(f"SELECT * FROM {m} ORDER BY ALL").fetchall() for m in marts}
+    run_pipelines(con, cfg(), full=True, now=now1, only=["cost", "reliability"])
+    for m in marts:
+        assert incremental[m] == con.execute(f"SELECT * FROM {m} ORDER BY ALL").fetchall(), m
+    # 3 days x 4 GPUs from start to the late End, not 8 days as a job still running would have been charged
+    charged = con.execute("SELECT sum(gpu_seconds) FROM mart_cost_daily WHERE account = 'long'").fetchone()[0]
+    assert charged == 3 * 86400 * 4
