@@ -70,7 +70,7 @@ SQL_INTERPOLATION_ALLOWED: dict[str, set[str]] = {
         "age", "column", "expr", "scale", "table", "time_col",  # parameters of the builders, literal at each call
     },
     # upsert: table name from the collectors' TableSpec constants; columns double-quoted by _quote
-    "collectors/base.py": {"col_sql", "exists", "key_sql", "match", "set_sql", "spec.name"},
+    "collectors/base.py": {"_quote(c)", "col_sql", "exists", "key_sql", "match", "set_sql", "spec.name"},
     # column lists from the module's SCHEMAS constants
     "collectors/nvml_ingest.py": {"', '.join(_JOB_COLS)", "', '.join(sets)", "cols"},
     "pipelines/drift.py": {"HISTORY"},  # "INTERVAL 60 DAY"
