@@ -7,13 +7,13 @@ monthly and capacity rows reconcile.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import date, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import polars as pl
+from slurmscope.collectors import parsing
 
 UTC_DT = pl.Datetime("us", "UTC")
 
@@ -304,59 +304,19 @@ def node_intervals(node_states: pl.LazyFrame, params: dict[str, Any]) -> pl.Lazy
     )
 
 
-
 # --- hostlists ----------------------------------------------------------------------------------------
-
-_BRACKET = re.compile(r"\[([^\]]*)\]")
-
-
-def _split_top(text: str) -> list[str]:
-    parts, depth, cur = [], 0, []
-    for ch in text:
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    if cur:
-        parts.append("".join(cur))
-    return [p for p in parts if p]
-
-
-def _expand_one(name: str) -> list[str]:
-    m = _BRACKET.search(name)
-    if not m:
-        return [name]
-    head, tail = name[: m.start()], name[m.end():]
-    out: list[str] = []
-    for piece in m.group(1).split(","):
-        if "-" in piece:
-            a, b = piece.split("-", 1)
-            width = len(a)
-            try:
-                lo, hi = int(a), int(b)
-            except ValueError:
-                out.extend(head + piece + t for t in _expand_one(tail))
-                continue
-            for n in range(lo, hi + 1):
-                out.extend(f"{head}{n:0{width}d}{t}" for t in _expand_one(tail))
-        else:
-            out.extend(head + piece + t for t in _expand_one(tail))
-    return out
 
 
 def expand_hostlist(text: str | None) -> list[str]:
-    """Slurm's compressed hostlist ('gpu[001-003,7],login1') as host names; '' or 'None assigned' → []."""
-    if not text or text.strip() in {"None assigned", "(null)"}:
-        return []
-    hosts: list[str] = []
-    for part in _split_top(text.strip()):
-        hosts.extend(_expand_one(part))
-    return hosts
+    """Slurm's compressed hostlist ('gpu[001-003,7],login1') as host names; '' or 'None assigned' → [].
+
+    The collectors' parser (bounded: a stored NodeList like `n[0-999999999]` must not exhaust memory in a
+    pipeline); a list it cannot read stays one opaque name, so the attempt is still counted somewhere.
+    """
+    try:
+        return parsing.expand_hostlist(text)
+    except ValueError:
+        return [text.strip()]
 
 
 # --- small helpers ------------------------------------------------------------------------------------

@@ -210,3 +210,13 @@ def test_weekly_outcome_views_sum_the_days():
     want = [(date(2026, 1, 26), 1, 1.0), (date(2026, 2, 2), 6, 8.0), (date(2026, 2, 9), 8, 7.0)]
     assert con.execute("SELECT week, jobs, gpu_hours FROM mart_job_outcomes_node_weekly ORDER BY week").fetchall() == want
     assert con.execute("SELECT week, jobs, gpu_hours FROM mart_job_outcomes_weekly ORDER BY week").fetchall() == want
+
+
+def test_stored_node_lists_expand_bounded_and_unreadable_ones_stay_one_name():
+    from slurmscope.pipelines.common import expand_hostlist
+
+    assert expand_hostlist("gpu[001-003,010],login1") == ["gpu001", "gpu002", "gpu003", "gpu010", "login1"]
+    assert expand_hostlist("None assigned") == [] and expand_hostlist(None) == []
+    # would be 10^9 names: the pipeline keeps the attempt under its literal NodeList instead of running out of memory
+    assert expand_hostlist("n[0-999999999]") == ["n[0-999999999]"]
+    assert expand_hostlist("a[0-999]b[0-1000]") == ["a[0-999]b[0-1000]"]
