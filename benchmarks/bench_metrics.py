@@ -82,8 +82,12 @@ def build(db: Path, out: Path, gpus: int, days: float, seed: int, hours: float) 
             "jobs": res.summary["jobs_submitted"]}
 
 
-def scraper(port: int, seconds: float, pace: float, start_at: float, q, phase: float = 0.0) -> None:
-    """One Prometheus stand-in: GET /metrics until the deadline; latencies in ms go back on `q`."""
+def scraper(port: int, seconds: float, pace: float, start_at: float, q, phase: float = 0.0,
+            gzip_ok: bool = False) -> None:
+    """One Prometheus stand-in: GET /metrics until the deadline; latencies in ms go back on `q`.
+
+    With gzip_ok it asks for gzip as Prometheus does (`Accept-Encoding: gzip`) and fails unless it gets it.
+    """
     while time.time() < start_at:
         time.sleep(0.001)
     deadline = start_at + seconds
@@ -94,11 +98,11 @@ def scraper(port: int, seconds: float, pace: float, start_at: float, q, phase: f
         t0 = time.perf_counter()
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            conn.request("GET", "/metrics")
+            conn.request("GET", "/metrics", headers={"Accept-Encoding": "gzip"} if gzip_ok else {})
             resp = conn.getresponse()
             body = resp.read()
             conn.close()
-            if resp.status != 200:
+            if resp.status != 200 or gzip_ok != (resp.getheader("Content-Encoding") == "gzip"):
                 errors += 1
                 continue
             size = len(body)
@@ -112,12 +116,13 @@ def scraper(port: int, seconds: float, pace: float, start_at: float, q, phase: f
     q.put((lat, errors, size))
 
 
-def load_test(port: int, scrapers: int, seconds: float, pace: float, spread: bool = False) -> dict:
+def load_test(port: int, scrapers: int, seconds: float, pace: float, spread: bool = False,
+              gzip_ok: bool = False) -> dict:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     start_at = time.time() + 2.0 + 0.1 * scrapers   # let every process start before the clock runs
     phases = [pace * i / scrapers if spread else 0.0 for i in range(scrapers)]
-    procs = [ctx.Process(target=scraper, args=(port, seconds, pace, start_at, q, ph)) for ph in phases]
+    procs = [ctx.Process(target=scraper, args=(port, seconds, pace, start_at, q, ph, gzip_ok)) for ph in phases]
     for p in procs:
         p.start()
     results = [q.get(timeout=seconds + 120) for _ in procs]
@@ -150,6 +155,8 @@ def main() -> None:
                     help="also run scrapers once per this many seconds, spread over it (0: skip)")
     ap.add_argument("--backlog-what-if", action="store_true",
                     help="also rerun the closed-loop and paced runs with a listen backlog of 128")
+    ap.add_argument("--accept-gzip", action="store_true",
+                    help="scrapers send Accept-Encoding: gzip, as Prometheus does (the server compresses once per render)")
     ap.add_argument("--gzip-what-if", action="store_true",
                     help="also serve the body gzip-compressed (as bytes) to measure what compression would save")
     args = ap.parse_args()
@@ -194,7 +201,7 @@ def main() -> None:
                          4 * args.prometheus_interval, True))
         for name, n, pace, secs, spread in runs:
             cpu0 = time.process_time()
-            out[name] = load_test(port, n, secs, pace, spread)
+            out[name] = load_test(port, n, secs, pace, spread, gzip_ok=args.accept_gzip)
             out[name]["server_cpu_ms_per_scrape"] = round(
                 (time.process_time() - cpu0) * 1000 / max(1, out[name]["scrapes"]), 2)
         if args.backlog_what_if:
