@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -34,3 +36,26 @@ def con(db_path: Path):
 @pytest.fixture
 def fixtures() -> Path:
     return FIXTURES
+
+
+@pytest.fixture
+def tls_web_config(tmp_path: Path) -> Path:
+    """An exporter-toolkit web config requiring TLS and basic auth (user `prom`, password `s3cret`).
+
+    The self-signed certificate (cert.pem beside the file) names localhost and 127.0.0.1, so a verifying
+    client that trusts it can connect.
+    """
+    import bcrypt
+
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl not installed")
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                    "-keyout", str(tmp_path / "key.pem"), "-out", str(tmp_path / "cert.pem")],
+                   check=True, capture_output=True, timeout=60)
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
+    web = tmp_path / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n"
+                   f"basic_auth_users:\n  prom: '{hashed}'\n", encoding="utf-8")
+    return web

@@ -11,7 +11,6 @@ import urllib.error
 import urllib.request
 from datetime import timedelta
 
-import bcrypt
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
@@ -211,18 +210,8 @@ def test_server_answers_503_before_the_first_render():
         server.shutdown()
 
 
-def test_basic_auth_and_tls_from_web_config(tmp_path):
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("openssl not installed")
-    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-                    "-keyout", str(tmp_path / "key.pem"), "-out", str(tmp_path / "cert.pem")],
-                   check=True, capture_output=True, timeout=60)
-    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
-    web = tmp_path / "web.yml"
-    web.write_text(f"tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n"
-                   f"basic_auth_users:\n  prom: '{hashed}'\n", encoding="utf-8")
-    server = serve_metrics("127.0.0.1", 0, lambda: b"x 1.0\n", web_config=web)
+def test_basic_auth_and_tls_from_web_config(tmp_path, tls_web_config):
+    server = serve_metrics("127.0.0.1", 0, lambda: b"x 1.0\n", web_config=tls_web_config)
     ctx = ssl.create_default_context(cafile=str(tmp_path / "cert.pem"))
     ctx.check_hostname = False
     try:

@@ -6,12 +6,9 @@ central `collect_agent` with the configured credentials and CA, end to end: list
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import urllib.error
 import urllib.request
 
-import bcrypt
 import pytest
 from slurmscope.collectors.nvml import list_spool, start_http
 from slurmscope.collectors.nvml_ingest import AgentClient, collect_agent
@@ -23,20 +20,9 @@ from tests.test_nvml_agent import Env
 
 
 @pytest.fixture
-def tls(tmp_path):
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("openssl not installed")
-    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-                    "-keyout", str(tmp_path / "key.pem"), "-out", str(tmp_path / "cert.pem")],
-                   check=True, capture_output=True, timeout=60)
-    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
-    web = tmp_path / "web.yml"
-    web.write_text(f"tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n"
-                   f"basic_auth_users:\n  central: '{hashed}'\n", encoding="utf-8")
+def tls(tmp_path, tls_web_config):
     (tmp_path / "password").write_text("s3cret\n", encoding="utf-8")
-    return web
+    return tls_web_config
 
 
 def _status(url: str, *, method: str = "GET", auth: str | None = None, ca=None) -> int:
@@ -57,7 +43,7 @@ def test_without_credentials_nothing_is_listed_downloaded_or_deleted(tmp_path, t
     server = start_http(env.agent, "127.0.0.1", 0, tls)
     base = f"https://localhost:{server.server_address[1]}"
     ca = tmp_path / "cert.pem"
-    wrong = basic_auth_header("central", "guess")
+    wrong = basic_auth_header("prom", "guess")
     try:
         for path in ("/metrics", "/spool", f"/spool/{name}"):
             assert _status(base + path, ca=ca) == 401
@@ -65,7 +51,7 @@ def test_without_credentials_nothing_is_listed_downloaded_or_deleted(tmp_path, t
         assert _status(f"{base}/spool/{name}/ack?sha256={'0' * 64}", method="POST", ca=ca) == 401
         assert (env.spool / name).exists()
         assert _status(f"{base}/healthz", ca=ca) == 200  # liveness probes need no secret
-        assert _status(f"{base}/metrics", ca=ca, auth=basic_auth_header("central", "s3cret")) == 200
+        assert _status(f"{base}/metrics", ca=ca, auth=basic_auth_header("prom", "s3cret")) == 200
         with pytest.raises(urllib.error.URLError):  # the system trust store does not know the self-signed cert
             _status(f"{base}/metrics")
     finally:
@@ -84,7 +70,7 @@ def test_central_collection_with_the_configured_credentials_loads_and_acks(tmp_p
         with pytest.raises(urllib.error.HTTPError) as err:
             collect_agent(con, bare, url, client=AgentClient(ca_file=str(tmp_path / "cert.pem")))
         assert err.value.code == 401
-        cfg = bare.with_overrides(nvml={"agent_username": "central", "agent_password_file": str(tmp_path / "password"),
+        cfg = bare.with_overrides(nvml={"agent_username": "prom", "agent_password_file": str(tmp_path / "password"),
                                         "agent_ca_file": str(tmp_path / "cert.pem")})
         results = collect_agent(con, cfg, url)
         assert len(results) == 1 and results[0].rows > 0

@@ -28,7 +28,6 @@ import json
 import math
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -52,6 +51,7 @@ from tests.integration.test_prometheus_live import (
     _free_port,
     _start,
     _start_agent,
+    _start_scraping,
     _stop,
 )
 
@@ -213,24 +213,8 @@ def demo_prom(demo_run_faulty, tmp_path_factory):
         (tmp / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False, width=10_000))
         server = serve_metrics("127.0.0.1", 0, lambda: body)
         agent_port, agent_stop, agent = _start_agent(tmp)
-        config = {
-            "global": {"scrape_interval": "5s", "evaluation_interval": "5s"},
-            "rule_files": [str(tmp / "rules.yaml")],
-            # The backfilled history has no job/instance labels: drop them so scraped samples continue it.
-            "scrape_configs": [
-                {"job_name": "demo", "static_configs": [{"targets": [f"127.0.0.1:{server.server_address[1]}"]}],
-                 "metric_relabel_configs": [{"action": "labeldrop", "regex": "job|instance"}]},
-                {"job_name": "nvml-agent", "static_configs": [{"targets": [f"127.0.0.1:{agent_port}"]}]}],
-        }
-        proc = _start(prom, tmp, port, config, "--rules.alert.for-grace-period=1s")
+        proc = _start_scraping(prom, tmp, port, "demo", server.server_address[1], agent_port)
         try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                up = _api(port, "query", query='count_over_time(up{job="demo"}[1m])')["result"]
-                if up and float(up[0]["value"][1]) >= 3:
-                    break
-                time.sleep(1)
-            time.sleep(6)   # one more evaluation of every group after the scrapes
             sinfo = sorted(datetime.fromtimestamp(int(p.stem), UTC)
                            for p in (demo_run.sim_dir / "snapshots" / "sinfo").glob("*.txt"))
             tele = {p.name for p in (demo_run.sim_dir / "spool").iterdir() if p.is_dir()}

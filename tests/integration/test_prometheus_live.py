@@ -122,6 +122,29 @@ def _for_state(port: int, first: float, last: float) -> str:
     return "\n".join(lines) + "\n# EOF\n"
 
 
+def _start_scraping(prom: str, tmp: Path, port: int, job: str, exporter_port: int,
+                    agent_port: int) -> subprocess.Popen:
+    """Prometheus with tmp/rules.yaml, scraping the exporter as `job` and the agent every 5 s; returns once it
+    has scraped the exporter three times and evaluated every group once more."""
+    config = {
+        "global": {"scrape_interval": "5s", "evaluation_interval": "5s"},
+        "rule_files": [str(tmp / "rules.yaml")],
+        # The backfilled history has no job/instance labels: drop them so scraped samples continue its series.
+        "scrape_configs": [{"job_name": job, "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}],
+                            "metric_relabel_configs": [{"action": "labeldrop", "regex": "job|instance"}]},
+                           {"job_name": "nvml-agent", "static_configs": [{"targets": [f"127.0.0.1:{agent_port}"]}]}],
+    }
+    proc = _start(prom, tmp, port, config, "--rules.alert.for-grace-period=1s")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        up = _api(port, "query", query=f'count_over_time(up{{job="{job}"}}[1m])')["result"]
+        if up and float(up[0]["value"][1]) >= 3:
+            break
+        time.sleep(1)
+    time.sleep(6)
+    return proc
+
+
 def _start_agent(tmp: Path) -> tuple[int, threading.Event, threading.Thread]:
     """The node agent of cluster c1 on a fake NVML (two healthy H100s), as `slurmscope agent --fake` runs it."""
     from slurmscope.collectors.nvml import run_agent
@@ -178,24 +201,8 @@ def prometheus(tmp_path_factory):
     (tmp / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False, width=10_000))
     server = serve_metrics("127.0.0.1", 0, lambda: body)
     agent_port, agent_stop, agent = _start_agent(tmp)
-    config = {
-        "global": {"scrape_interval": "5s", "evaluation_interval": "5s"},
-        "rule_files": [str(tmp / "rules.yaml")],
-        # The backfilled history has no job/instance labels: drop them so scraped samples continue its series.
-        "scrape_configs": [{"job_name": "slurmscope", "static_configs": [
-            {"targets": [f"127.0.0.1:{server.server_address[1]}"]}],
-            "metric_relabel_configs": [{"action": "labeldrop", "regex": "job|instance"}]},
-            {"job_name": "nvml-agent", "static_configs": [{"targets": [f"127.0.0.1:{agent_port}"]}]}],
-    }
-    proc = _start(prom, tmp, port, config, "--rules.alert.for-grace-period=1s")
+    proc = _start_scraping(prom, tmp, port, "slurmscope", server.server_address[1], agent_port)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            up = _api(port, "query", query='count_over_time(up{job="slurmscope"}[1m])')["result"]
-            if up and float(up[0]["value"][1]) >= 3:
-                break
-            time.sleep(1)
-        time.sleep(6)
         yield port
     finally:
         _stop(proc)
