@@ -159,11 +159,13 @@ def load(
     content_sha: str | None = None,
     watermark: datetime | None = None,
     after_upsert=None,
+    error: str | None = None,
 ) -> int:
     """Upsert every table of `parsed`, its quarantine, the run record and the watermark in one transaction.
 
-    `after_upsert(con)` runs inside the transaction (e.g. to recompute job attempts).
-    Returns the collector_runs id.
+    `after_upsert(con)` runs inside the transaction (e.g. to recompute job attempts). With `error`, the rows
+    are stored but the run is recorded as an error with that text (output too damaged to trust: the caller
+    then passes no watermark). Returns the collector_runs id.
     """
     digest = content_sha or (sha256(content) if content is not None else None)
     with transaction(con):
@@ -188,7 +190,8 @@ def load(
                 " updated_at = excluded.updated_at",
                 [run.cluster, run.collector, watermark],
             )
-        return run.insert(con, status="ok", rows=total, quarantined=q.height)
+        return run.insert(con, status="ok" if error is None else "error", rows=total, quarantined=q.height,
+                          error=error)
 
 
 def record_failure(con: duckdb.DuckDBPyConnection, run: RunRecord, status: str, error: str) -> int:

@@ -121,17 +121,6 @@ def untrusted_output(data: bytes, rows: int, quarantined: int) -> str | None:
     return None
 
 
-@dataclass
-class _UntrustedRun(RunRecord):
-    """A run whose rows are stored but which is recorded as an error, in the same transaction as its rows."""
-
-    verdict: str = ""
-
-    def insert(self, con: duckdb.DuckDBPyConnection, *, status: str, rows: int = 0, quarantined: int = 0,
-               error: str | None = None) -> int:
-        return super().insert(con, status="error", rows=rows, quarantined=quarantined, error=self.verdict)
-
-
 def _record(con: duckdb.DuckDBPyConnection, run: RunRecord, status: str, error: str) -> None:
     try:
         record_failure(con, run, status, error)
@@ -185,8 +174,6 @@ def _fetch(
         return _Fetched(kind, module, run, failure=("error", str(failure)), elapsed=time.monotonic() - t0)
     verdict = untrusted_output(result.stdout, parsed.rows, parsed.quarantine.height) if check_garbage else None
     if verdict is not None:
-        run = _UntrustedRun(cluster=run.cluster, collector=kind, source="live", started_at=run.started_at,
-                            window_start=window[0], window_end=window[1], verdict=verdict)
         watermark = None
     return _Fetched(kind, module, run, parsed=parsed, digest=sha256(result.stdout), watermark=watermark,
                     verdict=verdict, elapsed=time.monotonic() - t0)
@@ -200,7 +187,7 @@ def _load(con: duckdb.DuckDBPyConnection, f: _Fetched) -> Outcome:
         return Outcome(f.kind, f.failure[0], 0, f.failure[1])
     hook_factory = getattr(f.module, "after_upsert", None)
     load(con, f.parsed, f.module.TABLES, f.run, content_sha=f.digest, watermark=f.watermark,
-         after_upsert=hook_factory(f.parsed) if hook_factory else None)
+         after_upsert=hook_factory(f.parsed) if hook_factory else None, error=f.verdict)
     if f.verdict is not None:
         return Outcome(f.kind, "error", f.parsed.rows, f.verdict)
     return Outcome(f.kind, "ok", f.parsed.rows)

@@ -47,7 +47,7 @@ from tests.demo_fixture import DEMO_DAYS, DEMO_GPUS, DemoRun
 from tests.integration.test_prometheus_live import (
     _api,
     _blocks,
-    _esc,
+    _for_state,
     _free_port,
     _start,
     _start_agent,
@@ -98,33 +98,6 @@ class DemoProm:
     tele_nodes: set[str]
     sinfo_times: list[datetime]
     telemetry_days: float          # the simulator writes NVML telemetry (and kmsg XIDs) for the last N days
-
-
-def _for_state(port: int, first: float, last: float, step: float) -> str:
-    """ALERTS_FOR_STATE for the fine part of the history, as a Prometheus running through it would write it.
-
-    Same as test_prometheus_live._for_state, with this module's step: an alert whose expression holds at
-    every fine instant up to the last has been active since the start of that unbroken run, so once
-    restored it fires at once where the history covers its `for:`.
-    """
-    lines = ["# TYPE ALERTS_FOR_STATE gauge"]
-    series: dict[str, list[str]] = {}
-    for a in ALERTS:
-        data = _api(port, "query_range", query=a.expr, start=first, end=last, step=step)
-        for r in data["result"]:
-            times = [float(t) for t, _ in r["values"]]
-            if not times or times[-1] != last:
-                continue
-            k = len(times) - 1
-            while k > 0 and times[k - 1] == times[k] - step:
-                k -= 1
-            labels = {n: v for n, v in r["metric"].items() if n != "__name__"}
-            labels.update({"alertname": a.name, "severity": a.severity, **a.labels})
-            key = ",".join(f'{n}="{_esc(v)}"' for n, v in sorted(labels.items()))
-            series[key] = [f"ALERTS_FOR_STATE{{{key}}} {times[k]} {t}" for t in times[k:]]
-    for key in sorted(series):
-        lines.extend(series[key])
-    return "\n".join(lines) + "\n# EOF\n"
 
 
 def _record_blocks(promtool: str, tmp: Path, port: int, group: list[dict], t0: int, t1: int, name: str) -> None:

@@ -93,24 +93,25 @@ def _esc(v: str) -> str:
     return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def _for_state(port: int, first: float, last: float) -> str:
+def _for_state(port: int, first: float, last: float, step: float = STEP.total_seconds()) -> str:
     """ALERTS_FOR_STATE over the history, as a Prometheus running through it would have written it.
 
     Prometheus itself evaluates each alert expression at every instant of the fine-grained part of the
     history (a range query stepping exactly on the backfilled samples); an alert whose expression holds up
-    to the last instant has been active since the start of that unbroken run (at most FINE ago). Restored at startup, this is what lets an alert whose
-    `for:` the history covers fire at once, as it would on a Prometheus that had been running all along.
+    to the last instant has been active since the start of that unbroken run (at most FINE ago). Restored at
+    startup, this is what lets an alert whose `for:` the history covers fire at once, as it would on a
+    Prometheus that had been running all along. `step` is the spacing of the fine samples.
     """
     lines = ["# TYPE ALERTS_FOR_STATE gauge"]
     series: dict[str, list[str]] = {}
     for a in ALERTS:
-        data = _api(port, "query_range", query=a.expr, start=first, end=last, step=STEP.total_seconds())
+        data = _api(port, "query_range", query=a.expr, start=first, end=last, step=step)
         for r in data["result"]:
             times = [float(t) for t, _ in r["values"]]
             if not times or times[-1] != last:
                 continue
             k = len(times) - 1
-            while k > 0 and times[k - 1] == times[k] - STEP.total_seconds():
+            while k > 0 and times[k - 1] == times[k] - step:
                 k -= 1
             active_at = times[k]
             labels = {n: v for n, v in r["metric"].items() if n != "__name__"}
