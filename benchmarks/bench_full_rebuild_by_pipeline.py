@@ -9,6 +9,10 @@ pipeline gets `run_pipelines(full=True, only=[name])` in a fresh process, with b
 (user + system, all threads) and peak RSS. Inside a run, the time spent reading inputs (DuckDB → Arrow →
 Polars) and writing marts is measured by wrapping the runner's `_read` and `_write`; the rest is the
 pipeline's compute (planning and collecting its LazyFrames).
+
+`--together` instead runs the issue's measure itself: one process, one `run_pipelines(full=True)` over every
+registered pipeline (what `slurmscope pipelines run --full` does), with each pipeline's share of wall and CPU
+time and the process's peak RSS.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 
-def one(db: str, name: str, jobs: int, days: int) -> dict[str, object]:
+def one(db: str, name: str, jobs: int, days: int, slice_days: int) -> dict[str, object]:
     from bench_pipelines import START
     from slurmscope.pipelines import runner
 
@@ -34,6 +38,7 @@ def one(db: str, name: str, jobs: int, days: int) -> dict[str, object]:
     from slurmscope.db import connect
 
     spent = {"read": 0.0, "write": 0.0}
+    per: dict[str, dict[str, float]] = {}
 
     def timed(fn, key):
         def wrapper(*args, **kwargs):
@@ -46,21 +51,35 @@ def one(db: str, name: str, jobs: int, days: int) -> dict[str, object]:
 
     runner._read = timed(runner._read, "read")
     runner._write = timed(runner._write, "write")
+    run_pipeline = runner.run_pipeline
+
+    def per_pipeline(con, cfg, module, window):
+        t, c = time.perf_counter(), time.process_time()
+        try:
+            return run_pipeline(con, cfg, module, window)
+        finally:
+            mine = per.setdefault(module.NAME, {"wall_s": 0.0, "cpu_s": 0.0})
+            mine["wall_s"] += time.perf_counter() - t
+            mine["cpu_s"] += time.process_time() - c
+
+    runner.run_pipeline = per_pipeline
     con = connect(db)
     con.execute("SET memory_limit = '1GB'")
     con.execute("DELETE FROM jobs WHERE job_id_raw >= ?", [jobs])
     cfg = load_config(None, env={}).with_overrides(
         cluster={"name": "bench"}, billing={"timezone": "Europe/Berlin"},
-        pipelines={"node_snapshot_max_gap_seconds": 6 * 3600, "full_slice_days": 30})
+        pipelines={"node_snapshot_max_gap_seconds": 6 * 3600, "full_slice_days": slice_days})
     now = START + timedelta(days=days)
     t, c = time.perf_counter(), time.process_time()
-    rows = runner.run_pipelines(con, cfg, full=True, now=now, only=[name])
+    rows = runner.run_pipelines(con, cfg, full=True, now=now, only=None if name == "all" else [name])
     cpu = time.process_time() - c
     return {"pipeline": name, "wall_s": round(time.perf_counter() - t, 1), "cpu_s": round(cpu, 1),
             "read_cpu_s": round(spent["read"], 1), "write_cpu_s": round(spent["write"], 1),
             "compute_cpu_s": round(cpu - spent["read"] - spent["write"], 1),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0),
-            "rows": rows, "load_average": round(os.getloadavg()[0], 1)}
+            "rows": rows, "load_average": round(os.getloadavg()[0], 1),
+            **({"by_pipeline": {k: {m: round(v, 1) for m, v in d.items()} for k, d in per.items()}}
+               if name == "all" else {})}
 
 
 def main() -> None:
@@ -69,18 +88,22 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=10_000_000, help="as generated (later job ids are deleted)")
     ap.add_argument("--days", type=int, default=365)
     ap.add_argument("--only", default="", help="comma-separated pipelines (default: every registered one)")
+    ap.add_argument("--slice-days", type=int, default=30, help="pipelines.full_slice_days")
+    ap.add_argument("--together", action="store_true",
+                    help="all pipelines in one process, as `pipelines run --full` runs them")
     ap.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(one(args.db, args.child, args.jobs, args.days)))
+        print(json.dumps(one(args.db, args.child, args.jobs, args.days, args.slice_days)))
         return
     from slurmscope.pipelines.runner import PIPELINES
 
-    names = [n for n in args.only.split(",") if n] or list(PIPELINES)
+    names = ["all"] if args.together else [n for n in args.only.split(",") if n] or list(PIPELINES)
     results = []
     for name in names:
-        out = subprocess.run([sys.executable, __file__, "--db", args.db, "--jobs", str(args.jobs), "--days",
-                              str(args.days), "--child", name], capture_output=True, text=True, check=False)
+        cmd = [sys.executable, __file__, "--db", args.db, "--jobs", str(args.jobs), "--days", str(args.days),
+               "--slice-days", str(args.slice_days), "--child", name]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
         line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
         results.append(json.loads(line) if out.returncode == 0 and line
                        else {"pipeline": name, "error": out.stderr[-2000:]})
