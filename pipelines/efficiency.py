@@ -37,10 +37,16 @@ INPUTS: dict[str, str] = {
               AND job_id IN (SELECT job_id FROM gpu_jobs WHERE cluster = $cluster
                              AND coalesce(interval_end, $end) >= $start AND interval_start < $end)
         ) - INTERVAL 1 MINUTE, $start)""",
+    # Only the attempts of the jobs mapped above can be matched (by job_id_raw): a full run would otherwise
+    # read and sort every attempt of the history (10M rows, 4 GB) to attribute a few thousand intervals.
+    # The regexp is attribute_intervals' extraction; TRY_CAST drops what its strict cast would reject.
     "jobs": """
         SELECT cluster, job_id, job_id_raw, attempt, submit_time, start_time, end_time, account, "user", gpus
         FROM jobs WHERE cluster = $cluster AND start_time IS NOT NULL AND start_time < $end
-          AND (end_time IS NULL OR end_time >= $start - INTERVAL 1 DAY)""",
+          AND (end_time IS NULL OR end_time >= $start - INTERVAL 1 DAY)
+          AND job_id_raw IN (SELECT TRY_CAST(regexp_extract(job_id, '^([0-9]+)', 1) AS BIGINT) FROM gpu_jobs
+                             WHERE cluster = $cluster AND coalesce(interval_end, $end) >= $start
+                               AND interval_start < $end)""",
 }
 
 IDLE_UTIL_PERCENT = 5.0

@@ -171,3 +171,51 @@ def test_runner_writes_are_idempotent_and_incremental_equals_full(con):
     assert len(incremental[0]) == 8
     # days 0, 3, 6 ran at 0 %: three zero-util jobs, each 1 GPU-hour idle
     assert sum(r[-1] for r in incremental[1]) == 3
+
+
+def test_jobs_input_reads_only_the_mapped_jobs_and_changes_no_row(con):
+    """The jobs query keeps the attempts of mapped job ids only; computing from every attempt gives the
+    same marts (an unmapped attempt can never be matched), including a requeued job's other attempt."""
+    from slurmscope.pipelines.runner import Window, _read, pipeline_params
+
+    from slurmscope.config import load_config
+
+    cfg = load_config(None, env={})
+    base = datetime(2026, 3, 1, 10, tzinfo=UTC)
+    for i in range(1, 7):
+        start = base + timedelta(hours=i)
+        con.execute(
+            'INSERT INTO jobs (cluster, job_id, job_id_raw, attempt, submit_time, start_time, end_time, account,'
+            ' "user", gpus) VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, 1)',
+            ["default", str(i), i, start, start, start + timedelta(minutes=30), f"a{i}", f"u{i}"],
+        )
+    # job 2 requeued: a second attempt an hour after its first
+    con.execute(
+        'INSERT INTO jobs (cluster, job_id, job_id_raw, attempt, submit_time, start_time, end_time, account,'
+        " \"user\", gpus) VALUES ('default', '2', 2, 2, ?, ?, ?, 'a2', 'u2', 1)",
+        [base + timedelta(hours=3), base + timedelta(hours=3), base + timedelta(hours=3, minutes=20)],
+    )
+    con.execute("INSERT INTO jobs (cluster, job_id, job_id_raw, attempt, submit_time, start_time, end_time,"
+                " account, \"user\", gpus) VALUES ('other', '4', 4, 1, ?, ?, ?, 'x', 'y', 1)",
+                [base, base + timedelta(hours=4), base + timedelta(hours=5)])
+    # mapped: 2 (both attempts), 4 as an array task id, and one id that is not a number
+    for job_id, hours in (("2", 2), ("2", 3), ("4_7", 4), ("batch", 5)):
+        start = base + timedelta(hours=hours)
+        con.execute(
+            "INSERT INTO gpu_jobs (cluster, node, gpu_uuid, job_id, interval_start, interval_end, mig_instance)"
+            " VALUES ('default', 'n1', 'g1', ?, ?, ?, '')", [job_id, start, start + timedelta(minutes=20)])
+    con.execute(
+        "INSERT INTO gpu_samples (cluster, node, gpu_uuid, minute, util_gpu_mean, util_gpu_max)"
+        " SELECT 'default', 'n1', 'g1', ?::TIMESTAMPTZ + to_minutes(m), m % 7, m % 9 FROM range(400) t(m)",
+        [base])
+    now = base + timedelta(days=1)
+    params = pipeline_params(cfg, Window(datetime(1970, 1, 1, tzinfo=UTC), now, True))
+    frames = {alias: _read(con, sql, params) for alias, sql in eff.INPUTS.items()}
+    read = frames["jobs"].collect()
+    assert sorted(zip(read["job_id_raw"], read["attempt"], strict=True)) == [(2, 1), (2, 2), (4, 1)]
+    every = {**frames, "jobs": _read(con, "SELECT * FROM jobs WHERE cluster = 'default'", params)}
+    narrow = {k: v.collect() for k, v in eff.compute(frames, params).items()}
+    wide = {k: v.collect() for k, v in eff.compute(every, params).items()}
+    assert narrow["mart_job_efficiency"].height == 3
+    for name in eff.MART_TABLES:
+        assert_frame_equal(narrow[name].sort(pl.all()), wide[name].sort(pl.all()))
