@@ -21,7 +21,6 @@ from slurmscope.pipelines.common import (
     local_day,
     node_intervals,
     percentile,
-    split_buckets,
     usage_interval,
 )
 
@@ -162,26 +161,42 @@ def sched_deltas(stats: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
     return ensure_columns(out, DELTA_SCHEMA)
 
 
-def _sweep(intervals: pl.LazyFrame, weight: str, keys: list[str], bucket: int, *, keep_zero: bool = False
+def _sweep(intervals: pl.LazyFrame, weights: dict[str, pl.Expr], keys: list[str], bucket: int, *, present: str
            ) -> pl.LazyFrame:
-    """∫ level dt per bucket, where level = sum of `weight` over intervals [s, e) open at t (event sweep:
-    far fewer rows than exploding every interval into its buckets). Stretches with level 0 give no rows,
-    unless `keep_zero` and some interval is open there (availability: 0 usable GPUs on a known-down node
-    is a value; no snapshot at all is a gap)."""
-    w = pl.col(weight).cast(pl.Float64)
-    ev = pl.concat([
-        intervals.select(*keys, pl.col("s").alias("t"), w.alias("d"), pl.lit(1, dtype=pl.Int64).alias("c")),
-        intervals.select(*keys, pl.col("e").alias("t"), (-w).alias("d"), pl.lit(-1, dtype=pl.Int64).alias("c")),
-    ], how="vertical").group_by(*keys, "t").agg(pl.col("d").sum(), pl.col("c").sum())
-    seg = ev.with_columns(
-        pl.col("d").cum_sum().over(keys, order_by="t").alias("level"),
-        pl.col("c").cum_sum().over(keys, order_by="t").alias("open"),
-        pl.col("t").shift(-1).over(keys, order_by="t").alias("t_next"),
+    """Per key and fixed bucket, ∫ level dt (seconds) for each of `weights`, level = sum of the weight over
+    intervals [s, e) open at t; a row only where the `present` integral (a weight ≥ 0) is not zero.
+
+    Integer difference arrays over bucket indexes, not a sweep split into buckets: with B the bucket length,
+    each end t (index b = t // B, rem = t − b·B) adds ±w, and a bucket's integral is B·L(b) − Σ ±w·rem over
+    its ends, L(b) the level after them. Buckets without an end hold B·L of the previous one. Rows sorted by
+    key and bucket need no per-key window: every interval closes in its own key, so the running sum is back
+    to 0 at each key's last row. Microsecond integers: the sums are exact. A `present` weight of 1 keeps
+    buckets with a level of 0 while an interval is open (availability: 0 usable GPUs on a known-down node is
+    a value; no snapshot at all is a gap).
+    """
+    us = bucket * 1_000_000
+    names = list(weights)
+
+    def ends(col: str, sign: int) -> pl.LazyFrame:
+        t = pl.col(col).dt.epoch("us")
+        return intervals.select(
+            *keys, (t // us).alias("b"), *[(sign * w.cast(pl.Int64)).alias(n) for n, w in weights.items()],
+            (t % us).alias("_rem"),
+        )
+
+    ev = pl.concat([ends("s", 1), ends("e", -1)], how="vertical").group_by(*keys, "b").agg(
+        *[pl.col(n).sum() for n in names], *[(pl.col(n) * pl.col("_rem")).sum().alias(f"_r_{n}") for n in names],
+    ).sort(*keys, "b").with_columns(
+        *[pl.col(n).cum_sum().alias(f"_l_{n}") for n in names], pl.col("b").shift(-1).alias("_b_next"),
     )
-    keep = (pl.col("open") > 0) if keep_zero else (pl.col("level").abs() > 1e-9)
-    seg = seg.filter(pl.col("t_next").is_not_null() & keep)
-    parts = split_buckets(seg, "t", "t_next", bucket)
-    return parts.group_by(*keys, "bucket_start").agg((pl.col("level") * pl.col("overlap_seconds")).sum().alias("v"))
+    at_ends = ev.select(*keys, "b", *[(pl.col(f"_l_{n}") * us - pl.col(f"_r_{n}")).alias(n) for n in names])
+    between = ev.filter((pl.col(f"_l_{present}") != 0) & (pl.col("_b_next") > pl.col("b") + 1)).select(
+        *keys, pl.int_ranges(pl.col("b") + 1, "_b_next").alias("b"), *[(pl.col(f"_l_{n}") * us).alias(n) for n in names],
+    ).explode("b")
+    return pl.concat([at_ends, between], how="vertical").filter(pl.col(present) != 0).select(
+        *keys, pl.from_epoch(pl.col("b") * us, time_unit="us").dt.replace_time_zone("UTC").alias("bucket_start"),
+        *[(pl.col(n) / 1e6) for n in names],
+    )
 
 
 def _pending_cover(pending: pl.LazyFrame, keys: list[str], bucket: int) -> pl.LazyFrame:
@@ -225,9 +240,11 @@ def occupancy(jobs: pl.LazyFrame, node_states: pl.LazyFrame, params: dict[str, A
         clip_interval("use_start", "use_end", start, now)
     ).select(*keys, "gpus", "sched_by", pl.col("use_start").alias("s"), pl.col("use_end").alias("e")).filter(
         pl.col("e") > pl.col("s")
-    ).with_columns(pl.when(pl.col("sched_by") == "backfill").then(pl.col("gpus")).otherwise(0).alias("bf_gpus"))
-    alloc = _sweep(run, "gpus", keys, bucket).rename({"v": "alloc_gs"})
-    bf = _sweep(run, "bf_gpus", keys, bucket).rename({"v": "backfill_gpu_seconds"})
+    )
+    # Backfill's GPUs are part of the allocated ones: one pass, and its buckets are alloc's.
+    bf_gpus = pl.when(pl.col("sched_by") == "backfill").then(pl.col("gpus")).otherwise(0)
+    alloc = _sweep(run, {"alloc_gs": pl.col("gpus"), "backfill_gpu_seconds": bf_gpus}, keys, bucket,
+                   present="alloc_gs")
     pend = j.select(
         *keys, "gpus",
         pl.coalesce("eligible_time", "submit_time").alias("s"),
@@ -243,11 +260,10 @@ def occupancy(jobs: pl.LazyFrame, node_states: pl.LazyFrame, params: dict[str, A
     ).select(*keys, "usable", pl.col("snapshot_time").alias("s"), pl.col("until").alias("e")).filter(
         pl.col("e") > pl.col("s")
     )
-    avail = _sweep(iv, "usable", keys, bucket, keep_zero=True).rename({"v": "avail_gs"})
+    avail = _sweep(iv, {"avail_gs": pl.col("usable"), "_open": pl.lit(1)}, keys, bucket, present="_open").drop("_open")
     k = [*keys, "bucket_start"]
     occ = (
         alloc.join(avail, on=k, how="full", coalesce=True)
-        .join(bf, on=k, how="full", coalesce=True)
         .join(pend_typed, on=k, how="left")
         .join(pend_any, on=["partition", "bucket_start"], how="left")
         .filter(pl.col("bucket_start") >= pl.lit(start, dtype=UTC_DT))
