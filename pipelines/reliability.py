@@ -32,6 +32,10 @@ MART_TABLES: dict[str, str | None] = {
 _JOB_COLS = """job_id_raw, submit_time, attempt, account, "partition", state, start_time, end_time,
                elapsed_seconds, gpus, nodes, node_list"""
 
+# mart_node_reliability and mart_goodput are whole-table marts: every slice of a full rebuild rewrites them and
+# only the last slice's (the one ending at now) survive. The inputs only they need (nodes, job_sizes,
+# lost_before: whole-history scans) are therefore read empty by the earlier slices (`$end >= $now`). Any other
+# run ends at now and reads them in full.
 INPUTS: dict[str, str] = {
     "jobs": f"""
         SELECT {_JOB_COLS} FROM jobs
@@ -46,16 +50,16 @@ INPUTS: dict[str, str] = {
     "nodes": """
         SELECT node, min(snapshot_time) AS first_seen,
                string_agg(DISTINCT "partition", ',' ORDER BY "partition") AS "partition"
-        FROM node_states WHERE cluster = $cluster GROUP BY node""",
+        FROM node_states WHERE cluster = $cluster AND $end >= $now GROUP BY node""",
     "job_sizes": """
         SELECT coalesce("partition", '') AS "partition", coalesce(nodes, 1) AS nodes, count(*) AS jobs,
                sum(coalesce(elapsed_seconds, 0) * coalesce(gpus, 0)) / 3600.0 AS gpu_hours
-        FROM jobs WHERE cluster = $cluster AND start_time IS NOT NULL GROUP BY ALL""",
+        FROM jobs WHERE cluster = $cluster AND start_time IS NOT NULL AND $end >= $now GROUP BY ALL""",
     "lost_before": """
         SELECT f."partition", coalesce(j.nodes, 1) AS nodes, sum(f.gpu_hours_lost) AS gpu_hours_lost
         FROM mart_fault_impact f LEFT JOIN jobs j
           ON j.cluster = f.cluster AND j.job_id_raw = f.job_id_raw AND j.submit_time = f.submit_time
-        WHERE f.cluster = $cluster AND f.fault_time < $start GROUP BY ALL""",
+        WHERE f.cluster = $cluster AND f.fault_time < $start AND $end >= $now GROUP BY ALL""",
 }
 
 FAULT_NODE_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "NO_RESPOND")
@@ -101,21 +105,25 @@ def young_daly(checkpoint_cost: float, mtbi: float | None) -> tuple[float | None
     return tau, min(lost, 1.0)
 
 
-def ended_attempts(jobs: pl.LazyFrame) -> pl.LazyFrame:
-    """Attempts that ended, with their GPU-hours, a `later` flag (another attempt of the job was submitted
-    after it) and the later attempts' fate."""
+def _ended(jobs: pl.LazyFrame) -> pl.LazyFrame:
     elapsed = pl.coalesce(
         pl.col("elapsed_seconds").cast(pl.Float64),
         (pl.col("end_time") - pl.col("start_time")).dt.total_microseconds() / 1e6,
         pl.lit(0.0),
     )
-    return with_requeued(jobs).with_columns(
+    return jobs.with_columns(
         (elapsed * pl.col("gpus").fill_null(0) / 3600.0).alias("gpu_hours"),
         elapsed.alias("elapsed"),
         pl.col("account").fill_null(""),
         pl.col("partition").fill_null(""),
         pl.col("state").fill_null("UNKNOWN"),
     ).filter(pl.col("end_time").is_not_null() & ~pl.col("state").is_in(ENDED_STATES_EXCLUDED))
+
+
+def ended_attempts(jobs: pl.LazyFrame) -> pl.LazyFrame:
+    """Attempts that ended, with their GPU-hours and a `requeued` flag (another attempt of the job was
+    submitted after it; decided over every attempt read, ended or not)."""
+    return _ended(with_requeued(jobs))
 
 
 def by_end_day(ended: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
@@ -136,19 +144,25 @@ def outcomes_by_node(ended_days: pl.LazyFrame) -> pl.LazyFrame:
     of its GPU-hours (sacct records the job's GPUs, not how they were spread over its nodes; Slurm's
     --gpus-per-node jobs, the usual multi-node case, are spread evenly). Attempts that never got a node
     (cancelled while pending) have no node and are left out. Hostlists are expanded once per distinct
-    NodeList, not once per attempt."""
+    NodeList, not once per attempt, and the attempts are first summed per (day, NodeList, state), so only
+    those sums are spread over the nodes."""
+    per_list = (
+        ended_days.filter(pl.col("node_list").is_not_null())
+        .group_by("day", "node_list", "state")
+        .agg(pl.len().cast(pl.Int64).alias("jobs"), pl.col("gpu_hours").sum())
+    )
     lists = (
-        ended_days.select(pl.col("node_list").drop_nulls().unique())
+        per_list.select(pl.col("node_list").unique())
         .with_columns(pl.col("node_list").map_elements(expand_hostlist, return_dtype=pl.List(pl.String)).alias("node"))
         .with_columns(pl.col("node").list.len().alias("_nodes"))
         .filter(pl.col("_nodes") > 0)
     )
     out = (
-        ended_days.join(lists, on="node_list", how="inner")
+        per_list.join(lists, on="node_list", how="inner")
         .with_columns((pl.col("gpu_hours") / pl.col("_nodes")).alias("gpu_hours"))
         .explode("node")
         .group_by("day", "node", "state")
-        .agg(pl.len().cast(pl.Int64).alias("jobs"), pl.col("gpu_hours").sum())
+        .agg(pl.col("jobs").sum(), pl.col("gpu_hours").sum())
     )
     return ensure_columns(out, NODE_OUTCOMES_SCHEMA)
 
@@ -224,32 +238,25 @@ def fault_impact(jobs: pl.LazyFrame, node_events: pl.LazyFrame, gpu_events: pl.L
     REQUEUED, BOOT_FAIL). One row per attempt, so summing gpu_hours_lost never counts an attempt twice.
     """
     grace = int(params["config"]["reliability"]["fault_grace_seconds"])
-    ended = ended_attempts(jobs)
-    later = (
-        ended.select("job_id_raw", "submit_time", "state", "elapsed", "start_time")
-        .rename({"submit_time": "l_submit", "state": "l_state", "elapsed": "l_elapsed", "start_time": "l_start"})
-    )
-    running_later = jobs.filter(pl.col("end_time").is_null()).select(
-        "job_id_raw", pl.col("submit_time").alias("l_submit"), pl.col("state").alias("l_state"),
-        pl.lit(None, dtype=pl.Float64).alias("l_elapsed"), pl.col("start_time").alias("l_start"),
-    )
-    later = pl.concat([later, running_later.select(later.collect_schema().names())], how="vertical")
     f = faults(node_events, gpu_events, params)
-    # Cheap time prefilter before the per-row hostlist expansion: keep attempts with some fault (any node)
+    # Cheap time prefilter before the hostlist expansion: keep attempts with some fault (any node)
     # in [end - grace, end + 60 s]; the node match below then decides.
     times = f.select(pl.col("fault_time").alias("_near")).unique().sort("_near")
     killed = (
-        ended.filter(pl.col("state").is_in(KILLED_STATES))
+        _ended(jobs.filter(pl.col("state").is_in(KILLED_STATES)))
         .with_columns((pl.col("end_time") + pl.duration(seconds=60)).alias("_probe"))
         .sort("_probe")
         .join_asof(times, left_on="_probe", right_on="_near", strategy="backward",
                    tolerance=timedelta(seconds=grace + 60))
         .filter(pl.col("_near").is_not_null())
         .drop("_probe", "_near")
-        .with_columns(
-            pl.col("node_list").map_elements(expand_hostlist, return_dtype=pl.List(pl.String)).alias("node")
-        ).explode("node")
     )
+    hosts = (
+        killed.select(pl.col("node_list").drop_nulls().unique())
+        .with_columns(pl.col("node_list").map_elements(expand_hostlist, return_dtype=pl.List(pl.String)).alias("node"))
+        .explode("node")
+    )
+    killed = killed.join(hosts, on="node_list", how="inner")
     m = killed.join(f, on="node").filter(
         (pl.col("start_time") <= pl.col("fault_time"))
         & (pl.col("end_time") >= pl.col("fault_time") - pl.duration(seconds=60))
@@ -257,7 +264,18 @@ def fault_impact(jobs: pl.LazyFrame, node_events: pl.LazyFrame, gpu_events: pl.L
     )
     m = m.sort("fault_time", "fault_source", "node", "fault_kind").unique(
         ["job_id_raw", "submit_time"], keep="last", maintain_order=True
+    ).cache()  # read three times below
+    # The fate of the linked jobs' other attempts: only those few jobs' attempts are read again.
+    linked = jobs.join(m.select("job_id_raw").unique(), on="job_id_raw", how="semi")
+    later = (
+        _ended(linked).select("job_id_raw", "submit_time", "state", "elapsed", "start_time")
+        .rename({"submit_time": "l_submit", "state": "l_state", "elapsed": "l_elapsed", "start_time": "l_start"})
     )
+    running_later = linked.filter(pl.col("end_time").is_null()).select(
+        "job_id_raw", pl.col("submit_time").alias("l_submit"), pl.col("state").alias("l_state"),
+        pl.lit(None, dtype=pl.Float64).alias("l_elapsed"), pl.col("start_time").alias("l_start"),
+    )
+    later = pl.concat([later, running_later.select(later.collect_schema().names())], how="vertical")
     nxt = (
         m.select("job_id_raw", "submit_time", "elapsed")
         .join(later, on="job_id_raw")
@@ -337,8 +355,7 @@ def goodput(node_rel: pl.LazyFrame, job_sizes: pl.LazyFrame, lost_before: pl.Laz
 
 
 def compute(frames: dict[str, pl.LazyFrame], params: dict[str, Any]) -> dict[str, pl.LazyFrame]:
-    ended = ended_attempts(frames["jobs"])
-    days = by_end_day(ended, params)
+    days = by_end_day(ended_attempts(frames["jobs"]), params).cache()  # the three daily marts share it
     nrel = node_reliability(frames["node_events"], frames["nodes"], params)
     fi = fault_impact(frames["jobs"], frames["node_events"], frames["gpu_events"], params)
     return {
