@@ -108,17 +108,23 @@ def slurm_class(state: pl.Expr, flags: pl.Expr) -> pl.Expr:
 
 
 def _verdict(conds: dict[str, pl.Expr], failing: tuple[str, ...], degraded: tuple[str, ...]) -> list[pl.Expr]:
-    """status, reason (first that holds, failing ones first) and reasons (all, ',' joined, in that order)."""
+    """status, reason (first that holds, failing ones first) and reasons (all, ',' joined, in that order).
+
+    Plain when/then chains and one concat_str: building a list per evaluation and reading it back cost more
+    than every rule together on a year of snapshots (docs/benchmarks.md)."""
     names = [*failing, *degraded]
-    held = pl.concat_list([pl.when(conds[n].fill_null(False)).then(pl.lit(n)).otherwise(pl.lit(None, pl.String))
-                           for n in names]).list.drop_nulls()
-    any_failing = pl.any_horizontal([conds[n].fill_null(False) for n in failing])
-    any_degraded = pl.any_horizontal([conds[n].fill_null(False) for n in degraded])
+    held = {n: conds[n].fill_null(False) for n in names}
+    reason = pl.when(held[names[0]]).then(pl.lit(names[0]))
+    for n in names[1:]:
+        reason = reason.when(held[n]).then(pl.lit(n))
+    any_failing = pl.any_horizontal([held[n] for n in failing])
+    any_degraded = pl.any_horizontal([held[n] for n in degraded])
     return [
         pl.when(any_failing).then(pl.lit("failing")).when(any_degraded).then(pl.lit("degraded"))
         .otherwise(pl.lit("ok")).alias("status"),
-        held.list.first().fill_null("").alias("reason"),
-        held.list.join(",").alias("reasons"),
+        reason.otherwise(pl.lit("")).alias("reason"),
+        pl.concat_str([pl.when(held[n]).then(pl.lit(n)) for n in names], separator=",", ignore_nulls=True)
+        .alias("reasons"),
     ]
 
 
@@ -289,13 +295,16 @@ def runs(lf: pl.LazyFrame, keys: list[str], change: list[str], gap_seconds: floa
     """
     gap = _secs(gap_seconds)
     lf = lf.sort(*keys, "t")
-    prev_t = pl.col("t").shift(1).over(keys)
+    # Sorted by entity then time, the previous row is the entity's previous evaluation unless the entity
+    # changes there; run numbers are then global, which a window per entity would only renumber.
+    prev_t = pl.col("t").shift(1)
     changed = prev_t.is_null() | ((pl.col("t") - prev_t) > gap)
-    for c in change:
-        changed = changed | pl.col(c).ne_missing(pl.col(c).shift(1).over(keys))
-    lf = lf.with_columns(changed.cast(pl.Int64).cum_sum().over(keys).alias("_run"))
+    for c in [*keys, *change]:
+        changed = changed | pl.col(c).ne_missing(pl.col(c).shift(1))
+    lf = lf.with_columns(changed.cast(pl.Int64).cum_sum().alias("_run"))
     others = [c for c in lf.collect_schema().names() if c not in (*keys, "_run", "t")]
-    return lf.group_by(*keys, "_run").agg(
+    return lf.group_by("_run").agg(
+        *[pl.col(k).first() for k in keys],
         pl.col("t").min().alias("since"), pl.col("t").max().alias("last_seen"), *[pl.col(c).first() for c in others],
     ).with_columns((pl.col("last_seen") + gap).alias("valid_until")).drop("_run")
 
