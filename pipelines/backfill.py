@@ -20,7 +20,6 @@ from slurmscope.pipelines.common import (
     gpu_class,
     local_day,
     node_intervals,
-    percentile,
     usage_interval,
 )
 
@@ -38,8 +37,7 @@ MART_TABLES: dict[str, str | None] = {
 INPUTS: dict[str, str] = {
     # Attempts running or pending at some point of the window.
     "jobs": """
-        SELECT job_id_raw, submit_time, eligible_time, start_time, end_time, account, "partition", state,
-               gpus, gpu_type, sched_by
+        SELECT submit_time, eligible_time, start_time, end_time, account, "partition", gpus, gpu_type, sched_by
         FROM jobs
         WHERE cluster = $cluster AND (end_time IS NULL OR end_time >= $start)
           AND coalesce(eligible_time, submit_time) < $end""",
@@ -104,6 +102,19 @@ def backfill_daily(jobs: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
     return ensure_columns(out, DAILY_SCHEMA)
 
 
+def _sorted_percentile(values: pl.Expr, nulls: pl.Expr, q: float) -> pl.Expr:
+    """`percentile` (linear, 'type 7') of a sorted list whose first `nulls` items are null, computed as Polars
+    does, to the bit: x[i] + (p − i)·(x[j] − x[i]), p = (non-null count − 1)·q + nulls, i = ⌊p⌋, j = ⌈p⌉.
+    One sort per group serves all three percentiles, where each `quantile` would select within the group."""
+    pos = (values.list.len() - nulls - 1).cast(pl.Float64) * q + nulls.cast(pl.Float64)
+    lo = pos.floor()
+    lo_v = values.list.get(lo.cast(pl.Int64), null_on_oob=True)
+    hi_v = values.list.get(pos.ceil().cast(pl.Int64), null_on_oob=True)
+    return pl.when(values.list.len() == nulls).then(None).when(lo_v == hi_v).then(lo_v).otherwise(
+        (pos - lo) * (hi_v - lo_v) + lo_v
+    )
+
+
 def wait_times(jobs: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
     """Wait = start − eligible (submit when eligible is unknown), seconds, by start day; linear percentiles."""
     j = _start_day(_norm(jobs), params).with_columns(
@@ -113,11 +124,14 @@ def wait_times(jobs: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
     )
     out = j.group_by("day", "partition", "account", "gpu_class", "gpu_model").agg(
         pl.len().cast(pl.Int64).alias("jobs"),
-        percentile("wait", 0.5).alias("p50_seconds"),
-        percentile("wait", 0.9).alias("p90_seconds"),
-        percentile("wait", 0.99).alias("p99_seconds"),
+        pl.col("wait").sort().alias("_sorted"),
+        pl.col("wait").null_count().alias("_nulls"),
         pl.col("wait").mean().alias("mean_seconds"),
-        pl.col("wait").max().alias("max_seconds"),
+    ).with_columns(
+        _sorted_percentile(pl.col("_sorted"), pl.col("_nulls"), 0.5).alias("p50_seconds"),
+        _sorted_percentile(pl.col("_sorted"), pl.col("_nulls"), 0.9).alias("p90_seconds"),
+        _sorted_percentile(pl.col("_sorted"), pl.col("_nulls"), 0.99).alias("p99_seconds"),
+        pl.col("_sorted").list.last().alias("max_seconds"),  # nulls sort first
     )
     return ensure_columns(out, WAIT_SCHEMA)
 

@@ -151,3 +151,22 @@ def test_sweep_matches_per_bucket_overlaps():
     assert_frame_equal(got.sort("k", "bucket_start"), want_df.sort("k", "bucket_start"), rel_tol=1e-12)
     present_only = bf._sweep(iv, {"v": pl.col("w")}, ["k"], 900, present="v").collect()
     assert present_only.height == want_df.filter(pl.col("v") > 0).height and present_only["v"].min() > 0
+
+
+def test_sorted_percentile_is_polars_linear_quantile():
+    # One sort per group stands in for three quantile() calls: it must give Polars' own values, bit for bit,
+    # for groups of 1, 2 and many values, ties, and nulls (ignored, as quantile ignores them).
+    import random
+
+    from slurmscope.pipelines.common import percentile
+
+    rng = random.Random(3)
+    rows = [(g, rng.choice([None, rng.randrange(0, 10**6) / 1000, 5.0])) for g in range(40) for _ in range(g % 7 + 1)]
+    rows += [(99, None), (98, 1.5), (98, None)]
+    df = pl.LazyFrame(rows, schema={"g": pl.Int64, "wait": pl.Float64}, orient="row")
+    qs = (0.5, 0.9, 0.99)
+    want = df.group_by("g").agg(*[percentile("wait", q).alias(str(q)) for q in qs]).sort("g").collect()
+    got = df.group_by("g").agg(pl.col("wait").sort().alias("s"), pl.col("wait").null_count().alias("n")).select(
+        "g", *[bf._sorted_percentile(pl.col("s"), pl.col("n"), q).alias(str(q)) for q in qs]
+    ).sort("g").collect()
+    assert_frame_equal(got, want, check_exact=True)
