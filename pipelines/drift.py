@@ -20,13 +20,58 @@ from datetime import UTC, datetime
 from typing import Any
 
 import polars as pl
-from slurmscope.pipelines.common import FAILED_STATES, split_calendar
+from slurmscope.pipelines.common import FAILED_STATES
 from slurmscope.pipelines.fairshare import to_utc
 
 NAME = "drift"
 MART_TABLES: dict[str, str | None] = {"mart_drift": "as_of"}
 
 HISTORY = "INTERVAL 60 DAY"  # longest trailing baseline read (drift.baseline_days must stay below 60)
+JOBS = f"""cluster = $cluster AND coalesce(end_time, $end) >= $start - {HISTORY}
+           AND coalesce(start_time, submit_time) < $end"""
+_FAILED = ", ".join(f"'{state}'" for state in FAILED_STATES)
+
+# SQL CTE `hours(h, day)`: the billing day of each UTC hour (h = epoch hours) from the earliest attempt start
+# (at most ~20 years back) to $end in which no zone transition falls, so that an instant's day is one hash
+# lookup; other hours have day NULL and their instants are converted one by one (`_day`).
+_HOURS = f"""hours AS (
+            SELECT h, CASE WHEN d0 = d1 AND o0 = o1 THEN d0 END AS day FROM (
+                SELECT h, CAST(timezone($tz, t0) AS DATE) AS d0, CAST(timezone($tz, t1) AS DATE) AS d1,
+                       timezone($tz, t0) - timezone('UTC', t0) AS o0, timezone($tz, t1) - timezone('UTC', t1) AS o1
+                FROM (SELECT h, make_timestamptz(h * 3600000000) AS t0, make_timestamptz(h * 3600000000 + 3599999999) AS t1
+                      FROM range((SELECT greatest(min(epoch_us(start_time)), epoch_us($end) - 20 * 8766 * 3600000000, 0)
+                                         // 3600000000 FROM jobs WHERE {JOBS}),
+                                 epoch_us($end) // 3600000000 + 1) r(h)))
+        )"""  # noqa: S608 - module constants; values are $parameters
+
+
+def _day(us: str, hour: str) -> str:
+    """SQL: the billing-zone calendar day (common.local_day) of the instant `us` (epoch microseconds), `hour`
+    being its `hours` row joined by `_hour_join`."""
+    return f"coalesce({hour}.day, CAST(timezone($tz, make_timestamptz({us})) AS DATE))"
+
+
+def _hour_join(us: str, hour: str) -> str:
+    return f"LEFT JOIN hours {hour} ON {hour}.h = CASE WHEN {us} >= 0 THEN ({us}) // 3600000000 END"
+
+
+# SQL CTE `midnights(day, midnight)`: common.local_midnight_utc (epoch microseconds) of each day in `days` and the day after, with its
+# semantics in any zone: the earliest instant whose wall clock is the day's 00:00, else that of 01:00 minus an
+# hour, else NULL. A wall time's instants are wall - offset for the offsets in force a day before, at and a day
+# after ICU's reading of it; the ones that read back as that wall time are its instants.
+_MIDNIGHTS = """walls AS (
+            SELECT day, h, CAST(day AS TIMESTAMP) + to_hours(h) AS wall
+            FROM (SELECT DISTINCT day FROM (SELECT day FROM days UNION ALL SELECT day + 1 FROM days)), range(2) t(h)
+        ), instants AS (
+            SELECT day, h, min(c) AS inst FROM (
+                SELECT day, h, wall, timezone('UTC', wall - (timezone($tz, p) - timezone('UTC', p))) AS c
+                FROM walls, LATERAL (SELECT timezone($tz, wall) + to_hours(24 * o) AS p FROM range(-1, 2) r(o))
+            ) WHERE timezone($tz, c) = wall GROUP BY ALL
+        ), midnights AS (
+            SELECT day, epoch_us(coalesce(min(inst) FILTER (WHERE h = 0),
+                                          min(inst) FILTER (WHERE h = 1) - INTERVAL 1 HOUR)) AS midnight
+            FROM instants GROUP BY day
+        )"""
 INPUTS: dict[str, str] = {
     "gpu_samples": """
         SELECT cluster, node, gpu_uuid, minute, model, util_gpu_mean, temp_gpu_max_celsius,
@@ -49,10 +94,39 @@ INPUTS: dict[str, str] = {
         SELECT cluster, node, snapshot_time, gpus_total FROM node_states
         WHERE cluster = $cluster
         QUALIFY snapshot_time = max(snapshot_time) OVER (PARTITION BY node)""",
-    "jobs": f"""
-        SELECT cluster, account, "partition", state, submit_time, eligible_time, start_time, end_time, gpus
-        FROM jobs WHERE cluster = $cluster
-          AND coalesce(end_time, $end) >= $start - {HISTORY} AND coalesce(start_time, submit_time) < $end""",  # noqa: S608 - HISTORY and column lists are module constants; values are $parameters
+    # Attempts never reach Polars: DuckDB reduces them to the few thousand (entity, billing day) values the
+    # trends score. $tz is the billing zone; $end is the run's now (drift is not SLICEABLE).
+    "gpu_hours": f"""
+        WITH {_HOURS}, a AS (  -- [s, e) in epoch microseconds
+            SELECT coalesce(account, '') AS account, gpus, epoch_us(start_time) AS s,
+                   epoch_us(least(coalesce(end_time, $end), $end)) AS e
+            FROM jobs WHERE {JOBS} AND gpus > 0 AND start_time IS NOT NULL
+        ), k AS MATERIALIZED (
+            SELECT account, gpus, s, e, {_day("s", "h0")} AS first, {_day("e - 1", "h1")} AS last
+            FROM a {_hour_join("s", "h0")} {_hour_join("e - 1", "h1")}
+            WHERE e > s
+        ), multi AS (  -- common.split_calendar: attempts over several billing days get a row per day
+            SELECT *, first + CAST(unnest(range(last - first + 1)) AS INTEGER) AS day FROM k WHERE last > first
+        ), days AS (
+            SELECT min(first) + CAST(unnest(range(max(last) - min(first) + 1)) AS INTEGER) AS day FROM k WHERE last > first
+        ), {_MIDNIGHTS}, pieces AS (
+            SELECT account, first AS day, gpus, e - s AS us FROM k WHERE last = first
+            UNION ALL
+            SELECT p.account, p.day, p.gpus, least(p.e, m1.midnight) - greatest(p.s, m0.midnight) AS us
+            FROM multi p LEFT JOIN midnights m0 ON m0.day = p.day LEFT JOIN midnights m1 ON m1.day = p.day + 1
+        )  -- an exact integer sum: the same GPU-hours whatever order the rows come in
+        SELECT $cluster AS cluster, account, day, CAST(sum(us * CAST(gpus AS HUGEINT)) AS DOUBLE) / 3.6e9 AS x
+        FROM pieces WHERE us > 0 GROUP BY ALL""",  # noqa: S608 - module constants; values are $parameters
+    "failures": f"""
+        WITH {_HOURS}
+        SELECT cluster, coalesce("partition", '') AS "partition", {_day("epoch_us(end_time)", "h")} AS day,
+               count(*) FILTER (WHERE state IN ({_FAILED})) / count(*) AS x
+        FROM jobs {_hour_join("epoch_us(end_time)", "h")} WHERE {JOBS} AND end_time <= $end GROUP BY ALL""",  # noqa: S608 - module constants; values are $parameters
+    "waits": f"""
+        WITH {_HOURS}
+        SELECT cluster, coalesce("partition", '') AS "partition", {_day("epoch_us(start_time)", "h")} AS day,
+               median((epoch_us(start_time) - epoch_us(coalesce(eligible_time, submit_time))) // 1000000) AS x
+        FROM jobs {_hour_join("epoch_us(start_time)", "h")} WHERE {JOBS} AND start_time <= $end GROUP BY ALL""",  # noqa: S608 - module constants; values are $parameters
     "cost": f"""
         SELECT cluster, day, account, sum(cost_usd) AS cost_usd FROM mart_cost_daily
         WHERE cluster = $cluster AND day >= CAST($start - {HISTORY} AS DATE)
@@ -340,22 +414,11 @@ def node_errors(errors: pl.LazyFrame, events: pl.LazyFrame, inventory: pl.LazyFr
     return pl.concat(out)
 
 
-def usage_trends(jobs: pl.LazyFrame, cost: pl.LazyFrame, st: dict[str, Any]) -> pl.LazyFrame:
+def usage_trends(gpu: pl.LazyFrame, failure: pl.LazyFrame, wait: pl.LazyFrame, cost: pl.LazyFrame,
+                 st: dict[str, Any]) -> pl.LazyFrame:
     """GPU-hours and cost per account, failure rate and median wait per partition, per day, against
-    their trailing baselines."""
-    tz, now = st["tz"], st["now"]
+    their trailing baselines (the daily values come from the INPUTS: `gpu_hours`, `failures`, `waits`)."""
     thr = float(st["trend_z_threshold"])
-    now_l = pl.lit(now, dtype=UTC_DT)
-    j = jobs.with_columns(
-        account=pl.col("account").fill_null(""),
-        partition=pl.col("partition").fill_null(""),
-        use_end=pl.min_horizontal(pl.col("end_time").fill_null(now_l), now_l),
-    )
-    gpu = (
-        split_calendar(j.filter(pl.col("gpus") > 0), "start_time", "use_end", tz)
-        .group_by("cluster", "account", "day")
-        .agg((pl.col("overlap_seconds") * pl.col("gpus")).sum().truediv(3600).alias("x"))
-    )
     accounts = pl.concat([gpu.select("cluster", "account"), cost.select("cluster", "account")]).unique()
     days = pl.concat([gpu.select("cluster", "day"), cost.select("cluster", "day")])
     grid = dense_days(accounts, days, st)
@@ -367,19 +430,6 @@ def usage_trends(jobs: pl.LazyFrame, cost: pl.LazyFrame, st: dict[str, Any]) -> 
         on=["cluster", "account", "day"],
         how="left",
     ).with_columns(pl.col("x").fill_null(0.0))
-    ended = j.filter(pl.col("end_time").is_not_null() & (pl.col("end_time") <= now_l)).with_columns(
-        day=local_day(pl.col("end_time"), tz)
-    )
-    failure = ended.group_by("cluster", "partition", "day").agg(
-        (pl.col("state").is_in(list(FAILED_STATES)).sum() / pl.len()).alias("x")
-    )
-    started = j.filter(pl.col("start_time").is_not_null() & (pl.col("start_time") <= now_l)).with_columns(
-        day=local_day(pl.col("start_time"), tz),
-        wait=(pl.col("start_time") - pl.coalesce("eligible_time", "submit_time")).dt.total_seconds(),
-    )
-    wait = started.group_by("cluster", "partition", "day").agg(
-        pl.col("wait").median().cast(pl.Float64).alias("x")
-    )
     rel = pl.col("median").abs() * 0.1
     acc, part = ["cluster", "account"], ["cluster", "partition"]
     return pl.concat(
@@ -470,16 +520,15 @@ def compute(frames: dict[str, pl.LazyFrame], params: Any) -> dict[str, pl.LazyFr
     node_states = _with(frames.get("node_states"), {
         "cluster": s, "node": s, "snapshot_time": d, "gpus_total": pl.Int32,
     })
-    jobs = _with(frames.get("jobs"), {
-        "cluster": s, "account": s, "partition": s, "state": s, "submit_time": d, "eligible_time": d,
-        "start_time": d, "end_time": d, "gpus": pl.Int32,
-    })
+    gpu = _with(frames.get("gpu_hours"), {"cluster": s, "account": s, "day": pl.Date, "x": pl.Float64})
+    failure = _with(frames.get("failures"), {"cluster": s, "partition": s, "day": pl.Date, "x": pl.Float64})
+    wait = _with(frames.get("waits"), {"cluster": s, "partition": s, "day": pl.Date, "x": pl.Float64})
     cost = _with(frames.get("cost"), {"cluster": s, "day": pl.Date, "account": s, "cost_usd": pl.Float64})
     out = pl.concat(
         [
             gpu_vs_fleet(samples, st),
             node_errors(errors, events, inventory, st),
-            usage_trends(jobs, cost, st),
+            usage_trends(gpu, failure, wait, cost, st),
             fleet_skew(inventory, node_states, st),
         ]
     )

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 from slurmscope.pipelines import drift
+from slurmscope.pipelines.common import FAILED_STATES, local_day, split_calendar
 
 UTC_DT = pl.Datetime("us", "UTC")
 DAY = datetime(2026, 11, 30, tzinfo=UTC)
@@ -110,7 +113,32 @@ def test_node_xid_rate_against_its_own_history():
     assert_frame_equal(got, want)
 
 
-def test_failure_rate_trend_against_trailing_baseline():
+def insert_jobs(con, rows: list[dict]) -> None:
+    """Attempts into the jobs table (a row's missing columns are NULL; job ids are the row numbers)."""
+    cols = ["account", "partition", "state", "submit_time", "eligible_time", "start_time", "end_time", "gpus"]
+    frame = pl.DataFrame(
+        {"cluster": ["c"] * len(rows), "job_id": [str(i) for i in range(len(rows))],
+         "job_id_raw": list(range(len(rows))), **{c: [r.get(c) for r in rows] for c in cols}},
+        schema_overrides={"submit_time": UTC_DT, "eligible_time": UTC_DT, "start_time": UTC_DT,
+                          "end_time": UTC_DT, "gpus": pl.Int32, "account": pl.String, "partition": pl.String,
+                          "state": pl.String},
+    )
+    con.register("_jobs", frame.to_arrow())
+    con.execute('INSERT INTO jobs (cluster, job_id, job_id_raw, account, "partition", state, submit_time,'
+                ' eligible_time, start_time, end_time, gpus) SELECT cluster, job_id, job_id_raw, account,'
+                ' "partition", state, submit_time, eligible_time, start_time, end_time, gpus FROM _jobs')
+    con.unregister("_jobs")
+
+
+def read_inputs(con, params: dict) -> dict[str, pl.LazyFrame]:
+    from slurmscope.pipelines.runner import _read
+
+    sql_params = {"cluster": "c", "end": params["now"], "tz": params["tz"],
+                  "start": params["start"] or datetime(1970, 1, 1, tzinfo=UTC)}
+    return {alias: _read(con, sql, sql_params) for alias, sql in drift.INPUTS.items()}
+
+
+def test_failure_rate_trend_against_trailing_baseline(con):
     # Partition gpu: 10 attempts end each day; 1 failed on each of 7 previous days (rate .1, MAD 0 ->
     # floor .02), 5 failed today (rate .5): score (.5 - .1) / .02 = 20.
     rows = []
@@ -119,21 +147,96 @@ def test_failure_rate_trend_against_trailing_baseline():
         failed = 5 if back == 0 else 1
         for k in range(10):
             end = day + timedelta(hours=2, minutes=k)
-            rows.append(("FAILED" if k < failed else "COMPLETED", end - timedelta(hours=1), end))
-    jobs = pl.LazyFrame(
-        {"cluster": ["c"] * len(rows), "account": ["a"] * len(rows), "partition": ["gpu"] * len(rows),
-         "state": [r[0] for r in rows], "submit_time": [r[1] for r in rows],
-         "eligible_time": [r[1] for r in rows], "start_time": [r[1] for r in rows],
-         "end_time": [r[2] for r in rows], "gpus": [0] * len(rows)},
-        schema_overrides={"submit_time": UTC_DT, "eligible_time": UTC_DT, "start_time": UTC_DT,
-                          "end_time": UTC_DT},
-    )
-    out = run({"jobs": jobs}, baseline_days=7)
+            start = end - timedelta(hours=1)
+            rows.append({"account": "a", "partition": "gpu", "state": "FAILED" if k < failed else "COMPLETED",
+                         "submit_time": start, "eligible_time": start, "start_time": start, "end_time": end,
+                         "gpus": 0})
+    insert_jobs(con, rows)
+    params = {"now": NOW, "tz": "UTC", "start": DAY, "config": {"drift": {"baseline_days": 7}}}
+    out = drift.compute(read_inputs(con, params), params)["mart_drift"].collect()
     fr = out.filter(pl.col("signal") == "partition_failure_rate")
     assert fr.select("value", "baseline", "breached").rows() == [(0.5, 0.1, True)]
     assert fr["score"].item() == pytest.approx(20.0)
     # all attempts waited 0 s: no wait drift
     assert not out.filter(pl.col("signal") == "partition_wait_p50_seconds")["breached"].any()
+
+
+ZONES = ["UTC", "Europe/Berlin", "America/Santiago", "Asia/Beirut", "Australia/Lord_Howe", "Asia/Kolkata",
+         "America/St_Johns"]
+
+
+def transitions(tz: str, year: int) -> list[datetime]:
+    """The instants (to the minute) at which `tz` changes its UTC offset in `year`."""
+    zone, out = ZoneInfo(tz), []
+    t = datetime(year, 1, 1, tzinfo=UTC)
+    while t.year == year:
+        step = t + timedelta(hours=1)
+        if t.astimezone(zone).utcoffset() != step.astimezone(zone).utcoffset():
+            while step - t > timedelta(minutes=1):
+                mid = t + (step - t) / 2
+                t, step = (t, mid) if t.astimezone(zone).utcoffset() != mid.astimezone(zone).utcoffset() else (mid, step)
+            out.append(step)
+        t = step
+    return out
+
+
+def random_attempts(n: int, seed: int, tz: str) -> list[dict]:
+    """Attempts over a year: some over several days, running, ending after now, odd times to the microsecond,
+    waits either way, without GPUs, account or partition; a fifth start or end next to the zone's changes of
+    offset (where a day may have no midnight)."""
+    rng = random.Random(seed)
+    t0 = datetime(2025, 1, 1, tzinfo=UTC)
+    near = [t + timedelta(minutes=m, microseconds=u) for t in transitions(tz, 2025)
+            for m in (-61, -60, -59, -30, 0, 30, 59, 60) for u in (-1, 0, 1)]
+    rows = []
+    for _ in range(n):
+        submit = t0 + timedelta(seconds=rng.randrange(0, 365 * 86400), microseconds=rng.randrange(10**6))
+        if near and rng.random() < 0.2:
+            submit = rng.choice(near) - timedelta(seconds=rng.choice([0, 0, 3600, 86400, 2 * 86400]))
+        start = submit + timedelta(seconds=rng.choice([0, 1, 59, 3599, 7200, 86400]) * rng.random())
+        length = timedelta(seconds=rng.choice([1, 600, 3 * 3600, 20 * 3600, 2 * 86400, 5 * 86400]) * rng.random())
+        rows.append({
+            "account": rng.choice(["a", "b", None]), "partition": rng.choice(["p", "q", None]),
+            "state": rng.choice(["COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", None]),
+            "submit_time": submit,
+            "eligible_time": rng.choice([None, submit, submit + timedelta(seconds=rng.randrange(-90, 90))]),
+            "start_time": rng.choice([start, start, start, None]),
+            "end_time": rng.choice([start + length, start + length, None]),
+            "gpus": rng.choice([0, 1, 2, 8, None]),
+        })
+    return rows
+
+
+@pytest.mark.parametrize("tz", ZONES)
+def test_daily_values_from_sql_are_those_of_the_polars_reference(con, tz):
+    """DuckDB reduces attempts to daily values; Polars' common.split_calendar and local_day are the reference
+    (a billing day as the other marts cut it, DST days and zones with a midnight gap included)."""
+    now = datetime(2025, 12, 20, 7, 30, tzinfo=UTC)
+    rows = random_attempts(3000, seed=len(tz), tz=tz)
+    insert_jobs(con, rows)
+    frames = read_inputs(con, {"now": now, "tz": tz, "start": None})
+    jobs = pl.DataFrame(rows, schema_overrides={c: UTC_DT for c in ("submit_time", "eligible_time", "start_time",
+                                                                      "end_time")}).with_columns(
+        account=pl.col("account").fill_null(""), partition=pl.col("partition").fill_null(""),
+        use_end=pl.min_horizontal(pl.col("end_time").fill_null(now), pl.lit(now, dtype=UTC_DT)),
+    ).filter(pl.coalesce("start_time", "submit_time") < now)
+    keys = {"gpu_hours": ["account", "day"], "failures": ["partition", "day"], "waits": ["partition", "day"]}
+    want = {
+        "gpu_hours": split_calendar(jobs.lazy().filter(pl.col("gpus") > 0), "start_time", "use_end", tz)
+        .group_by("account", "day").agg((pl.col("overlap_seconds") * pl.col("gpus")).sum().truediv(3600).alias("x")),
+        "failures": jobs.lazy().filter(pl.col("end_time") <= now).group_by(
+            "partition", local_day(pl.col("end_time"), tz).alias("day")
+        ).agg((pl.col("state").is_in(list(FAILED_STATES)).sum() / pl.len()).alias("x")),
+        "waits": jobs.lazy().filter(pl.col("start_time") <= now).group_by(
+            "partition", local_day(pl.col("start_time"), tz).alias("day")
+        ).agg((pl.col("start_time") - pl.coalesce("eligible_time", "submit_time")).dt.total_seconds().median()
+              .cast(pl.Float64).alias("x")),
+    }
+    for alias, by in keys.items():
+        got = frames[alias].collect()
+        assert got["cluster"].unique().to_list() == ["c"]
+        assert_frame_equal(got.drop("cluster").sort(by), want[alias].collect().sort(by), check_exact=False,
+                           rel_tol=1e-12, abs_tol=1e-9)
 
 
 def test_fleet_skew_driver_and_gpu_count():
