@@ -10,7 +10,7 @@ dollars, cost per useful GPU-hour, energy). docs/pipelines.md#cost has the formu
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime, timedelta
 from typing import Any
 
 import polars as pl
@@ -20,8 +20,8 @@ from slurmscope.pipelines.common import (
     UTC_DT,
     clip_interval,
     ensure_columns,
-    gpu_seconds,
     largest_remainder_cents,
+    local_date,
     local_day,
     local_midnight_utc,
     node_intervals,
@@ -142,26 +142,89 @@ def attempts(jobs: pl.LazyFrame, now: datetime) -> pl.LazyFrame:
     )
 
 
+KEYS = ["account", "user", "partition", "qos", "gpu_model"]
+"""Key of a mart_cost_daily row besides its day (the rate depends only on partition and GPU model)."""
+FLAGS = ["failed", "requeued", "running"]
+
+
+def day_bounds(first: date, last: date, tz: str) -> pl.LazyFrame:
+    """Each billing day from `first` to `last` with its [_ps, _pe) in UTC, computed as split_calendar computes
+    them, and `_odd`: how many days up to this one lack proper bounds (a day the zone skipped, or none)."""
+    days = pl.LazyFrame({"day": pl.date_range(first, last, "1d", eager=True)})
+    b = days.with_columns(local_midnight_utc(pl.col("day"), tz).alias("_ps"),
+                          local_midnight_utc(pl.col("day").dt.offset_by("1d"), tz).alias("_pe"))
+    odd = pl.col("_ps").is_null() | pl.col("_pe").is_null() | (pl.col("_pe") <= pl.col("_ps"))
+    return b.with_columns(odd.cast(pl.Int32).cum_sum().alias("_odd"))
+
+
+def day_gpu_microseconds(a: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
+    """(day, KEYS, FLAGS, `v`): GPU-microseconds of the attempts `a` (clipped `use_start`/`use_end`, `gpus`)
+    in each billing day, the same overlap split_calendar gives them, without a row per (attempt, day).
+
+    An attempt inside one day gives gpus × (end − start) to it. One that spans days L > F gives its first day
+    gpus × (end of F − start), its last day gpus × (end − start of L) and each day between its whole length:
+    when its bounds are proper, that is what split_calendar's min(end, day end) − max(start, day start) comes
+    to, and it is linear, so attempts that share (KEYS, FLAGS, F, L) are summed before the days are spread.
+    An attempt near a day without proper bounds keeps its own interval and gets split_calendar's formula.
+    Integer microseconds make the sums exact whatever their order.
+    """
+    tz, now = params["tz"], params["now"]
+    s, e, f, last, g = pl.col("use_start"), pl.col("use_end"), pl.col("F"), pl.col("L"), pl.col("g")
+    bounds = day_bounds(local_date(params["start"], tz) - timedelta(days=1), local_date(now, tz) + timedelta(days=1), tz)
+    a = a.filter(e > s).select(
+        *KEYS, *FLAGS, "use_start", "use_end", pl.col("gpus").cast(pl.Int64).alias("g"),
+        local_day(s, tz).alias("F"), local_day(e - pl.duration(microseconds=1), tz).alias("L"),
+    )
+    for sfx in ("F", "L"):
+        a = a.join(bounds.select(pl.col("day").alias(sfx), pl.col("_ps").alias("_ps" + sfx),
+                                 pl.col("_pe").alias("_pe" + sfx), pl.col("_odd").alias("_odd" + sfx)),
+                   on=sfx, how="left")
+    proper = (f == last) | (
+        (last > f) & (pl.col("_oddF") == pl.col("_oddL"))
+        & (pl.col("_psF") <= s) & (s < pl.col("_peF")) & (pl.col("_psL") < e) & (e <= pl.col("_peL"))
+    ).fill_null(False)
+
+    def us(d: pl.Expr) -> pl.Expr:
+        return d.dt.total_microseconds()
+
+    a = a.with_columns(proper.alias("_proper")).select(
+        *KEYS, *FLAGS, "F", "L", "g",
+        pl.when(~pl.col("_proper")).then(0).when(f == last).then(g * us(e - s)).otherwise(g * us(pl.col("_peF") - s))
+        .alias("_first"),
+        pl.when(pl.col("_proper") & (last > f)).then(g * us(e - pl.col("_psL"))).otherwise(0).alias("_last"),
+        pl.when(~pl.col("_proper")).then(s).alias("_s"), pl.when(~pl.col("_proper")).then(e).alias("_e"),
+    )
+    grouped = a.group_by(*KEYS, *FLAGS, "F", "L", "_s", "_e").agg(pl.col("_first", "_last", "g").sum())
+    days = grouped.with_columns(pl.date_ranges(f, last, "1d").alias("day")).explode("day").join(
+        bounds.select("day", "_ps", "_pe"), on="day", how="left"
+    )
+    day = pl.col("day")
+    v = (
+        pl.when(pl.col("_s").is_not_null())
+        .then(g * us(pl.min_horizontal(pl.col("_e"), pl.col("_pe")) - pl.max_horizontal(pl.col("_s"), pl.col("_ps"))))
+        .when(day == f).then(pl.col("_first"))
+        .when(day == last).then(pl.col("_last"))
+        .otherwise(g * us(pl.col("_pe") - pl.col("_ps")))
+    )
+    return days.select("day", *KEYS, *FLAGS, v.alias("v")).filter(day.is_not_null() & (pl.col("v") > 0))
+
+
 def daily(jobs: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
     """mart_cost_daily rows for days from the window's start (billing zone) up to now."""
     billing = params["config"]["billing"]
-    tz = params["tz"]
     a = attempts(jobs, params["now"]).with_columns(clip_interval("use_start", "use_end", params["start"], params["now"]))
-    parts = split_calendar(a, "use_start", "use_end", tz, every="1d", out="day")
-    parts = with_rate(parts, billing).with_columns(gpu_seconds().alias("gs"))
-    cost = pl.col("gs") / 3600.0 * pl.col("rate_per_gpu_hour")
-    zero = pl.lit(0.0)
-    out = parts.group_by("day", "account", "user", "partition", "qos", "gpu_model").agg(
-        pl.col("gs").sum().alias("gpu_seconds"),
-        cost.sum().alias("cost_usd"),
-        pl.when(pl.col("failed")).then(pl.col("gs")).otherwise(zero).sum().alias("failed_gpu_seconds"),
-        pl.when(pl.col("failed")).then(cost).otherwise(zero).sum().alias("failed_cost_usd"),
-        pl.when(pl.col("requeued")).then(pl.col("gs")).otherwise(zero).sum().alias("requeued_gpu_seconds"),
-        pl.when(pl.col("requeued")).then(cost).otherwise(zero).sum().alias("requeued_cost_usd"),
-        pl.when(pl.col("running")).then(pl.col("gs")).otherwise(zero).sum().alias("running_gpu_seconds"),
-        zero.alias("spread_cost_usd"),  # set by spread_daily, which needs the day's capacity
+    parts = day_gpu_microseconds(a, params).filter(pl.col("day") >= pl.lit(params["start_date"]))
+    v, zero = pl.col("v"), pl.lit(0, dtype=pl.Int64)
+    out = parts.group_by("day", *KEYS).agg(
+        v.sum().alias("gpu_seconds"),
+        *[pl.when(pl.col(flag)).then(v).otherwise(zero).sum().alias(f"{flag}_gpu_seconds") for flag in FLAGS],
+    ).with_columns(pl.col("gpu_seconds", *[f"{flag}_gpu_seconds" for flag in FLAGS]) / 1e6)
+    out = with_rate(out, billing).with_columns(
+        *[(pl.col(f"{p}gpu_seconds") / 3600.0 * pl.col("rate_per_gpu_hour")).alias(f"{p}cost_usd")
+          for p in ("", "failed_", "requeued_")],
+        pl.lit(0.0).alias("spread_cost_usd"),  # set by spread_daily, which needs the day's capacity
     )
-    return ensure_columns(out.filter(pl.col("day") >= pl.lit(params["start_date"])), DAILY_SCHEMA)
+    return ensure_columns(out, DAILY_SCHEMA)
 
 
 def spreads(params: dict[str, Any]) -> bool:
@@ -281,11 +344,15 @@ def monthly(daily_rows: pl.LazyFrame, prev: pl.LazyFrame, params: dict[str, Any]
 
 def capacity(node_states: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
     """mart_capacity_daily: GPU-seconds and cost of capacity and its four parts; cents by largest remainder
-    within each row, so allocated + idle + down + reserved equals capacity to the cent."""
+    within each row, so allocated + idle + down + reserved equals capacity to the cent.
+
+    sinfo snapshots every node at once, so the nodes of a partition and model share their intervals: their
+    GPUs are summed per interval before the day split (~1,000 intervals per snapshot time down to a few)."""
     billing = params["config"]["billing"]
+    counts = ["total", *CAPACITY_PARTS]
     iv = node_intervals(node_states, params).with_columns(
         clip_interval("snapshot_time", "until", params["start"], params["now"])
-    )
+    ).group_by("snapshot_time", "until", "partition", "gpu_model").agg(pl.col(counts).sum())
     parts = split_calendar(iv, "snapshot_time", "until", params["tz"], every="1d", out="day")
     sums = parts.group_by("day", "partition", "gpu_model").agg(
         (pl.col("total") * pl.col("overlap_seconds")).sum().cast(pl.Float64).alias("capacity_gpu_seconds"),
@@ -295,16 +362,20 @@ def capacity(node_states: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
     sums = with_rate(sums, billing)
     keys = ["day", "partition", "gpu_model"]
     long = sums.unpivot(
-        index=[*keys, "rate_per_gpu_hour"], on=[f"{p}_gpu_seconds" for p in CAPACITY_PARTS],
+        index=[*keys, "rate_per_gpu_hour", "capacity_gpu_seconds"], on=[f"{p}_gpu_seconds" for p in CAPACITY_PARTS],
         variable_name="part", value_name="gs",
     ).with_columns((pl.col("gs") / 3600.0 * pl.col("rate_per_gpu_hour")).alias("amount"))
     long = largest_remainder_cents(long, "amount", keys, ["part"])
-    cents = long.group_by(keys).agg(
+    # Back to one row per key from the long frame alone: joining it to `sums` would compute `sums` twice.
+    out = long.group_by(keys).agg(
+        pl.col("capacity_gpu_seconds").first(),
+        *[pl.col("gs").filter(pl.col("part") == f"{p}_gpu_seconds").sum().alias(f"{p}_gpu_seconds")
+          for p in CAPACITY_PARTS],
         *[pl.col("cents").filter(pl.col("part") == f"{p}_gpu_seconds").sum().alias(f"{p}_cost_usd")
           for p in CAPACITY_PARTS],
         pl.col("cents").sum().alias("capacity_cost_usd"),
     ).with_columns(pl.col("^.*_cost_usd$") / 100.0)
-    return ensure_columns(sums.join(cents, on=keys, how="left"), CAPACITY_SCHEMA)
+    return ensure_columns(out, CAPACITY_SCHEMA)
 
 
 def counters(window_daily: pl.LazyFrame, before: pl.LazyFrame, prev: pl.LazyFrame,
@@ -345,7 +416,10 @@ def cost_efficiency(d: pl.LazyFrame, jobs: pl.LazyFrame, gpu_jobs: pl.LazyFrame,
     threshold = float(params["config"].get("drift", {}).get("idle_util_percent", IDLE_UTIL_PERCENT))
     price_kwh = float(billing.get("energy_usd_per_kwh", 0.0)) * float(billing.get("pue", 1.0))
     cluster = pl.lit(params["cluster"])
-    att = attempts(jobs, params["now"])
+    # Only jobs with a mapping interval can match one (attribute_intervals joins by job id), and every attempt
+    # of such a job stays, so the requeue flags are those of the whole frame.
+    mapped = gpu_jobs.select(pl.col("job_id").str.extract(r"^(\d+)").cast(pl.Int64).alias("job_id_raw")).unique()
+    att = attempts(jobs.join(mapped, on="job_id_raw", how="semi"), params["now"])
     j = att.select(
         cluster.alias("cluster"), "job_id_raw", pl.col("job_id_raw").cast(pl.String).alias("job_id"),
         pl.lit(None, dtype=pl.Int32).alias("attempt"), "submit_time", "start_time", "end_time", "account",

@@ -13,6 +13,7 @@ from polars.testing import assert_frame_equal
 from slurmscope.pipelines import cost
 from slurmscope.pipelines.common import (
     UTC_DT,
+    clip_interval,
     hourly_rate,
     largest_remainder,
     largest_remainder_cents,
@@ -102,6 +103,56 @@ def test_daily_failed_requeued_running_and_partition_rate():
         schema=cost.DAILY_SCHEMA, orient="row",
     )
     assert_frame_equal(got, want)
+
+
+def daily_by_split_calendar(jobs: pl.LazyFrame, p: dict) -> pl.DataFrame:
+    """The billing rule itself: every attempt through split_calendar, then summed per day and key."""
+    a = cost.attempts(jobs, p["now"]).with_columns(clip_interval("use_start", "use_end", p["start"], p["now"]))
+    parts = split_calendar(a, "use_start", "use_end", p["tz"]).with_columns(
+        (pl.col("overlap_seconds") * pl.col("gpus")).alias("gs"))
+    gs = pl.col("gs")
+    return parts.group_by("day", *cost.KEYS).agg(
+        gs.sum().alias("gpu_seconds"), *[gs.filter(pl.col(f)).sum().alias(f"{f}_gpu_seconds") for f in cost.FLAGS]
+    ).filter(pl.col("day") >= p["start_date"]).sort("day", *cost.KEYS).collect()
+
+
+# Days a zone skips or starts an hour late (DST at midnight), half-hour and 45-minute offsets.
+ODD_DAYS = [
+    ("Pacific/Apia", "2011-12-29 10:00"),  # 30 Dec 2011 does not exist there
+    ("America/Santiago", "2022-09-11 04:00"), ("America/Santiago", "2023-04-02 03:00"),
+    ("America/Havana", "2023-03-12 05:00"), ("Asia/Beirut", "2023-03-25 22:00"),
+    ("Australia/Lord_Howe", "2023-09-30 15:30"), ("Asia/Kathmandu", "2024-01-01 00:00"),
+    ("Europe/Berlin", "2025-03-30 01:00"), ("Europe/Berlin", "2025-10-26 01:00"),
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    odd=st.sampled_from(ODD_DAYS), clip=st.booleans(),
+    attempts=st.lists(st.tuples(
+        st.integers(-3 * 86400 * 10**6, 3 * 86400 * 10**6), st.integers(1, 5 * 86400 * 10**6),
+        st.integers(1, 4), st.sampled_from(["a", "b"]), st.sampled_from(["COMPLETED", "FAILED", "RUNNING"]),
+        st.integers(1, 3),
+    ), min_size=1, max_size=12),
+)
+def test_daily_splits_days_as_split_calendar_does(odd, clip, attempts):
+    """daily() sums attempts before spreading them over days; the result must be split_calendar's to the
+    last microsecond, in zones whose days are skipped, start an hour late or are offset by 30 or 45 min."""
+    zone, at = odd
+    t0 = ts(at)
+    rows = []
+    for i, (offset, length, gpus, account, state, job) in enumerate(attempts):
+        start = t0 + timedelta(microseconds=offset)
+        end = None if state == "RUNNING" else start + timedelta(microseconds=length)
+        rows.append((job, start - timedelta(hours=i), account, "u", "gpu", "normal", state, start, end, gpus, "h100"))
+    now = t0 + timedelta(days=6)
+    cfg = load_config(env={}).with_overrides(billing={"timezone": zone, "rates": {"h100": 1.0}})
+    p = pipeline_params(cfg, Window(t0 - timedelta(days=1) if clip else EPOCH, now, not clip))
+    got = cost.daily(jobs_frame(rows), p).collect().sort("day", *cost.KEYS)
+    want = daily_by_split_calendar(jobs_frame(rows), p)
+    cols = ["gpu_seconds", *[f"{f}_gpu_seconds" for f in cost.FLAGS]]
+    assert_frame_equal(got.select("day", *cost.KEYS, *cols), want.select("day", *cost.KEYS, *cols),
+                       check_exact=False, rel_tol=1e-12, abs_tol=1e-9)
 
 
 def test_largest_remainder_thirds_sum_to_total():
