@@ -252,9 +252,9 @@ RESERVED_FLAGS = ("RESERVED", "MAINT")
 NODE_STATES_SQL = """
     SELECT s.snapshot_time, s.node, p."partition", s.state, s.state_flags, s.gpus_total, s.gpus_used, s.gpu_type
     FROM node_states s JOIN (
-        SELECT node, string_agg(DISTINCT "partition", ',' ORDER BY "partition") AS "partition",
+        SELECT node, string_agg("partition", ',' ORDER BY "partition") AS "partition",
                min("partition") AS first_partition
-        FROM node_states WHERE cluster = $cluster GROUP BY node
+        FROM (SELECT DISTINCT node, "partition" FROM node_states WHERE cluster = $cluster) GROUP BY node
     ) p ON s.node = p.node AND s."partition" = p.first_partition
     WHERE s.cluster = $cluster AND s.snapshot_time >= $start - INTERVAL 1 DAY AND s.snapshot_time < $end"""
 """sinfo snapshots one row per node (DuckDB does the de-duplication of multi-partition nodes much faster)."""
