@@ -107,6 +107,12 @@ def slurm_class(state: pl.Expr, flags: pl.Expr) -> pl.Expr:
     )
 
 
+def _slurm_state(state: pl.Expr, flags: pl.Expr) -> pl.Expr:
+    """sinfo's state as shown: 'IDLE', or 'IDLE+DRAIN' with its flags."""
+    state, flags = state.fill_null("").str.to_uppercase(), flags.fill_null("")
+    return pl.when(flags != "").then(state + "+" + flags).otherwise(state)
+
+
 def _verdict(conds: dict[str, pl.Expr], failing: tuple[str, ...], degraded: tuple[str, ...]) -> list[pl.Expr]:
     """status, reason (first that holds, failing ones first) and reasons (all, ',' joined, in that order).
 
@@ -139,6 +145,18 @@ def _asof(left: pl.LazyFrame, right: pl.LazyFrame, right_on: str, by: list[str] 
     """Backward as-of join on t (both sides sorted here; polars cannot verify it with `by` groups)."""
     return left.sort("t").join_asof(right.sort(right_on), left_on="t", right_on=right_on, by=by,
                                     strategy="backward", check_sortedness=False)
+
+
+def _asof_few(left: pl.LazyFrame, right: pl.LazyFrame, right_on: str, by: str) -> pl.LazyFrame:
+    """_asof for a large `left` whose `by` keys are mostly absent from a small `right`: only the rows whose key
+    `right` has are sorted and searched; the others get nulls, as the as-of join would give them."""
+    keys = right.select(by).unique()
+    hit = _asof(left.join(keys, on=by, how="semi"), right, right_on, by)
+    names = hit.collect_schema()
+    miss = left.join(keys, on=by, how="anti").with_columns(
+        pl.lit(None, dtype=names[c]).alias(c) for c in names if c not in left.collect_schema()
+    )
+    return pl.concat([hit, miss.select(names.names())], how="vertical")
 
 
 def _recent(col: str, window: float) -> pl.Expr:
@@ -255,17 +273,23 @@ def node_verdicts(nodes: pl.LazyFrame, gpu: pl.LazyFrame, events: pl.LazyFrame, 
         (pl.col("status") == "failing").sum().cast(pl.Int32).alias("gpus_failing"),
         (pl.col("status") == "degraded").sum().cast(pl.Int32).alias("gpus_degraded"),
     )
-    lf = nodes.with_columns(
+    # Slurm's class and state text per distinct (state, flags) pair, joined: a handful of pairs over a year of
+    # snapshots, and the flag rules split strings.
+    pairs = nodes.select("state", "state_flags").unique().with_columns(
         slurm_class(pl.col("state"), pl.col("state_flags")).alias("_slurm"),
-    ).join(counts, on=["t", "node"], how="left").with_columns(
+        _slurm_state(pl.col("state"), pl.col("state_flags")).alias("slurm_state"),
+    )
+    lf = nodes.join(pairs, on=["state", "state_flags"], how="left", nulls_equal=True).join(
+        counts, on=["t", "node"], how="left"
+    ).with_columns(
         pl.col("gpus_failing").fill_null(0), pl.col("gpus_degraded").fill_null(0),
     )
     inv = inventory.select("node", "seen_at", pl.col("gpus_visible").cast(pl.Int32))
-    lf = _asof(lf, inv, "seen_at", "node")
+    lf = _asof_few(lf, inv, "seen_at", "node")
     # Events no GPU could be named for (a kernel XID whose PCI address matched no GPU) count for the node.
     cls = _classify_events(events, h)
     unnamed = pl.concat([cls["lost"], cls["critical"]]).filter(pl.col("gpu_uuid") == "")
-    lf = _last_event(lf, unnamed, ["node"], "node_event_at")
+    lf = _asof_few(lf, unnamed.select("node", pl.col("event_time").alias("node_event_at")), "node_event_at", "node")
     configured = pl.col("gpus_total")
     conds = {
         "gpu_failing": pl.col("gpus_failing") > 0,
@@ -277,11 +301,8 @@ def node_verdicts(nodes: pl.LazyFrame, gpu: pl.LazyFrame, events: pl.LazyFrame, 
         "slurm_drain": pl.col("_slurm") == "drain",
         "slurm_unavailable": pl.col("_slurm") == "unavailable",
     }
-    state = pl.col("state").fill_null("").str.to_uppercase()
-    flags = pl.col("state_flags").fill_null("")
     return lf.with_columns(
         *_verdict(conds, NODE_FAILING, NODE_DEGRADED),
-        pl.when(flags != "").then(state + "+" + flags).otherwise(state).alias("slurm_state"),
         pl.col("reason").fill_null("").alias("slurm_reason"),
         configured.cast(pl.Int32).alias("gpus_configured"),
     )
@@ -318,16 +339,23 @@ def evaluations(nodes: pl.LazyFrame, samples: pl.LazyFrame, events: pl.LazyFrame
     the next snapshot. A node is judged only while its latest snapshot is at most `gap_seconds` old.
     """
     start, end = pl.lit(params["start"], dtype=UTC_DT), pl.lit(params["end"], dtype=UTC_DT)
+    cols = ("state", "state_flags", "reason", "gpus_total")
+    snaps = nodes.select("node", "snapshot_time", *cols)
+    # A snapshot's own instant is judged on that snapshot (`nodes` has one row per node and snapshot), so only
+    # the few other instants need the as-of search, over the snapshots of their nodes only; an instant that
+    # is also a snapshot's finds that snapshot at its own time and is dropped as a duplicate.
     extra = pl.concat([
         events.select("node", pl.col("event_time").alias("t")),
         samples.filter(pl.col("ecc_n") > 0).select("node", pl.col("minute").alias("t")),
         inventory.select("node", pl.col("seen_at").alias("t")),
-    ]).filter((pl.col("t") >= start) & (pl.col("t") <= end))
-    instants = pl.concat([nodes.select("node", pl.col("snapshot_time").alias("t")), extra]).unique()
-    snaps = nodes.select("node", "snapshot_time", "state", "state_flags", "reason", "gpus_total")
-    lf = _asof(instants, snaps, "snapshot_time", "node")
-    return lf.filter(pl.col("snapshot_time").is_not_null()
-                     & ((pl.col("t") - pl.col("snapshot_time")) <= _secs(gap_seconds))).drop("snapshot_time")
+    ]).filter((pl.col("t") >= start) & (pl.col("t") <= end)).unique()
+    near = snaps.join(extra.select("node").unique(), on="node", how="semi")
+    extra = _asof(extra, near, "snapshot_time", "node").filter(
+        pl.col("snapshot_time").is_not_null() & (pl.col("snapshot_time") != pl.col("t"))
+        & ((pl.col("t") - pl.col("snapshot_time")) <= _secs(gap_seconds))
+    )
+    own = snaps.select("node", pl.col("snapshot_time").alias("t"), *cols).filter(pl.col("t").is_not_null())
+    return pl.concat([own, extra.select("node", "t", *cols)], how="vertical")
 
 
 def compute(frames: dict[str, pl.LazyFrame], params: dict[str, Any]) -> dict[str, pl.LazyFrame]:
