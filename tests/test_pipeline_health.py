@@ -232,6 +232,29 @@ def test_an_event_between_snapshots_is_an_evaluation_instant():
     assert n["status"].to_list() == ["ok"]
 
 
+
+def test_each_node_instant_is_judged_once_on_the_snapshot_in_force():
+    # n1: snapshots at 11:00 and 12:00, an inventory at 12:00 (a snapshot's instant) and an XID at 11:30;
+    # n2: the same snapshots and nothing else
+    snaps = [snap(T - timedelta(hours=1), node=n) for n in ("n1", "n2")] + [snap(T, node=n) for n in ("n1", "n2")]
+    inv = [("n1", T, 1)]
+    ev = [event(T - timedelta(minutes=30), xid=31)]
+    conf = load_config(env={})
+    params = pipeline_params(conf, Window(T - timedelta(hours=1), T + MIN, False))
+    frames = {"nodes": pl.LazyFrame(snaps, schema=NODE_SCHEMA, orient="row"),
+              "samples": pl.LazyFrame([], schema=SAMPLE_SCHEMA),
+              "events": pl.LazyFrame(ev, schema=EVENT_SCHEMA, orient="row"),
+              "inventory": pl.LazyFrame(inv, schema=INV_SCHEMA, orient="row")}
+    got = health.evaluations(frames["nodes"], health.prepare_samples(frames["samples"], health.settings(conf.raw)),
+                             frames["events"], frames["inventory"], params, 3600.0).collect()
+    assert sorted(got.select("node", "t").rows()) == [
+        ("n1", T - timedelta(hours=1)), ("n1", T - timedelta(minutes=30)), ("n1", T),
+        ("n2", T - timedelta(hours=1)), ("n2", T)]
+    # only n1 has an inventory: it is missing its GPU, n2 has nothing to compare and stays ok
+    n, _ = run(snaps, inventory=[("n1", T - timedelta(minutes=30), 0)])
+    last = {r["node"]: r["reason"] for r in n.sort("since").iter_rows(named=True)}
+    assert last == {"n1": "gpu_missing", "n2": ""}
+
 def test_outputs_match_the_mart_tables(con):
     """Every column compute returns exists in sql/0040_health.sql with a compatible type (the runner checks)."""
     cols = {t: {r[0] for r in con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = ?",
