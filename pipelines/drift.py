@@ -31,16 +31,19 @@ JOBS = f"""cluster = $cluster AND coalesce(end_time, $end) >= $start - {HISTORY}
            AND coalesce(start_time, submit_time) < $end"""
 _FAILED = ", ".join(f"'{state}'" for state in FAILED_STATES)
 
-# SQL CTE `hours(h, day)`: the billing day of each UTC hour (h = epoch hours) from the earliest attempt start
-# (at most ~20 years back) to $end in which no zone transition falls, so that an instant's day is one hash
-# lookup; other hours have day NULL and their instants are converted one by one (`_day`).
-_HOURS = f"""hours AS (
+# SQL CTEs `span(lo)`, the earliest start of the attempts read, and `hours(h, day)`: the billing day of each UTC
+# hour (h = epoch hours) from there (at most ~20 years back) to $end in which no zone change falls, so that an
+# instant's day is one hash lookup; other hours have day NULL and their instants are converted one by one.
+_HOURS = f"""span AS (
+            SELECT min(coalesce(start_time, submit_time)) AS lo FROM jobs WHERE {JOBS}
+        ), hours AS (
             SELECT h, CASE WHEN d0 = d1 AND o0 = o1 THEN d0 END AS day FROM (
                 SELECT h, CAST(timezone($tz, t0) AS DATE) AS d0, CAST(timezone($tz, t1) AS DATE) AS d1,
                        timezone($tz, t0) - timezone('UTC', t0) AS o0, timezone($tz, t1) - timezone('UTC', t1) AS o1
-                FROM (SELECT h, make_timestamptz(h * 3600000000) AS t0, make_timestamptz(h * 3600000000 + 3599999999) AS t1
-                      FROM range((SELECT greatest(min(epoch_us(start_time)), epoch_us($end) - 20 * 8766 * 3600000000, 0)
-                                         // 3600000000 FROM jobs WHERE {JOBS}),
+                FROM (SELECT h, make_timestamptz(h * 3600000000) AS t0,
+                             make_timestamptz(h * 3600000000 + 3599999999) AS t1
+                      FROM range((SELECT greatest(epoch_us(lo), epoch_us($end) - 20 * 8766 * 3600000000, 0)
+                                         // 3600000000 FROM span),
                                  epoch_us($end) // 3600000000 + 1) r(h)))
         )"""  # noqa: S608 - module constants; values are $parameters
 
@@ -55,10 +58,10 @@ def _hour_join(us: str, hour: str) -> str:
     return f"LEFT JOIN hours {hour} ON {hour}.h = CASE WHEN {us} >= 0 THEN ({us}) // 3600000000 END"
 
 
-# SQL CTE `midnights(day, midnight)`: common.local_midnight_utc (epoch microseconds) of each day in `days` and the day after, with its
-# semantics in any zone: the earliest instant whose wall clock is the day's 00:00, else that of 01:00 minus an
-# hour, else NULL. A wall time's instants are wall - offset for the offsets in force a day before, at and a day
-# after ICU's reading of it; the ones that read back as that wall time are its instants.
+# SQL CTE `midnights(day, midnight)`: common.local_midnight_utc (in epoch microseconds) of each day in `days` and
+# the day after, with its semantics in any zone: the earliest instant whose wall clock is the day's 00:00, else
+# that of 01:00 minus an hour, else NULL. A wall time's instants are wall - offset for the offsets in force a day
+# before, at and a day after ICU's reading of it; the ones that read back as that wall time are its instants.
 _MIDNIGHTS = """walls AS (
             SELECT day, h, CAST(day AS TIMESTAMP) + to_hours(h) AS wall
             FROM (SELECT DISTINCT day FROM (SELECT day FROM days UNION ALL SELECT day + 1 FROM days)), range(2) t(h)
@@ -101,19 +104,19 @@ INPUTS: dict[str, str] = {
             SELECT coalesce(account, '') AS account, gpus, epoch_us(start_time) AS s,
                    epoch_us(least(coalesce(end_time, $end), $end)) AS e
             FROM jobs WHERE {JOBS} AND gpus > 0 AND start_time IS NOT NULL
-        ), k AS MATERIALIZED (
+        ), k AS (
             SELECT account, gpus, s, e, {_day("s", "h0")} AS first, {_day("e - 1", "h1")} AS last
             FROM a {_hour_join("s", "h0")} {_hour_join("e - 1", "h1")}
             WHERE e > s
-        ), multi AS (  -- common.split_calendar: attempts over several billing days get a row per day
-            SELECT *, first + CAST(unnest(range(last - first + 1)) AS INTEGER) AS day FROM k WHERE last > first
-        ), days AS (
-            SELECT min(first) + CAST(unnest(range(max(last) - min(first) + 1)) AS INTEGER) AS day FROM k WHERE last > first
+        ), parts AS (  -- common.split_calendar: a row per attempt and billing day it overlaps
+            SELECT *, first + CAST(unnest(range(last - first + 1)) AS INTEGER) AS day FROM k
+        ), days AS (  -- every day an attempt can overlap
+            SELECT lo + CAST(unnest(range(CAST(timezone($tz, $end) AS DATE) - lo + 1)) AS INTEGER) AS day
+            FROM (SELECT CAST(timezone($tz, lo) AS DATE) AS lo FROM span)
         ), {_MIDNIGHTS}, pieces AS (
-            SELECT account, first AS day, gpus, e - s AS us FROM k WHERE last = first
-            UNION ALL
-            SELECT p.account, p.day, p.gpus, least(p.e, m1.midnight) - greatest(p.s, m0.midnight) AS us
-            FROM multi p LEFT JOIN midnights m0 ON m0.day = p.day LEFT JOIN midnights m1 ON m1.day = p.day + 1
+            SELECT p.account, p.day, p.gpus, CASE WHEN p.first = p.last THEN p.e - p.s
+                   ELSE least(p.e, m1.midnight) - greatest(p.s, m0.midnight) END AS us
+            FROM parts p LEFT JOIN midnights m0 ON m0.day = p.day LEFT JOIN midnights m1 ON m1.day = p.day + 1
         )  -- an exact integer sum: the same GPU-hours whatever order the rows come in
         SELECT $cluster AS cluster, account, day, CAST(sum(us * CAST(gpus AS HUGEINT)) AS DOUBLE) / 3.6e9 AS x
         FROM pieces WHERE us > 0 GROUP BY ALL""",  # noqa: S608 - module constants; values are $parameters
@@ -121,12 +124,14 @@ INPUTS: dict[str, str] = {
         WITH {_HOURS}
         SELECT cluster, coalesce("partition", '') AS "partition", {_day("epoch_us(end_time)", "h")} AS day,
                count(*) FILTER (WHERE state IN ({_FAILED})) / count(*) AS x
-        FROM jobs {_hour_join("epoch_us(end_time)", "h")} WHERE {JOBS} AND end_time <= $end GROUP BY ALL""",  # noqa: S608 - module constants; values are $parameters
+        FROM jobs {_hour_join("epoch_us(end_time)", "h")}
+        WHERE {JOBS} AND end_time <= $end GROUP BY ALL""",  # noqa: S608 - module constants; values are $parameters
     "waits": f"""
         WITH {_HOURS}
         SELECT cluster, coalesce("partition", '') AS "partition", {_day("epoch_us(start_time)", "h")} AS day,
                median((epoch_us(start_time) - epoch_us(coalesce(eligible_time, submit_time))) // 1000000) AS x
-        FROM jobs {_hour_join("epoch_us(start_time)", "h")} WHERE {JOBS} AND start_time <= $end GROUP BY ALL""",  # noqa: S608 - module constants; values are $parameters
+        FROM jobs {_hour_join("epoch_us(start_time)", "h")}
+        WHERE {JOBS} AND start_time <= $end GROUP BY ALL""",  # noqa: S608 - module constants; values are $parameters
     "cost": f"""
         SELECT cluster, day, account, sum(cost_usd) AS cost_usd FROM mart_cost_daily
         WHERE cluster = $cluster AND day >= CAST($start - {HISTORY} AS DATE)

@@ -174,7 +174,8 @@ def transitions(tz: str, year: int) -> list[datetime]:
         if t.astimezone(zone).utcoffset() != step.astimezone(zone).utcoffset():
             while step - t > timedelta(minutes=1):
                 mid = t + (step - t) / 2
-                t, step = (t, mid) if t.astimezone(zone).utcoffset() != mid.astimezone(zone).utcoffset() else (mid, step)
+                changed = t.astimezone(zone).utcoffset() != mid.astimezone(zone).utcoffset()
+                t, step = (t, mid) if changed else (mid, step)
             out.append(step)
         t = step
     return out
