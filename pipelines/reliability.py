@@ -323,7 +323,12 @@ def goodput(node_rel: pl.LazyFrame, job_sizes: pl.LazyFrame, lost_before: pl.Laz
     sizes_agg = job_sizes.with_columns(pl.col("nodes").cast(pl.Int64)).group_by("partition", "nodes").agg(
         pl.col("jobs").sum().cast(pl.Int64), pl.col("gpu_hours").sum()
     )
-    win_nodes = jobs.select("job_id_raw", "submit_time", pl.col("nodes").fill_null(1).cast(pl.Int64))
+    keys = ["job_id_raw", "submit_time"]
+    # The window's few faulted attempts are looked up among all its attempts (a semi join probes them once
+    # instead of hashing every attempt for the left join).
+    win_nodes = jobs.join(window_faults.select(keys), on=keys, how="semi").select(
+        *keys, pl.col("nodes").fill_null(1).cast(pl.Int64)
+    )
     lost_now = window_faults.join(win_nodes, on=["job_id_raw", "submit_time"], how="left").select(
         pl.col("partition"), pl.col("nodes").fill_null(1), pl.col("gpu_hours_lost")
     )
