@@ -255,6 +255,25 @@ def test_each_node_instant_is_judged_once_on_the_snapshot_in_force():
     last = {r["node"]: r["reason"] for r in n.sort("since").iter_rows(named=True)}
     assert last == {"n1": "gpu_missing", "n2": ""}
 
+
+def test_nodes_input_is_one_row_per_node_and_snapshot(con):
+    """sinfo -N lists g1 in two partitions (drained in one of them); n1 in one partition only."""
+    rows = [("g1", "gpu", "IDLE", None, None, 8), ("g1", "debug", "IDLE", "DRAIN", "rma", 8),
+            ("n1", "gpu", "MIXED", None, None, 4)]
+    for t in (T - timedelta(hours=1), T):
+        for node, part, state, flags, reason, gpus in rows:
+            con.execute("INSERT INTO node_states (cluster, snapshot_time, node, \"partition\", state, state_flags, "
+                        "reason, gpus_total) VALUES ('c', ?, ?, ?, ?, ?, ?, ?)", [t, node, part, state, flags, reason, gpus])
+    con.execute("INSERT INTO node_states (cluster, snapshot_time, node, \"partition\", state) VALUES ('other', ?, 'x', 'p', 'DOWN')",
+                [T])
+    params = {"cluster": "c", "start": T - timedelta(hours=1), "end": T}
+    got = sorted(con.execute(health.INPUTS["nodes"], params).fetchall())
+    assert [(r[0].astimezone(UTC), *r[1:]) for r in got] == [
+        (t, node, state, flags, reason, gpus)
+        for t in (T - timedelta(hours=1), T)
+        for node, state, flags, reason, gpus in (("g1", "IDLE", "DRAIN", "rma", 8), ("n1", "MIXED", None, None, 4))
+    ]
+
 def test_outputs_match_the_mart_tables(con):
     """Every column compute returns exists in sql/0040_health.sql with a compatible type (the runner checks)."""
     cols = {t: {r[0] for r in con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = ?",
