@@ -147,12 +147,13 @@ KEYS = ["account", "user", "partition", "qos", "gpu_model"]
 FLAGS = ["failed", "requeued", "running"]
 
 
-def day_bounds(first: date, last: date, tz: str) -> pl.LazyFrame:
-    """Each billing day from `first` to `last` with its [_ps, _pe) in UTC, computed as split_calendar computes
-    them, and `_odd`: how many days up to this one lack proper bounds (a day the zone skipped, or none)."""
-    days = pl.LazyFrame({"day": pl.date_range(first, last, "1d", eager=True)})
-    b = days.with_columns(local_midnight_utc(pl.col("day"), tz).alias("_ps"),
-                          local_midnight_utc(pl.col("day").dt.offset_by("1d"), tz).alias("_pe"))
+def day_bounds(first: date, last: date, tz: str) -> pl.DataFrame:
+    """Each billing day from `first` to `last` with its [_ps, _pe) in UTC microseconds, computed as
+    split_calendar computes them, and `_odd`: how many days up to this one lack proper bounds (a day the zone
+    skipped, or none)."""
+    days = pl.DataFrame({"day": pl.date_range(first, last, "1d", eager=True)})
+    b = days.with_columns(local_midnight_utc(pl.col("day"), tz).dt.epoch("us").alias("_ps"),
+                          local_midnight_utc(pl.col("day").dt.offset_by("1d"), tz).dt.epoch("us").alias("_pe"))
     odd = pl.col("_ps").is_null() | pl.col("_pe").is_null() | (pl.col("_pe") <= pl.col("_ps"))
     return b.with_columns(odd.cast(pl.Int32).cum_sum().alias("_odd"))
 
@@ -166,47 +167,45 @@ def day_gpu_microseconds(a: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFram
     when its bounds are proper, that is what split_calendar's min(end, day end) − max(start, day start) comes
     to, and it is linear, so attempts that share (KEYS, FLAGS, F, L) are summed before the days are spread.
     An attempt near a day without proper bounds keeps its own interval and gets split_calendar's formula.
-    Integer microseconds make the sums exact whatever their order.
+    Integer microseconds make the sums exact whatever their order. Day bounds are looked up by position in a
+    table of the window's days (a join per attempt and bound cost more than the rest of the split).
     """
     tz, now = params["tz"], params["now"]
-    s, e, f, last, g = pl.col("use_start"), pl.col("use_end"), pl.col("F"), pl.col("L"), pl.col("g")
-    bounds = day_bounds(local_date(params["start"], tz) - timedelta(days=1), local_date(now, tz) + timedelta(days=1), tz)
-    a = a.filter(e > s).select(
-        *KEYS, *FLAGS, "use_start", "use_end", pl.col("gpus").cast(pl.Int64).alias("g"),
-        local_day(s, tz).alias("F"), local_day(e - pl.duration(microseconds=1), tz).alias("L"),
+    first = local_date(params["start"], tz) - timedelta(days=1)
+    table = day_bounds(first, local_date(now, tz) + timedelta(days=1), tz)
+    s, e, f, last, g = pl.col("_s_us"), pl.col("_e_us"), pl.col("F"), pl.col("L"), pl.col("g")
+    a = a.filter(pl.col("use_end") > pl.col("use_start")).select(
+        *KEYS, *FLAGS, pl.col("use_start").dt.epoch("us").alias("_s_us"), pl.col("use_end").dt.epoch("us").alias("_e_us"),
+        pl.col("gpus").cast(pl.Int64).alias("g"), local_day(pl.col("use_start"), tz).alias("F"),
+        local_day(pl.col("use_end") - pl.duration(microseconds=1), tz).alias("L"),
     )
-    for sfx in ("F", "L"):
-        a = a.join(bounds.select(pl.col("day").alias(sfx), pl.col("_ps").alias("_ps" + sfx),
-                                 pl.col("_pe").alias("_pe" + sfx), pl.col("_odd").alias("_odd" + sfx)),
-                   on=sfx, how="left")
+    origin = (first - date(1970, 1, 1)).days
+
+    def at(day: pl.Expr, column: str) -> pl.Expr:
+        return pl.lit(table[column]).gather(day.cast(pl.Int32) - origin)
+
     proper = (f == last) | (
-        (last > f) & (pl.col("_oddF") == pl.col("_oddL"))
-        & (pl.col("_psF") <= s) & (s < pl.col("_peF")) & (pl.col("_psL") < e) & (e <= pl.col("_peL"))
+        (last > f) & (at(f, "_odd") == at(last, "_odd"))
+        & (at(f, "_ps") <= s) & (s < at(f, "_pe")) & (at(last, "_ps") < e) & (e <= at(last, "_pe"))
     ).fill_null(False)
-
-    def us(d: pl.Expr) -> pl.Expr:
-        return d.dt.total_microseconds()
-
     a = a.with_columns(proper.alias("_proper")).select(
         *KEYS, *FLAGS, "F", "L", "g",
-        pl.when(~pl.col("_proper")).then(0).when(f == last).then(g * us(e - s)).otherwise(g * us(pl.col("_peF") - s))
+        pl.when(~pl.col("_proper")).then(0).when(f == last).then(g * (e - s)).otherwise(g * (at(f, "_pe") - s))
         .alias("_first"),
-        pl.when(pl.col("_proper") & (last > f)).then(g * us(e - pl.col("_psL"))).otherwise(0).alias("_last"),
+        pl.when(pl.col("_proper") & (last > f)).then(g * (e - at(last, "_ps"))).otherwise(0).alias("_last"),
         pl.when(~pl.col("_proper")).then(s).alias("_s"), pl.when(~pl.col("_proper")).then(e).alias("_e"),
     )
     grouped = a.group_by(*KEYS, *FLAGS, "F", "L", "_s", "_e").agg(pl.col("_first", "_last", "g").sum())
-    days = grouped.with_columns(pl.date_ranges(f, last, "1d").alias("day")).explode("day").join(
-        bounds.select("day", "_ps", "_pe"), on="day", how="left"
-    )
-    day = pl.col("day")
+    days = grouped.with_columns(pl.date_ranges(f, last, "1d").alias("day")).explode("day")
+    day, ps, pe = pl.col("day"), at(pl.col("day"), "_ps"), at(pl.col("day"), "_pe")
     v = (
         pl.when(pl.col("_s").is_not_null())
-        .then(g * us(pl.min_horizontal(pl.col("_e"), pl.col("_pe")) - pl.max_horizontal(pl.col("_s"), pl.col("_ps"))))
+        .then(g * (pl.min_horizontal(pl.col("_e"), pe) - pl.max_horizontal(pl.col("_s"), ps)))
         .when(day == f).then(pl.col("_first"))
         .when(day == last).then(pl.col("_last"))
-        .otherwise(g * us(pl.col("_pe") - pl.col("_ps")))
+        .otherwise(g * (pe - ps))
     )
-    return days.select("day", *KEYS, *FLAGS, v.alias("v")).filter(day.is_not_null() & (pl.col("v") > 0))
+    return days.filter(day.is_not_null()).select("day", *KEYS, *FLAGS, v.alias("v")).filter(pl.col("v") > 0)
 
 
 def daily(jobs: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
