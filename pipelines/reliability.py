@@ -360,7 +360,12 @@ def goodput(node_rel: pl.LazyFrame, job_sizes: pl.LazyFrame, lost_before: pl.Laz
 
 
 def compute(frames: dict[str, pl.LazyFrame], params: dict[str, Any]) -> dict[str, pl.LazyFrame]:
-    days = by_end_day(ended_attempts(frames["jobs"]), params).cache()  # the three daily marts share it
+    ended = ended_attempts(frames["jobs"])
+    if params["now"] > params["end"]:
+        # A slice of a full rebuild that ends before now: the days after its end are deleted and rebuilt by the
+        # next slices (which read every attempt ending in them), so attempts ending later are not summed here.
+        ended = ended.filter(pl.col("end_time") <= pl.lit(params["end"], dtype=UTC_DT))
+    days = by_end_day(ended, params).cache()  # the three daily marts share it
     nrel = node_reliability(frames["node_events"], frames["nodes"], params)
     fi = fault_impact(frames["jobs"], frames["node_events"], frames["gpu_events"], params)
     return {
