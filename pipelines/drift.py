@@ -26,7 +26,7 @@ from slurmscope.pipelines.fairshare import to_utc
 NAME = "drift"
 MART_TABLES: dict[str, str | None] = {"mart_drift": "as_of"}
 
-HISTORY = "INTERVAL 60 DAY"  # longest trailing baseline read (drift.baseline_days must stay below 60)
+HISTORY = "INTERVAL 61 DAY"  # longest trailing baseline read (drift.baseline_days at most 59, plus the day before)
 JOBS = f"""cluster = $cluster AND coalesce(end_time, $end) >= $start - {HISTORY}
            AND coalesce(start_time, submit_time) < $end"""
 _FAILED = ", ".join(f"'{state}'" for state in FAILED_STATES)
@@ -79,7 +79,7 @@ INPUTS: dict[str, str] = {
     "gpu_samples": """
         SELECT cluster, node, gpu_uuid, minute, model, util_gpu_mean, temp_gpu_max_celsius,
                power_mean_watts, sm_clock_mean_mhz
-        FROM gpu_samples WHERE cluster = $cluster AND minute >= $start AND minute < $end""",
+        FROM gpu_samples WHERE cluster = $cluster AND minute >= $start - INTERVAL 2 DAY AND minute < $end""",
     # error counters are sparse: only minutes that counted something
     "gpu_errors": f"""
         SELECT cluster, node, minute, coalesce(ecc_corrected_delta, 0) AS ecc_corrected,
@@ -217,6 +217,12 @@ def day_as_of(day: pl.Expr, tz: str, now: datetime) -> pl.Expr:
     return pl.min_horizontal(end, pl.lit(now, dtype=UTC_DT))
 
 
+def first_day(st: dict[str, Any]) -> pl.Expr:
+    """First billing day an incremental run rewrites. Its window starts at a local midnight and the runner
+    deletes the rows as of that instant or later, which includes the day before (as of its end)."""
+    return local_day(pl.lit(st["start"], dtype=UTC_DT), st["tz"]) - pl.duration(days=1)
+
+
 def robust_z(x: pl.Expr, median: pl.Expr, mad: pl.Expr, floor: pl.Expr | float) -> pl.Expr:
     """(x - median) / max(1.4826 * MAD, floor)."""
     scale = pl.max_horizontal(mad * MAD_TO_SIGMA, floor if isinstance(floor, pl.Expr) else pl.lit(floor))
@@ -342,7 +348,7 @@ def dense_days(entities: pl.LazyFrame, data: pl.LazyFrame, st: dict[str, Any]) -
     # incremental run must see the same baseline.
     firsts = data.group_by("cluster").agg(pl.col("day").min().alias("first"))
     if st["start"] is not None:
-        first = local_day(pl.lit(st["start"], dtype=UTC_DT), tz) - pl.duration(days=int(st["baseline_days"]))
+        first = first_day(st) - pl.duration(days=int(st["baseline_days"]))
         firsts = firsts.with_columns(first=pl.max_horizontal("first", first))
     return (
         entities.join(firsts, on="cluster")
@@ -361,7 +367,7 @@ def scored_trend(daily: pl.LazyFrame, keys: list[str], st: dict[str, Any], *, si
     tz, now = st["tz"], st["now"]
     b = trailing_baseline(daily, keys, int(st["baseline_days"]))
     if st["start"] is not None:
-        b = b.filter(pl.col("day") >= local_day(pl.lit(st["start"], dtype=UTC_DT), tz))
+        b = b.filter(pl.col("day") >= first_day(st))
     if keep is not None:
         b = b.filter(keep)
     b = b.filter(pl.col("n") >= int(st["min_baseline_days"])).with_columns(

@@ -299,3 +299,47 @@ def test_runner_writes_are_idempotent_and_incremental_equals_full(con):
         ("account_gpu_hours", "a", datetime(2026, 3, 11, tzinfo=UTC)),
         ("partition_failure_rate", "gpu", datetime(2026, 3, 9, tzinfo=UTC)),
     ]
+
+
+def test_narrow_incremental_runs_equal_a_full_rebuild(con):
+    """Daily runs whose window is only the lookback (every attempt ingested when it ended, before the run):
+    the runner deletes rows as of the window start, which is the end of the day before it, so that day must
+    be recomputed too (GPU-vs-fleet, usage, failure and wait rows), or incremental runs lose it."""
+    from slurmscope.pipelines.runner import run_pipelines
+
+    from slurmscope.config import load_config
+
+    cfg = load_config(None, env={}).with_overrides(billing={"timezone": "Europe/Berlin"})
+    base = datetime(2026, 3, 1, 5, tzinfo=UTC)
+    rng = random.Random(5)
+    for d in range(40):
+        for k in range(8):
+            start = base + timedelta(days=d, hours=k * 2, minutes=rng.randrange(60))
+            end = start + timedelta(minutes=rng.randrange(30, 600))
+            state = rng.choice(["FAILED", "COMPLETED", "COMPLETED", "COMPLETED"])
+            con.execute(
+                'INSERT INTO jobs (cluster, job_id, job_id_raw, submit_time, start_time, end_time, account,'
+                ' "user", "partition", state, gpus, ingested_at) VALUES (\'default\', ?, ?, ?, ?, ?, ?, \'u\','
+                ' \'gpu\', ?, ?, ?)',
+                [str(d * 100 + k), d * 100 + k, start - timedelta(minutes=rng.randrange(90)), start, end,
+                 rng.choice(["a", "b"]), state, rng.choice([1, 2, 8]), end])
+    samples = [
+        ("default", "n1", f"g{g}", base + timedelta(days=d, minutes=36 * m), "H100", 50.0 + m % 7,
+         60.0 + g + rng.random() * 3 + (8 if g == 3 and d > 34 else 0), 300.0, 1700.0)
+        for d in range(30, 40) for g in range(4) for m in range(40)
+    ]
+    con.executemany("INSERT INTO gpu_samples (cluster, node, gpu_uuid, minute, model, util_gpu_mean,"
+                    " temp_gpu_max_celsius, power_mean_watts, sm_clock_mean_mhz) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    samples)
+
+    def mart():
+        return con.execute("SELECT as_of, signal, entity, value, baseline, score, breached FROM mart_drift"
+                           " ORDER BY ALL").fetchall()
+
+    for day in range(20, 41):
+        run_pipelines(con, cfg, now=base + timedelta(days=day, hours=9), only=["drift"])
+    incremental = mart()
+    run_pipelines(con, cfg, full=True, now=base + timedelta(days=40, hours=9), only=["drift"])
+    full = mart()
+    assert {r[1] for r in full} >= {"gpu_temperature_vs_fleet", "account_gpu_hours", "partition_failure_rate"}
+    assert incremental == full
