@@ -167,13 +167,28 @@ def outcomes_by_node(ended_days: pl.LazyFrame) -> pl.LazyFrame:
     return ensure_columns(out, NODE_OUTCOMES_SCHEMA)
 
 
-def requeues(ended_days: pl.LazyFrame) -> pl.LazyFrame:
-    out = ended_days.group_by("day", "partition", "account").agg(
-        pl.len().cast(pl.Int64).alias("attempts_ended"),
-        pl.col("requeued").sum().cast(pl.Int64).alias("requeues"),
-        pl.col("job_id_raw").filter(pl.col("requeued")).n_unique().cast(pl.Int64).alias("requeued_jobs"),
-        pl.col("gpu_hours").filter(pl.col("requeued")).sum().alias("requeued_gpu_hours"),
-    ).with_columns((pl.col("requeues") / pl.col("attempts_ended")).alias("requeue_rate"))
+def requeue_candidates(jobs: pl.LazyFrame) -> pl.LazyFrame:
+    """ended_attempts of the jobs with several attempts, the only ones that can be requeued: a few per cent
+    of the attempts, so `requeued` is not worked out (a group-by and join) over all of them."""
+    return ended_attempts(jobs.filter(pl.col("job_id_raw").is_duplicated()))
+
+
+def requeues(ended_days: pl.LazyFrame, candidate_days: pl.LazyFrame) -> pl.LazyFrame:
+    """Per day, partition and account: the attempts that ended (`ended_days`) and those of them requeued,
+    found among `candidate_days` (the same attempts' days, or only requeue_candidates'; with `requeued`)."""
+    keys = ["day", "partition", "account"]
+    req = candidate_days.filter(pl.col("requeued")).group_by(keys).agg(
+        pl.len().cast(pl.Int64).alias("requeues"),
+        pl.col("job_id_raw").n_unique().cast(pl.Int64).alias("requeued_jobs"),
+        pl.col("gpu_hours").sum().alias("requeued_gpu_hours"),
+    )
+    out = (
+        ended_days.group_by(keys).agg(pl.len().cast(pl.Int64).alias("attempts_ended"))
+        .join(req, on=keys, how="left")
+        .with_columns(pl.col("requeues").fill_null(0), pl.col("requeued_jobs").fill_null(0),
+                      pl.col("requeued_gpu_hours").fill_null(0.0))
+        .with_columns((pl.col("requeues") / pl.col("attempts_ended")).alias("requeue_rate"))
+    )
     return ensure_columns(out, REQUEUE_SCHEMA)
 
 
@@ -360,18 +375,19 @@ def goodput(node_rel: pl.LazyFrame, job_sizes: pl.LazyFrame, lost_before: pl.Laz
 
 
 def compute(frames: dict[str, pl.LazyFrame], params: dict[str, Any]) -> dict[str, pl.LazyFrame]:
-    ended = ended_attempts(frames["jobs"])
+    ended, candidates = _ended(frames["jobs"]), requeue_candidates(frames["jobs"])
     if params["now"] > params["end"]:
         # A slice of a full rebuild that ends before now: the days after its end are deleted and rebuilt by the
         # next slices (which read every attempt ending in them), so attempts ending later are not summed here.
-        ended = ended.filter(pl.col("end_time") <= pl.lit(params["end"], dtype=UTC_DT))
+        in_slice = pl.col("end_time") <= pl.lit(params["end"], dtype=UTC_DT)
+        ended, candidates = ended.filter(in_slice), candidates.filter(in_slice)
     days = by_end_day(ended, params).cache()  # the three daily marts share it
     nrel = node_reliability(frames["node_events"], frames["nodes"], params)
     fi = fault_impact(frames["jobs"], frames["node_events"], frames["gpu_events"], params)
     return {
         "mart_job_outcomes_daily": outcomes(days),
         "mart_job_outcomes_node_daily": outcomes_by_node(days),
-        "mart_requeues_daily": requeues(days),
+        "mart_requeues_daily": requeues(days, by_end_day(candidates, params)),
         "mart_fault_impact": fi,
         "mart_node_reliability": nrel,
         "mart_goodput": goodput(nrel, frames["job_sizes"], frames["lost_before"], fi, frames["jobs"], params),

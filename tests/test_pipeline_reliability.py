@@ -60,7 +60,7 @@ def test_outcomes_and_requeues_by_day():
         (date(2026, 2, 2), "gpu", "b", "FAILED", 1, 1.0),
     ], schema=rel.OUTCOMES_SCHEMA, orient="row")
     assert_frame_equal(got, want)
-    got = rel.requeues(days).collect().sort("day", "account")
+    got = rel.requeues(days, days).collect().sort("day", "account")
     want = pl.DataFrame([
         # 2 attempts ended, 1 of them requeued (rate 0.5), 2 GPU-h in the requeued attempt
         (date(2026, 2, 1), "gpu", "a", 2, 1, 1, 0.5, 2.0),
@@ -68,6 +68,11 @@ def test_outcomes_and_requeues_by_day():
         (date(2026, 2, 2), "gpu", "b", 1, 0, 0, 0.0, 0.0),
     ], schema=rel.REQUEUE_SCHEMA, orient="row")
     assert_frame_equal(got, want)
+    # as compute finds them: the requeued attempts among the jobs with several attempts only
+    candidates = rel.by_end_day(rel.requeue_candidates(jobs(OUTCOME_JOBS)), p)
+    assert candidates.collect()["job_id_raw"].to_list() == [1, 1]
+    days = rel.by_end_day(rel.ended_attempts(jobs(OUTCOME_JOBS)), p)
+    assert_frame_equal(rel.requeues(days, candidates).collect().sort("day", "account"), want)
 
 
 def test_outcome_day_is_cut_in_billing_zone():
