@@ -10,7 +10,7 @@ dollars, cost per useful GPU-hour, energy). docs/pipelines.md#cost has the formu
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import polars as pl
@@ -158,6 +158,42 @@ def day_bounds(first: date, last: date, tz: str) -> pl.DataFrame:
     return b.with_columns(odd.cast(pl.Int32).cum_sum().alias("_odd"))
 
 
+QUARTER_US = 15 * 60 * 10**6
+MAX_QUARTERS = 3 * 366 * 96
+"""Longest span (3 years of quarter hours) for which quarter_days builds its table; longer windows (the first
+slice of a full rebuild starts at 1970) convert each instant instead."""
+
+
+def epoch_us(ts: datetime) -> int:
+    return (ts - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+
+
+def quarter_days(lo: datetime, hi: datetime, tz: str) -> tuple[int, pl.Series] | None:
+    """(start of the first quarter in µs, billing day of each UTC quarter hour from `lo` to `hi`), where every
+    quarter hour lies in one billing day at one UTC offset, so each instant in it has that day: an attempt's
+    day is then looked up by position instead of converting it to the zone (the split's slowest step).
+
+    None where some quarter does not (offsets or midnights off the quarter hour, as in Monrovia until 1972;
+    two offset changes within 15 minutes would also pass unseen, no zone has had them), or the span is long.
+    """
+    base = epoch_us(lo) // QUARTER_US * QUARTER_US
+    n = (epoch_us(hi) - base) // QUARTER_US + 1
+    if n > MAX_QUARTERS:
+        return None
+    c = (pl.int_range(n, dtype=pl.Int64, eager=True) * QUARTER_US + base).cast(UTC_DT).alias("c")
+    last = pl.col("c") + pl.duration(microseconds=QUARTER_US - 1)
+
+    def wall(x: pl.Expr) -> pl.Expr:
+        return x.dt.convert_time_zone(tz).dt.replace_time_zone(None)
+
+    q = pl.DataFrame(c).select(
+        local_day(pl.col("c"), tz).alias("day"),
+        ((local_day(last, tz) == local_day(pl.col("c"), tz))
+         & ((wall(last) - wall(pl.col("c"))).dt.total_microseconds() == QUARTER_US - 1)).alias("one"),
+    )
+    return (base, q["day"]) if q["one"].all() else None
+
+
 def day_gpu_microseconds(a: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
     """(day, KEYS, FLAGS, `v`): GPU-microseconds of the attempts `a` (clipped `use_start`/`use_end`, `gpus`)
     in each billing day, the same overlap split_calendar gives them, without a row per (attempt, day).
@@ -176,9 +212,15 @@ def day_gpu_microseconds(a: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFram
     s, e, f, last, g = pl.col("_s_us"), pl.col("_e_us"), pl.col("F"), pl.col("L"), pl.col("g")
     a = a.filter(pl.col("use_end") > pl.col("use_start")).select(
         *KEYS, *FLAGS, pl.col("use_start").dt.epoch("us").alias("_s_us"), pl.col("use_end").dt.epoch("us").alias("_e_us"),
-        pl.col("gpus").cast(pl.Int64).alias("g"), local_day(pl.col("use_start"), tz).alias("F"),
-        local_day(pl.col("use_end") - pl.duration(microseconds=1), tz).alias("L"),
+        pl.col("gpus").cast(pl.Int64).alias("g"),
     )
+    quarters = quarter_days(params["start"], now, tz)
+    if quarters is None:
+        a = a.with_columns(local_day(s.cast(UTC_DT), tz).alias("F"), local_day((e - 1).cast(UTC_DT), tz).alias("L"))
+    else:
+        base, by_quarter = quarters
+        a = a.with_columns(pl.lit(by_quarter).gather((s - base) // QUARTER_US).alias("F"),
+                           pl.lit(by_quarter).gather((e - 1 - base) // QUARTER_US).alias("L"))
     origin = (first - date(1970, 1, 1)).days
 
     def at(day: pl.Expr, column: str) -> pl.Expr:
@@ -352,7 +394,8 @@ def capacity(node_states: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
     iv = node_intervals(node_states, params).with_columns(
         clip_interval("snapshot_time", "until", params["start"], params["now"])
     ).group_by("snapshot_time", "until", "partition", "gpu_model").agg(pl.col(counts).sum())
-    parts = split_calendar(iv, "snapshot_time", "until", params["tz"], every="1d", out="day")
+    # Cached: split_calendar reads its input twice (one-day and longer rows), which computed the intervals twice.
+    parts = split_calendar(iv.cache(), "snapshot_time", "until", params["tz"], every="1d", out="day")
     sums = parts.group_by("day", "partition", "gpu_model").agg(
         (pl.col("total") * pl.col("overlap_seconds")).sum().cast(pl.Float64).alias("capacity_gpu_seconds"),
         *[(pl.col(p) * pl.col("overlap_seconds")).sum().cast(pl.Float64).alias(f"{p}_gpu_seconds")

@@ -116,13 +116,14 @@ def daily_by_split_calendar(jobs: pl.LazyFrame, p: dict) -> pl.DataFrame:
     ).filter(pl.col("day") >= p["start_date"]).sort("day", *cost.KEYS).collect()
 
 
-# Days a zone skips or starts an hour late (DST at midnight), half-hour and 45-minute offsets.
+# Days a zone skips or starts an hour late (DST at midnight), half-hour, 45-minute and odd-second offsets.
 ODD_DAYS = [
     ("Pacific/Apia", "2011-12-29 10:00"),  # 30 Dec 2011 does not exist there
     ("America/Santiago", "2022-09-11 04:00"), ("America/Santiago", "2023-04-02 03:00"),
     ("America/Havana", "2023-03-12 05:00"), ("Asia/Beirut", "2023-03-25 22:00"),
     ("Australia/Lord_Howe", "2023-09-30 15:30"), ("Asia/Kathmandu", "2024-01-01 00:00"),
     ("Europe/Berlin", "2025-03-30 01:00"), ("Europe/Berlin", "2025-10-26 01:00"),
+    ("Africa/Monrovia", "1972-01-06 12:00"),  # -0:44:30 until 7 Jan 1972: midnight off the quarter hour
 ]
 
 
@@ -153,6 +154,21 @@ def test_daily_splits_days_as_split_calendar_does(odd, clip, attempts):
     cols = ["gpu_seconds", *[f"{f}_gpu_seconds" for f in cost.FLAGS]]
     assert_frame_equal(got.select("day", *cost.KEYS, *cols), want.select("day", *cost.KEYS, *cols),
                        check_exact=False, rel_tol=1e-12, abs_tol=1e-9)
+
+
+def test_daily_days_of_short_attempts_around_a_midnight_off_the_quarter_hour():
+    # Monrovia was at -0:44:30 until 7 Jan 1972: each day began at 00:44:30 UTC. 1 GPU from 00:44:35 to
+    # 00:44:55 UTC on 5 Jan is 20 GPU-s on 5 Jan; from 00:44:20 to 00:44:40 on 6 Jan, 10 s on each side.
+    jobs = jobs_frame([
+        (1, ts("1972-01-05 00:00"), "a", "u", "gpu", "normal", "COMPLETED", ts("1972-01-05 00:44:35"),
+         ts("1972-01-05 00:44:55"), 1, "h100"),
+        (2, ts("1972-01-06 00:00"), "a", "u", "gpu", "normal", "COMPLETED", ts("1972-01-06 00:44:20"),
+         ts("1972-01-06 00:44:40"), 1, "h100"),
+    ])
+    cfg = load_config(env={}).with_overrides(billing={"timezone": "Africa/Monrovia", "rates": {"h100": 3.6}})
+    p = pipeline_params(cfg, Window(ts("1972-01-01 00:44:30"), ts("1972-01-10 00:00"), False))
+    got = cost.daily(jobs, p).collect().sort("day").select("day", "gpu_seconds").rows()
+    assert got == [(date(1972, 1, 5), 30.0), (date(1972, 1, 6), 10.0)]
 
 
 def test_largest_remainder_thirds_sum_to_total():
