@@ -34,6 +34,12 @@ MART_TABLES: dict[str, str | None] = {
     "mart_wait_times": "day",
 }
 
+WIDEN_SQL = """
+    SELECT CAST(timezone($tz, min(start_time)) AS DATE) FROM jobs
+    WHERE cluster = $cluster AND gpus > 0 AND start_time < $start AND (end_time IS NULL OR end_time > $end)"""
+"""mart_backfill_daily charges an attempt's GPU-hours to its start day, up to now while it runs: the days on
+which running GPU attempts started are rebuilt by every run until they end."""
+
 INPUTS: dict[str, str] = {
     # Attempts running or pending at some point of the window.
     "jobs": """
