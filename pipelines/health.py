@@ -323,7 +323,12 @@ def runs(lf: pl.LazyFrame, keys: list[str], change: list[str], gap_seconds: floa
     entity was not seen in between). Every other column is taken from the run's first evaluation.
     """
     gap = _secs(gap_seconds)
-    lf = lf.sort(*keys, "t")
+    # The text columns travel through the sort as categoricals and entities are ordered by their codes: runs
+    # only need each entity's evaluations together and in time order, and sorting a year of evaluations by
+    # name and moving their strings cost most of this step.
+    text = [c for c, dtype in lf.collect_schema().items() if dtype == pl.String]
+    lf = lf.with_columns(pl.col(c).cast(pl.Categorical) for c in text)
+    lf = lf.sort(*[pl.col(k).to_physical() for k in keys], "t")
     # Sorted by entity then time, the previous row is the entity's previous evaluation unless the entity
     # changes there; run numbers are then global, which a window per entity would only renumber.
     prev_t = pl.col("t").shift(1)
@@ -335,7 +340,9 @@ def runs(lf: pl.LazyFrame, keys: list[str], change: list[str], gap_seconds: floa
     return lf.group_by("_run").agg(
         *[pl.col(k).first() for k in keys],
         pl.col("t").min().alias("since"), pl.col("t").max().alias("last_seen"), *[pl.col(c).first() for c in others],
-    ).with_columns((pl.col("last_seen") + gap).alias("valid_until")).drop("_run")
+    ).with_columns((pl.col("last_seen") + gap).alias("valid_until")).drop("_run").with_columns(
+        pl.col(c).cast(pl.String) for c in text
+    )
 
 
 def evaluations(nodes: pl.LazyFrame, samples: pl.LazyFrame, events: pl.LazyFrame, inventory: pl.LazyFrame,
