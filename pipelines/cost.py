@@ -10,6 +10,7 @@ dollars, cost per useful GPU-hour, energy). docs/pipelines.md#cost has the formu
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -168,6 +169,7 @@ def epoch_us(ts: datetime) -> int:
     return (ts - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
 
 
+@functools.lru_cache(maxsize=16)
 def quarter_days(lo: datetime, hi: datetime, tz: str) -> tuple[int, pl.Series] | None:
     """(start of the first quarter in µs, billing day of each UTC quarter hour from `lo` to `hi`), where every
     quarter hour lies in one billing day at one UTC offset, so each instant in it has that day: an attempt's
@@ -194,6 +196,16 @@ def quarter_days(lo: datetime, hi: datetime, tz: str) -> tuple[int, pl.Series] |
     return (base, q["day"]) if q["one"].all() else None
 
 
+def billing_day(us: pl.Expr, params: dict[str, Any]) -> pl.Expr:
+    """Billing day of instants given in µs since 1970, inside [window start, now): from quarter_days' table
+    where it has one, else converted one by one."""
+    quarters = quarter_days(params["start"], params["now"], params["tz"])
+    if quarters is None:
+        return local_day(us.cast(UTC_DT), params["tz"])
+    base, by_quarter = quarters
+    return pl.lit(by_quarter).gather((us - base) // QUARTER_US)
+
+
 def day_gpu_microseconds(a: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
     """(day, KEYS, FLAGS, `v`): GPU-microseconds of the attempts `a` (clipped `use_start`/`use_end`, `gpus`)
     in each billing day, the same overlap split_calendar gives them, without a row per (attempt, day).
@@ -214,13 +226,7 @@ def day_gpu_microseconds(a: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFram
         *KEYS, *FLAGS, pl.col("use_start").dt.epoch("us").alias("_s_us"), pl.col("use_end").dt.epoch("us").alias("_e_us"),
         pl.col("gpus").cast(pl.Int64).alias("g"),
     )
-    quarters = quarter_days(params["start"], now, tz)
-    if quarters is None:
-        a = a.with_columns(local_day(s.cast(UTC_DT), tz).alias("F"), local_day((e - 1).cast(UTC_DT), tz).alias("L"))
-    else:
-        base, by_quarter = quarters
-        a = a.with_columns(pl.lit(by_quarter).gather((s - base) // QUARTER_US).alias("F"),
-                           pl.lit(by_quarter).gather((e - 1 - base) // QUARTER_US).alias("L"))
+    a = a.with_columns(billing_day(s, params).alias("F"), billing_day(e - 1, params).alias("L"))
     origin = (first - date(1970, 1, 1)).days
 
     def at(day: pl.Expr, column: str) -> pl.Expr:
@@ -477,7 +483,8 @@ def cost_efficiency(d: pl.LazyFrame, jobs: pl.LazyFrame, gpu_jobs: pl.LazyFrame,
     per_second = pl.col("rate_per_gpu_hour") / 3600.0
     energy = pl.coalesce(pl.col("energy_joules") * pl.col("held") / 60.0, pl.col("power_mean_watts") * pl.col("held"))
     zero = pl.lit(0.0)
-    used = m.with_columns(local_day(pl.col("minute"), params["tz"]).alias("day")).group_by("day", "account").agg(
+    day = billing_day(pl.col("minute").dt.epoch("us"), params)
+    used = m.with_columns(day.alias("day")).group_by("day", "account").agg(
         pl.when(sampled).then(pl.col("held")).otherwise(zero).sum().alias("sampled_gpu_seconds"),
         pl.when(sampled).then(pl.col("held") * per_second).otherwise(zero).sum().alias("sampled_cost_usd"),
         pl.when(sampled & (pl.col("util_gpu_mean") < threshold)).then(pl.col("held")).otherwise(zero).sum()

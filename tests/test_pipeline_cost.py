@@ -427,7 +427,8 @@ def test_idle_cost_setting_is_validated(tmp_path):
 # --- usage-weighted cost and energy (mart_cost_efficiency_daily) -----------------------------------------------
 
 
-def test_cost_per_useful_gpu_hour_idle_dollars_and_energy_per_account():
+@pytest.mark.parametrize("since", [None, "2026-02-02 00:00"])  # days converted one by one / from the table
+def test_cost_per_useful_gpu_hour_idle_dollars_and_energy_per_account(since):
     t = ts("2026-02-03 00:00")
     m = [t + timedelta(minutes=i) for i in range(3)]
     # Job 1 (account a): 2 H100 for 3 minutes at $3.6/GPU-h ($0.001 per GPU-second): 360 GPU-s, $0.36.
@@ -453,6 +454,8 @@ def test_cost_per_useful_gpu_hour_idle_dollars_and_energy_per_account():
         schema={"node": pl.String, "gpu_uuid": pl.String, "minute": UTC_DT, "util_gpu_mean": pl.Float64,
                 "energy_joules": pl.Float64, "power_mean_watts": pl.Float64}, orient="row")
     p = params(ts("2026-02-03 01:00"), rates={"h100": 3.6}, energy_usd_per_kwh=0.15, pue=1.5)
+    if since:
+        p = {**p, "start": ts(since), "start_date": date(2026, 2, 2)}
     d = cost.daily(jobs, p)
     got = cost.cost_efficiency(d, jobs, gpu_jobs, samples, p).collect().sort("account")
     # a: sampled 180 (g0) + 60 + 30 (g1) = 270 GPU-s = $0.27; idle (< 5 %) 60 + 30 = 90 s = $0.09;
