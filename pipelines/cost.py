@@ -131,8 +131,13 @@ def month_closed_at(month: pl.Expr, tz: str, close_after_days: int) -> pl.Expr:
 
 def attempts(jobs: pl.LazyFrame, now: datetime) -> pl.LazyFrame:
     """Started GPU attempts with their usage interval, failure and requeue flags and normalised keys."""
+    return usage(with_requeued(jobs), now)
+
+
+def usage(jobs: pl.LazyFrame, now: datetime) -> pl.LazyFrame:
+    """attempts() without the requeue flag, which needs every attempt's job id hashed."""
     return (
-        with_requeued(jobs)
+        jobs
         .filter(pl.col("start_time").is_not_null() & (pl.col("gpus").fill_null(0) > 0))
         .with_columns(usage_interval(now))
         .with_columns(
@@ -206,14 +211,14 @@ def billing_day(us: pl.Expr, params: dict[str, Any]) -> pl.Expr:
     return pl.lit(by_quarter).gather((us - base) // QUARTER_US)
 
 
-def day_gpu_microseconds(a: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
-    """(day, KEYS, FLAGS, `v`): GPU-microseconds of the attempts `a` (clipped `use_start`/`use_end`, `gpus`)
+def day_gpu_microseconds(a: pl.LazyFrame, params: dict[str, Any], flags: list[str]) -> pl.LazyFrame:
+    """(day, KEYS, `flags`, `v`): GPU-microseconds of the attempts `a` (clipped `use_start`/`use_end`, `gpus`)
     in each billing day, the same overlap split_calendar gives them, without a row per (attempt, day).
 
     An attempt inside one day gives gpus × (end − start) to it. One that spans days L > F gives its first day
     gpus × (end of F − start), its last day gpus × (end − start of L) and each day between its whole length:
     when its bounds are proper, that is what split_calendar's min(end, day end) − max(start, day start) comes
-    to, and it is linear, so attempts that share (KEYS, FLAGS, F, L) are summed before the days are spread.
+    to, and it is linear, so attempts that share (KEYS, flags, F, L) are summed before the days are spread.
     An attempt near a day without proper bounds keeps its own interval and gets split_calendar's formula.
     Integer microseconds make the sums exact whatever their order. Day bounds are looked up by position in a
     table of the window's days (a join per attempt and bound cost more than the rest of the split).
@@ -223,7 +228,7 @@ def day_gpu_microseconds(a: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFram
     table = day_bounds(first, local_date(now, tz) + timedelta(days=1), tz)
     s, e, f, last, g = pl.col("_s_us"), pl.col("_e_us"), pl.col("F"), pl.col("L"), pl.col("g")
     a = a.filter(pl.col("use_end") > pl.col("use_start")).select(
-        *KEYS, *FLAGS, pl.col("use_start").dt.epoch("us").alias("_s_us"), pl.col("use_end").dt.epoch("us").alias("_e_us"),
+        *KEYS, *flags, pl.col("use_start").dt.epoch("us").alias("_s_us"), pl.col("use_end").dt.epoch("us").alias("_e_us"),
         pl.col("gpus").cast(pl.Int64).alias("g"),
     )
     a = a.with_columns(billing_day(s, params).alias("F"), billing_day(e - 1, params).alias("L"))
@@ -237,13 +242,13 @@ def day_gpu_microseconds(a: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFram
         & (at(f, "_ps") <= s) & (s < at(f, "_pe")) & (at(last, "_ps") < e) & (e <= at(last, "_pe"))
     ).fill_null(False)
     a = a.with_columns(proper.alias("_proper")).select(
-        *KEYS, *FLAGS, "F", "L", "g",
+        *KEYS, *flags, "F", "L", "g",
         pl.when(~pl.col("_proper")).then(0).when(f == last).then(g * (e - s)).otherwise(g * (at(f, "_pe") - s))
         .alias("_first"),
         pl.when(pl.col("_proper") & (last > f)).then(g * (e - at(last, "_ps"))).otherwise(0).alias("_last"),
         pl.when(~pl.col("_proper")).then(s).alias("_s"), pl.when(~pl.col("_proper")).then(e).alias("_e"),
     )
-    grouped = a.group_by(*KEYS, *FLAGS, "F", "L", "_s", "_e").agg(pl.col("_first", "_last", "g").sum())
+    grouped = a.group_by(*KEYS, *flags, "F", "L", "_s", "_e").agg(pl.col("_first", "_last", "g").sum())
     days = grouped.with_columns(pl.date_ranges(f, last, "1d").alias("day")).explode("day")
     day, ps, pe = pl.col("day"), at(pl.col("day"), "_ps"), at(pl.col("day"), "_pe")
     v = (
@@ -253,19 +258,33 @@ def day_gpu_microseconds(a: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFram
         .when(day == last).then(pl.col("_last"))
         .otherwise(g * (pe - ps))
     )
-    return days.filter(day.is_not_null()).select("day", *KEYS, *FLAGS, v.alias("v")).filter(pl.col("v") > 0)
+    return days.filter(day.is_not_null()).select("day", *KEYS, *flags, v.alias("v")).filter(pl.col("v") > 0)
 
 
 def daily(jobs: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
-    """mart_cost_daily rows for days from the window's start (billing zone) up to now."""
-    billing = params["config"]["billing"]
-    a = attempts(jobs, params["now"]).with_columns(clip_interval("use_start", "use_end", params["start"], params["now"]))
-    parts = day_gpu_microseconds(a, params).filter(pl.col("day") >= pl.lit(params["start_date"]))
+    """mart_cost_daily rows for days from the window's start (billing zone) up to now.
+
+    Requeued GPU-seconds come from the jobs with several attempts alone (a few per cent of the attempts):
+    flagging every attempt took a group-by of all job ids and a join over all attempts."""
+    billing, now = params["config"]["billing"], params["now"]
+    clip = clip_interval("use_start", "use_end", params["start"], now)
+    from_start = pl.col("day") >= pl.lit(params["start_date"])
     v, zero = pl.col("v"), pl.lit(0, dtype=pl.Int64)
-    out = parts.group_by("day", *KEYS).agg(
+    out = day_gpu_microseconds(usage(jobs, now).with_columns(clip), params, ["failed", "running"]).filter(
+        from_start
+    ).group_by("day", *KEYS).agg(
         v.sum().alias("gpu_seconds"),
-        *[pl.when(pl.col(flag)).then(v).otherwise(zero).sum().alias(f"{flag}_gpu_seconds") for flag in FLAGS],
-    ).with_columns(pl.col("gpu_seconds", *[f"{flag}_gpu_seconds" for flag in FLAGS]) / 1e6)
+        *[pl.when(pl.col(flag)).then(v).otherwise(zero).sum().alias(f"{flag}_gpu_seconds")
+          for flag in ("failed", "running")],
+    )
+    requeued = attempts(jobs.filter(pl.col("job_id_raw").is_duplicated()), now).filter(pl.col("requeued"))
+    requeued = day_gpu_microseconds(requeued.with_columns(clip), params, []).filter(from_start).group_by(
+        "day", *KEYS
+    ).agg(v.sum().alias("requeued_gpu_seconds"))
+    columns = ["gpu_seconds", *[f"{flag}_gpu_seconds" for flag in FLAGS]]
+    out = out.join(requeued, on=["day", *KEYS], how="left").with_columns(
+        pl.col("requeued_gpu_seconds").fill_null(0),
+    ).with_columns(pl.col(columns) / 1e6)
     out = with_rate(out, billing).with_columns(
         *[(pl.col(f"{p}gpu_seconds") / 3600.0 * pl.col("rate_per_gpu_hour")).alias(f"{p}cost_usd")
           for p in ("", "failed_", "requeued_")],
