@@ -296,14 +296,14 @@ def reset_epoch(day: pl.Expr, period: pl.Expr) -> pl.Expr:
     )
 
 
-def reuse(frame: pl.LazyFrame, eager: bool) -> pl.LazyFrame:
-    """A frame several branches read: cached in the plan, or computed now when `eager`.
+def reuse(frame: pl.LazyFrame) -> pl.LazyFrame:
+    """A small frame several branches read, computed now.
 
-    An incremental run's frames are small (its window's attempts, the stored days, the tree), and
-    optimising the one plan that joins them all costs more than running it (1 of 2.5 CPU-s at 10M
-    attempts); a full run's day slices are millions of rows, which one streaming plan handles better.
+    Everything after the day table is small (associations x days), whatever the number of attempts;
+    planning the whole tree math as one lazy plan cost more than running it (1 CPU-s of optimisation and
+    twice the work of computing each frame once, at any history size).
     """
-    return frame.collect().lazy() if eager else frame.cache()
+    return frame.collect().lazy()
 
 
 def _empty(schema: dict[str, pl.DataType]) -> pl.LazyFrame:
@@ -382,15 +382,15 @@ def charged_until(now: datetime) -> pl.Expr:
     )
 
 
-def usage_slices(jobs: pl.LazyFrame, cs: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
+def usage_slices(jobs: pl.LazyFrame, calendar: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
     """Each job attempt's charged time cut at local midnights: one row per (job, day) it ran in.
 
     Running jobs (no End) accrue up to `now`; finished ones without an End are not charged (see
-    charged_until). Columns: cluster, account, user, day, day_end, sa, sb, rate, lam.
+    charged_until). Columns: cluster, account, user, day, sa, sb, rate and the `calendar` columns of the
+    day (day_end, lam, t_snap, t_now).
 
-    Two thirds of the attempts fit in one local day: only the others are exploded into days. Day bounds
-    and the decay rate come from one join with the calendar (zone arithmetic per row cost more than
-    all the rest at 10M attempts).
+    Day bounds, decay rate and the day's instants come from one join with the calendar: zone arithmetic
+    per row cost more than all the rest at 10M attempts.
     """
     tz = s.timezone
     base = (
@@ -416,14 +416,18 @@ def usage_slices(jobs: pl.LazyFrame, cs: pl.LazyFrame, s: Settings) -> pl.LazyFr
         .drop("_last", "_o")
     )
     return (
-        pieces.join(charge_calendar(jobs, cs, s), on=["cluster", "day"], how="left")
+        # force_right: the calendar is the hash table; Polars' auto choice built it from the 14M pieces (+0.7 GB)
+        pieces.join(calendar, on=["cluster", "day"], how="left", build_side="force_right")
         .with_columns(sa=pl.max_horizontal("a", "day_start"), sb=pl.min_horizontal("b", "day_end"))
         .drop("a", "b", "day_start")
     )
 
-def charge_calendar(jobs: pl.LazyFrame, cs: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
-    """cluster, day, day_start, day_end, lam: every local day an attempt can be charged on, from the day
-    before the first start (a zone may turn its clocks back over midnight) to the day after `now`."""
+
+def charge_calendar(jobs: pl.LazyFrame, cs: pl.LazyFrame, snaps: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
+    """cluster, day, day_start, day_end, lam, t_snap, t_now: every local day an attempt can be charged on,
+    from the day before the first start (a zone may turn its clocks back over midnight) to the day after
+    `now`, with the instants inside it at which usage is reported (the day's kept sshare snapshot; `now`
+    on its own day, unless that snapshot is `now`)."""
     tz = s.timezone
     now = pl.lit(s.now, dtype=UTC_DT)
     days = jobs.select(
@@ -432,25 +436,67 @@ def charge_calendar(jobs: pl.LazyFrame, cs: pl.LazyFrame, s: Settings) -> pl.Laz
             local_date(now, tz) + pl.duration(days=1),
         )
     ).drop_nulls()
-    return days.with_columns(
-        day_start=local_midnight(pl.col("day"), tz),
-        day_end=local_midnight(pl.col("day") + pl.duration(days=1), tz),
-    ).join(cs.select("cluster", "lam"), how="cross")
+    return (
+        days.with_columns(
+            day_start=local_midnight(pl.col("day"), tz),
+            day_end=local_midnight(pl.col("day") + pl.duration(days=1), tz),
+        )
+        .join(cs.select("cluster", "lam"), how="cross")
+        .join(snaps.select("cluster", "day", pl.col("snapshot_time").alias("t_snap")), on=["cluster", "day"],
+              how="left")
+        .with_columns(
+            t_now=pl.when((pl.col("day") == local_date(now, tz)) & (pl.col("t_snap") != now).fill_null(True))
+            .then(now)
+        )
+    )
 
 
 def day_charges(slices: pl.LazyFrame) -> pl.LazyFrame:
-    """cluster, account, user, day, charge, raw: what each association was charged on each local day.
+    """cluster, account, user, day, charge, raw, v_snap, v_now: what each association was charged on each
+    local day.
 
     `charge` is decayed to the day's end (C_i in daily_usage), `raw` is undecayed (drift's usage shares).
     This is the grain stored in mart_fairshare_daily: all the decayed usage needs from the job history.
+    `v_snap` / `v_now` are the parts of the day before its instants t_snap / t_now, decayed to them
+    (summed here in the same pass, so the slices are never kept).
     """
+    def before(t: str) -> pl.Expr:
+        v = decayed_usage(pl.col("rate"), pl.col("sa"), pl.min_horizontal("sb", t), pl.col(t), pl.col("lam"))
+        return pl.when(pl.col("sa") < pl.col(t)).then(v)
+
     return (
         slices.with_columns(
             c=decayed_usage(pl.col("rate"), pl.col("sa"), pl.col("sb"), pl.col("day_end"), pl.col("lam")),
             r=pl.col("rate") * seconds_between(pl.col("sb"), pl.col("sa")),
+            v_snap=before("t_snap"),
+            v_now=before("t_now"),
         )
         .group_by("cluster", "account", "user", "day")
-        .agg(pl.col("c").sum().alias("charge"), pl.col("r").sum().alias("raw"))
+        .agg(
+            pl.col("c").sum().alias("charge"),
+            pl.col("r").sum().alias("raw"),
+            pl.col("v_snap").sum(),
+            pl.col("v_now").sum(),
+            pl.col("v_snap").count().alias("n_snap"),
+            pl.col("v_now").count().alias("n_now"),
+        )
+    )
+
+
+def own_day_usage(charges: pl.LazyFrame, calendar: pl.LazyFrame) -> pl.LazyFrame:
+    """cluster, as_of, account, user, v: usage of an instant's own day before it, decayed to it, for the
+    associations with a slice starting before it."""
+    inst = calendar.select("cluster", "day", "t_snap", "t_now")
+    rows = charges.join(inst, on=["cluster", "day"])
+    return pl.concat(
+        [
+            rows.filter(pl.col("n_snap") > 0).select(
+                "cluster", pl.col("t_snap").alias("as_of"), "account", "user", pl.col("v_snap").alias("v")
+            ),
+            rows.filter(pl.col("n_now") > 0).select(
+                "cluster", pl.col("t_now").alias("as_of"), "account", "user", pl.col("v_now").alias("v")
+            ),
+        ]
     )
 
 
@@ -719,8 +765,10 @@ def pick_tree(grid: pl.LazyFrame, tree: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def user_usage_at(grid: pl.LazyFrame, tree: pl.LazyFrame, sparse: pl.LazyFrame,
-                  slices: pl.LazyFrame) -> pl.LazyFrame:
-    """Decayed raw usage of every user association at every as_of (0 when it never ran)."""
+                  own_day: pl.LazyFrame) -> pl.LazyFrame:
+    """Decayed raw usage of every user association at every as_of (0 when it never ran).
+
+    A partial as_of adds `own_day` (own_day_usage): its day's usage before it."""
     users = grid.join(
         tree.filter(pl.col("is_user")).select("cluster", "tree_time", "account", "user"),
         on=["cluster", "tree_time"],
@@ -740,23 +788,8 @@ def user_usage_at(grid: pl.LazyFrame, tree: pl.LazyFrame, sparse: pl.LazyFrame,
             .fill_null(0.0)
         )
     )
-    partial = (
-        grid.filter(pl.col("partial"))
-        .select("cluster", "as_of", "day")
-        .join(slices, on=["cluster", "day"])
-        .filter(pl.col("sa") < pl.col("as_of"))
-        .with_columns(
-            v=decayed_usage(
-                pl.col("rate"),
-                pl.col("sa"),
-                pl.min_horizontal("sb", "as_of"),
-                pl.col("as_of"),
-                pl.col("lam"),
-            )
-        )
-        .group_by("cluster", "as_of", "account", "user")
-        .agg(pl.col("v").sum())
-    )
+    partial = own_day.join(grid.filter(pl.col("partial")).select("cluster", "as_of"), on=["cluster", "as_of"],
+                           how="semi")
     return carried.join(partial, on=["cluster", "as_of", "account", "user"], how="left").select(
         "cluster", "as_of", "tree_time", "account", "user",
         (pl.col("carry") + pl.col("v").fill_null(0.0)).alias("raw_usage"),
@@ -945,21 +978,21 @@ def classic_values(v: pl.LazyFrame, clos: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def computed_rows(frames: dict[str, pl.LazyFrame], cs: pl.LazyFrame, slices: pl.LazyFrame,
-                  days: pl.LazyFrame, s: Settings, *, eager: bool = False) -> pl.LazyFrame:
+def computed_rows(frames: dict[str, pl.LazyFrame], cs: pl.LazyFrame, own_day: pl.LazyFrame,
+                  days: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
     """The computed mart_fairshare rows at every as_of of the window.
 
-    `days` (the day table of the whole history) carries usage up to each as_of's day; `slices` (the
-    attempts of the window, cut into days) add the part of an as_of's own day before it.
+    `days` (the day table of the whole history) carries usage up to each as_of's day; `own_day` (from
+    the attempts of the window) adds the part of an as_of's own day before it.
     """
     # reuse(): these frames feed several branches; without a cache the plan (and its optimisation) grows
     # with every reuse, and the closure's 16 joins alone take seconds to plan.
     sparse = daily_usage(days, cs, s)
-    snaps = reuse(tree_snapshots(frames["shares"], s), eager)
-    tree = reuse(association_tree(frames, snaps, days), eager)
-    clos = reuse(closure(tree), eager)
-    grid = reuse(pick_tree(asof_grid(days, snaps, cs, s), tree), eager)
-    users = user_usage_at(grid, tree, sparse, slices)
+    snaps = reuse(tree_snapshots(frames["shares"], s))
+    tree = reuse(association_tree(frames, snaps, days))
+    clos = reuse(closure(tree))
+    grid = reuse(pick_tree(asof_grid(days, snaps, cs, s), tree))
+    users = user_usage_at(grid, tree, sparse, own_day)
     rolled = (
         users.join(clos, on=["cluster", "tree_time", "account", "user"])
         .group_by("cluster", "as_of", "anc_account", "anc_user")
@@ -972,7 +1005,7 @@ def computed_rows(frames: dict[str, pl.LazyFrame], cs: pl.LazyFrame, slices: pl.
         .join(rolled, on=["cluster", "as_of", "account", "user"], how="left")
         .with_columns(pl.col("raw_usage").fill_null(0.0))
     )
-    v = reuse(sibling_order(tree_values(nodes)), eager)
+    v = reuse(sibling_order(tree_values(nodes)))
     # each cluster reads only its algorithm's values: the other one's would cost as much again
     classic_clusters = cs.filter(pl.col("algorithm") == "classic").select("cluster")
     ft = fair_tree_rank(v.join(classic_clusters, on="cluster", how="anti"), clos)
@@ -1029,8 +1062,7 @@ def sshare_rows(frames: dict[str, pl.LazyFrame], s: Settings) -> pl.LazyFrame:
     )
 
 
-def drift_rows(frames: dict[str, pl.LazyFrame], days: pl.LazyFrame, s: Settings, *,
-               eager: bool = False) -> pl.LazyFrame:
+def drift_rows(frames: dict[str, pl.LazyFrame], days: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
     """Each account's share of (undecayed) usage over trailing 7 and 30 days against its target share of
     the machine (the product of normalised shares down its path), and how long it has been starved
     (ratio below drift.fairshare_starved_ratio while it had jobs submitted) or over-served."""
@@ -1038,8 +1070,8 @@ def drift_rows(frames: dict[str, pl.LazyFrame], days: pl.LazyFrame, s: Settings,
     snaps = tree_snapshots(frames["shares"], s)
     tree = association_tree(frames, snaps, days)
     latest = tree.group_by("cluster").agg(pl.col("tree_time").max())
-    tree = reuse(tree.join(latest, on=["cluster", "tree_time"]), eager)
-    clos = reuse(closure(tree), eager)
+    tree = reuse(tree.join(latest, on=["cluster", "tree_time"]))
+    clos = reuse(closure(tree))
     accounts = tree.filter(~pl.col("is_user") & ~pl.col("is_root"))
     # target share: product of sibling-normalised shares of the account and its ancestors
     t = tree.with_columns(level_shares=pl.col("raw_shares").sum().over("cluster", "tree_time", "parent_key"))
@@ -1190,6 +1222,23 @@ def to_utc(schema: Mapping[str, pl.DataType]) -> list[pl.Expr]:
     return out
 
 
+def day_tables(f: dict[str, pl.LazyFrame], cs: pl.LazyFrame, s: Settings,
+               stored: bool) -> tuple[pl.LazyFrame, pl.LazyFrame, pl.LazyFrame]:
+    """The day table's charges and attempt counts, and the own-day usage of the instants that are not day
+    ends (own_day_usage), from one streaming pass over the attempts.
+
+    The slices (14M rows at 10M attempts) are only ever aggregated: keeping them for the instants, as a
+    second reader of the same stream, held them all in memory (+1.3 GB).
+    """
+    calendar = reuse(charge_calendar(f["jobs"], cs, tree_snapshots(f["shares"], s), s))
+    charges, submits = pl.collect_all(
+        [day_charges(usage_slices(f["jobs"], calendar, s)), job_submits(f["jobs"], s)], engine="streaming"
+    )
+    used = window_rows(f, "fairshare_daily", charges.lazy(), DAILY_SCHEMA, s, stored)
+    submits = window_rows(f, "fairshare_submits", submits.lazy(), SUBMITS_SCHEMA, s, stored)
+    return reuse(used), reuse(submits), reuse(own_day_usage(charges.lazy(), calendar))
+
+
 def compute(frames: dict[str, pl.LazyFrame], params: Any) -> dict[str, pl.LazyFrame]:
     """mart_fairshare (computed and sshare rows per association and as_of), mart_fairshare_drift, and the
     day table mart_fairshare_daily the next incremental run starts from.
@@ -1201,18 +1250,14 @@ def compute(frames: dict[str, pl.LazyFrame], params: Any) -> dict[str, pl.LazyFr
     s = settings(params)
     f = _frames(frames)
     stored = frames.get("fairshare_daily") is not None and frames.get("fairshare_submits") is not None
-    eager = stored and s.since is not None  # an incremental run: every frame below is small
-    cs = reuse(cluster_settings(f, s), eager)
-    slices = reuse(usage_slices(f["jobs"], cs, s), eager)
-    used = reuse(window_rows(f, "fairshare_daily", day_charges(slices), DAILY_SCHEMA, s, stored), eager)
-    submits = reuse(window_rows(f, "fairshare_submits", job_submits(f["jobs"], s), SUBMITS_SCHEMA, s, stored),
-                    eager)
-    days = reuse(history_days(used, submits), eager)
-    computed = computed_rows(f, cs, slices, days, s, eager=eager)
+    cs = reuse(cluster_settings(f, s))
+    used, submits, own_days = day_tables(f, cs, s, stored)
+    days = reuse(history_days(used, submits))
+    computed = computed_rows(f, cs, own_days, days, s)
     fairshare = pl.concat(
         [computed.select(list(FAIRSHARE_SCHEMA)), sshare_rows(f, s).select(list(FAIRSHARE_SCHEMA))]
     ).cast(FAIRSHARE_SCHEMA)
-    drift = drift_rows(f, days, s, eager=eager).select(list(DRIFT_SCHEMA)).cast(DRIFT_SCHEMA)
+    drift = drift_rows(f, days, s).select(list(DRIFT_SCHEMA)).cast(DRIFT_SCHEMA)
     return {
         "mart_fairshare": fairshare,
         "mart_fairshare_drift": drift,
