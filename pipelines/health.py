@@ -5,12 +5,15 @@ GRES vs NVML GPU counts) and want one answer per node: can it run work, and if n
 evaluated at every sinfo snapshot and at every NVML event, new-ECC minute and inventory in between, from the
 sinfo snapshot in force, the latest NVML minute of each GPU at or before the instant, the NVML/kernel events
 of the preceding window and the latest NVML inventory. The marts keep one row per unbroken run of an unchanged verdict (since, last_seen,
-valid_until), so a year of minute-by-minute sinfo snapshots of a large cluster stays small. The rules,
-their order and their thresholds (config section `health`) are in docs/pipelines.md#health.
+valid_until), so a year of minute-by-minute sinfo snapshots of a large cluster stays small. A run can last
+months, longer than any incremental window: the marts are windowed on `valid_until`, and a window's runs
+continue the stored runs they extend (`stitch`), so an incremental run writes what a full rebuild would. The
+rules, their order and their thresholds (config section `health`) are in docs/pipelines.md#health.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import polars as pl
@@ -18,9 +21,12 @@ from slurmscope.pipelines.common import UTC_DT, ensure_columns
 
 NAME = "health"
 
+# A stored run with valid_until < start ended more than a gap before the window, so nothing the window sees
+# can extend it: it is kept. The runs the runner deletes (valid_until >= start) are rebuilt, those that
+# began before the window from their stored row (the *_seeds inputs).
 MART_TABLES: dict[str, str | None] = {
-    "mart_node_health": "since",
-    "mart_gpu_health": "since",
+    "mart_node_health": "valid_until",
+    "mart_gpu_health": "valid_until",
 }
 
 LOOKBACK = "INTERVAL 1 DAY"
@@ -55,6 +61,14 @@ INPUTS: dict[str, str] = {
     "inventory": """
         SELECT node, seen_at, count(DISTINCT gpu_uuid) AS gpus_visible FROM gpu_inventory
         WHERE cluster = $cluster AND seen_at <= $end GROUP BY node, seen_at""",
+    # The stored runs the runner deletes that began before the window (empty on a full rebuild).
+    "node_seeds": """
+        SELECT since, last_seen, valid_until, node, status, reason, reasons, slurm_state, slurm_reason,
+               gpus_configured, gpus_visible, gpus_failing, gpus_degraded
+        FROM mart_node_health WHERE cluster = $cluster AND since < $start AND valid_until >= $start""",
+    "gpu_seeds": """
+        SELECT since, last_seen, valid_until, node, gpu_uuid, gpu_index, gpu_model, status, reason, reasons, detail
+        FROM mart_gpu_health WHERE cluster = $cluster AND since < $start AND valid_until >= $start""",
 }
 
 STATUSES = ("ok", "degraded", "failing")
@@ -345,6 +359,45 @@ def runs(lf: pl.LazyFrame, keys: list[str], change: list[str], gap_seconds: floa
     )
 
 
+def stitch(computed: pl.LazyFrame, seeds: pl.LazyFrame, keys: list[str], change: list[str], start: datetime,
+           gap_seconds: float) -> pl.LazyFrame:
+    """The window's runs, each continuing the stored run it extends, as one pass over all evaluations gives.
+
+    `computed` are the runs of the evaluations from `start` on (runs' columns); `seeds` the stored runs the
+    runner deletes that began before `start` (since < start <= valid_until). The entity's latest seed holds
+    its last evaluation before `start`, so the first computed run continues it exactly when runs would not
+    have broken there: the same `change` columns, and the seed's last_seen at most the gap before (a seed
+    last seen at or after `start` already contains that first evaluation). The continued run keeps the
+    seed's `since` and first-evaluation columns (slurm_state, detail, ... are "at since"); the other seeds
+    ended before `start` and are written back unchanged (a latest seed last seen after `start` that is not
+    continued can only come from inputs that changed after it was stored).
+
+    Seeds and runs are sorted together and each run compared with the row before it, so `computed` is read
+    once: a join would put it in the plan twice, and a full rebuild would compute every verdict twice.
+    """
+    names = computed.collect_schema()
+    seeds = seeds.select(pl.col(c).cast(t) for c, t in names.items())
+    lf = pl.concat([computed.with_columns(pl.lit(False).alias("_seed")),
+                    seeds.with_columns(pl.lit(True).alias("_seed"))], how="vertical").sort(*keys, "since")
+
+    def prev(c: str) -> pl.Expr:
+        return pl.col(c).shift(1)
+
+    # Seeds all began before `start` and runs at or after it: a run whose previous row is a seed of its
+    # entity is the entity's first run, and that seed its latest.
+    cont = (prev("_seed") & ~pl.col("_seed") & pl.all_horizontal([pl.col(k) == prev(k) for k in keys])
+            & pl.all_horizontal([pl.col(c).eq_missing(prev(c)) for c in change])
+            & ((prev("last_seen") >= pl.lit(start, dtype=names["last_seen"]))
+               | ((pl.col("since") - prev("last_seen")) <= _secs(gap_seconds))))
+    lf = lf.with_columns(cont.fill_null(False).alias("_cont"))
+    lf = lf.with_columns(
+        *[pl.when(pl.col("_cont")).then(prev(c)).otherwise(pl.col(c)).alias(c)
+          for c in names if c not in ("last_seen", "valid_until")],
+        pl.col("_cont").shift(-1).fill_null(False).alias("_continued"),
+    )
+    return lf.filter(~pl.col("_continued")).select(names.names())
+
+
 def evaluations(nodes: pl.LazyFrame, samples: pl.LazyFrame, events: pl.LazyFrame, inventory: pl.LazyFrame,
                 params: dict[str, Any], gap_seconds: float) -> pl.LazyFrame:
     """The instants a node is judged at, each with the sinfo snapshot in force then (`samples` prepared).
@@ -383,12 +436,18 @@ def compute(frames: dict[str, pl.LazyFrame], params: dict[str, Any]) -> dict[str
     node = node_verdicts(nodes, gpu, frames["events"], frames["inventory"], h)
     gpu_cols = [c for c in GPU_SCHEMA if c not in ("since", "last_seen", "valid_until", "detail")]
     gpu_runs = runs(gpu.select("t", *gpu_cols, *EVIDENCE), ["node", "gpu_uuid"], ["status", "reasons"], gap)
-    gpu_runs = gpu_runs.with_columns(gpu_detail().alias("detail"))
+    gpu_runs = ensure_columns(gpu_runs.with_columns(gpu_detail().alias("detail")), GPU_SCHEMA)
     node_cols = [c for c in NODE_SCHEMA if c not in ("since", "last_seen", "valid_until")]
     # Slurm's allocation state (IDLE, MIXED, ALLOCATED) changes all the time and is not a verdict: a run breaks
     # on the verdict and on Slurm's reason text only; slurm_state is the state at the run's start.
-    node_runs = runs(node.select("t", *node_cols), ["node"], ["status", "reasons", "slurm_reason"], gap)
+    node_change = ["status", "reasons", "slurm_reason"]
+    node_runs = ensure_columns(runs(node.select("t", *node_cols), ["node"], node_change, gap), NODE_SCHEMA)
+    if "node_seeds" in frames:  # absent when a caller computes one window alone (benchmarks/bench_health.py)
+        node_runs = stitch(node_runs, frames["node_seeds"], ["node"], node_change, params["start"], gap)
+    if "gpu_seeds" in frames:
+        gpu_runs = stitch(gpu_runs, frames["gpu_seeds"], ["node", "gpu_uuid"], ["status", "reasons"],
+                          params["start"], gap)
     return {
-        "mart_node_health": ensure_columns(node_runs, NODE_SCHEMA).sort("node", "since"),
-        "mart_gpu_health": ensure_columns(gpu_runs, GPU_SCHEMA).sort("node", "gpu_uuid", "since"),
+        "mart_node_health": node_runs.sort("node", "since"),
+        "mart_gpu_health": gpu_runs.sort("node", "gpu_uuid", "since"),
     }
