@@ -241,14 +241,24 @@ def day_gpu_microseconds(a: pl.LazyFrame, params: dict[str, Any], flags: list[st
         (last > f) & (at(f, "_odd") == at(last, "_odd"))
         & (at(f, "_ps") <= s) & (s < at(f, "_pe")) & (at(last, "_ps") < e) & (e <= at(last, "_pe"))
     ).fill_null(False)
+    # (F, L, flags) as one integer: F × 2^40 + (L − F) × 2^len(flags) + flag bits; one key hashes faster.
+    low = len(flags)
+    packed = f.cast(pl.Int64) * 2**40 + (last.cast(pl.Int64) - f.cast(pl.Int64)) * 2**low
+    for i, flag in enumerate(flags):
+        packed = packed + pl.col(flag).cast(pl.Int64) * 2**i
     a = a.with_columns(proper.alias("_proper")).select(
-        *KEYS, *flags, "F", "L", "g",
+        *KEYS, packed.alias("_k"), "g",
         pl.when(~pl.col("_proper")).then(0).when(f == last).then(g * (e - s)).otherwise(g * (at(f, "_pe") - s))
         .alias("_first"),
         pl.when(pl.col("_proper") & (last > f)).then(g * (e - at(last, "_ps"))).otherwise(0).alias("_last"),
         pl.when(~pl.col("_proper")).then(s).alias("_s"), pl.when(~pl.col("_proper")).then(e).alias("_e"),
     )
-    grouped = a.group_by(*KEYS, *flags, "F", "L", "_s", "_e").agg(pl.col("_first", "_last", "g").sum())
+    k = pl.col("_k")
+    grouped = a.group_by(*KEYS, "_k", "_s", "_e").agg(pl.col("_first", "_last", "g").sum()).with_columns(
+        (k // 2**40).cast(pl.Int32).cast(pl.Date).alias("F"),
+        ((k // 2**40).cast(pl.Int32) + (k % 2**40) // 2**low).cast(pl.Date).alias("L"),
+        *[((k // 2**i) % 2 == 1).alias(flag) for i, flag in enumerate(flags)],
+    )
     days = grouped.with_columns(pl.date_ranges(f, last, "1d").alias("day")).explode("day")
     day, ps, pe = pl.col("day"), at(pl.col("day"), "_ps"), at(pl.col("day"), "_pe")
     v = (

@@ -124,6 +124,7 @@ ODD_DAYS = [
     ("Australia/Lord_Howe", "2023-09-30 15:30"), ("Asia/Kathmandu", "2024-01-01 00:00"),
     ("Europe/Berlin", "2025-03-30 01:00"), ("Europe/Berlin", "2025-10-26 01:00"),
     ("Africa/Monrovia", "1972-01-06 12:00"),  # -0:44:30 until 7 Jan 1972: midnight off the quarter hour
+    ("America/Havana", "1970-01-01 03:00"),  # billing days before 1970 (negative day numbers)
 ]
 
 
