@@ -38,11 +38,18 @@ MAX_LOOKBACK_SECONDS = 86400
 INPUTS: dict[str, str] = {
     # One row per node and snapshot (sinfo -N repeats a node per partition; the state is the node's). A node
     # listed in one partition only has one row per snapshot already (primary key): only the others are
-    # aggregated, which on a year of snapshots costs a fraction of grouping them all.
+    # aggregated, which on a year of snapshots costs a fraction of grouping them all. Each node's latest
+    # snapshot before the window comes too: it is in force at the window's first instants (not judged itself).
     "nodes": """
         WITH s AS (
             SELECT snapshot_time, node, "partition", state, state_flags, reason, gpus_total FROM node_states
-            WHERE cluster = $cluster AND snapshot_time >= $start AND snapshot_time <= $end),
+            WHERE cluster = $cluster AND snapshot_time >= $start AND snapshot_time <= $end
+            UNION ALL
+            SELECT n.snapshot_time, n.node, n."partition", n.state, n.state_flags, n.reason, n.gpus_total
+            FROM node_states n JOIN (
+                SELECT node, max(snapshot_time) AS snapshot_time FROM node_states
+                WHERE cluster = $cluster AND snapshot_time < $start GROUP BY node) p USING (node, snapshot_time)
+            WHERE n.cluster = $cluster),
         multi AS (SELECT node FROM s GROUP BY node HAVING min("partition") <> max("partition"))
         SELECT snapshot_time, node, state, state_flags, reason, gpus_total FROM s
         WHERE node NOT IN (SELECT node FROM multi)
@@ -404,7 +411,9 @@ def evaluations(nodes: pl.LazyFrame, samples: pl.LazyFrame, events: pl.LazyFrame
 
     Every sinfo snapshot, and every NVML event, uncorrectable-ECC minute and inventory of the window: a
     GPU that falls off the bus between two hourly snapshots turns the node failing at that minute, not at
-    the next snapshot. A node is judged only while its latest snapshot is at most `gap_seconds` old.
+    the next snapshot. A node is judged only while its latest snapshot is at most `gap_seconds` old; a
+    snapshot before the window (`nodes` has each node's latest) only stands for the node at the window's
+    first instants.
     """
     start, end = pl.lit(params["start"], dtype=UTC_DT), pl.lit(params["end"], dtype=UTC_DT)
     cols = ("state", "state_flags", "reason", "gpus_total")
@@ -422,7 +431,7 @@ def evaluations(nodes: pl.LazyFrame, samples: pl.LazyFrame, events: pl.LazyFrame
         pl.col("snapshot_time").is_not_null() & (pl.col("snapshot_time") != pl.col("t"))
         & ((pl.col("t") - pl.col("snapshot_time")) <= _secs(gap_seconds))
     )
-    own = snaps.select("node", pl.col("snapshot_time").alias("t"), *cols).filter(pl.col("t").is_not_null())
+    own = snaps.select("node", pl.col("snapshot_time").alias("t"), *cols).filter(pl.col("t") >= start)
     return pl.concat([own, extra.select("node", "t", *cols)], how="vertical")
 
 

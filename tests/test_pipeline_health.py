@@ -275,6 +275,20 @@ def test_nodes_input_is_one_row_per_node_and_snapshot(con):
         for node, state, flags, reason, gpus in (("g1", "IDLE", "DRAIN", "rma", 8), ("n1", "MIXED", None, None, 4))
     ]
 
+def test_nodes_input_has_each_nodes_latest_snapshot_before_the_window(con):
+    for node, t in (("n1", T - 3 * H), ("n1", T - 2 * H), ("n1", T), ("n2", T - 5 * H)):
+        con.execute("INSERT INTO node_states (cluster, snapshot_time, node, \"partition\", state) VALUES ('c', ?, ?, 'p', 'IDLE')",
+                    [t, node])
+    params = {"cluster": "c", "start": T - H, "end": T}
+    got = sorted((r[1], r[0].astimezone(UTC)) for r in con.execute(health.INPUTS["nodes"], params).fetchall())
+    assert got == [("n1", T - 2 * H), ("n1", T), ("n2", T - 5 * H)]
+    # the earlier snapshot is in force at the window's first instants but is not judged itself
+    n, _ = run([snap(T - H - 10 * MIN, node="n1"), snap(T + H, node="n1"), snap(T - 5 * H, node="n2")],
+               events=[event(T - H + 5 * MIN, event_type="gpu_lost", uuid="")], start=T - H, now=T + H + MIN)
+    assert n.select("node", "since", "status").rows() == [
+        ("n1", T - H + 5 * MIN, "failing"), ("n1", T + H, "ok")]
+
+
 def test_outputs_match_the_mart_tables(con):
     """Every column compute returns exists in sql/0040_health.sql with a compatible type (the runner checks)."""
     cols = {t: {r[0] for r in con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = ?",
@@ -298,7 +312,7 @@ def _history():
     6:30-7:45 (more than the gap: a new run); n3 is unseen 5:40-6:20 (within the gap: one run across the
     6:00 window start); n4 goes down at 6:05, its first snapshot after the 6:00 window start; n5 is last seen
     at 8:30. GPU-a of g1 runs hot (its temperature, in `detail`, is that of the run's first evaluation) with
-    a critical XID at 6:10.
+    a critical XID at 6:10, and falls off the bus at 6:52 (judged on g1's 6:45 snapshot).
     """
     def every(a, b, step=Q):
         t, out = DAY0 + a, []
@@ -320,15 +334,21 @@ def _history():
     snaps += [snap(t, node="g1") for t in every(timedelta(0), 12 * H)]
     samples = [sample(t, node="g1", temp=86.0 + (t - DAY0).seconds // 60 % 7)
                for t in every(timedelta(0), 12 * H, MIN)]
-    events = [event(DAY0 + 6 * H + timedelta(minutes=10), xid=48, node="g1")]
+    events = [event(DAY0 + 6 * H + timedelta(minutes=10), xid=48, node="g1"),
+              event(DAY0 + 6 * H + timedelta(minutes=52), xid=79, node="g1")]
     return snaps, samples, events
 
 
 def _frames(snaps, samples, events, start, end, seeds=None):
     """What the runner's INPUTS read for the window [start, end] (end itself included)."""
     day = timedelta(days=1)
+    before = {}
+    for s in snaps:
+        if s[0] < start and (s[1] not in before or before[s[1]][0] < s[0]):
+            before[s[1]] = s
     frames = {
-        "nodes": pl.LazyFrame([s for s in snaps if start <= s[0] <= end], schema=NODE_SCHEMA, orient="row"),
+        "nodes": pl.LazyFrame([s for s in snaps if start <= s[0] <= end] + list(before.values()), schema=NODE_SCHEMA,
+                              orient="row"),
         "samples": pl.LazyFrame([s for s in samples if start - day <= s[2] <= end], schema=SAMPLE_SCHEMA,
                                 orient="row"),
         "events": pl.LazyFrame([e for e in events if start - day <= e[2] <= end], schema=EVENT_SCHEMA, orient="row"),
@@ -365,8 +385,9 @@ def _replay(windows, with_seeds=True):
 def test_incremental_windows_equal_one_full_run():
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
     # At the 6:00 start n3's stored run was last seen at 5:40 (continued at 6:20, within the gap) and n4's at
-    # 5:50 (down at 6:05: not continued); at 6:50 n2's at 6:30 (next seen at 7:45, past the gap); at 9:00 n5
-    # has a stored run and no evaluation; n1 and n3 run across every start.
+    # 5:50 (down at 6:05: not continued); at 6:50 n2's at 6:30 (next seen at 7:45, past the gap) and g1's
+    # GPU falls off the bus before g1's first snapshot of the window; at 9:00 n5 has a stored run and no
+    # evaluation; n1 and n3 run across every start.
     windows = [(epoch, DAY0 + 4 * H), (DAY0 + 3 * H, DAY0 + 6 * H + timedelta(minutes=10)),
                (DAY0 + 6 * H, DAY0 + 7 * H), (DAY0 + 6 * H + timedelta(minutes=50), DAY0 + 10 * H),
                (DAY0 + 9 * H, DAY0 + 12 * H)]
@@ -383,7 +404,9 @@ def test_incremental_windows_equal_one_full_run():
     assert nodes.filter(pl.col("node") == "n4").select("since", "status").rows() == [
         (DAY0, "ok"), (DAY0 + 6 * H + timedelta(minutes=5), "failing")]
     gpu = full["mart_gpu_health"].select("since", "reason", "detail").rows()
-    assert [r[1] for r in gpu] == ["hot", "xid_critical", "hot"]
+    assert [r[:2] for r in gpu] == [(DAY0, "hot"), (DAY0 + 6 * H + timedelta(minutes=10), "xid_critical"),
+                                    (DAY0 + 6 * H + timedelta(minutes=52), "fallen_off_bus"),
+                                    (DAY0 + 7 * H + Q, "fallen_off_bus"), (DAY0 + 8 * H, "hot")]
     assert gpu[0][2] == "86.0 C"
     assert nodes.filter(pl.col("node") == "g1")["status"].to_list() == ["degraded", "failing", "degraded"]
     # not vacuous: without the stored runs the ones crossing a window start are lost or cut there
