@@ -32,6 +32,17 @@ MART_TABLES: dict[str, str | None] = {
 _JOB_COLS = """job_id_raw, submit_time, attempt, account, "partition", state, start_time, end_time,
                elapsed_seconds, gpus, nodes, node_list"""
 
+FAULT_LEAD_SECONDS = 60
+"""An attempt linked to a fault may have ended this long before it (the node's DOWN or the XID is recorded
+after the job already died). A window starting at `start` deletes the fault rows from `start` on, so it reads
+the attempts ending from `start` minus this lead, or a fault just after `start` loses its attempt."""
+
+# `retries`: an attempt ending in the window is requeued, and a fault's killed attempt came back, when the job
+# has a later-submitted attempt, whenever that one ran. `jobs` leaves out the attempts that started after the
+# window's end (a slice of a full rebuild ends before now) and those that ended before its start (a job's
+# attempts can overlap), so a run to now over everything reads them and a window would not: `retries` reads
+# those of the window's jobs. A window from 1970 to now reads everything already.
+#
 # mart_node_reliability and mart_goodput are whole-table marts: every slice of a full rebuild rewrites them and
 # only the last slice's (the one ending at now) survive. The inputs only they need (nodes, job_sizes,
 # lost_before: whole-history scans) are therefore read empty by the earlier slices (`$end >= $now`). Any other
@@ -39,8 +50,18 @@ _JOB_COLS = """job_id_raw, submit_time, attempt, account, "partition", state, st
 INPUTS: dict[str, str] = {
     "jobs": f"""
         SELECT {_JOB_COLS} FROM jobs
-        WHERE cluster = $cluster AND (end_time IS NULL OR end_time >= $start)
+        WHERE cluster = $cluster AND (end_time IS NULL OR end_time >= $start - INTERVAL {FAULT_LEAD_SECONDS} SECOND)
           AND (start_time IS NULL OR start_time < $end)""",  # noqa: S608 - _JOB_COLS is a module constant; values are $parameters
+    "retries": f"""
+        SELECT {_JOB_COLS} FROM jobs
+        WHERE cluster = $cluster
+          AND (($end < $now AND start_time >= $end AND start_time < $now)
+               OR ($start > TIMESTAMPTZ '1970-01-01 00:00:00+00'
+                   AND end_time < $start - INTERVAL {FAULT_LEAD_SECONDS} SECOND))
+          AND job_id_raw IN (
+            SELECT job_id_raw FROM jobs
+            WHERE cluster = $cluster AND end_time >= $start - INTERVAL {FAULT_LEAD_SECONDS} SECOND
+              AND (start_time IS NULL OR start_time < $end))""",  # noqa: S608 - _JOB_COLS is a module constant; values are $parameters
     "node_events": """
         SELECT node, time_start, time_end, state, reason FROM node_events
         WHERE cluster = $cluster AND node <> ''""",
@@ -253,20 +274,20 @@ def fault_impact(jobs: pl.LazyFrame, node_events: pl.LazyFrame, gpu_events: pl.L
     """Each killed attempt linked to the latest fault on one of its nodes at or before its end.
 
     Link rule: the attempt ran on the node (hostlist), started before the fault, ended within
-    [fault − 60 s, fault + reliability.fault_grace_seconds] in a state a fault causes (NODE_FAIL, FAILED,
-    REQUEUED, BOOT_FAIL). One row per attempt, so summing gpu_hours_lost never counts an attempt twice.
+    [fault − FAULT_LEAD_SECONDS (60 s), fault + reliability.fault_grace_seconds] in a state a fault causes
+    (NODE_FAIL, FAILED, REQUEUED, BOOT_FAIL). One row per attempt, so summing gpu_hours_lost never counts an attempt twice.
     """
     grace = int(params["config"]["reliability"]["fault_grace_seconds"])
     f = faults(node_events, gpu_events, params)
     # Cheap time prefilter before the hostlist expansion: keep attempts with some fault (any node)
-    # in [end - grace, end + 60 s]; the node match below then decides.
+    # in [end - grace, end + lead]; the node match below then decides.
     times = f.select(pl.col("fault_time").alias("_near")).unique().sort("_near")
     killed = (
         _ended(jobs.filter(pl.col("state").is_in(KILLED_STATES)))
-        .with_columns((pl.col("end_time") + pl.duration(seconds=60)).alias("_probe"))
+        .with_columns((pl.col("end_time") + pl.duration(seconds=FAULT_LEAD_SECONDS)).alias("_probe"))
         .sort("_probe")
         .join_asof(times, left_on="_probe", right_on="_near", strategy="backward",
-                   tolerance=timedelta(seconds=grace + 60))
+                   tolerance=timedelta(seconds=grace + FAULT_LEAD_SECONDS))
         .filter(pl.col("_near").is_not_null())
         .drop("_probe", "_near")
     )
@@ -278,7 +299,7 @@ def fault_impact(jobs: pl.LazyFrame, node_events: pl.LazyFrame, gpu_events: pl.L
     killed = killed.join(hosts, on="node_list", how="inner")
     m = killed.join(f, on="node").filter(
         (pl.col("start_time") <= pl.col("fault_time"))
-        & (pl.col("end_time") >= pl.col("fault_time") - pl.duration(seconds=60))
+        & (pl.col("end_time") >= pl.col("fault_time") - pl.duration(seconds=FAULT_LEAD_SECONDS))
         & (pl.col("end_time") <= pl.col("fault_time") + pl.duration(seconds=grace))
     )
     m = m.sort("fault_time", "fault_source", "node", "fault_kind").unique(
@@ -379,7 +400,8 @@ def goodput(node_rel: pl.LazyFrame, job_sizes: pl.LazyFrame, lost_before: pl.Laz
 
 
 def compute(frames: dict[str, pl.LazyFrame], params: dict[str, Any]) -> dict[str, pl.LazyFrame]:
-    ended, candidates = _ended(frames["jobs"]), requeue_candidates(frames["jobs"])
+    jobs = pl.concat([frames["jobs"], frames["retries"]], how="vertical")
+    ended, candidates = _ended(jobs), requeue_candidates(jobs)
     if params["now"] > params["end"]:
         # A slice of a full rebuild that ends before now: the days after its end are deleted and rebuilt by the
         # next slices (which read every attempt ending in them), so attempts ending later are not summed here.
@@ -387,12 +409,12 @@ def compute(frames: dict[str, pl.LazyFrame], params: dict[str, Any]) -> dict[str
         ended, candidates = ended.filter(in_slice), candidates.filter(in_slice)
     days = by_end_day(ended, params).cache()  # the three daily marts share it
     nrel = node_reliability(frames["node_events"], frames["nodes"], params)
-    fi = fault_impact(frames["jobs"], frames["node_events"], frames["gpu_events"], params)
+    fi = fault_impact(jobs, frames["node_events"], frames["gpu_events"], params)
     return {
         "mart_job_outcomes_daily": outcomes(days),
         "mart_job_outcomes_node_daily": outcomes_by_node(days),
         "mart_requeues_daily": requeues(days, by_end_day(candidates, params)),
         "mart_fault_impact": fi,
         "mart_node_reliability": nrel,
-        "mart_goodput": goodput(nrel, frames["job_sizes"], frames["lost_before"], fi, frames["jobs"], params),
+        "mart_goodput": goodput(nrel, frames["job_sizes"], frames["lost_before"], fi, jobs, params),
     }

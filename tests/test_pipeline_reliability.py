@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, date, datetime
+from zoneinfo import ZoneInfo
 
 import polars as pl
+import pytest
 from polars.testing import assert_frame_equal
 from slurmscope.pipelines import reliability as rel
 from slurmscope.pipelines.common import UTC_DT, expand_hostlist
@@ -225,3 +227,110 @@ def test_stored_node_lists_expand_bounded_and_unreadable_ones_stay_one_name():
     # would be 10^9 names: the pipeline keeps the attempt under its literal NodeList instead of running out of memory
     assert expand_hostlist("n[0-999999999]") == ["n[0-999999999]"]
     assert expand_hostlist("a[0-999]b[0-1000]") == ["a[0-999]b[0-1000]"]
+
+
+# --- windows: what the runner deletes, the next run must write back -------------------------------------------
+
+EDGE = datetime(2026, 3, 3, tzinfo=ZoneInfo("Europe/Berlin")).astimezone(UTC)
+"""A Berlin midnight: the start of the incremental window below and the first edge of a 2-day sliced rebuild."""
+
+
+def _add_attempt(con, job_id: int, submit: datetime, start: datetime, end: datetime, state: str,
+                 node_list: str = "g1", gpus: int = 4) -> None:
+    # ingested when it ended, as the collector would have seen it: an earlier run then does not take it for a
+    # late record (which would widen the next window to the whole history)
+    con.execute(
+        'INSERT INTO jobs (cluster, job_id, job_id_raw, submit_time, eligible_time, account, "user", "partition",'
+        " state, start_time, end_time, elapsed_seconds, gpus, nodes, node_list, ingested_at)"
+        " VALUES ('default', ?, ?, ?, ?, 'a', 'u', 'gpu', ?, ?, ?, ?, ?, 1, ?, ?)",
+        [str(job_id), job_id, submit, submit, state, start, end, int((end - start).total_seconds()), gpus,
+         node_list, end],
+    )
+
+
+def _seed_edge(con, fault_source: str) -> None:
+    """Job 1 dies 30 s before EDGE on g1, whose fault is recorded 10 s after EDGE; it is requeued after EDGE
+    and completes. Job 2 ends on g2 in the middle of the previous day, untouched by any fault. Job 3's two
+    attempts overlap: the first ends after EDGE, the second (submitted later, so the first was requeued) ends
+    two hours before it."""
+    from datetime import timedelta
+
+    _add_attempt(con, 1, EDGE - timedelta(days=1, hours=12), EDGE - timedelta(days=1, hours=2), EDGE - timedelta(seconds=30),
+                 "NODE_FAIL")
+    _add_attempt(con, 1, EDGE + timedelta(minutes=5), EDGE + timedelta(minutes=10), EDGE + timedelta(hours=2),
+                 "COMPLETED")
+    _add_attempt(con, 2, EDGE - timedelta(hours=20), EDGE - timedelta(hours=14), EDGE - timedelta(hours=12),
+                 "FAILED", node_list="g2", gpus=1)
+    _add_attempt(con, 3, EDGE - timedelta(hours=11), EDGE - timedelta(hours=10), EDGE + timedelta(hours=3),
+                 "PREEMPTED", node_list="g3", gpus=1)
+    _add_attempt(con, 3, EDGE - timedelta(hours=10, minutes=59), EDGE - timedelta(hours=9), EDGE - timedelta(hours=2),
+                 "FAILED", node_list="g3", gpus=1)
+    fault = EDGE + timedelta(seconds=10)
+    if fault_source == "gpu_event":
+        con.execute("INSERT INTO gpu_events (cluster, node, gpu_uuid, event_time, event_type, xid)"
+                    " VALUES ('default', 'g1', '', ?, 'xid', 79)", [fault])
+    else:
+        con.execute("INSERT INTO node_events (cluster, node, time_start, time_end, state, reason)"
+                    " VALUES ('default', 'g1', ?, ?, 'DOWN', 'not responding')", [fault, fault + timedelta(hours=1)])
+
+
+RELIABILITY_MARTS = ["mart_fault_impact", "mart_requeues_daily", "mart_job_outcomes_daily",
+                     "mart_job_outcomes_node_daily", "mart_goodput", "mart_node_reliability"]
+
+
+def _marts(con) -> dict[str, list[tuple]]:
+    return {m: con.execute(f"SELECT * FROM {m} ORDER BY ALL").fetchall() for m in RELIABILITY_MARTS}  # noqa: S608 - mart names are literals above
+
+
+def _cfg(**overrides):
+    return load_config(env={}).with_overrides(billing={"timezone": "Europe/Berlin"}, **overrides)
+
+
+@pytest.mark.parametrize("fault_source", ["gpu_event", "node_event"])
+def test_attempt_ending_just_before_the_window_keeps_its_fault(con, fault_source):
+    """The incremental run deletes the fault rows from its window's start on, so it must read back the
+    attempts that ended up to FAULT_LEAD_SECONDS before that start."""
+    from datetime import timedelta
+
+    from slurmscope.pipelines.runner import run_pipelines
+
+    _seed_edge(con, fault_source)
+    now0, now1 = EDGE + timedelta(days=2, hours=1), EDGE + timedelta(days=2, hours=2)
+    run_pipelines(con, _cfg(), full=True, now=now0, only=["reliability"])
+    run_pipelines(con, _cfg(), now=now1, only=["reliability"])  # last run − 2-day lookback = EDGE + 1 h
+    start = con.execute("SELECT window_start FROM pipeline_runs WHERE pipeline = 'reliability' AND run_at = ?",
+                        [now1]).fetchone()[0]
+    assert start == EDGE  # the window begins at the Berlin midnight between the attempt's end and the fault
+    incremental = _marts(con)
+    run_pipelines(con, _cfg(), full=True, now=now1, only=["reliability"])
+    full = _marts(con)
+    kind = "xid:79" if fault_source == "gpu_event" else "DOWN"
+    assert con.execute("SELECT fault_source, fault_kind, job_id_raw FROM mart_fault_impact").fetchall() == [
+        (fault_source, kind, 1)
+    ]
+    for mart in RELIABILITY_MARTS:
+        assert incremental[mart] == full[mart], mart
+
+
+def test_sliced_rebuild_equals_one_window_across_a_slice_edge(con):
+    """A slice ending at EDGE reads no attempt starting after it, and the next one no attempt ending before
+    it: the fault just after the edge keeps its attempt, and the attempt that ended just before it is still
+    requeued (its retry starts after the edge), as in one window."""
+    from datetime import timedelta
+
+    from slurmscope.pipelines.runner import run_pipelines
+
+    _seed_edge(con, "gpu_event")
+    now = EDGE + timedelta(days=3)
+    run_pipelines(con, _cfg(), full=True, now=now, only=["reliability"])
+    whole = _marts(con)
+    assert con.execute("SELECT job_id_raw, came_back FROM mart_fault_impact").fetchall() == [(1, True)]
+    # 2 March: job 1's first attempt (requeued), job 2's and job 3's second; 3 March: job 1's second attempt
+    # and job 3's first (requeued)
+    assert con.execute("SELECT day, attempts_ended, requeues FROM mart_requeues_daily ORDER BY day").fetchall() == [
+        (date(2026, 3, 2), 3, 1), (date(2026, 3, 3), 2, 1)
+    ]
+    run_pipelines(con, _cfg(pipelines={"full_slice_days": 2}), full=True, now=now, only=["reliability"])
+    runs = con.execute("SELECT window_end FROM pipeline_runs WHERE pipeline = 'reliability' ORDER BY ALL").fetchall()
+    assert (EDGE,) in runs  # a slice ended at the edge
+    assert _marts(con) == whole
