@@ -1,8 +1,9 @@
 -- Health verdict marts (pipelines/health.py); rules in docs/pipelines.md#health.
 -- One row per unbroken run of an unchanged verdict: evaluated at every sinfo snapshot, a new row starts when
--- status or reasons change, when the entity was not seen for pipelines.node_snapshot_max_gap_seconds, and at
--- the first snapshot of each rebuilt window. The verdict in force at an instant T is the row with the latest
--- `since` <= T, if its valid_until > T.
+-- status or reasons (nodes: or Slurm's reason text) change, or when the entity was not seen for more than
+-- pipelines.node_snapshot_max_gap_seconds; an incremental run continues the stored run that crosses its window
+-- start (the marts are windowed on valid_until). The verdict in force at an instant T is the row with the
+-- latest `since` <= T, if its valid_until > T.
 
 CREATE TABLE mart_node_health (
     cluster          VARCHAR NOT NULL,
