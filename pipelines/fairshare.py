@@ -434,6 +434,13 @@ def charged_until(now: datetime) -> pl.Expr:
     )
 
 
+def association() -> list[pl.Expr]:
+    """account and user of an attempt ('' when null) as categoricals: the group-bys over every attempt
+    hash them per row, and a few thousand names' codes hash faster than the names (0.4 of 6 CPU-s at
+    10M attempts). Cast back to strings once aggregated."""
+    return [pl.col(c).fill_null("").cast(pl.Categorical) for c in ("account", "user")]
+
+
 def usage_slices(jobs: pl.LazyFrame, calendar: pl.LazyFrame, zones: pl.LazyFrame | None,
                  s: Settings) -> pl.LazyFrame:
     """Each job attempt's charged time cut at local midnights: one row per (job, day) it ran in.
@@ -448,8 +455,7 @@ def usage_slices(jobs: pl.LazyFrame, calendar: pl.LazyFrame, zones: pl.LazyFrame
     base = (
         jobs.select(
             "cluster",
-            pl.col("account").fill_null(""),
-            pl.col("user").fill_null(""),
+            *association(),
             pl.col("start_time").alias("a"),
             charged_until(s.now).alias("b"),
             charge_rate(s.charge).alias("rate"),
@@ -531,6 +537,7 @@ def day_charges(slices: pl.LazyFrame) -> pl.LazyFrame:
             pl.col("v_snap").count().alias("n_snap"),
             pl.col("v_now").count().alias("n_now"),
         )
+        .with_columns(pl.col("account", "user").cast(pl.String))
     )
 
 
@@ -558,8 +565,7 @@ def job_submits(jobs: pl.LazyFrame, zones: pl.LazyFrame | None) -> pl.LazyFrame:
     `zones`: see with_local_date."""
     counted = pl.col("submit_time").is_not_null() & pl.col("account").is_not_null() & pl.col("user").is_not_null()
     rows = jobs.select(
-        "cluster", "start_time", "submit_time", pl.col("account").fill_null(""), pl.col("user").fill_null(""),
-        counted.alias("counted"),
+        "cluster", "start_time", "submit_time", *association(), counted.alias("counted"),
     )
     rows = with_local_date(rows, pl.col("start_time"), "day", zones)
     rows = with_local_date(rows, pl.col("submit_time"), "submit_day", zones)
@@ -567,6 +573,7 @@ def job_submits(jobs: pl.LazyFrame, zones: pl.LazyFrame | None) -> pl.LazyFrame:
         rows.with_columns(pl.coalesce("submit_day", "day").alias("submit_day"))
         .group_by("cluster", "day", "submit_day", "account", "user")
         .agg(pl.col("counted").sum().cast(pl.Int64).alias("submitted"))
+        .with_columns(pl.col("account", "user").cast(pl.String))
     )
 
 
