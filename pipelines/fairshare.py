@@ -267,12 +267,14 @@ def local_date(ts: pl.Expr, tz: str) -> pl.Expr:
 
 HOUR_US = 3_600_000_000
 DAY_US = 86_400_000_000
+MAX_SPAN_HOURS = 1_000_000
 
 
 def zone_offsets(instants: pl.LazyFrame, tz: str) -> pl.LazyFrame:
     """h, o0, o1, switch: the UTC offset of `tz` (microseconds) at the start and at the end of every UTC hour
-    `h` holding one of the instants (column `us`, epoch microseconds), and where the two differ, the first
-    instant of the hour on the new offset (tz database transitions fall on whole seconds)."""
+    `h` holding one of the instants (column `us`, epoch microseconds; every hour between them, unless they
+    span over a century), and where the two differ, the first instant of the hour on the new offset (tz
+    database transitions fall on whole seconds). Computed now: it is small, and its size decides how."""
 
     def offset(us: pl.Expr) -> pl.Expr:
         t = pl.from_epoch(us, "us").dt.replace_time_zone("UTC")
@@ -280,12 +282,15 @@ def zone_offsets(instants: pl.LazyFrame, tz: str) -> pl.LazyFrame:
         return (wall - t.dt.replace_time_zone(None)).dt.total_microseconds()
 
     start = pl.col("h") * HOUR_US
-    hours = (
-        instants.select(h=pl.col("us") // HOUR_US)
-        .drop_nulls()
-        .unique()
-        .with_columns(o0=offset(start), o1=offset(start + (HOUR_US - 1)))
-    )
+    # every hour between the first and the last instant: hashing 30M instants to find the hours present
+    # cost more than converting the 9k hours of a year (a span of junk dates falls back to that)
+    h = pl.col("us") // HOUR_US
+    lo, hi = instants.select(h.min().alias("lo"), h.max().alias("hi")).collect().row(0)
+    if lo is not None and hi - lo < MAX_SPAN_HOURS:
+        hours = pl.LazyFrame({"h": pl.int_range(lo, hi + 1, dtype=pl.Int64, eager=True)})
+    else:
+        hours = instants.select(h=h).drop_nulls().unique()
+    hours = hours.with_columns(o0=offset(start), o1=offset(start + (HOUR_US - 1)))
     at = start + pl.col("s") * 1_000_000
     switch = (
         hours.filter(pl.col("o0") != pl.col("o1"))

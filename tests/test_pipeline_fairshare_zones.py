@@ -50,3 +50,14 @@ def test_without_zones_the_utc_date():
     df = pl.DataFrame({"ts": [datetime(2025, 3, 30, 23, 59, tzinfo=UTC), None]})
     got = fs.with_local_date(df.lazy(), pl.col("ts"), "day", None).collect()
     assert got["day"].to_list() == [datetime(2025, 3, 30).date(), None]
+
+
+def test_instants_over_a_century_apart_still_find_their_hours():
+    """Junk dates (a year 2300 End) make the hour table the hours present rather than every hour between."""
+    ts = [datetime(2025, 10, 26, 0, 30, tzinfo=UTC), datetime(2025, 10, 26, 1, 30, tzinfo=UTC),
+          datetime(2300, 1, 1, 23, 30, tzinfo=UTC)]
+    df = pl.DataFrame({"ts": ts}).with_columns(us=pl.col("ts").dt.epoch("us"))
+    zones = fs.zone_offsets(df.lazy(), "Europe/Berlin").collect()
+    assert zones.height == 3
+    got = fs.with_local_date(df.lazy(), pl.col("ts"), "day", zones.lazy()).collect()
+    assert got["day"].to_list() == df.select(fs.local_date(pl.col("ts"), "Europe/Berlin"))["ts"].to_list()
