@@ -1047,8 +1047,8 @@ def computed_rows(frames: dict[str, pl.LazyFrame], cs: pl.LazyFrame, own_day: pl
     `days` (the day table of the whole history) carries usage up to each as_of's day; `own_day` (from
     the attempts of the window) adds the part of an as_of's own day before it.
     """
-    # reuse(): these frames feed several branches; without a cache the plan (and its optimisation) grows
-    # with every reuse, and the closure's 16 joins alone take seconds to plan. The users' and nodes'
+    # reuse(): these frames feed several branches; referenced lazily, the plan (and its optimisation)
+    # grows with every reuse, and the closure's 16 joins alone take seconds to plan. The users' and nodes'
     # usage are collected too: run in one plan with the tree values they took 2.5 times as long.
     sparse = daily_usage(days, cs, s)
     snaps = reuse(tree_snapshots(frames["shares"], s))
