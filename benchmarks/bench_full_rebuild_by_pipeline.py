@@ -12,7 +12,9 @@ pipeline's compute (planning and collecting its LazyFrames).
 
 `--together` instead runs the issue's measure itself: one process, one `run_pipelines(full=True)` over every
 registered pipeline (what `slurmscope pipelines run --full` does), with each pipeline's share of wall and CPU
-time and the process's peak RSS.
+time and the process's peak RSS. `--incremental`, after that, adds one more day of attempts plus one late
+record (bench_fairshare_efficiency_drift.next_day) and times the incremental run of every pipeline a day
+later, with the same config, in a fresh process.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 
-def one(db: str, name: str, jobs: int, days: int, slice_days: int) -> dict[str, object]:
+def one(db: str, name: str, jobs: int, days: int, slice_days: int, incremental: bool = False) -> dict[str, object]:
     from bench_pipelines import START
     from slurmscope.pipelines import runner
 
@@ -70,8 +72,20 @@ def one(db: str, name: str, jobs: int, days: int, slice_days: int) -> dict[str, 
         cluster={"name": "bench"}, billing={"timezone": "Europe/Berlin"},
         pipelines={"node_snapshot_max_gap_seconds": 6 * 3600, "full_slice_days": slice_days})
     now = START + timedelta(days=days)
+    only = None if name == "all" else [name]
+    if incremental:
+        from bench_fairshare_efficiency_drift import next_day
+
+        con.execute("DELETE FROM pipeline_runs WHERE run_at > ?", [now])
+        done = {p for (p,) in con.execute("SELECT pipeline FROM pipeline_runs WHERE run_at = ? AND status = 'ok'",
+                                          [now]).fetchall()}
+        missing = sorted(set(only or runner.PIPELINES) - done)
+        if missing:
+            raise SystemExit(f"no full rebuild at {now} for {missing}: run with --together (or --only) first")
+        next_day(con, jobs, days, now)
+        now += timedelta(days=1)
     t, c = time.perf_counter(), time.process_time()
-    rows = runner.run_pipelines(con, cfg, full=True, now=now, only=None if name == "all" else [name])
+    rows = runner.run_pipelines(con, cfg, full=not incremental, now=now, only=only)
     cpu = time.process_time() - c
     return {"pipeline": name, "wall_s": round(time.perf_counter() - t, 1), "cpu_s": round(cpu, 1),
             "read_cpu_s": round(spent["read"], 1), "write_cpu_s": round(spent["write"], 1),
@@ -91,10 +105,12 @@ def main() -> None:
     ap.add_argument("--slice-days", type=int, default=30, help="pipelines.full_slice_days")
     ap.add_argument("--together", action="store_true",
                     help="all pipelines in one process, as `pipelines run --full` runs them")
+    ap.add_argument("--incremental", action="store_true",
+                    help="time the next day's incremental run (after a full rebuild by this script)")
     ap.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(one(args.db, args.child, args.jobs, args.days, args.slice_days)))
+        print(json.dumps(one(args.db, args.child, args.jobs, args.days, args.slice_days, args.incremental)))
         return
     from slurmscope.pipelines.runner import PIPELINES
 
@@ -102,7 +118,7 @@ def main() -> None:
     results = []
     for name in names:
         cmd = [sys.executable, __file__, "--db", args.db, "--jobs", str(args.jobs), "--days", str(args.days),
-               "--slice-days", str(args.slice_days), "--child", name]
+               "--slice-days", str(args.slice_days), "--child", name] + (["--incremental"] if args.incremental else [])
         out = subprocess.run(cmd, capture_output=True, text=True, check=False)
         line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
         results.append(json.loads(line) if out.returncode == 0 and line
