@@ -73,9 +73,16 @@ SQL_INTERPOLATION_ALLOWED: dict[str, set[str]] = {
     "collectors/base.py": {"_quote(c)", "col_sql", "exists", "key_sql", "match", "set_sql", "spec.name"},
     # column lists from the module's SCHEMAS constants
     "collectors/nvml_ingest.py": {"', '.join(_JOB_COLS)", "', '.join(sets)", "cols"},
-    "pipelines/drift.py": {"HISTORY"},  # "INTERVAL 60 DAY"
+    # HISTORY "INTERVAL 61 DAY"; the rest are SQL fragments built at import from module constants, and the
+    # builders' parameters, which every call passes as literals (column expressions and table aliases)
+    "pipelines/drift.py": {
+        "HISTORY", "JOBS", "_FAILED", "_HOURS", "_MIDNIGHTS", "hour", "us",
+        "_day('e - 1', 'h1')", "_day('epoch_us(end_time)', 'h')", "_day('epoch_us(start_time)', 'h')",
+        "_day('s', 'h0')", "_hour_join('e - 1', 'h1')", "_hour_join('epoch_us(end_time)', 'h')",
+        "_hour_join('epoch_us(start_time)', 'h')", "_hour_join('s', 'h0')",
+    },
     "pipelines/health.py": {"LOOKBACK"},  # "INTERVAL 1 DAY"
-    "pipelines/reliability.py": {"_JOB_COLS"},  # a column list literal
+    "pipelines/reliability.py": {"_JOB_COLS", "FAULT_LEAD_SECONDS"},  # a column list literal; an int constant
     # mart table and window column from the pipeline registry (MART_TABLES), checked against the catalog
     "pipelines/runner.py": {"cols", "qcol", "table"},
 }
