@@ -492,12 +492,12 @@ def charge_calendar(jobs: pl.LazyFrame, cs: pl.LazyFrame, snaps: pl.LazyFrame, s
     on its own day, unless that snapshot is `now`)."""
     tz = s.timezone
     now = pl.lit(s.now, dtype=UTC_DT)
-    days = jobs.select(
-        day=pl.date_range(
-            local_date(pl.col("start_time").min(), tz) - pl.duration(days=1),
-            local_date(now, tz) + pl.duration(days=1),
-        )
-    ).drop_nulls()
+    days = (
+        jobs.select(first=local_date(pl.col("start_time").min(), tz) - pl.duration(days=1))
+        .drop_nulls()  # no attempt: no day
+        .select(day=pl.date_ranges("first", local_date(now, tz) + pl.duration(days=1)))
+        .explode("day")
+    )
     return (
         days.with_columns(
             day_start=local_midnight(pl.col("day"), tz),
