@@ -39,7 +39,8 @@ INPUTS: dict[str, str] = {
         ) - INTERVAL 1 MINUTE, $start)""",
     # Only the attempts of the jobs mapped above can be matched (by job_id_raw): a full run would otherwise
     # read and sort every attempt of the history (10M rows, 4 GB) to attribute a few thousand intervals.
-    # The regexp is attribute_intervals' extraction; TRY_CAST drops what its strict cast would reject.
+    # The regexp is attribute_intervals' extraction (ASCII digits: other digits fail its strict cast, and
+    # the run, as before); TRY_CAST keeps this query from failing first.
     "jobs": """
         SELECT cluster, job_id, job_id_raw, attempt, submit_time, start_time, end_time, account, "user", gpus
         FROM jobs WHERE cluster = $cluster AND start_time IS NOT NULL AND start_time < $end
