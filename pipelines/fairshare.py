@@ -513,16 +513,19 @@ def charge_calendar(jobs: pl.LazyFrame, cs: pl.LazyFrame, snaps: pl.LazyFrame, s
     )
 
 
-def day_charges(slices: pl.LazyFrame) -> pl.LazyFrame:
+def day_charges(slices: pl.LazyFrame, instants: tuple[str, ...] = ("t_snap", "t_now")) -> pl.LazyFrame:
     """cluster, account, user, day, charge, raw, v_snap, v_now: what each association was charged on each
     local day.
 
     `charge` is decayed to the day's end (C_i in daily_usage), `raw` is undecayed (drift's usage shares).
     This is the grain stored in mart_fairshare_daily: all the decayed usage needs from the job history.
     `v_snap` / `v_now` are the parts of the day before its instants t_snap / t_now, decayed to them
-    (summed here in the same pass, so the slices are never kept).
+    (summed here in the same pass, so the slices are never kept); only those named in `instants` are
+    computed (a calendar without any kept snapshot spares two exponentials per slice).
     """
     def before(t: str) -> pl.Expr:
+        if t not in instants:
+            return pl.lit(None, pl.Float64)
         v = decayed_usage(pl.col("rate"), pl.col("sa"), pl.min_horizontal("sb", t), pl.col(t), pl.col("lam"))
         return pl.when(pl.col("sa") < pl.col(t)).then(v)
 
@@ -1303,8 +1306,10 @@ def day_tables(f: dict[str, pl.LazyFrame], cs: pl.LazyFrame, s: Settings,
             + [jobs.select((ends - pl.duration(microseconds=1)).dt.epoch("us").alias("us"))]
         )
         zones = reuse(zone_offsets(instants, s.timezone))
+    instants = tuple(t for t in ("t_snap", "t_now") if calendar.select(pl.col(t).is_not_null().any()).collect().item())
     charges, submits = pl.collect_all(
-        [day_charges(usage_slices(jobs, calendar, zones, s)), job_submits(jobs, zones)], engine="streaming"
+        [day_charges(usage_slices(jobs, calendar, zones, s), instants), job_submits(jobs, zones)],
+        engine="streaming",
     )
     used = window_rows(f, "fairshare_daily", charges.lazy(), DAILY_SCHEMA, s, stored)
     submits = window_rows(f, "fairshare_submits", submits.lazy(), SUBMITS_SCHEMA, s, stored)
