@@ -49,6 +49,7 @@ PIPELINES: list[str] = [
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _PARAM = re.compile(r"\$([a-z_]+)")
+_JOBS = re.compile(r"\bjobs\b")
 
 
 @dataclass(frozen=True)
@@ -76,10 +77,12 @@ def _table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     )
 
 
-def default_start(con: duckdb.DuckDBPyConnection, cluster: str, pipeline: str, lookback: float) -> datetime | None:
+def default_start(con: duckdb.DuckDBPyConnection, cluster: str, pipeline: str, lookback: float,
+                  reads_jobs: bool = True) -> datetime | None:
     """Start of an incremental window: the last good run minus `lookback`, pulled earlier to the start of any
     job row ingested or changed since that run (a late sacct record; an attempt that ended, whose earlier
-    days' failed/running split changes with it). None = no previous run (rebuild everything)."""
+    days' failed/running split changes with it) when the pipeline reads `jobs`. None = no previous run
+    (rebuild everything)."""
     row = con.execute(
         "SELECT max(run_at) FROM pipeline_runs WHERE cluster = ? AND pipeline = ? AND status = 'ok'",
         [cluster, pipeline],
@@ -88,6 +91,8 @@ def default_start(con: duckdb.DuckDBPyConnection, cluster: str, pipeline: str, l
         return None
     last = row[0].astimezone(UTC)
     start = last - timedelta(seconds=lookback)
+    if not reads_jobs:
+        return start
     late = con.execute(
         "SELECT min(coalesce(start_time, submit_time)) FROM jobs WHERE cluster = ? AND ingested_at > ?",
         [cluster, last],
@@ -273,13 +278,9 @@ def run_pipelines(
     lookback = float(cfg.get("pipelines", "incremental_lookback_seconds"))
     results: dict[str, int] = {}
     for name in names:
-        if full:
-            window = Window(EPOCH, now, True)
-        elif since is not None:
+        window = Window(EPOCH, now, True)
+        if not full and since is not None:
             window = Window(_parse_since(since, tz), now, False)
-        else:
-            start = default_start(con, cfg.cluster, name, lookback)
-            window = Window(EPOCH, now, True) if start is None else Window(start, now, False)
         try:
             module = importlib.import_module(f"slurmscope.pipelines.{name}")
         except Exception as exc:  # a missing or broken module must not stop the other pipelines
@@ -287,6 +288,10 @@ def run_pipelines(
             results[name] = -1
             _record_error(con, cfg, name, window, f"import failed: {exc}")
             continue
+        if not full and since is None:
+            reads_jobs = any(_JOBS.search(sql) for sql in module.INPUTS.values())
+            start = default_start(con, cfg.cluster, name, lookback, reads_jobs)
+            window = Window(EPOCH, now, True) if start is None else Window(start, now, False)
         try:
             written: dict[str, int] = {}
             for part in _slices(con, cfg, module, window):

@@ -150,6 +150,21 @@ def test_late_record_is_picked_up_by_next_incremental_run(con):
     assert con.execute("SELECT sum(jobs) FROM mart_backfill_daily WHERE day = DATE '2026-03-03'").fetchone()[0] == 5
 
 
+def test_a_late_job_widens_only_the_pipelines_that_read_jobs(con):
+    seed(con)
+    con.execute("UPDATE jobs SET ingested_at = ?", [ts("2026-03-09 12:00")])  # all seen before the first run
+    both = ["reliability", "health"]
+    run_pipelines(con, cfg(), now=ts("2026-03-10 00:00"), only=both)
+    add_job(con, 999, ts("2026-03-03 10:00"), ts("2026-03-03 11:00"), ts("2026-03-03 13:00"), account="late")
+    run_pipelines(con, cfg(), now=ts("2026-03-10 01:00"), only=both)
+    starts = dict(con.execute("SELECT pipeline, window_start FROM pipeline_runs WHERE run_at = ?",
+                              [ts("2026-03-10 01:00")]).fetchall())
+    # reliability goes back to the late attempt's billing day (Berlin midnight); health, which reads no jobs,
+    # keeps its lookback (two days before the last run, from that day's midnight)
+    assert starts["reliability"].astimezone(UTC) == ts("2026-03-02 23:00")
+    assert starts["health"].astimezone(UTC) == ts("2026-03-07 23:00")
+
+
 def test_missing_module_is_reported_not_fatal(con, monkeypatch):
     seed(con)
     monkeypatch.setattr(runner, "PIPELINES", ["cost", "no_such_pipeline", "backfill"])
