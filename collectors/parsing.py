@@ -300,6 +300,7 @@ def parse_duration_columns(df: pl.DataFrame, columns: dict[str, str]) -> pl.Data
         df = df.with_columns(
             s.str.replace("-", ":", literal=True).str.split(":").alias("_dur_l"),
             s.str.contains("-", literal=True).alias("_dur_dash"),
+            s.str.contains(r"^\d+-[^-]*$").alias("_dur_days"),  # the one dash right after the days
         )
         last = pl.col("_dur_l").list.get(-1, null_on_oob=True).str.split_exact(".", 1)
         df = df.with_columns(
@@ -313,7 +314,7 @@ def parse_duration_columns(df: pl.DataFrame, columns: dict[str, str]) -> pl.Data
         g = {k: pl.col(f"_dur_{k}") for k in (1, 2, 3, 4)}
         frac_ok = pl.col("_dur_frac").is_null() | pl.col("_dur_frac").str.contains(r"^[0-9]+$")
         value = (
-            pl.when(dash & (n == 4)).then(g[4] * 86400 + g[3] * 3600 + g[2] * 60 + g[1])
+            pl.when(pl.col("_dur_days") & (n == 4)).then(g[4] * 86400 + g[3] * 3600 + g[2] * 60 + g[1])
             .when(~dash & (n == 3)).then(g[3] * 3600 + g[2] * 60 + g[1])
             .when(~dash & (n == 2)).then(g[2] * 60 + g[1])
             .otherwise(None)
@@ -323,7 +324,7 @@ def parse_duration_columns(df: pl.DataFrame, columns: dict[str, str]) -> pl.Data
         small = pl.all_horizontal([g[k].is_null() | (g[k].abs() < 10**k_max) for k, k_max in
                                    ((1, 15), (2, 14), (3, 12), (4, 9))])
         df = df.with_columns(pl.when(frac_ok & small).then(value).otherwise(None).alias(out)).drop(
-            "_dur_l", "_dur_dash", "_dur_n", "_dur_1", "_dur_frac", "_dur_2", "_dur_3", "_dur_4"
+            "_dur_l", "_dur_dash", "_dur_days", "_dur_n", "_dur_1", "_dur_frac", "_dur_2", "_dur_3", "_dur_4"
         )
         text = df[src]
         odd = (df[out].is_null() & text.is_not_null() & ~text.is_in(list(NULL_WORDS | _DUR_NULL))).arg_true()
