@@ -97,6 +97,8 @@ def split_fields(
 
 _ISO = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2})(?::(\d{2}))?(?:\.\d+)?$")
 _EPOCH = re.compile(r"^\d{1,12}$")
+MAX_EPOCH_SECONDS = 253_402_300_799
+"""9999-12-31T23:59:59Z: Python's datetime ends there, so parse_slurm_time rejects later epochs."""
 
 
 def _zone(tz: tzinfo | str | None) -> tzinfo:
@@ -151,7 +153,8 @@ def time_expr(col: pl.Expr, tz: tzinfo | str | None = None) -> pl.Expr:
     """Vectorised parse_slurm_time on a String column: Datetime("us", "UTC"), null where not a time."""
     s = col.str.strip_chars()
     epoch = (
-        pl.when(s.str.contains(r"^\d{1,12}$") & (s != "0"))
+        pl.when(s.str.contains(r"^\d{1,12}$") & (s != "0")
+                & (s.cast(pl.Int64, strict=False) <= MAX_EPOCH_SECONDS))
         .then(s.cast(pl.Int64, strict=False) * 1_000_000)
         .otherwise(None)
         .cast(pl.Datetime("us"))
@@ -194,7 +197,8 @@ def fast_time_expr(col: pl.Expr, tz: tzinfo | str | None = None) -> pl.Expr:
             "UTC"
         )
     secs = s.cast(pl.Int64, strict=False)
-    epoch = pl.when(secs > 0).then(secs * 1_000_000).otherwise(None).cast(pl.Datetime("us")).dt.replace_time_zone(
+    plain = s.str.contains(r"^[0-9]{1,12}$")  # what _EPOCH reads; the cast alone also takes '+5'
+    epoch = pl.when(plain & (secs > 0) & (secs <= MAX_EPOCH_SECONDS)).then(secs * 1_000_000).otherwise(None).cast(pl.Datetime("us")).dt.replace_time_zone(
         "UTC"
     )
     return pl.coalesce(local, epoch)

@@ -272,7 +272,9 @@ def test_column_helpers_equal_the_scalar_parsers():
     from slurmscope.collectors.parsing import parse_duration_columns, parse_time_columns
 
     times = ["2016-12-21T21:43:34", "2021-10-31T02:30:00", "2021-03-28T02:30:00", "Unknown", "None", "1700000000",
-             "0", "2021-07-01 12:00:00", "2021-07-01T12:00", "2021-07-01T12:00:00.25", "junk", None]
+             "0", "2021-07-01 12:00:00", "2021-07-01T12:00", "2021-07-01T12:00:00.25", "junk", None,
+             # epochs past year 9999, signed or longer than 12 digits: not times (found by hypothesis)
+             "300000000000", "253402300799", "253402300800", "+5", "0000000000005"]
     durs = ["125-00:00:00", "7-20:39:39", "00:00:24", "30:00", "1:00", "00:05.908", "1-04", "1-04:30", "90",
             "UNLIMITED", "Partition_Limit", "", "1:2:3", "x", None,
             "0:0-0:0", "0:0-0", "1-2-3:4:5"]  # a dash anywhere but after the days: not a duration (found by hypothesis)
