@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import polars as pl
-from slurmscope.pipelines.common import FAILED_STATES
+from slurmscope.pipelines.common import FAILED_STATES, local_day
 from slurmscope.pipelines.fairshare import to_utc
 
 NAME = "drift"
@@ -200,10 +200,6 @@ def _with(frame: pl.LazyFrame | None, schema: dict[str, pl.DataType]) -> pl.Lazy
 
 # ---------------------------------------------------------------------------------------------------------
 # Small expressions
-
-
-def local_day(ts: pl.Expr, tz: str) -> pl.Expr:
-    return ts.dt.convert_time_zone(tz).dt.date()
 
 
 def day_as_of(day: pl.Expr, tz: str, now: datetime) -> pl.Expr:
