@@ -128,6 +128,17 @@ def with_requeued(jobs: pl.LazyFrame) -> pl.LazyFrame:
     ).drop("_last")
 
 
+def multi_attempt(jobs: pl.LazyFrame) -> pl.LazyFrame:
+    """The attempts of the jobs with several, the only ones with_requeued can flag (a few per cent of them).
+
+    Repeated ids are found on the sorted id column: attempts are read in the table's id order, which makes
+    that sort nearly free (any order gives the same result); it costs half a hash-based is_duplicated.
+    """
+    ids = jobs.select(pl.col("job_id_raw").sort())
+    repeated = ids.filter(pl.col("job_id_raw") == pl.col("job_id_raw").shift(1)).unique()
+    return jobs.join(repeated, on="job_id_raw", how="semi")
+
+
 def gpu_seconds(overlap: str = "overlap_seconds", gpus: str = "gpus") -> pl.Expr:
     """GPU-seconds: overlap × whole GPUs (MIG slices are not whole GPUs; a null count is 0)."""
     return pl.col(overlap) * pl.col(gpus).fill_null(0).cast(pl.Float64)

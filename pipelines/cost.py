@@ -25,6 +25,7 @@ from slurmscope.pipelines.common import (
     local_date,
     local_day,
     local_midnight_utc,
+    multi_attempt,
     node_intervals,
     split_buckets,
     split_calendar,
@@ -32,7 +33,7 @@ from slurmscope.pipelines.common import (
     with_rate,
     with_requeued,
 )
-from slurmscope.pipelines.efficiency import IDLE_UTIL_PERCENT, attribute_intervals
+from slurmscope.pipelines.efficiency import IDLE_UTIL_PERCENT, attribute_intervals, mapped_job_id_raw
 
 NAME = "cost"
 
@@ -287,7 +288,7 @@ def daily(jobs: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
         *[pl.when(pl.col(flag)).then(v).otherwise(zero).sum().alias(f"{flag}_gpu_seconds")
           for flag in ("failed", "running")],
     )
-    requeued = attempts(jobs.filter(pl.col("job_id_raw").is_duplicated()), now).filter(pl.col("requeued"))
+    requeued = attempts(multi_attempt(jobs), now).filter(pl.col("requeued"))
     requeued = day_gpu_microseconds(requeued.with_columns(clip), params, []).filter(from_start).group_by(
         "day", *KEYS
     ).agg(v.sum().alias("requeued_gpu_seconds"))
@@ -495,7 +496,7 @@ def cost_efficiency(d: pl.LazyFrame, jobs: pl.LazyFrame, gpu_jobs: pl.LazyFrame,
     cluster = pl.lit(params["cluster"])
     # Only jobs with a mapping interval can match one (attribute_intervals joins by job id), and every attempt
     # of such a job stays, so the requeue flags are those of the whole frame.
-    mapped = gpu_jobs.select(pl.col("job_id").str.extract(r"^(\d+)").cast(pl.Int64).alias("job_id_raw")).unique()
+    mapped = gpu_jobs.select(mapped_job_id_raw(pl.col("job_id")).alias("job_id_raw")).unique()
     att = attempts(jobs.join(mapped, on="job_id_raw", how="semi"), params["now"])
     j = att.select(
         cluster.alias("cluster"), "job_id_raw", pl.col("job_id_raw").cast(pl.String).alias("job_id"),

@@ -109,6 +109,12 @@ def _with(frame: pl.LazyFrame | None, schema: dict[str, pl.DataType]) -> pl.Lazy
                               *to_utc(have))
 
 
+def mapped_job_id_raw(job_id: pl.Expr) -> pl.Expr:
+    """The sacct JobIDRaw a gpu_jobs.job_id (SLURM_JOB_ID) belongs to: its leading digits (the jobs INPUT's
+    semi-join extracts the same)."""
+    return job_id.str.extract(r"^(\d+)").cast(pl.Int64)
+
+
 def attribute_intervals(gpu_jobs: pl.LazyFrame, jobs: pl.LazyFrame, now: datetime) -> pl.LazyFrame:
     """Each whole-GPU mapping interval with the job attempt it belongs to.
 
@@ -117,9 +123,7 @@ def attribute_intervals(gpu_jobs: pl.LazyFrame, jobs: pl.LazyFrame, now: datetim
     attempt's End, else at `now`.
     """
     now_lit = pl.lit(now, dtype=UTC_DT)
-    g = gpu_jobs.with_columns(job_id_raw=pl.col("job_id").str.extract(r"^(\d+)").cast(pl.Int64)).drop(
-        "job_id"
-    )
+    g = gpu_jobs.with_columns(job_id_raw=mapped_job_id_raw(pl.col("job_id"))).drop("job_id")
     j = jobs.select(
         "cluster", "job_id_raw", "job_id", "attempt", "submit_time", "start_time", "end_time", "account",
         "user", pl.col("gpus").alias("alloc_gpus"),

@@ -14,7 +14,14 @@ from datetime import timedelta
 from typing import Any
 
 import polars as pl
-from slurmscope.pipelines.common import UTC_DT, ensure_columns, expand_hostlist, local_day, with_requeued
+from slurmscope.pipelines.common import (
+    UTC_DT,
+    ensure_columns,
+    expand_hostlist,
+    local_day,
+    multi_attempt,
+    with_requeued,
+)
 
 NAME = "reliability"
 
@@ -189,13 +196,9 @@ def outcomes_by_node(ended_days: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def requeue_candidates(jobs: pl.LazyFrame) -> pl.LazyFrame:
-    """ended_attempts of the jobs with several attempts, the only ones that can be requeued: a few per cent
-    of the attempts, so `requeued` is not worked out (a group-by and join) over all of them. The repeated
-    job ids are found on the sorted id column: attempts are read in the table's id order, which makes that
-    sort nearly free (any order gives the same result), and it costs half a hash-based is_duplicated."""
-    ids = jobs.select(pl.col("job_id_raw").sort())
-    repeated = ids.filter(pl.col("job_id_raw") == pl.col("job_id_raw").shift(1)).unique()
-    return ended_attempts(jobs.join(repeated, on="job_id_raw", how="semi"))
+    """ended_attempts of the jobs with several attempts, the only ones that can be requeued: `requeued` is not
+    worked out (a group-by and join) over every attempt."""
+    return ended_attempts(multi_attempt(jobs))
 
 
 def requeues(ended_days: pl.LazyFrame, candidate_days: pl.LazyFrame) -> pl.LazyFrame:
