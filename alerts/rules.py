@@ -46,201 +46,381 @@ def _new_or_increased(metric: str, window: str, by: str) -> str:
     increase() ignores the first sample of a new series, and the exporter's event counters appear with the
     first event (a node's first XID is a new series with value 1), so the new series are added explicitly.
     """
-    return (f"(sum by ({by}) (increase({metric}[{window}])) > 0)"
-            f" or (sum by ({by}) ({metric} unless {metric} offset {window}) > 0)")
+    return (
+        f"(sum by ({by}) (increase({metric}[{window}])) > 0)"
+        f" or (sum by ({by}) ({metric} unless {metric} offset {window}) > 0)"
+    )
 
 
 XID_RE = "|".join(str(x) for x in t.CRITICAL_XIDS)
 FAILED_STATES = "FAILED|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL"
 
 RECORDING: tuple[Recording, ...] = (
-    Recording("partition:slurmscope_jobs_ended:rate1h",
-              "sum by (cluster, partition) (rate(slurmscope_jobs_ended_total[1h]))"),
-    Recording("partition:slurmscope_jobs_failed:ratio_rate1h",
-              f'sum by (cluster, partition) (rate(slurmscope_jobs_ended_total{{state=~"{FAILED_STATES}"}}[1h]))'
-              " / sum by (cluster, partition) (rate(slurmscope_jobs_ended_total[1h]))"),
-    Recording("partition:slurmscope_job_requeues:increase1h",
-              "sum by (cluster, partition) (increase(slurmscope_job_requeues_total[1h]))"),
-    Recording("partition_gpu_model_state:slurmscope_gpus:sum",
-              "sum by (cluster, partition, gpu_model, state) (slurmscope_gpus)"),
-    Recording("cluster:slurmscope_gpus_allocated:ratio",
-              'sum by (cluster) (slurmscope_gpus{state="allocated"}) / sum by (cluster) (slurmscope_gpus)'),
-    Recording("account:slurmscope_gpu_seconds:rate1h",
-              "sum by (cluster, account) (rate(slurmscope_gpu_seconds_total[1h]))"),
-    Recording("account:slurmscope_cost_usd:rate1h",
-              "sum by (cluster, account) (rate(slurmscope_cost_usd_total[1h]))"),
-    Recording("account:slurmscope_cost_usd_per_gpu_hour:ratio_rate1h",
-              "account:slurmscope_cost_usd:rate1h / account:slurmscope_gpu_seconds:rate1h * 3600"),
-    Recording("cluster:slurmscope_gpu_utilization_ratio:avg",
-              'avg by (cluster) (slurmscope_gpu_utilization_ratio{source="central"})'),
-    Recording("partition:slurmscope_job_wait_seconds_p90:max",
-              'max by (cluster, partition) (slurmscope_job_wait_seconds{percentile="90"})'),
-    Recording("partition_fault_kind:slurmscope_fault_lost_gpu_seconds:increase1d",
-              "sum by (cluster, partition, fault_kind) (increase(slurmscope_fault_lost_gpu_seconds_total[1d]))"),
-    Recording("partition_kind:slurmscope_occupancy_gpu_seconds:rate1h",
-              "sum by (cluster, partition, kind) (rate(slurmscope_occupancy_gpu_seconds_total[1h]))"),
+    Recording(
+        "partition:slurmscope_jobs_ended:rate1h",
+        "sum by (cluster, partition) (rate(slurmscope_jobs_ended_total[1h]))",
+    ),
+    Recording(
+        "partition:slurmscope_jobs_failed:ratio_rate1h",
+        f'sum by (cluster, partition) (rate(slurmscope_jobs_ended_total{{state=~"{FAILED_STATES}"}}[1h]))'
+        " / sum by (cluster, partition) (rate(slurmscope_jobs_ended_total[1h]))",
+    ),
+    Recording(
+        "partition:slurmscope_job_requeues:increase1h",
+        "sum by (cluster, partition) (increase(slurmscope_job_requeues_total[1h]))",
+    ),
+    Recording(
+        "partition_gpu_model_state:slurmscope_gpus:sum",
+        "sum by (cluster, partition, gpu_model, state) (slurmscope_gpus)",
+    ),
+    Recording(
+        "cluster:slurmscope_gpus_allocated:ratio",
+        'sum by (cluster) (slurmscope_gpus{state="allocated"}) / sum by (cluster) (slurmscope_gpus)',
+    ),
+    Recording(
+        "account:slurmscope_gpu_seconds:rate1h",
+        "sum by (cluster, account) (rate(slurmscope_gpu_seconds_total[1h]))",
+    ),
+    Recording(
+        "account:slurmscope_cost_usd:rate1h",
+        "sum by (cluster, account) (rate(slurmscope_cost_usd_total[1h]))",
+    ),
+    Recording(
+        "account:slurmscope_cost_usd_per_gpu_hour:ratio_rate1h",
+        "account:slurmscope_cost_usd:rate1h / account:slurmscope_gpu_seconds:rate1h * 3600",
+    ),
+    Recording(
+        "cluster:slurmscope_gpu_utilization_ratio:avg",
+        'avg by (cluster) (slurmscope_gpu_utilization_ratio{source="central"})',
+    ),
+    Recording(
+        "partition:slurmscope_job_wait_seconds_p90:max",
+        'max by (cluster, partition) (slurmscope_job_wait_seconds{percentile="90"})',
+    ),
+    Recording(
+        "partition_fault_kind:slurmscope_fault_lost_gpu_seconds:increase1d",
+        "sum by (cluster, partition, fault_kind) (increase(slurmscope_fault_lost_gpu_seconds_total[1d]))",
+    ),
+    Recording(
+        "partition_kind:slurmscope_occupancy_gpu_seconds:rate1h",
+        "sum by (cluster, partition, kind) (rate(slurmscope_occupancy_gpu_seconds_total[1h]))",
+    ),
 )
 
-_WAIT_P90 = (f'max by (cluster, partition) (slurmscope_job_wait_seconds{{percentile="90"}}'
-             f" and on (cluster, partition, account, gpu_class, gpu_model)"
-             f" slurmscope_job_wait_started_jobs >= {t.WAIT_P90_MIN_JOBS})")
+_WAIT_P90 = (
+    f'max by (cluster, partition) (slurmscope_job_wait_seconds{{percentile="90"}}'
+    f" and on (cluster, partition, account, gpu_class, gpu_model)"
+    f" slurmscope_job_wait_started_jobs >= {t.WAIT_P90_MIN_JOBS})"
+)
 
 ALERTS: tuple[Alert, ...] = (
     # ---- nodes ----
-    Alert("SlurmNodeDown", "max by (cluster, node) (slurmscope_node_down) == 1", t.NODE_DOWN_FOR, "warning",
-          "A Slurm node is DOWN.",
-          "Node {{ $labels.node }} of cluster {{ $labels.cluster }} has been DOWN or not responding for more than "
-          f"{t.NODE_DOWN_FOR}.", "nodes"),
-    Alert("SlurmNodeDrainedTooLong",
-          'time() - max by (cluster, node) (slurmscope_node_unavailable_since_timestamp_seconds{state="drain"})'
-          f" > {t.NODE_DRAINED_MAX_SECONDS}", t.NODE_DRAINED_FOR, "warning",
-          "A Slurm node has been drained for too long.",
-          "Node {{ $labels.node }} of cluster {{ $labels.cluster }} has been drained for "
-          "{{ $value | humanizeDuration }}.", "nodes"),
-    Alert("SlurmNodeFlapping",
-          f"sum by (cluster, node) (increase(slurmscope_node_events_total[{t.NODE_FLAP_WINDOW}])) >= {t.NODE_FLAP_EVENTS}",
-          t.NODE_FLAP_FOR, "warning", "A Slurm node keeps going DOWN or DRAIN.",
-          "Node {{ $labels.node }} of cluster {{ $labels.cluster }} had {{ $value }} DOWN/DRAIN events in the last "
-          f"{t.NODE_FLAP_WINDOW}.", "nodes"),
+    Alert(
+        "SlurmNodeDown",
+        "max by (cluster, node) (slurmscope_node_down) == 1",
+        t.NODE_DOWN_FOR,
+        "warning",
+        "A Slurm node is DOWN.",
+        "Node {{ $labels.node }} of cluster {{ $labels.cluster }} has been DOWN or not responding for more than "
+        f"{t.NODE_DOWN_FOR}.",
+        "nodes",
+    ),
+    Alert(
+        "SlurmNodeDrainedTooLong",
+        'time() - max by (cluster, node) (slurmscope_node_unavailable_since_timestamp_seconds{state="drain"})'
+        f" > {t.NODE_DRAINED_MAX_SECONDS}",
+        t.NODE_DRAINED_FOR,
+        "warning",
+        "A Slurm node has been drained for too long.",
+        "Node {{ $labels.node }} of cluster {{ $labels.cluster }} has been drained for "
+        "{{ $value | humanizeDuration }}.",
+        "nodes",
+    ),
+    Alert(
+        "SlurmNodeFlapping",
+        f"sum by (cluster, node) (increase(slurmscope_node_events_total[{t.NODE_FLAP_WINDOW}])) >= {t.NODE_FLAP_EVENTS}",
+        t.NODE_FLAP_FOR,
+        "warning",
+        "A Slurm node keeps going DOWN or DRAIN.",
+        "Node {{ $labels.node }} of cluster {{ $labels.cluster }} had {{ $value }} DOWN/DRAIN events in the last "
+        f"{t.NODE_FLAP_WINDOW}.",
+        "nodes",
+    ),
     # ---- GPU health ----
-    Alert("GpuXidCritical",
-          _new_or_increased(f'slurmscope_gpu_xid_events_total{{source="central", xid=~"{XID_RE}"}}', t.EVENT_WINDOW,
-                            "cluster, node, xid"),
-          t.EVENT_FOR, "critical", "A GPU reported a critical XID error.",
-          "Node {{ $labels.node }} of cluster {{ $labels.cluster }} reported XID {{ $labels.xid }} "
-          f"{{{{ $value }}}} time(s) in the last {t.EVENT_WINDOW}.", "gpu"),
-    Alert("GpuEccUncorrectable",
-          _new_or_increased('slurmscope_gpu_ecc_errors_total{source="central", type="uncorrected"}', t.EVENT_WINDOW,
-                            "cluster, node, gpu"),
-          t.EVENT_FOR, "critical", "A GPU had uncorrectable ECC errors.",
-          "GPU {{ $labels.gpu }} on node {{ $labels.node }} of cluster {{ $labels.cluster }} counted {{ $value }} "
-          f"uncorrectable ECC error(s) in the last {t.EVENT_WINDOW}.", "gpu"),
-    Alert("GpuRowRemapFailed", 'max by (cluster, node, gpu) (slurmscope_gpu_row_remap_failed{source="central"}) == 1', t.ROW_REMAP_FOR,
-          "critical", "A GPU failed to remap a memory row.",
-          "GPU {{ $labels.gpu }} on node {{ $labels.node }} of cluster {{ $labels.cluster }} reports a failed row "
-          "remapping; it needs to be replaced.", "gpu"),
-    Alert("GpuFallenOffBus",
-          _new_or_increased('slurmscope_gpu_lost_events_total{source="central"}', t.EVENT_WINDOW, "cluster, node"),
-          t.EVENT_FOR, "critical", "A GPU fell off the bus.",
-          "Node {{ $labels.node }} of cluster {{ $labels.cluster }} lost {{ $value }} GPU(s) from the PCIe bus in "
-          f"the last {t.EVENT_WINDOW}.", "gpu"),
-    Alert("GpuThrottlingSustained",
-          f'avg_over_time(slurmscope_gpu_throttle_ratio{{source="central"}}[{t.THROTTLE_WINDOW}]) > {t.THROTTLE_RATIO}', t.THROTTLE_FOR,
-          "warning", "A GPU is throttling its clocks for a sustained period.",
-          "GPU {{ $labels.gpu }} on node {{ $labels.node }} of cluster {{ $labels.cluster }} spent "
-          f"{{{{ $value | humanizePercentage }}}} of the last {t.THROTTLE_WINDOW} throttled (thermal or power).",
-          "gpu"),
-    Alert("GpuCountMismatch",
-          "max by (cluster, node) (slurmscope_node_gpus_visible) < max by (cluster, node) (slurmscope_node_gpus_configured)",
-          t.GPU_MISMATCH_FOR, "warning", "NVML sees fewer GPUs than Slurm's GRES configures.",
-          "Node {{ $labels.node }} of cluster {{ $labels.cluster }}: NVML sees {{ $value }} GPU(s), fewer than its "
-          "GRES configuration.", "gpu"),
+    Alert(
+        "GpuXidCritical",
+        _new_or_increased(
+            f'slurmscope_gpu_xid_events_total{{source="central", xid=~"{XID_RE}"}}',
+            t.EVENT_WINDOW,
+            "cluster, node, xid",
+        ),
+        t.EVENT_FOR,
+        "critical",
+        "A GPU reported a critical XID error.",
+        "Node {{ $labels.node }} of cluster {{ $labels.cluster }} reported XID {{ $labels.xid }} "
+        f"{{{{ $value }}}} time(s) in the last {t.EVENT_WINDOW}.",
+        "gpu",
+    ),
+    Alert(
+        "GpuEccUncorrectable",
+        _new_or_increased(
+            'slurmscope_gpu_ecc_errors_total{source="central", type="uncorrected"}',
+            t.EVENT_WINDOW,
+            "cluster, node, gpu",
+        ),
+        t.EVENT_FOR,
+        "critical",
+        "A GPU had uncorrectable ECC errors.",
+        "GPU {{ $labels.gpu }} on node {{ $labels.node }} of cluster {{ $labels.cluster }} counted {{ $value }} "
+        f"uncorrectable ECC error(s) in the last {t.EVENT_WINDOW}.",
+        "gpu",
+    ),
+    Alert(
+        "GpuRowRemapFailed",
+        'max by (cluster, node, gpu) (slurmscope_gpu_row_remap_failed{source="central"}) == 1',
+        t.ROW_REMAP_FOR,
+        "critical",
+        "A GPU failed to remap a memory row.",
+        "GPU {{ $labels.gpu }} on node {{ $labels.node }} of cluster {{ $labels.cluster }} reports a failed row "
+        "remapping; it needs to be replaced.",
+        "gpu",
+    ),
+    Alert(
+        "GpuFallenOffBus",
+        _new_or_increased(
+            'slurmscope_gpu_lost_events_total{source="central"}', t.EVENT_WINDOW, "cluster, node"
+        ),
+        t.EVENT_FOR,
+        "critical",
+        "A GPU fell off the bus.",
+        "Node {{ $labels.node }} of cluster {{ $labels.cluster }} lost {{ $value }} GPU(s) from the PCIe bus in "
+        f"the last {t.EVENT_WINDOW}.",
+        "gpu",
+    ),
+    Alert(
+        "GpuThrottlingSustained",
+        f'avg_over_time(slurmscope_gpu_throttle_ratio{{source="central"}}[{t.THROTTLE_WINDOW}]) > {t.THROTTLE_RATIO}',
+        t.THROTTLE_FOR,
+        "warning",
+        "A GPU is throttling its clocks for a sustained period.",
+        "GPU {{ $labels.gpu }} on node {{ $labels.node }} of cluster {{ $labels.cluster }} spent "
+        f"{{{{ $value | humanizePercentage }}}} of the last {t.THROTTLE_WINDOW} throttled (thermal or power).",
+        "gpu",
+    ),
+    Alert(
+        "GpuCountMismatch",
+        "max by (cluster, node) (slurmscope_node_gpus_visible) < max by (cluster, node) (slurmscope_node_gpus_configured)",
+        t.GPU_MISMATCH_FOR,
+        "warning",
+        "NVML sees fewer GPUs than Slurm's GRES configures.",
+        "Node {{ $labels.node }} of cluster {{ $labels.cluster }}: NVML sees {{ $value }} GPU(s), fewer than its "
+        "GRES configuration.",
+        "gpu",
+    ),
     # ---- jobs ----
-    Alert("SlurmJobFailureRateHigh",
-          # Inlined rather than read from the recording rule: rules in other groups may lag one evaluation.
-          f'sum by (cluster, partition) (rate(slurmscope_jobs_ended_total{{state=~"{FAILED_STATES}"}}[1h]))'
-          " / sum by (cluster, partition) (rate(slurmscope_jobs_ended_total[1h]))"
-          f" > {t.JOB_FAILURE_RATIO}"
-          " and on (cluster, partition) sum by (cluster, partition) (increase(slurmscope_jobs_ended_total[1h]))"
-          f" >= {t.JOB_FAILURE_MIN_JOBS}", t.JOB_FAILURE_FOR, "warning",
-          "Many jobs are failing.",
-          "{{ $value | humanizePercentage }} of the jobs that ended in partition {{ $labels.partition }} of cluster "
-          "{{ $labels.cluster }} in the last hour failed.", "jobs"),
-    Alert("SlurmRequeueSpike",
-          f"sum by (cluster, partition) (increase(slurmscope_job_requeues_total[1h])) > {t.REQUEUES_PER_HOUR}",
-          t.REQUEUE_FOR, "warning", "Jobs are being requeued at an unusual rate.",
-          "{{ $value }} job attempts were requeued in partition {{ $labels.partition }} of cluster "
-          "{{ $labels.cluster }} in the last hour.", "jobs"),
-    Alert("SlurmNodeFaultJobKills",
-          'sum by (cluster, partition) (increase(slurmscope_jobs_ended_total{state="NODE_FAIL"}[1h]))'
-          f" >= {t.NODE_FAIL_KILLS_PER_HOUR}", t.NODE_FAIL_FOR, "warning",
-          "Node faults are killing jobs.",
-          "{{ $value }} job attempts in partition {{ $labels.partition }} of cluster {{ $labels.cluster }} ended "
-          "NODE_FAIL in the last hour.", "jobs"),
-    Alert("SlurmWaitTimeP90Drift",
-          f"{_WAIT_P90} > {t.WAIT_P90_DRIFT_FACTOR} * max by (cluster, partition)"
-          ' (avg_over_time(slurmscope_job_wait_seconds{percentile="90"}[7d] offset 1d))'
-          f" and {_WAIT_P90} > {t.WAIT_P90_MIN_SECONDS}", t.WAIT_P90_DRIFT_FOR, "warning",
-          "Queue wait times drifted far above last week's.",
-          "The p90 wait in partition {{ $labels.partition }} of cluster {{ $labels.cluster }} is "
-          f"{{{{ $value | humanizeDuration }}}}, more than {t.WAIT_P90_DRIFT_FACTOR}x its average of the previous week.",
-          "jobs"),
-    Alert("SlurmFairShareStarvation",
-          "time() - min by (cluster, account) (slurmscope_pending_oldest_submit_timestamp_seconds)"
-          f" > {t.STARVATION_PENDING_SECONDS} and on (cluster, account)"
-          f" (slurmscope_fairshare_effective_usage_ratio < {t.STARVATION_USAGE_OVER_SHARES} * slurmscope_fairshare_shares_ratio)",
-          t.STARVATION_FOR, "warning", "An under-served account has jobs pending for too long.",
-          "Account {{ $labels.account }} of cluster {{ $labels.cluster }} uses less than half its share and its "
-          "oldest pending job has waited {{ $value | humanizeDuration }}.", "jobs"),
+    Alert(
+        "SlurmJobFailureRateHigh",
+        # Inlined rather than read from the recording rule: rules in other groups may lag one evaluation.
+        f'sum by (cluster, partition) (rate(slurmscope_jobs_ended_total{{state=~"{FAILED_STATES}"}}[1h]))'
+        " / sum by (cluster, partition) (rate(slurmscope_jobs_ended_total[1h]))"
+        f" > {t.JOB_FAILURE_RATIO}"
+        " and on (cluster, partition) sum by (cluster, partition) (increase(slurmscope_jobs_ended_total[1h]))"
+        f" >= {t.JOB_FAILURE_MIN_JOBS}",
+        t.JOB_FAILURE_FOR,
+        "warning",
+        "Many jobs are failing.",
+        "{{ $value | humanizePercentage }} of the jobs that ended in partition {{ $labels.partition }} of cluster "
+        "{{ $labels.cluster }} in the last hour failed.",
+        "jobs",
+    ),
+    Alert(
+        "SlurmRequeueSpike",
+        f"sum by (cluster, partition) (increase(slurmscope_job_requeues_total[1h])) > {t.REQUEUES_PER_HOUR}",
+        t.REQUEUE_FOR,
+        "warning",
+        "Jobs are being requeued at an unusual rate.",
+        "{{ $value }} job attempts were requeued in partition {{ $labels.partition }} of cluster "
+        "{{ $labels.cluster }} in the last hour.",
+        "jobs",
+    ),
+    Alert(
+        "SlurmNodeFaultJobKills",
+        'sum by (cluster, partition) (increase(slurmscope_jobs_ended_total{state="NODE_FAIL"}[1h]))'
+        f" >= {t.NODE_FAIL_KILLS_PER_HOUR}",
+        t.NODE_FAIL_FOR,
+        "warning",
+        "Node faults are killing jobs.",
+        "{{ $value }} job attempts in partition {{ $labels.partition }} of cluster {{ $labels.cluster }} ended "
+        "NODE_FAIL in the last hour.",
+        "jobs",
+    ),
+    Alert(
+        "SlurmWaitTimeP90Drift",
+        f"{_WAIT_P90} > {t.WAIT_P90_DRIFT_FACTOR} * max by (cluster, partition)"
+        ' (avg_over_time(slurmscope_job_wait_seconds{percentile="90"}[7d] offset 1d))'
+        f" and {_WAIT_P90} > {t.WAIT_P90_MIN_SECONDS}",
+        t.WAIT_P90_DRIFT_FOR,
+        "warning",
+        "Queue wait times drifted far above last week's.",
+        "The p90 wait in partition {{ $labels.partition }} of cluster {{ $labels.cluster }} is "
+        f"{{{{ $value | humanizeDuration }}}}, more than {t.WAIT_P90_DRIFT_FACTOR}x its average of the previous week.",
+        "jobs",
+    ),
+    Alert(
+        "SlurmFairShareStarvation",
+        "time() - min by (cluster, account) (slurmscope_pending_oldest_submit_timestamp_seconds)"
+        f" > {t.STARVATION_PENDING_SECONDS} and on (cluster, account)"
+        f" (slurmscope_fairshare_effective_usage_ratio < {t.STARVATION_USAGE_OVER_SHARES} * slurmscope_fairshare_shares_ratio)",
+        t.STARVATION_FOR,
+        "warning",
+        "An under-served account has jobs pending for too long.",
+        "Account {{ $labels.account }} of cluster {{ $labels.cluster }} uses less than half its share and its "
+        "oldest pending job has waited {{ $value | humanizeDuration }}.",
+        "jobs",
+    ),
     # ---- scheduler ----
-    Alert("SlurmBackfillStalled",
-          "time() - max by (cluster) (slurmscope_sdiag_backfill_last_cycle_timestamp_seconds)"
-          f" > {t.BACKFILL_STALL_SECONDS} and on (cluster) sum by (cluster) (slurmscope_jobs_pending) > 0",
-          t.BACKFILL_STALL_FOR, "warning", "The backfill scheduler has stopped cycling.",
-          "The last backfill cycle of cluster {{ $labels.cluster }} ran {{ $value | humanizeDuration }} ago while "
-          "jobs are pending.", "scheduler"),
-    Alert("SlurmControllerUnreachable", "max by (cluster) (slurmscope_controller_up) == 0", t.CONTROLLER_DOWN_FOR,
-          "critical", "No Slurm controller answers.",
-          "scontrol ping reports no slurmctld of cluster {{ $labels.cluster }} up for more than "
-          f"{t.CONTROLLER_DOWN_FOR}.", "scheduler"),
+    Alert(
+        "SlurmBackfillStalled",
+        "time() - max by (cluster) (slurmscope_sdiag_backfill_last_cycle_timestamp_seconds)"
+        f" > {t.BACKFILL_STALL_SECONDS} and on (cluster) sum by (cluster) (slurmscope_jobs_pending) > 0",
+        t.BACKFILL_STALL_FOR,
+        "warning",
+        "The backfill scheduler has stopped cycling.",
+        "The last backfill cycle of cluster {{ $labels.cluster }} ran {{ $value | humanizeDuration }} ago while "
+        "jobs are pending.",
+        "scheduler",
+    ),
+    Alert(
+        "SlurmControllerUnreachable",
+        "max by (cluster) (slurmscope_controller_up) == 0",
+        t.CONTROLLER_DOWN_FOR,
+        "critical",
+        "No Slurm controller answers.",
+        "scontrol ping reports no slurmctld of cluster {{ $labels.cluster }} up for more than "
+        f"{t.CONTROLLER_DOWN_FOR}.",
+        "scheduler",
+    ),
     # ---- cost and efficiency ----
-    Alert("SlurmCostBurnAboveBudget",
-          f"sum by (cluster, account) (rate(slurmscope_cost_usd_total[{t.COST_BURN_WINDOW}])) * 3600"
-          f" > {t.COST_BURN_USD_PER_HOUR}", t.COST_BURN_FOR, "warning",
-          "An account is burning GPU budget faster than allowed.",
-          "Account {{ $labels.account }} of cluster {{ $labels.cluster }} is spending {{ $value | printf \"%.2f\" }} "
-          f"USD per hour, above the {t.COST_BURN_USD_PER_HOUR} USD/hour budget.", "cost"),
-    Alert("GpuUtilizationDrift",
-          'avg by (cluster) (avg_over_time(slurmscope_gpu_utilization_ratio{source="central"}[1h]))'
-          f" < {t.UTIL_DRIFT_FACTOR} * avg by (cluster)"
-          ' (avg_over_time(slurmscope_gpu_utilization_ratio{source="central"}[1d] offset 1h))',
-          t.UTIL_DRIFT_FOR, "warning", "Cluster GPU utilisation dropped well below yesterday's.",
-          "Mean GPU utilisation of cluster {{ $labels.cluster }} in the last hour is "
-          "{{ $value | humanizePercentage }}, below "
-          f"{round(t.UTIL_DRIFT_FACTOR * 100)}% of its mean over the day before.", "cost"),
-    Alert("GpuFleetDrift", 'max by (cluster, node, entity, signal) (slurmscope_drift_breached{entity_type="gpu"}) == 1',
-          t.DRIFT_FOR, "warning", "A GPU drifted away from the fleet.",
-          "GPU {{ $labels.entity }} on node {{ $labels.node }} of cluster {{ $labels.cluster }} is an outlier on "
-          "{{ $labels.signal }} compared with GPUs at the same utilisation.", "drift"),
-    Alert("NodeErrorRateDrift",
-          'max by (cluster, node, signal) (slurmscope_drift_breached{entity_type="node", signal=~"node_.*"}) == 1',
-          t.DRIFT_FOR, "warning", "A node's error rate drifted above its own history.",
-          "Node {{ $labels.node }} of cluster {{ $labels.cluster }}: {{ $labels.signal }} is far above its own "
-          "history.", "drift"),
-    Alert("SlurmTrendDrift",
-          'max by (cluster, entity_type, entity, signal) (slurmscope_drift_breached{entity_type=~"account|partition"}) == 1',
-          t.TREND_DRIFT_FOR, "info", "An account or partition trend drifted.",
-          "{{ $labels.signal }} of {{ $labels.entity_type }} {{ $labels.entity }} in cluster {{ $labels.cluster }} "
-          "drifted from its trailing history.", "drift"),
+    Alert(
+        "SlurmCostBurnAboveBudget",
+        f"sum by (cluster, account) (rate(slurmscope_cost_usd_total[{t.COST_BURN_WINDOW}])) * 3600"
+        f" > {t.COST_BURN_USD_PER_HOUR}",
+        t.COST_BURN_FOR,
+        "warning",
+        "An account is burning GPU budget faster than allowed.",
+        'Account {{ $labels.account }} of cluster {{ $labels.cluster }} is spending {{ $value | printf "%.2f" }} '
+        f"USD per hour, above the {t.COST_BURN_USD_PER_HOUR} USD/hour budget.",
+        "cost",
+    ),
+    Alert(
+        "GpuUtilizationDrift",
+        'avg by (cluster) (avg_over_time(slurmscope_gpu_utilization_ratio{source="central"}[1h]))'
+        f" < {t.UTIL_DRIFT_FACTOR} * avg by (cluster)"
+        ' (avg_over_time(slurmscope_gpu_utilization_ratio{source="central"}[1d] offset 1h))',
+        t.UTIL_DRIFT_FOR,
+        "warning",
+        "Cluster GPU utilisation dropped well below yesterday's.",
+        "Mean GPU utilisation of cluster {{ $labels.cluster }} in the last hour is "
+        "{{ $value | humanizePercentage }}, below "
+        f"{round(t.UTIL_DRIFT_FACTOR * 100)}% of its mean over the day before.",
+        "cost",
+    ),
+    Alert(
+        "GpuFleetDrift",
+        'max by (cluster, node, entity, signal) (slurmscope_drift_breached{entity_type="gpu"}) == 1',
+        t.DRIFT_FOR,
+        "warning",
+        "A GPU drifted away from the fleet.",
+        "GPU {{ $labels.entity }} on node {{ $labels.node }} of cluster {{ $labels.cluster }} is an outlier on "
+        "{{ $labels.signal }} compared with GPUs at the same utilisation.",
+        "drift",
+    ),
+    Alert(
+        "NodeErrorRateDrift",
+        'max by (cluster, node, signal) (slurmscope_drift_breached{entity_type="node", signal=~"node_.*"}) == 1',
+        t.DRIFT_FOR,
+        "warning",
+        "A node's error rate drifted above its own history.",
+        "Node {{ $labels.node }} of cluster {{ $labels.cluster }}: {{ $labels.signal }} is far above its own "
+        "history.",
+        "drift",
+    ),
+    Alert(
+        "SlurmTrendDrift",
+        'max by (cluster, entity_type, entity, signal) (slurmscope_drift_breached{entity_type=~"account|partition"}) == 1',
+        t.TREND_DRIFT_FOR,
+        "info",
+        "An account or partition trend drifted.",
+        "{{ $labels.signal }} of {{ $labels.entity_type }} {{ $labels.entity }} in cluster {{ $labels.cluster }} "
+        "drifted from its trailing history.",
+        "drift",
+    ),
     # ---- the pipeline itself ----
-    Alert("SlurmscopeCollectorStale",
-          f"time() - slurmscope_collector_last_success_timestamp_seconds > {t.COLLECTOR_STALE_SECONDS}",
-          t.COLLECTOR_STALE_FOR, "warning", "A slurmscope collector has not succeeded recently.",
-          "Collector {{ $labels.collector }} of cluster {{ $labels.cluster }} last succeeded "
-          "{{ $value | humanizeDuration }} ago.", "slurmscope"),
-    Alert("SlurmscopeCollectorFailing", "slurmscope_collector_success == 0", t.COLLECTOR_FAILING_FOR, "warning",
-          "A slurmscope collector keeps failing.",
-          "The last run of collector {{ $labels.collector }} of cluster {{ $labels.cluster }} failed, and it has "
-          f"not succeeded for {t.COLLECTOR_FAILING_FOR}.", "slurmscope"),
-    Alert("SlurmscopeMetricsStale",
-          f"time() - slurmscope_exporter_render_timestamp_seconds > {t.METRICS_STALE_SECONDS}",
-          t.METRICS_STALE_FOR, "warning", "slurmscope is serving old metrics.",
-          "The metrics of {{ $labels.instance }} were rendered {{ $value | humanizeDuration }} ago.", "slurmscope"),
+    Alert(
+        "SlurmscopeCollectorStale",
+        f"time() - slurmscope_collector_last_success_timestamp_seconds > {t.COLLECTOR_STALE_SECONDS}",
+        t.COLLECTOR_STALE_FOR,
+        "warning",
+        "A slurmscope collector has not succeeded recently.",
+        "Collector {{ $labels.collector }} of cluster {{ $labels.cluster }} last succeeded "
+        "{{ $value | humanizeDuration }} ago.",
+        "slurmscope",
+    ),
+    Alert(
+        "SlurmscopeCollectorFailing",
+        "slurmscope_collector_success == 0",
+        t.COLLECTOR_FAILING_FOR,
+        "warning",
+        "A slurmscope collector keeps failing.",
+        "The last run of collector {{ $labels.collector }} of cluster {{ $labels.cluster }} failed, and it has "
+        f"not succeeded for {t.COLLECTOR_FAILING_FOR}.",
+        "slurmscope",
+    ),
+    Alert(
+        "SlurmscopeMetricsStale",
+        f"time() - slurmscope_exporter_render_timestamp_seconds > {t.METRICS_STALE_SECONDS}",
+        t.METRICS_STALE_FOR,
+        "warning",
+        "slurmscope is serving old metrics.",
+        "The metrics of {{ $labels.instance }} were rendered {{ $value | humanizeDuration }} ago.",
+        "slurmscope",
+    ),
 )
 
 
 def rule_groups() -> dict:
     """The rule file as a mapping (Prometheus rule-file format)."""
-    groups = [{"name": "slurmscope.recording", "interval": "1m",
-               "rules": [{"record": r.record, "expr": r.expr} for r in RECORDING]}]
+    groups = [
+        {
+            "name": "slurmscope.recording",
+            "interval": "1m",
+            "rules": [{"record": r.record, "expr": r.expr} for r in RECORDING],
+        }
+    ]
     order: list[str] = []
     for a in ALERTS:
         if a.group not in order:
             order.append(a.group)
     for g in order:
-        groups.append({"name": f"slurmscope.{g}", "interval": "1m", "rules": [
-            {"alert": a.name, "expr": a.expr, "for": a.for_,
-             "labels": {"severity": a.severity, **a.labels},
-             "annotations": {"summary": a.summary, "description": a.description, "runbook_url": a.runbook_url}}
-            for a in ALERTS if a.group == g]})
+        groups.append(
+            {
+                "name": f"slurmscope.{g}",
+                "interval": "1m",
+                "rules": [
+                    {
+                        "alert": a.name,
+                        "expr": a.expr,
+                        "for": a.for_,
+                        "labels": {"severity": a.severity, **a.labels},
+                        "annotations": {
+                            "summary": a.summary,
+                            "description": a.description,
+                            "runbook_url": a.runbook_url,
+                        },
+                    }
+                    for a in ALERTS
+                    if a.group == g
+                ],
+            }
+        )
     return {"groups": groups}

@@ -31,19 +31,31 @@ from slurmscope.collectors.nvml import Agent
 
 def in_process(gpus: int, rounds: int, tmp: Path) -> dict:
     t = [1_800_000_000.0]
-    fake = fake_from_spec({"gpus": [{"model": "h100", "state": "load", "count": gpus}], "start": t[0]},
-                          clock=lambda: t[0])
+    fake = fake_from_spec(
+        {"gpus": [{"model": "h100", "state": "load", "count": gpus}], "start": t[0]}, clock=lambda: t[0]
+    )
     for i, g in enumerate(fake.gpus):
         g.processes = [FakeProcess(10_000 + i, 1 << 30)]
     mapping = tmp / "map"
     mapping.mkdir()
     for j in range(gpus // 2):
-        (mapping / f"job_{j}").write_text(f"job_id={100 + j}\nstart_time={t[0]:.0f}\ndevices={2 * j},{2 * j + 1}\n")
-    cg = {10_000 + i: f"0::/system.slice/slurmstepd.scope/job_{100 + i // 2}/step_0/user/task_0\n"
-          for i in range(gpus)}
-    agent = Agent(fake, node="bench", spool_dir=tmp / "spool", mapping_dir=mapping, interval=1,
-                  read_cgroup=cg.get, clock=lambda: t[0])
-    agent.tick(t[0])   # discovery, first slow round
+        (mapping / f"job_{j}").write_text(
+            f"job_id={100 + j}\nstart_time={t[0]:.0f}\ndevices={2 * j},{2 * j + 1}\n"
+        )
+    cg = {
+        10_000 + i: f"0::/system.slice/slurmstepd.scope/job_{100 + i // 2}/step_0/user/task_0\n"
+        for i in range(gpus)
+    }
+    agent = Agent(
+        fake,
+        node="bench",
+        spool_dir=tmp / "spool",
+        mapping_dir=mapping,
+        interval=1,
+        read_cgroup=cg.get,
+        clock=lambda: t[0],
+    )
+    agent.tick(t[0])  # discovery, first slow round
     t[0] += 1
     c0, w0 = time.process_time(), time.perf_counter()
     for _ in range(rounds):
@@ -51,10 +63,15 @@ def in_process(gpus: int, rounds: int, tmp: Path) -> dict:
         t[0] += 1
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
     agent.close(t[0])
-    return {"rounds": rounds, "gpus": gpus, "cpu_seconds": round(cpu, 3),
-            "cpu_ms_per_round": round(1000 * cpu / rounds, 3),
-            "cpu_share_of_one_core_at_1s": round(cpu / rounds, 5), "wall_seconds": round(wall, 3),
-            "spool_records": agent.stats["records"]}
+    return {
+        "rounds": rounds,
+        "gpus": gpus,
+        "cpu_seconds": round(cpu, 3),
+        "cpu_ms_per_round": round(1000 * cpu / rounds, 3),
+        "cpu_share_of_one_core_at_1s": round(cpu / rounds, 5),
+        "wall_seconds": round(wall, 3),
+        "spool_records": agent.stats["records"],
+    }
 
 
 def _proc_cpu(pid: int) -> float:
@@ -71,10 +88,22 @@ def _proc_status(pid: int, key: str) -> int:
 
 def real_process(gpus: int, seconds: float, tmp: Path, port: int) -> dict:
     spec = tmp / "spec.json"
-    spec.write_text(json.dumps({"node": "bench", "gpus": [{"model": "h100", "state": "load", "count": gpus}]}))
+    spec.write_text(
+        json.dumps({"node": "bench", "gpus": [{"model": "h100", "state": "load", "count": gpus}]})
+    )
     exe = Path(sys.executable).with_name("slurmscope")
-    cmd = [str(exe), "agent", "--port", str(port), "--spool", str(tmp / "spool2"), "--interval", "1",
-           "--fake", str(spec)]
+    cmd = [
+        str(exe),
+        "agent",
+        "--port",
+        str(port),
+        "--spool",
+        str(tmp / "spool2"),
+        "--interval",
+        "1",
+        "--fake",
+        str(spec),
+    ]
     proc = subprocess.Popen(cmd, cwd=tmp, stderr=subprocess.DEVNULL)
     try:
         url = f"http://127.0.0.1:{port}/metrics"
@@ -84,7 +113,7 @@ def real_process(gpus: int, seconds: float, tmp: Path, port: int) -> dict:
                 break
             except OSError:
                 time.sleep(0.05)
-        time.sleep(2.0)                      # past start-up and the first slow round
+        time.sleep(2.0)  # past start-up and the first slow round
         c0, w0 = _proc_cpu(proc.pid), time.monotonic()
         scrapes = 0
         while time.monotonic() - w0 < seconds:
@@ -96,9 +125,16 @@ def real_process(gpus: int, seconds: float, tmp: Path, port: int) -> dict:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    return {"gpus": gpus, "interval_seconds": 1, "wall_seconds": round(wall, 1), "cpu_seconds": round(cpu, 3),
-            "cpu_share_of_one_core": round(cpu / wall, 5), "scrapes": scrapes,
-            "rss_mb": round(rss / 2**20, 1), "peak_rss_mb": round(hwm / 2**20, 1)}
+    return {
+        "gpus": gpus,
+        "interval_seconds": 1,
+        "wall_seconds": round(wall, 1),
+        "cpu_seconds": round(cpu, 3),
+        "cpu_share_of_one_core": round(cpu / wall, 5),
+        "scrapes": scrapes,
+        "rss_mb": round(rss / 2**20, 1),
+        "peak_rss_mb": round(hwm / 2**20, 1),
+    }
 
 
 def main() -> None:

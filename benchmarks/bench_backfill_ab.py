@@ -45,14 +45,23 @@ def main() -> None:
     if args.child is not None:
         child(args.db, args.jobs, args.child)
         return
-    old = subprocess.run(["git", "show", f"{args.rev}:pipelines/backfill.py"], cwd=HERE.parent, capture_output=True,
-                         text=True, check=True).stdout
+    old = subprocess.run(
+        ["git", "show", f"{args.rev}:pipelines/backfill.py"],
+        cwd=HERE.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(old)
     for _ in range(args.rounds):
         for label, module_file in ((args.rev, f.name), ("tree", "")):
-            out = subprocess.run([sys.executable, __file__, "--db", args.db, "--jobs", str(args.jobs), "--child",
-                                  module_file], capture_output=True, text=True, check=False)
+            out = subprocess.run(
+                [sys.executable, __file__, "--db", args.db, "--jobs", str(args.jobs), "--child", module_file],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
             res = json.loads(line) if out.returncode == 0 and line else {"error": out.stderr[-2000:]}
             print(json.dumps({"variant": label, **res}), flush=True)

@@ -34,8 +34,8 @@ from slurmscope.config import load_config
 from slurmscope.db import connect
 
 CLUSTER = "bench"
-DAY = int(datetime(2026, 11, 1, tzinfo=UTC).timestamp())   # the collected day starts here
-JOBS_PER_DAY = 30_000     # the 10,000-GPU simulated cluster submits ~31,400 jobs a day (bench_metrics' demo)
+DAY = int(datetime(2026, 11, 1, tzinfo=UTC).timestamp())  # the collected day starts here
+JOBS_PER_DAY = 30_000  # the 10,000-GPU simulated cluster submits ~31,400 jobs a day (bench_metrics' demo)
 
 
 def iso(t: int) -> str:
@@ -59,20 +59,52 @@ def day_output(n_history: int, jobs: int, updates: int) -> bytes:
 
     def emit(i: int, submit: int, start: int, end: int, gpus: int) -> None:
         elapsed = end - start
-        job = {"JobID": str(i), "JobIDRaw": str(i), "Cluster": CLUSTER, "Partition": "gpu", "QOS": "normal",
-               "Account": f"acct{i % 20}", "User": f"u{i % 50}", "UID": str(1000 + i % 50),
-               "Submit": iso(submit), "Eligible": iso(submit), "Start": iso(start), "End": iso(end),
-               "Elapsed": hms(elapsed), "Timelimit": "1-00:00:00", "State": "COMPLETED", "ExitCode": "0:0",
-               "NNodes": "1", "NCPUS": str(8 * gpus), "ReqMem": f"{64 * gpus}G",
-               "AllocTRES": f"billing={8 * gpus},cpu={8 * gpus},gres/gpu:h100={gpus},gres/gpu={gpus},"
-                            f"mem={64 * gpus}G,node=1",
-               "NodeList": f"gpu{i % 1250:04d}", "Flags": "SchedMain", "Priority": str(10000 + i % 977),
-               "Reason": "None", "JobName": f"train-{i % 997}"}
+        job = {
+            "JobID": str(i),
+            "JobIDRaw": str(i),
+            "Cluster": CLUSTER,
+            "Partition": "gpu",
+            "QOS": "normal",
+            "Account": f"acct{i % 20}",
+            "User": f"u{i % 50}",
+            "UID": str(1000 + i % 50),
+            "Submit": iso(submit),
+            "Eligible": iso(submit),
+            "Start": iso(start),
+            "End": iso(end),
+            "Elapsed": hms(elapsed),
+            "Timelimit": "1-00:00:00",
+            "State": "COMPLETED",
+            "ExitCode": "0:0",
+            "NNodes": "1",
+            "NCPUS": str(8 * gpus),
+            "ReqMem": f"{64 * gpus}G",
+            "AllocTRES": f"billing={8 * gpus},cpu={8 * gpus},gres/gpu:h100={gpus},gres/gpu={gpus},"
+            f"mem={64 * gpus}G,node=1",
+            "NodeList": f"gpu{i % 1250:04d}",
+            "Flags": "SchedMain",
+            "Priority": str(10000 + i % 977),
+            "Reason": "None",
+            "JobName": f"train-{i % 997}",
+        }
         out.append("\x1f".join(job[k] for k in names))
         for step in ("batch", "extern"):
-            s = dict(job, JobID=f"{i}.{step}", JobIDRaw=f"{i}.{step}", Partition="", QOS="", User="", UID="",
-                     Timelimit="", ReqMem="", Flags="", Priority="", Reason="", JobName=step,
-                     AllocTRES=f"cpu={8 * gpus},gres/gpu:h100={gpus},gres/gpu={gpus},mem={64 * gpus}G,node=1")
+            s = dict(
+                job,
+                JobID=f"{i}.{step}",
+                JobIDRaw=f"{i}.{step}",
+                Partition="",
+                QOS="",
+                User="",
+                UID="",
+                Timelimit="",
+                ReqMem="",
+                Flags="",
+                Priority="",
+                Reason="",
+                JobName=step,
+                AllocTRES=f"cpu={8 * gpus},gres/gpu:h100={gpus},gres/gpu={gpus},mem={64 * gpus}G,node=1",
+            )
             out.append("\x1f".join(s[k] for k in names))
 
     for i in range(n_history - updates + 1, n_history + 1):
@@ -122,8 +154,11 @@ def build_history(path: Path, n: int, updates: int) -> dict:
         jobs = con.execute("SELECT count(*) FROM jobs").fetchone()[0]
     finally:
         con.close()
-    return {"jobs": jobs, "build_s": round(time.perf_counter() - t0, 1),
-            "db_mb": round(path.stat().st_size / 2**20)}
+    return {
+        "jobs": jobs,
+        "build_s": round(time.perf_counter() - t0, 1),
+        "db_mb": round(path.stat().st_size / 2**20),
+    }
 
 
 def timed_ingest(db: Path, day: Path, cfg) -> tuple[float, float, int]:
@@ -143,7 +178,9 @@ def timed_ingest(db: Path, day: Path, cfg) -> tuple[float, float, int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--history", default="1000000,3000000,10000000", help="history sizes (jobs), comma-separated")
+    ap.add_argument(
+        "--history", default="1000000,3000000,10000000", help="history sizes (jobs), comma-separated"
+    )
     ap.add_argument("--day-jobs", type=int, default=JOBS_PER_DAY)
     ap.add_argument("--updates", type=int, default=1500, help="history jobs the day's output finishes")
     ap.add_argument("--reps", type=int, default=3)
@@ -168,21 +205,33 @@ def main() -> None:
                 h = work / f"hist-{rep}.duckdb"
                 shutil.copyfile(base, h)
                 opened, secs, jobs = timed_ingest(h, day, cfg)
-                assert jobs == n + args.day_jobs, jobs          # the updates replaced rows, none doubled
+                assert jobs == n + args.day_jobs, jobs  # the updates replaced rows, none doubled
                 hist_s.append(secs)
                 hist_open.append(opened)
                 h.unlink()
             e_med, h_med = statistics.median(empty_s), statistics.median(hist_s)
-            print(json.dumps({
-                "history_jobs": n, "history": built, "day_lines": day.read_bytes().count(b"\n") - 1,
-                "day_jobs": args.day_jobs, "updates": args.updates,
-                "empty_s": [round(x, 2) for x in empty_s], "history_s": [round(x, 2) for x in hist_s],
-                "history_open_s": [round(x, 2) for x in hist_open],
-                "empty_median_s": round(e_med, 2), "history_median_s": round(h_med, 2),
-                "ratio": round(h_med / e_med, 2),
-                "ratio_of_minimums": round(min(hist_s) / min(empty_s), 2),   # the less noisy on a shared host
-                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
-            }), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "history_jobs": n,
+                        "history": built,
+                        "day_lines": day.read_bytes().count(b"\n") - 1,
+                        "day_jobs": args.day_jobs,
+                        "updates": args.updates,
+                        "empty_s": [round(x, 2) for x in empty_s],
+                        "history_s": [round(x, 2) for x in hist_s],
+                        "history_open_s": [round(x, 2) for x in hist_open],
+                        "empty_median_s": round(e_med, 2),
+                        "history_median_s": round(h_med, 2),
+                        "ratio": round(h_med / e_med, 2),
+                        "ratio_of_minimums": round(
+                            min(hist_s) / min(empty_s), 2
+                        ),  # the less noisy on a shared host
+                        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+                    }
+                ),
+                flush=True,
+            )
             base.unlink()
             day.unlink()
     finally:

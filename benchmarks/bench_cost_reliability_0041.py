@@ -36,21 +36,27 @@ NEW = {"mart_cost_efficiency_daily", "mart_job_outcomes_node_daily"}
 def add_telemetry(con, nodes: int, days: int, now) -> int:
     """Map the GPUs of jobs on the first `nodes` nodes (by NodeList) to gpu_jobs and sample every minute."""
     since = now - timedelta(days=days)
-    con.execute("""
+    con.execute(
+        """
         INSERT OR IGNORE INTO gpu_jobs (cluster, node, gpu_uuid, job_id, interval_start, interval_end, mig_instance,
                                         source)
         SELECT 'bench', node_list, node_list || '-g' || g, CAST(job_id_raw AS VARCHAR), start_time, end_time, '', 'prolog'
         FROM jobs, range(0, 8) r(g)
         WHERE cluster = 'bench' AND start_time IS NOT NULL AND coalesce(end_time, $now) > $since
           AND node_list IN (SELECT DISTINCT node_list FROM jobs WHERE node_list IS NOT NULL ORDER BY 1 LIMIT $n)
-          AND g < gpus""", {"now": now, "since": since, "n": nodes})
-    con.execute("""
+          AND g < gpus""",
+        {"now": now, "since": since, "n": nodes},
+    )
+    con.execute(
+        """
         INSERT OR IGNORE INTO gpu_samples (cluster, node, gpu_uuid, minute, samples, util_gpu_mean, energy_joules,
                                            power_mean_watts)
         SELECT 'bench', node, node || '-g' || g, m, 6, (hash(node, g, m) % 101)::DOUBLE,
                (hash(m, g) % 40000)::DOUBLE, NULL
         FROM (SELECT DISTINCT node FROM gpu_jobs WHERE cluster = 'bench') n, range(0, 8) r(g),
-             range($since::TIMESTAMP, $now::TIMESTAMP, INTERVAL 1 MINUTE) t(m)""", {"now": now, "since": since})
+             range($since::TIMESTAMP, $now::TIMESTAMP, INTERVAL 1 MINUTE) t(m)""",
+        {"now": now, "since": since},
+    )
     return con.execute("SELECT count(*) FROM gpu_samples").fetchone()[0]
 
 
@@ -82,18 +88,29 @@ def main() -> None:
     con.execute("SET memory_limit = '1GB'")
     generate(con, args.jobs, args.days, now)
     samples = add_telemetry(con, args.tele_nodes, args.tele_days, now)
-    base = load_config(env={}).with_overrides(cluster={"name": "bench"}, billing={"timezone": "Europe/Berlin"},
-                                              pipelines={"node_snapshot_max_gap_seconds": 6 * 3600})
+    base = load_config(env={}).with_overrides(
+        cluster={"name": "bench"},
+        billing={"timezone": "Europe/Berlin"},
+        pipelines={"node_snapshot_max_gap_seconds": 6 * 3600},
+    )
     spread = base.with_overrides(billing={"idle_cost": "spread"})
-    out: dict[str, object] = {"jobs": args.jobs, "gpu_samples": samples, "load_average_before": os.getloadavg()[0],
-                              "without": [], "with": []}
+    out: dict[str, object] = {
+        "jobs": args.jobs,
+        "gpu_samples": samples,
+        "load_average_before": os.getloadavg()[0],
+        "without": [],
+        "with": [],
+    }
     for _ in range(args.rounds):
         for label in ("without", "with"):
             saved = [without_new(m) for m in (cost, reliability)] if label == "without" else None
             t, c = time.perf_counter(), time.process_time()
-            rows = run_pipelines(con, spread if label == "with" else base, full=True, now=now,
-                                 only=["cost", "reliability"])
-            out[label].append({"wall_s": round(time.perf_counter() - t, 1), "cpu_s": round(time.process_time() - c, 1)})
+            rows = run_pipelines(
+                con, spread if label == "with" else base, full=True, now=now, only=["cost", "reliability"]
+            )
+            out[label].append(
+                {"wall_s": round(time.perf_counter() - t, 1), "cpu_s": round(time.process_time() - c, 1)}
+            )
             if saved:
                 for m, (compute, tables) in zip((cost, reliability), saved, strict=True):
                     m.compute, m.MART_TABLES = compute, tables

@@ -37,7 +37,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.db:
         con = connect(args.db, read_only=True)
-        cluster, end = con.execute("SELECT cluster, max(snapshot_time) FROM node_states GROUP BY 1 LIMIT 1").fetchone()
+        cluster, end = con.execute(
+            "SELECT cluster, max(snapshot_time) FROM node_states GROUP BY 1 LIMIT 1"
+        ).fetchone()
         con.close()
         measure(args, args.db, load_config(None, env={}).with_overrides(cluster={"name": cluster}), end)
         return
@@ -45,8 +47,17 @@ def main() -> None:
         db = Path(tmp) / "bench.duckdb"
         cfg = load_config(None, env={}).with_overrides(cluster={"name": "simcluster"})
         t0 = time.perf_counter()
-        result = run_demo(cfg, str(db), gpus=args.gpus, days=args.days, seed=1, port=0, out_dir=Path(tmp) / "out",
-                          serve=False, progress=Progress(stream=io.StringIO()))
+        result = run_demo(
+            cfg,
+            str(db),
+            gpus=args.gpus,
+            days=args.days,
+            seed=1,
+            port=0,
+            out_dir=Path(tmp) / "out",
+            serve=False,
+            progress=Progress(stream=io.StringIO()),
+        )
         print(f"demo build: {time.perf_counter() - t0:.1f} s")
         end = datetime.fromisoformat(result.summary["end"]).replace(tzinfo=UTC)
         measure(args, db, cfg, end)
@@ -62,8 +73,10 @@ def measure(args: argparse.Namespace, db, cfg, end: datetime) -> None:
         times.append(time.perf_counter() - t)
     con.close()
     samples = sum(1 for line in body.decode().splitlines() if line and not line.startswith("#"))
-    print(f"render: median {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms "
-          f"over {args.renders}; {len(body)} bytes, {samples} samples")
+    print(
+        f"render: median {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms "
+        f"over {args.renders}; {len(body)} bytes, {samples} samples"
+    )
     server = serve_metrics("127.0.0.1", 0, lambda: body)
     url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
     t = time.perf_counter()

@@ -32,7 +32,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 
-def one(db: str, name: str, jobs: int, days: int, slice_days: int, incremental: bool = False) -> dict[str, object]:
+def one(
+    db: str, name: str, jobs: int, days: int, slice_days: int, incremental: bool = False
+) -> dict[str, object]:
     from bench_pipelines import START
     from slurmscope.pipelines import runner
 
@@ -49,6 +51,7 @@ def one(db: str, name: str, jobs: int, days: int, slice_days: int, incremental: 
                 return fn(*args, **kwargs)
             finally:
                 spent[key] += time.process_time() - c
+
         return wrapper
 
     runner._read = timed(runner._read, "read")
@@ -69,16 +72,22 @@ def one(db: str, name: str, jobs: int, days: int, slice_days: int, incremental: 
     con.execute("SET memory_limit = '1GB'")
     con.execute("DELETE FROM jobs WHERE job_id_raw >= ?", [jobs])
     cfg = load_config(None, env={}).with_overrides(
-        cluster={"name": "bench"}, billing={"timezone": "Europe/Berlin"},
-        pipelines={"node_snapshot_max_gap_seconds": 6 * 3600, "full_slice_days": slice_days})
+        cluster={"name": "bench"},
+        billing={"timezone": "Europe/Berlin"},
+        pipelines={"node_snapshot_max_gap_seconds": 6 * 3600, "full_slice_days": slice_days},
+    )
     now = START + timedelta(days=days)
     only = None if name == "all" else [name]
     if incremental:
         from bench_fairshare_efficiency_drift import next_day
 
         con.execute("DELETE FROM pipeline_runs WHERE run_at > ?", [now])
-        done = {p for (p,) in con.execute("SELECT pipeline FROM pipeline_runs WHERE run_at = ? AND status = 'ok'",
-                                          [now]).fetchall()}
+        done = {
+            p
+            for (p,) in con.execute(
+                "SELECT pipeline FROM pipeline_runs WHERE run_at = ? AND status = 'ok'", [now]
+            ).fetchall()
+        }
         missing = sorted(set(only or runner.PIPELINES) - done)
         if missing:
             raise SystemExit(f"no full rebuild at {now} for {missing}: run with --together (or --only) first")
@@ -87,13 +96,22 @@ def one(db: str, name: str, jobs: int, days: int, slice_days: int, incremental: 
     t, c = time.perf_counter(), time.process_time()
     rows = runner.run_pipelines(con, cfg, full=not incremental, now=now, only=only)
     cpu = time.process_time() - c
-    return {"pipeline": name, "wall_s": round(time.perf_counter() - t, 1), "cpu_s": round(cpu, 1),
-            "read_cpu_s": round(spent["read"], 1), "write_cpu_s": round(spent["write"], 1),
-            "compute_cpu_s": round(cpu - spent["read"] - spent["write"], 1),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0),
-            "rows": rows, "load_average": round(os.getloadavg()[0], 1),
-            **({"by_pipeline": {k: {m: round(v, 1) for m, v in d.items()} for k, d in per.items()}}
-               if name == "all" else {})}
+    return {
+        "pipeline": name,
+        "wall_s": round(time.perf_counter() - t, 1),
+        "cpu_s": round(cpu, 1),
+        "read_cpu_s": round(spent["read"], 1),
+        "write_cpu_s": round(spent["write"], 1),
+        "compute_cpu_s": round(cpu - spent["read"] - spent["write"], 1),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0),
+        "rows": rows,
+        "load_average": round(os.getloadavg()[0], 1),
+        **(
+            {"by_pipeline": {k: {m: round(v, 1) for m, v in d.items()} for k, d in per.items()}}
+            if name == "all"
+            else {}
+        ),
+    }
 
 
 def main() -> None:
@@ -103,10 +121,16 @@ def main() -> None:
     ap.add_argument("--days", type=int, default=365)
     ap.add_argument("--only", default="", help="comma-separated pipelines (default: every registered one)")
     ap.add_argument("--slice-days", type=int, default=30, help="pipelines.full_slice_days")
-    ap.add_argument("--together", action="store_true",
-                    help="all pipelines in one process, as `pipelines run --full` runs them")
-    ap.add_argument("--incremental", action="store_true",
-                    help="time the next day's incremental run (after a full rebuild by this script)")
+    ap.add_argument(
+        "--together",
+        action="store_true",
+        help="all pipelines in one process, as `pipelines run --full` runs them",
+    )
+    ap.add_argument(
+        "--incremental",
+        action="store_true",
+        help="time the next day's incremental run (after a full rebuild by this script)",
+    )
     ap.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -117,12 +141,27 @@ def main() -> None:
     names = ["all"] if args.together else [n for n in args.only.split(",") if n] or list(PIPELINES)
     results = []
     for name in names:
-        cmd = [sys.executable, __file__, "--db", args.db, "--jobs", str(args.jobs), "--days", str(args.days),
-               "--slice-days", str(args.slice_days), "--child", name] + (["--incremental"] if args.incremental else [])
+        cmd = [
+            sys.executable,
+            __file__,
+            "--db",
+            args.db,
+            "--jobs",
+            str(args.jobs),
+            "--days",
+            str(args.days),
+            "--slice-days",
+            str(args.slice_days),
+            "--child",
+            name,
+        ] + (["--incremental"] if args.incremental else [])
         out = subprocess.run(cmd, capture_output=True, text=True, check=False)
         line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
-        results.append(json.loads(line) if out.returncode == 0 and line
-                       else {"pipeline": name, "error": out.stderr[-2000:]})
+        results.append(
+            json.loads(line)
+            if out.returncode == 0 and line
+            else {"pipeline": name, "error": out.stderr[-2000:]}
+        )
         print(json.dumps(results[-1]), flush=True)
     total = sum(r.get("cpu_s", 0) for r in results)
     print(json.dumps({"total_cpu_s": round(total, 1)}))

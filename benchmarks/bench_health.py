@@ -24,42 +24,97 @@ START = datetime(2026, 3, 1, tzinfo=UTC)
 
 def frames(nodes: int, hours: int, snapshot_minutes: int) -> dict[str, pl.LazyFrame]:
     names = [f"g{i:04d}" for i in range(nodes)]
-    snaps = pl.datetime_range(START, START + timedelta(hours=hours), f"{snapshot_minutes}m", time_zone="UTC",
-                              eager=True)
-    node_rows = pl.DataFrame({"snapshot_time": snaps}).join(pl.DataFrame({"node": names}), how="cross").with_columns(
-        pl.when(pl.col("node") == names[0]).then(pl.lit("DOWN")).otherwise(pl.lit("MIXED")).alias("state"),
-        pl.when(pl.col("node") == names[1]).then(pl.lit("DRAIN")).otherwise(None).cast(pl.String).alias("state_flags"),
-        pl.lit("").alias("reason"), pl.lit(8, dtype=pl.Int32).alias("gpus_total"),
+    snaps = pl.datetime_range(
+        START, START + timedelta(hours=hours), f"{snapshot_minutes}m", time_zone="UTC", eager=True
     )
-    minutes = pl.datetime_range(START - timedelta(hours=1), START + timedelta(hours=hours), "1m", time_zone="UTC",
-                                eager=True)
-    gpus = pl.DataFrame({"node": names}).join(pl.DataFrame({"gpu_index": list(range(8))}, schema={"gpu_index": pl.Int32}),
-                                              how="cross").with_columns(
-        (pl.col("node") + "-" + pl.col("gpu_index").cast(pl.String)).alias("gpu_uuid"))
-    samples = pl.DataFrame({"minute": minutes}).join(gpus, how="cross").with_columns(
-        pl.lit("h100").alias("model"),
-        (60.0 + (pl.col("gpu_index") * 2)).alias("temp_gpu_max_celsius"),
-        pl.when((pl.col("node") == names[2]) & (pl.col("gpu_index") == 3)).then(40.0).otherwise(0.0)
-        .alias("throttle_seconds"),
-        pl.lit(0, dtype=pl.Int64).alias("ecc_uncorrected_delta"), pl.lit(0, dtype=pl.Int64).alias("ecc_uncorrected_total"),
-        pl.lit(False).alias("remapped_pending"), pl.lit(False).alias("remapped_failed"),
-    ).select(list(health_sample_columns()))
-    events = pl.DataFrame({
-        "node": [names[3], names[4 % nodes], names[5 % nodes]],
-        "gpu_uuid": [f"{names[3]}-1", f"{names[4 % nodes]}-2", f"{names[5 % nodes]}-0"],
-        "event_time": [START + timedelta(hours=2), START + timedelta(hours=5), START + timedelta(hours=9)],
-        "event_type": ["xid", "xid", "gpu_lost"], "xid": [79, 13, None],
-    }, schema={"node": pl.String, "gpu_uuid": pl.String, "event_time": pl.Datetime("us", "UTC"),
-               "event_type": pl.String, "xid": pl.Int32})
-    inventory = pl.DataFrame({"node": names, "seen_at": [START - timedelta(hours=1)] * nodes,
-                              "gpus_visible": [8] * nodes},
-                             schema={"node": pl.String, "seen_at": pl.Datetime("us", "UTC"), "gpus_visible": pl.Int64})
-    return {"nodes": node_rows.lazy(), "samples": samples.lazy(), "events": events.lazy(), "inventory": inventory.lazy()}
+    node_rows = (
+        pl.DataFrame({"snapshot_time": snaps})
+        .join(pl.DataFrame({"node": names}), how="cross")
+        .with_columns(
+            pl.when(pl.col("node") == names[0])
+            .then(pl.lit("DOWN"))
+            .otherwise(pl.lit("MIXED"))
+            .alias("state"),
+            pl.when(pl.col("node") == names[1])
+            .then(pl.lit("DRAIN"))
+            .otherwise(None)
+            .cast(pl.String)
+            .alias("state_flags"),
+            pl.lit("").alias("reason"),
+            pl.lit(8, dtype=pl.Int32).alias("gpus_total"),
+        )
+    )
+    minutes = pl.datetime_range(
+        START - timedelta(hours=1), START + timedelta(hours=hours), "1m", time_zone="UTC", eager=True
+    )
+    gpus = (
+        pl.DataFrame({"node": names})
+        .join(pl.DataFrame({"gpu_index": list(range(8))}, schema={"gpu_index": pl.Int32}), how="cross")
+        .with_columns((pl.col("node") + "-" + pl.col("gpu_index").cast(pl.String)).alias("gpu_uuid"))
+    )
+    samples = (
+        pl.DataFrame({"minute": minutes})
+        .join(gpus, how="cross")
+        .with_columns(
+            pl.lit("h100").alias("model"),
+            (60.0 + (pl.col("gpu_index") * 2)).alias("temp_gpu_max_celsius"),
+            pl.when((pl.col("node") == names[2]) & (pl.col("gpu_index") == 3))
+            .then(40.0)
+            .otherwise(0.0)
+            .alias("throttle_seconds"),
+            pl.lit(0, dtype=pl.Int64).alias("ecc_uncorrected_delta"),
+            pl.lit(0, dtype=pl.Int64).alias("ecc_uncorrected_total"),
+            pl.lit(False).alias("remapped_pending"),
+            pl.lit(False).alias("remapped_failed"),
+        )
+        .select(list(health_sample_columns()))
+    )
+    events = pl.DataFrame(
+        {
+            "node": [names[3], names[4 % nodes], names[5 % nodes]],
+            "gpu_uuid": [f"{names[3]}-1", f"{names[4 % nodes]}-2", f"{names[5 % nodes]}-0"],
+            "event_time": [
+                START + timedelta(hours=2),
+                START + timedelta(hours=5),
+                START + timedelta(hours=9),
+            ],
+            "event_type": ["xid", "xid", "gpu_lost"],
+            "xid": [79, 13, None],
+        },
+        schema={
+            "node": pl.String,
+            "gpu_uuid": pl.String,
+            "event_time": pl.Datetime("us", "UTC"),
+            "event_type": pl.String,
+            "xid": pl.Int32,
+        },
+    )
+    inventory = pl.DataFrame(
+        {"node": names, "seen_at": [START - timedelta(hours=1)] * nodes, "gpus_visible": [8] * nodes},
+        schema={"node": pl.String, "seen_at": pl.Datetime("us", "UTC"), "gpus_visible": pl.Int64},
+    )
+    return {
+        "nodes": node_rows.lazy(),
+        "samples": samples.lazy(),
+        "events": events.lazy(),
+        "inventory": inventory.lazy(),
+    }
 
 
 def health_sample_columns() -> tuple[str, ...]:
-    return ("node", "gpu_uuid", "minute", "gpu_index", "model", "temp_gpu_max_celsius", "throttle_seconds",
-            "ecc_uncorrected_delta", "ecc_uncorrected_total", "remapped_pending", "remapped_failed")
+    return (
+        "node",
+        "gpu_uuid",
+        "minute",
+        "gpu_index",
+        "model",
+        "temp_gpu_max_celsius",
+        "throttle_seconds",
+        "ecc_uncorrected_delta",
+        "ecc_uncorrected_total",
+        "remapped_pending",
+        "remapped_failed",
+    )
 
 
 def _cpu() -> float:
@@ -83,10 +138,14 @@ def main() -> None:
     secs, cpu = time.perf_counter() - t0, _cpu() - c0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     evals = a.nodes * (a.hours * 60 // a.snapshot_minutes + 1)
-    print(f"nodes={a.nodes} gpus={a.nodes * 8} hours={a.hours} sinfo every {a.snapshot_minutes} min:"
-          f" {evals} node evaluations, {evals * 8} GPU evaluations, {n_samples} NVML samples")
-    print(f"compute+collect {secs:.2f} s wall, {cpu:.2f} CPU-s, peak RSS {rss:.0f} MiB;"
-          f" rows written: mart_node_health={node_df.height} mart_gpu_health={gpu_df.height}")
+    print(
+        f"nodes={a.nodes} gpus={a.nodes * 8} hours={a.hours} sinfo every {a.snapshot_minutes} min:"
+        f" {evals} node evaluations, {evals * 8} GPU evaluations, {n_samples} NVML samples"
+    )
+    print(
+        f"compute+collect {secs:.2f} s wall, {cpu:.2f} CPU-s, peak RSS {rss:.0f} MiB;"
+        f" rows written: mart_node_health={node_df.height} mart_gpu_health={gpu_df.height}"
+    )
     print(node_df.group_by("status", "reason").len().sort("status").rows())
 
 

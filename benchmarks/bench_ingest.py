@@ -48,7 +48,9 @@ def generate(path: Path, rows: int, delim: str, seed: int = 1) -> int:
     fmt = "%Y-%m-%dT%H:%M:%S"
     parts = ["gpu", "cpu", "debug"]
     accounts = [f"acct{i}" for i in range(40)]
-    states = ["COMPLETED"] * 70 + ["FAILED"] * 12 + ["CANCELLED by 1001"] * 8 + ["TIMEOUT"] * 5 + ["RUNNING"] * 5
+    states = (
+        ["COMPLETED"] * 70 + ["FAILED"] * 12 + ["CANCELLED by 1001"] * 8 + ["TIMEOUT"] * 5 + ["RUNNING"] * 5
+    )
     n = 0
     job = 1000
     with open(path, "w", encoding="utf-8", newline="\n") as fh:
@@ -64,8 +66,10 @@ def generate(path: Path, rows: int, delim: str, seed: int = 1) -> int:
             cpus = max(gpus, 1) * 8 * nodes
             tres = f"billing={cpus},cpu={cpus},mem={cpus * 4000}M,node={nodes}"
             if gpus:
-                tres = (f"billing={cpus},cpu={cpus},gres/gpu:h100={gpus * nodes},gres/gpu={gpus * nodes},"
-                        f"mem={cpus * 4000}M,node={nodes}")
+                tres = (
+                    f"billing={cpus},cpu={cpus},gres/gpu:h100={gpus * nodes},gres/gpu={gpus * nodes},"
+                    f"mem={cpus * 4000}M,node={nodes}"
+                )
             name = f"job{job % 5000}" if rnd.random() > 0.001 else f"bad{delim}name{delim}x"
             state = rnd.choice(states)
             array = rnd.random() < 0.1
@@ -76,18 +80,63 @@ def generate(path: Path, rows: int, delim: str, seed: int = 1) -> int:
                 sub = submit + timedelta(seconds=a * 100000)
                 st = "REQUEUED" if a < attempts - 1 else state
                 endt = "Unknown" if st == "RUNNING" else (end + timedelta(seconds=a * 100000)).strftime(fmt)
-                rec = [job_id, str(job), "bench", rnd.choice(parts), "normal", rnd.choice(accounts),
-                       f"user{job % 300}", str(1000 + job % 300), sub.strftime(fmt), sub.strftime(fmt),
-                       (start + timedelta(seconds=a * 100000)).strftime(fmt), endt, _hms(elapsed),
-                       "2-00:00:00", st, "0:0" if st == "COMPLETED" else "1:0", str(nodes), str(cpus),
-                       f"{cpus * 4000}M", tres, nl, rnd.choice(["SchedMain", "SchedBackfill"]),
-                       str(rnd.randint(1000, 200000)), "None", name]
+                rec = [
+                    job_id,
+                    str(job),
+                    "bench",
+                    rnd.choice(parts),
+                    "normal",
+                    rnd.choice(accounts),
+                    f"user{job % 300}",
+                    str(1000 + job % 300),
+                    sub.strftime(fmt),
+                    sub.strftime(fmt),
+                    (start + timedelta(seconds=a * 100000)).strftime(fmt),
+                    endt,
+                    _hms(elapsed),
+                    "2-00:00:00",
+                    st,
+                    "0:0" if st == "COMPLETED" else "1:0",
+                    str(nodes),
+                    str(cpus),
+                    f"{cpus * 4000}M",
+                    tres,
+                    nl,
+                    rnd.choice(["SchedMain", "SchedBackfill"]),
+                    str(rnd.randint(1000, 200000)),
+                    "None",
+                    name,
+                ]
                 fh.write(delim.join(rec) + "\n")
                 n += 1
                 if rnd.random() < 0.43:
-                    step = [f"{job_id}.batch", f"{job}.batch", "bench", "", "", rec[5], "", "",
-                            rec[10], rec[10], rec[10], endt, _hms(elapsed), "", st, rec[15], "1", str(cpus),
-                            "", tres, nl, "", "", "", "batch"]
+                    step = [
+                        f"{job_id}.batch",
+                        f"{job}.batch",
+                        "bench",
+                        "",
+                        "",
+                        rec[5],
+                        "",
+                        "",
+                        rec[10],
+                        rec[10],
+                        rec[10],
+                        endt,
+                        _hms(elapsed),
+                        "",
+                        st,
+                        rec[15],
+                        "1",
+                        str(cpus),
+                        "",
+                        tres,
+                        nl,
+                        "",
+                        "",
+                        "",
+                        "batch",
+                    ]
                     fh.write(delim.join(step) + "\n")
                     n += 1
     return n
@@ -167,11 +216,15 @@ def main() -> None:
                     results[kind] = {**r, "maxrss_mib": max(r["maxrss_mib"], (best or r)["maxrss_mib"])}
         base = results["duckdb_read_csv"]["seconds"]
         cbase = results["duckdb_read_csv"]["cpu_seconds"]
-        print(f"| step | rows | wall s (best of {args.repeat}) | x duckdb wall | CPU s | x duckdb CPU | peak RSS MiB |")
+        print(
+            f"| step | rows | wall s (best of {args.repeat}) | x duckdb wall | CPU s | x duckdb CPU | peak RSS MiB |"
+        )
         print("|---|---|---|---|---|---|---|")
         for kind, r in results.items():
-            print(f"| {kind} | {r['rows']} | {r['seconds']:.2f} | {r['seconds'] / base:.2f} | {r['cpu_seconds']:.2f} "
-                  f"| {r['cpu_seconds'] / cbase:.2f} | {r['maxrss_mib']:.0f} |")
+            print(
+                f"| {kind} | {r['rows']} | {r['seconds']:.2f} | {r['seconds'] / base:.2f} | {r['cpu_seconds']:.2f} "
+                f"| {r['cpu_seconds'] / cbase:.2f} | {r['maxrss_mib']:.0f} |"
+            )
 
 
 if __name__ == "__main__":

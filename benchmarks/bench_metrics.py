@@ -64,7 +64,9 @@ def build(db: Path, out: Path, gpus: int, days: float, seed: int, hours: float) 
     from slurmscope.demo import run_demo
 
     t0 = time.perf_counter()
-    res = run_demo(load_config(None, env={}), str(db), gpus=gpus, days=days, seed=seed, out_dir=out, serve=False)
+    res = run_demo(
+        load_config(None, env={}), str(db), gpus=gpus, days=days, seed=seed, out_dir=out, serve=False
+    )
     t1 = time.perf_counter()
     end = datetime.fromisoformat(res.summary["end"]).replace(tzinfo=UTC)
     con = connect(db)
@@ -77,13 +79,19 @@ def build(db: Path, out: Path, gpus: int, days: float, seed: int, hours: float) 
         gpus_seen = con.execute("SELECT count(DISTINCT gpu_uuid) FROM gpu_samples").fetchone()[0]
     finally:
         con.close()
-    return {"demo_s": round(t1 - t0, 1), "telemetry_s": round(time.perf_counter() - t1, 1),
-            "gpu_samples": samples, "gpus_with_telemetry": gpus_seen, "end": end.isoformat(),
-            "jobs": res.summary["jobs_submitted"]}
+    return {
+        "demo_s": round(t1 - t0, 1),
+        "telemetry_s": round(time.perf_counter() - t1, 1),
+        "gpu_samples": samples,
+        "gpus_with_telemetry": gpus_seen,
+        "end": end.isoformat(),
+        "jobs": res.summary["jobs_submitted"],
+    }
 
 
-def scraper(port: int, seconds: float, pace: float, start_at: float, q, phase: float = 0.0,
-            gzip_ok: bool = False) -> None:
+def scraper(
+    port: int, seconds: float, pace: float, start_at: float, q, phase: float = 0.0, gzip_ok: bool = False
+) -> None:
     """One Prometheus stand-in: GET /metrics until the deadline; latencies in ms go back on `q`.
 
     With gzip_ok it asks for gzip as Prometheus does (`Accept-Encoding: gzip`) and fails unless it gets it.
@@ -92,7 +100,7 @@ def scraper(port: int, seconds: float, pace: float, start_at: float, q, phase: f
         time.sleep(0.001)
     deadline = start_at + seconds
     lat, errors, size = [], 0, 0
-    time.sleep(phase)           # Prometheus spreads its targets' scrapes over the interval
+    time.sleep(phase)  # Prometheus spreads its targets' scrapes over the interval
     nxt = time.monotonic()
     while time.time() < deadline:
         t0 = time.perf_counter()
@@ -116,13 +124,16 @@ def scraper(port: int, seconds: float, pace: float, start_at: float, q, phase: f
     q.put((lat, errors, size))
 
 
-def load_test(port: int, scrapers: int, seconds: float, pace: float, spread: bool = False,
-              gzip_ok: bool = False) -> dict:
+def load_test(
+    port: int, scrapers: int, seconds: float, pace: float, spread: bool = False, gzip_ok: bool = False
+) -> dict:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    start_at = time.time() + 2.0 + 0.1 * scrapers   # let every process start before the clock runs
+    start_at = time.time() + 2.0 + 0.1 * scrapers  # let every process start before the clock runs
     phases = [pace * i / scrapers if spread else 0.0 for i in range(scrapers)]
-    procs = [ctx.Process(target=scraper, args=(port, seconds, pace, start_at, q, ph, gzip_ok)) for ph in phases]
+    procs = [
+        ctx.Process(target=scraper, args=(port, seconds, pace, start_at, q, ph, gzip_ok)) for ph in phases
+    ]
     for p in procs:
         p.start()
     results = [q.get(timeout=seconds + 120) for _ in procs]
@@ -134,10 +145,19 @@ def load_test(port: int, scrapers: int, seconds: float, pace: float, spread: boo
     def pct(p: float) -> float:
         return round(lat[min(len(lat) - 1, int(p / 100 * len(lat)))], 1) if lat else float("nan")
 
-    return {"scrapers": scrapers, "seconds": seconds, "pace_s": pace or None, "scrapes": len(lat),
-            "errors": errors, "scrapes_per_s": round(len(lat) / seconds, 1), "p50_ms": pct(50),
-            "p90_ms": pct(90), "p99_ms": pct(99), "max_ms": round(lat[-1], 1) if lat else None,
-            "body_bytes": results[0][2]}
+    return {
+        "scrapers": scrapers,
+        "seconds": seconds,
+        "pace_s": pace or None,
+        "scrapes": len(lat),
+        "errors": errors,
+        "scrapes_per_s": round(len(lat) / seconds, 1),
+        "p50_ms": pct(50),
+        "p90_ms": pct(90),
+        "p99_ms": pct(99),
+        "max_ms": round(lat[-1], 1) if lat else None,
+        "body_bytes": results[0][2],
+    }
 
 
 def main() -> None:
@@ -146,19 +166,34 @@ def main() -> None:
     ap.add_argument("--days", type=float, default=2)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--telemetry-hours", type=float, default=6)
-    ap.add_argument("--db", type=Path, help="reuse this database (built by an earlier run) instead of building")
+    ap.add_argument(
+        "--db", type=Path, help="reuse this database (built by an earlier run) instead of building"
+    )
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--renders", type=int, default=5)
     ap.add_argument("--scrapers", type=int, default=20)
     ap.add_argument("--seconds", type=float, default=20)
-    ap.add_argument("--prometheus-interval", type=float, default=15.0,
-                    help="also run scrapers once per this many seconds, spread over it (0: skip)")
-    ap.add_argument("--backlog-what-if", action="store_true",
-                    help="also rerun the closed-loop and paced runs with a listen backlog of 128")
-    ap.add_argument("--accept-gzip", action="store_true",
-                    help="scrapers send Accept-Encoding: gzip, as Prometheus does (the server compresses once per render)")
-    ap.add_argument("--gzip-what-if", action="store_true",
-                    help="also serve the body gzip-compressed (as bytes) to measure what compression would save")
+    ap.add_argument(
+        "--prometheus-interval",
+        type=float,
+        default=15.0,
+        help="also run scrapers once per this many seconds, spread over it (0: skip)",
+    )
+    ap.add_argument(
+        "--backlog-what-if",
+        action="store_true",
+        help="also rerun the closed-loop and paced runs with a listen backlog of 128",
+    )
+    ap.add_argument(
+        "--accept-gzip",
+        action="store_true",
+        help="scrapers send Accept-Encoding: gzip, as Prometheus does (the server compresses once per render)",
+    )
+    ap.add_argument(
+        "--gzip-what-if",
+        action="store_true",
+        help="also serve the body gzip-compressed (as bytes) to measure what compression would save",
+    )
     args = ap.parse_args()
 
     from slurmscope.config import load_config
@@ -184,26 +219,40 @@ def main() -> None:
     finally:
         con.close()
     lines = body.decode().splitlines()
-    out["render"] = {"median_s": round(statistics.median(times), 3), "all_s": [round(t, 3) for t in times],
-                     "bytes": len(body), "series": sum(1 for ln in lines if ln and not ln.startswith("#")),
-                     "families": sum(1 for ln in lines if ln.startswith("# TYPE")),
-                     "gpu_series": sum(1 for ln in lines if ln.startswith("slurmscope_gpu_utilization_ratio{"))}
+    out["render"] = {
+        "median_s": round(statistics.median(times), 3),
+        "all_s": [round(t, 3) for t in times],
+        "bytes": len(body),
+        "series": sum(1 for ln in lines if ln and not ln.startswith("#")),
+        "families": sum(1 for ln in lines if ln.startswith("# TYPE")),
+        "gpu_series": sum(1 for ln in lines if ln.startswith("slurmscope_gpu_utilization_ratio{")),
+    }
     served = {"body": body}
     server = serve_metrics("127.0.0.1", 0, lambda: served["body"])
     try:
         port = server.server_address[1]
-        runs = [("single_scraper", 1, 0.0, args.seconds, False),
-                ("closed_loop", args.scrapers, 0.0, args.seconds, False),
-                ("paced_1s", args.scrapers, 1.0, args.seconds, False)]
+        runs = [
+            ("single_scraper", 1, 0.0, args.seconds, False),
+            ("closed_loop", args.scrapers, 0.0, args.seconds, False),
+            ("paced_1s", args.scrapers, 1.0, args.seconds, False),
+        ]
         if args.prometheus_interval:
             # Prometheus-like: each scraper once per interval, the 20 spread evenly over it, 4 intervals.
-            runs.append(("prometheus_interval", args.scrapers, args.prometheus_interval,
-                         4 * args.prometheus_interval, True))
+            runs.append(
+                (
+                    "prometheus_interval",
+                    args.scrapers,
+                    args.prometheus_interval,
+                    4 * args.prometheus_interval,
+                    True,
+                )
+            )
         for name, n, pace, secs, spread in runs:
             cpu0 = time.process_time()
             out[name] = load_test(port, n, secs, pace, spread, gzip_ok=args.accept_gzip)
             out[name]["server_cpu_ms_per_scrape"] = round(
-                (time.process_time() - cpu0) * 1000 / max(1, out[name]["scrapes"]), 2)
+                (time.process_time() - cpu0) * 1000 / max(1, out[name]["scrapes"]), 2
+            )
         if args.backlog_what_if:
             # socketserver listens with a backlog of 5: 20 simultaneous connects overflow it, the kernel
             # drops SYNs and the clients retransmit after 1 s (then 3 s). Re-listening raises the backlog.
@@ -212,16 +261,21 @@ def main() -> None:
                 cpu0 = time.process_time()
                 out[f"backlog128_{name}"] = load_test(port, n, secs, pace, spread)
                 out[f"backlog128_{name}"]["server_cpu_ms_per_scrape"] = round(
-                    (time.process_time() - cpu0) * 1000 / max(1, out[f"backlog128_{name}"]["scrapes"]), 2)
+                    (time.process_time() - cpu0) * 1000 / max(1, out[f"backlog128_{name}"]["scrapes"]), 2
+                )
         if args.gzip_what_if:
             # What a gzip-serving exporter would move per scrape: the body compressed once per render.
             t0 = time.perf_counter()
             served["body"] = gzip.compress(body, compresslevel=6)
-            out["gzip_what_if"] = {"compress_s": round(time.perf_counter() - t0, 3), "bytes": len(served["body"])}
+            out["gzip_what_if"] = {
+                "compress_s": round(time.perf_counter() - t0, 3),
+                "bytes": len(served["body"]),
+            }
             cpu0 = time.process_time()
             out["gzip_what_if"]["closed_loop"] = load_test(port, args.scrapers, args.seconds, 0.0)
             out["gzip_what_if"]["closed_loop"]["server_cpu_ms_per_scrape"] = round(
-                (time.process_time() - cpu0) * 1000 / max(1, out["gzip_what_if"]["closed_loop"]["scrapes"]), 2)
+                (time.process_time() - cpu0) * 1000 / max(1, out["gzip_what_if"]["closed_loop"]["scrapes"]), 2
+            )
     finally:
         server.shutdown()
     out["peak_rss_mb_server"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024

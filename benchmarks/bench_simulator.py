@@ -28,17 +28,33 @@ def main() -> None:
     args = ap.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="simbench-"))
     t0 = time.perf_counter()
-    summary = simulate(gpus=args.gpus, days=args.days, seed=args.seed, out_dir=out,
-                       write_events_jsonl=not args.no_events, steps=not args.no_steps)
+    summary = simulate(
+        gpus=args.gpus,
+        days=args.days,
+        seed=args.seed,
+        out_dir=out,
+        write_events_jsonl=not args.no_events,
+        steps=not args.no_steps,
+    )
     wall = time.perf_counter() - t0
     sizes = {p.name: p.stat().st_size for p in out.iterdir() if p.is_file()}
-    print(json.dumps({
-        "gpus": args.gpus, "days": args.days, "wall_s": round(wall, 1), "timing_s": summary["timing_s"],
-        "jobs_submitted": summary["jobs_submitted"], "attempts": summary["attempts_finished"],
-        "backfilled": summary["backfilled"],
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
-        "bytes": sizes, "out": str(out),
-    }, indent=1))
+    print(
+        json.dumps(
+            {
+                "gpus": args.gpus,
+                "days": args.days,
+                "wall_s": round(wall, 1),
+                "timing_s": summary["timing_s"],
+                "jobs_submitted": summary["jobs_submitted"],
+                "attempts": summary["attempts_finished"],
+                "backfilled": summary["backfilled"],
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+                "bytes": sizes,
+                "out": str(out),
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -22,12 +22,24 @@ def sinfo_output(nodes: int, partitions: int) -> bytes:
     lines = []
     for n in range(nodes):
         for p in range(partitions):
-            lines.append(US.join([
-                f"gpu{n:05d}", "gpu*" if p == 0 else f"p{p}", states[n % len(states)], f"{n % 64}/{64 - n % 64}/0/64",
-                "512000", str(1000 * (n % 64)), "gpu:h100:8(S:0-1)", f"gpu:h100:{n % 9}(IDX:0-{n % 8})",
-                "h100,ib", "root(0)" if n % 5 == 0 else "Unknown",
-                "2024-04-30T08:15:00" if n % 5 == 0 else "Unknown", "ECC errors" if n % 5 == 0 else "none",
-            ]))
+            lines.append(
+                US.join(
+                    [
+                        f"gpu{n:05d}",
+                        "gpu*" if p == 0 else f"p{p}",
+                        states[n % len(states)],
+                        f"{n % 64}/{64 - n % 64}/0/64",
+                        "512000",
+                        str(1000 * (n % 64)),
+                        "gpu:h100:8(S:0-1)",
+                        f"gpu:h100:{n % 9}(IDX:0-{n % 8})",
+                        "h100,ib",
+                        "root(0)" if n % 5 == 0 else "Unknown",
+                        "2024-04-30T08:15:00" if n % 5 == 0 else "Unknown",
+                        "ECC errors" if n % 5 == 0 else "none",
+                    ]
+                )
+            )
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -35,13 +47,31 @@ def squeue_output(jobs: int) -> bytes:
     lines = []
     for i in range(jobs):
         array = i % 10 == 0
-        lines.append(US.join([
-            f"{i}_{i % 7}" if array else str(i), str(i), str(i), str(i % 7) if array else "N/A", f"user{i % 300}",
-            f"acct{i % 40}", "gpu", "normal", "PENDING" if i % 3 else "RUNNING", str(1000 + i % 5000),
-            "2024-05-01T10:00:00", "N/A" if i % 3 else "2024-05-01T11:00:00", str(1 + i % 4), str(8 * (1 + i % 4)),
-            "gres:gpu:4" if i % 2 else "N/A", "1-00:00:00", "(null)" if i % 11 else f"afterok:{i - 1}",
-            "Priority" if i % 3 else "None", f"job-{i % 97}",
-        ]))
+        lines.append(
+            US.join(
+                [
+                    f"{i}_{i % 7}" if array else str(i),
+                    str(i),
+                    str(i),
+                    str(i % 7) if array else "N/A",
+                    f"user{i % 300}",
+                    f"acct{i % 40}",
+                    "gpu",
+                    "normal",
+                    "PENDING" if i % 3 else "RUNNING",
+                    str(1000 + i % 5000),
+                    "2024-05-01T10:00:00",
+                    "N/A" if i % 3 else "2024-05-01T11:00:00",
+                    str(1 + i % 4),
+                    str(8 * (1 + i % 4)),
+                    "gres:gpu:4" if i % 2 else "N/A",
+                    "1-00:00:00",
+                    "(null)" if i % 11 else f"afterok:{i - 1}",
+                    "Priority" if i % 3 else "None",
+                    f"job-{i % 97}",
+                ]
+            )
+        )
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -62,7 +92,9 @@ def main() -> None:
     q = squeue_output(args.jobs)
     for vec in (True, False):
         secs, rows = timed(lambda v=vec: sinfo._parse(s, source="", vectorise=v, **kw))
-        print(f"sinfo  {args.nodes} nodes x {args.partitions} partitions: {rows} rows, vectorise={vec}: {secs:.2f} s")
+        print(
+            f"sinfo  {args.nodes} nodes x {args.partitions} partitions: {rows} rows, vectorise={vec}: {secs:.2f} s"
+        )
         secs, rows = timed(lambda v=vec: squeue._parse(q, vectorise=v, **kw))
         print(f"squeue {args.jobs} jobs: {rows} rows, vectorise={vec}: {secs:.2f} s")
 

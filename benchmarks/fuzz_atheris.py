@@ -44,6 +44,7 @@ def checker(kind: str, module):
             assert r["raw_text"] == text and r["raw_bytes"] == want_bytes, (no, r, raw)
         if any(ln.strip(BLANK) and not consumed_whole(kind, ln) for ln in lines):
             assert parsed.rows + parsed.quarantine.height >= 1, data[:200]
+
     return test_one_input
 
 

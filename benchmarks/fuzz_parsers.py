@@ -50,19 +50,98 @@ KINDS = ["sacct", "sinfo", "squeue", "sshare", "sdiag", "events", "config", "res
 SNAP = datetime(2026, 11, 1, tzinfo=timezone.utc)
 US = "\x1f"
 SACCT_HEADER = "JobID|JobIDRaw|Partition|Account|User|Submit|Start|End|Elapsed|State|ExitCode|NCPUS|AllocTRES|NodeList|JobName"
-TOKENS = ["|", "||", "\n", "\r\n", "gpu[001-004,010]", "Unknown", "None", "(null)", "CANCELLED by 0",
-          "2026-03-08T02:30:00", "1-00:00:00", "UNLIMITED", "gres/gpu:h100=8,gres/gpu=8", "123_[5-9%2]",
-          "123+0", "mixed+drain*", "\x1f", "\x00", "\xff", "-1", "99999999999999999999", "NODE_FAIL",
-          "Partition_Limit", "billing=16", "  ", "parent", "\u2603"]
+TOKENS = [
+    "|",
+    "||",
+    "\n",
+    "\r\n",
+    "gpu[001-004,010]",
+    "Unknown",
+    "None",
+    "(null)",
+    "CANCELLED by 0",
+    "2026-03-08T02:30:00",
+    "1-00:00:00",
+    "UNLIMITED",
+    "gres/gpu:h100=8,gres/gpu=8",
+    "123_[5-9%2]",
+    "123+0",
+    "mixed+drain*",
+    "\x1f",
+    "\x00",
+    "\xff",
+    "-1",
+    "99999999999999999999",
+    "NODE_FAIL",
+    "Partition_Limit",
+    "billing=16",
+    "  ",
+    "parent",
+    "\u2603",
+]
 LINE_TOKENS = [t for t in TOKENS if "\n" not in t] + ["\r", "\x1c", "\x0c", "=", ":", " = ", "(", ")"]
-REAL = ["0", "1", "8", "42", "123", "4294967295", "9223372036854775807", "-5", "1.5", "inf", "nan", "",
-        "2026-03-08T02:30:00", "2026-11-01T23:59:59", "1970-01-01T00:00:00", "2100-01-01T00:00:00",
-        "2026-03-29T02:30:00", "Unknown", "None", "N/A", "00:05:00", "1-00:00:00", "10:00", "INVALID",
-        "RUNNING", "PENDING", "COMPLETED", "CANCELLED by 0", "FAILED", "NODE_FAIL", "idle", "mix", "alloc",
-        "drain*", "mixed+drain", "down~", "gpu001", "gpu[001-004,010]", "gpu[001-1000000]", "n[1-2]",
-        "gres/gpu:h100=8,gres/gpu=8", "gpu:h100:4(IDX:0-3)", "gpu:4", "billing=16,cpu=8,gres/gpu=2",
-        "123_[5-9%2]", "123_7", "123+0", "123.batch", "123.0", "0:0", "1:0", "0:15", "32/0/0/32",
-        "alice", "alice(1000)", "(Priority)", "(Resources)", "normal", "gpu", "batch"]
+REAL = [
+    "0",
+    "1",
+    "8",
+    "42",
+    "123",
+    "4294967295",
+    "9223372036854775807",
+    "-5",
+    "1.5",
+    "inf",
+    "nan",
+    "",
+    "2026-03-08T02:30:00",
+    "2026-11-01T23:59:59",
+    "1970-01-01T00:00:00",
+    "2100-01-01T00:00:00",
+    "2026-03-29T02:30:00",
+    "Unknown",
+    "None",
+    "N/A",
+    "00:05:00",
+    "1-00:00:00",
+    "10:00",
+    "INVALID",
+    "RUNNING",
+    "PENDING",
+    "COMPLETED",
+    "CANCELLED by 0",
+    "FAILED",
+    "NODE_FAIL",
+    "idle",
+    "mix",
+    "alloc",
+    "drain*",
+    "mixed+drain",
+    "down~",
+    "gpu001",
+    "gpu[001-004,010]",
+    "gpu[001-1000000]",
+    "n[1-2]",
+    "gres/gpu:h100=8,gres/gpu=8",
+    "gpu:h100:4(IDX:0-3)",
+    "gpu:4",
+    "billing=16,cpu=8,gres/gpu=2",
+    "123_[5-9%2]",
+    "123_7",
+    "123+0",
+    "123.batch",
+    "123.0",
+    "0:0",
+    "1:0",
+    "0:15",
+    "32/0/0/32",
+    "alice",
+    "alice(1000)",
+    "(Priority)",
+    "(Resources)",
+    "normal",
+    "gpu",
+    "batch",
+]
 BLANK = b" \t\r\n\x0b\x0c"
 
 
@@ -78,9 +157,17 @@ def junk(rnd: random.Random) -> bytes:
         out = []
         for _ in range(rnd.randint(0, 10)):
             r = rnd.random()
-            c = (rnd.randint(0x20, 0x7E) if r < 0.5 else rnd.randint(0, 0x1F) if r < 0.65
-                 else rnd.randint(0x80, 0x7FF) if r < 0.8 else rnd.randint(0x800, 0xFFFF) if r < 0.9
-                 else rnd.randint(0x10000, 0x10FFFF))
+            c = (
+                rnd.randint(0x20, 0x7E)
+                if r < 0.5
+                else rnd.randint(0, 0x1F)
+                if r < 0.65
+                else rnd.randint(0x80, 0x7FF)
+                if r < 0.8
+                else rnd.randint(0x800, 0xFFFF)
+                if r < 0.9
+                else rnd.randint(0x10000, 0x10FFFF)
+            )
             out.append(" " if c == 10 else chr(c))
         return "".join(out).encode("utf-8", "surrogatepass")
     return bytes(rnd.randrange(256) for _ in range(rnd.randint(0, 6))).replace(b"\n", b"")
@@ -93,29 +180,89 @@ def shaped_line(delim: str, n: int):
     def gen(rnd: random.Random) -> bytes:
         count = n if rnd.random() < 0.75 else rnd.choice([max(n - 1, 1), n + 1])
         return sep.join(junk(rnd) for _ in range(count))
+
     return gen
 
 
-TIMES = ["2026-03-08T02:30:00", "2026-11-01T23:59:59", "1970-01-01T00:00:00", "2100-01-01T00:00:00",
-         "2026-03-29T02:30:00", "2026-10-25T01:30:00", "Unknown", "None", "", "N/A", "2026-02-30T00:00:00"]
+TIMES = [
+    "2026-03-08T02:30:00",
+    "2026-11-01T23:59:59",
+    "1970-01-01T00:00:00",
+    "2100-01-01T00:00:00",
+    "2026-03-29T02:30:00",
+    "2026-10-25T01:30:00",
+    "Unknown",
+    "None",
+    "",
+    "N/A",
+    "2026-02-30T00:00:00",
+]
 POOLS = {
     "id": ["123", "124", "7", "123_7", "123_[5-9%2]", "123+0", "123+1", "123.batch", "123.0", "0", ""],
     "task": ["7", "[5-9%2]", "", "N/A"],
     "rawid": ["123", "124", "125", "7", "0", "", "N/A", "123.batch", "123.0"],
     "time": TIMES,
-    "dur": ["00:05:00", "1-00:00:00", "10:00", "5", "UNLIMITED", "Partition_Limit", "INVALID", "-00:01:00", "",
-            "9999999999999999:00:00", "99999999999999999999"],
-    "state": ["RUNNING", "PENDING", "COMPLETED", "CANCELLED by 0", "FAILED", "NODE_FAIL", "idle", "mix", "alloc",
-              "drain*", "mixed+drain", "down~", "PD", "R", "Allocated", ""],
+    "dur": [
+        "00:05:00",
+        "1-00:00:00",
+        "10:00",
+        "5",
+        "UNLIMITED",
+        "Partition_Limit",
+        "INVALID",
+        "-00:01:00",
+        "",
+        "9999999999999999:00:00",
+        "99999999999999999999",
+    ],
+    "state": [
+        "RUNNING",
+        "PENDING",
+        "COMPLETED",
+        "CANCELLED by 0",
+        "FAILED",
+        "NODE_FAIL",
+        "idle",
+        "mix",
+        "alloc",
+        "drain*",
+        "mixed+drain",
+        "down~",
+        "PD",
+        "R",
+        "Allocated",
+        "",
+    ],
     "cpus_state": ["32/0/0/32", "0/64/0/64", "1/2/3", ""],
     "int": ["0", "1", "8", "64", "2147483648", "4294967295", "9223372036854775807", "-5", "", "N/A", "1.5"],
     "float": ["0.5", "1.000000", "0.000000", "inf", "nan", "", "1e308", "-0.1"],
-    "tres": ["gres/gpu:h100=8,gres/gpu=8", "gpu:h100:4(IDX:0-3)", "gpu:4", "billing=16,cpu=8,gres/gpu=2",
-             "(null)", "", "gres/gpu=99999999999", "gpu:a100:2(S:0-1)"],
+    "tres": [
+        "gres/gpu:h100=8,gres/gpu=8",
+        "gpu:h100:4(IDX:0-3)",
+        "gpu:4",
+        "billing=16,cpu=8,gres/gpu=2",
+        "(null)",
+        "",
+        "gres/gpu=99999999999",
+        "gpu:a100:2(S:0-1)",
+    ],
     "node": ["gpu001", "gpu[001-004,010]", "n[1-2]", "gpu[0001-2000]", "", "None assigned"],
     "exit": ["0:0", "1:0", "0:15", ""],
-    "word": ["alice", "alice(1000)", "(Priority)", "(Resources)", "normal", "gpu", "batch", "root", "a|b", "",
-             "(null)", "Not responding", "train job"],
+    "word": [
+        "alice",
+        "alice(1000)",
+        "(Priority)",
+        "(Resources)",
+        "normal",
+        "gpu",
+        "batch",
+        "root",
+        "a|b",
+        "",
+        "(null)",
+        "Not responding",
+        "train job",
+    ],
 }
 
 
@@ -159,6 +306,7 @@ def column_line(delim: str, names: list[str]):
         if rnd.random() < 0.5:
             parts[rnd.randrange(len(parts))] = junk(rnd)
         return sep.join(parts)
+
     return gen
 
 
@@ -173,31 +321,35 @@ def kv_line(labels: list[str], sep: str):
     def gen(rnd: random.Random) -> bytes:
         label = rnd.choice(labels).encode() if rnd.random() < 0.7 else junk(rnd)
         return label + seps + junk(rnd)
+
     return gen
 
 
 slurmish = st.lists(st.sampled_from(TOKENS) | st.text(max_size=12), max_size=40).map(
-    lambda t: "".join(t).encode("utf-8", "surrogatepass"))
+    lambda t: "".join(t).encode("utf-8", "surrogatepass")
+)
 
 
 @dataclass
 class Spec:
     prefix: bytes = b""
-    lines: tuple = (soup_line,)       # line generators (Random -> bytes), picked uniformly
-    context: object = None            # line text -> True when it changes how later lines are read
-    consumed_ok: object = None        # (text, solo Parsed) -> True when a line may give neither row nor quarantine
-    ignore: frozenset = frozenset()   # columns derived from other lines, not compared
-    units: object = None              # Parsed -> {key: row}; default: every table's rows by natural key
+    lines: tuple = (soup_line,)  # line generators (Random -> bytes), picked uniformly
+    context: object = None  # line text -> True when it changes how later lines are read
+    consumed_ok: object = None  # (text, solo Parsed) -> True when a line may give neither row nor quarantine
+    ignore: frozenset = frozenset()  # columns derived from other lines, not compared
+    units: object = None  # Parsed -> {key: row}; default: every table's rows by natural key
     context_reaches_back: bool = False  # a context line also changes the record it continues (above it)
-    record_start: object = None       # line text -> True for the first line of a record (with context_reaches_back)
-    solo_sample: int | None = None    # re-parse only this many lines per batch alone (None: every line)
-    raw_key: object = None            # line text -> the fields its natural key comes from (with solo_sample)
+    record_start: object = (
+        None  # line text -> True for the first line of a record (with context_reaches_back)
+    )
+    solo_sample: int | None = None  # re-parse only this many lines per batch alone (None: every line)
+    raw_key: object = None  # line text -> the fields its natural key comes from (with solo_sample)
 
 
 def _sdiag_units(parsed) -> dict:
     out = {}
     df = parsed.tables.get("sched_stats")
-    for row in (df.iter_rows(named=True) if df is not None else ()):
+    for row in df.iter_rows(named=True) if df is not None else ():
         for col, value in row.items():
             if col not in ("cluster", "snapshot_time", "raw_text") and value is not None:
                 out[("sched_stats", col)] = (_norm(value),)
@@ -210,64 +362,139 @@ def specs() -> dict[str, Spec]:
     sinfo_names = sinfo.line_format(None).names
     squeue_names = squeue.line_format(None).names
     sdiag_labels = [*sdiag._HEADER_FIELDS, *sdiag._MAIN_FIELDS, *sdiag._BF_FIELDS, "last cycle when"]
-    roles = [b"Slurmctld(primary)", b"Slurmctld(backup)", b"Slurmctld(backup1)", b"Slurmctld(primary[2])",
-             b"slurmctld(Primary)", b"Slurmctld()", b"Slurmdbd(primary)"]
+    roles = [
+        b"Slurmctld(primary)",
+        b"Slurmctld(backup)",
+        b"Slurmctld(backup1)",
+        b"Slurmctld(primary[2])",
+        b"slurmctld(Primary)",
+        b"Slurmctld()",
+        b"Slurmdbd(primary)",
+    ]
     states = [b"UP", b"DOWN", b"up", b"Down", b"UNKNOWN", b"UP junk", b""]
 
     def ping_line(rnd: random.Random) -> bytes:
         return rnd.choice(roles) + b" at " + junk(rnd) + b" is " + rnd.choice(states)
 
-    res_keys = [k.encode() for k in ("StartTime", "EndTime", "Duration", "Nodes", "NodeCnt", "CoreCnt", "Features",
-                                     "PartitionName", "Flags", "TRES", "Users", "Groups", "Accounts", "Licenses",
-                                     "State", "BurstBuffer", "Watts", "MaxStartDelay")]
+    res_keys = [
+        k.encode()
+        for k in (
+            "StartTime",
+            "EndTime",
+            "Duration",
+            "Nodes",
+            "NodeCnt",
+            "CoreCnt",
+            "Features",
+            "PartitionName",
+            "Flags",
+            "TRES",
+            "Users",
+            "Groups",
+            "Accounts",
+            "Licenses",
+            "State",
+            "BurstBuffer",
+            "Watts",
+            "MaxStartDelay",
+        )
+    ]
 
     def res_line(rnd: random.Random) -> bytes:
-        pairs = [(rnd.choice(res_keys) if rnd.random() < 0.85 else junk(rnd)) + b"=" + junk(rnd)
-                 for _ in range(rnd.randint(0, 10))]
+        pairs = [
+            (rnd.choice(res_keys) if rnd.random() < 0.85 else junk(rnd)) + b"=" + junk(rnd)
+            for _ in range(rnd.randint(0, 10))
+        ]
         return b"ReservationName=" + junk(rnd) + b"".join(b" " + p for p in pairs)
 
-    sacct_cols, sshare_cols, events_cols = SACCT_HEADER.split("|"), list(sshare.LONG_FIELDS), list(events.FIELDS)
+    sacct_cols, sshare_cols, events_cols = (
+        SACCT_HEADER.split("|"),
+        list(sshare.LONG_FIELDS),
+        list(events.FIELDS),
+    )
     return {
         # one sacct parse costs ~17 ms whatever its size (some 70 vectorised steps), so a line alone is
         # re-parsed for 3 lines per batch; the others are checked by the batch's row count
-        "sacct": Spec(prefix=(SACCT_HEADER + "\n").encode(), solo_sample=3,
-                      raw_key=lambda text: tuple(f.strip() for f in text.split("|")[:2]),
-                      # attempt/restarts: the rank among lines of the same job id (documented in sacct.py)
-                      ignore=frozenset({"attempt", "restarts"}),
-                      lines=(column_line("|", sacct_cols), column_line("|", sacct_cols), shaped_line("|", 15),
-                             soup_line)),
-        "sinfo": Spec(prefix=(US.join(n.upper() for n in sinfo_names) + "\n").encode(),
-                      lines=(column_line(US, sinfo_names), column_line(US, sinfo_names),
-                             shaped_line(US, len(sinfo_names)), soup_line)),
-        "squeue": Spec(prefix=(US.join(n.upper() for n in squeue_names) + "\n").encode(),
-                       lines=(column_line(US, squeue_names), column_line(US, squeue_names),
-                              shaped_line(US, len(squeue_names)), soup_line)),
-        "sshare": Spec(prefix=("|".join(sshare_cols) + "\n").encode(),
-                       lines=(column_line("|", sshare_cols), column_line("|", sshare_cols),
-                              shaped_line("|", len(sshare_cols)), soup_line),
-                       consumed_ok=lambda text, solo: set(text.strip(" \t\r\n\f\v")) <= {"-", " "},
-                       ignore=frozenset({"parent"})),
-        "sdiag": Spec(prefix=b"Main schedule statistics (microseconds):\n",
-                      lines=(kv_line(sdiag_labels, ": "), kv_line(sdiag_labels, ":"), soup_line),
-                      context=lambda text: any(text.strip().lower().startswith(p) for p, _ in sdiag._SECTIONS),
-                      # by design every sdiag line is kept in raw_text; counters without a column are not rows
-                      consumed_ok=lambda text, solo: text in solo.tables["sched_stats"]["raw_text"][0],
-                      units=_sdiag_units),
-        "events": Spec(prefix=("|".join(events_cols) + "\n").encode(),
-                       lines=(column_line("|", events_cols), column_line("|", events_cols),
-                              shaped_line("|", len(events_cols)), soup_line)),
-        "config": Spec(lines=(kv_line(["SlurmctldPort", "ClusterName", "MaxJobCount", "Sub Key"], " = "),
-                              kv_line(["Foo", "Bar"], "="), soup_line),
-                       context=lambda text: bool(config._AS_OF.match(text.strip()))
-                       or bool(config._SECTION.match(text.strip()) and "=" not in text),
-                       # a section title or the "as of" line is read as context for the lines after it
-                       consumed_ok=lambda text, solo: consumed_whole("config", text.encode("utf-8", "surrogatepass"))),
-        "reservations": Spec(lines=(res_line, res_line, soup_line),
-                             # a line with '=' outside ReservationName= continues the record above it
-                             context=lambda text: not text.strip().startswith("ReservationName=") and "=" in text,
-                             context_reaches_back=True,
-                             record_start=lambda text: text.strip().startswith("ReservationName="),
-                             consumed_ok=lambda text, solo: bool(reservations._EMPTY.match(text.strip()))),
+        "sacct": Spec(
+            prefix=(SACCT_HEADER + "\n").encode(),
+            solo_sample=3,
+            raw_key=lambda text: tuple(f.strip() for f in text.split("|")[:2]),
+            # attempt/restarts: the rank among lines of the same job id (documented in sacct.py)
+            ignore=frozenset({"attempt", "restarts"}),
+            lines=(
+                column_line("|", sacct_cols),
+                column_line("|", sacct_cols),
+                shaped_line("|", 15),
+                soup_line,
+            ),
+        ),
+        "sinfo": Spec(
+            prefix=(US.join(n.upper() for n in sinfo_names) + "\n").encode(),
+            lines=(
+                column_line(US, sinfo_names),
+                column_line(US, sinfo_names),
+                shaped_line(US, len(sinfo_names)),
+                soup_line,
+            ),
+        ),
+        "squeue": Spec(
+            prefix=(US.join(n.upper() for n in squeue_names) + "\n").encode(),
+            lines=(
+                column_line(US, squeue_names),
+                column_line(US, squeue_names),
+                shaped_line(US, len(squeue_names)),
+                soup_line,
+            ),
+        ),
+        "sshare": Spec(
+            prefix=("|".join(sshare_cols) + "\n").encode(),
+            lines=(
+                column_line("|", sshare_cols),
+                column_line("|", sshare_cols),
+                shaped_line("|", len(sshare_cols)),
+                soup_line,
+            ),
+            consumed_ok=lambda text, solo: set(text.strip(" \t\r\n\f\v")) <= {"-", " "},
+            ignore=frozenset({"parent"}),
+        ),
+        "sdiag": Spec(
+            prefix=b"Main schedule statistics (microseconds):\n",
+            lines=(kv_line(sdiag_labels, ": "), kv_line(sdiag_labels, ":"), soup_line),
+            context=lambda text: any(text.strip().lower().startswith(p) for p, _ in sdiag._SECTIONS),
+            # by design every sdiag line is kept in raw_text; counters without a column are not rows
+            consumed_ok=lambda text, solo: text in solo.tables["sched_stats"]["raw_text"][0],
+            units=_sdiag_units,
+        ),
+        "events": Spec(
+            prefix=("|".join(events_cols) + "\n").encode(),
+            lines=(
+                column_line("|", events_cols),
+                column_line("|", events_cols),
+                shaped_line("|", len(events_cols)),
+                soup_line,
+            ),
+        ),
+        "config": Spec(
+            lines=(
+                kv_line(["SlurmctldPort", "ClusterName", "MaxJobCount", "Sub Key"], " = "),
+                kv_line(["Foo", "Bar"], "="),
+                soup_line,
+            ),
+            context=lambda text: (
+                bool(config._AS_OF.match(text.strip()))
+                or bool(config._SECTION.match(text.strip()) and "=" not in text)
+            ),
+            # a section title or the "as of" line is read as context for the lines after it
+            consumed_ok=lambda text, solo: consumed_whole("config", text.encode("utf-8", "surrogatepass")),
+        ),
+        "reservations": Spec(
+            lines=(res_line, res_line, soup_line),
+            # a line with '=' outside ReservationName= continues the record above it
+            context=lambda text: not text.strip().startswith("ReservationName=") and "=" in text,
+            context_reaches_back=True,
+            record_start=lambda text: text.strip().startswith("ReservationName="),
+            consumed_ok=lambda text, solo: bool(reservations._EMPTY.match(text.strip())),
+        ),
         "ping": Spec(lines=(ping_line, ping_line, soup_line)),
     }
 
@@ -352,7 +579,9 @@ def consumed_whole(kind: str, raw: bytes) -> bool:
         return "time_start" in names and ("node" in names or "state" in names)
     if kind == "sshare":
         titles = [f.strip() for f in text.split("|")]
-        return set(s) <= {"-", " "} or (all(t.isalpha() for t in titles) and "account" in sshare._names(titles))
+        return set(s) <= {"-", " "} or (
+            all(t.isalpha() for t in titles) and "account" in sshare._names(titles)
+        )
     if kind == "config":
         return bool(config._AS_OF.match(s) or (config._SECTION.match(s) and "=" not in s))
     if kind == "reservations":
@@ -400,8 +629,11 @@ def check_batch(kind: str, module, spec: Spec, lines: list[bytes], tally: Tally)
     owners: dict = {}
     after_context = False
     nonblank = [i for i, line in enumerate(lines) if line.strip(BLANK)]
-    sampled = set(nonblank) if spec.solo_sample is None else \
-        set(random.Random(zlib.crc32(data)).sample(nonblank, min(spec.solo_sample, len(nonblank))))
+    sampled = (
+        set(nonblank)
+        if spec.solo_sample is None
+        else set(random.Random(zlib.crc32(data)).sample(nonblank, min(spec.solo_sample, len(nonblank))))
+    )
     for i, line in enumerate(lines):
         text, _raw = _decoded(line.removesuffix(b"\r"))
         if not line.strip(BLANK):
@@ -424,8 +656,14 @@ def check_batch(kind: str, module, spec: Spec, lines: list[bytes], tally: Tally)
         is_context = bool(spec.context and spec.context(text))
         if is_context and spec.context_reaches_back:
             # the record it continues: the nearest record start above (junk lines between do not end it)
-            prev = next((j for j in range(i - 1, -1, -1) if solo[j] is not None
-                         and spec.record_start(_decoded(lines[j])[0])), None)
+            prev = next(
+                (
+                    j
+                    for j in range(i - 1, -1, -1)
+                    if solo[j] is not None and spec.record_start(_decoded(lines[j])[0])
+                ),
+                None,
+            )
             if prev is not None and solo[prev] != "unverified":
                 solo[prev] = (*solo[prev][:2], True)
         solo.append((q[0]["reason"] if q else None, u, after_context or is_context))
@@ -460,10 +698,15 @@ def check_batch(kind: str, module, spec: Spec, lines: list[bytes], tally: Tally)
             continue
         if wrong:
             k = wrong[0]
-            diff = [j for j, (x, y) in enumerate(zip(u[k] or (), bunits.get(k) or (), strict=False)) if x != y]
-            tally.fail(f"line {first + i}: rows differ from the line alone, key {k}, columns at {diff}: "
-                       f"alone {[u[k][j] for j in diff] if u[k] else None}, "
-                       f"in the batch {[bunits[k][j] for j in diff] if bunits.get(k) else None}", data)
+            diff = [
+                j for j, (x, y) in enumerate(zip(u[k] or (), bunits.get(k) or (), strict=False)) if x != y
+            ]
+            tally.fail(
+                f"line {first + i}: rows differ from the line alone, key {k}, columns at {diff}: "
+                f"alone {[u[k][j] for j in diff] if u[k] else None}, "
+                f"in the batch {[bunits[k][j] for j in diff] if bunits.get(k) else None}",
+                data,
+            )
             continue
         tally.independent += 1
         if reason is not None:
@@ -478,8 +721,9 @@ def check_batch(kind: str, module, spec: Spec, lines: list[bytes], tally: Tally)
             tally.fail(f"batch rows no single line gives: {stray[:3]}", data)
 
 
-def unverified_counts(spec: Spec, lines: list[bytes], solo: list, first: int, bq: dict, batch, tally: Tally,
-                      data: bytes) -> None:
+def unverified_counts(
+    spec: Spec, lines: list[bytes], solo: list, first: int, bq: dict, batch, tally: Tally, data: bytes
+) -> None:
     """Lines not re-parsed alone (solo_sample): a quarantined one is accounted for by its entry (checked
     above); the kept ones must give one row each, except lines whose key fields repeat (may collapse)."""
     kept = [i for i, o in enumerate(solo) if o is not None and first + i not in bq]
@@ -505,16 +749,23 @@ def fuzz(kind: str, target: int, round_examples: int = 500) -> dict:
     module = importlib.import_module(f"slurmscope.collectors.{kind}")
     spec = specs()[kind]
     tally = Tally()
-    whole = st.one_of(st.binary(max_size=2000), slurmish,
-                      slurmish.map(lambda b: (SACCT_HEADER + "\n").encode() + b))
+    whole = st.one_of(
+        st.binary(max_size=2000), slurmish, slurmish.map(lambda b: (SACCT_HEADER + "\n").encode() + b)
+    )
     # A batch's lines come from a Random that Hypothesis controls (st.randoms): composite strategies for
     # 8-32 lines of a dozen fields cost Hypothesis ~0.3 s per example, ten times the parsing.
     batch = st.randoms(use_true_random=False).map(
-        lambda rnd: ("batch", [rnd.choice(spec.lines)(rnd) for _ in range(rnd.randint(8, 32))]))
+        lambda rnd: ("batch", [rnd.choice(spec.lines)(rnd) for _ in range(rnd.randint(8, 32))])
+    )
     example = st.one_of(whole.map(lambda d: ("whole", d)), batch, batch, batch, batch)
 
-    @settings(max_examples=round_examples, deadline=None, database=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=round_examples,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(example)
     def run(ex) -> None:
         what, payload = ex
@@ -526,17 +777,30 @@ def fuzz(kind: str, target: int, round_examples: int = 500) -> dict:
     t0, c0 = time.monotonic(), time.process_time()
     while tally.inputs < target:
         run()
-    return {"parser": kind, "inputs": tally.inputs, "whole_inputs": tally.whole_inputs,
-            "independent_lines": tally.independent, "kept": tally.kept, "quarantined": tally.quarantined,
-            "consumed": tally.consumed, "batches": tally.batches, "lines_in_batches": tally.lines,
-            "dependent": dict(tally.dependent), "examples": tally.whole_inputs + tally.batches,
-            "wall_s": round(time.monotonic() - t0, 1), "cpu_s": round(time.process_time() - c0, 1),
-            "failures": tally.failures, "failure_samples": tally.failure_samples}
+    return {
+        "parser": kind,
+        "inputs": tally.inputs,
+        "whole_inputs": tally.whole_inputs,
+        "independent_lines": tally.independent,
+        "kept": tally.kept,
+        "quarantined": tally.quarantined,
+        "consumed": tally.consumed,
+        "batches": tally.batches,
+        "lines_in_batches": tally.lines,
+        "dependent": dict(tally.dependent),
+        "examples": tally.whole_inputs + tally.batches,
+        "wall_s": round(time.monotonic() - t0, 1),
+        "cpu_s": round(time.process_time() - c0, 1),
+        "failures": tally.failures,
+        "failure_samples": tally.failure_samples,
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--inputs", type=int, default=100_000, help="inputs per parser (whole inputs + verified lines)")
+    ap.add_argument(
+        "--inputs", type=int, default=100_000, help="inputs per parser (whole inputs + verified lines)"
+    )
     ap.add_argument("--only", default=",".join(KINDS))
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()

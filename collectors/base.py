@@ -79,7 +79,9 @@ def upsert(con: duckdb.DuckDBPyConnection, spec: TableSpec, df: pl.DataFrame) ->
     """
     if df.height == 0:
         return 0
-    if df.select(pl.struct(list(spec.key)).is_duplicated().any()).item():  # a check costs a quarter of unique()
+    if df.select(
+        pl.struct(list(spec.key)).is_duplicated().any()
+    ).item():  # a check costs a quarter of unique()
         df = df.unique(subset=list(spec.key), keep="last", maintain_order=True)
     cols = df.columns
     col_sql = ", ".join(_quote(c) for c in cols)
@@ -96,12 +98,17 @@ def upsert(con: duckdb.DuckDBPyConnection, spec: TableSpec, df: pl.DataFrame) ->
             set_sql = ", ".join(f"{_quote(c)} = excluded.{_quote(c)}" for c in updates)
             touched = [c for c in spec.touch if c in updates]
             if touched:
-                changed = " OR ".join(f"excluded.{_quote(c)} IS DISTINCT FROM {spec.name}.{_quote(c)}" for c in touched)
-                set_sql += (f", ingested_at = CASE WHEN {changed} THEN now()"
-                            f" ELSE {spec.name}.ingested_at END")
-            con.execute(f"INSERT INTO {spec.name} ({col_sql}) SELECT {col_sql} FROM _upsert_src s WHERE {exists} "  # noqa: S608 - table (TableSpec) and quoted column names from code, never input
-                        f"ON CONFLICT ({key_sql}) DO UPDATE SET {set_sql}")
-        con.execute(f"INSERT INTO {spec.name} ({col_sql}) SELECT {col_sql} FROM _upsert_src s WHERE NOT {exists}")  # noqa: S608 - table (TableSpec) and quoted column names from code, never input
+                changed = " OR ".join(
+                    f"excluded.{_quote(c)} IS DISTINCT FROM {spec.name}.{_quote(c)}" for c in touched
+                )
+                set_sql += f", ingested_at = CASE WHEN {changed} THEN now() ELSE {spec.name}.ingested_at END"
+            con.execute(
+                f"INSERT INTO {spec.name} ({col_sql}) SELECT {col_sql} FROM _upsert_src s WHERE {exists} "  # noqa: S608 - table (TableSpec) and quoted column names from code, never input
+                f"ON CONFLICT ({key_sql}) DO UPDATE SET {set_sql}"
+            )
+        con.execute(
+            f"INSERT INTO {spec.name} ({col_sql}) SELECT {col_sql} FROM _upsert_src s WHERE NOT {exists}"  # noqa: S608 - table (TableSpec) and quoted column names from code, never input
+        )
     finally:
         con.unregister("_upsert_src")
     return df.height
@@ -190,8 +197,9 @@ def load(
                 " updated_at = excluded.updated_at",
                 [run.cluster, run.collector, watermark],
             )
-        return run.insert(con, status="ok" if error is None else "error", rows=total, quarantined=q.height,
-                          error=error)
+        return run.insert(
+            con, status="ok" if error is None else "error", rows=total, quarantined=q.height, error=error
+        )
 
 
 def record_failure(con: duckdb.DuckDBPyConnection, run: RunRecord, status: str, error: str) -> int:

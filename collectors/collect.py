@@ -57,8 +57,13 @@ def collect(
     return collect_with(lambda fn: fn(con), cfg, kind, now=now)
 
 
-def collect_with(db: Callable[[Callable[[duckdb.DuckDBPyConnection], T]], T], cfg: Config, kind: str = "all", *,
-                 now: datetime | None = None) -> list[Outcome]:
+def collect_with(
+    db: Callable[[Callable[[duckdb.DuckDBPyConnection], T]], T],
+    cfg: Config,
+    kind: str = "all",
+    *,
+    now: datetime | None = None,
+) -> list[Outcome]:
     """`collect`, with the database reached only through `db(fn)`, which runs fn(con) and returns its result.
 
     Slurm commands run between those calls, never inside one: `serve` passes a `db` that takes its write
@@ -113,11 +118,15 @@ def untrusted_output(data: bytes, rows: int, quarantined: int) -> str | None:
     cut short and its later records are missing, however good the first ones look.
     """
     if data and not data.endswith(b"\n"):
-        return (f"output cut short (no final newline): {rows} row(s) kept, {quarantined} line(s) quarantined;"
-                " watermark kept")
+        return (
+            f"output cut short (no final newline): {rows} row(s) kept, {quarantined} line(s) quarantined;"
+            " watermark kept"
+        )
     if quarantined and quarantined >= rows:
-        return (f"mostly garbage: {quarantined} of {rows + quarantined} lines quarantined (see the quarantine"
-                " table); watermark kept")
+        return (
+            f"mostly garbage: {quarantined} of {rows + quarantined} lines quarantined (see the quarantine"
+            " table); watermark kept"
+        )
     return None
 
 
@@ -155,8 +164,9 @@ def _fetch(
     parse_kwargs: dict | None = None,
     check_garbage: bool = False,
 ) -> _Fetched:
-    run = RunRecord(cluster=cfg.cluster, collector=kind, source="live", window_start=window[0],
-                    window_end=window[1])
+    run = RunRecord(
+        cluster=cfg.cluster, collector=kind, source="live", window_start=window[0], window_end=window[1]
+    )
     t0 = time.monotonic()
     failure: CommandError | None = None
     try:
@@ -168,15 +178,31 @@ def _fetch(
             return _Fetched(kind, module, run, failure=("error", str(exc)), elapsed=time.monotonic() - t0)
         failure = exc
         result = CommandResult(tuple(argv), exc.stdout, b"", exc.returncode)
-    parsed = module.parse(result.stdout, cluster=cfg.cluster, snapshot_time=at, tz=UTC, source=f"{kind}:live",
-                          **(parse_kwargs or {}))
+    parsed = module.parse(
+        result.stdout,
+        cluster=cfg.cluster,
+        snapshot_time=at,
+        tz=UTC,
+        source=f"{kind}:live",
+        **(parse_kwargs or {}),
+    )
     if failure is not None and parsed.rows == 0:  # the exit code meant a real failure this time
         return _Fetched(kind, module, run, failure=("error", str(failure)), elapsed=time.monotonic() - t0)
-    verdict = untrusted_output(result.stdout, parsed.rows, parsed.quarantine.height) if check_garbage else None
+    verdict = (
+        untrusted_output(result.stdout, parsed.rows, parsed.quarantine.height) if check_garbage else None
+    )
     if verdict is not None:
         watermark = None
-    return _Fetched(kind, module, run, parsed=parsed, digest=sha256(result.stdout), watermark=watermark,
-                    verdict=verdict, elapsed=time.monotonic() - t0)
+    return _Fetched(
+        kind,
+        module,
+        run,
+        parsed=parsed,
+        digest=sha256(result.stdout),
+        watermark=watermark,
+        verdict=verdict,
+        elapsed=time.monotonic() - t0,
+    )
 
 
 def _load(con: duckdb.DuckDBPyConnection, f: _Fetched) -> Outcome:
@@ -186,8 +212,16 @@ def _load(con: duckdb.DuckDBPyConnection, f: _Fetched) -> Outcome:
         _record(con, f.run, *f.failure)
         return Outcome(f.kind, f.failure[0], 0, f.failure[1])
     hook_factory = getattr(f.module, "after_upsert", None)
-    load(con, f.parsed, f.module.TABLES, f.run, content_sha=f.digest, watermark=f.watermark,
-         after_upsert=hook_factory(f.parsed) if hook_factory else None, error=f.verdict)
+    load(
+        con,
+        f.parsed,
+        f.module.TABLES,
+        f.run,
+        content_sha=f.digest,
+        watermark=f.watermark,
+        after_upsert=hook_factory(f.parsed) if hook_factory else None,
+        error=f.verdict,
+    )
     if f.verdict is not None:
         return Outcome(f.kind, "error", f.parsed.rows, f.verdict)
     return Outcome(f.kind, "ok", f.parsed.rows)
@@ -196,7 +230,11 @@ def _load(con: duckdb.DuckDBPyConnection, f: _Fetched) -> Outcome:
 def _collect_snapshot(db: Callable, cfg: Config, kind: str, at: datetime) -> Outcome:
     module = _module(kind)
     if isinstance(module, str):
-        db(lambda con: _record(con, RunRecord(cluster=cfg.cluster, collector=kind, source="live"), "error", module))
+        db(
+            lambda con: _record(
+                con, RunRecord(cluster=cfg.cluster, collector=kind, source="live"), "error", module
+            )
+        )
         return Outcome(kind, "error", 0, module)
     start = end = None
     if kind == "events":
@@ -216,7 +254,11 @@ def sacct_windows(
     The overlap re-reads jobs that were still changing at the end of the last window (RUNNING ->
     COMPLETED); upserts by attempt key make the re-read harmless.
     """
-    start = (watermark - timedelta(seconds=overlap)) if watermark is not None else now - timedelta(seconds=lookback)
+    start = (
+        (watermark - timedelta(seconds=overlap))
+        if watermark is not None
+        else now - timedelta(seconds=lookback)
+    )
     start = min(start, now)
     step = timedelta(seconds=max(window, 60.0))
     out = []
@@ -230,13 +272,19 @@ def sacct_windows(
 def _collect_sacct(db: Callable, cfg: Config, at: datetime) -> Outcome:
     module = _module("sacct")
     if isinstance(module, str):
-        db(lambda con: _record(con, RunRecord(cluster=cfg.cluster, collector="sacct", source="live"), "error", module))
+        db(
+            lambda con: _record(
+                con, RunRecord(cluster=cfg.cluster, collector="sacct", source="live"), "error", module
+            )
+        )
         return Outcome("sacct", "error", 0, module)
     at = at.astimezone(UTC).replace(microsecond=0)
 
     def plan(con: duckdb.DuckDBPyConnection) -> tuple[datetime | None, list[str]]:
-        return (get_watermark(con, cfg.cluster, "sacct"),
-                module.valid_job_ids(module.pending_job_ids(con, cfg.cluster)))
+        return (
+            get_watermark(con, cfg.cluster, "sacct"),
+            module.valid_job_ids(module.pending_job_ids(con, cfg.cluster)),
+        )
 
     # The by-id list is read before this run's windows load: jobs those windows print are current anyway.
     watermark, ids = db(plan)
@@ -250,15 +298,31 @@ def _collect_sacct(db: Callable, cfg: Config, at: datetime) -> Outcome:
     live = {"delimiter": module.LIVE_DELIMITER}
     rows = 0
     for start, end in windows:
-        fetched = _fetch(cfg, module, "sacct", module.command(cfg, start=start, end=end), at, window=(start, end),
-                         watermark=end, parse_kwargs=live, check_garbage=True)
+        fetched = _fetch(
+            cfg,
+            module,
+            "sacct",
+            module.command(cfg, start=start, end=end),
+            at,
+            window=(start, end),
+            watermark=end,
+            parse_kwargs=live,
+            check_garbage=True,
+        )
         out = db(lambda con, f=fetched: _load(con, f))
         if out.status != "ok":
             return Outcome("sacct", out.status, rows, out.error)  # later windows wait for the next run
         rows += out.rows
     for i in range(0, len(ids), JOBS_PER_CALL):
-        fetched = _fetch(cfg, module, "sacct", module.command_jobs(cfg, ids[i:i + JOBS_PER_CALL]), at,
-                         parse_kwargs=live, check_garbage=True)
+        fetched = _fetch(
+            cfg,
+            module,
+            "sacct",
+            module.command_jobs(cfg, ids[i : i + JOBS_PER_CALL]),
+            at,
+            parse_kwargs=live,
+            check_garbage=True,
+        )
         out = db(lambda con, f=fetched: _load(con, f))
         if out.status != "ok":
             return Outcome("sacct", out.status, rows, "by job id: " + (out.error or ""))
@@ -271,7 +335,9 @@ def _collect_nvml(con: duckdb.DuckDBPyConnection, cfg: Config) -> Outcome:
         module = importlib.import_module("slurmscope.collectors.nvml_ingest")
     except ModuleNotFoundError as exc:
         if exc.name == "slurmscope.collectors.nvml_ingest":
-            return Outcome("nvml", "skipped", 0, "NVML spool collector (slurmscope.collectors.nvml_ingest) not installed")
+            return Outcome(
+                "nvml", "skipped", 0, "NVML spool collector (slurmscope.collectors.nvml_ingest) not installed"
+            )
         raise
     fn = getattr(module, "collect_nvml", None)
     if fn is None:

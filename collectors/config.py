@@ -41,8 +41,16 @@ def command(cfg: Config, *, start: datetime | None = None, end: datetime | None 
     return [cfg.slurm_command("scontrol"), "show", "config"]
 
 
-def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, fmt: str | None = None,
-          delimiter: str | None = None, source: str = "") -> Parsed:
+def parse(
+    data: bytes,
+    *,
+    cluster: str,
+    snapshot_time: datetime,
+    tz: ZoneInfo,
+    fmt: str | None = None,
+    delimiter: str | None = None,
+    source: str = "",
+) -> Parsed:
     """`scontrol show config` text -> slurm_config rows; the "as of" time, when printed, is the snapshot."""
     rows: dict[str, str | None] = {}
     bad: list[dict] = []
@@ -57,7 +65,9 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
             try:
                 when = parse_slurm_time(m.group(1), tz) or snapshot_time
             except ValueError:
-                bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw, "reason": "config: bad date"})
+                bad.append(
+                    {"line_no": line_no, "raw_text": text, "raw_bytes": raw, "reason": "config: bad date"}
+                )
             continue
         m = _STATUS.match(s)
         if m:
@@ -73,11 +83,21 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
             value = m.group(2).strip()
             rows[f"{section}:{key}" if section else key] = None if value in ("", "(null)") else value
             continue
-        bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw,
-                    "reason": "config: not a 'Key = value' line"})
+        bad.append(
+            {
+                "line_no": line_no,
+                "raw_text": text,
+                "raw_bytes": raw,
+                "reason": "config: not a 'Key = value' line",
+            }
+        )
     df = pl.DataFrame(
-        {"cluster": [cluster] * len(rows), "snapshot_time": [when] * len(rows), "key": list(rows),
-         "value": list(rows.values())},
+        {
+            "cluster": [cluster] * len(rows),
+            "snapshot_time": [when] * len(rows),
+            "key": list(rows),
+            "value": list(rows.values()),
+        },
         schema=SLURM_CONFIG_SCHEMA,
     )
     return Parsed(tables={"slurm_config": df}, quarantine=quarantine_frame(bad))

@@ -26,10 +26,21 @@ TABLES = {"node_events": TableSpec("node_events", ("cluster", "node", "time_star
 FIELDS = ("Cluster", "ClusterNodes", "NodeName", "TimeStart", "TimeEnd", "State", "Reason", "User")
 
 _COLUMNS = {
-    "cluster": "cluster", "clusternodes": "cluster_nodes", "nodename": "node", "node": "node",
-    "timestart": "time_start", "start": "time_start", "timeend": "time_end", "end": "time_end",
-    "state": "state", "reason": "reason", "user": "user", "event": "event", "eventraw": "event_raw",
-    "tres": "tres", "duration": "duration",
+    "cluster": "cluster",
+    "clusternodes": "cluster_nodes",
+    "nodename": "node",
+    "node": "node",
+    "timestart": "time_start",
+    "start": "time_start",
+    "timeend": "time_end",
+    "end": "time_end",
+    "state": "state",
+    "reason": "reason",
+    "user": "user",
+    "event": "event",
+    "eventraw": "event_raw",
+    "tres": "tres",
+    "duration": "duration",
 }
 
 NODE_EVENTS_SCHEMA = {
@@ -64,8 +75,16 @@ def _names(fields: list[str]) -> list[str]:
     return [_COLUMNS.get(re.sub(r"\s+", "", f).lower(), re.sub(r"\s+", "", f).lower()) for f in fields]
 
 
-def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, fmt: str | None = None,
-          delimiter: str | None = None, source: str = "") -> Parsed:
+def parse(
+    data: bytes,
+    *,
+    cluster: str,
+    snapshot_time: datetime,
+    tz: ZoneInfo,
+    fmt: str | None = None,
+    delimiter: str | None = None,
+    source: str = "",
+) -> Parsed:
     """`sacctmgr -P show event` output (header kept, or field list in `fmt`) -> node_events rows.
 
     A `Cluster` column wins over `cluster`. Cluster-wide events (no NodeName) get node '' and
@@ -87,13 +106,21 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
             continue
         cols = names or _names(list(FIELDS))
         if "time_start" not in cols:
-            bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw,
-                        "reason": "events: no TimeStart column in the header or --format"})
+            bad.append(
+                {
+                    "line_no": line_no,
+                    "raw_text": text,
+                    "raw_bytes": raw,
+                    "reason": "events: no TimeStart column in the header or --format",
+                }
+            )
             continue
         free = cols.index("reason") if "reason" in cols else None
         values, reason = split_fields(text, delim, len(cols), free_text=free)
         if values is None:
-            bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw, "reason": f"events: {reason}"})
+            bad.append(
+                {"line_no": line_no, "raw_text": text, "raw_bytes": raw, "reason": f"events: {reason}"}
+            )
             continue
         v = dict(zip(cols, values, strict=True))
         try:
@@ -103,8 +130,14 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
             bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw, "reason": f"events: {exc}"})
             continue
         if start is None:
-            bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw,
-                        "reason": "events: event without a start time"})
+            bad.append(
+                {
+                    "line_no": line_no,
+                    "raw_text": text,
+                    "raw_bytes": raw,
+                    "reason": "events: event without a start time",
+                }
+            )
             continue
         node = (v.get("node") or "").strip()
         user = (v.get("user") or "").strip()
@@ -127,6 +160,9 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
             nodes = [node]
         for n in nodes or [""]:
             rows[(row["cluster"], n, start)] = dict(row, node=n)
-    df = pl.DataFrame(list(rows.values()), schema=NODE_EVENTS_SCHEMA, orient="row") if rows else \
-        pl.DataFrame(schema=NODE_EVENTS_SCHEMA)
+    df = (
+        pl.DataFrame(list(rows.values()), schema=NODE_EVENTS_SCHEMA, orient="row")
+        if rows
+        else pl.DataFrame(schema=NODE_EVENTS_SCHEMA)
+    )
     return Parsed(tables={"node_events": df}, quarantine=quarantine_frame(bad))

@@ -29,9 +29,28 @@ import pynvml
 
 # Field names used for forcing errors; the agent counts errors under the same names.
 FIELDS = (
-    "name", "uuid", "serial", "minor_number", "pci_info", "utilization", "memory_info", "power", "energy",
-    "temperature", "memory_temperature", "sm_clock", "mem_clock", "clock_event_reasons", "pcie_replay",
-    "ecc", "retired_pages", "remapped_rows", "nvlink", "mig_mode", "processes", "events",
+    "name",
+    "uuid",
+    "serial",
+    "minor_number",
+    "pci_info",
+    "utilization",
+    "memory_info",
+    "power",
+    "energy",
+    "temperature",
+    "memory_temperature",
+    "sm_clock",
+    "mem_clock",
+    "clock_event_reasons",
+    "pcie_replay",
+    "ecc",
+    "retired_pages",
+    "remapped_rows",
+    "nvlink",
+    "mig_mode",
+    "processes",
+    "events",
 )
 
 MIB = 1024 * 1024
@@ -48,7 +67,7 @@ class MigProfile:
     gpu_instance_id: int
     compute_instance_id: int
     uuid: str
-    name: str                     # e.g. "MIG 3g.40gb"
+    name: str  # e.g. "MIG 3g.40gb"
     memory_total_bytes: int | None = None
 
 
@@ -60,9 +79,9 @@ class GpuProfile:
     uuid: str
     serial: str | None
     minor_number: int | None
-    pci_bus_id: str                       # NVML form: 00000000:00:09.0
+    pci_bus_id: str  # NVML form: 00000000:00:09.0
     driver_version: str
-    cuda_version: int | None               # NVML form: 13010 for 13.1
+    cuda_version: int | None  # NVML form: 13010 for 13.1
     memory_total_bytes: int | None
     memory_used_bytes: int | None
     util_gpu: int | None
@@ -75,12 +94,12 @@ class GpuProfile:
     clock_event_reasons: int | None
     pcie_replay: int | None
     ecc_enabled: bool
-    ecc_volatile: tuple[int, int] | None    # (corrected, uncorrected)
+    ecc_volatile: tuple[int, int] | None  # (corrected, uncorrected)
     ecc_aggregate: tuple[int, int] | None
-    retired_pages: tuple[int, int] | None   # (multiple single bit, double bit) counts
+    retired_pages: tuple[int, int] | None  # (multiple single bit, double bit) counts
     remapped_rows: tuple[int, int, bool, bool] | None  # (correctable, uncorrectable, pending, failure)
-    nvlink_links: int                       # 0: no NVLink (NotSupported)
-    mig_mode: int | None                    # 1 enabled, 0 disabled, None NotSupported
+    nvlink_links: int  # 0: no NVLink (NotSupported)
+    mig_mode: int | None  # 1 enabled, 0 disabled, None NotSupported
     mig_devices: tuple[MigProfile, ...] = ()
     source: str = ""
 
@@ -122,8 +141,9 @@ def _sections(text: str) -> list[tuple[str, str, str]]:
             title, cmd = lines[i - 1][2:].strip(), lines[i][4:].strip()
             j = i + 2  # skip the closing ##### line
             body = []
-            while j < len(lines) and not (lines[j].startswith("#####") and j + 1 < len(lines)
-                                          and lines[j + 1].startswith("# ")):
+            while j < len(lines) and not (
+                lines[j].startswith("#####") and j + 1 < len(lines) and lines[j + 1].startswith("# ")
+            ):
                 body.append(lines[j])
                 j += 1
             out.append((title, cmd, "\n".join(body)))
@@ -176,36 +196,50 @@ def profile_from_capture(text: str, state: str = "idle", source: str = "") -> Gp
 
     remap = None
     if _int(q.get("remapped_rows.correctable")) is not None:
-        remap = (_int(q["remapped_rows.correctable"]), _int(q["remapped_rows.uncorrectable"]),
-                 q.get("remapped_rows.pending") == "Yes", q.get("remapped_rows.failure") == "Yes")
+        remap = (
+            _int(q["remapped_rows.correctable"]),
+            _int(q["remapped_rows.uncorrectable"]),
+            q.get("remapped_rows.pending") == "Yes",
+            q.get("remapped_rows.failure") == "Yes",
+        )
     mig_mode = {"Enabled": 1, "Disabled": 0}.get(q.get("mig.mode.current", ""))
     power = _num(q.get("power.draw"))
     reasons = q.get("clocks_event_reasons.active", "")
     return GpuProfile(
-        name=q["name"], uuid=q["uuid"], serial=_text(q.get("serial")),
+        name=q["name"],
+        uuid=q["uuid"],
+        serial=_text(q.get("serial")),
         minor_number=_int(q.get("index")),  # single-GPU captures: minor number equals index 0
-        pci_bus_id=q["pci.bus_id"], driver_version=q["driver_version"],
+        pci_bus_id=q["pci.bus_id"],
+        driver_version=q["driver_version"],
         cuda_version=_cuda(cuda.group(1) if cuda else None),
         memory_total_bytes=None if _int(q.get("memory.total")) is None else _int(q["memory.total"]) * MIB,
         memory_used_bytes=None if _int(q.get("memory.used")) is None else _int(q["memory.used"]) * MIB,
-        util_gpu=_int(q.get("utilization.gpu")), util_mem=_int(q.get("utilization.memory")),
+        util_gpu=_int(q.get("utilization.gpu")),
+        util_mem=_int(q.get("utilization.memory")),
         power_mw=None if power is None else int(round(power * 1000)),
-        temp_gpu=_int(q.get("temperature.gpu")), temp_mem=_int(q.get("temperature.memory")),
-        sm_clock_mhz=_int(q.get("clocks.current.sm")), mem_clock_mhz=_int(q.get("clocks.current.memory")),
+        temp_gpu=_int(q.get("temperature.gpu")),
+        temp_mem=_int(q.get("temperature.memory")),
+        sm_clock_mhz=_int(q.get("clocks.current.sm")),
+        mem_clock_mhz=_int(q.get("clocks.current.memory")),
         clock_event_reasons=int(reasons, 16) if reasons.startswith("0x") else None,
         pcie_replay=_replay_from_q(text, state),  # not in the CSV field list; the -q text has it
         ecc_enabled=q.get("ecc.mode.current") == "Enabled",
         ecc_volatile=pair("ecc.errors.corrected.volatile.total", "ecc.errors.uncorrected.volatile.total"),
         ecc_aggregate=pair("ecc.errors.corrected.aggregate.total", "ecc.errors.uncorrected.aggregate.total"),
         retired_pages=pair("retired_pages.single_bit_ecc.count", "retired_pages.double_bit.count"),
-        remapped_rows=remap, nvlink_links=links, mig_mode=mig_mode,
-        mig_devices=_mig_from_capture(text) if mig_mode == 1 else (), source=source,
+        remapped_rows=remap,
+        nvlink_links=links,
+        mig_mode=mig_mode,
+        mig_devices=_mig_from_capture(text) if mig_mode == 1 else (),
+        source=source,
     )
 
 
 def _replay_from_q(text: str, state: str) -> int | None:
-    body = next((b for t, c, b in _sections(text) if t.startswith(f"{state} ::") and c.strip() == "nvidia-smi -q"),
-                "")
+    body = next(
+        (b for t, c, b in _sections(text) if t.startswith(f"{state} ::") and c.strip() == "nvidia-smi -q"), ""
+    )
     m = re.search(r"Replays Since Reset\s*:\s*(\S+)", body)
     return _int(m.group(1)) if m else None
 
@@ -221,8 +255,10 @@ def profile_from_xml(text: str, gpu: int = 0, source: str = "") -> GpuProfile:
 
     def ecc(kind: str) -> tuple[int, int] | None:
         base = f"ecc_errors/{kind}/"
-        vals = [_int(t(base + f)) for f in ("sram_correctable", "dram_correctable",
-                                              "sram_uncorrectable", "dram_uncorrectable")]
+        vals = [
+            _int(t(base + f))
+            for f in ("sram_correctable", "dram_correctable", "sram_uncorrectable", "dram_uncorrectable")
+        ]
         if any(v is None for v in vals):
             return None
         return (vals[0] + vals[1], vals[2] + vals[3])
@@ -239,39 +275,67 @@ def profile_from_xml(text: str, gpu: int = 0, source: str = "") -> GpuProfile:
     power = _num(t("gpu_power_readings/power_draw") or t("power_readings/power_draw"))
     retired = None
     if _int(t("retired_pages/multiple_single_bit_retirement/retired_count")) is not None:
-        retired = (_int(t("retired_pages/multiple_single_bit_retirement/retired_count")),
-                   _int(t("retired_pages/double_bit_retirement/retired_count")))
+        retired = (
+            _int(t("retired_pages/multiple_single_bit_retirement/retired_count")),
+            _int(t("retired_pages/double_bit_retirement/retired_count")),
+        )
     remap = None
     if g.find("remapped_rows/remapped_row_corr") is not None:
-        remap = (_int(t("remapped_rows/remapped_row_corr")), _int(t("remapped_rows/remapped_row_unc")),
-                 t("remapped_rows/remapped_row_pending") == "Yes",
-                 t("remapped_rows/remapped_row_failure") == "Yes")
+        remap = (
+            _int(t("remapped_rows/remapped_row_corr")),
+            _int(t("remapped_rows/remapped_row_unc")),
+            t("remapped_rows/remapped_row_pending") == "Yes",
+            t("remapped_rows/remapped_row_failure") == "Yes",
+        )
     active = 0
     for el in g.findall("clocks_event_reasons/*"):
         if (el.text or "").strip() == "Active":
             active |= _REASON_BITS.get(el.tag.replace("clocks_event_reason_", ""), 0)
     return GpuProfile(
-        name=t("product_name") or "", uuid=uuid, serial=_text(t("serial")),
-        minor_number=_int(t("minor_number")), pci_bus_id=t("pci/pci_bus_id") or g.get("id", ""),
+        name=t("product_name") or "",
+        uuid=uuid,
+        serial=_text(t("serial")),
+        minor_number=_int(t("minor_number")),
+        pci_bus_id=t("pci/pci_bus_id") or g.get("id", ""),
         driver_version=root.findtext("driver_version", "").strip(),
         cuda_version=_cuda(root.findtext("cuda_version")),
-        memory_total_bytes=None if _int(t("fb_memory_usage/total")) is None else _int(t("fb_memory_usage/total")) * MIB,
-        memory_used_bytes=None if _int(t("fb_memory_usage/used")) is None else _int(t("fb_memory_usage/used")) * MIB,
-        util_gpu=_int(t("utilization/gpu_util")), util_mem=_int(t("utilization/memory_util")),
+        memory_total_bytes=None
+        if _int(t("fb_memory_usage/total")) is None
+        else _int(t("fb_memory_usage/total")) * MIB,
+        memory_used_bytes=None
+        if _int(t("fb_memory_usage/used")) is None
+        else _int(t("fb_memory_usage/used")) * MIB,
+        util_gpu=_int(t("utilization/gpu_util")),
+        util_mem=_int(t("utilization/memory_util")),
         power_mw=None if power is None else int(round(power * 1000)),
-        temp_gpu=_int(t("temperature/gpu_temp")), temp_mem=_int(t("temperature/memory_temp")),
-        sm_clock_mhz=_int(t("clocks/sm_clock")), mem_clock_mhz=_int(t("clocks/mem_clock")),
-        clock_event_reasons=active, pcie_replay=_int(t("pci/replay_counter")),
+        temp_gpu=_int(t("temperature/gpu_temp")),
+        temp_mem=_int(t("temperature/memory_temp")),
+        sm_clock_mhz=_int(t("clocks/sm_clock")),
+        mem_clock_mhz=_int(t("clocks/mem_clock")),
+        clock_event_reasons=active,
+        pcie_replay=_int(t("pci/replay_counter")),
         ecc_enabled=t("ecc_mode/current_ecc") == "Enabled",
-        ecc_volatile=ecc("volatile"), ecc_aggregate=ecc("aggregate"), retired_pages=retired,
-        remapped_rows=remap, nvlink_links=0, mig_mode=mig_mode, mig_devices=tuple(migs), source=source,
+        ecc_volatile=ecc("volatile"),
+        ecc_aggregate=ecc("aggregate"),
+        retired_pages=retired,
+        remapped_rows=remap,
+        nvlink_links=0,
+        mig_mode=mig_mode,
+        mig_devices=tuple(migs),
+        source=source,
     )
 
 
 _REASON_BITS = {
-    "gpu_idle": 0x1, "applications_clocks_setting": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
-    "sync_boost": 0x10, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40,
-    "hw_power_brake_slowdown": 0x80, "display_clocks_setting": 0x100,
+    "gpu_idle": 0x1,
+    "applications_clocks_setting": 0x2,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal_slowdown": 0x20,
+    "hw_thermal_slowdown": 0x40,
+    "hw_power_brake_slowdown": 0x80,
+    "display_clocks_setting": 0x100,
 }
 
 
@@ -319,7 +383,7 @@ def profile_to_dict(p: GpuProfile) -> dict[str, Any]:
 class FakeProcess:
     pid: int
     used_memory_bytes: int = 0
-    gpu_instance_id: int | None = None      # MIG: which instance the process runs on
+    gpu_instance_id: int | None = None  # MIG: which instance the process runs on
     compute_instance_id: int | None = None
 
 
@@ -334,10 +398,10 @@ class FakeGpu:
     not_supported: set[str] = field(default_factory=set)
     no_permission: set[str] = field(default_factory=set)
     unknown_error: set[str] = field(default_factory=set)
-    lost_at: float | None = None                           # fake-clock time the GPU falls off the bus
+    lost_at: float | None = None  # fake-clock time the GPU falls off the bus
     xid_events: list[tuple[float, int]] = field(default_factory=list)  # (time, xid)
     processes: list[FakeProcess] = field(default_factory=list)
-    values: dict[str, Any] = field(default_factory=dict)   # util_gpu, util_mem, power_mw, memory_used_bytes...
+    values: dict[str, Any] = field(default_factory=dict)  # util_gpu, util_mem, power_mw, memory_used_bytes...
     energy_mj: float = 0.0
     _energy_t: float | None = None
 
@@ -391,8 +455,9 @@ class FakeNVML:
     NVML_MEMORY_ERROR_TYPE_UNCORRECTED = pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
     NVML_VOLATILE_ECC = pynvml.NVML_VOLATILE_ECC
     NVML_AGGREGATE_ECC = pynvml.NVML_AGGREGATE_ECC
-    NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = \
+    NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = (
         pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
+    )
     NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
     NVML_NVLINK_MAX_LINKS = pynvml.NVML_NVLINK_MAX_LINKS
     NVML_NVLINK_ERROR_DL_REPLAY = pynvml.NVML_NVLINK_ERROR_DL_REPLAY
@@ -402,16 +467,23 @@ class FakeNVML:
     NVML_FI_DEV_MEMORY_TEMP = pynvml.NVML_FI_DEV_MEMORY_TEMP
     nvmlEventTypeXidCriticalError = pynvml.nvmlEventTypeXidCriticalError  # noqa: N815
 
-    def __init__(self, gpus: Iterable[FakeGpu], *, clock: Callable[[], float],
-                 sleep: Callable[[float], None] | None = None, driver_version: str | None = None,
-                 cuda_version: int | None = None, proc_cgroups: dict[int, str] | None = None) -> None:
+    def __init__(
+        self,
+        gpus: Iterable[FakeGpu],
+        *,
+        clock: Callable[[], float],
+        sleep: Callable[[float], None] | None = None,
+        driver_version: str | None = None,
+        cuda_version: int | None = None,
+        proc_cgroups: dict[int, str] | None = None,
+    ) -> None:
         self.gpus = list(gpus)
         self.clock = clock
         self.sleep = sleep or (lambda s: None)
         first = self.gpus[0].profile if self.gpus else None
         self.driver_version = driver_version or (first.driver_version if first else "0")
         self.cuda_version = cuda_version or (first.cuda_version if first and first.cuda_version else 12000)
-        self.proc_cgroups = proc_cgroups or {}   # pid -> /proc/<pid>/cgroup text, for the agent's reader
+        self.proc_cgroups = proc_cgroups or {}  # pid -> /proc/<pid>/cgroup text, for the agent's reader
         self.initialized = 0
         self.calls = 0
         for i, g in enumerate(self.gpus):
@@ -494,8 +566,11 @@ class FakeNVML:
     def nvmlDeviceGetUUID(self, handle: FakeHandle) -> str:  # noqa: N802
         self._gate(handle, "uuid")
         if handle.mig is not None:
-            return handle.mig.uuid if handle.gpu.uuid == handle.gpu.profile.uuid else \
-                _derived_uuid(handle.mig.uuid, handle.index, prefix="MIG-")
+            return (
+                handle.mig.uuid
+                if handle.gpu.uuid == handle.gpu.profile.uuid
+                else _derived_uuid(handle.mig.uuid, handle.index, prefix="MIG-")
+            )
         return handle.gpu.uuid
 
     def nvmlDeviceGetSerial(self, handle: FakeHandle) -> str:  # noqa: N802
@@ -527,10 +602,15 @@ class FakeNVML:
         u.gpu, u.memory = int(util), int(gpu.value("util_mem") or 0)
         return u
 
-    def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle, version: int | None = None) -> pynvml.c_nvmlMemory_t:  # noqa: N802
+    def nvmlDeviceGetMemoryInfo(
+        self, handle: FakeHandle, version: int | None = None
+    ) -> pynvml.c_nvmlMemory_t:  # noqa: N802
         gpu = handle.gpu
-        total = gpu.value("memory_total_bytes") if handle.mig is None else \
-            (handle.mig.memory_total_bytes or gpu.value("memory_total_bytes"))
+        total = (
+            gpu.value("memory_total_bytes")
+            if handle.mig is None
+            else (handle.mig.memory_total_bytes or gpu.value("memory_total_bytes"))
+        )
         self._gate(handle, "memory_info", total)
         m = pynvml.c_nvmlMemory_t()
         m.total = int(total)
@@ -609,7 +689,9 @@ class FakeNVML:
     def nvmlDeviceGetRetiredPages(self, device: FakeHandle, sourceFilter: int) -> list[int]:  # noqa: N802, N803
         counts = device.gpu.value("retired_pages")
         self._gate(device, "retired_pages", counts)
-        n = counts[0 if sourceFilter == pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS else 1]
+        n = counts[
+            0 if sourceFilter == pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS else 1
+        ]
         return [0x1000 * (k + 1) for k in range(n)]
 
     def nvmlDeviceGetRemappedRows(self, device: FakeHandle) -> tuple[int, int, int, int]:  # noqa: N802
@@ -621,7 +703,9 @@ class FakeNVML:
         links = device.gpu.value("nvlink_links")
         self._gate(device, "nvlink", links or None)
         if device.gpu.value("mig_mode") == 1:
-            _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)  # "Nvlink queries are not supported for Devices in MIG mode"
+            _raise(
+                pynvml.NVML_ERROR_NOT_SUPPORTED
+            )  # "Nvlink queries are not supported for Devices in MIG mode"
         if link >= links:
             _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return pynvml.NVML_FEATURE_ENABLED
@@ -732,8 +816,9 @@ def _derived_uuid(base: str, i: int, prefix: str = "GPU-") -> str:
 # --------------------------------------------------------------------------------------------------
 
 
-def fake_from_spec(spec: dict[str, Any], *, clock: Callable[[], float],
-                   sleep: Callable[[float], None] | None = None) -> FakeNVML:
+def fake_from_spec(
+    spec: dict[str, Any], *, clock: Callable[[], float], sleep: Callable[[float], None] | None = None
+) -> FakeNVML:
     """Build a FakeNVML from a JSON-able spec.
 
     {"gpus": [{"model": "h100", "state": "idle", "count": 8, "not_supported": ["ecc"],

@@ -58,7 +58,9 @@ def resolve_timezone(cfg: Config, timezone: str | None) -> ZoneInfo:
     try:
         return ZoneInfo(timezone)
     except (ZoneInfoNotFoundError, ValueError):
-        raise IngestError(f"--timezone {timezone!r} is not an IANA time zone such as 'Europe/Berlin'") from None
+        raise IngestError(
+            f"--timezone {timezone!r} is not an IANA time zone such as 'Europe/Berlin'"
+        ) from None
 
 
 def ingest_files(
@@ -82,7 +84,9 @@ def ingest_files(
             from slurmscope.collectors.nvml_ingest import ingest_spool_files
         except ModuleNotFoundError as exc:
             if exc.name and exc.name.startswith("slurmscope.collectors.nvml_ingest"):
-                raise IngestError("no NVML spool loader is installed (slurmscope.collectors.nvml_ingest)") from None
+                raise IngestError(
+                    "no NVML spool loader is installed (slurmscope.collectors.nvml_ingest)"
+                ) from None
             raise
         return ingest_spool_files(con, cfg, paths)
     if delimiter == "":
@@ -103,8 +107,9 @@ def ingest_files(
     return [_ingest_one(con, cfg, kind, module, path, fmt, delimiter, tz) for path in paths]
 
 
-def _ingest_one(con, cfg: Config, kind: str, module: ModuleType, path: Path, fmt, delimiter,
-                tz: ZoneInfo) -> IngestResult:
+def _ingest_one(
+    con, cfg: Config, kind: str, module: ModuleType, path: Path, fmt, delimiter, tz: ZoneInfo
+) -> IngestResult:
     source = f"{kind}:{path.name}"
     try:
         data = path.read_bytes()
@@ -118,6 +123,12 @@ def _ingest_one(con, cfg: Config, kind: str, module: ModuleType, path: Path, fmt
     del data  # the raw text is not needed for loading; a large dump should not be held twice
     hook_factory = getattr(module, "after_upsert", None)
     run = RunRecord(cluster=cfg.cluster, collector=kind, source=source)
-    load(con, parsed, module.TABLES, run, content_sha=digest,
-         after_upsert=hook_factory(parsed) if hook_factory else None)
+    load(
+        con,
+        parsed,
+        module.TABLES,
+        run,
+        content_sha=digest,
+        after_upsert=hook_factory(parsed) if hook_factory else None,
+    )
     return IngestResult(path=path, rows=parsed.rows, quarantined=parsed.quarantine.height)

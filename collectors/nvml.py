@@ -44,7 +44,7 @@ RECORD_TYPES = ("sample", "event", "job", "inventory")
 
 # Clock-event reasons that mean "the GPU is held back", as opposed to idle (0x1) or an operator's
 # application-clock setting (0x2) or display clocks (0x100).
-THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80   # sw power cap, hw slowdown, sw/hw thermal, power brake
+THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80  # sw power cap, hw slowdown, sw/hw thermal, power brake
 
 # XIDs after which the GPU needs attention (NVIDIA XID catalogue: DBE, row-remap failure, NVLink,
 # fallen off the bus, ECC rate, contained/uncontained errors, GSP timeouts/errors).
@@ -161,7 +161,7 @@ def parse_mapping(text: str) -> JobMapping | None:
 @dataclass(frozen=True)
 class KmsgRecord:
     seq: int
-    usec: int       # microseconds since boot
+    usec: int  # microseconds since boot
     priority: int
     message: str
 
@@ -182,7 +182,7 @@ def parse_kmsg_record(line: str) -> KmsgRecord | None:
 
 @dataclass(frozen=True)
 class XidMessage:
-    pci_bus_id: str | None   # normalised, function .0
+    pci_bus_id: str | None  # normalised, function .0
     xid: int
     detail: str
 
@@ -216,8 +216,14 @@ def spool_file_name(node: str, opened_at: float) -> str:
 
 
 def spool_header(node: str, opened_at: float, *, cluster: str | None = None) -> dict[str, Any]:
-    return {"type": "header", "format": SPOOL_FORMAT, "version": SPOOL_VERSION, "node": node,
-            "opened_at": iso(opened_at), "cluster": cluster}
+    return {
+        "type": "header",
+        "format": SPOOL_FORMAT,
+        "version": SPOOL_VERSION,
+        "node": node,
+        "opened_at": iso(opened_at),
+        "cluster": cluster,
+    }
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -228,9 +234,15 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_spool_file(directory: str | os.PathLike[str], node: str, records: Iterable[dict[str, Any]], *,
-                     opened_at: float | None = None, name: str | None = None,
-                     cluster: str | None = None) -> Path:
+def write_spool_file(
+    directory: str | os.PathLike[str],
+    node: str,
+    records: Iterable[dict[str, Any]],
+    *,
+    opened_at: float | None = None,
+    name: str | None = None,
+    cluster: str | None = None,
+) -> Path:
     """Write one closed spool file atomically and durably; return its path.
 
     Header line, one JSON object per record, footer line with the record count and the sha256 of every
@@ -246,7 +258,7 @@ def write_spool_file(directory: str | os.PathLike[str], node: str, records: Iter
         opened_at = min((t for t in times if t is not None), default=0.0)
     name = name or spool_file_name(node, opened_at)
     final = directory / name
-    stem = name[:-len(".jsonl")] if name.endswith(".jsonl") else name
+    stem = name[: -len(".jsonl")] if name.endswith(".jsonl") else name
     n = 1
     while final.exists():
         final = directory / f"{stem}-{n}.jsonl"
@@ -263,7 +275,7 @@ def write_spool_file(directory: str | os.PathLike[str], node: str, records: Iter
             fh.flush()
             os.fsync(fh.fileno())
     except OSError:
-        tmp.unlink(missing_ok=True)   # a full disk must not keep a half temp file holding its space
+        tmp.unlink(missing_ok=True)  # a full disk must not keep a half temp file holding its space
         raise
     os.rename(tmp, final)
     _fsync_dir(directory)
@@ -285,8 +297,8 @@ class SpoolContent:
     """A spool file checked line by line: `problem` set means the file as a whole is rejected."""
 
     header: dict[str, Any] | None
-    records: list[tuple[int, dict[str, Any]]]          # (line_no, record)
-    bad_lines: list[tuple[int, bytes, str]]            # (line_no, raw, reason)
+    records: list[tuple[int, dict[str, Any]]]  # (line_no, record)
+    bad_lines: list[tuple[int, bytes, str]]  # (line_no, raw, reason)
     problem: str | None = None
     lines: list[bytes] = field(default_factory=list)
 
@@ -320,8 +332,9 @@ def read_spool_bytes(data: bytes) -> SpoolContent:
     if not isinstance(footer, dict) or footer.get("type") != "footer":
         return SpoolContent(header, [], [], "no footer (file was not closed)", lines)
     if footer.get("records") != len(lines) - 2:
-        return SpoolContent(header, [], [], f"footer counts {footer.get('records')} records, file has "
-                                            f"{len(lines) - 2}", lines)
+        return SpoolContent(
+            header, [], [], f"footer counts {footer.get('records')} records, file has {len(lines) - 2}", lines
+        )
     body = data[: len(data) - len(lines[-1]) - 1]
     if footer.get("sha256") != hashlib.sha256(body).hexdigest():
         return SpoolContent(header, [], [], "checksum mismatch", lines)
@@ -377,7 +390,7 @@ class SpoolJournal:
         self.name: str | None = None
         self.records: list[dict[str, Any]] = []
         self._fh = None
-        self._good = 0       # journal bytes known fsynced; a failed append is cut back to this
+        self._good = 0  # journal bytes known fsynced; a failed append is cut back to this
 
     @property
     def path(self) -> Path | None:
@@ -414,7 +427,7 @@ class SpoolJournal:
             try:
                 fh.close()
             except OSError:
-                pass    # what close could not flush was never acknowledged; the caller still holds it
+                pass  # what close could not flush was never acknowledged; the caller still holds it
 
     def append(self, records: list[dict[str, Any]]) -> None:
         """Append and fsync; on OSError (disk full, read-only) the journal is cut back and the error raised.
@@ -426,7 +439,7 @@ class SpoolJournal:
         if self.name is None:
             raise RuntimeError("journal not open")
         try:
-            if self._fh is None:          # reopened after a failed append or a failed close
+            if self._fh is None:  # reopened after a failed append or a failed close
                 os.truncate(self.path, self._good)
                 self._fh = open(self.path, "ab")  # noqa: SIM115 - kept open for the hour
             self._fh.write(b"".join(encode_record(r) for r in records))
@@ -449,8 +462,14 @@ class SpoolJournal:
         if self.name is None:
             return None
         self._drop_fh()
-        out = write_spool_file(self.directory, self.node, self.records, opened_at=self.opened_at,
-                               name=self.name, cluster=self.cluster)
+        out = write_spool_file(
+            self.directory,
+            self.node,
+            self.records,
+            opened_at=self.opened_at,
+            name=self.name,
+            cluster=self.cluster,
+        )
         self.path.unlink(missing_ok=True)
         _fsync_dir(self.directory)
         self.name, self.opened_at, self.records = None, None, []
@@ -476,11 +495,19 @@ class SpoolJournal:
                     header = rec if isinstance(rec, dict) and rec.get("type") == "header" else None
                 elif isinstance(rec, dict) and _check_record(rec) is None:
                     records.append(rec)
-            name = path.name[len(cls.PREFIX):]
+            name = path.name[len(cls.PREFIX) :]
             if header is not None and not (directory / name).exists():
                 opened = parse_iso(header["opened_at"]).timestamp()
-                out.append(write_spool_file(directory, header["node"], records, opened_at=opened, name=name,
-                                            cluster=header.get("cluster")))
+                out.append(
+                    write_spool_file(
+                        directory,
+                        header["node"],
+                        records,
+                        opened_at=opened,
+                        name=name,
+                        cluster=header.get("cluster"),
+                    )
+                )
             path.unlink()
         if out:
             _fsync_dir(directory)
@@ -571,10 +598,23 @@ class Reading:
     errors: int = 0
 
 
-SLOW_FIELDS = ("ecc_corr_vol", "ecc_unc_vol", "ecc_corr_agg", "ecc_unc_agg", "remapped_pending", "remapped_failed",
-               "retired_pages", "nvlink_errors")
-COUNTERS = {"energy_mj": "energy", "pcie_replay": "pcie_replay_delta", "ecc_corr_vol": "ecc_corrected_delta",
-            "ecc_unc_vol": "ecc_uncorrected_delta", "nvlink_errors": "nvlink_errors_delta"}
+SLOW_FIELDS = (
+    "ecc_corr_vol",
+    "ecc_unc_vol",
+    "ecc_corr_agg",
+    "ecc_unc_agg",
+    "remapped_pending",
+    "remapped_failed",
+    "retired_pages",
+    "nvlink_errors",
+)
+COUNTERS = {
+    "energy_mj": "energy",
+    "pcie_replay": "pcie_replay_delta",
+    "ecc_corr_vol": "ecc_corrected_delta",
+    "ecc_unc_vol": "ecc_uncorrected_delta",
+    "nvlink_errors": "nvlink_errors_delta",
+}
 
 
 class MinuteAggregator:
@@ -636,7 +676,11 @@ class MinuteAggregator:
                 self.maxes[key] = max(self.maxes.get(key, v), v)
         if r.mem_total is not None:
             self.maxes["mem_total"] = r.mem_total
-        dt = self.interval if self.last_time is None else min(max(r.time - self.last_time, 0.0), 2 * self.interval)
+        dt = (
+            self.interval
+            if self.last_time is None
+            else min(max(r.time - self.last_time, 0.0), 2 * self.interval)
+        )
         self.last_time = r.time
         if r.reasons is not None:
             self.reasons_or = (self.reasons_or or 0) | r.reasons
@@ -672,22 +716,36 @@ class MinuteAggregator:
         slow = {**self.last_slow, **self.slow}
         energy = delta("energy_mj")
         rec = {
-            "type": "sample", **self.identity, "minute": iso(self.minute), "samples": self.n,
-            "first_sample": iso(self.first), "last_sample": iso(self.last),
-            "util_gpu_mean": mean("util_gpu"), "util_gpu_max": self.maxes.get("util_gpu"),
-            "util_mem_mean": mean("util_mem"), "mem_used_max_bytes": self.maxes.get("mem_used"),
-            "mem_total_bytes": self.maxes.get("mem_total"), "power_mean_watts": mean("power_w"),
+            "type": "sample",
+            **self.identity,
+            "minute": iso(self.minute),
+            "samples": self.n,
+            "first_sample": iso(self.first),
+            "last_sample": iso(self.last),
+            "util_gpu_mean": mean("util_gpu"),
+            "util_gpu_max": self.maxes.get("util_gpu"),
+            "util_mem_mean": mean("util_mem"),
+            "mem_used_max_bytes": self.maxes.get("mem_used"),
+            "mem_total_bytes": self.maxes.get("mem_total"),
+            "power_mean_watts": mean("power_w"),
             "power_max_watts": self.maxes.get("power_w"),
             "energy_joules": None if energy is None else energy / 1000.0,
-            "temp_gpu_max_celsius": self.maxes.get("temp_gpu"), "temp_mem_max_celsius": self.maxes.get("temp_mem"),
-            "sm_clock_mean_mhz": mean("sm_clock"), "mem_clock_mean_mhz": mean("mem_clock"),
+            "temp_gpu_max_celsius": self.maxes.get("temp_gpu"),
+            "temp_mem_max_celsius": self.maxes.get("temp_mem"),
+            "sm_clock_mean_mhz": mean("sm_clock"),
+            "mem_clock_mean_mhz": mean("mem_clock"),
             "throttle_seconds": None if self.reasons_or is None else round(self.throttle_seconds, 3),
             "throttle_reasons": self.reasons_or,
-            "pcie_replay_delta": delta("pcie_replay"), "ecc_corrected_delta": delta("ecc_corr_vol"),
-            "ecc_uncorrected_delta": delta("ecc_unc_vol"), "ecc_corrected_total": slow.get("ecc_corr_agg"),
-            "ecc_uncorrected_total": slow.get("ecc_unc_agg"), "remapped_pending": slow.get("remapped_pending"),
-            "remapped_failed": slow.get("remapped_failed"), "retired_pages": slow.get("retired_pages"),
-            "nvlink_errors_delta": delta("nvlink_errors"), "null_fields": self.errors,
+            "pcie_replay_delta": delta("pcie_replay"),
+            "ecc_corrected_delta": delta("ecc_corr_vol"),
+            "ecc_uncorrected_delta": delta("ecc_unc_vol"),
+            "ecc_corrected_total": slow.get("ecc_corr_agg"),
+            "ecc_uncorrected_total": slow.get("ecc_unc_agg"),
+            "remapped_pending": slow.get("remapped_pending"),
+            "remapped_failed": slow.get("remapped_failed"),
+            "retired_pages": slow.get("retired_pages"),
+            "nvlink_errors_delta": delta("nvlink_errors"),
+            "null_fields": self.errors,
         }
         self._reset()
         return rec
@@ -705,8 +763,8 @@ class GpuRef:
     uuid: str
     index: int
     minor: int | None
-    bus_id: str | None                       # normalised
-    migs: tuple[tuple[str, int, int], ...] = ()   # (mig uuid, gpu instance id, compute instance id)
+    bus_id: str | None  # normalised
+    migs: tuple[tuple[str, int, int], ...] = ()  # (mig uuid, gpu instance id, compute instance id)
 
 
 def resolve_token(token: str, gpus: list[GpuRef]) -> tuple[str, str] | None:
@@ -715,7 +773,7 @@ def resolve_token(token: str, gpus: list[GpuRef]) -> tuple[str, str] | None:
     if re.fullmatch(r"\d+", token):
         minor = int(token)
         return next(((g.uuid, "") for g in gpus if g.minor == minor), None)
-    m = re.fullmatch(r"(\d+)/(\d+)/(\d+)", token)            # minor/gi/ci of a MIG instance
+    m = re.fullmatch(r"(\d+)/(\d+)/(\d+)", token)  # minor/gi/ci of a MIG instance
     if m:
         minor, gi, ci = (int(x) for x in m.groups())
         for g in gpus:
@@ -772,8 +830,14 @@ class Attributor:
         self.checks = {"agree": 0, "disagree": 0, "no_job": 0, "unmapped_gpu": 0}
         self.unresolved_tokens = 0
 
-    def update(self, now: float, gpus: list[GpuRef], mappings: list[JobMapping],
-               finished: list[JobMapping], processes: list[ProcessSeen] | None) -> list[dict[str, Any]]:
+    def update(
+        self,
+        now: float,
+        gpus: list[GpuRef],
+        mappings: list[JobMapping],
+        finished: list[JobMapping],
+        processes: list[ProcessSeen] | None,
+    ) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         index = {g.uuid: g.index for g in gpus}
         desired: dict[tuple[str, str, str, str], float] = {}
@@ -782,7 +846,9 @@ class Attributor:
             targets, unresolved = mapping_targets(m, gpus)
             self.unresolved_tokens += len(unresolved)
             for gpu_uuid, mig in targets:
-                desired[(gpu_uuid, m.job_id, mig, "prolog")] = m.start_time if m.start_time is not None else now
+                desired[(gpu_uuid, m.job_id, mig, "prolog")] = (
+                    m.start_time if m.start_time is not None else now
+                )
                 covered.setdefault((gpu_uuid, mig), set()).add(m.job_id)
         events: list[dict[str, Any]] = []
         if processes is not None:
@@ -800,11 +866,19 @@ class Attributor:
                 else:
                     self.checks["disagree"] += 1
                     seen.add((p.gpu_uuid, p.job_id, p.mig_uuid))
-                    events.append({"type": "event", "gpu_uuid": p.gpu_uuid, "event_time": iso(now),
-                                   "event_type": "attribution_mismatch", "xid": None, "pci_bus_id": None,
-                                   "source": "cgroup",
-                                   "detail": f"pid {p.pid} in job {p.job_id}, prolog maps job(s) "
-                                             f"{','.join(sorted(jobs))}"})
+                    events.append(
+                        {
+                            "type": "event",
+                            "gpu_uuid": p.gpu_uuid,
+                            "event_time": iso(now),
+                            "event_type": "attribution_mismatch",
+                            "xid": None,
+                            "pci_bus_id": None,
+                            "source": "cgroup",
+                            "detail": f"pid {p.pid} in job {p.job_id}, prolog maps job(s) "
+                            f"{','.join(sorted(jobs))}",
+                        }
+                    )
             self.cgroup_seen = seen
         for gpu_uuid, job, mig in self.cgroup_seen:
             key = (gpu_uuid, job, mig, "cgroup")
@@ -830,10 +904,20 @@ class Attributor:
         return out + events
 
     @staticmethod
-    def _record(key: tuple[str, str, str, str], start: float, end: float | None, idx: int | None) -> dict[str, Any]:
+    def _record(
+        key: tuple[str, str, str, str], start: float, end: float | None, idx: int | None
+    ) -> dict[str, Any]:
         gpu_uuid, job, mig, source = key
-        return {"type": "job", "gpu_uuid": gpu_uuid, "gpu_index": idx, "job_id": job, "mig_instance": mig,
-                "interval_start": iso(start), "interval_end": iso(end), "source": source}
+        return {
+            "type": "job",
+            "gpu_uuid": gpu_uuid,
+            "gpu_index": idx,
+            "job_id": job,
+            "mig_instance": mig,
+            "interval_start": iso(start),
+            "interval_end": iso(end),
+            "source": source,
+        }
 
 
 # ==================================================================================================
@@ -877,7 +961,7 @@ class KmsgReader:
             except BlockingIOError:
                 break
             except OSError as exc:
-                if exc.errno == errno.EPIPE:   # ring buffer overran us; the next read continues
+                if exc.errno == errno.EPIPE:  # ring buffer overran us; the next read continues
                     continue
                 log.warning("reading %s failed: %s", self.path, exc)
                 break
@@ -904,7 +988,7 @@ class KmsgReader:
         try:
             tmp.write_text(json.dumps({"boot_id": self.boot_id, "seq": self.pending_seq}))
             os.replace(tmp, self.state_path)
-        except OSError as exc:   # spool disk full/read-only: re-reading later only repeats deduped XIDs
+        except OSError as exc:  # spool disk full/read-only: re-reading later only repeats deduped XIDs
             log.warning("cannot save the kernel log position: %s", exc)
             return
         self.last_seq = self.pending_seq
@@ -946,8 +1030,8 @@ class Device:
     uuid: str
     name: str | None = None
     minor: int | None = None
-    bus_id: str | None = None          # normalised
-    bus_id_raw: str | None = None      # as NVML prints it
+    bus_id: str | None = None  # normalised
+    bus_id_raw: str | None = None  # as NVML prints it
     serial: str | None = None
     mig_mode: bool | None = None
     migs: list[tuple[str, int, int, str | None]] = field(default_factory=list)  # uuid, gi, ci, name
@@ -960,12 +1044,18 @@ class Device:
     throttle_seconds_total: float = 0.0
 
     def ref(self) -> GpuRef:
-        return GpuRef(self.uuid, self.index, self.minor, self.bus_id,
-                      tuple((u, gi, ci) for u, gi, ci, _ in self.migs))
+        return GpuRef(
+            self.uuid, self.index, self.minor, self.bus_id, tuple((u, gi, ci) for u, gi, ci, _ in self.migs)
+        )
 
     def identity(self) -> dict[str, Any]:
-        return {"gpu_uuid": self.uuid, "gpu_index": self.index, "gpu_minor": self.minor,
-                "pci_bus_id": self.bus_id_raw, "model": self.name}
+        return {
+            "gpu_uuid": self.uuid,
+            "gpu_index": self.index,
+            "gpu_minor": self.minor,
+            "pci_bus_id": self.bus_id_raw,
+            "model": self.name,
+        }
 
 
 def _str(v: Any) -> str:
@@ -975,11 +1065,23 @@ def _str(v: Any) -> str:
 class Agent:
     """Sampling, aggregation, attribution, events and spooling for one node. Drive it with `tick(now)`."""
 
-    def __init__(self, nvml: Any, *, node: str, spool_dir: Path, mapping_dir: Path | None,
-                 interval: float = 10.0, slow_interval: float = 60.0, cluster: str | None = None,
-                 read_cgroup: Callable[[int], str | None] | None = None, proc_root: Path = Path("/proc"),
-                 kmsg: KmsgReader | None = None, sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.time, flush_seconds: float = 60.0) -> None:
+    def __init__(
+        self,
+        nvml: Any,
+        *,
+        node: str,
+        spool_dir: Path,
+        mapping_dir: Path | None,
+        interval: float = 10.0,
+        slow_interval: float = 60.0,
+        cluster: str | None = None,
+        read_cgroup: Callable[[int], str | None] | None = None,
+        proc_root: Path = Path("/proc"),
+        kmsg: KmsgReader | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.time,
+        flush_seconds: float = 60.0,
+    ) -> None:
         if interval < 1:
             raise ValueError("interval must be >= 1 second")
         self.nvml, self.node, self.cluster = nvml, node, cluster
@@ -999,9 +1101,16 @@ class Agent:
         self.last_slow: float | None = None
         self.last_init_try: float | None = None
         self.field_errors: dict[tuple[int, str, str], int] = {}
-        self.stats = {"ticks": 0, "tick_seconds_last": 0.0, "tick_seconds_total": 0.0, "records": 0,
-                      "nvml_init_failures": 0, "xid_duplicates": 0, "event_wait_errors": 0,
-                      "spool_write_errors": 0}
+        self.stats = {
+            "ticks": 0,
+            "tick_seconds_last": 0.0,
+            "tick_seconds_total": 0.0,
+            "records": 0,
+            "nvml_init_failures": 0,
+            "xid_duplicates": 0,
+            "event_wait_errors": 0,
+            "spool_write_errors": 0,
+        }
         self.spool_error: str | None = None
         self.recent_xids: dict[tuple[str, int], float] = {}
         self.pending: list[dict[str, Any]] = []
@@ -1059,10 +1168,18 @@ class Agent:
             handle = nv.nvmlDeviceGetHandleByIndex(i)
             uuid = _str(nv.nvmlDeviceGetUUID(handle))
         except nv.NVMLError as exc:
-            self.pending.append({"type": "event", "gpu_uuid": "", "event_time": iso(now),
-                                 "event_type": "gpu_lost" if self._err_name(exc) == "GpuIsLost" else "nvml_error",
-                                 "xid": None, "pci_bus_id": None, "source": "nvml",
-                                 "detail": f"GPU index {i}: {exc}"})
+            self.pending.append(
+                {
+                    "type": "event",
+                    "gpu_uuid": "",
+                    "event_time": iso(now),
+                    "event_type": "gpu_lost" if self._err_name(exc) == "GpuIsLost" else "nvml_error",
+                    "xid": None,
+                    "pci_bus_id": None,
+                    "source": "nvml",
+                    "detail": f"GPU index {i}: {exc}",
+                }
+            )
             return None
         dev = Device(i, handle, uuid)
         try:
@@ -1091,7 +1208,7 @@ class Agent:
             try:
                 mh = nv.nvmlDeviceGetMigDeviceHandleByIndex(dev.handle, j)
             except nv.NVMLError:
-                continue   # NotFound: no instance in this slot
+                continue  # NotFound: no instance in this slot
             u = self._call(dev, "mig_uuid", nv.nvmlDeviceGetUUID, mh)
             gi = self._call(dev, "mig_ids", nv.nvmlDeviceGetGpuInstanceId, mh)
             ci = self._call(dev, "mig_ids", nv.nvmlDeviceGetComputeInstanceId, mh)
@@ -1111,32 +1228,75 @@ class Agent:
             if dev.lost:
                 continue
             try:
-                self._call(dev, "events", nv.nvmlDeviceRegisterEvents, dev.handle,
-                           nv.nvmlEventTypeXidCriticalError, self.event_set)
+                self._call(
+                    dev,
+                    "events",
+                    nv.nvmlDeviceRegisterEvents,
+                    dev.handle,
+                    nv.nvmlEventTypeXidCriticalError,
+                    self.event_set,
+                )
             except _GpuLost:
                 pass
 
     def inventory_records(self, now: float) -> list[dict[str, Any]]:
         out = []
         for d in self.devices:
-            out.append({"type": "inventory", "gpu_uuid": d.uuid, "seen_at": iso(now), "gpu_index": d.index,
-                        "gpu_minor": d.minor, "pci_bus_id": d.bus_id_raw, "model": d.name, "serial": d.serial,
-                        "driver_version": self.driver_version, "cuda_version": self.cuda_version,
-                        "mig_mode": d.mig_mode})
+            out.append(
+                {
+                    "type": "inventory",
+                    "gpu_uuid": d.uuid,
+                    "seen_at": iso(now),
+                    "gpu_index": d.index,
+                    "gpu_minor": d.minor,
+                    "pci_bus_id": d.bus_id_raw,
+                    "model": d.name,
+                    "serial": d.serial,
+                    "driver_version": self.driver_version,
+                    "cuda_version": self.cuda_version,
+                    "mig_mode": d.mig_mode,
+                }
+            )
             for u, gi, ci, name in d.migs:
-                out.append({"type": "inventory", "gpu_uuid": u, "seen_at": iso(now), "gpu_index": d.index,
-                            "gpu_minor": d.minor, "pci_bus_id": d.bus_id_raw,
-                            "model": name or f"{d.name} MIG {gi}/{ci}", "serial": d.serial,
-                            "driver_version": self.driver_version, "cuda_version": self.cuda_version,
-                            "mig_mode": True})
+                out.append(
+                    {
+                        "type": "inventory",
+                        "gpu_uuid": u,
+                        "seen_at": iso(now),
+                        "gpu_index": d.index,
+                        "gpu_minor": d.minor,
+                        "pci_bus_id": d.bus_id_raw,
+                        "model": name or f"{d.name} MIG {gi}/{ci}",
+                        "serial": d.serial,
+                        "driver_version": self.driver_version,
+                        "cuda_version": self.cuda_version,
+                        "mig_mode": True,
+                    }
+                )
         return out
 
     # -- health -------------------------------------------------------------------------------------
-    def _event(self, now: float, dev: Device | None, event_type: str, *, xid: int | None = None,
-               source: str = "nvml", detail: str = "", bus: str | None = None) -> dict[str, Any]:
-        rec = {"type": "event", "gpu_uuid": dev.uuid if dev else "", "event_time": iso(now),
-               "event_type": event_type, "xid": xid, "pci_bus_id": bus or (dev.bus_id_raw if dev else None),
-               "source": source, "detail": detail}
+    def _event(
+        self,
+        now: float,
+        dev: Device | None,
+        event_type: str,
+        *,
+        xid: int | None = None,
+        source: str = "nvml",
+        detail: str = "",
+        bus: str | None = None,
+    ) -> dict[str, Any]:
+        rec = {
+            "type": "event",
+            "gpu_uuid": dev.uuid if dev else "",
+            "event_time": iso(now),
+            "event_type": event_type,
+            "xid": xid,
+            "pci_bus_id": bus or (dev.bus_id_raw if dev else None),
+            "source": source,
+            "detail": detail,
+        }
         self.pending.append(rec)
         return rec
 
@@ -1154,8 +1314,9 @@ class Agent:
         self._event(now, dev, "gpu_lost", detail=("GPU is lost " + detail).strip())
         self._unhealthy(dev, now, "gpu lost", "nvml")
 
-    def handle_xid(self, now: float, dev: Device | None, xid: int, source: str, detail: str = "",
-                   bus: str | None = None) -> None:
+    def handle_xid(
+        self, now: float, dev: Device | None, xid: int, source: str, detail: str = "", bus: str | None = None
+    ) -> None:
         key = (dev.uuid if dev else (bus or ""), xid)
         last = self.recent_xids.get(key)
         if last is not None and abs(now - last) < XID_DEDUP_SECONDS:
@@ -1183,7 +1344,9 @@ class Agent:
         r.power_w = None if p is None else p / 1000.0
         r.energy_mj = self._call(dev, "energy", nv.nvmlDeviceGetTotalEnergyConsumption, h)
         r.temp_gpu = self._call(dev, "temperature", nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)
-        fv = self._call(dev, "memory_temperature", nv.nvmlDeviceGetFieldValues, h, [nv.NVML_FI_DEV_MEMORY_TEMP])
+        fv = self._call(
+            dev, "memory_temperature", nv.nvmlDeviceGetFieldValues, h, [nv.NVML_FI_DEV_MEMORY_TEMP]
+        )
         if fv is not None:
             v = fv[0]
             if v.nvmlReturn == nv.NVML_SUCCESS:
@@ -1199,21 +1362,37 @@ class Agent:
         if slow:
             corr = nv.NVML_MEMORY_ERROR_TYPE_CORRECTED
             unc = nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
-            r.ecc_corr_vol = self._call(dev, "ecc", nv.nvmlDeviceGetTotalEccErrors, h, corr, nv.NVML_VOLATILE_ECC)
+            r.ecc_corr_vol = self._call(
+                dev, "ecc", nv.nvmlDeviceGetTotalEccErrors, h, corr, nv.NVML_VOLATILE_ECC
+            )
             if r.ecc_corr_vol is not None:
-                r.ecc_unc_vol = self._call(dev, "ecc", nv.nvmlDeviceGetTotalEccErrors, h, unc, nv.NVML_VOLATILE_ECC)
-                r.ecc_corr_agg = self._call(dev, "ecc", nv.nvmlDeviceGetTotalEccErrors, h, corr,
-                                            nv.NVML_AGGREGATE_ECC)
-                r.ecc_unc_agg = self._call(dev, "ecc", nv.nvmlDeviceGetTotalEccErrors, h, unc,
-                                           nv.NVML_AGGREGATE_ECC)
+                r.ecc_unc_vol = self._call(
+                    dev, "ecc", nv.nvmlDeviceGetTotalEccErrors, h, unc, nv.NVML_VOLATILE_ECC
+                )
+                r.ecc_corr_agg = self._call(
+                    dev, "ecc", nv.nvmlDeviceGetTotalEccErrors, h, corr, nv.NVML_AGGREGATE_ECC
+                )
+                r.ecc_unc_agg = self._call(
+                    dev, "ecc", nv.nvmlDeviceGetTotalEccErrors, h, unc, nv.NVML_AGGREGATE_ECC
+                )
             rows = self._call(dev, "remapped_rows", nv.nvmlDeviceGetRemappedRows, h)
             if rows is not None:
                 r.remapped_pending, r.remapped_failed = bool(rows[2]), bool(rows[3])
-            pages = self._call(dev, "retired_pages", nv.nvmlDeviceGetRetiredPages, h,
-                               nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+            pages = self._call(
+                dev,
+                "retired_pages",
+                nv.nvmlDeviceGetRetiredPages,
+                h,
+                nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+            )
             if pages is not None:
-                dbe = self._call(dev, "retired_pages", nv.nvmlDeviceGetRetiredPages, h,
-                                 nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+                dbe = self._call(
+                    dev,
+                    "retired_pages",
+                    nv.nvmlDeviceGetRetiredPages,
+                    h,
+                    nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR,
+                )
                 r.retired_pages = len(pages) + len(dbe or [])
             r.nvlink_errors = self._nvlink_errors(dev)
             self._check_slow_health(dev, r, now)
@@ -1230,16 +1409,21 @@ class Agent:
             if err == "GpuIsLost":
                 raise _GpuLost() from exc
             if err == "FunctionNotFound" and hasattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons"):
-                return self._call(dev, "clock_event_reasons", nv.nvmlDeviceGetCurrentClocksThrottleReasons,
-                                  dev.handle)
+                return self._call(
+                    dev, "clock_event_reasons", nv.nvmlDeviceGetCurrentClocksThrottleReasons, dev.handle
+                )
             key = (dev.index, "clock_event_reasons", err)
             self.field_errors[key] = self.field_errors.get(key, 0) + 1
             return None
 
     def _nvlink_errors(self, dev: Device) -> int | None:
         nv, total, links = self.nvml, 0, 0
-        counters = (nv.NVML_NVLINK_ERROR_DL_REPLAY, nv.NVML_NVLINK_ERROR_DL_RECOVERY,
-                    nv.NVML_NVLINK_ERROR_DL_CRC_FLIT, nv.NVML_NVLINK_ERROR_DL_CRC_DATA)
+        counters = (
+            nv.NVML_NVLINK_ERROR_DL_REPLAY,
+            nv.NVML_NVLINK_ERROR_DL_RECOVERY,
+            nv.NVML_NVLINK_ERROR_DL_CRC_FLIT,
+            nv.NVML_NVLINK_ERROR_DL_CRC_DATA,
+        )
         for link in range(nv.NVML_NVLINK_MAX_LINKS):
             try:
                 nv.nvmlDeviceGetNvLinkState(dev.handle, link)
@@ -1263,8 +1447,12 @@ class Agent:
             self._unhealthy(dev, now, "row remapping failed", "nvml")
         if r.remapped_pending and not (prev and prev.remapped_pending):
             self._event(now, dev, "ecc", detail="row remapping pending (reset required)")
-        if r.ecc_unc_vol is not None and prev is not None and prev.ecc_unc_vol is not None \
-                and r.ecc_unc_vol > prev.ecc_unc_vol:
+        if (
+            r.ecc_unc_vol is not None
+            and prev is not None
+            and prev.ecc_unc_vol is not None
+            and r.ecc_unc_vol > prev.ecc_unc_vol
+        ):
             self._event(now, dev, "ecc", detail=f"uncorrected ECC errors +{r.ecc_unc_vol - prev.ecc_unc_vol}")
 
     # -- processes / attribution -------------------------------------------------------------------
@@ -1280,7 +1468,9 @@ class Agent:
             if dev.lost:
                 continue
             try:
-                procs = self._call(dev, "processes", self.nvml.nvmlDeviceGetComputeRunningProcesses, dev.handle)
+                procs = self._call(
+                    dev, "processes", self.nvml.nvmlDeviceGetComputeRunningProcesses, dev.handle
+                )
             except _GpuLost:
                 continue
             for p in procs or []:
@@ -1288,7 +1478,9 @@ class Agent:
                 gi = getattr(p, "gpuInstanceId", 0xFFFFFFFF)
                 ci = getattr(p, "computeInstanceId", 0xFFFFFFFF)
                 if dev.migs and gi != 0xFFFFFFFF:
-                    mig = next((u for u, a, b, _ in dev.migs if a == gi and (b == ci or ci == 0xFFFFFFFF)), "")
+                    mig = next(
+                        (u for u, a, b, _ in dev.migs if a == gi and (b == ci or ci == 0xFFFFFFFF)), ""
+                    )
                 text = self.read_cgroup(int(p.pid))
                 out.append(ProcessSeen(dev.uuid, mig, int(p.pid), parse_cgroup_job(text) if text else None))
         return out
@@ -1323,7 +1515,7 @@ class Agent:
         """One sampling round at time `now`: sample, aggregate, attribute, read the kernel log, spool."""
         t0 = time.perf_counter()
         if self.journal.due(now):
-            if self.spool_error is None:    # once per hour, not on every retry of a failing close
+            if self.spool_error is None:  # once per hour, not on every retry of a failing close
                 self._flush_partial_minutes()
             self._write(now)
             try:
@@ -1356,7 +1548,7 @@ class Agent:
                 continue
             self.pending.extend(dev.agg.add(r))
             if not slow and dev.last is not None:
-                for key in SLOW_FIELDS:   # metrics show the last slow reading between slow rounds
+                for key in SLOW_FIELDS:  # metrics show the last slow reading between slow rounds
                     if getattr(r, key) is None:
                         setattr(r, key, getattr(dev.last, key))
             dev.last = r
@@ -1365,8 +1557,11 @@ class Agent:
         if self.initialized:
             active, finished = self._mappings()
             procs = self._processes() if slow else None
-            self.pending.extend(self.attributor.update(now, [d.ref() for d in self.devices], active,
-                                                       [m for _, m in finished], procs))
+            self.pending.extend(
+                self.attributor.update(
+                    now, [d.ref() for d in self.devices], active, [m for _, m in finished], procs
+                )
+            )
         else:
             finished = []
         self._read_kmsg(now)
@@ -1402,10 +1597,12 @@ class Agent:
             x = parse_xid(rec.message)
             if x is None:
                 continue
-            dev = next((d for d in self.devices if d.bus_id and x.pci_bus_id and d.bus_id == x.pci_bus_id), None)
+            dev = next(
+                (d for d in self.devices if d.bus_id and x.pci_bus_id and d.bus_id == x.pci_bus_id), None
+            )
             self.handle_xid(self.kmsg.event_time(rec), dev, x.xid, "kmsg", x.detail, bus=x.pci_bus_id)
         if self.kmsg.pending_seq != self.kmsg.last_seq and not self.pending:
-            self.kmsg.commit()   # only non-XID lines were read: nothing to make durable first
+            self.kmsg.commit()  # only non-XID lines were read: nothing to make durable first
 
     def _write(self, now: float) -> bool:
         if not self.pending:
@@ -1416,7 +1613,7 @@ class Agent:
             self.journal.append(self.pending)
         except OSError as exc:
             self._spool_failed(exc)
-            return False      # records stay pending (in memory) and are retried on the next write
+            return False  # records stay pending (in memory) and are retried on the next write
         self.stats["records"] += len(self.pending)
         self.pending = []
         self.spool_error = None
@@ -1426,8 +1623,11 @@ class Agent:
         """Spool directory full or read-only: keep sampling, hold records in memory, say so in /metrics."""
         self.stats["spool_write_errors"] += 1
         if self.spool_error is None:
-            log.error("cannot write the spool in %s (%s); holding records in memory and retrying",
-                      self.spool_dir, exc)
+            log.error(
+                "cannot write the spool in %s (%s); holding records in memory and retrying",
+                self.spool_dir,
+                exc,
+            )
         self.spool_error = exc.strerror or str(exc)
 
     def _flush_partial_minutes(self) -> None:
@@ -1442,16 +1642,19 @@ class Agent:
         self._flush_partial_minutes()
         wrote = self._write(now)
         if self.kmsg is not None:
-            if wrote or not self.pending:   # never move past kernel XIDs that did not reach the spool
+            if wrote or not self.pending:  # never move past kernel XIDs that did not reach the spool
                 self.kmsg.commit()
             self.kmsg.close()
         try:
             out = self.journal.close()
         except OSError as exc:
             self._spool_failed(exc)
-            log.error("stopping with the spool unwritable: %d records held in memory are lost; the journal %s "
-                      "keeps everything written before and is closed at the next start",
-                      len(self.pending), self.journal.path)
+            log.error(
+                "stopping with the spool unwritable: %d records held in memory are lost; the journal %s "
+                "keeps everything written before and is closed at the next start",
+                len(self.pending),
+                self.journal.path,
+            )
             out = None
         if self.initialized:
             try:
@@ -1488,7 +1691,11 @@ class Agent:
         key = _handle_key(data.device)
         dev = next((d for d in self.devices if _handle_key(d.handle) == key), None)
         gi = getattr(data, "gpuInstanceId", 0xFFFFFFFF)
-        detail = "" if gi in (0xFFFFFFFF, None) else f"gpu instance {gi}, compute instance {data.computeInstanceId}"
+        detail = (
+            ""
+            if gi in (0xFFFFFFFF, None)
+            else f"gpu instance {gi}, compute instance {data.computeInstanceId}"
+        )
         with self.lock:
             self.handle_xid(now, dev, int(data.eventData), "nvml", detail)
             self._write(now)
@@ -1498,15 +1705,27 @@ class Agent:
         devs = []
         for d in self.devices:
             r = d.last
-            devs.append({
-                "labels": {"node": self.node, "gpu": str(d.index), "uuid": d.uuid, "model": d.name or ""},
-                "reading": None if (r is None or d.lost) else r, "healthy": d.healthy, "lost": d.lost,
-                "xids": dict(d.xids), "mig": bool(d.mig_mode), "throttle_total": d.throttle_seconds_total,
-                "driver": self.driver_version or "", "cuda": self.cuda_version or "",
-            })
-        self.snapshot = {"devices": devs, "time": now, "errors": dict(self.field_errors),
-                         "stats": {**self.stats, "pending_records": len(self.pending)}, "checks": dict(self.attributor.checks),
-                         "initialized": self.initialized}
+            devs.append(
+                {
+                    "labels": {"node": self.node, "gpu": str(d.index), "uuid": d.uuid, "model": d.name or ""},
+                    "reading": None if (r is None or d.lost) else r,
+                    "healthy": d.healthy,
+                    "lost": d.lost,
+                    "xids": dict(d.xids),
+                    "mig": bool(d.mig_mode),
+                    "throttle_total": d.throttle_seconds_total,
+                    "driver": self.driver_version or "",
+                    "cuda": self.cuda_version or "",
+                }
+            )
+        self.snapshot = {
+            "devices": devs,
+            "time": now,
+            "errors": dict(self.field_errors),
+            "stats": {**self.stats, "pending_records": len(self.pending)},
+            "checks": dict(self.attributor.checks),
+            "initialized": self.initialized,
+        }
 
 
 class _GpuLost(Exception):
@@ -1562,7 +1781,12 @@ def metric_families(agent: Agent) -> list[Any]:
         return fams[name]
 
     gauges = [
-        ("slurmscope_gpu_utilization_ratio", "GPU busy fraction (NVML utilisation.gpu / 100).", "util_gpu", 0.01),
+        (
+            "slurmscope_gpu_utilization_ratio",
+            "GPU busy fraction (NVML utilisation.gpu / 100).",
+            "util_gpu",
+            0.01,
+        ),
         ("slurmscope_gpu_memory_utilization_ratio", "Memory controller busy fraction.", "util_mem", 0.01),
         ("slurmscope_gpu_memory_used_bytes", "Framebuffer memory in use.", "mem_used", 1),
         ("slurmscope_gpu_memory_total_bytes", "Framebuffer memory size.", "mem_total", 1),
@@ -1571,8 +1795,18 @@ def metric_families(agent: Agent) -> list[Any]:
         ("slurmscope_gpu_memory_temperature_celsius", "HBM temperature.", "temp_mem", 1),
         ("slurmscope_gpu_sm_clock_hertz", "SM clock.", "sm_clock", 1e6),
         ("slurmscope_gpu_memory_clock_hertz", "Memory clock.", "mem_clock", 1e6),
-        ("slurmscope_gpu_clock_event_reasons", "Bitmask of active clock-event (throttle) reasons.", "reasons", 1),
-        ("slurmscope_gpu_remapped_rows_pending", "1 when a row remapping awaits a GPU reset.", "remapped_pending", 1),
+        (
+            "slurmscope_gpu_clock_event_reasons",
+            "Bitmask of active clock-event (throttle) reasons.",
+            "reasons",
+            1,
+        ),
+        (
+            "slurmscope_gpu_remapped_rows_pending",
+            "1 when a row remapping awaits a GPU reset.",
+            "remapped_pending",
+            1,
+        ),
         ("slurmscope_gpu_remapped_rows_failed", "1 when a row remapping failed.", "remapped_failed", 1),
         ("slurmscope_gpu_retired_pages", "Retired framebuffer pages (pre-Ampere).", "retired_pages", 1),
     ]
@@ -1584,13 +1818,18 @@ def metric_families(agent: Agent) -> list[Any]:
     for d in snap["devices"]:
         labels = [cluster, *(d["labels"][k] for k in base), AGENT_SOURCE]
         g("slurmscope_gpu_info", "GPU identity; value 1.", ("driver_version", "cuda_version")).add_metric(
-            labels + [d["driver"], d["cuda"]], 1)
+            labels + [d["driver"], d["cuda"]], 1
+        )
         g("slurmscope_gpu_healthy", "0 after a critical XID, a lost GPU or a failed row remap.").add_metric(
-            labels, 1 if d["healthy"] else 0)
-        g("slurmscope_gpu_lost", "1 while NVML reports the GPU lost.").add_metric(labels, 1 if d["lost"] else 0)
+            labels, 1 if d["healthy"] else 0
+        )
+        g("slurmscope_gpu_lost", "1 while NVML reports the GPU lost.").add_metric(
+            labels, 1 if d["lost"] else 0
+        )
         g("slurmscope_gpu_mig_enabled", "1 when MIG mode is on.").add_metric(labels, 1 if d["mig"] else 0)
-        c("slurmscope_gpu_throttle_seconds", "Seconds with a power/thermal clock-event reason active.").add_metric(
-            labels, d["throttle_total"])
+        c(
+            "slurmscope_gpu_throttle_seconds", "Seconds with a power/thermal clock-event reason active."
+        ).add_metric(labels, d["throttle_total"])
         xf = c("slurmscope_gpu_xid_errors", "XID errors seen by this agent since it started.", ("xid",))
         for xid, n in sorted(d["xids"].items()):
             xf.add_metric(labels + [str(xid)], n)
@@ -1608,37 +1847,60 @@ def metric_families(agent: Agent) -> list[Any]:
         for kind, attr in (("corrected", "ecc_corr_agg"), ("uncorrected", "ecc_unc_agg")):
             v = getattr(r, attr)
             if v is not None:
-                c("slurmscope_gpu_ecc_errors", "Aggregate ECC errors.", ("type",)).add_metric(labels + [kind], v)
-    by_index = {d["labels"]["gpu"]: [cluster, *(d["labels"][k] for k in base), AGENT_SOURCE]
-                for d in snap["devices"]}
-    ef = c("slurmscope_gpu_field_errors", "NVML calls that failed, by field and error (field left null).",
-           ("field", "error"))
+                c("slurmscope_gpu_ecc_errors", "Aggregate ECC errors.", ("type",)).add_metric(
+                    labels + [kind], v
+                )
+    by_index = {
+        d["labels"]["gpu"]: [cluster, *(d["labels"][k] for k in base), AGENT_SOURCE] for d in snap["devices"]
+    }
+    ef = c(
+        "slurmscope_gpu_field_errors",
+        "NVML calls that failed, by field and error (field left null).",
+        ("field", "error"),
+    )
     for (idx, fieldname, err), n in sorted(snap.get("errors", {}).items()):
         labels = by_index.get(str(idx), [cluster, agent.node, str(idx), "", "", AGENT_SOURCE])
         ef.add_metric(labels + [fieldname, err], n)
     out = list(fams.values())
     stats = snap.get("stats", {})
-    up = GaugeMetricFamily("slurmscope_agent_nvml_up", "1 when NVML is initialised.", labels=["cluster", "node"])
+    up = GaugeMetricFamily(
+        "slurmscope_agent_nvml_up", "1 when NVML is initialised.", labels=["cluster", "node"]
+    )
     up.add_metric([cluster, agent.node], 1 if snap.get("initialized") else 0)
-    last = GaugeMetricFamily("slurmscope_agent_last_sample_timestamp_seconds", "Time of the last sample.",
-                             labels=["cluster", "node"])
+    last = GaugeMetricFamily(
+        "slurmscope_agent_last_sample_timestamp_seconds",
+        "Time of the last sample.",
+        labels=["cluster", "node"],
+    )
     if snap.get("time") is not None:
         last.add_metric([cluster, agent.node], snap["time"])
-    dur = GaugeMetricFamily("slurmscope_agent_sample_duration_seconds", "Wall time of the last sampling round.",
-                            labels=["cluster", "node"])
+    dur = GaugeMetricFamily(
+        "slurmscope_agent_sample_duration_seconds",
+        "Wall time of the last sampling round.",
+        labels=["cluster", "node"],
+    )
     dur.add_metric([cluster, agent.node], stats.get("tick_seconds_last", 0.0))
-    pend = GaugeMetricFamily("slurmscope_agent_spool_files", "Closed spool files not yet acknowledged.",
-                             labels=["cluster", "node"])
+    pend = GaugeMetricFamily(
+        "slurmscope_agent_spool_files", "Closed spool files not yet acknowledged.", labels=["cluster", "node"]
+    )
     pend.add_metric([cluster, agent.node], count_spool(agent.spool_dir))
-    sw = CounterMetricFamily("slurmscope_agent_spool_write_errors",
-                             "Spool writes that failed (directory full or read-only); records are kept in memory.",
-                             labels=["cluster", "node"])
+    sw = CounterMetricFamily(
+        "slurmscope_agent_spool_write_errors",
+        "Spool writes that failed (directory full or read-only); records are kept in memory.",
+        labels=["cluster", "node"],
+    )
     sw.add_metric([cluster, agent.node], stats.get("spool_write_errors", 0))
-    held = GaugeMetricFamily("slurmscope_agent_spool_pending_records",
-                             "Records held in memory because the spool could not be written.", labels=["cluster", "node"])
+    held = GaugeMetricFamily(
+        "slurmscope_agent_spool_pending_records",
+        "Records held in memory because the spool could not be written.",
+        labels=["cluster", "node"],
+    )
     held.add_metric([cluster, agent.node], stats.get("pending_records", 0))
-    chk = CounterMetricFamily("slurmscope_agent_attribution_checks", "Process cgroup vs prolog mapping checks.",
-                              labels=["cluster", "node", "result"])
+    chk = CounterMetricFamily(
+        "slurmscope_agent_attribution_checks",
+        "Process cgroup vs prolog mapping checks.",
+        labels=["cluster", "node", "result"],
+    )
     for res, n in sorted(snap.get("checks", {}).items()):
         chk.add_metric([cluster, agent.node, res], n)
     return out + [up, last, dur, pend, sw, held, chk]
@@ -1670,8 +1932,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _denied(self) -> bool:
         """Every endpoint but /healthz needs the web config's credentials: /spool/<file>/ack deletes data."""
-        if urlparse(self.path).path == "/healthz" or self.auth is None or self.auth.check(
-                self.headers.get("Authorization")):
+        if (
+            urlparse(self.path).path == "/healthz"
+            or self.auth is None
+            or self.auth.check(self.headers.get("Authorization"))
+        ):
             return False
         self.send_response(401)
         self.send_header("WWW-Authenticate", 'Basic realm="slurmscope-agent"')
@@ -1692,7 +1957,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.dumps({"node": self.agent.node, "files": list_spool(spool)}).encode()
             self._send(200, body, "application/json")
         elif path.startswith("/spool/"):
-            name = unquote(path[len("/spool/"):])
+            name = unquote(path[len("/spool/") :])
             p = spool / name
             if "/" in name or name.startswith(".") or not name.endswith(".jsonl") or not p.is_file():
                 self._send(404, b"no such spool file\n")
@@ -1717,7 +1982,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(int(code), (result + "\n").encode())
 
 
-def start_http(agent: Agent, address: str, port: int, web_config: str | Path | None = None) -> ThreadingHTTPServer:
+def start_http(
+    agent: Agent, address: str, port: int, web_config: str | Path | None = None
+) -> ThreadingHTTPServer:
     """/metrics, /spool, /healthz from a daemon thread; TLS and basic auth from an exporter-toolkit web config."""
     from prometheus_client import CollectorRegistry
 
@@ -1734,8 +2001,12 @@ def start_http(agent: Agent, address: str, port: int, web_config: str | Path | N
     if ctx is not None:
         server.socket = ctx.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
     if not wc.users and address not in ("127.0.0.1", "::1", "localhost"):
-        log.warning("agent on %s:%d without basic auth: anyone who reaches the port can acknowledge (delete) "
-                    "spool files; set nvml.web_config_file", address, port)
+        log.warning(
+            "agent on %s:%d without basic auth: anyone who reaches the port can acknowledge (delete) "
+            "spool files; set nvml.web_config_file",
+            address,
+            port,
+        )
     threading.Thread(target=server.serve_forever, name="agent-http", daemon=True).start()
     return server
 
@@ -1745,10 +2016,20 @@ def start_http(agent: Agent, address: str, port: int, web_config: str | Path | N
 # ==================================================================================================
 
 
-def run_agent(cfg: Any, *, port: int | None = None, spool: str | None = None, interval: float | None = None,
-              fake: str | None = None, address: str = "0.0.0.0", node: str | None = None,  # noqa: S104
-              stop: threading.Event | None = None, kmsg_path: str = "/dev/kmsg",
-              flush_seconds: float = 60.0, web_config: str | None = None) -> None:
+def run_agent(
+    cfg: Any,
+    *,
+    port: int | None = None,
+    spool: str | None = None,
+    interval: float | None = None,
+    fake: str | None = None,
+    address: str = "0.0.0.0",
+    node: str | None = None,  # noqa: S104
+    stop: threading.Event | None = None,
+    kmsg_path: str = "/dev/kmsg",
+    flush_seconds: float = 60.0,
+    web_config: str | None = None,
+) -> None:
     """`slurmscope agent`: sample every `interval` seconds until SIGTERM/SIGINT (or `stop` is set)."""
     import signal
 
@@ -1772,20 +2053,31 @@ def run_agent(cfg: Any, *, port: int | None = None, spool: str | None = None, in
             mapping_dir = Path(spec["mapping_dir"])
         cgroups = {int(k): v for k, v in spec.get("proc_cgroups", {}).items()}
         if cgroups:
+
             def read_cgroup(pid: int) -> str | None:
                 return cgroups.get(pid)
+
         kmsg_path = spec.get("kmsg_path", kmsg_path)
     else:
         import pynvml as nvml
     node = node or socket.gethostname().split(".")[0]
     spool_dir.mkdir(parents=True, exist_ok=True)
     kmsg = KmsgReader(kmsg_path, spool_dir / ".kmsg-position.json", read_boot_id(), read_boot_time())
-    agent = Agent(nvml, node=node, spool_dir=spool_dir, mapping_dir=mapping_dir, interval=interval,
-                  slow_interval=slow, cluster=cfg.cluster, read_cgroup=read_cgroup, kmsg=kmsg,
-                  flush_seconds=flush_seconds)
+    agent = Agent(
+        nvml,
+        node=node,
+        spool_dir=spool_dir,
+        mapping_dir=mapping_dir,
+        interval=interval,
+        slow_interval=slow,
+        cluster=cfg.cluster,
+        read_cgroup=read_cgroup,
+        kmsg=kmsg,
+        flush_seconds=flush_seconds,
+    )
     try:
         recovered = agent.recover()
-    except OSError as exc:   # read-only or full spool: run anyway; the journals stay for the next start
+    except OSError as exc:  # read-only or full spool: run anyway; the journals stay for the next start
         recovered = []
         log.error("cannot close the spool journals left in %s (%s); sampling anyway", spool_dir, exc)
     if recovered:

@@ -32,39 +32,88 @@ KIND = "nvml"
 TABLES = {
     "gpu_samples": TableSpec("gpu_samples", ("cluster", "node", "gpu_uuid", "minute")),
     "gpu_events": TableSpec("gpu_events", ("cluster", "node", "gpu_uuid", "event_time", "event_type")),
-    "gpu_jobs": TableSpec("gpu_jobs", ("cluster", "node", "gpu_uuid", "job_id", "mig_instance", "interval_start")),
+    "gpu_jobs": TableSpec(
+        "gpu_jobs", ("cluster", "node", "gpu_uuid", "job_id", "mig_instance", "interval_start")
+    ),
     "gpu_inventory": TableSpec("gpu_inventory", ("cluster", "node", "gpu_uuid", "seen_at")),
 }
 
 TS = pl.Datetime("us", "UTC")
 SCHEMAS: dict[str, dict[str, Any]] = {
     "gpu_samples": {
-        "node": pl.String, "gpu_uuid": pl.String, "minute": TS, "gpu_index": pl.Int32, "gpu_minor": pl.Int32,
-        "pci_bus_id": pl.String, "model": pl.String, "samples": pl.Int32, "util_gpu_mean": pl.Float64,
-        "util_gpu_max": pl.Float64, "util_mem_mean": pl.Float64, "mem_used_max_bytes": pl.Int64,
-        "mem_total_bytes": pl.Int64, "power_mean_watts": pl.Float64, "power_max_watts": pl.Float64,
-        "energy_joules": pl.Float64, "temp_gpu_max_celsius": pl.Float64, "temp_mem_max_celsius": pl.Float64,
-        "sm_clock_mean_mhz": pl.Float64, "mem_clock_mean_mhz": pl.Float64, "throttle_seconds": pl.Float64,
-        "throttle_reasons": pl.Int64, "pcie_replay_delta": pl.Int64, "ecc_corrected_delta": pl.Int64,
-        "ecc_uncorrected_delta": pl.Int64, "ecc_corrected_total": pl.Int64, "ecc_uncorrected_total": pl.Int64,
-        "remapped_pending": pl.Boolean, "remapped_failed": pl.Boolean, "retired_pages": pl.Int64,
-        "nvlink_errors_delta": pl.Int64, "null_fields": pl.Int32,
+        "node": pl.String,
+        "gpu_uuid": pl.String,
+        "minute": TS,
+        "gpu_index": pl.Int32,
+        "gpu_minor": pl.Int32,
+        "pci_bus_id": pl.String,
+        "model": pl.String,
+        "samples": pl.Int32,
+        "util_gpu_mean": pl.Float64,
+        "util_gpu_max": pl.Float64,
+        "util_mem_mean": pl.Float64,
+        "mem_used_max_bytes": pl.Int64,
+        "mem_total_bytes": pl.Int64,
+        "power_mean_watts": pl.Float64,
+        "power_max_watts": pl.Float64,
+        "energy_joules": pl.Float64,
+        "temp_gpu_max_celsius": pl.Float64,
+        "temp_mem_max_celsius": pl.Float64,
+        "sm_clock_mean_mhz": pl.Float64,
+        "mem_clock_mean_mhz": pl.Float64,
+        "throttle_seconds": pl.Float64,
+        "throttle_reasons": pl.Int64,
+        "pcie_replay_delta": pl.Int64,
+        "ecc_corrected_delta": pl.Int64,
+        "ecc_uncorrected_delta": pl.Int64,
+        "ecc_corrected_total": pl.Int64,
+        "ecc_uncorrected_total": pl.Int64,
+        "remapped_pending": pl.Boolean,
+        "remapped_failed": pl.Boolean,
+        "retired_pages": pl.Int64,
+        "nvlink_errors_delta": pl.Int64,
+        "null_fields": pl.Int32,
     },
     "gpu_events": {
-        "node": pl.String, "gpu_uuid": pl.String, "event_time": TS, "event_type": pl.String, "xid": pl.Int32,
-        "pci_bus_id": pl.String, "source": pl.String, "detail": pl.String,
+        "node": pl.String,
+        "gpu_uuid": pl.String,
+        "event_time": TS,
+        "event_type": pl.String,
+        "xid": pl.Int32,
+        "pci_bus_id": pl.String,
+        "source": pl.String,
+        "detail": pl.String,
     },
     "gpu_jobs": {
-        "node": pl.String, "gpu_uuid": pl.String, "job_id": pl.String, "interval_start": TS, "interval_end": TS,
-        "gpu_index": pl.Int32, "mig_instance": pl.String, "source": pl.String,
+        "node": pl.String,
+        "gpu_uuid": pl.String,
+        "job_id": pl.String,
+        "interval_start": TS,
+        "interval_end": TS,
+        "gpu_index": pl.Int32,
+        "mig_instance": pl.String,
+        "source": pl.String,
     },
     "gpu_inventory": {
-        "node": pl.String, "gpu_uuid": pl.String, "seen_at": TS, "gpu_index": pl.Int32, "gpu_minor": pl.Int32,
-        "pci_bus_id": pl.String, "model": pl.String, "serial": pl.String, "driver_version": pl.String,
-        "cuda_version": pl.String, "mig_mode": pl.Boolean,
+        "node": pl.String,
+        "gpu_uuid": pl.String,
+        "seen_at": TS,
+        "gpu_index": pl.Int32,
+        "gpu_minor": pl.Int32,
+        "pci_bus_id": pl.String,
+        "model": pl.String,
+        "serial": pl.String,
+        "driver_version": pl.String,
+        "cuda_version": pl.String,
+        "mig_mode": pl.Boolean,
     },
 }
-RECORD_TABLE = {"sample": "gpu_samples", "event": "gpu_events", "job": "gpu_jobs", "inventory": "gpu_inventory"}
+RECORD_TABLE = {
+    "sample": "gpu_samples",
+    "event": "gpu_events",
+    "job": "gpu_jobs",
+    "inventory": "gpu_inventory",
+}
 
 
 @dataclass
@@ -72,7 +121,7 @@ class IngestResult:
     path: str
     rows: int
     quarantined: int
-    skipped: bool = False        # already loaded (same name and checksum)
+    skipped: bool = False  # already loaded (same name and checksum)
     node: str | None = None
     error: str | None = None
 
@@ -132,18 +181,46 @@ def merge_samples(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         return None if x is None and y is None else (x or 0) + (y or 0)
 
     out["samples"] = na + nb
-    for k in ("util_gpu_mean", "util_mem_mean", "power_mean_watts", "sm_clock_mean_mhz", "mem_clock_mean_mhz"):
+    for k in (
+        "util_gpu_mean",
+        "util_mem_mean",
+        "power_mean_watts",
+        "sm_clock_mean_mhz",
+        "mem_clock_mean_mhz",
+    ):
         out[k] = wmean(k)
-    for k in ("util_gpu_max", "mem_used_max_bytes", "mem_total_bytes", "power_max_watts", "temp_gpu_max_celsius",
-              "temp_mem_max_celsius"):
+    for k in (
+        "util_gpu_max",
+        "mem_used_max_bytes",
+        "mem_total_bytes",
+        "power_max_watts",
+        "temp_gpu_max_celsius",
+        "temp_mem_max_celsius",
+    ):
         out[k] = mx(k)
-    for k in ("energy_joules", "throttle_seconds", "pcie_replay_delta", "ecc_corrected_delta",
-              "ecc_uncorrected_delta", "nvlink_errors_delta", "null_fields"):
+    for k in (
+        "energy_joules",
+        "throttle_seconds",
+        "pcie_replay_delta",
+        "ecc_corrected_delta",
+        "ecc_uncorrected_delta",
+        "nvlink_errors_delta",
+        "null_fields",
+    ):
         out[k] = add(k)
     x, y = a.get("throttle_reasons"), b.get("throttle_reasons")
     out["throttle_reasons"] = None if x is None and y is None else (x or 0) | (y or 0)
-    for k in ("ecc_corrected_total", "ecc_uncorrected_total", "remapped_pending", "remapped_failed",
-              "retired_pages", "gpu_index", "gpu_minor", "pci_bus_id", "model"):
+    for k in (
+        "ecc_corrected_total",
+        "ecc_uncorrected_total",
+        "remapped_pending",
+        "remapped_failed",
+        "retired_pages",
+        "gpu_index",
+        "gpu_minor",
+        "pci_bus_id",
+        "model",
+    ):
         out[k] = b.get(k) if b.get(k) is not None else a.get(k)
     return out
 
@@ -159,16 +236,36 @@ def parse_spool(data: bytes) -> ParsedSpool:
     """Validate and type a spool file. Never raises: what cannot be used goes to quarantine with a reason."""
     content = read_spool_bytes(data)
     if content.problem is not None:
-        q = [{"line_no": i, "raw_text": raw.decode("utf-8", errors="replace"),
-              "raw_bytes": None if _is_utf8(raw) else raw, "reason": f"spool file rejected: {content.problem}"}
-             for i, raw in enumerate(content.lines, start=1)]
+        q = [
+            {
+                "line_no": i,
+                "raw_text": raw.decode("utf-8", errors="replace"),
+                "raw_bytes": None if _is_utf8(raw) else raw,
+                "reason": f"spool file rejected: {content.problem}",
+            }
+            for i, raw in enumerate(content.lines, start=1)
+        ]
         if not q:
-            q = [{"line_no": 1, "raw_text": "", "raw_bytes": None, "reason": f"spool file rejected: {content.problem}"}]
+            q = [
+                {
+                    "line_no": 1,
+                    "raw_text": "",
+                    "raw_bytes": None,
+                    "reason": f"spool file rejected: {content.problem}",
+                }
+            ]
         return ParsedSpool(None, Parsed(quarantine=quarantine_frame(q)), content.problem)
     node = content.header["node"]
     rows: dict[str, list[dict[str, Any]]] = {t: [] for t in SCHEMAS}
-    bad = [{"line_no": no, "raw_text": raw.decode("utf-8", errors="replace"),
-            "raw_bytes": None if _is_utf8(raw) else raw, "reason": reason} for no, raw, reason in content.bad_lines]
+    bad = [
+        {
+            "line_no": no,
+            "raw_text": raw.decode("utf-8", errors="replace"),
+            "raw_bytes": None if _is_utf8(raw) else raw,
+            "reason": reason,
+        }
+        for no, raw, reason in content.bad_lines
+    ]
     samples: dict[tuple[str, str], dict[str, Any]] = {}
     for no, rec in content.records:
         table = RECORD_TABLE[rec["type"]]
@@ -176,8 +273,14 @@ def parse_spool(data: bytes) -> ParsedSpool:
         try:
             row = {k: _coerce(rec.get(k), dt) for k, dt in schema.items() if k != "node"}
         except (ValueError, TypeError) as exc:
-            bad.append({"line_no": no, "raw_text": content.lines[no - 1].decode("utf-8", errors="replace"),
-                        "raw_bytes": None, "reason": f"bad {rec['type']} record: {exc}"})
+            bad.append(
+                {
+                    "line_no": no,
+                    "raw_text": content.lines[no - 1].decode("utf-8", errors="replace"),
+                    "raw_bytes": None,
+                    "reason": f"bad {rec['type']} record: {exc}",
+                }
+            )
             continue
         row["node"] = node
         if table == "gpu_jobs" and row["mig_instance"] is None:
@@ -208,12 +311,34 @@ def _is_utf8(raw: bytes) -> bool:
 
 _SAMPLE_COLS = ["cluster"] + list(SCHEMAS["gpu_samples"])
 _WMEAN = ("util_gpu_mean", "util_mem_mean", "power_mean_watts", "sm_clock_mean_mhz", "mem_clock_mean_mhz")
-_MAX = ("util_gpu_max", "mem_used_max_bytes", "mem_total_bytes", "power_max_watts", "temp_gpu_max_celsius",
-        "temp_mem_max_celsius")
-_ADD = ("energy_joules", "throttle_seconds", "pcie_replay_delta", "ecc_corrected_delta", "ecc_uncorrected_delta",
-        "nvlink_errors_delta", "null_fields")
-_LATEST = ("ecc_corrected_total", "ecc_uncorrected_total", "remapped_pending", "remapped_failed", "retired_pages",
-           "gpu_index", "gpu_minor", "pci_bus_id", "model")
+_MAX = (
+    "util_gpu_max",
+    "mem_used_max_bytes",
+    "mem_total_bytes",
+    "power_max_watts",
+    "temp_gpu_max_celsius",
+    "temp_mem_max_celsius",
+)
+_ADD = (
+    "energy_joules",
+    "throttle_seconds",
+    "pcie_replay_delta",
+    "ecc_corrected_delta",
+    "ecc_uncorrected_delta",
+    "nvlink_errors_delta",
+    "null_fields",
+)
+_LATEST = (
+    "ecc_corrected_total",
+    "ecc_uncorrected_total",
+    "remapped_pending",
+    "remapped_failed",
+    "retired_pages",
+    "gpu_index",
+    "gpu_minor",
+    "pci_bus_id",
+    "model",
+)
 
 
 def _sample_merge_sql() -> str:
@@ -222,16 +347,24 @@ def _sample_merge_sql() -> str:
         sets.append(
             f"{c} = CASE WHEN excluded.{c} IS NULL THEN {c} WHEN {c} IS NULL THEN excluded.{c} "
             f"ELSE ({c} * coalesce(samples, 0) + excluded.{c} * coalesce(excluded.samples, 0)) "
-            f"/ nullif(coalesce(samples, 0) + coalesce(excluded.samples, 0), 0) END")
+            f"/ nullif(coalesce(samples, 0) + coalesce(excluded.samples, 0), 0) END"
+        )
     sets += [f"{c} = greatest({c}, excluded.{c})" for c in _MAX]
-    sets += [f"{c} = CASE WHEN {c} IS NULL AND excluded.{c} IS NULL THEN NULL "
-             f"ELSE coalesce({c}, 0) + coalesce(excluded.{c}, 0) END" for c in _ADD]
-    sets.append("throttle_reasons = CASE WHEN throttle_reasons IS NULL AND excluded.throttle_reasons IS NULL "
-                "THEN NULL ELSE coalesce(throttle_reasons, 0) | coalesce(excluded.throttle_reasons, 0) END")
+    sets += [
+        f"{c} = CASE WHEN {c} IS NULL AND excluded.{c} IS NULL THEN NULL "
+        f"ELSE coalesce({c}, 0) + coalesce(excluded.{c}, 0) END"
+        for c in _ADD
+    ]
+    sets.append(
+        "throttle_reasons = CASE WHEN throttle_reasons IS NULL AND excluded.throttle_reasons IS NULL "
+        "THEN NULL ELSE coalesce(throttle_reasons, 0) | coalesce(excluded.throttle_reasons, 0) END"
+    )
     sets += [f"{c} = coalesce(excluded.{c}, {c})" for c in _LATEST]
     cols = ", ".join(_SAMPLE_COLS)
-    return (f"INSERT INTO gpu_samples ({cols}) SELECT {cols} FROM _nvml_samples "  # noqa: S608 - column lists are module constants (SCHEMAS)
-            f"ON CONFLICT (cluster, node, gpu_uuid, minute) DO UPDATE SET " + ", ".join(sets))
+    return (
+        f"INSERT INTO gpu_samples ({cols}) SELECT {cols} FROM _nvml_samples "  # noqa: S608 - column lists are module constants (SCHEMAS)
+        f"ON CONFLICT (cluster, node, gpu_uuid, minute) DO UPDATE SET " + ", ".join(sets)
+    )
 
 
 _JOB_COLS = ["cluster"] + list(SCHEMAS["gpu_jobs"])
@@ -251,8 +384,9 @@ def _merge(con: duckdb.DuckDBPyConnection, view: str, sql: str, df: pl.DataFrame
         con.unregister(view)
 
 
-def ingest_bytes(con: duckdb.DuckDBPyConnection, cfg: Any, data: bytes, *, file_name: str,
-                 path: str | None = None) -> IngestResult:
+def ingest_bytes(
+    con: duckdb.DuckDBPyConnection, cfg: Any, data: bytes, *, file_name: str, path: str | None = None
+) -> IngestResult:
     """Load one spool file's bytes (validated, deduplicated by name+checksum) in one transaction."""
     cluster = cfg.cluster
     digest = hashlib.sha256(data).hexdigest()
@@ -260,15 +394,30 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, cfg: Any, data: bytes, *, file_
     ps = parse_spool(data)
     run = RunRecord(cluster=cluster, collector=KIND, source=f"nvml:{file_name}")
     if ps.node is not None:
-        row = con.execute("SELECT sha256 FROM spool_files WHERE cluster = ? AND node = ? AND file_name = ?",
-                          [cluster, ps.node, file_name]).fetchone()
+        row = con.execute(
+            "SELECT sha256 FROM spool_files WHERE cluster = ? AND node = ? AND file_name = ?",
+            [cluster, ps.node, file_name],
+        ).fetchone()
         if row is not None:
             if row[0] == digest:
                 return IngestResult(shown, 0, 0, skipped=True, node=ps.node)
-            ps = ParsedSpool(None, Parsed(quarantine=quarantine_frame([{
-                "line_no": 1, "raw_text": data[:4000].decode("utf-8", errors="replace"), "raw_bytes": None,
-                "reason": f"spool file {file_name} of node {ps.node} was already loaded with other content "
-                          f"(sha256 {row[0]})"}])), "name reused with different content")
+            ps = ParsedSpool(
+                None,
+                Parsed(
+                    quarantine=quarantine_frame(
+                        [
+                            {
+                                "line_no": 1,
+                                "raw_text": data[:4000].decode("utf-8", errors="replace"),
+                                "raw_bytes": None,
+                                "reason": f"spool file {file_name} of node {ps.node} was already loaded with other content "
+                                f"(sha256 {row[0]})",
+                            }
+                        ]
+                    )
+                ),
+                "name reused with different content",
+            )
     tables = dict(ps.parsed.tables)
     samples = tables.pop("gpu_samples", None)
     jobs = tables.pop("gpu_jobs", None)
@@ -276,20 +425,35 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, cfg: Any, data: bytes, *, file_
 
     def after(c: duckdb.DuckDBPyConnection) -> None:
         if samples is not None:
-            _merge(c, "_nvml_samples", _sample_merge_sql(), samples.with_columns(pl.lit(cluster).alias("cluster")))
+            _merge(
+                c,
+                "_nvml_samples",
+                _sample_merge_sql(),
+                samples.with_columns(pl.lit(cluster).alias("cluster")),
+            )
         if jobs is not None:
             _merge(c, "_nvml_jobs", _JOB_MERGE_SQL, jobs.with_columns(pl.lit(cluster).alias("cluster")))
         if ps.node is not None:
-            c.execute("INSERT INTO spool_files (cluster, node, file_name, sha256, rows) VALUES (?, ?, ?, ?, ?)",
-                      [cluster, ps.node, file_name, digest, ps.parsed.rows])
+            c.execute(
+                "INSERT INTO spool_files (cluster, node, file_name, sha256, rows) VALUES (?, ?, ?, ?, ?)",
+                [cluster, ps.node, file_name, digest, ps.parsed.rows],
+            )
 
-    load(con, Parsed(tables=tables, quarantine=ps.parsed.quarantine), TABLES, run, content_sha=digest,
-         after_upsert=after)
+    load(
+        con,
+        Parsed(tables=tables, quarantine=ps.parsed.quarantine),
+        TABLES,
+        run,
+        content_sha=digest,
+        after_upsert=after,
+    )
     rows = sum(df.height for df in tables.values()) + extra_rows
     return IngestResult(shown, rows, ps.parsed.quarantine.height, node=ps.node, error=ps.problem)
 
 
-def ingest_spool_files(con: duckdb.DuckDBPyConnection, cfg: Any, paths: Iterable[str | Path]) -> list[IngestResult]:
+def ingest_spool_files(
+    con: duckdb.DuckDBPyConnection, cfg: Any, paths: Iterable[str | Path]
+) -> list[IngestResult]:
     """`slurmscope ingest nvml FILE...`: load spool files in name (= time) order."""
     out = []
     for p in sorted((Path(p) for p in paths), key=lambda p: p.name):
@@ -334,8 +498,14 @@ class AgentClient:
             return resp.read()
 
 
-def collect_agent(con: duckdb.DuckDBPyConnection, cfg: Any, base_url: str, *,
-                  timeout: float = 30.0, client: AgentClient | None = None) -> list[IngestResult]:
+def collect_agent(
+    con: duckdb.DuckDBPyConnection,
+    cfg: Any,
+    base_url: str,
+    *,
+    timeout: float = 30.0,
+    client: AgentClient | None = None,
+) -> list[IngestResult]:
     """Pull every listed file from one agent, load it, then acknowledge it (so the agent prunes)."""
     base = base_url.rstrip("/")
     client = client or AgentClient.from_config(cfg)
@@ -392,14 +562,24 @@ def collect_nvml_sources(con: duckdb.DuckDBPyConnection, cfg: Any) -> list[Outco
     """Every configured agent URL and spool path; one Outcome per source."""
     outcomes = []
     timeout = float(cfg.get("slurm", "timeout_seconds"))
-    sources = [("agent", u) for u in cfg.get("nvml", "agents")] + [("path", p) for p in cfg.get("nvml", "spool_paths")]
+    sources = [("agent", u) for u in cfg.get("nvml", "agents")] + [
+        ("path", p) for p in cfg.get("nvml", "spool_paths")
+    ]
     for kind, src in sources:
         name = f"nvml:{src}"
         try:
-            results = collect_agent(con, cfg, src, timeout=timeout) if kind == "agent" else collect_path(con, cfg, src)
+            results = (
+                collect_agent(con, cfg, src, timeout=timeout)
+                if kind == "agent"
+                else collect_path(con, cfg, src)
+            )
         except (OSError, urllib.error.URLError, ValueError, duckdb.Error) as exc:
-            record_failure(con, RunRecord(cluster=cfg.cluster, collector=KIND, source=name),
-                           "timeout" if "timed out" in str(exc) else "error", f"{src}: {exc}")
+            record_failure(
+                con,
+                RunRecord(cluster=cfg.cluster, collector=KIND, source=name),
+                "timeout" if "timed out" in str(exc) else "error",
+                f"{src}: {exc}",
+            )
             outcomes.append(Outcome(name, "error", 0, str(exc)))
             continue
         outcomes.append(Outcome(name, "ok", sum(r.rows for r in results)))

@@ -85,11 +85,14 @@ def split_fields(
     if n < expected:
         return None, f"{n} fields, expected {expected}"
     if free_text is None:
-        return None, f"{n} fields, expected {expected}, and no free-text column to absorb the extra delimiters"
+        return (
+            None,
+            f"{n} fields, expected {expected}, and no free-text column to absorb the extra delimiters",
+        )
     after = expected - free_text - 1
     head = parts[:free_text]
-    tail = parts[n - after:] if after else []
-    middle = delimiter.join(parts[free_text:n - after])
+    tail = parts[n - after :] if after else []
+    middle = delimiter.join(parts[free_text : n - after])
     return head + [middle] + tail, None
 
 
@@ -153,8 +156,9 @@ def time_expr(col: pl.Expr, tz: tzinfo | str | None = None) -> pl.Expr:
     """Vectorised parse_slurm_time on a String column: Datetime("us", "UTC"), null where not a time."""
     s = col.str.strip_chars()
     epoch = (
-        pl.when(s.str.contains(r"^\d{1,12}$") & (s != "0")
-                & (s.cast(pl.Int64, strict=False) <= MAX_EPOCH_SECONDS))
+        pl.when(
+            s.str.contains(r"^\d{1,12}$") & (s != "0") & (s.cast(pl.Int64, strict=False) <= MAX_EPOCH_SECONDS)
+        )
         .then(s.cast(pl.Int64, strict=False) * 1_000_000)
         .otherwise(None)
         .cast(pl.Datetime("us"))
@@ -193,13 +197,17 @@ def fast_time_expr(col: pl.Expr, tz: tzinfo | str | None = None) -> pl.Expr:
     if name == "UTC":
         local = naive.dt.replace_time_zone("UTC")
     else:
-        local = naive.dt.replace_time_zone(name, ambiguous="earliest", non_existent="null").dt.convert_time_zone(
-            "UTC"
-        )
+        local = naive.dt.replace_time_zone(
+            name, ambiguous="earliest", non_existent="null"
+        ).dt.convert_time_zone("UTC")
     secs = s.cast(pl.Int64, strict=False)
     plain = s.str.contains(r"^[0-9]{1,12}$")  # what _EPOCH reads; the cast alone also takes '+5'
-    epoch = pl.when(plain & (secs > 0) & (secs <= MAX_EPOCH_SECONDS)).then(secs * 1_000_000).otherwise(None).cast(pl.Datetime("us")).dt.replace_time_zone(
-        "UTC"
+    epoch = (
+        pl.when(plain & (secs > 0) & (secs <= MAX_EPOCH_SECONDS))
+        .then(secs * 1_000_000)
+        .otherwise(None)
+        .cast(pl.Datetime("us"))
+        .dt.replace_time_zone("UTC")
     )
     return pl.coalesce(local, epoch)
 
@@ -311,22 +319,31 @@ def parse_duration_columns(df: pl.DataFrame, columns: dict[str, str]) -> pl.Data
             pl.col("_dur_l").list.len().alias("_dur_n"),
             last.struct.field("field_0").cast(pl.Int64, strict=False).alias("_dur_1"),
             last.struct.field("field_1").alias("_dur_frac"),
-            *[pl.col("_dur_l").list.get(-k, null_on_oob=True).cast(pl.Int64, strict=False).alias(f"_dur_{k}")
-              for k in (2, 3, 4)],
+            *[
+                pl.col("_dur_l")
+                .list.get(-k, null_on_oob=True)
+                .cast(pl.Int64, strict=False)
+                .alias(f"_dur_{k}")
+                for k in (2, 3, 4)
+            ],
         )
         n, dash = pl.col("_dur_n"), pl.col("_dur_dash")
         g = {k: pl.col(f"_dur_{k}") for k in (1, 2, 3, 4)}
         frac_ok = pl.col("_dur_frac").is_null() | pl.col("_dur_frac").str.contains(r"^[0-9]+$")
         value = (
-            pl.when(pl.col("_dur_days") & (n == 4)).then(g[4] * 86400 + g[3] * 3600 + g[2] * 60 + g[1])
-            .when(~dash & (n == 3)).then(g[3] * 3600 + g[2] * 60 + g[1])
-            .when(~dash & (n == 2)).then(g[2] * 60 + g[1])
+            pl.when(pl.col("_dur_days") & (n == 4))
+            .then(g[4] * 86400 + g[3] * 3600 + g[2] * 60 + g[1])
+            .when(~dash & (n == 3))
+            .then(g[3] * 3600 + g[2] * 60 + g[1])
+            .when(~dash & (n == 2))
+            .then(g[2] * 60 + g[1])
             .otherwise(None)
         )
         # Int64 arithmetic wraps silently: a field too large to be safe leaves the row to the scalar parser
         # (exact Python integers; beyond Int64 it gives NULL below).
-        small = pl.all_horizontal([g[k].is_null() | (g[k].abs() < 10**k_max) for k, k_max in
-                                   ((1, 15), (2, 14), (3, 12), (4, 9))])
+        small = pl.all_horizontal(
+            [g[k].is_null() | (g[k].abs() < 10**k_max) for k, k_max in ((1, 15), (2, 14), (3, 12), (4, 9))]
+        )
         df = df.with_columns(pl.when(frac_ok & small).then(value).otherwise(None).alias(out)).drop(
             "_dur_l", "_dur_dash", "_dur_days", "_dur_n", "_dur_1", "_dur_frac", "_dur_2", "_dur_3", "_dur_4"
         )
@@ -463,7 +480,7 @@ def _gres_entries(s: str) -> list[tuple[str, str | None, float | None, bool]]:
             continue
         for prefix in ("gres/", "gres:"):
             if entry.startswith(prefix):
-                entry = entry[len(prefix):]
+                entry = entry[len(prefix) :]
                 break
         if "=" in entry:
             # TRES style: gpu=8, gpu:h100=8
@@ -582,7 +599,9 @@ def _expand_range(spec: str) -> list[str]:
     return out
 
 
-MAX_HOSTLIST_NAMES = 1_000_000  # far beyond any cluster; a garbled or hostile hostlist must not take all memory
+MAX_HOSTLIST_NAMES = (
+    1_000_000  # far beyond any cluster; a garbled or hostile hostlist must not take all memory
+)
 
 
 def expand_hostlist(s: str | None) -> list[str]:
@@ -612,10 +631,12 @@ def expand_hostlist(s: str | None) -> list[str]:
                         continue
                     changed = True
                     for num in _expand_range(m.group(1)):
-                        expanded.append(name[: m.start()] + num + name[m.end():])
+                        expanded.append(name[: m.start()] + num + name[m.end() :])
                     if len(names) + len(expanded) > MAX_HOSTLIST_NAMES:
                         # several bracket groups multiply: each within its range limit, the product unbounded
-                        raise ValueError(f"hostlist expands to more than {MAX_HOSTLIST_NAMES:,} names {s[:200]!r}")
+                        raise ValueError(
+                            f"hostlist expands to more than {MAX_HOSTLIST_NAMES:,} names {s[:200]!r}"
+                        )
             pieces = [expanded]
             if not changed:
                 break

@@ -33,8 +33,16 @@ def command(cfg: Config, *, start: datetime | None = None, end: datetime | None 
     return [cfg.slurm_command("scontrol"), "ping"]
 
 
-def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, fmt: str | None = None,
-          delimiter: str | None = None, source: str = "") -> Parsed:
+def parse(
+    data: bytes,
+    *,
+    cluster: str,
+    snapshot_time: datetime,
+    tz: ZoneInfo,
+    fmt: str | None = None,
+    delimiter: str | None = None,
+    source: str = "",
+) -> Parsed:
     """`scontrol ping` text -> controller_pings rows (role primary/backup, up true/false)."""
     rows: dict[str, dict] = {}
     bad: list[dict] = []
@@ -44,12 +52,26 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
         s = text.strip()
         m = _PING.match(s)
         if not m:
-            bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw,
-                        "reason": "ping: not a 'Slurmctld(role) at host is UP|DOWN' line"})
+            bad.append(
+                {
+                    "line_no": line_no,
+                    "raw_text": text,
+                    "raw_bytes": raw,
+                    "reason": "ping: not a 'Slurmctld(role) at host is UP|DOWN' line",
+                }
+            )
             continue
         role, host, status = m.groups()
-        rows[host] = {"cluster": cluster, "snapshot_time": snapshot_time, "host": host, "role": role.lower(),
-                      "up": status.upper() == "UP"}
-    df = pl.DataFrame(list(rows.values()), schema=CONTROLLER_PINGS_SCHEMA, orient="row") if rows else \
-        pl.DataFrame(schema=CONTROLLER_PINGS_SCHEMA)
+        rows[host] = {
+            "cluster": cluster,
+            "snapshot_time": snapshot_time,
+            "host": host,
+            "role": role.lower(),
+            "up": status.upper() == "UP",
+        }
+    df = (
+        pl.DataFrame(list(rows.values()), schema=CONTROLLER_PINGS_SCHEMA, orient="row")
+        if rows
+        else pl.DataFrame(schema=CONTROLLER_PINGS_SCHEMA)
+    )
     return Parsed(tables={"controller_pings": df}, quarantine=quarantine_frame(bad))

@@ -78,8 +78,16 @@ def _null(s: str | None) -> str | None:
     return None if s is None or s.strip() in ("", "(null)", "N/A") else s.strip()
 
 
-def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, fmt: str | None = None,
-          delimiter: str | None = None, source: str = "") -> Parsed:
+def parse(
+    data: bytes,
+    *,
+    cluster: str,
+    snapshot_time: datetime,
+    tz: ZoneInfo,
+    fmt: str | None = None,
+    delimiter: str | None = None,
+    source: str = "",
+) -> Parsed:
     """Multi-line or `--oneliner` reservation output -> reservations rows."""
     records: list[list[tuple[int, str, bytes | None]]] = []
     bad: list[dict] = []
@@ -94,8 +102,14 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
         elif records and "=" in s:
             records[-1].append((line_no, text, raw))
         else:
-            bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw,
-                        "reason": "reservations: line outside a ReservationName= record"})
+            bad.append(
+                {
+                    "line_no": line_no,
+                    "raw_text": text,
+                    "raw_bytes": raw,
+                    "reason": "reservations: line outside a ReservationName= record",
+                }
+            )
     rows: dict[tuple[str, datetime], dict] = {}
     for rec in records:
         kv = pairs(" ".join(t for _, t, _ in rec))
@@ -113,8 +127,10 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
         if not name and reason is None:
             reason = "empty ReservationName"
         if reason is not None:
-            bad.extend({"line_no": n, "raw_text": t, "raw_bytes": r, "reason": f"reservations: {reason}"}
-                       for n, t, r in rec)
+            bad.extend(
+                {"line_no": n, "raw_text": t, "raw_bytes": r, "reason": f"reservations: {reason}"}
+                for n, t, r in rec
+            )
             continue
         tres = _null(kv.get("TRES"))
         row = {
@@ -134,11 +150,17 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
         }
         problem = out_of_range(row, RESERVATIONS_SCHEMA)
         if problem:
-            bad.extend({"line_no": n, "raw_text": t, "raw_bytes": r, "reason": f"reservations: {problem}"}
-                       for n, t, r in rec)
+            bad.extend(
+                {"line_no": n, "raw_text": t, "raw_bytes": r, "reason": f"reservations: {problem}"}
+                for n, t, r in rec
+            )
             continue
         rows[(name, start)] = row
-    df = pl.DataFrame(list(rows.values()), schema=RESERVATIONS_SCHEMA, orient="row") if rows else \
-        pl.DataFrame(schema=RESERVATIONS_SCHEMA)
-    return Parsed(tables={"reservations": df},
-                  quarantine=quarantine_frame(sorted(bad, key=lambda r: r["line_no"])))
+    df = (
+        pl.DataFrame(list(rows.values()), schema=RESERVATIONS_SCHEMA, orient="row")
+        if rows
+        else pl.DataFrame(schema=RESERVATIONS_SCHEMA)
+    )
+    return Parsed(
+        tables={"reservations": df}, quarantine=quarantine_frame(sorted(bad, key=lambda r: r["line_no"]))
+    )

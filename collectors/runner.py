@@ -71,6 +71,9 @@ def run_command(
         raise CommandTimeout(f"{argv[0]}: timed out after {timeout:g} s") from None
     if proc.returncode != 0:
         msg = err.decode("utf-8", "replace").strip() or out.decode("utf-8", "replace").strip()[:500]
-        raise CommandError(f"{' '.join(argv[:3])}: exit status {proc.returncode}: {msg}", stdout=out,
-                           returncode=proc.returncode)
+        raise CommandError(
+            f"{' '.join(argv[:3])}: exit status {proc.returncode}: {msg}",
+            stdout=out,
+            returncode=proc.returncode,
+        )
     return CommandResult(tuple(argv), out, err, proc.returncode)

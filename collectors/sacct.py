@@ -47,8 +47,9 @@ KIND = "sacct"
 TABLES = {
     # A change of state, times or GPUs moves ingested_at, so the next incremental pipeline run rebuilds from
     # the attempt's start: per-day columns (failed, running GPU-seconds) depend on how it ended.
-    "jobs": TableSpec("jobs", ("cluster", "job_id_raw", "submit_time"),
-                      touch=("state", "start_time", "end_time", "gpus")),
+    "jobs": TableSpec(
+        "jobs", ("cluster", "job_id_raw", "submit_time"), touch=("state", "start_time", "end_time", "gpus")
+    ),
     "job_steps": TableSpec("job_steps", ("cluster", "job_id_raw", "job_submit_time", "step_id")),
 }
 
@@ -61,10 +62,24 @@ LIVE_FIELDS = (
 LIVE_DELIMITER = "\x1f"
 
 # Columns that hold user-typed text and may therefore contain the delimiter.
-FREE_TEXT = frozenset({
-    "jobname", "comment", "admincomment", "systemcomment", "submitline", "workdir", "constraints",
-    "extra", "stdout", "stderr", "stdin", "container", "licenses", "mcslabel",
-})
+FREE_TEXT = frozenset(
+    {
+        "jobname",
+        "comment",
+        "admincomment",
+        "systemcomment",
+        "submitline",
+        "workdir",
+        "constraints",
+        "extra",
+        "stdout",
+        "stderr",
+        "stdin",
+        "container",
+        "licenses",
+        "mcslabel",
+    }
+)
 
 # sacct field names that mean the same thing under another name.
 ALIASES = {
@@ -166,15 +181,27 @@ def layout(
             fields = fields[:-1]
         header_no = first_no
         if "jobid" not in fields:
-            return fields, header_no, trailing, (
-                f"the first line is not a sacct header (no JobID field with delimiter {delim!r}); "
-                "give the field list with --format, or the delimiter with --delimiter"
+            return (
+                fields,
+                header_no,
+                trailing,
+                (
+                    f"the first line is not a sacct header (no JobID field with delimiter {delim!r}); "
+                    "give the field list with --format, or the delimiter with --delimiter"
+                ),
             )
     missing = [f for f in HEADER_REQUIRED if f not in fields]
     if missing:
-        return fields, header_no, trailing, (
-            "sacct output without " + ", ".join(missing) + ": jobs are keyed by (cluster, JobIDRaw, Submit); "
-            "capture with those fields in --format"
+        return (
+            fields,
+            header_no,
+            trailing,
+            (
+                "sacct output without "
+                + ", ".join(missing)
+                + ": jobs are keyed by (cluster, JobIDRaw, Submit); "
+                "capture with those fields in --format"
+            ),
         )
     if len(set(fields)) != len(fields):
         return fields, header_no, trailing, "the field list names a field twice"
@@ -238,9 +265,17 @@ def _read_lines(data: bytes) -> pl.DataFrame:
     sep = next((c for c in _LINE_SEPARATORS if data.find(c) < 0), None)
     if sep is not None and data:
         df = pl.read_csv(
-            io.BytesIO(data), has_header=False, separator=sep.decode(), quote_char=None, comment_prefix=None,
-            schema={"line": pl.String}, encoding="utf8-lossy", row_index_name="line_no", row_index_offset=1,
-            raise_if_empty=False, eol_char="\n",
+            io.BytesIO(data),
+            has_header=False,
+            separator=sep.decode(),
+            quote_char=None,
+            comment_prefix=None,
+            schema={"line": pl.String},
+            encoding="utf8-lossy",
+            row_index_name="line_no",
+            row_index_offset=1,
+            raise_if_empty=False,
+            eol_char="\n",
         )
         return df.with_columns(pl.col("line_no").cast(pl.Int64))
     rows = split_lines(data)
@@ -294,7 +329,9 @@ def _split_lines(
     if odd.height:
         # A recovered line is rewritten with its free-text delimiters masked, then split with all the others
         # in file order (steps must follow their job); a character absent from the slice does the masking.
-        placeholder = next((c for c in _MASKS if not lines_df["line"].str.contains(c, literal=True).any()), None)
+        placeholder = next(
+            (c for c in _MASKS if not lines_df["line"].str.contains(c, literal=True).any()), None
+        )
     for no, line in odd.iter_rows():
         parts, reason = split_fields(line, delim, n, free_text=free_idx, trailing=trailing)
         if parts is not None and placeholder is None:
@@ -308,14 +345,21 @@ def _split_lines(
     if odd.height:
         keys = list(fixed)
         lines_df = lines_df.filter(pl.col("_good") | pl.col("line_no").is_in(keys)).with_columns(
-            pl.when(pl.col("_good")).then(pl.col("line")).otherwise(
-                pl.col("line_no").replace_strict(keys, list(fixed.values()), default=None, return_dtype=pl.String)
-            ).alias("line"))
+            pl.when(pl.col("_good"))
+            .then(pl.col("line"))
+            .otherwise(
+                pl.col("line_no").replace_strict(
+                    keys, list(fixed.values()), default=None, return_dtype=pl.String
+                )
+            )
+            .alias("line")
+        )
     split = lines_df.select(
         "line_no",
-        pl.col("line").str.split_exact(delim, want - 1).struct.rename_fields(
-            fields + (["_trail"] if trailing else [])
-        ).alias("_f"),
+        pl.col("line")
+        .str.split_exact(delim, want - 1)
+        .struct.rename_fields(fields + (["_trail"] if trailing else []))
+        .alias("_f"),
     ).unnest("_f")
     if trailing:
         split = split.drop("_trail")
@@ -345,7 +389,9 @@ def _null_if_blank(e: pl.Expr) -> pl.Expr:
     return pl.when(e.is_in(["", "(null)", "Unknown", "None", "N/A", "None assigned"])).then(None).otherwise(e)
 
 
-def _map_unique(values: pl.Series, fn: Callable[[str], tuple], names: list[str], dtypes: list) -> pl.DataFrame:
+def _map_unique(
+    values: pl.Series, fn: Callable[[str], tuple], names: list[str], dtypes: list
+) -> pl.DataFrame:
     """Apply a scalar parser once per distinct value (TRES, State, ExitCode, Flags, ReqMem repeat a lot).
 
     Returns one column per output name, aligned with `values`; null inputs give null outputs.
@@ -414,7 +460,12 @@ def parse(
         return _parse(data, cluster=cluster, tz=tz, fmt=fmt, delimiter=delimiter, source=source)
     except Exception as exc:  # a parser bug must not lose the input: quarantine every line, say why
         rows = [
-            {"line_no": no, "raw_text": text, "raw_bytes": raw, "reason": f"parser error: {type(exc).__name__}: {exc}"}
+            {
+                "line_no": no,
+                "raw_text": text,
+                "raw_bytes": raw,
+                "reason": f"parser error: {type(exc).__name__}: {exc}",
+            }
             for no, text, raw in split_lines(data)
             if text.strip(BLANK)
         ]
@@ -447,8 +498,17 @@ def _parse(data: bytes, *, cluster: str, tz, fmt, delimiter, source) -> Parsed:
         quarantined += q
         if df.height == 0:
             continue
-        jobs, steps, carry = _typed(df, fields=fields, delim=delim, trailing=trailing, tz=tz, cluster=cluster,
-                                    source=source, carry=carry, quarantined=quarantined)
+        jobs, steps, carry = _typed(
+            df,
+            fields=fields,
+            delim=delim,
+            trailing=trailing,
+            tz=tz,
+            cluster=cluster,
+            source=source,
+            carry=carry,
+            quarantined=quarantined,
+        )
         jobs_parts.append(jobs)
         steps_parts.append(steps)
     del lines_df
@@ -472,13 +532,18 @@ def step_submit_times(typed: pl.DataFrame) -> pl.Series:
     steps that gather did not resolve.
     """
     frame = typed.select(
-        "job_id_raw", "_is_step",
+        "job_id_raw",
+        "_is_step",
         pl.when(~pl.col("_is_step")).then(pl.col("submit_time")).alias("_alloc"),
-        pl.when(~pl.col("_is_step")).then(pl.int_range(pl.len(), dtype=pl.Int64)).forward_fill().alias("_prev"),
+        pl.when(~pl.col("_is_step"))
+        .then(pl.int_range(pl.len(), dtype=pl.Int64))
+        .forward_fill()
+        .alias("_prev"),
     )
     near = frame.select(
-        pl.when(pl.col("_is_step") & (pl.col("job_id_raw").gather(pl.col("_prev")) == pl.col("job_id_raw")))
-        .then(pl.col("_alloc").gather(pl.col("_prev")))
+        pl.when(
+            pl.col("_is_step") & (pl.col("job_id_raw").gather(pl.col("_prev")) == pl.col("job_id_raw"))
+        ).then(pl.col("_alloc").gather(pl.col("_prev")))
     ).to_series()
     open_steps = frame["_is_step"] & near.is_null()
     if open_steps.any():
@@ -499,29 +564,48 @@ def output_attempts(jobs: pl.DataFrame) -> pl.Series:
     repeated = jobs["job_id_raw"].is_duplicated()
     if repeated.any():
         rank = jobs.filter(repeated).select(
-            pl.col("submit_time").rank("dense").over("cluster", "job_id_raw").cast(pl.Int32))
+            pl.col("submit_time").rank("dense").over("cluster", "job_id_raw").cast(pl.Int32)
+        )
         attempt = attempt.scatter(repeated.arg_true(), rank.to_series())
     return attempt
 
 
-def _typed(df: pl.DataFrame, *, fields: list[str], delim: str, trailing: bool, tz, cluster: str, source: str,
-           carry: dict[int, datetime], quarantined: list[dict]) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
+def _typed(
+    df: pl.DataFrame,
+    *,
+    fields: list[str],
+    delim: str,
+    trailing: bool,
+    tz,
+    cluster: str,
+    source: str,
+    carry: dict[int, datetime],
+    quarantined: list[dict],
+) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
     """Split fields (String columns) -> typed jobs and steps frames; unusable lines go to `quarantined`."""
     has = set(fields)
     tres_field = "alloctres" if "alloctres" in has else ("allocgres" if "allocgres" in has else None)
     jobid = _col(df, "jobid").str.strip_chars()
-    base = df.with_columns(
-        jobid.alias("_jobid"),
-        _col(df, "jobidraw").str.strip_chars().alias("_jobidraw"),
-        (_col(df, tres_field) if tres_field else pl.lit(None, pl.String)).str.strip_chars().alias("_tres"),
-    ).with_columns(
-        pl.col("_jobid").str.find(".", literal=True).alias("_dot"),
-    ).with_columns(
-        pl.col("_dot").is_not_null().alias("_is_step"),
-        pl.when(pl.col("_dot").is_not_null()).then(pl.col("_jobid").str.slice(0, pl.col("_dot")))
-        .otherwise(pl.col("_jobid")).alias("_base"),
-        pl.col("_jobid").str.slice(pl.col("_dot") + 1).alias("_step"),
-        pl.col("_jobidraw").str.split_exact(".", 1).struct.field("field_0").alias("_rawbase"),
+    base = (
+        df.with_columns(
+            jobid.alias("_jobid"),
+            _col(df, "jobidraw").str.strip_chars().alias("_jobidraw"),
+            (_col(df, tres_field) if tres_field else pl.lit(None, pl.String))
+            .str.strip_chars()
+            .alias("_tres"),
+        )
+        .with_columns(
+            pl.col("_jobid").str.find(".", literal=True).alias("_dot"),
+        )
+        .with_columns(
+            pl.col("_dot").is_not_null().alias("_is_step"),
+            pl.when(pl.col("_dot").is_not_null())
+            .then(pl.col("_jobid").str.slice(0, pl.col("_dot")))
+            .otherwise(pl.col("_jobid"))
+            .alias("_base"),
+            pl.col("_jobid").str.slice(pl.col("_dot") + 1).alias("_step"),
+            pl.col("_jobidraw").str.split_exact(".", 1).struct.field("field_0").alias("_rawbase"),
+        )
     )
     # Arrays `123_4` / `123_[5-9%2]`, het components `123+1`: split on the literal separator (no regex).
     arr = pl.col("_base").str.split_exact("_", 1)
@@ -537,8 +621,10 @@ def _typed(df: pl.DataFrame, *, fields: list[str], delim: str, trailing: bool, t
     # job_id_raw: JobIDRaw when present; else the job id itself, or leader + offset for a het component
     # (Slurm numbers het components consecutively); an array task without JobIDRaw has no knowable id.
     derived_raw = (
-        pl.when(is_het).then(pl.col("_het_id") + pl.col("_het_off"))
-        .when(is_arr).then(None)
+        pl.when(is_het)
+        .then(pl.col("_het_id") + pl.col("_het_off"))
+        .when(is_arr)
+        .then(None)
         .otherwise(pl.col("_base").cast(pl.Int64, strict=False))
     )
     base = base.with_columns(
@@ -556,16 +642,26 @@ def _typed(df: pl.DataFrame, *, fields: list[str], delim: str, trailing: bool, t
     base = parse_duration_columns(base, {"elapsed_seconds": "elapsed", "timelimit_seconds": "timelimit"})
     mapped = []
     if tres_field:
-        mapped.append(_map_unique(base["_tres"], _tres_info, ["gpus", "gpu_type", "mig_slices", "billing"],
-                                  [pl.Int32, pl.String, pl.Int32, pl.Float64]))
+        mapped.append(
+            _map_unique(
+                base["_tres"],
+                _tres_info,
+                ["gpus", "gpu_type", "mig_slices", "billing"],
+                [pl.Int32, pl.String, pl.Int32, pl.Float64],
+            )
+        )
     if "state" in has:
         mapped.append(_map_unique(base["state"], _state_info, ["state", "state_raw"], [pl.String, pl.String]))
     if "exitcode" in has:
-        mapped.append(_map_unique(base["exitcode"], _exit_info, ["exit_code", "signal"], [pl.Int32, pl.Int32]))
+        mapped.append(
+            _map_unique(base["exitcode"], _exit_info, ["exit_code", "signal"], [pl.Int32, pl.Int32])
+        )
     if "flags" in has:
         mapped.append(_map_unique(base["flags"], _sched_by, ["sched_by"], [pl.String]))
     if "reqmem" in has:
-        mapped.append(_map_unique(base["reqmem"], _mem_info, ["_mem_mb", "_mem_scope"], [pl.Float64, pl.String]))
+        mapped.append(
+            _map_unique(base["reqmem"], _mem_info, ["_mem_mb", "_mem_scope"], [pl.Float64, pl.String])
+        )
     base = base.rename({c: f"_in_{c}" for c in ("state", "flags") if c in base.columns})
     if mapped:
         base = pl.concat([base, *mapped], how="horizontal")
@@ -573,7 +669,9 @@ def _typed(df: pl.DataFrame, *, fields: list[str], delim: str, trailing: bool, t
         base = base.with_columns(pl.col("gpus").fill_null(0), pl.col("mig_slices").fill_null(0))
 
     cluster_col = (
-        pl.coalesce(_null_if_blank(pl.col("cluster")), pl.lit(cluster)) if "cluster" in has else pl.lit(cluster)
+        pl.coalesce(_null_if_blank(pl.col("cluster")), pl.lit(cluster))
+        if "cluster" in has
+        else pl.lit(cluster)
     )
     nodes = int_expr(_col(df, "nnodes"), pl.Int64)
     cpus = int_expr(_col(df, "ncpus"), pl.Int64)
@@ -599,18 +697,33 @@ def _typed(df: pl.DataFrame, *, fields: list[str], delim: str, trailing: bool, t
     }
     # Only write what the input has (a narrower capture must not blank out a wider one's values).
     present = {
-        "name": "jobname", "state": "state", "state_raw": "state", "exit_code": "exitcode",
-        "signal": "exitcode", "start_time": "start", "end_time": "end", "elapsed_seconds": "elapsed",
-        "nodes": "nnodes", "cpus": "ncpus", "gpus": tres_field, "alloc_tres": tres_field,
+        "name": "jobname",
+        "state": "state",
+        "state_raw": "state",
+        "exit_code": "exitcode",
+        "signal": "exitcode",
+        "start_time": "start",
+        "end_time": "end",
+        "elapsed_seconds": "elapsed",
+        "nodes": "nnodes",
+        "cpus": "ncpus",
+        "gpus": tres_field,
+        "alloc_tres": tres_field,
         "node_list": "nodelist",
     }
     common = {k: v for k, v in common.items() if k not in present or present[k] in has}
 
     mem_mult = (
-        pl.when(pl.col("_mem_scope") == "node").then(nodes.cast(pl.Float64))
-        .when(pl.col("_mem_scope") == "cpu").then(cpus.cast(pl.Float64))
-        .otherwise(1.0)
-    ) if "reqmem" in has else pl.lit(1.0)
+        (
+            pl.when(pl.col("_mem_scope") == "node")
+            .then(nodes.cast(pl.Float64))
+            .when(pl.col("_mem_scope") == "cpu")
+            .then(cpus.cast(pl.Float64))
+            .otherwise(1.0)
+        )
+        if "reqmem" in has
+        else pl.lit(1.0)
+    )
     mem_total = (pl.col("_mem_mb") * mem_mult * 1048576.0) if "reqmem" in has else pl.lit(None, pl.Float64)
     job_only: dict[str, pl.Expr] = {
         "user": _null_if_blank(_col(df, "user")),
@@ -630,10 +743,21 @@ def _typed(df: pl.DataFrame, *, fields: list[str], delim: str, trailing: bool, t
         "priority": int_expr(_col(df, "priority")),
     }
     job_present = {
-        "user": "user", "uid": "uid", "account": "account", "partition": "partition", "qos": "qos",
-        "reason": "reason", "eligible_time": "eligible", "timelimit_seconds": "timelimit",
-        "gpu_type": tres_field, "mig_slices": tres_field, "req_mem_bytes": "reqmem", "billing": tres_field,
-        "sched_by": "flags", "flags": "flags", "priority": "priority",
+        "user": "user",
+        "uid": "uid",
+        "account": "account",
+        "partition": "partition",
+        "qos": "qos",
+        "reason": "reason",
+        "eligible_time": "eligible",
+        "timelimit_seconds": "timelimit",
+        "gpu_type": tres_field,
+        "mig_slices": tres_field,
+        "req_mem_bytes": "reqmem",
+        "billing": tres_field,
+        "sched_by": "flags",
+        "flags": "flags",
+        "priority": "priority",
     }
     job_only = {k: v for k, v in job_only.items() if job_present[k] in has}
 
@@ -641,31 +765,53 @@ def _typed(df: pl.DataFrame, *, fields: list[str], delim: str, trailing: bool, t
     # A PENDING attempt holds no allocation, but sacct 22.05 may print the previous attempt's AllocTRES and
     # Flags on a requeued job that waits again: never count GPUs or a scheduler for it.
     pending = pl.col("state") == "PENDING"
-    fix = {c: pl.when(pending).then(v).otherwise(pl.col(c))
-           for c, v in (("gpus", pl.lit(0, pl.Int32)), ("mig_slices", pl.lit(0, pl.Int32)),
-                        ("gpu_type", pl.lit(None, pl.String)), ("sched_by", pl.lit(None, pl.String)))
-           if c in typed.columns}
+    fix = {
+        c: pl.when(pending).then(v).otherwise(pl.col(c))
+        for c, v in (
+            ("gpus", pl.lit(0, pl.Int32)),
+            ("mig_slices", pl.lit(0, pl.Int32)),
+            ("gpu_type", pl.lit(None, pl.String)),
+            ("sched_by", pl.lit(None, pl.String)),
+        )
+        if c in typed.columns
+    }
     if fix and "state" in typed.columns:
         typed = typed.with_columns(**fix)
     # A step belongs to the allocation attempt printed before it (sacct prints each job, then its steps).
     typed = typed.with_columns(step_submit_times(typed).alias("job_submit_time"))
     if carry:
         keys = list(carry)
-        typed = typed.with_columns(pl.coalesce(
-            "job_submit_time",
-            pl.when(pl.col("_is_step")).then(pl.col("job_id_raw").replace_strict(
-                keys, [carry[k] for k in keys], default=None, return_dtype=pl.Datetime("us", "UTC"))),
-        ).alias("job_submit_time"))
+        typed = typed.with_columns(
+            pl.coalesce(
+                "job_submit_time",
+                pl.when(pl.col("_is_step")).then(
+                    pl.col("job_id_raw").replace_strict(
+                        keys, [carry[k] for k in keys], default=None, return_dtype=pl.Datetime("us", "UTC")
+                    )
+                ),
+            ).alias("job_submit_time")
+        )
     # The allocations at the end of this slice, for steps printed at the start of the next one.
-    tail_allocs = typed.filter(~pl.col("_is_step") & pl.col("job_id_raw").is_not_null()).select(
-        "job_id_raw", "submit_time").tail(CARRY_ROWS)
-    new_carry = dict(zip(tail_allocs["job_id_raw"].to_list(), tail_allocs["submit_time"].to_list(), strict=True))
+    tail_allocs = (
+        typed.filter(~pl.col("_is_step") & pl.col("job_id_raw").is_not_null())
+        .select("job_id_raw", "submit_time")
+        .tail(CARRY_ROWS)
+    )
+    new_carry = dict(
+        zip(tail_allocs["job_id_raw"].to_list(), tail_allocs["submit_time"].to_list(), strict=True)
+    )
 
     reason = (
         pl.when(pl.col("_jobid").is_null() | (pl.col("_jobid") == ""))
         .then(pl.lit("empty JobID"))
-        .when(pl.col("job_id_raw").is_null() & (pl.col("array_job_id").is_not_null()) & pl.lit("jobidraw" not in has))
-        .then(pl.lit("array task without a JobIDRaw column: its job id is unknown (add JobIDRaw to --format)"))
+        .when(
+            pl.col("job_id_raw").is_null()
+            & (pl.col("array_job_id").is_not_null())
+            & pl.lit("jobidraw" not in has)
+        )
+        .then(
+            pl.lit("array task without a JobIDRaw column: its job id is unknown (add JobIDRaw to --format)")
+        )
         .when(pl.col("job_id_raw").is_null())
         .then(pl.lit("JobID/JobIDRaw is not a Slurm job id"))
         .when(~pl.col("_is_step") & pl.col("submit_time").is_null())
@@ -686,28 +832,46 @@ def _typed(df: pl.DataFrame, *, fields: list[str], delim: str, trailing: bool, t
         text = pl.concat_str([pl.col(f).fill_null("") for f in fields], separator=delim)
         if trailing:
             text = text + pl.lit(delim)
-        texts = dict(df.filter(pl.col("line_no").is_in(bad["line_no"].implode()))
-                     .select("line_no", text.alias("_text")).iter_rows())
+        texts = dict(
+            df.filter(pl.col("line_no").is_in(bad["line_no"].implode()))
+            .select("line_no", text.alias("_text"))
+            .iter_rows()
+        )
         for no, why in bad.select("line_no", "_reason").iter_rows():
             quarantined.append({"line_no": no, "raw_text": texts[no], "raw_bytes": None, "reason": why})
     del bad
 
-    job_cols = ["cluster", "job_id", "job_id_raw", "submit_time", "array_job_id", "array_task_id",
-                "het_job_id", "het_job_offset", *[c for c in common if c != "cluster"], *job_only]
-    step_cols = ["cluster", "job_id_raw", "job_submit_time", "step_id", "job_id",
-                 *[c for c in common if c != "cluster"]]
+    job_cols = [
+        "cluster",
+        "job_id",
+        "job_id_raw",
+        "submit_time",
+        "array_job_id",
+        "array_task_id",
+        "het_job_id",
+        "het_job_offset",
+        *[c for c in common if c != "cluster"],
+        *job_only,
+    ]
+    step_cols = [
+        "cluster",
+        "job_id_raw",
+        "job_submit_time",
+        "step_id",
+        "job_id",
+        *[c for c in common if c != "cluster"],
+    ]
     # Keep only the output columns before filtering, so the raw text columns are freed, not copied.
     keep = [c for c in dict.fromkeys(job_cols + step_cols) if c not in ("job_id", "step_id")]
-    typed = typed.select(*keep, "_is_step", "_reason", pl.col("_jobid").alias("job_id"),
-                         pl.col("_step").alias("step_id"))
+    typed = typed.select(
+        *keep, "_is_step", "_reason", pl.col("_jobid").alias("job_id"), pl.col("_step").alias("step_id")
+    )
     del base, df
     ok = pl.col("_reason").is_null()
     jobs = typed.filter(ok & ~pl.col("_is_step")).select(list(dict.fromkeys(job_cols)))
     steps = typed.filter(ok & pl.col("_is_step")).select(list(dict.fromkeys(step_cols)))
     del typed
     return jobs, steps, new_carry
-
-
 
 
 # ----------------------------------------------------------------------------------------- attempts

@@ -66,15 +66,22 @@ SCHED_STATS_SCHEMA: dict[str, pl.DataType] = {
     "cluster": pl.String(),
     "snapshot_time": pl.Datetime("us", "UTC"),
     "data_since": pl.Datetime("us", "UTC"),
-    **{c: (pl.Int32() if c in ("server_thread_count", "agent_queue_size") else pl.Int64()) for c in _INT_COLUMNS},
+    **{
+        c: (pl.Int32() if c in ("server_thread_count", "agent_queue_size") else pl.Int64())
+        for c in _INT_COLUMNS
+    },
     "bf_last_cycle_when": pl.Datetime("us", "UTC"),
     "raw_text": pl.String(),
 }
 
 # sdiag prints ctime-style dates ("Wed Apr 12 11:04:01 2017"), since 20.x followed by "(epoch)".
 _CTIME = re.compile(r"^\w{3}\s+(\w{3})\s+(\d{1,2})\s+(\d{2}):(\d{2}):(\d{2})\s+(\d{4})(?:\s+\((\d+)\))?$")
-_MONTHS = {m: i for i, m in enumerate(
-    ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], start=1)}
+_MONTHS = {
+    m: i
+    for i, m in enumerate(
+        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], start=1
+    )
+}
 _KV = re.compile(r"^\s*([^:]+?):\s*(.*?)\s*$")
 _SECTIONS = (
     ("main schedule statistics", "main"),
@@ -101,7 +108,11 @@ def parse_ctime(s: str, tz: ZoneInfo) -> datetime | None:
     if epoch:
         try:
             return datetime.fromtimestamp(int(epoch), UTC)
-        except (ValueError, OverflowError, OSError):  # beyond year 9999 or time_t: not a date (atheris found it)
+        except (
+            ValueError,
+            OverflowError,
+            OSError,
+        ):  # beyond year 9999 or time_t: not a date (atheris found it)
             return None
     if mon not in _MONTHS:
         return None
@@ -112,8 +123,16 @@ def parse_ctime(s: str, tz: ZoneInfo) -> datetime | None:
     return naive.replace(tzinfo=tz).astimezone(UTC)
 
 
-def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, fmt: str | None = None,
-          delimiter: str | None = None, source: str = "") -> Parsed:
+def parse(
+    data: bytes,
+    *,
+    cluster: str,
+    snapshot_time: datetime,
+    tz: ZoneInfo,
+    fmt: str | None = None,
+    delimiter: str | None = None,
+    source: str = "",
+) -> Parsed:
     """sdiag text -> one sched_stats row (snapshot time from "sdiag output at", else the given time).
 
     Every line is kept in raw_text; a counter line whose value is not a number, a date that cannot be
@@ -138,25 +157,35 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
         if section in ("rpc", "other"):
             continue  # RPC tables and exit-reason counters stay in raw_text
         if low.startswith("sdiag output at"):
-            t = parse_ctime(stripped[len("sdiag output at"):], tz)
+            t = parse_ctime(stripped[len("sdiag output at") :], tz)
             if t is None:
-                bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw, "reason": "sdiag: bad date"})
+                bad.append(
+                    {"line_no": line_no, "raw_text": text, "raw_bytes": raw, "reason": "sdiag: bad date"}
+                )
             else:
                 when = t
                 found += 1
             continue
         if low.startswith("data since"):
-            t = parse_ctime(stripped[len("data since"):], tz)
+            t = parse_ctime(stripped[len("data since") :], tz)
             if t is None:
-                bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw, "reason": "sdiag: bad date"})
+                bad.append(
+                    {"line_no": line_no, "raw_text": text, "raw_bytes": raw, "reason": "sdiag: bad date"}
+                )
             else:
                 row["data_since"] = t
                 found += 1
             continue
         m = _KV.match(stripped)
         if not m:
-            bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw,
-                        "reason": "sdiag: not a 'label: value' line"})
+            bad.append(
+                {
+                    "line_no": line_no,
+                    "raw_text": text,
+                    "raw_bytes": raw,
+                    "reason": "sdiag: not a 'label: value' line",
+                }
+            )
             continue
         label, value = m.group(1).strip().lower(), m.group(2)
         table = {"header": _HEADER_FIELDS, "main": _MAIN_FIELDS, "bf": _BF_FIELDS}[section]
@@ -165,8 +194,9 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
             if value.strip() not in ("N/A", ""):
                 t = parse_ctime(value, tz)
                 if t is None:
-                    bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw,
-                                "reason": "sdiag: bad date"})
+                    bad.append(
+                        {"line_no": line_no, "raw_text": text, "raw_bytes": raw, "reason": "sdiag: bad date"}
+                    )
                 row["bf_last_cycle_when"] = t
             continue
         col = table.get(label)
@@ -175,25 +205,42 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
             if re.fullmatch(r"-?\d+", v) or parse_ctime(v, tz) is not None:
                 found += 1  # a counter or time this schema has no column for (kept in raw_text)
                 continue
-            bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw,
-                        "reason": f"sdiag: unknown line in {section} section"})
+            bad.append(
+                {
+                    "line_no": line_no,
+                    "raw_text": text,
+                    "raw_bytes": raw,
+                    "reason": f"sdiag: unknown line in {section} section",
+                }
+            )
             continue
         if not re.fullmatch(r"-?\d+", value):
-            bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw,
-                        "reason": f"sdiag: {label!r} is not an integer"})
+            bad.append(
+                {
+                    "line_no": line_no,
+                    "raw_text": text,
+                    "raw_bytes": raw,
+                    "reason": f"sdiag: {label!r} is not an integer",
+                }
+            )
             continue
         problem = out_of_range({col: int(value)}, SCHED_STATS_SCHEMA)
         if problem:
-            bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw, "reason": f"sdiag: {problem}"})
+            bad.append(
+                {"line_no": line_no, "raw_text": text, "raw_bytes": raw, "reason": f"sdiag: {problem}"}
+            )
             continue
         row[col] = int(value)
         found += 1
     nonblank = [(n, t, r) for n, t, r in lines if not is_blank(t)]
     if found == 0:
-        bad = [{"line_no": n, "raw_text": t, "raw_bytes": r, "reason": "sdiag: not sdiag output"}
-               for n, t, r in nonblank]
-        return Parsed(tables={"sched_stats": pl.DataFrame(schema=SCHED_STATS_SCHEMA)},
-                      quarantine=quarantine_frame(bad))
+        bad = [
+            {"line_no": n, "raw_text": t, "raw_bytes": r, "reason": "sdiag: not sdiag output"}
+            for n, t, r in nonblank
+        ]
+        return Parsed(
+            tables={"sched_stats": pl.DataFrame(schema=SCHED_STATS_SCHEMA)}, quarantine=quarantine_frame(bad)
+        )
     row["cluster"] = cluster
     row["snapshot_time"] = when
     row["raw_text"] = data.decode("utf-8", errors="replace")

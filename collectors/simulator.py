@@ -40,12 +40,36 @@ from pathlib import Path
 
 US = "\x1f"
 SACCT_FIELDS = (
-    "JobID", "JobIDRaw", "Cluster", "Partition", "QOS", "Account", "User", "UID", "Submit", "Eligible", "Start",
-    "End", "Elapsed", "Timelimit", "State", "ExitCode", "NNodes", "NCPUS", "ReqMem", "AllocTRES", "NodeList",
-    "Flags", "Priority", "Reason", "JobName",
+    "JobID",
+    "JobIDRaw",
+    "Cluster",
+    "Partition",
+    "QOS",
+    "Account",
+    "User",
+    "UID",
+    "Submit",
+    "Eligible",
+    "Start",
+    "End",
+    "Elapsed",
+    "Timelimit",
+    "State",
+    "ExitCode",
+    "NNodes",
+    "NCPUS",
+    "ReqMem",
+    "AllocTRES",
+    "NodeList",
+    "Flags",
+    "Priority",
+    "Reason",
+    "JobName",
 )
-SSHARE_HEADER = ("Account|User|RawShares|NormShares|RawUsage|NormUsage|EffectvUsage|FairShare|LevelFS|"
-                 "GrpTRESMins|TRESRunMins")
+SSHARE_HEADER = (
+    "Account|User|RawShares|NormShares|RawUsage|NormUsage|EffectvUsage|FairShare|LevelFS|"
+    "GrpTRESMins|TRESRunMins"
+)
 EVENTS_HEADER = "Cluster|Cluster Nodes|NodeName|TimeStart|TimeEnd|State|Reason|User"
 DEFAULT_START = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -59,24 +83,25 @@ class SimConfig:
     seed: int = 42
     cluster: str = "simcluster"
     start: int = int(DEFAULT_START.timestamp())
-    snapshot_interval_s: int = 3600       # sinfo/squeue/sshare/sdiag cadence
-    steps: bool = True                    # write .extern/.batch steps into sacct.txt
-    bf_interval_s: int = 30               # SchedulerParameters bf_interval
-    bf_window_s: int = 3 * 86400          # bf_window (covers the longest time limit)
-    bf_max_job_test: int = 100            # jobs the backfill pass tests per partition and cycle
-    bf_max_reservations: int = 8          # blocked jobs per partition that get a reservation per cycle
-    priority_calc_period_s: int = 300     # PriorityCalcPeriod
-    decay_half_life_s: int = 7 * 86400    # PriorityDecayHalfLife
-    load: float = 1.0                     # multiplies every arrival rate
-    fault_rate: float = 2.0               # node-level faults per 1000 GPU-days
-    checkpoint_hours: float = 2.0         # pretraining checkpoint interval K
+    snapshot_interval_s: int = 3600  # sinfo/squeue/sshare/sdiag cadence
+    steps: bool = True  # write .extern/.batch steps into sacct.txt
+    bf_interval_s: int = 30  # SchedulerParameters bf_interval
+    bf_window_s: int = 3 * 86400  # bf_window (covers the longest time limit)
+    bf_max_job_test: int = 100  # jobs the backfill pass tests per partition and cycle
+    bf_max_reservations: int = 8  # blocked jobs per partition that get a reservation per cycle
+    priority_calc_period_s: int = 300  # PriorityCalcPeriod
+    decay_half_life_s: int = 7 * 86400  # PriorityDecayHalfLife
+    load: float = 1.0  # multiplies every arrival rate
+    fault_rate: float = 2.0  # node-level faults per 1000 GPU-days
+    checkpoint_hours: float = 2.0  # pretraining checkpoint interval K
     write_events_jsonl: bool = True
     write_snapshots: bool = True
-    telemetry_nodes: int = 4              # GPU nodes with simulated NVML telemetry (spool format v1)
-    telemetry_days: float = 1.0           # per-minute telemetry for the last N days of the period
+    telemetry_nodes: int = 4  # GPU nodes with simulated NVML telemetry (spool format v1)
+    telemetry_days: float = 1.0  # per-minute telemetry for the last N days of the period
 
 
 # --------------------------------------------------------------------------------------------- helpers
+
 
 class _Clock:
     """Lookup tables for time formatting, which the writer calls millions of times."""
@@ -175,15 +200,49 @@ def _j(v: object) -> str:
 
 
 class Node:
-    __slots__ = ("idx", "name", "prefix", "num", "width", "part", "cap", "free", "cpus", "cpus_per_unit",
-                 "mem_mb", "mem_per_unit", "gpu_type", "owners", "jobs", "down", "drain", "reason",
-                 "reason_time", "reason_user", "resv", "bf_resv", "features", "gpu_uuids")
+    __slots__ = (
+        "idx",
+        "name",
+        "prefix",
+        "num",
+        "width",
+        "part",
+        "cap",
+        "free",
+        "cpus",
+        "cpus_per_unit",
+        "mem_mb",
+        "mem_per_unit",
+        "gpu_type",
+        "owners",
+        "jobs",
+        "down",
+        "drain",
+        "reason",
+        "reason_time",
+        "reason_user",
+        "resv",
+        "bf_resv",
+        "features",
+        "gpu_uuids",
+    )
 
-    def __init__(self, idx: int, prefix: str, num: int, width: int, part: Partition, cap: int, cpus: int,
-                 mem_mb: int, gpu_type: str | None, features: str) -> None:
+    def __init__(
+        self,
+        idx: int,
+        prefix: str,
+        num: int,
+        width: int,
+        part: Partition,
+        cap: int,
+        cpus: int,
+        mem_mb: int,
+        gpu_type: str | None,
+        features: str,
+    ) -> None:
         self.idx, self.prefix, self.num, self.width, self.part = idx, prefix, num, width, part
         self.name = f"{prefix}{num:0{width}d}"
-        self.cap = self.free = cap                  # units: GPUs on GPU nodes, CPUs on CPU nodes
+        self.cap = self.free = cap  # units: GPUs on GPU nodes, CPUs on CPU nodes
         self.cpus = cpus
         self.cpus_per_unit = cpus // cap
         self.mem_mb = mem_mb
@@ -197,7 +256,7 @@ class Node:
         self.reason_time = 0
         self.reason_user = ""
         self.resv: Reservation | None = None
-        self.bf_resv = 0                             # backfill reservation start on this node (0 = none)
+        self.bf_resv = 0  # backfill reservation start on this node (0 = none)
         self.features = features
         self.gpu_uuids: list[str] = []
 
@@ -206,8 +265,23 @@ class Node:
 
 
 class Partition:
-    __slots__ = ("name", "nodes", "gpu_type", "queue", "running", "heaps", "dirty", "bf_dirty", "is_gpu",
-                 "default", "cap", "idle", "free_units", "version", "blocked")
+    __slots__ = (
+        "name",
+        "nodes",
+        "gpu_type",
+        "queue",
+        "running",
+        "heaps",
+        "dirty",
+        "bf_dirty",
+        "is_gpu",
+        "default",
+        "cap",
+        "idle",
+        "free_units",
+        "version",
+        "blocked",
+    )
 
     def __init__(self, name: str, gpu_type: str | None, default: bool) -> None:
         self.name = name
@@ -215,16 +289,16 @@ class Partition:
         self.is_gpu = gpu_type is not None
         self.default = default
         self.nodes: list[Node] = []
-        self.queue: list[tuple] = []          # (-priority, job_id, job), sorted: highest priority first
-        self.running: list[tuple] = []        # (expected_end, job_id, job), sorted
-        self.heaps: list[list[int]] = []      # GPU partitions: per free-unit count, heap of node idx
+        self.queue: list[tuple] = []  # (-priority, job_id, job), sorted: highest priority first
+        self.running: list[tuple] = []  # (expected_end, job_id, job), sorted
+        self.heaps: list[list[int]] = []  # GPU partitions: per free-unit count, heap of node idx
         self.dirty = True
         self.bf_dirty = True
         self.cap = 0
-        self.idle = 0           # nodes with nothing allocated (an upper bound on what whole-node jobs get)
-        self.free_units = 0     # free units over all nodes (upper bound for smaller jobs)
-        self.version = 0        # bumped whenever resources are released
-        self.blocked = None     # (version, job) of the last main pass that stopped at a blocked job
+        self.idle = 0  # nodes with nothing allocated (an upper bound on what whole-node jobs get)
+        self.free_units = 0  # free units over all nodes (upper bound for smaller jobs)
+        self.version = 0  # bumped whenever resources are released
+        self.blocked = None  # (version, job) of the last main pass that stopped at a blocked job
 
     def touch(self) -> None:
         self.dirty = self.bf_dirty = True
@@ -241,11 +315,49 @@ class Reservation:
 
 
 class Job:
-    __slots__ = ("raw", "jid", "array_id", "task", "name", "user", "uid", "account", "part", "qos", "cls",
-                 "submit", "eligible", "start", "end", "limit", "nnodes", "units", "whole", "state",
-                 "exit", "nodes", "gpu_idx", "sched_by", "priority", "work", "progress", "target",
-                 "outcome", "ckpt", "attempt", "requeue", "interactive", "resv", "token", "array_rec",
-                 "cont_of", "patience", "first_submit", "cause", "tele")
+    __slots__ = (
+        "raw",
+        "jid",
+        "array_id",
+        "task",
+        "name",
+        "user",
+        "uid",
+        "account",
+        "part",
+        "qos",
+        "cls",
+        "submit",
+        "eligible",
+        "start",
+        "end",
+        "limit",
+        "nnodes",
+        "units",
+        "whole",
+        "state",
+        "exit",
+        "nodes",
+        "gpu_idx",
+        "sched_by",
+        "priority",
+        "work",
+        "progress",
+        "target",
+        "outcome",
+        "ckpt",
+        "attempt",
+        "requeue",
+        "interactive",
+        "resv",
+        "token",
+        "array_rec",
+        "cont_of",
+        "patience",
+        "first_submit",
+        "cause",
+        "tele",
+    )
 
     def __init__(self) -> None:
         self.array_id = 0
@@ -274,8 +386,24 @@ class Job:
 class ArrayRec:
     """A pending job array: one queue entry until its tasks split off, as Slurm keeps it."""
 
-    __slots__ = ("raw", "name", "user", "uid", "account", "part", "qos", "cls", "submit", "limit", "units",
-                 "next_task", "ntasks", "priority", "task_ids", "params")
+    __slots__ = (
+        "raw",
+        "name",
+        "user",
+        "uid",
+        "account",
+        "part",
+        "qos",
+        "cls",
+        "submit",
+        "limit",
+        "units",
+        "next_task",
+        "ntasks",
+        "priority",
+        "task_ids",
+        "params",
+    )
 
     def __init__(self) -> None:
         self.next_task = 0
@@ -290,7 +418,7 @@ CLASSES = {
     #            rate   partition mix          qos
     "pretrain": (3.0, {"h100": 0.8, "a100": 0.2}, "high"),
     "finetune": (200.0, {"h100": 0.5, "a100": 0.5}, "normal"),
-    "eval": (8.0, {"h100": 0.3, "a100": 0.7}, "low"),       # arrays, ~100 tasks on average
+    "eval": (8.0, {"h100": 0.3, "a100": 0.7}, "low"),  # arrays, ~100 tasks on average
     "interactive": (50.0, {"h100": 0.5, "a100": 0.5}, "debug"),
     "dev": (1000.0, {"h100": 0.5, "a100": 0.5}, "normal"),
     "cpu": (1250.0, {"cpu": 1.0}, "normal"),
@@ -317,10 +445,49 @@ ACCOUNTS = {
     "data-eng": ("data", 10, 6, ("cpu", "dev")),
 }
 QOS = {"high": 1000, "normal": 100, "debug": 500, "low": 0}
-NAMES = ("ada", "bo", "chen", "dana", "eli", "fatima", "gus", "hana", "ivan", "jun", "kira", "leo", "mei",
-         "nils", "omar", "pia", "quinn", "ravi", "sara", "tomas", "uma", "vik", "wen", "xena", "yuki", "zoe",
-         "arjun", "bea", "carlos", "dmitri", "emma", "farid", "gita", "hugo", "ines", "jonas", "kai",
-         "lena", "marco", "nora", "oskar")
+NAMES = (
+    "ada",
+    "bo",
+    "chen",
+    "dana",
+    "eli",
+    "fatima",
+    "gus",
+    "hana",
+    "ivan",
+    "jun",
+    "kira",
+    "leo",
+    "mei",
+    "nils",
+    "omar",
+    "pia",
+    "quinn",
+    "ravi",
+    "sara",
+    "tomas",
+    "uma",
+    "vik",
+    "wen",
+    "xena",
+    "yuki",
+    "zoe",
+    "arjun",
+    "bea",
+    "carlos",
+    "dmitri",
+    "emma",
+    "farid",
+    "gita",
+    "hugo",
+    "ines",
+    "jonas",
+    "kai",
+    "lena",
+    "marco",
+    "nora",
+    "oskar",
+)
 W_AGE, W_FS, W_SIZE, W_PART, W_QOS, MAX_AGE = 1000, 10000, 1000, 1000, 10000, 7 * 86400
 # Node faults by class: (weight, xid, effect, text). down = a health check marks the node DOWN, its jobs
 # end NODE_FAIL and batch jobs are requeued; gpu_fail = the job on that GPU crashes (FAILED) and the node
@@ -348,15 +515,32 @@ class Simulator:
         self.heap: list[tuple] = []
         self.seq = 0
         self.next_raw = 1000
-        self.records: list[str] = []         # sacct lines not yet flushed to sacct.txt
+        self.records: list[str] = []  # sacct lines not yet flushed to sacct.txt
         self.state_counts: dict[str, int] = {}
-        self.ev: list[str] = []              # events.jsonl lines
-        self.node_events: list[list] = []    # [node, start, end|None, state, reason, user]
-        self.counters = {"submitted": 0, "started": 0, "completed": 0, "canceled": 0, "failed": 0,
-                         "bf_total": 0, "bf_since": 0, "bf_cycles": 0, "main_cycles": 0, "bf_last": 0,
-                         "bf_last_depth": 0, "bf_max_us": 0, "main_max_us": 0, "main_last_us": 0,
-                         "bf_last_us": 0, "main_depth_sum": 0, "bf_depth_sum": 0, "main_us_sum": 0,
-                         "bf_us_sum": 0, "bf_qlen_sum": 0}
+        self.ev: list[str] = []  # events.jsonl lines
+        self.node_events: list[list] = []  # [node, start, end|None, state, reason, user]
+        self.counters = {
+            "submitted": 0,
+            "started": 0,
+            "completed": 0,
+            "canceled": 0,
+            "failed": 0,
+            "bf_total": 0,
+            "bf_since": 0,
+            "bf_cycles": 0,
+            "main_cycles": 0,
+            "bf_last": 0,
+            "bf_last_depth": 0,
+            "bf_max_us": 0,
+            "main_max_us": 0,
+            "main_last_us": 0,
+            "bf_last_us": 0,
+            "main_depth_sum": 0,
+            "bf_depth_sum": 0,
+            "main_us_sum": 0,
+            "bf_us_sum": 0,
+            "bf_qlen_sum": 0,
+        }
         self.day_counters = dict.fromkeys(("submitted", "started", "completed", "canceled", "failed"), 0)
         self.stats_since = self.t0
         self.pending_arrays: list[ArrayRec] = []
@@ -378,9 +562,11 @@ class Simulator:
         n_cpu = max(2, gpu_nodes // 32)
         self.parts: dict[str, Partition] = {}
         self.nodes: list[Node] = []
-        specs = (("h100", "h100", n_h100, 8, 112, 2_000_000, "h100,hbm80g,ib"),
-                 ("a100", "a100", n_a100, 8, 128, 1_000_000, "a100,hbm80g,ib"),
-                 ("cpu", None, n_cpu, 128, 128, 512_000, "cpu,avx512"))
+        specs = (
+            ("h100", "h100", n_h100, 8, 112, 2_000_000, "h100,hbm80g,ib"),
+            ("a100", "a100", n_a100, 8, 128, 1_000_000, "a100,hbm80g,ib"),
+            ("cpu", None, n_cpu, 128, 128, 512_000, "cpu,avx512"),
+        )
         for i, (pname, gtype, count, cap, cpus, mem, feat) in enumerate(specs):
             p = Partition(pname, gtype, default=(i == 0))
             width = max(3, len(str(count)))
@@ -406,7 +592,7 @@ class Simulator:
         # One advance reservation for a large pretraining run: half the H100 nodes for 3 days from day 10.
         h = self.parts["h100"]
         size = max(1, min(64, len(h.nodes) // 2))
-        rn = h.nodes[len(h.nodes) - size:]   # the last nodes, which the node search tries last
+        rn = h.nodes[len(h.nodes) - size :]  # the last nodes, which the node search tries last
         rstart = self.t0 + int(min(10 * 86400, 0.3 * cfg.days * 86400))
         rstart -= rstart % 3600
         self.resv = Reservation("llm-hero-run", "h100", rn, rstart, rstart + 3 * 86400, "pretrain")
@@ -418,7 +604,7 @@ class Simulator:
                 if i < len(ns) and ns[i] not in pick:
                     pick.append(ns[i])
         self.tele = {n.idx for n in pick[: max(0, cfg.telemetry_nodes)]}
-        self.gpu_iv: list[list] = []      # [node idx, gpu index, job, start, end|None]
+        self.gpu_iv: list[list] = []  # [node idx, gpu index, job, start, end|None]
         self.tele_events: list[tuple] = []
 
     def _uuid(self, node: str, gpu: int) -> str:
@@ -427,7 +613,7 @@ class Simulator:
         return f"GPU-{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
 
     def _build_accounts(self) -> None:
-        self.users: dict[str, tuple[str, int]] = {}   # user -> (account, uid)
+        self.users: dict[str, tuple[str, int]] = {}  # user -> (account, uid)
         self.acct_users: dict[str, list[str]] = {}
         self.class_users: dict[str, list[str]] = {c: [] for c in CLASSES}
         k = 0
@@ -454,7 +640,7 @@ class Simulator:
                 path.append(a)
                 a = ACCOUNTS[a][0]
             self._paths[u] = path
-        self.usage: dict[str, float] = dict.fromkeys(self.users, 0.0)   # decayed billing-seconds
+        self.usage: dict[str, float] = dict.fromkeys(self.users, 0.0)  # decayed billing-seconds
         self.run_rate: dict[str, float] = dict.fromkeys(self.users, 0.0)  # billing units running now
         self.fs: dict[str, float] = dict.fromkeys(self.users, 1.0)
         self.level: dict[str, float] = {}
@@ -516,16 +702,30 @@ class Simulator:
         # One slowly degrading GPU (telemetry ground truth; the scheduler never notices it).
         gn = self.parts["h100"].nodes[-1]
         self.degrading = (gn.name, 3, gn.gpu_uuids[3], self.t0 + 86400)
-        self.log(self.t0 + 86400, "degradation_start", node=gn.name, gpu_index=3, gpu_uuid=gn.gpu_uuids[3],
-                 temp_rise_c_per_day=DEG_TEMP_PER_DAY, sm_clock_drop_mhz_per_day=DEG_CLOCK_PER_DAY)
+        self.log(
+            self.t0 + 86400,
+            "degradation_start",
+            node=gn.name,
+            gpu_index=3,
+            gpu_uuid=gn.gpu_uuids[3],
+            temp_rise_c_per_day=DEG_TEMP_PER_DAY,
+            sm_clock_drop_mhz_per_day=DEG_CLOCK_PER_DAY,
+        )
         # The reservation and its hero run.
         r = self.resv
         for n in r.nodes:
             n.resv = r
         self.push(r.start, K_RESV, "start")
         self.push(r.end, K_RESV, "end")
-        self.log(self.t0, "reservation", name=r.name, start=ts(r.start), end=ts(r.end),
-                 nodes=hostlist(r.nodes), account=r.account)
+        self.log(
+            self.t0,
+            "reservation",
+            name=r.name,
+            start=ts(r.start),
+            end=ts(r.end),
+            nodes=hostlist(r.nodes),
+            account=r.account,
+        )
 
     def _new_job(self, cls: str, part: Partition, t: int) -> Job:
         j = Job()
@@ -604,7 +804,8 @@ class Simulator:
                 f'{{"t":"{ts(j.submit)}","type":"submit","job_id_raw":{j.raw},"job":"{j.jid}","attempt":{j.attempt},'
                 f'"cls":"{j.cls}","user":"{j.user}","account":"{j.account}","partition":"{j.part.name}",'
                 f'"qos":"{j.qos}","nodes":{j.nnodes},"gpus":{self._gpus(j)},"cpus":{self._cpus(j)},'
-                f'"timelimit":{j.limit},"work":{j.work},"cont_of":{j.cont_of}}}')
+                f'"timelimit":{j.limit},"work":{j.work},"cont_of":{j.cont_of}}}'
+            )
 
     def _arrival(self, cls: str) -> None:
         t = self.now
@@ -641,8 +842,16 @@ class Simulator:
         a.priority = 0
         self.counters["submitted"] += a.ntasks
         self.day_counters["submitted"] += a.ntasks
-        self.log(t, "submit_array", job_id_raw=a.raw, tasks=a.ntasks, user=a.user, account=a.account,
-                 partition=part.name, qos=a.qos)
+        self.log(
+            t,
+            "submit_array",
+            job_id_raw=a.raw,
+            tasks=a.ntasks,
+            user=a.user,
+            account=a.account,
+            partition=part.name,
+            qos=a.qos,
+        )
         self.pending_arrays.append(a)
         a.priority = self._prio(a.account, a.user, a.qos, 1, t, t)
         self._queue_insert(part, a.priority, a.raw, a)
@@ -669,7 +878,8 @@ class Simulator:
                 f'{{"t":"{ts(j.submit)}","type":"submit","job_id_raw":{j.raw},"job":"{j.jid}","attempt":1,'
                 f'"cls":"eval","user":"{j.user}","account":"{j.account}","partition":"{j.part.name}",'
                 f'"qos":"{j.qos}","nodes":1,"gpus":{self._gpus(j)},"cpus":{self._cpus(j)},'
-                f'"timelimit":{j.limit},"work":{j.work},"cont_of":0,"array_job_id":{a.raw}}}')
+                f'"timelimit":{j.limit},"work":{j.work},"cont_of":0,"array_job_id":{a.raw}}}'
+            )
         return j
 
     # ------------------------------------------------------------------ priority (multifactor, Fair Tree)
@@ -736,12 +946,12 @@ class Simulator:
                 else:
                     j.priority = self._prio(j.account, j.user, j.qos, j.nnodes, j.submit, now)
                 q.append((-j.priority, jid, j))
-            q.sort(key=_qkey)   # (priority, id) pairs are unique: the job itself is never compared
+            q.sort(key=_qkey)  # (priority, id) pairs are unique: the job itself is never compared
             p.queue = q
             p.touch()
 
     def _queue_insert(self, p: Partition, prio: int, jid: int, j: object) -> None:
-        insort(p.queue, (-prio, jid, j))   # (priority, id) is unique: jobs are never compared
+        insort(p.queue, (-prio, jid, j))  # (priority, id) is unique: jobs are never compared
 
     def _queue_remove(self, p: Partition, j: object) -> None:
         key = (-j.priority, j.raw)
@@ -780,7 +990,7 @@ class Simulator:
         p = j.part
         exp_end = self.now + j.limit
         if j.resv is None:
-            if (p.idle < j.nnodes if j.whole else p.free_units < j.units):
+            if p.idle < j.nnodes if j.whole else p.free_units < j.units:
                 return None
             memo = self._bf_fail
             if memo is not None:
@@ -824,7 +1034,12 @@ class Simulator:
                 return None
             best = None
             for n in stash.values():
-                if n.part is p and n.free >= units and ok(n, j, exp_end) and (best is None or n.free > best.free):
+                if (
+                    n.part is p
+                    and n.free >= units
+                    and ok(n, j, exp_end)
+                    and (best is None or n.free > best.free)
+                ):
                     best = n
             return [best] if best else None
         if j.whole:
@@ -872,8 +1087,12 @@ class Simulator:
             return None
         best = None
         for n in stash.values():
-            if n.part is p and n.free >= units and ok(n, j, exp_end) and (
-                    best is None or (n.free, n.idx) < (best.free, best.idx)):
+            if (
+                n.part is p
+                and n.free >= units
+                and ok(n, j, exp_end)
+                and (best is None or (n.free, n.idx) < (best.free, best.idx))
+            ):
                 best = n
         return [best] if best else None
 
@@ -967,7 +1186,8 @@ class Simulator:
             self.ev.append(
                 f'{{"t":"{ts(t)}","type":"start","job_id_raw":{j.raw},"job":"{j.jid}","attempt":{j.attempt},'
                 f'"sched_by":"{how}","nodes":"{hostlist(nodes)}","expected_end":"{ts(t + j.limit)}",'
-                f'"priority":{j.priority},"gpu_idx":[{gi}]}}')
+                f'"priority":{j.priority},"gpu_idx":[{gi}]}}'
+            )
 
     def _release(self, j: Job) -> None:
         if j.tele:
@@ -1011,7 +1231,8 @@ class Simulator:
                 f'{{"t":"{ts(t)}","type":"end","job_id_raw":{j.raw},"job":"{j.jid}","attempt":{j.attempt},'
                 f'"state":"{state}","cause":"{cause}","exit_code":"{exit_code}",'
                 f'"elapsed":{(t - j.start) if ran else 0},"gpu_seconds":{gsec},"account":"{j.account}",'
-                f'"sched_by":{sb}}}')
+                f'"sched_by":{sb}}}'
+            )
         key = {"COMPLETED": "completed", "CANCELLED": "canceled"}.get(state, "failed")
         if state != "NODE_FAIL" or not j.requeue:
             self.counters[key] += 1
@@ -1019,18 +1240,37 @@ class Simulator:
 
     def _on_end(self, j: Job) -> None:
         state = j.cause
-        exit_code = {"COMPLETED": "0:0", "FAILED": "1:0", "CANCELLED": "0:15", "OUT_OF_MEMORY": "0:125",
-                     "TIMEOUT": "0:0"}[state]
-        cause = {"COMPLETED": "done", "FAILED": "user_error", "CANCELLED": "user_cancel",
-                 "OUT_OF_MEMORY": "oom", "TIMEOUT": "time_limit"}[state]
+        exit_code = {
+            "COMPLETED": "0:0",
+            "FAILED": "1:0",
+            "CANCELLED": "0:15",
+            "OUT_OF_MEMORY": "0:125",
+            "TIMEOUT": "0:0",
+        }[state]
+        cause = {
+            "COMPLETED": "done",
+            "FAILED": "user_error",
+            "CANCELLED": "user_cancel",
+            "OUT_OF_MEMORY": "oom",
+            "TIMEOUT": "time_limit",
+        }[state]
         if state == "FAILED" and j.part.is_gpu and self.rng.random() < 0.25:
             # An application-caused GPU error: the driver logs XID 13 or 43 on one of the job's GPUs.
             xid = 13 if self.rng.random() < 0.6 else 43
             n = j.nodes[0]
             g = j.gpu_idx[0][0] if j.gpu_idx and j.gpu_idx[0] else 0
             cause = f"xid{xid}"
-            self.log(self.now, "fault", xid=xid, node=n.name, gpu_index=g, gpu_uuid=n.gpu_uuids[g],
-                     effect="job_failed", job_id_raw=j.raw, cause="application")
+            self.log(
+                self.now,
+                "fault",
+                xid=xid,
+                node=n.name,
+                gpu_index=g,
+                gpu_uuid=n.gpu_uuids[g],
+                effect="job_failed",
+                job_id_raw=j.raw,
+                cause="application",
+            )
             if n.idx in self.tele:
                 self.tele_events.append((n.idx, self.now, xid, g))
         if state == "CANCELLED":
@@ -1045,8 +1285,24 @@ class Simulator:
     def _continue(self, j: Job) -> None:
         t = self.now + self.rng.randint(60, 1800)
         c = Job()
-        for attr in ("cls", "part", "qos", "user", "uid", "account", "nnodes", "units", "whole", "limit",
-                     "work", "ckpt", "name", "outcome", "target", "requeue"):
+        for attr in (
+            "cls",
+            "part",
+            "qos",
+            "user",
+            "uid",
+            "account",
+            "nnodes",
+            "units",
+            "whole",
+            "limit",
+            "work",
+            "ckpt",
+            "name",
+            "outcome",
+            "target",
+            "requeue",
+        ):
             setattr(c, attr, getattr(j, attr))
         saved = (j.progress // j.ckpt) * j.ckpt if j.ckpt else 0
         c.progress = saved
@@ -1073,9 +1329,20 @@ class Simulator:
         j.start = 0
         j.nodes = []
         j.gpu_idx = []
-        self.log(t, "requeue", job_id_raw=j.raw, job=j.jid, from_attempt=old_attempt, attempt=j.attempt,
-                 cause=cause, lost_seconds=lost, lost_gpu_seconds=lost * self._gpus(j),
-                 restart_from=saved, checkpoint_interval=j.ckpt, new_submit=ts(t))
+        self.log(
+            t,
+            "requeue",
+            job_id_raw=j.raw,
+            job=j.jid,
+            from_attempt=old_attempt,
+            attempt=j.attempt,
+            cause=cause,
+            lost_seconds=lost,
+            lost_gpu_seconds=lost * self._gpus(j),
+            restart_from=saved,
+            checkpoint_interval=j.ckpt,
+            new_submit=ts(t),
+        )
         j.priority = self._prio(j.account, j.user, j.qos, j.nnodes, j.submit, t)
         self._begin_wait.append(j)
         self.push(j.eligible, K_ELIGIBLE, j, j.attempt)
@@ -1222,8 +1489,14 @@ class Simulator:
         # The reservations made for higher-priority jobs this cycle that share a node with j.
         mine = {n.idx for n in j.nodes}
         conflicts = [[rj, ts(rt)] for rt, rj, rn in reserved if mine.intersection(n.idx for n in rn)]
-        self.log(self.now, "backfill_start", job_id_raw=j.raw, expected_end=ts(self.now + j.limit),
-                 nodes=hostlist(j.nodes), shares_nodes_with=conflicts)
+        self.log(
+            self.now,
+            "backfill_start",
+            job_id_raw=j.raw,
+            expected_end=ts(self.now + j.limit),
+            nodes=hostlist(j.nodes),
+            shares_nodes_with=conflicts,
+        )
 
     def _reserve(self, p: Partition, j: object, shape: object, reserved: list, horizon: int) -> None:
         """Earliest time `shape` fits on nodes not yet reserved, from the expected ends of running jobs."""
@@ -1235,8 +1508,11 @@ class Simulator:
             return
         now = self.now
         if self._resv_base is None:
-            self._resv_base = {n.idx: n.free for n in p.nodes
-                               if not n.down and not n.drain and (n.resv is None or now >= n.resv.end)}
+            self._resv_base = {
+                n.idx: n.free
+                for n in p.nodes
+                if not n.down and not n.drain and (n.resv is None or now >= n.resv.end)
+            }
         free = self._resv_base.copy()
         cap = p.nodes[0].cap
         at = now
@@ -1286,8 +1562,14 @@ class Simulator:
             self._resv_base.pop(n.idx, None)
         raw = j.raw
         reserved.append((at, raw, rn))
-        self.log(self.now, "bf_reservation", job_id_raw=raw, reserved_start=ts(at), nodes=hostlist(rn),
-                 priority=j.priority)
+        self.log(
+            self.now,
+            "bf_reservation",
+            job_id_raw=raw,
+            reserved_start=ts(at),
+            nodes=hostlist(rn),
+            priority=j.priority,
+        )
 
     # ------------------------------------------------------------------ faults, drains, reservation
 
@@ -1320,12 +1602,22 @@ class Simulator:
             self.tele_events.append((n.idx, t, xid, g))
         if effect == "down":
             reason = f"XID {xid} {text} gpu={g}" if xid else text
-            self.log(t, "fault", xid=xid or None, node=n.name, gpu_index=g if xid else None,
-                     gpu_uuid=n.gpu_uuids[g] if xid else None, effect="node_down", cause="hardware",
-                     jobs=[j.raw for j in n.jobs])
+            self.log(
+                t,
+                "fault",
+                xid=xid or None,
+                node=n.name,
+                gpu_index=g if xid else None,
+                gpu_uuid=n.gpu_uuids[g] if xid else None,
+                effect="node_down",
+                cause="hardware",
+                jobs=[j.raw for j in n.jobs],
+            )
             n.down = True
             self._set_reason(n, reason, "slurm" if not xid else "root", t)
-            self.node_events.append([n.name, t, None, "DOWN", reason, USERS_SYS["slurm" if not xid else "root"]])
+            self.node_events.append(
+                [n.name, t, None, "DOWN", reason, USERS_SYS["slurm" if not xid else "root"]]
+            )
             self.log(t, "node_down", node=n.name, reason=reason)
             for j in list(n.jobs):
                 self._finish(j, "NODE_FAIL", "0:0", "node_fail" if not xid else f"xid{xid}")
@@ -1341,8 +1633,17 @@ class Simulator:
         reason = f"XID {xid} {text} gpu={g}"
         victims = [n.owners[g]] if effect == "gpu_fail" else list(n.jobs)
         victims = [j for j in victims if j is not None]
-        self.log(t, "fault", xid=xid, node=n.name, gpu_index=g, gpu_uuid=n.gpu_uuids[g],
-                 effect="jobs_failed_and_drain", cause="hardware", jobs=[j.raw for j in victims])
+        self.log(
+            t,
+            "fault",
+            xid=xid,
+            node=n.name,
+            gpu_index=g,
+            gpu_uuid=n.gpu_uuids[g],
+            effect="jobs_failed_and_drain",
+            cause="hardware",
+            jobs=[j.raw for j in victims],
+        )
         for j in victims:
             self._finish(j, "FAILED", "0:6" if effect == "node_fail" else "1:0", f"xid{xid}")
         self._drain(n, reason, "root", t, repair=self._lognorm(5400, 0.5, 900, 8 * 3600))
@@ -1431,8 +1732,11 @@ class Simulator:
                 (out_dir / "snapshots" / kind).mkdir(parents=True, exist_ok=True)
         self._sacct_fh = open(out_dir / "sacct.txt", "w", encoding="utf-8")  # noqa: SIM115 - closed in write()
         self._sacct_fh.write("|".join(SACCT_FIELDS) + "\n")
-        self._ev_fh = open(out_dir / "events.jsonl" if self.cfg.write_events_jsonl else "/dev/null", "w",  # noqa: SIM115
-                           encoding="utf-8")
+        self._ev_fh = open(
+            out_dir / "events.jsonl" if self.cfg.write_events_jsonl else "/dev/null",
+            "w",  # noqa: SIM115
+            encoding="utf-8",
+        )
         try:
             self._loop()
         except BaseException:
@@ -1545,8 +1849,10 @@ class Simulator:
         mem = j.nnodes * j.units * n0.mem_per_unit
         if j.part.is_gpu:
             g = j.nnodes * j.units
-            return (f"billing={g * 10},cpu={cpus},gres/gpu:{j.part.gpu_type}={g},gres/gpu={g},mem={mem}M,"
-                    f"node={j.nnodes}")
+            return (
+                f"billing={g * 10},cpu={cpus},gres/gpu:{j.part.gpu_type}={g},gres/gpu={g},mem={mem}M,"
+                f"node={j.nnodes}"
+            )
         return f"billing={cpus},cpu={cpus},mem={mem}M,node={j.nnodes}"
 
     def _record(self, j: Job, at_end: bool = False) -> None:
@@ -1562,9 +1868,9 @@ class Simulator:
         elif ran:
             start_s, end_s, elapsed = ts(j.start), ts(end), end - j.start
         else:
-            start_s, end_s, elapsed = "Unknown", ts(end), 0   # cancelled while pending
+            start_s, end_s, elapsed = "Unknown", ts(end), 0  # cancelled while pending
         n0 = j.part.nodes[0]
-        reqmem = f"{j.units * n0.mem_per_unit}M"   # per node, as --mem gives it
+        reqmem = f"{j.units * n0.mem_per_unit}M"  # per node, as --mem gives it
         if ran:
             tres = self._tres(j)
             nodelist = hostlist(j.nodes)
@@ -1575,10 +1881,35 @@ class Simulator:
             tres, nodelist, ncpus, flags = "", "None assigned", self._cpus(j), "StartRecieved"
             reason = self._pending_reason(j) if j.state == "PENDING" else "None"
         el = duration(elapsed)
-        line = "|".join((
-            j.jid, str(j.raw), c, j.part.name, j.qos, j.account, j.user, str(j.uid), ts(j.submit), ts(j.eligible),
-            start_s, end_s, el, duration(j.limit), state, j.exit, str(j.nnodes), str(ncpus),
-            reqmem, tres, nodelist, flags, str(j.priority), reason, j.name))
+        line = "|".join(
+            (
+                j.jid,
+                str(j.raw),
+                c,
+                j.part.name,
+                j.qos,
+                j.account,
+                j.user,
+                str(j.uid),
+                ts(j.submit),
+                ts(j.eligible),
+                start_s,
+                end_s,
+                el,
+                duration(j.limit),
+                state,
+                j.exit,
+                str(j.nnodes),
+                str(ncpus),
+                reqmem,
+                tres,
+                nodelist,
+                flags,
+                str(j.priority),
+                reason,
+                j.name,
+            )
+        )
         if not (ran and self.cfg.steps):
             self.records.append(line)
         else:
@@ -1587,27 +1918,38 @@ class Simulator:
             per_node_cpus = j.units * first.cpus_per_unit
             mem = j.units * first.mem_per_unit
             if j.part.is_gpu:
-                step_tres = (f"cpu={per_node_cpus},gres/gpu:{j.part.gpu_type}={j.units},gres/gpu={j.units},"
-                             f"mem={mem}M,node=1")
+                step_tres = (
+                    f"cpu={per_node_cpus},gres/gpu:{j.part.gpu_type}={j.units},gres/gpu={j.units},"
+                    f"mem={mem}M,node=1"
+                )
             else:
                 step_tres = f"cpu={per_node_cpus},mem={mem}M,node=1"
             if state == "RUNNING":
                 step_state = ext_state = "RUNNING"
             else:
-                step_state = ("CANCELLED" if state.startswith("CANCELLED") or state in ("TIMEOUT", "NODE_FAIL")
-                              else state)
+                step_state = (
+                    "CANCELLED"
+                    if state.startswith("CANCELLED") or state in ("TIMEOUT", "NODE_FAIL")
+                    else state
+                )
                 ext_state = "COMPLETED" if state != "NODE_FAIL" else "CANCELLED"
             main_exit = j.exit if state not in ("TIMEOUT", "NODE_FAIL") else "0:15"
             times = f"{start_s}|{start_s}|{start_s}|{end_s}|{el}|"
             head = f"{c}|||{j.account}|||{times}"
-            ext = (f"{j.jid}.extern|{j.raw}.extern|{head}|{ext_state}|0:0|{j.nnodes}|{ncpus}||"
-                   f"{tres.split(',', 1)[1]}|{nodelist}||||extern")
+            ext = (
+                f"{j.jid}.extern|{j.raw}.extern|{head}|{ext_state}|0:0|{j.nnodes}|{ncpus}||"
+                f"{tres.split(',', 1)[1]}|{nodelist}||||extern"
+            )
             if j.interactive:
-                main = (f"{j.jid}.0|{j.raw}.0|{head}|{step_state}|{main_exit}|{j.nnodes}|{ncpus}||{step_tres}|"
-                        f"{nodelist}||||bash")
+                main = (
+                    f"{j.jid}.0|{j.raw}.0|{head}|{step_state}|{main_exit}|{j.nnodes}|{ncpus}||{step_tres}|"
+                    f"{nodelist}||||bash"
+                )
             else:
-                main = (f"{j.jid}.batch|{j.raw}.batch|{head}|{step_state}|{main_exit}|1|{per_node_cpus}||"
-                        f"{step_tres}|{first.name}||||batch")
+                main = (
+                    f"{j.jid}.batch|{j.raw}.batch|{head}|{step_state}|{main_exit}|1|{per_node_cpus}||"
+                    f"{step_tres}|{first.name}||||batch"
+                )
             self.records.append(f"{line}\n{ext}\n{main}")
         if not at_end:
             st = "CANCELLED" if state.startswith("CANCELLED") else state
@@ -1653,20 +1995,49 @@ class Simulator:
         reason = "Resources" if q and q[0][2] is a else "Priority"
         cpus = a.part.nodes[0].cpus_per_unit
         mem = a.part.nodes[0].mem_per_unit
-        line = "|".join((
-            f"{a.raw}_{rng_txt}", str(a.raw), c, a.part.name, a.qos, a.account, a.user, str(a.uid), ts(a.submit),
-            ts(a.submit), "Unknown", "Unknown", duration(0), duration(a.limit), "PENDING", "0:0", "1", str(cpus),
-            f"{mem}M", "", "None assigned", "StartRecieved", str(a.priority), reason, a.name))
+        line = "|".join(
+            (
+                f"{a.raw}_{rng_txt}",
+                str(a.raw),
+                c,
+                a.part.name,
+                a.qos,
+                a.account,
+                a.user,
+                str(a.uid),
+                ts(a.submit),
+                ts(a.submit),
+                "Unknown",
+                "Unknown",
+                duration(0),
+                duration(a.limit),
+                "PENDING",
+                "0:0",
+                "1",
+                str(cpus),
+                f"{mem}M",
+                "",
+                "None assigned",
+                "StartRecieved",
+                str(a.priority),
+                reason,
+                a.name,
+            )
+        )
         self.records.append(line)
 
     # ------------------------------------------------------------------ output: snapshots
 
     def _snapshot(self, t: int) -> None:
-        for kind, text in (("sinfo", self._sinfo()), ("squeue", self._squeue(t)), ("sshare", self._sshare()),
-                           ("sdiag", self._sdiag(t))):
+        for kind, text in (
+            ("sinfo", self._sinfo()),
+            ("squeue", self._squeue(t)),
+            ("sshare", self._sshare()),
+            ("sdiag", self._sdiag(t)),
+        ):
             path = self.out_dir / "snapshots" / kind / f"{t}.txt"
             path.write_text(text, encoding="utf-8")
-            os.utime(path, (t, t))   # mtime = snapshot time, which `slurmscope ingest` uses
+            os.utime(path, (t, t))  # mtime = snapshot time, which `slurmscope ingest` uses
             self.snapshots[kind] += 1
 
     def _sinfo(self) -> str:
@@ -1704,9 +2075,24 @@ class Simulator:
                     ruser, rtime, reason = USERS_SYS[n.reason_user], ts(n.reason_time), n.reason
                 else:
                     ruser, rtime, reason = "Unknown", "Unknown", "none"
-                out.append(US.join((n.name, pname, state, f"{cpus_alloc}/{cpus_idle}/{cpus_other}/{n.cpus}",
-                                    str(n.mem_mb), str(mem_alloc), gres, gres_used, n.features, ruser, rtime,
-                                    reason)))
+                out.append(
+                    US.join(
+                        (
+                            n.name,
+                            pname,
+                            state,
+                            f"{cpus_alloc}/{cpus_idle}/{cpus_other}/{n.cpus}",
+                            str(n.mem_mb),
+                            str(mem_alloc),
+                            gres,
+                            gres_used,
+                            n.features,
+                            ruser,
+                            rtime,
+                            reason,
+                        )
+                    )
+                )
         return "\n".join(out) + "\n"
 
     def _squeue(self, t: int) -> str:
@@ -1732,16 +2118,56 @@ class Simulator:
         gres = f"gres:gpu:{j.units}" if j.part.is_gpu else "N/A"
         arr = str(j.array_id) if j.array_id else str(j.raw)
         task = str(j.task) if j.array_id else "N/A"
-        return US.join((j.jid, str(j.raw), arr, task, j.user, j.account, j.part.name, j.qos, state,
-                        str(j.priority), ts(j.submit), start, str(j.nnodes), str(self._cpus(j)), gres,
-                        limit_str(j.limit), "(null)", reason, j.name))
+        return US.join(
+            (
+                j.jid,
+                str(j.raw),
+                arr,
+                task,
+                j.user,
+                j.account,
+                j.part.name,
+                j.qos,
+                state,
+                str(j.priority),
+                ts(j.submit),
+                start,
+                str(j.nnodes),
+                str(self._cpus(j)),
+                gres,
+                limit_str(j.limit),
+                "(null)",
+                reason,
+                j.name,
+            )
+        )
 
     def _squeue_array_line(self, a: ArrayRec, k: int, reason: str) -> str:
         gres = f"gres:gpu:{a.units}" if a.part.is_gpu else "N/A"
         cpus = a.part.nodes[0].cpus_per_unit
-        return US.join((f"{a.raw}_{k}", str(a.raw), str(a.raw), str(k), a.user, a.account, a.part.name, a.qos,
-                        "PENDING", str(a.priority), ts(a.submit), "N/A", "1", str(cpus), gres,
-                        limit_str(a.limit), "(null)", reason, a.name))
+        return US.join(
+            (
+                f"{a.raw}_{k}",
+                str(a.raw),
+                str(a.raw),
+                str(k),
+                a.user,
+                a.account,
+                a.part.name,
+                a.qos,
+                "PENDING",
+                str(a.priority),
+                ts(a.submit),
+                "N/A",
+                "1",
+                str(cpus),
+                gres,
+                limit_str(a.limit),
+                "(null)",
+                reason,
+                a.name,
+            )
+        )
 
     def _sshare(self) -> str:
         usage = self.usage
@@ -1762,15 +2188,19 @@ class Simulator:
                 u = acct_usage[k]
                 eff = u / sib_u if sib_u else 0.0
                 lfs = self.level.get("a:" + k, float("inf"))
-                lines.append(f"{pad}{k}||{ACCOUNTS[k][1]}|{ACCOUNTS[k][1] / tot_s:.6f}|{int(u)}|"
-                             f"{(u / total if total else 0):.6f}|{eff:.6f}||{_lfs(lfs)}||{TRES0}")
+                lines.append(
+                    f"{pad}{k}||{ACCOUNTS[k][1]}|{ACCOUNTS[k][1] / tot_s:.6f}|{int(u)}|"
+                    f"{(u / total if total else 0):.6f}|{eff:.6f}||{_lfs(lfs)}||{TRES0}"
+                )
                 visit(k, depth + 1)
             for u in users:
                 v = usage[u]
                 eff = v / sib_u if sib_u else 0.0
                 lfs = self.level.get("u:" + u, float("inf"))
-                lines.append(f"{pad}{acct}|{u}|1|{1 / tot_s:.6f}|{int(v)}|{(v / total if total else 0):.6f}|"
-                             f"{eff:.6f}|{self.fs[u]:.6f}|{_lfs(lfs)}||{TRES0}")
+                lines.append(
+                    f"{pad}{acct}|{u}|1|{1 / tot_s:.6f}|{int(v)}|{(v / total if total else 0):.6f}|"
+                    f"{eff:.6f}|{self.fs[u]:.6f}|{_lfs(lfs)}||{TRES0}"
+                )
 
         visit("root", 1)
         return "\n".join(lines) + "\n"
@@ -1843,8 +2273,12 @@ class Simulator:
                 f"\tMean table size: {min(pending, self.cfg.bf_max_reservations)}",
             ]
         else:
-            lines += ["\tLast depth cycle: 0", "\tLast depth cycle (try sched): 0", "\tLast queue length: 0",
-                      "\tLast table size: 0"]
+            lines += [
+                "\tLast depth cycle: 0",
+                "\tLast depth cycle (try sched): 0",
+                "\tLast queue length: 0",
+                "\tLast table size: 0",
+            ]
         lines += [
             "",
             "Backfill exit",
@@ -1864,8 +2298,20 @@ class Simulator:
         """sacctmgr --parsable2 show event for the whole simulated period (node DOWN/DRAIN history)."""
         out = [EVENTS_HEADER]
         for name, start, end, state, reason, user in sorted(self.node_events, key=lambda e: (e[1], e[0])):
-            out.append("|".join((self.cfg.cluster, "", name, ts(start), ts(end) if end else "Unknown", state,
-                                 reason, user)))
+            out.append(
+                "|".join(
+                    (
+                        self.cfg.cluster,
+                        "",
+                        name,
+                        ts(start),
+                        ts(end) if end else "Unknown",
+                        state,
+                        reason,
+                        user,
+                    )
+                )
+            )
         return "\n".join(out) + "\n"
 
     def reservations_text(self) -> str:
@@ -1873,11 +2319,13 @@ class Simulator:
         n = len(r.nodes)
         cores = sum(x.cpus for x in r.nodes)
         state = "ACTIVE" if r.start <= self.t0 < r.end else "INACTIVE"
-        return (f"ReservationName={r.name} StartTime={ts(r.start)} EndTime={ts(r.end)} "
-                f"Duration={duration(r.end - r.start)} Nodes={hostlist(r.nodes)} NodeCnt={n} CoreCnt={cores} "
-                f"Features=(null) PartitionName={r.partition} Flags=SPEC_NODES TRES=cpu={cores} Users=(null) "
-                f"Groups=(null) Accounts={r.account} Licenses=(null) State={state} BurstBuffer=(null) Watts=n/a "
-                f"MaxStartDelay=(null)\n")
+        return (
+            f"ReservationName={r.name} StartTime={ts(r.start)} EndTime={ts(r.end)} "
+            f"Duration={duration(r.end - r.start)} Nodes={hostlist(r.nodes)} NodeCnt={n} CoreCnt={cores} "
+            f"Features=(null) PartitionName={r.partition} Flags=SPEC_NODES TRES=cpu={cores} Users=(null) "
+            f"Groups=(null) Accounts={r.account} Licenses=(null) State={state} BurstBuffer=(null) Watts=n/a "
+            f"MaxStartDelay=(null)\n"
+        )
 
     def write_telemetry(self) -> list[str]:
         """Per-GPU per-minute NVML aggregates for the telemetry nodes over the last `telemetry_days`, in the
@@ -1887,7 +2335,7 @@ class Simulator:
         and slower every day."""
         try:
             from slurmscope.collectors.nvml import write_spool_file
-        except ImportError:   # the NVML agent module is not in this checkout: no telemetry step
+        except ImportError:  # the NVML agent module is not in this checkout: no telemetry step
             return []
         cfg = self.cfg
         t1 = self.t_end
@@ -1921,17 +2369,42 @@ class Simulator:
                 for g in range(n.cap):
                     uuid = n.gpu_uuids[g]
                     bus = f"00000000:{0x18 + 0x10 * g:02X}:00.0"
-                    records.append({"type": "inventory", "gpu_uuid": uuid, "seen_at": _iso(day), "gpu_index": g,
-                                    "gpu_minor": g, "pci_bus_id": bus, "model": spec["model"],
-                                    "serial": f"{1650000000000 + idx * 8 + g}", "driver_version": "535.183.01",
-                                    "cuda_version": "12.2", "mig_mode": False})
-                    mine = sorted((iv for iv in ivs.get((idx, g), []) if iv[3] < day_end and
-                                   (iv[4] is None or iv[4] > day)), key=lambda iv: iv[3])
+                    records.append(
+                        {
+                            "type": "inventory",
+                            "gpu_uuid": uuid,
+                            "seen_at": _iso(day),
+                            "gpu_index": g,
+                            "gpu_minor": g,
+                            "pci_bus_id": bus,
+                            "model": spec["model"],
+                            "serial": f"{1650000000000 + idx * 8 + g}",
+                            "driver_version": "535.183.01",
+                            "cuda_version": "12.2",
+                            "mig_mode": False,
+                        }
+                    )
+                    mine = sorted(
+                        (
+                            iv
+                            for iv in ivs.get((idx, g), [])
+                            if iv[3] < day_end and (iv[4] is None or iv[4] > day)
+                        ),
+                        key=lambda iv: iv[3],
+                    )
                     for iv in mine:
-                        records.append({"type": "job", "gpu_uuid": uuid, "job_id": iv[2].jid,
-                                        "interval_start": _iso(iv[3]),
-                                        "interval_end": _iso(iv[4]) if iv[4] is not None else None,
-                                        "gpu_index": g, "mig_instance": "", "source": "prolog"})
+                        records.append(
+                            {
+                                "type": "job",
+                                "gpu_uuid": uuid,
+                                "job_id": iv[2].jid,
+                                "interval_start": _iso(iv[3]),
+                                "interval_end": _iso(iv[4]) if iv[4] is not None else None,
+                                "gpu_index": g,
+                                "mig_instance": "",
+                                "source": "prolog",
+                            }
+                        )
                     k = 0
                     degrading = n.name == deg_node and g == deg_gpu
                     for m in range(day, day_end, 60):
@@ -1946,36 +2419,67 @@ class Simulator:
                         frac = util / 100.0
                         temp = spec["t_idle"] + (spec["t_load"] - spec["t_idle"]) * frac + rng.gauss(0, 0.4)
                         clock = spec["sm_idle"] + (spec["sm_max"] - spec["sm_idle"]) * min(1.0, frac * 4)
-                        reasons = 0 if util > 5 else 1   # GpuIdle
+                        reasons = 0 if util > 5 else 1  # GpuIdle
                         if degrading and m >= deg_start:
                             days_in = (m - deg_start) / 86400.0
                             temp += DEG_TEMP_PER_DAY * days_in
                             clock -= DEG_CLOCK_PER_DAY * days_in * min(1.0, frac * 4)
                             if temp > 83:
-                                reasons |= 0x40   # HwThermalSlowdown
+                                reasons |= 0x40  # HwThermalSlowdown
                         power = spec["p_idle"] + (spec["p_max"] - spec["p_idle"]) * frac * 0.9
-                        records.append({
-                            "type": "sample", "gpu_uuid": uuid, "minute": _iso(m), "gpu_index": g, "gpu_minor": g,
-                            "pci_bus_id": bus, "model": spec["model"], "samples": 6,
-                            "util_gpu_mean": round(util, 2), "util_gpu_max": round(min(100.0, util * 1.05), 2),
-                            "util_mem_mean": round(util * 0.45, 2),
-                            "mem_used_max_bytes": int(spec["mem"] * (0.05 + 0.8 * frac)),
-                            "mem_total_bytes": spec["mem"], "power_mean_watts": round(power, 1),
-                            "power_max_watts": round(power * 1.08, 1), "energy_joules": round(power * 60, 1),
-                            "temp_gpu_max_celsius": round(temp, 1), "temp_mem_max_celsius": round(temp + 6, 1),
-                            "sm_clock_mean_mhz": round(clock), "mem_clock_mean_mhz": spec["mem_clock"],
-                            "throttle_seconds": 60.0 if reasons & 0x40 else 0.0, "throttle_reasons": reasons,
-                            "pcie_replay_delta": 0, "ecc_corrected_delta": 0, "ecc_uncorrected_delta": 0,
-                            "ecc_corrected_total": 0, "ecc_uncorrected_total": 0, "remapped_pending": False,
-                            "remapped_failed": False, "retired_pages": 0, "nvlink_errors_delta": 0,
-                            "null_fields": 0})
+                        records.append(
+                            {
+                                "type": "sample",
+                                "gpu_uuid": uuid,
+                                "minute": _iso(m),
+                                "gpu_index": g,
+                                "gpu_minor": g,
+                                "pci_bus_id": bus,
+                                "model": spec["model"],
+                                "samples": 6,
+                                "util_gpu_mean": round(util, 2),
+                                "util_gpu_max": round(min(100.0, util * 1.05), 2),
+                                "util_mem_mean": round(util * 0.45, 2),
+                                "mem_used_max_bytes": int(spec["mem"] * (0.05 + 0.8 * frac)),
+                                "mem_total_bytes": spec["mem"],
+                                "power_mean_watts": round(power, 1),
+                                "power_max_watts": round(power * 1.08, 1),
+                                "energy_joules": round(power * 60, 1),
+                                "temp_gpu_max_celsius": round(temp, 1),
+                                "temp_mem_max_celsius": round(temp + 6, 1),
+                                "sm_clock_mean_mhz": round(clock),
+                                "mem_clock_mean_mhz": spec["mem_clock"],
+                                "throttle_seconds": 60.0 if reasons & 0x40 else 0.0,
+                                "throttle_reasons": reasons,
+                                "pcie_replay_delta": 0,
+                                "ecc_corrected_delta": 0,
+                                "ecc_uncorrected_delta": 0,
+                                "ecc_corrected_total": 0,
+                                "ecc_uncorrected_total": 0,
+                                "remapped_pending": False,
+                                "remapped_failed": False,
+                                "retired_pages": 0,
+                                "nvlink_errors_delta": 0,
+                                "null_fields": 0,
+                            }
+                        )
                 for nidx, t, xid, g in self.tele_events:
                     if nidx == idx and day <= t < day_end:
-                        records.append({"type": "event", "event_time": _iso(t), "event_type": "xid",
-                                        "gpu_uuid": n.gpu_uuids[g], "xid": xid,
-                                        "pci_bus_id": f"00000000:{0x18 + 0x10 * g:02X}:00.0", "source": "kmsg",
-                                        "detail": f"NVRM: Xid (PCI:0000:{0x18 + 0x10 * g:02X}:00): {xid}"})
-                path = write_spool_file(spool / n.name, n.name, records, opened_at=float(day), cluster=cfg.cluster)
+                        records.append(
+                            {
+                                "type": "event",
+                                "event_time": _iso(t),
+                                "event_type": "xid",
+                                "gpu_uuid": n.gpu_uuids[g],
+                                "xid": xid,
+                                "pci_bus_id": f"00000000:{0x18 + 0x10 * g:02X}:00.0",
+                                "source": "kmsg",
+                                "detail": f"NVRM: Xid (PCI:0000:{0x18 + 0x10 * g:02X}:00): {xid}",
+                            }
+                        )
+                path = write_spool_file(
+                    spool / n.name, n.name, records, opened_at=float(day), cluster=cfg.cluster
+                )
                 written.append(str(path.relative_to(self.out_dir)))
                 day = day_end
         return written
@@ -2005,12 +2509,30 @@ class Simulator:
         return {"files": files}
 
 
-DEG_TEMP_PER_DAY, DEG_CLOCK_PER_DAY = 0.6, 12.0   # the slowly degrading GPU
+DEG_TEMP_PER_DAY, DEG_CLOCK_PER_DAY = 0.6, 12.0  # the slowly degrading GPU
 GPU_SPECS = {
-    "h100": {"model": "NVIDIA H100 80GB HBM3", "mem": 85899345920, "p_idle": 70.0, "p_max": 700.0, "t_idle": 31.0,
-             "t_load": 66.0, "sm_idle": 345.0, "sm_max": 1980.0, "mem_clock": 2619},
-    "a100": {"model": "NVIDIA A100-SXM4-80GB", "mem": 85899345920, "p_idle": 60.0, "p_max": 400.0, "t_idle": 30.0,
-             "t_load": 62.0, "sm_idle": 210.0, "sm_max": 1410.0, "mem_clock": 1593},
+    "h100": {
+        "model": "NVIDIA H100 80GB HBM3",
+        "mem": 85899345920,
+        "p_idle": 70.0,
+        "p_max": 700.0,
+        "t_idle": 31.0,
+        "t_load": 66.0,
+        "sm_idle": 345.0,
+        "sm_max": 1980.0,
+        "mem_clock": 2619,
+    },
+    "a100": {
+        "model": "NVIDIA A100-SXM4-80GB",
+        "mem": 85899345920,
+        "p_idle": 60.0,
+        "p_max": 400.0,
+        "t_idle": 30.0,
+        "t_load": 62.0,
+        "sm_idle": 210.0,
+        "sm_max": 1410.0,
+        "mem_clock": 1593,
+    },
 }
 
 
@@ -2040,10 +2562,13 @@ BIG = 1 << 62
 # sacct Flags as Slurm 22.05 prints them (sic "Recieved", verified on the test bed).
 USERS_SYS = {"root": "root(0)", "slurm": "slurm(64030)", "admin": "root(0)"}
 TRES0 = "cpu=0,mem=0,energy=0,node=0,billing=0,fs/disk=0,vmem=0,pages=0,gres/gpu=0"
-FLAGS = {"main": "SchedMain,StartRecieved", "backfill": "SchedBackfill,StartRecieved",
-         "submit": "SchedSubmit,StartRecieved"}
+FLAGS = {
+    "main": "SchedMain,StartRecieved",
+    "backfill": "SchedBackfill,StartRecieved",
+    "submit": "SchedSubmit,StartRecieved",
+}
 K_END, K_ARRIVAL, K_SUBMIT, K_FAULT, K_RESUME, K_PATIENCE, K_RESV, K_ELIGIBLE = range(8)
-REQUEUE_DELAY = 121   # a requeued attempt's Eligible = Submit + ~121 s on Slurm 22.05 (test bed)
+REQUEUE_DELAY = 121  # a requeued attempt's Eligible = Submit + ~121 s on Slurm 22.05 (test bed)
 
 
 def simulate(gpus: int, days: float, seed: int, out_dir: Path, **options: object) -> dict:
@@ -2069,7 +2594,8 @@ def simulate(gpus: int, days: float, seed: int, out_dir: Path, **options: object
         "attempts_finished": sum(states.values()),
         "finished_by_state": dict(sorted(states.items())),
         "running_at_end": sum(len(p.running) for p in sim.parts.values()),
-        "pending_at_end": sum(len(p.queue) for p in sim.parts.values()) + len(sim._waiting_resv)
+        "pending_at_end": sum(len(p.queue) for p in sim.parts.values())
+        + len(sim._waiting_resv)
         + len(sim._begin_wait),
         "backfilled": sim.counters["bf_total"],
         "snapshot_interval_s": cfg.snapshot_interval_s,
@@ -2078,7 +2604,9 @@ def simulate(gpus: int, days: float, seed: int, out_dir: Path, **options: object
         "timing_s": {"simulate": round(t1 - t0, 3), "write": round(t2 - t1, 3)},
     }
     stable = {k: v for k, v in summary.items() if k != "timing_s"}
-    (out_dir / "summary.json").write_text(json.dumps(stable, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    (out_dir / "summary.json").write_text(
+        json.dumps(stable, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+    )
     return summary
 
 

@@ -63,9 +63,19 @@ def is_blank(text: str) -> bool:
     """A line with nothing but padding (0x1F/0x1E alone are not blank: they are empty fields)."""
     return not text.strip(" \t\r\n\f\v")
 
+
 LIVE_FIELDS = (
-    "NodeHost", "Partition", "StateComplete", "CPUsState", "Memory", "AllocMem", "Gres", "GresUsed",
-    "Features", "UserLong", "Timestamp",
+    "NodeHost",
+    "Partition",
+    "StateComplete",
+    "CPUsState",
+    "Memory",
+    "AllocMem",
+    "Gres",
+    "GresUsed",
+    "Features",
+    "UserLong",
+    "Timestamp",
 )
 # Size left empty after ':' = no padding, no truncation; the suffix after it is the separator.
 LIVE_FORMAT = ",".join(f"{f}:{US}" for f in LIVE_FIELDS) + ",Reason:"
@@ -165,7 +175,7 @@ def _strip_option(fmt: str) -> str:
     fmt = fmt.strip()
     for opt in ("--format=", "--Format=", "-o ", "-O ", "-o", "-O"):
         if fmt.startswith(opt):
-            fmt = fmt[len(opt):].strip()
+            fmt = fmt[len(opt) :].strip()
             break
     if len(fmt) >= 2 and fmt[0] == fmt[-1] and fmt[0] in "'\"":
         fmt = fmt[1:-1]
@@ -176,8 +186,9 @@ def _sep(literal: str) -> str | None:
     return None if literal.strip(WS) == "" else literal
 
 
-def parse_format(fmt: str, letters: dict[str, str], long_names: dict[str, str],
-                 free_text: frozenset[str] = frozenset()) -> LineFormat:
+def parse_format(
+    fmt: str, letters: dict[str, str], long_names: dict[str, str], free_text: frozenset[str] = frozenset()
+) -> LineFormat:
     """A `-o` (`%n,%T`) or `-O` (`NodeHost:20,Gres: ,Reason:`) string as a LineFormat.
 
     Unknown fields are kept under their own name (`%x` or the lower-cased `-O` name) and ignored by the
@@ -215,7 +226,7 @@ def _parse_percent(fmt: str, letters: dict[str, str], free_text: frozenset[str])
     pos = 0
     cur = ""
     for m in tokens:
-        cur += fmt[pos:m.start()]
+        cur += fmt[pos : m.start()]
         pos = m.end()
         if m.group(1) == "%":
             cur += "%"
@@ -247,7 +258,7 @@ def split_line(line: str, lf: LineFormat) -> tuple[dict[str, str] | None, str | 
     if lf.prefix:
         if not line.startswith(lf.prefix):
             return None, f"line does not start with {lf.prefix!r}"
-        line = line[len(lf.prefix):]
+        line = line[len(lf.prefix) :]
     if lf.trailer:
         stripped = line.rstrip(WS) if lf.trailer.strip(WS) else line
         if stripped.endswith(lf.trailer):
@@ -294,7 +305,7 @@ def split_line(line: str, lf: LineFormat) -> tuple[dict[str, str] | None, str | 
             idx = line.rfind(sep, pos, end)
             if idx < 0:
                 return None, f"missing field {fields[i].name!r} (separator {sep!r} not found)"
-            values[i] = line[idx + len(sep):end]
+            values[i] = line[idx + len(sep) : end]
             end = idx
     middle = line[pos:end]
     prev_ws = pivot > 0 and fields[pivot - 1].sep is None
@@ -314,9 +325,11 @@ def split_line(line: str, lf: LineFormat) -> tuple[dict[str, str] | None, str | 
     return {f.name: v for f, v in zip(fields, values, strict=True)}, None
 
 
-def fast_path(lines: list[tuple[int, str, bytes | None]], lf: LineFormat,
-              typed: Callable[[pl.DataFrame], tuple[pl.DataFrame, list[int]]],
-              ) -> tuple[list[pl.DataFrame], list[tuple[int, str, bytes | None]]]:
+def fast_path(
+    lines: list[tuple[int, str, bytes | None]],
+    lf: LineFormat,
+    typed: Callable[[pl.DataFrame], tuple[pl.DataFrame, list[int]]],
+) -> tuple[list[pl.DataFrame], list[tuple[int, str, bytes | None]]]:
     """The vectorised path shared by sinfo and squeue: split and type the clean lines in one pass.
 
     `typed(split)` returns the rows it could type and the line numbers it could not; those lines, with the
@@ -334,8 +347,9 @@ def fast_path(lines: list[tuple[int, str, bytes | None]], lf: LineFormat,
     return [fast], slow
 
 
-def vector_split(lines: list[tuple[int, str, bytes | None]], lf: LineFormat
-                 ) -> tuple[pl.DataFrame | None, list[tuple[int, str, bytes | None]]]:
+def vector_split(
+    lines: list[tuple[int, str, bytes | None]], lf: LineFormat
+) -> tuple[pl.DataFrame | None, list[tuple[int, str, bytes | None]]]:
     """Split, in one vectorised pass, the lines of a format whose separators are one repeated literal.
 
     Returns a frame (line_no, then one String column per field name, values as split_line gives them) for
@@ -350,8 +364,10 @@ def vector_split(lines: list[tuple[int, str, bytes | None]], lf: LineFormat
     clean = [(no, text) for no, text, raw in lines if raw is None]
     if not clean:
         return None, lines
-    df = pl.DataFrame({"line_no": [c[0] for c in clean], "_t": [c[1] for c in clean]},
-                      schema={"line_no": pl.Int64, "_t": pl.String})
+    df = pl.DataFrame(
+        {"line_no": [c[0] for c in clean], "_t": [c[1] for c in clean]},
+        schema={"line_no": pl.Int64, "_t": pl.String},
+    )
     df = df.with_columns(pl.col("_t").str.split(delim).alias("_p"))
     ok = df.filter(pl.col("_p").list.len() == n)
     index = {f.name: i for i, f in enumerate(lf.fields)}  # a repeated name keeps its last column
@@ -366,8 +382,20 @@ def vector_split(lines: list[tuple[int, str, bytes | None]], lf: LineFormat
 
 # Columns whose values legitimately hold a separator character (lists, GRES, hostlists).
 _MAY_CONTAIN = {
-    ",": ("gres", "gres_used", "features", "features_act", "partition", "tres", "tres_per_node",
-          "dependency", "nodelist", "node_list", "reason", "name"),
+    ",": (
+        "gres",
+        "gres_used",
+        "features",
+        "features_act",
+        "partition",
+        "tres",
+        "tres_per_node",
+        "dependency",
+        "nodelist",
+        "node_list",
+        "reason",
+        "name",
+    ),
     "/": ("cpus_state",),
 }
 
@@ -388,14 +416,31 @@ SUFFIX_FLAGS = {
 }
 # %t / StateCompact abbreviations of base states.
 _COMPACT = {
-    "alloc": "ALLOCATED", "mix": "MIXED", "comp": "COMPLETING", "drng": "DRAINING", "drain": "DRAINED",
-    "resv": "RESERVED", "plnd": "PLANNED", "unk": "UNKNOWN", "futr": "FUTURE", "failg": "FAILING",
-    "npc": "PERFCTRS", "pow_dn": "POWER_DOWN", "pow_up": "POWERING_UP", "boot": "REBOOT", "drained": "DRAINED",
+    "alloc": "ALLOCATED",
+    "mix": "MIXED",
+    "comp": "COMPLETING",
+    "drng": "DRAINING",
+    "drain": "DRAINED",
+    "resv": "RESERVED",
+    "plnd": "PLANNED",
+    "unk": "UNKNOWN",
+    "futr": "FUTURE",
+    "failg": "FAILING",
+    "npc": "PERFCTRS",
+    "pow_dn": "POWER_DOWN",
+    "pow_up": "POWERING_UP",
+    "boot": "REBOOT",
+    "drained": "DRAINED",
     "draining": "DRAINING",
 }
 # Compact names of flags in StateComplete ("idle+drain", "mixed+cloud+powered_down").
-_FLAG_ALIASES = {"drng": "DRAIN", "drain": "DRAIN", "maint": "MAINTENANCE", "resv": "RESERVED",
-                 "comp": "COMPLETING"}
+_FLAG_ALIASES = {
+    "drng": "DRAIN",
+    "drain": "DRAIN",
+    "maint": "MAINTENANCE",
+    "resv": "RESERVED",
+    "comp": "COMPLETING",
+}
 _STATE_WORD = re.compile(r"^[A-Za-z_]+$")
 _DIGITS = re.compile(r"^[0-9]+$")  # not str.isdigit(): it accepts '²', which int() refuses
 
@@ -416,7 +461,7 @@ def parse_state(raw: str | None) -> tuple[str | None, str | None]:
     for i, part in enumerate(s.split("+")):
         part = part.strip()
         word = part.rstrip("".join(SUFFIX_FLAGS))
-        for ch in part[len(word):]:
+        for ch in part[len(word) :]:
             flags.append(SUFFIX_FLAGS[ch])
         if not word:
             continue
@@ -482,16 +527,47 @@ def _user(s: str | None) -> str | None:
 
 # sinfo -o letters and -O names that the node_states row uses; anything else is split and ignored.
 LETTERS = {
-    "n": "node", "N": "nodelist", "P": "partition", "R": "partition", "T": "state", "t": "state",
-    "C": "cpus_state", "c": "cpus", "m": "memory", "e": "free_mem", "f": "features", "b": "features_act",
-    "G": "gres", "E": "reason", "H": "reason_time", "u": "reason_user", "U": "reason_user", "D": "node_count",
+    "n": "node",
+    "N": "nodelist",
+    "P": "partition",
+    "R": "partition",
+    "T": "state",
+    "t": "state",
+    "C": "cpus_state",
+    "c": "cpus",
+    "m": "memory",
+    "e": "free_mem",
+    "f": "features",
+    "b": "features_act",
+    "G": "gres",
+    "E": "reason",
+    "H": "reason_time",
+    "u": "reason_user",
+    "U": "reason_user",
+    "D": "node_count",
 }
 LONG_NAMES = {
-    "nodehost": "node", "nodelist": "nodelist", "partition": "partition", "partitionname": "partition",
-    "statelong": "state", "statecompact": "state", "statecomplete": "state", "cpusstate": "cpus_state",
-    "cpus": "cpus", "memory": "memory", "allocmem": "alloc_mem", "freemem": "free_mem", "gres": "gres",
-    "gresused": "gres_used", "features": "features", "featuresact": "features_act", "reason": "reason",
-    "user": "reason_user", "userlong": "reason_user", "timestamp": "reason_time", "nodes": "node_count",
+    "nodehost": "node",
+    "nodelist": "nodelist",
+    "partition": "partition",
+    "partitionname": "partition",
+    "statelong": "state",
+    "statecompact": "state",
+    "statecomplete": "state",
+    "cpusstate": "cpus_state",
+    "cpus": "cpus",
+    "memory": "memory",
+    "allocmem": "alloc_mem",
+    "freemem": "free_mem",
+    "gres": "gres",
+    "gresused": "gres_used",
+    "features": "features",
+    "featuresact": "features_act",
+    "reason": "reason",
+    "user": "reason_user",
+    "userlong": "reason_user",
+    "timestamp": "reason_time",
+    "nodes": "node_count",
 }
 FREE_TEXT = frozenset({"reason"})
 
@@ -500,8 +576,14 @@ def line_format(fmt: str | None, delimiter: str | None = None) -> LineFormat:
     """The LineFormat of `fmt` (None = the live format). Raises ValueError when it has no node column."""
     lf = parse_format(fmt or LIVE_FORMAT, LETTERS, LONG_NAMES, FREE_TEXT)
     if delimiter:
-        lf = LineFormat(tuple(Field(f.name, delimiter if i < len(lf.fields) - 1 else None)
-                              for i, f in enumerate(lf.fields)), lf.prefix, lf.trailer, lf.free_text)
+        lf = LineFormat(
+            tuple(
+                Field(f.name, delimiter if i < len(lf.fields) - 1 else None) for i, f in enumerate(lf.fields)
+            ),
+            lf.prefix,
+            lf.trailer,
+            lf.free_text,
+        )
     names = set(lf.names)
     if not names & {"node", "nodelist", "node_count"}:
         raise ValueError(
@@ -516,8 +598,9 @@ def line_format(fmt: str | None, delimiter: str | None = None) -> LineFormat:
     return lf
 
 
-def _rows_for(values: dict[str, str], snapshot_time: datetime, cluster: str, tz: ZoneInfo
-              ) -> tuple[list[dict], str | None]:
+def _rows_for(
+    values: dict[str, str], snapshot_time: datetime, cluster: str, tz: ZoneInfo
+) -> tuple[list[dict], str | None]:
     if "node" in values:
         node = values["node"].strip()
         nodes = [node] if node else []
@@ -586,12 +669,17 @@ def is_header(values: dict[str, str], id_columns: tuple[str, ...]) -> bool:
     """A column-title line (`HOSTNAMES GRES ...`, `JOBID|STATE`): every value upper-case, the id a word."""
     vals = [v.strip() for v in values.values() if v and v.strip()]
     ids = [values[c].strip() for c in id_columns if c in values and values[c]]
-    return bool(vals) and bool(ids) and all(_TITLE.match(v) for v in vals) \
+    return (
+        bool(vals)
+        and bool(ids)
+        and all(_TITLE.match(v) for v in vals)
         and not any(ch.isdigit() for i in ids for ch in i)
+    )
 
 
-def _group_row(values: dict[str, str], group_no: int, snapshot_time: datetime, cluster: str,
-               source: str) -> tuple[dict | None, str | None]:
+def _group_row(
+    values: dict[str, str], group_no: int, snapshot_time: datetime, cluster: str, source: str
+) -> tuple[dict | None, str | None]:
     count = (values.get("node_count") or "").strip()
     if not _DIGITS.match(count):
         return None, f"node count is not a number: {count!r}"
@@ -651,8 +739,9 @@ def _fits32(*values: int | None) -> bool:
     return all(v is None or -(2**31) <= v < 2**31 for v in values)
 
 
-def _vector_node_rows(df: pl.DataFrame, cluster: str, snapshot_time: datetime, tz: ZoneInfo
-                      ) -> tuple[pl.DataFrame, list[int]]:
+def _vector_node_rows(
+    df: pl.DataFrame, cluster: str, snapshot_time: datetime, tz: ZoneInfo
+) -> tuple[pl.DataFrame, list[int]]:
     """node_states rows of split lines, converting each distinct value once with the per-line rules.
 
     Returns the rows (with line_no) and the line numbers that need the per-line path (a value that
@@ -706,9 +795,21 @@ def _vector_node_rows(df: pl.DataFrame, cluster: str, snapshot_time: datetime, t
             raise ValueError("out of range")
         return m
 
-    rules = {"node": node, "partition": partition, "state": state, "cpus_state": cpus_state, "cpus": cpus,
-             "memory": mem, "alloc_mem": mem, "gres": gres, "gres_used": gres, "reason": _null,
-             "reason_user": _user, "features": _null, "reason_time": lambda v: parse_slurm_time(v, tz)}
+    rules = {
+        "node": node,
+        "partition": partition,
+        "state": state,
+        "cpus_state": cpus_state,
+        "cpus": cpus,
+        "memory": mem,
+        "alloc_mem": mem,
+        "gres": gres,
+        "gres_used": gres,
+        "reason": _null,
+        "reason_user": _user,
+        "features": _null,
+        "reason_time": lambda v: parse_slurm_time(v, tz),
+    }
     maps: dict[str, dict] = {}
     bad_rows = pl.lit(False)
     for col, fn in rules.items():
@@ -758,19 +859,44 @@ def _vector_node_rows(df: pl.DataFrame, cluster: str, snapshot_time: datetime, t
     return out, slow
 
 
-def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, fmt: str | None = None,
-          delimiter: str | None = None, source: str = "") -> Parsed:
+def parse(
+    data: bytes,
+    *,
+    cluster: str,
+    snapshot_time: datetime,
+    tz: ZoneInfo,
+    fmt: str | None = None,
+    delimiter: str | None = None,
+    source: str = "",
+) -> Parsed:
     """sinfo output -> node_states rows (node-oriented formats) or node_groups rows (aggregated ones).
 
     Lines that do not fit the format go to quarantine; a first line of column titles is skipped.
     Raises ValueError only for a format string that cannot describe nodes (never for the data).
     """
-    return _parse(data, cluster=cluster, snapshot_time=snapshot_time, tz=tz, fmt=fmt, delimiter=delimiter,
-                  source=source, vectorise=True)
+    return _parse(
+        data,
+        cluster=cluster,
+        snapshot_time=snapshot_time,
+        tz=tz,
+        fmt=fmt,
+        delimiter=delimiter,
+        source=source,
+        vectorise=True,
+    )
 
 
-def _parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, fmt: str | None,
-           delimiter: str | None, source: str, vectorise: bool) -> Parsed:
+def _parse(
+    data: bytes,
+    *,
+    cluster: str,
+    snapshot_time: datetime,
+    tz: ZoneInfo,
+    fmt: str | None,
+    delimiter: str | None,
+    source: str,
+    vectorise: bool,
+) -> Parsed:
     """Node-per-line formats with one repeated separator (the live one) are split and typed per column
     and distinct value; hostlists, aggregated formats and odd lines take the per-line path."""
     lf = line_format(fmt, delimiter)
@@ -784,7 +910,9 @@ def _parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, 
     frames: list[pl.DataFrame] = []
     slow = lines
     if vectorise and per_node and "nodelist" not in lf.names:
-        frames, slow = fast_path(lines, lf, lambda split: _vector_node_rows(split, cluster, snapshot_time, tz))
+        frames, slow = fast_path(
+            lines, lf, lambda split: _vector_node_rows(split, cluster, snapshot_time, tz)
+        )
     rows: list[dict] = []
     groups: list[dict] = []
     bad: list[dict] = []
@@ -805,7 +933,9 @@ def _parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, 
     tables: dict[str, pl.DataFrame] = {}
     if per_node:
         schema = {"line_no": pl.Int64, **NODE_STATES_SCHEMA}
-        frames.append(pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema))
+        frames.append(
+            pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+        )
         tables["node_states"] = (
             pl.concat(frames)
             .sort("line_no", maintain_order=True)
@@ -813,8 +943,11 @@ def _parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, 
             .drop("line_no")
         )
     else:
-        tables["node_groups"] = pl.DataFrame(groups, schema=NODE_GROUPS_SCHEMA, orient="row") \
-            if groups else pl.DataFrame(schema=NODE_GROUPS_SCHEMA)
+        tables["node_groups"] = (
+            pl.DataFrame(groups, schema=NODE_GROUPS_SCHEMA, orient="row")
+            if groups
+            else pl.DataFrame(schema=NODE_GROUPS_SCHEMA)
+        )
     return Parsed(tables=tables, quarantine=quarantine_frame(bad))
 
 
@@ -827,7 +960,9 @@ def capacity(node_states: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
     """
     lf = node_states.lazy() if isinstance(node_states, pl.DataFrame) else node_states
     per_node = lf.group_by(["cluster", "snapshot_time", "node"]).agg(
-        pl.col("gpus_total").max(), pl.col("gpus_used").max(), pl.col("cpus_total").max(),
+        pl.col("gpus_total").max(),
+        pl.col("gpus_used").max(),
+        pl.col("cpus_total").max(),
         pl.col("cpus_alloc").max(),
     )
     return (

@@ -71,34 +71,95 @@ PENDING_JOBS_SCHEMA = {
 
 def command(cfg: Config, *, start: datetime | None = None, end: datetime | None = None) -> list[str]:
     """argv of the live squeue call (documented in docs/collectors.md)."""
-    return [cfg.slurm_command("squeue"), "--all", "--array", "--noheader", "--states=all",
-            f"--format={LIVE_FORMAT}"]
+    return [
+        cfg.slurm_command("squeue"),
+        "--all",
+        "--array",
+        "--noheader",
+        "--states=all",
+        f"--format={LIVE_FORMAT}",
+    ]
 
 
 LETTERS = {
-    "i": "job_id", "A": "job_id_raw", "F": "array_job_id", "K": "array_task_id", "u": "user", "a": "account",
-    "P": "partition", "q": "qos", "T": "state", "t": "state", "Q": "priority", "V": "submit_time",
-    "S": "start_time", "D": "nodes", "C": "cpus", "b": "tres_per_node", "l": "timelimit", "E": "dependency",
-    "r": "reason", "R": "reason_list", "j": "name", "k": "comment",
+    "i": "job_id",
+    "A": "job_id_raw",
+    "F": "array_job_id",
+    "K": "array_task_id",
+    "u": "user",
+    "a": "account",
+    "P": "partition",
+    "q": "qos",
+    "T": "state",
+    "t": "state",
+    "Q": "priority",
+    "V": "submit_time",
+    "S": "start_time",
+    "D": "nodes",
+    "C": "cpus",
+    "b": "tres_per_node",
+    "l": "timelimit",
+    "E": "dependency",
+    "r": "reason",
+    "R": "reason_list",
+    "j": "name",
+    "k": "comment",
 }
 LONG_NAMES = {
-    "jobarrayid": "job_id", "jobid": "job_id_raw", "arrayjobid": "array_job_id", "arraytaskid": "array_task_id",
-    "username": "user", "user": "user", "account": "account", "partition": "partition", "qos": "qos",
-    "state": "state", "statecompact": "state", "priority": "priority", "prioritylong": "priority",
-    "submittime": "submit_time", "starttime": "start_time", "numnodes": "nodes", "numcpus": "cpus",
-    "tres-per-node": "tres_per_node", "tres-alloc": "tres_alloc", "timelimit": "timelimit",
-    "dependency": "dependency", "reason": "reason", "reasonlist": "reason_list", "name": "name",
+    "jobarrayid": "job_id",
+    "jobid": "job_id_raw",
+    "arrayjobid": "array_job_id",
+    "arraytaskid": "array_task_id",
+    "username": "user",
+    "user": "user",
+    "account": "account",
+    "partition": "partition",
+    "qos": "qos",
+    "state": "state",
+    "statecompact": "state",
+    "priority": "priority",
+    "prioritylong": "priority",
+    "submittime": "submit_time",
+    "starttime": "start_time",
+    "numnodes": "nodes",
+    "numcpus": "cpus",
+    "tres-per-node": "tres_per_node",
+    "tres-alloc": "tres_alloc",
+    "timelimit": "timelimit",
+    "dependency": "dependency",
+    "reason": "reason",
+    "reasonlist": "reason_list",
+    "name": "name",
     "comment": "comment",
 }
 FREE_TEXT = frozenset({"name", "comment"})
 
 # %t / StateCompact codes (man squeue, JOB STATE CODES).
 COMPACT_STATES = {
-    "BF": "BOOT_FAIL", "CA": "CANCELLED", "CD": "COMPLETED", "CF": "CONFIGURING", "CG": "COMPLETING",
-    "DL": "DEADLINE", "F": "FAILED", "NF": "NODE_FAIL", "OOM": "OUT_OF_MEMORY", "PD": "PENDING",
-    "PR": "PREEMPTED", "R": "RUNNING", "RD": "RESV_DEL_HOLD", "RF": "REQUEUE_FED", "RH": "REQUEUE_HOLD",
-    "RQ": "REQUEUED", "RS": "RESIZING", "RV": "REVOKED", "SI": "SIGNALING", "SE": "SPECIAL_EXIT",
-    "SO": "STAGE_OUT", "ST": "STOPPED", "S": "SUSPENDED", "TO": "TIMEOUT",
+    "BF": "BOOT_FAIL",
+    "CA": "CANCELLED",
+    "CD": "COMPLETED",
+    "CF": "CONFIGURING",
+    "CG": "COMPLETING",
+    "DL": "DEADLINE",
+    "F": "FAILED",
+    "NF": "NODE_FAIL",
+    "OOM": "OUT_OF_MEMORY",
+    "PD": "PENDING",
+    "PR": "PREEMPTED",
+    "R": "RUNNING",
+    "RD": "RESV_DEL_HOLD",
+    "RF": "REQUEUE_FED",
+    "RH": "REQUEUE_HOLD",
+    "RQ": "REQUEUED",
+    "RS": "RESIZING",
+    "RV": "REVOKED",
+    "SI": "SIGNALING",
+    "SE": "SPECIAL_EXIT",
+    "SO": "STAGE_OUT",
+    "ST": "STOPPED",
+    "S": "SUSPENDED",
+    "TO": "TIMEOUT",
 }
 _JOB_ID = re.compile(r"^([0-9]+)(?:_([0-9]+|\[[^\]]*\])|\+([0-9]+))?$")
 # Padding stripped around values; one set for the per-line and the vectorised path (Python's str.strip()
@@ -111,8 +172,14 @@ def line_format(fmt: str | None, delimiter: str | None = None) -> LineFormat:
     """LineFormat of `fmt` (None = live). Raises ValueError when no column identifies the job."""
     lf = parse_format(fmt or LIVE_FORMAT, LETTERS, LONG_NAMES, FREE_TEXT)
     if delimiter:
-        lf = LineFormat(tuple(Field(f.name, delimiter if i < len(lf.fields) - 1 else None)
-                              for i, f in enumerate(lf.fields)), lf.prefix, lf.trailer, lf.free_text)
+        lf = LineFormat(
+            tuple(
+                Field(f.name, delimiter if i < len(lf.fields) - 1 else None) for i, f in enumerate(lf.fields)
+            ),
+            lf.prefix,
+            lf.trailer,
+            lf.free_text,
+        )
     if not set(lf.names) & {"job_id", "job_id_raw"}:
         raise ValueError(
             f"squeue format {fmt!r} has no job id column (%i/%A, JobID/JobArrayID); pending_jobs is keyed by "
@@ -228,8 +295,9 @@ def _nul(col: str) -> pl.Expr:
     return pl.when(t.is_in(_NULLS)).then(None).otherwise(t)
 
 
-def _vector_rows(df: pl.DataFrame, cluster: str, snapshot_time: datetime, tz: ZoneInfo
-                 ) -> tuple[pl.DataFrame, list[int]]:
+def _vector_rows(
+    df: pl.DataFrame, cluster: str, snapshot_time: datetime, tz: ZoneInfo
+) -> tuple[pl.DataFrame, list[int]]:
     """Typed rows of split lines, in expressions; line numbers whose values need the per-line path.
 
     A row is handed back when any value is outside what the expressions read exactly as _row does
@@ -263,21 +331,31 @@ def _vector_rows(df: pl.DataFrame, cluster: str, snapshot_time: datetime, tz: Zo
     base, task_from_id, het = (m.struct.field(k) for k in ("1", "2", "3"))
     ok = ok & base.is_not_null()
     k_task = col("array_task_id")
-    k_task = pl.when(k_task.is_null() | k_task.str.starts_with("[") | k_task.str.contains(r"^[0-9]+$")) \
-        .then(k_task).otherwise(pl.concat_str(pl.lit("["), k_task, pl.lit("]")))
+    k_task = (
+        pl.when(k_task.is_null() | k_task.str.starts_with("[") | k_task.str.contains(r"^[0-9]+$"))
+        .then(k_task)
+        .otherwise(pl.concat_str(pl.lit("["), k_task, pl.lit("]")))
+    )
     task = pl.when(task_from_id.is_not_null()).then(task_from_id).otherwise(k_task)
     array_job = pl.when(task_from_id.is_not_null()).then(pl.coalesce(arr, base.cast(pl.Int64))).otherwise(arr)
     array_job = pl.when(task.is_null()).then(None).otherwise(array_job)
-    job_raw = pl.when(raw.is_null() & task_from_id.is_null() & het.is_null()) \
-        .then(base.cast(pl.Int64)).otherwise(raw)
+    job_raw = (
+        pl.when(raw.is_null() & task_from_id.is_null() & het.is_null())
+        .then(base.cast(pl.Int64))
+        .otherwise(raw)
+    )
     st = col("state")
     state = st.replace(COMPACT_STATES).str.to_uppercase()
     ok = ok & (state.is_null() | state.str.contains(r"^[A-Z_]+$"))
     reason = col("reason")
     if "reason_list" in names:
         rl = pl.col("reason_list").str.strip_chars(_STRIP)
-        inner = pl.when(rl.str.starts_with("(") & rl.str.ends_with(")")) \
-            .then(rl.str.slice(1, rl.str.len_chars() - 2)).otherwise(None).str.strip_chars(_STRIP)
+        inner = (
+            pl.when(rl.str.starts_with("(") & rl.str.ends_with(")"))
+            .then(rl.str.slice(1, rl.str.len_chars() - 2))
+            .otherwise(None)
+            .str.strip_chars(_STRIP)
+        )
         inner = pl.when(inner.is_in(_NULLS)).then(None).otherwise(inner)
         reason = pl.coalesce(reason, inner)
     times = {}
@@ -285,20 +363,49 @@ def _vector_rows(df: pl.DataFrame, cluster: str, snapshot_time: datetime, tz: Zo
         text = col(name)
         value = time_expr(text, tz)
         times[name] = value
-        ok = ok & (text.is_null() | (value.is_not_null() & text.str.contains(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}$")))
+        ok = ok & (
+            text.is_null()
+            | (
+                value.is_not_null()
+                & text.str.contains(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}$")
+            )
+        )
     tl = col("timelimit")
     dur = duration_expr(tl)
     tl_null = tl.is_null() | tl.is_in(["UNLIMITED", "Partition_Limit", "INFINITE", "NOT_SET", "INVALID"])
-    ok = ok & (tl_null | (dur.is_not_null() & tl.str.contains(r"^([0-9]{1,6}-[0-9]{1,2}:[0-9]{1,2}:[0-9]{1,2}|([0-9]{1,6}:)?[0-9]{1,6}:[0-9]{1,2})$")))
+    ok = ok & (
+        tl_null
+        | (
+            dur.is_not_null()
+            & tl.str.contains(
+                r"^([0-9]{1,6}-[0-9]{1,2}:[0-9]{1,2}:[0-9]{1,2}|([0-9]{1,6}:)?[0-9]{1,6}:[0-9]{1,2})$"
+            )
+        )
+    )
     timelimit = pl.when(tl_null).then(None).otherwise(dur)
     tpn = col("tres_per_node")
     has_tpn, has_alloc = "tres_per_node" in names, "tres_alloc" in names
     frame = df.with_columns(
-        _ok=ok, job_id=jid, job_id_raw=job_raw, array_job_id=array_job, array_task_id=task,
-        state=state, reason=reason, priority=prio, nodes=nodes, cpus=cpus,
-        submit_time=times["submit_time"], start_time=times["start_time"], timelimit_seconds=timelimit,
-        tres_per_node=tpn, tres_alloc=col("tres_alloc"), dependency=col("dependency"),
-        user=col("user"), account=col("account"), partition=col("partition"), qos=col("qos"),
+        _ok=ok,
+        job_id=jid,
+        job_id_raw=job_raw,
+        array_job_id=array_job,
+        array_task_id=task,
+        state=state,
+        reason=reason,
+        priority=prio,
+        nodes=nodes,
+        cpus=cpus,
+        submit_time=times["submit_time"],
+        start_time=times["start_time"],
+        timelimit_seconds=timelimit,
+        tres_per_node=tpn,
+        tres_alloc=col("tres_alloc"),
+        dependency=col("dependency"),
+        user=col("user"),
+        account=col("account"),
+        partition=col("partition"),
+        qos=col("qos"),
         name=pl.col("name") if "name" in names else pl.lit(None, pl.String),
     )
     bad = frame.filter(~pl.col("_ok"))["line_no"].to_list()
@@ -308,12 +415,20 @@ def _vector_rows(df: pl.DataFrame, cluster: str, snapshot_time: datetime, tz: Zo
     alloc = {v: gpu_count(v)[0] for v in frame["tres_alloc"].unique().to_list() if v is not None}
     limit = 2**31 - 1
     gpn = pl.col("tres_per_node").replace_strict(
-        {k: v for k, v in per_node.items() if v <= limit}, default=None, return_dtype=pl.Int64)
+        {k: v for k, v in per_node.items() if v <= limit}, default=None, return_dtype=pl.Int64
+    )
     gal = pl.col("tres_alloc").replace_strict(
-        {k: v for k, v in alloc.items() if v <= limit}, default=None, return_dtype=pl.Int64)
-    nodes_or_one = pl.when(pl.col("nodes").is_null() | (pl.col("nodes") == 0)).then(1).otherwise(pl.col("nodes"))
-    gpus = pl.when(pl.col("tres_per_node").is_not_null()).then(gpn * nodes_or_one) \
-        .when(pl.col("tres_alloc").is_not_null()).then(gal)
+        {k: v for k, v in alloc.items() if v <= limit}, default=None, return_dtype=pl.Int64
+    )
+    nodes_or_one = (
+        pl.when(pl.col("nodes").is_null() | (pl.col("nodes") == 0)).then(1).otherwise(pl.col("nodes"))
+    )
+    gpus = (
+        pl.when(pl.col("tres_per_node").is_not_null())
+        .then(gpn * nodes_or_one)
+        .when(pl.col("tres_alloc").is_not_null())
+        .then(gal)
+    )
     gpus = gpus.otherwise(pl.lit(0) if (has_tpn or has_alloc) else pl.lit(None, pl.Int64))
     frame = frame.with_columns(gpus=gpus)
     fits = pl.lit(True)
@@ -321,7 +436,9 @@ def _vector_rows(df: pl.DataFrame, cluster: str, snapshot_time: datetime, tz: Zo
         fits = fits & (pl.col(c).is_null() | pl.col(c).is_between(-(2**31), limit))
     # a GPU string counted beyond Int32, or a product that overflows: per-line path (quarantine)
     fits = fits & ~(pl.col("tres_per_node").is_not_null() & pl.col("gpus").is_null())
-    fits = fits & ~(pl.col("tres_alloc").is_not_null() & pl.col("tres_per_node").is_null() & pl.col("gpus").is_null())
+    fits = fits & ~(
+        pl.col("tres_alloc").is_not_null() & pl.col("tres_per_node").is_null() & pl.col("gpus").is_null()
+    )
     bad += frame.filter(~fits)["line_no"].to_list()
     frame = frame.filter(fits)
     out = frame.with_columns(cluster=pl.lit(cluster), snapshot_time=pl.lit(snapshot_time))
@@ -329,15 +446,38 @@ def _vector_rows(df: pl.DataFrame, cluster: str, snapshot_time: datetime, tz: Zo
     return out, bad
 
 
-def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, fmt: str | None = None,
-          delimiter: str | None = None, source: str = "") -> Parsed:
+def parse(
+    data: bytes,
+    *,
+    cluster: str,
+    snapshot_time: datetime,
+    tz: ZoneInfo,
+    fmt: str | None = None,
+    delimiter: str | None = None,
+    source: str = "",
+) -> Parsed:
     """squeue output -> pending_jobs rows (one per job id; `-P` repeats collapse into one)."""
-    return _parse(data, cluster=cluster, snapshot_time=snapshot_time, tz=tz, fmt=fmt, delimiter=delimiter,
-                  vectorise=True)
+    return _parse(
+        data,
+        cluster=cluster,
+        snapshot_time=snapshot_time,
+        tz=tz,
+        fmt=fmt,
+        delimiter=delimiter,
+        vectorise=True,
+    )
 
 
-def _parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, fmt: str | None,
-           delimiter: str | None, vectorise: bool) -> Parsed:
+def _parse(
+    data: bytes,
+    *,
+    cluster: str,
+    snapshot_time: datetime,
+    tz: ZoneInfo,
+    fmt: str | None,
+    delimiter: str | None,
+    vectorise: bool,
+) -> Parsed:
     """Vectorised split and typing for lines of the expected shape; a per-line path for the rest."""
     lf = line_format(fmt, delimiter)
     lines = [line for line in split_lines(data) if not is_blank(line[1])]

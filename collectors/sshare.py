@@ -23,13 +23,31 @@ KIND = "sshare"
 TABLES = {"shares": TableSpec("shares", ("cluster", "snapshot_time", "account", "user"))}
 
 # sshare --long columns on Slurm 20.11-24.11; the header line, when present, wins.
-LONG_FIELDS = ("Account", "User", "RawShares", "NormShares", "RawUsage", "NormUsage", "EffectvUsage",
-               "FairShare", "LevelFS", "GrpTRESMins", "TRESRunMins")
+LONG_FIELDS = (
+    "Account",
+    "User",
+    "RawShares",
+    "NormShares",
+    "RawUsage",
+    "NormUsage",
+    "EffectvUsage",
+    "FairShare",
+    "LevelFS",
+    "GrpTRESMins",
+    "TRESRunMins",
+)
 
 _COLUMNS = {
-    "account": "account", "user": "user", "rawshares": "raw_shares", "normshares": "norm_shares",
-    "rawusage": "raw_usage", "normusage": "norm_usage", "effectvusage": "effectv_usage",
-    "fairshare": "fairshare", "levelfs": "level_fs", "grptresmins": "grp_tres_mins",
+    "account": "account",
+    "user": "user",
+    "rawshares": "raw_shares",
+    "normshares": "norm_shares",
+    "rawusage": "raw_usage",
+    "normusage": "norm_usage",
+    "effectvusage": "effectv_usage",
+    "fairshare": "fairshare",
+    "levelfs": "level_fs",
+    "grptresmins": "grp_tres_mins",
     "tresrunmins": "tres_run_mins",
 }
 _FLOATS = ("norm_shares", "raw_usage", "norm_usage", "effectv_usage", "fairshare", "level_fs")
@@ -72,8 +90,16 @@ def _float(s: str, what: str) -> float | None:
     return v
 
 
-def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, fmt: str | None = None,
-          delimiter: str | None = None, source: str = "") -> Parsed:
+def parse(
+    data: bytes,
+    *,
+    cluster: str,
+    snapshot_time: datetime,
+    tz: ZoneInfo,
+    fmt: str | None = None,
+    delimiter: str | None = None,
+    source: str = "",
+) -> Parsed:
     """sshare -P output (header line, or the field list in `fmt`) -> shares rows."""
     delim = delimiter or "|"
     names: list[str] | None = _names(fmt.split(",")) if fmt else None
@@ -143,6 +169,9 @@ def parse(data: bytes, *, cluster: str, snapshot_time: datetime, tz: ZoneInfo, f
         if not user:
             stack.append((depth, account))
         rows[(account, user)] = row
-    df = pl.DataFrame(list(rows.values()), schema=SHARES_SCHEMA, orient="row") if rows else \
-        pl.DataFrame(schema=SHARES_SCHEMA)
+    df = (
+        pl.DataFrame(list(rows.values()), schema=SHARES_SCHEMA, orient="row")
+        if rows
+        else pl.DataFrame(schema=SHARES_SCHEMA)
+    )
     return Parsed(tables={"shares": df}, quarantine=quarantine_frame(bad))

@@ -76,10 +76,18 @@ def new_dashboard(slug: str, title: str, description: str, *, time_from: str = "
         # "All" clusters is `.+`, not `.*`: a series without a cluster label (an agent older than the `cluster`
         # label, a foreign exporter) cannot be attributed to a cluster and is left out.
         .with_variable(_variable("cluster", "Cluster", "label_values(slurmscope_nodes, cluster)", ".+"))
-        .with_variable(_variable("partition", "Partition",
-                                 'label_values(slurmscope_gpus{cluster=~"$cluster"}, partition)'))
-        .with_variable(_variable("account", "Account",
-                                 'label_values(slurmscope_jobs_ended_total{cluster=~"$cluster"}, account)'))
+        .with_variable(
+            _variable(
+                "partition", "Partition", 'label_values(slurmscope_gpus{cluster=~"$cluster"}, partition)'
+            )
+        )
+        .with_variable(
+            _variable(
+                "account",
+                "Account",
+                'label_values(slurmscope_jobs_ended_total{cluster=~"$cluster"}, account)',
+            )
+        )
     )
 
 
@@ -91,11 +99,27 @@ def _targets(panel, queries: list[Q], *, instant: bool = False):
     return panel
 
 
-def ts(title: str, queries: list[Q], unit: str = "short", *, description: str = "", w: int = 12, h: int = 8,
-       stacked: bool = False) -> timeseries.Panel:
+def ts(
+    title: str,
+    queries: list[Q],
+    unit: str = "short",
+    *,
+    description: str = "",
+    w: int = 12,
+    h: int = 8,
+    stacked: bool = False,
+) -> timeseries.Panel:
     """A time-series panel."""
-    p = (timeseries.Panel().title(title).description(description).datasource(DATASOURCE).unit(unit)
-         .span(w).height(h).fill_opacity(10 if not stacked else 60))
+    p = (
+        timeseries.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .unit(unit)
+        .span(w)
+        .height(h)
+        .fill_opacity(10 if not stacked else 60)
+    )
     if stacked:
         from grafana_foundation_sdk.builders.common import StackingConfig
         from grafana_foundation_sdk.models.common import StackingMode
@@ -104,8 +128,9 @@ def ts(title: str, queries: list[Q], unit: str = "short", *, description: str = 
     return _targets(p, queries)
 
 
-def single(title: str, query: Q, unit: str = "short", *, description: str = "", w: int = 4,
-           h: int = 4) -> stat.Panel:
+def single(
+    title: str, query: Q, unit: str = "short", *, description: str = "", w: int = 4, h: int = 4
+) -> stat.Panel:
     """A stat panel showing one current value."""
     p = stat.Panel().title(title).description(description).datasource(DATASOURCE).unit(unit).span(w).height(h)
     return _targets(p, [query], instant=True)
@@ -153,6 +178,13 @@ VARIABLE = re.compile(r"\$(cluster|partition|account|__rate_interval|__interval|
 
 def substitute(expr: str, values: dict[str, str] | None = None) -> str:
     """The query as Grafana would send it with "All" selected (variables -> `.*`, intervals -> 5m)."""
-    values = {"cluster": ".+", "partition": ".*", "account": ".*", "__rate_interval": "5m",
-              "__interval": "1m", "__range": "1d", **(values or {})}
+    values = {
+        "cluster": ".+",
+        "partition": ".*",
+        "account": ".*",
+        "__rate_interval": "5m",
+        "__interval": "1m",
+        "__range": "1d",
+        **(values or {}),
+    }
     return VARIABLE.sub(lambda m: values[m.group(1)], expr)

@@ -17,7 +17,16 @@ from slurmscope.collectors import parsing
 
 UTC_DT = pl.Datetime("us", "UTC")
 
-FAILED_STATES = ("FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED", "REQUEUED")
+FAILED_STATES = (
+    "FAILED",
+    "NODE_FAIL",
+    "TIMEOUT",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "PREEMPTED",
+    "REQUEUED",
+)
 """Attempt end states whose GPU time produced no result that the user asked for."""
 
 HOURS_PER_YEAR = 8766.0  # 365.25 days
@@ -32,7 +41,9 @@ def local_midnight_utc(day: pl.Expr, tz: str) -> pl.Expr:
     """
     naive = day.cast(pl.Datetime("us"))
     local = naive.dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
-    shifted = (naive + pl.duration(hours=1)).dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
+    shifted = (naive + pl.duration(hours=1)).dt.replace_time_zone(
+        tz, ambiguous="earliest", non_existent="null"
+    )
     return pl.coalesce(local, shifted - pl.duration(hours=1)).dt.convert_time_zone("UTC")
 
 
@@ -57,9 +68,11 @@ def split_calendar(
     lf = lf.with_columns(first.alias(out), last.alias("_last"))
     secs = (e - s).dt.total_microseconds() / 1e6
     single = lf.filter(pl.col(out) == pl.col("_last")).with_columns(secs.alias("overlap_seconds"))
-    multi = lf.filter(pl.col(out) != pl.col("_last")).with_columns(
-        pl.date_ranges(pl.col(out), pl.col("_last"), every).alias(out)
-    ).explode(out)
+    multi = (
+        lf.filter(pl.col(out) != pl.col("_last"))
+        .with_columns(pl.date_ranges(pl.col(out), pl.col("_last"), every).alias(out))
+        .explode(out)
+    )
     # Period bounds once per distinct period, then joined: time-zone arithmetic per row is slow.
     bounds = multi.select(pl.col(out).unique()).with_columns(
         local_midnight_utc(pl.col(out), tz).alias("_period_start"),
@@ -67,9 +80,11 @@ def split_calendar(
     )
     multi = multi.join(bounds, on=out, how="left")
     overlap = pl.min_horizontal(e, pl.col("_period_end")) - pl.max_horizontal(s, pl.col("_period_start"))
-    multi = multi.with_columns((overlap.dt.total_microseconds() / 1e6).alias("overlap_seconds")).filter(
-        pl.col("overlap_seconds") > 0
-    ).drop("_period_start", "_period_end")
+    multi = (
+        multi.with_columns((overlap.dt.total_microseconds() / 1e6).alias("overlap_seconds"))
+        .filter(pl.col("overlap_seconds") > 0)
+        .drop("_period_start", "_period_end")
+    )
     return pl.concat([single, multi], how="vertical").drop("_last")
 
 
@@ -78,14 +93,17 @@ def local_day(ts: pl.Expr, tz: str) -> pl.Expr:
     return ts.dt.convert_time_zone(tz).dt.date()
 
 
-def split_buckets(lf: pl.LazyFrame, start: str, end: str, every_seconds: int, *, out: str = "bucket_start") -> pl.LazyFrame:
+def split_buckets(
+    lf: pl.LazyFrame, start: str, end: str, every_seconds: int, *, out: str = "bucket_start"
+) -> pl.LazyFrame:
     """One row per (row, fixed UTC bucket it overlaps) with `out` and `overlap_seconds` (half-open)."""
     s, e = pl.col(start), pl.col(end)
     lf = lf.filter(s.is_not_null() & e.is_not_null() & (e > s))
     every = f"{int(every_seconds)}s"
     lf = lf.with_columns(
-        pl.datetime_ranges(s.dt.truncate(every), (e - pl.duration(microseconds=1)).dt.truncate(every), every)
-        .alias(out)
+        pl.datetime_ranges(
+            s.dt.truncate(every), (e - pl.duration(microseconds=1)).dt.truncate(every), every
+        ).alias(out)
     ).explode(out)
     bucket_end = pl.col(out) + pl.duration(seconds=int(every_seconds))
     overlap = pl.min_horizontal(e, bucket_end) - pl.max_horizontal(s, pl.col(out))
@@ -120,12 +138,17 @@ def with_requeued(jobs: pl.LazyFrame) -> pl.LazyFrame:
     Only a few per cent of jobs have several attempts, so they are found with a group-by and joined back
     (a window over every job is several times slower on millions of rows).
     """
-    last = jobs.group_by("job_id_raw").agg(pl.len().alias("_n"), pl.col("submit_time").max().alias("_last")).filter(
-        pl.col("_n") > 1
-    ).drop("_n")
-    return jobs.join(last, on="job_id_raw", how="left").with_columns(
-        (pl.col("submit_time") < pl.col("_last")).fill_null(False).alias("requeued")
-    ).drop("_last")
+    last = (
+        jobs.group_by("job_id_raw")
+        .agg(pl.len().alias("_n"), pl.col("submit_time").max().alias("_last"))
+        .filter(pl.col("_n") > 1)
+        .drop("_n")
+    )
+    return (
+        jobs.join(last, on="job_id_raw", how="left")
+        .with_columns((pl.col("submit_time") < pl.col("_last")).fill_null(False).alias("requeued"))
+        .drop("_last")
+    )
 
 
 def multi_attempt(jobs: pl.LazyFrame) -> pl.LazyFrame:
@@ -153,11 +176,16 @@ def gpu_class(gpus: pl.Expr) -> pl.Expr:
     """GPU-count class used by wait-time marts: '0', '1', '2-4', '5-8', '9-16', '17+'."""
     g = gpus.fill_null(0)
     return (
-        pl.when(g <= 0).then(pl.lit("0"))
-        .when(g == 1).then(pl.lit("1"))
-        .when(g <= 4).then(pl.lit("2-4"))
-        .when(g <= 8).then(pl.lit("5-8"))
-        .when(g <= 16).then(pl.lit("9-16"))
+        pl.when(g <= 0)
+        .then(pl.lit("0"))
+        .when(g == 1)
+        .then(pl.lit("1"))
+        .when(g <= 4)
+        .then(pl.lit("2-4"))
+        .when(g <= 8)
+        .then(pl.lit("5-8"))
+        .when(g <= 16)
+        .then(pl.lit("9-16"))
         .otherwise(pl.lit("17+"))
     )
 
@@ -220,7 +248,9 @@ def hourly_rate(entry: Any, *, where: str = "billing.rates") -> float:
         unit = float(entry.get("gpus_per_unit", 1)) or 1.0
         lifetime = float(entry.get("lifetime_years", 5))
         capex = float(entry.get("purchase_usd", 0)) / (lifetime * HOURS_PER_YEAR) if lifetime > 0 else 0.0
-        power = float(entry.get("power_kw", 0)) * float(entry.get("usd_per_kwh", 0)) * float(entry.get("pue", 1))
+        power = (
+            float(entry.get("power_kw", 0)) * float(entry.get("usd_per_kwh", 0)) * float(entry.get("pue", 1))
+        )
         overhead = float(entry.get("overhead_usd_per_year", 0)) / HOURS_PER_YEAR
         return (capex + power + overhead) / unit
     raise ValueError(f"{where}: expected a number or a table, got {entry!r}")
@@ -242,19 +272,40 @@ def price_book(billing: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, 
     return models, parts, float(billing.get("default_rate_per_gpu_hour", 0.0))
 
 
-def with_rate(lf: pl.LazyFrame, billing: Mapping[str, Any], *, model: str = "gpu_model",
-              partition: str = "partition", out: str = "rate_per_gpu_hour") -> pl.LazyFrame:
+def with_rate(
+    lf: pl.LazyFrame,
+    billing: Mapping[str, Any],
+    *,
+    model: str = "gpu_model",
+    partition: str = "partition",
+    out: str = "rate_per_gpu_hour",
+) -> pl.LazyFrame:
     """Attach the $/GPU-hour: partition rate, else GPU model rate, else the default."""
     models, parts, default = price_book(billing)
-    model_rate = pl.col(model).str.to_lowercase().replace_strict(models, default=None, return_dtype=pl.Float64)
+    model_rate = (
+        pl.col(model).str.to_lowercase().replace_strict(models, default=None, return_dtype=pl.Float64)
+    )
     part_rate = pl.col(partition).replace_strict(parts, default=None, return_dtype=pl.Float64)
     return lf.with_columns(pl.coalesce(part_rate, model_rate, pl.lit(default, dtype=pl.Float64)).alias(out))
 
 
 # --- node states ---------------------------------------------------------------------------------------
 
-DOWN_STATES = {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RESPONDING", "NO_RESPOND",
-               "UNKNOWN", "INVAL", "FUTURE", "REBOOT_ISSUED", "REBOOT_REQUESTED"}
+DOWN_STATES = {
+    "DOWN",
+    "DRAIN",
+    "DRAINED",
+    "DRAINING",
+    "FAIL",
+    "FAILING",
+    "NOT_RESPONDING",
+    "NO_RESPOND",
+    "UNKNOWN",
+    "INVAL",
+    "FUTURE",
+    "REBOOT_ISSUED",
+    "REBOOT_REQUESTED",
+}
 DOWN_FLAGS = ("DRAIN", "NOT_RESPONDING", "FAIL", "REBOOT", "INVALID")
 RESERVED_STATES = {"RESERVED", "MAINT", "MAINTENANCE"}
 RESERVED_FLAGS = ("RESERVED", "MAINT")
@@ -282,16 +333,24 @@ def node_intervals(node_states: pl.LazyFrame, params: dict[str, Any]) -> pl.Lazy
     # A node listed in several partitions (sinfo -N repeats it) is one node: its partitions are joined
     # by ',' (membership taken over the frame, since it changes rarely), its GPUs counted once.
     parts = node_states.group_by("node").agg(
-        pl.col("partition").str.split(",").list.explode(keep_nulls=False, empty_as_null=False).unique().sort()
-        .str.join(",").alias("partition")
+        pl.col("partition")
+        .str.split(",")
+        .list.explode(keep_nulls=False, empty_as_null=False)
+        .unique()
+        .sort()
+        .str.join(",")
+        .alias("partition")
     )
     snaps = (
-        node_states.sort("snapshot_time", "node").filter(
-            (pl.col("node") != pl.col("node").shift(1)) | (pl.col("snapshot_time") != pl.col("snapshot_time").shift(1))
+        node_states.sort("snapshot_time", "node")
+        .filter(
+            (pl.col("node") != pl.col("node").shift(1))
+            | (pl.col("snapshot_time") != pl.col("snapshot_time").shift(1))
             | pl.col("node").shift(1).is_null()
         )
         .select(
-            "snapshot_time", "node",
+            "snapshot_time",
+            "node",
             pl.col("state").fill_null("").str.to_uppercase().alias("state"),
             pl.col("state_flags").fill_null("").str.to_uppercase().alias("flags"),
             pl.col("gpus_total").fill_null(0).alias("total"),

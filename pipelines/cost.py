@@ -90,40 +90,73 @@ INPUTS: dict[str, str] = {
 }
 
 DAILY_SCHEMA = {
-    "day": pl.Date, "account": pl.String, "user": pl.String, "partition": pl.String, "qos": pl.String,
-    "gpu_model": pl.String, "gpu_seconds": pl.Float64, "cost_usd": pl.Float64,
-    "failed_gpu_seconds": pl.Float64, "failed_cost_usd": pl.Float64,
-    "requeued_gpu_seconds": pl.Float64, "requeued_cost_usd": pl.Float64, "running_gpu_seconds": pl.Float64,
+    "day": pl.Date,
+    "account": pl.String,
+    "user": pl.String,
+    "partition": pl.String,
+    "qos": pl.String,
+    "gpu_model": pl.String,
+    "gpu_seconds": pl.Float64,
+    "cost_usd": pl.Float64,
+    "failed_gpu_seconds": pl.Float64,
+    "failed_cost_usd": pl.Float64,
+    "requeued_gpu_seconds": pl.Float64,
+    "requeued_cost_usd": pl.Float64,
+    "running_gpu_seconds": pl.Float64,
     "spread_cost_usd": pl.Float64,
 }
 MONTHLY_SCHEMA = {
-    "month": pl.Date, "account": pl.String, "user": pl.String, "gpu_hours": pl.Float64, "cost_usd": pl.Float64,
-    "share": pl.Float64, "version": pl.Int32, "frozen": pl.Boolean, "issued_at": UTC_DT,
+    "month": pl.Date,
+    "account": pl.String,
+    "user": pl.String,
+    "gpu_hours": pl.Float64,
+    "cost_usd": pl.Float64,
+    "share": pl.Float64,
+    "version": pl.Int32,
+    "frozen": pl.Boolean,
+    "issued_at": UTC_DT,
     "spread_cost_usd": pl.Float64,
 }
 CAPACITY_PARTS = ("allocated", "idle", "down", "reserved")
 CAPACITY_SCHEMA = {
-    "day": pl.Date, "partition": pl.String, "gpu_model": pl.String,
+    "day": pl.Date,
+    "partition": pl.String,
+    "gpu_model": pl.String,
     "capacity_gpu_seconds": pl.Float64,
     **{f"{p}_gpu_seconds": pl.Float64 for p in CAPACITY_PARTS},
     "capacity_cost_usd": pl.Float64,
     **{f"{p}_cost_usd": pl.Float64 for p in CAPACITY_PARTS},
 }
 EFFICIENCY_SCHEMA = {
-    "day": pl.Date, "account": pl.String, "gpu_seconds": pl.Float64, "cost_usd": pl.Float64,
-    "sampled_gpu_seconds": pl.Float64, "sampled_cost_usd": pl.Float64, "idle_gpu_seconds": pl.Float64,
-    "idle_cost_usd": pl.Float64, "useful_gpu_seconds": pl.Float64, "useful_share": pl.Float64,
-    "cost_per_useful_gpu_hour": pl.Float64, "energy_joules": pl.Float64, "energy_kwh": pl.Float64,
+    "day": pl.Date,
+    "account": pl.String,
+    "gpu_seconds": pl.Float64,
+    "cost_usd": pl.Float64,
+    "sampled_gpu_seconds": pl.Float64,
+    "sampled_cost_usd": pl.Float64,
+    "idle_gpu_seconds": pl.Float64,
+    "idle_cost_usd": pl.Float64,
+    "useful_gpu_seconds": pl.Float64,
+    "useful_share": pl.Float64,
+    "cost_per_useful_gpu_hour": pl.Float64,
+    "energy_joules": pl.Float64,
+    "energy_kwh": pl.Float64,
     "energy_cost_usd": pl.Float64,
 }
 UNALLOCATED_PARTS = ("idle", "down", "reserved")
 """Capacity minus allocation: what billing.idle_cost = "spread" charges to the accounts."""
 JOULES_PER_KWH = 3.6e6
 COUNTER_SCHEMA = {
-    "account": pl.String, "partition": pl.String, "gpu_model": pl.String, "gpu_seconds_total": pl.Float64,
-    "cost_usd_total": pl.Float64, "gpu_seconds_correction": pl.Float64, "cost_usd_correction": pl.Float64,
+    "account": pl.String,
+    "partition": pl.String,
+    "gpu_model": pl.String,
+    "gpu_seconds_total": pl.Float64,
+    "cost_usd_total": pl.Float64,
+    "gpu_seconds_correction": pl.Float64,
+    "cost_usd_correction": pl.Float64,
     "updated_at": UTC_DT,
 }
+
 
 def month_closed_at(month: pl.Expr, tz: str, close_after_days: int) -> pl.Expr:
     """UTC instant from which a billing month counts as closed."""
@@ -138,8 +171,7 @@ def attempts(jobs: pl.LazyFrame, now: datetime) -> pl.LazyFrame:
 def usage(jobs: pl.LazyFrame, now: datetime) -> pl.LazyFrame:
     """attempts() without the requeue flag, which needs every attempt's job id hashed."""
     return (
-        jobs
-        .filter(pl.col("start_time").is_not_null() & (pl.col("gpus").fill_null(0) > 0))
+        jobs.filter(pl.col("start_time").is_not_null() & (pl.col("gpus").fill_null(0) > 0))
         .with_columns(usage_interval(now))
         .with_columns(
             (pl.col("state").is_in(FAILED_STATES) & ~pl.col("running")).alias("failed"),
@@ -159,8 +191,10 @@ def day_bounds(first: date, last: date, tz: str) -> pl.DataFrame:
     split_calendar computes them, and `_odd`: how many days up to this one lack proper bounds (a day the zone
     skipped, or none)."""
     days = pl.DataFrame({"day": pl.date_range(first, last, "1d", eager=True)})
-    b = days.with_columns(local_midnight_utc(pl.col("day"), tz).dt.epoch("us").alias("_ps"),
-                          local_midnight_utc(pl.col("day").dt.offset_by("1d"), tz).dt.epoch("us").alias("_pe"))
+    b = days.with_columns(
+        local_midnight_utc(pl.col("day"), tz).dt.epoch("us").alias("_ps"),
+        local_midnight_utc(pl.col("day").dt.offset_by("1d"), tz).dt.epoch("us").alias("_pe"),
+    )
     odd = pl.col("_ps").is_null() | pl.col("_pe").is_null() | (pl.col("_pe") <= pl.col("_ps"))
     return b.with_columns(odd.cast(pl.Int32).cum_sum().alias("_odd"))
 
@@ -196,8 +230,10 @@ def quarter_days(lo: datetime, hi: datetime, tz: str) -> tuple[int, pl.Series] |
 
     q = pl.DataFrame(c).select(
         local_day(pl.col("c"), tz).alias("day"),
-        ((local_day(last, tz) == local_day(pl.col("c"), tz))
-         & ((wall(last) - wall(pl.col("c"))).dt.total_microseconds() == QUARTER_US - 1)).alias("one"),
+        (
+            (local_day(last, tz) == local_day(pl.col("c"), tz))
+            & ((wall(last) - wall(pl.col("c"))).dt.total_microseconds() == QUARTER_US - 1)
+        ).alias("one"),
     )
     return (base, q["day"]) if q["one"].all() else None
 
@@ -229,7 +265,10 @@ def day_gpu_microseconds(a: pl.LazyFrame, params: dict[str, Any], flags: list[st
     table = day_bounds(first, local_date(now, tz) + timedelta(days=1), tz)
     s, e, f, last, g = pl.col("_s_us"), pl.col("_e_us"), pl.col("F"), pl.col("L"), pl.col("g")
     a = a.filter(pl.col("use_end") > pl.col("use_start")).select(
-        *KEYS, *flags, pl.col("use_start").dt.epoch("us").alias("_s_us"), pl.col("use_end").dt.epoch("us").alias("_e_us"),
+        *KEYS,
+        *flags,
+        pl.col("use_start").dt.epoch("us").alias("_s_us"),
+        pl.col("use_end").dt.epoch("us").alias("_e_us"),
         pl.col("gpus").cast(pl.Int64).alias("g"),
     )
     a = a.with_columns(billing_day(s, params).alias("F"), billing_day(e - 1, params).alias("L"))
@@ -239,8 +278,12 @@ def day_gpu_microseconds(a: pl.LazyFrame, params: dict[str, Any], flags: list[st
         return pl.lit(table[column]).gather(day.cast(pl.Int32) - origin)
 
     proper = (f == last) | (
-        (last > f) & (at(f, "_odd") == at(last, "_odd"))
-        & (at(f, "_ps") <= s) & (s < at(f, "_pe")) & (at(last, "_ps") < e) & (e <= at(last, "_pe"))
+        (last > f)
+        & (at(f, "_odd") == at(last, "_odd"))
+        & (at(f, "_ps") <= s)
+        & (s < at(f, "_pe"))
+        & (at(last, "_ps") < e)
+        & (e <= at(last, "_pe"))
     ).fill_null(False)
     # (F, L, flags) as one integer: F × 2^40 + (L − F) × 2^len(flags) + flag bits; one key hashes faster.
     low = len(flags)
@@ -248,25 +291,38 @@ def day_gpu_microseconds(a: pl.LazyFrame, params: dict[str, Any], flags: list[st
     for i, flag in enumerate(flags):
         packed = packed + pl.col(flag).cast(pl.Int64) * 2**i
     a = a.with_columns(proper.alias("_proper")).select(
-        *KEYS, packed.alias("_k"), "g",
-        pl.when(~pl.col("_proper")).then(0).when(f == last).then(g * (e - s)).otherwise(g * (at(f, "_pe") - s))
+        *KEYS,
+        packed.alias("_k"),
+        "g",
+        pl.when(~pl.col("_proper"))
+        .then(0)
+        .when(f == last)
+        .then(g * (e - s))
+        .otherwise(g * (at(f, "_pe") - s))
         .alias("_first"),
         pl.when(pl.col("_proper") & (last > f)).then(g * (e - at(last, "_ps"))).otherwise(0).alias("_last"),
-        pl.when(~pl.col("_proper")).then(s).alias("_s"), pl.when(~pl.col("_proper")).then(e).alias("_e"),
+        pl.when(~pl.col("_proper")).then(s).alias("_s"),
+        pl.when(~pl.col("_proper")).then(e).alias("_e"),
     )
     k = pl.col("_k")
-    grouped = a.group_by(*KEYS, "_k", "_s", "_e").agg(pl.col("_first", "_last", "g").sum()).with_columns(
-        (k // 2**40).cast(pl.Int32).cast(pl.Date).alias("F"),
-        ((k // 2**40).cast(pl.Int32) + (k % 2**40) // 2**low).cast(pl.Date).alias("L"),
-        *[((k // 2**i) % 2 == 1).alias(flag) for i, flag in enumerate(flags)],
+    grouped = (
+        a.group_by(*KEYS, "_k", "_s", "_e")
+        .agg(pl.col("_first", "_last", "g").sum())
+        .with_columns(
+            (k // 2**40).cast(pl.Int32).cast(pl.Date).alias("F"),
+            ((k // 2**40).cast(pl.Int32) + (k % 2**40) // 2**low).cast(pl.Date).alias("L"),
+            *[((k // 2**i) % 2 == 1).alias(flag) for i, flag in enumerate(flags)],
+        )
     )
     days = grouped.with_columns(pl.date_ranges(f, last, "1d").alias("day")).explode("day")
     day, ps, pe = pl.col("day"), at(pl.col("day"), "_ps"), at(pl.col("day"), "_pe")
     v = (
         pl.when(pl.col("_s").is_not_null())
         .then(g * (pl.min_horizontal(pl.col("_e"), pe) - pl.max_horizontal(pl.col("_s"), ps)))
-        .when(day == f).then(pl.col("_first"))
-        .when(day == last).then(pl.col("_last"))
+        .when(day == f)
+        .then(pl.col("_first"))
+        .when(day == last)
+        .then(pl.col("_last"))
         .otherwise(g * (pe - ps))
     )
     return days.filter(day.is_not_null()).select("day", *KEYS, *flags, v.alias("v")).filter(pl.col("v") > 0)
@@ -281,24 +337,38 @@ def daily(jobs: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
     clip = clip_interval("use_start", "use_end", params["start"], now)
     from_start = pl.col("day") >= pl.lit(params["start_date"])
     v, zero = pl.col("v"), pl.lit(0, dtype=pl.Int64)
-    out = day_gpu_microseconds(usage(jobs, now).with_columns(clip), params, ["failed", "running"]).filter(
-        from_start
-    ).group_by("day", *KEYS).agg(
-        v.sum().alias("gpu_seconds"),
-        *[pl.when(pl.col(flag)).then(v).otherwise(zero).sum().alias(f"{flag}_gpu_seconds")
-          for flag in ("failed", "running")],
+    out = (
+        day_gpu_microseconds(usage(jobs, now).with_columns(clip), params, ["failed", "running"])
+        .filter(from_start)
+        .group_by("day", *KEYS)
+        .agg(
+            v.sum().alias("gpu_seconds"),
+            *[
+                pl.when(pl.col(flag)).then(v).otherwise(zero).sum().alias(f"{flag}_gpu_seconds")
+                for flag in ("failed", "running")
+            ],
+        )
     )
     requeued = attempts(multi_attempt(jobs), now).filter(pl.col("requeued"))
-    requeued = day_gpu_microseconds(requeued.with_columns(clip), params, []).filter(from_start).group_by(
-        "day", *KEYS
-    ).agg(v.sum().alias("requeued_gpu_seconds"))
+    requeued = (
+        day_gpu_microseconds(requeued.with_columns(clip), params, [])
+        .filter(from_start)
+        .group_by("day", *KEYS)
+        .agg(v.sum().alias("requeued_gpu_seconds"))
+    )
     columns = ["gpu_seconds", *[f"{flag}_gpu_seconds" for flag in FLAGS]]
-    out = out.join(requeued, on=["day", *KEYS], how="left").with_columns(
-        pl.col("requeued_gpu_seconds").fill_null(0),
-    ).with_columns(pl.col(columns) / 1e6)
+    out = (
+        out.join(requeued, on=["day", *KEYS], how="left")
+        .with_columns(
+            pl.col("requeued_gpu_seconds").fill_null(0),
+        )
+        .with_columns(pl.col(columns) / 1e6)
+    )
     out = with_rate(out, billing).with_columns(
-        *[(pl.col(f"{p}gpu_seconds") / 3600.0 * pl.col("rate_per_gpu_hour")).alias(f"{p}cost_usd")
-          for p in ("", "failed_", "requeued_")],
+        *[
+            (pl.col(f"{p}gpu_seconds") / 3600.0 * pl.col("rate_per_gpu_hour")).alias(f"{p}cost_usd")
+            for p in ("", "failed_", "requeued_")
+        ],
         pl.lit(0.0).alias("spread_cost_usd"),  # set by spread_daily, which needs the day's capacity
     )
     return ensure_columns(out, DAILY_SCHEMA)
@@ -311,7 +381,9 @@ def spreads(params: dict[str, Any]) -> bool:
 def unallocated_daily(cap: pl.LazyFrame) -> pl.LazyFrame:
     """Per billing day: dollars of capacity not allocated (idle + down + reserved cents of mart_capacity_daily)."""
     return cap.group_by("day").agg(
-        pl.sum_horizontal(*[pl.col(f"{p}_cost_usd") for p in UNALLOCATED_PARTS]).sum().cast(pl.Float64)
+        pl.sum_horizontal(*[pl.col(f"{p}_cost_usd") for p in UNALLOCATED_PARTS])
+        .sum()
+        .cast(pl.Float64)
         .alias("unallocated_usd")
     )
 
@@ -322,14 +394,25 @@ def spread_daily(d: pl.LazyFrame, unallocated: pl.LazyFrame, params: dict[str, A
     if not spreads(params):
         return d.with_columns(pl.lit(0.0).alias("spread_cost_usd"))
     day_gs = pl.col("gpu_seconds").sum().over("day")
-    return d.drop("spread_cost_usd", strict=False).join(unallocated, on="day", how="left").with_columns(
-        pl.when(day_gs > 0).then(pl.col("unallocated_usd").fill_null(0.0) * pl.col("gpu_seconds") / day_gs)
-        .otherwise(0.0).alias("spread_cost_usd")
-    ).drop("unallocated_usd")
+    return (
+        d.drop("spread_cost_usd", strict=False)
+        .join(unallocated, on="day", how="left")
+        .with_columns(
+            pl.when(day_gs > 0)
+            .then(pl.col("unallocated_usd").fill_null(0.0) * pl.col("gpu_seconds") / day_gs)
+            .otherwise(0.0)
+            .alias("spread_cost_usd")
+        )
+        .drop("unallocated_usd")
+    )
 
 
-def monthly(daily_rows: pl.LazyFrame, prev: pl.LazyFrame, params: dict[str, Any],
-            unallocated: pl.LazyFrame | None = None) -> pl.LazyFrame:
+def monthly(
+    daily_rows: pl.LazyFrame,
+    prev: pl.LazyFrame,
+    params: dict[str, Any],
+    unallocated: pl.LazyFrame | None = None,
+) -> pl.LazyFrame:
     """mart_cost_monthly: open months recomputed; closed months frozen; listed closed months re-issued.
 
     `daily_rows` (and `unallocated`, each day's unallocated capacity dollars) must cover whole months from
@@ -344,16 +427,24 @@ def monthly(daily_rows: pl.LazyFrame, prev: pl.LazyFrame, params: dict[str, Any]
     tz, now = params["tz"], params["now"]
     reissue = [datetime.strptime(m, "%Y-%m").date() for m in billing.get("reissue_months", [])]
     now_l = pl.lit(now, dtype=UTC_DT)
-    rows = daily_rows.select("day", "account", "user", pl.col("gpu_seconds").cast(pl.Float64),
-                             pl.col("cost_usd").cast(pl.Float64))
+    rows = daily_rows.select(
+        "day", "account", "user", pl.col("gpu_seconds").cast(pl.Float64), pl.col("cost_usd").cast(pl.Float64)
+    )
     spread = spreads(params) and unallocated is not None
     if spread:
         un = unallocated.group_by("day").agg(pl.col("unallocated_usd").sum())
-        day_gs = rows.group_by("day").agg(pl.col("gpu_seconds").sum().alias("day_gs")).filter(pl.col("day_gs") > 0)
-        rows = rows.join(un, on="day", how="left").join(day_gs, on="day", how="left").with_columns(
-            pl.when(pl.col("day_gs") > 0)
-            .then(pl.col("unallocated_usd").fill_null(0.0) * pl.col("gpu_seconds") / pl.col("day_gs"))
-            .otherwise(0.0).alias("spread_cost_usd")
+        day_gs = (
+            rows.group_by("day").agg(pl.col("gpu_seconds").sum().alias("day_gs")).filter(pl.col("day_gs") > 0)
+        )
+        rows = (
+            rows.join(un, on="day", how="left")
+            .join(day_gs, on="day", how="left")
+            .with_columns(
+                pl.when(pl.col("day_gs") > 0)
+                .then(pl.col("unallocated_usd").fill_null(0.0) * pl.col("gpu_seconds") / pl.col("day_gs"))
+                .otherwise(0.0)
+                .alias("spread_cost_usd")
+            )
         )
         unspread = (
             un.join(day_gs, on="day", how="anti")
@@ -365,16 +456,26 @@ def monthly(daily_rows: pl.LazyFrame, prev: pl.LazyFrame, params: dict[str, Any]
     new = (
         rows.with_columns(pl.col("day").dt.month_start().alias("month"))
         .group_by("month", "account", "user")
-        .agg((pl.col("gpu_seconds").sum() / 3600.0).alias("gpu_hours"), pl.col("cost_usd").sum().alias("amount"),
-             pl.col("spread_cost_usd").sum().alias("spread_amount"))
+        .agg(
+            (pl.col("gpu_seconds").sum() / 3600.0).alias("gpu_hours"),
+            pl.col("cost_usd").sum().alias("amount"),
+            pl.col("spread_cost_usd").sum().alias("spread_amount"),
+        )
     )
     month_hours = pl.col("gpu_hours").sum().over("month")
     if spread:
-        new = new.join(unspread, on="month", how="left").with_columns(
-            (pl.col("spread_amount") + pl.when(month_hours > 0).then(
-                pl.col("unspread").fill_null(0.0) * pl.col("gpu_hours") / month_hours).otherwise(0.0))
-            .alias("spread_amount")
-        ).drop("unspread")
+        new = (
+            new.join(unspread, on="month", how="left")
+            .with_columns(
+                (
+                    pl.col("spread_amount")
+                    + pl.when(month_hours > 0)
+                    .then(pl.col("unspread").fill_null(0.0) * pl.col("gpu_hours") / month_hours)
+                    .otherwise(0.0)
+                ).alias("spread_amount")
+            )
+            .drop("unspread")
+        )
     new = largest_remainder_cents(new, "amount", ["month"], ["account", "user"])
     new = largest_remainder_cents(new, "spread_amount", ["month"], ["account", "user"], out="spread_cents")
     new = new.with_columns(
@@ -382,8 +483,10 @@ def monthly(daily_rows: pl.LazyFrame, prev: pl.LazyFrame, params: dict[str, Any]
         (pl.col("spread_cents") / 100.0).alias("spread_cost_usd"),
         pl.when(month_hours > 0).then(pl.col("gpu_hours") / month_hours).otherwise(0.0).alias("share"),
         # Closed as of the window's end: a slice of a full rebuild must not freeze a month it saw only in part.
-        (pl.lit(params["end"], dtype=UTC_DT) >= month_closed_at(pl.col("month"), tz,
-                                                                 int(billing.get("close_after_days", 0)))).alias("closed"),
+        (
+            pl.lit(params["end"], dtype=UTC_DT)
+            >= month_closed_at(pl.col("month"), tz, int(billing.get("close_after_days", 0)))
+        ).alias("closed"),
     ).drop("cents", "amount", "spread_cents", "spread_amount")
     prev = prev.with_columns(pl.col("version").cast(pl.Int32), pl.col("issued_at").cast(UTC_DT))
     if "spread_cost_usd" not in prev.collect_schema().names():
@@ -396,13 +499,18 @@ def monthly(daily_rows: pl.LazyFrame, prev: pl.LazyFrame, params: dict[str, Any]
     cmp = new.join(latest, on=["month", "account", "user"], how="full", coalesce=True, suffix="_old")
     differs = cmp.group_by("month").agg(
         (
-            pl.col("cost_usd").is_null() | pl.col("cost_usd_old").is_null()
+            pl.col("cost_usd").is_null()
+            | pl.col("cost_usd_old").is_null()
             | ((pl.col("cost_usd") - pl.col("cost_usd_old")).abs() >= 0.005)
             | ((pl.col("gpu_hours") - pl.col("gpu_hours_old")).abs() > 1e-6)
-        ).any().alias("differs")
+        )
+        .any()
+        .alias("differs")
     )
-    new = new.join(state, on="month", how="left").join(differs, on="month", how="left").with_columns(
-        pl.col("was_frozen").fill_null(False), pl.col("max_version").fill_null(0)
+    new = (
+        new.join(state, on="month", how="left")
+        .join(differs, on="month", how="left")
+        .with_columns(pl.col("was_frozen").fill_null(False), pl.col("max_version").fill_null(0))
     )
     open_rows = new.filter(~pl.col("was_frozen")).with_columns(
         pl.lit(1, dtype=pl.Int32).alias("version"), pl.col("closed").alias("frozen"), now_l.alias("issued_at")
@@ -410,13 +518,12 @@ def monthly(daily_rows: pl.LazyFrame, prev: pl.LazyFrame, params: dict[str, Any]
     reissued = new.filter(
         pl.col("was_frozen") & pl.col("differs").fill_null(False) & pl.col("month").is_in(reissue)
     ).with_columns(
-        (pl.col("max_version") + 1).cast(pl.Int32).alias("version"), pl.lit(True).alias("frozen"),
+        (pl.col("max_version") + 1).cast(pl.Int32).alias("version"),
+        pl.lit(True).alias("frozen"),
         now_l.alias("issued_at"),
     )
     kept = prev.join(state.filter(pl.col("was_frozen")), on="month", how="semi")
-    return pl.concat(
-        [ensure_columns(f, MONTHLY_SCHEMA) for f in (kept, open_rows, reissued)], how="vertical"
-    )
+    return pl.concat([ensure_columns(f, MONTHLY_SCHEMA) for f in (kept, open_rows, reissued)], how="vertical")
 
 
 def capacity(node_states: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
@@ -427,44 +534,76 @@ def capacity(node_states: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
     GPUs are summed per interval before the day split (~1,000 intervals per snapshot time down to a few)."""
     billing = params["config"]["billing"]
     counts = ["total", *CAPACITY_PARTS]
-    iv = node_intervals(node_states, params).with_columns(
-        clip_interval("snapshot_time", "until", params["start"], params["now"])
-    ).group_by("snapshot_time", "until", "partition", "gpu_model").agg(pl.col(counts).sum())
+    iv = (
+        node_intervals(node_states, params)
+        .with_columns(clip_interval("snapshot_time", "until", params["start"], params["now"]))
+        .group_by("snapshot_time", "until", "partition", "gpu_model")
+        .agg(pl.col(counts).sum())
+    )
     # Cached: split_calendar reads its input twice (one-day and longer rows), which computed the intervals twice.
     parts = split_calendar(iv.cache(), "snapshot_time", "until", params["tz"], every="1d", out="day")
-    sums = parts.group_by("day", "partition", "gpu_model").agg(
-        (pl.col("total") * pl.col("overlap_seconds")).sum().cast(pl.Float64).alias("capacity_gpu_seconds"),
-        *[(pl.col(p) * pl.col("overlap_seconds")).sum().cast(pl.Float64).alias(f"{p}_gpu_seconds")
-          for p in CAPACITY_PARTS],
-    ).filter(pl.col("day") >= pl.lit(params["start_date"]))
+    sums = (
+        parts.group_by("day", "partition", "gpu_model")
+        .agg(
+            (pl.col("total") * pl.col("overlap_seconds"))
+            .sum()
+            .cast(pl.Float64)
+            .alias("capacity_gpu_seconds"),
+            *[
+                (pl.col(p) * pl.col("overlap_seconds")).sum().cast(pl.Float64).alias(f"{p}_gpu_seconds")
+                for p in CAPACITY_PARTS
+            ],
+        )
+        .filter(pl.col("day") >= pl.lit(params["start_date"]))
+    )
     sums = with_rate(sums, billing)
     keys = ["day", "partition", "gpu_model"]
     long = sums.unpivot(
-        index=[*keys, "rate_per_gpu_hour", "capacity_gpu_seconds"], on=[f"{p}_gpu_seconds" for p in CAPACITY_PARTS],
-        variable_name="part", value_name="gs",
+        index=[*keys, "rate_per_gpu_hour", "capacity_gpu_seconds"],
+        on=[f"{p}_gpu_seconds" for p in CAPACITY_PARTS],
+        variable_name="part",
+        value_name="gs",
     ).with_columns((pl.col("gs") / 3600.0 * pl.col("rate_per_gpu_hour")).alias("amount"))
     long = largest_remainder_cents(long, "amount", keys, ["part"])
     # Back to one row per key from the long frame alone: joining it to `sums` would compute `sums` twice.
-    out = long.group_by(keys).agg(
-        pl.col("capacity_gpu_seconds").first(),
-        *[pl.col("gs").filter(pl.col("part") == f"{p}_gpu_seconds").sum().alias(f"{p}_gpu_seconds")
-          for p in CAPACITY_PARTS],
-        *[pl.col("cents").filter(pl.col("part") == f"{p}_gpu_seconds").sum().alias(f"{p}_cost_usd")
-          for p in CAPACITY_PARTS],
-        pl.col("cents").sum().alias("capacity_cost_usd"),
-    ).with_columns(pl.col("^.*_cost_usd$") / 100.0)
+    out = (
+        long.group_by(keys)
+        .agg(
+            pl.col("capacity_gpu_seconds").first(),
+            *[
+                pl.col("gs").filter(pl.col("part") == f"{p}_gpu_seconds").sum().alias(f"{p}_gpu_seconds")
+                for p in CAPACITY_PARTS
+            ],
+            *[
+                pl.col("cents").filter(pl.col("part") == f"{p}_gpu_seconds").sum().alias(f"{p}_cost_usd")
+                for p in CAPACITY_PARTS
+            ],
+            pl.col("cents").sum().alias("capacity_cost_usd"),
+        )
+        .with_columns(pl.col("^.*_cost_usd$") / 100.0)
+    )
     return ensure_columns(out, CAPACITY_SCHEMA)
 
 
-def counters(window_daily: pl.LazyFrame, before: pl.LazyFrame, prev: pl.LazyFrame,
-             params: dict[str, Any]) -> pl.LazyFrame:
+def counters(
+    window_daily: pl.LazyFrame, before: pl.LazyFrame, prev: pl.LazyFrame, params: dict[str, Any]
+) -> pl.LazyFrame:
     """mart_usage_counters: all history up to now (days before the window from the mart, the window just
     computed), never lower than what was reported before; any shortfall goes to the *_correction columns."""
     keys = ["account", "partition", "gpu_model"]
-    total = pl.concat(
-        [before.select(*keys, "gpu_seconds", "cost_usd").cast({"gpu_seconds": pl.Float64, "cost_usd": pl.Float64}),
-         window_daily.select(*keys, "gpu_seconds", "cost_usd")], how="vertical",
-    ).group_by(keys).agg(pl.col("gpu_seconds").sum(), pl.col("cost_usd").sum())
+    total = (
+        pl.concat(
+            [
+                before.select(*keys, "gpu_seconds", "cost_usd").cast(
+                    {"gpu_seconds": pl.Float64, "cost_usd": pl.Float64}
+                ),
+                window_daily.select(*keys, "gpu_seconds", "cost_usd"),
+            ],
+            how="vertical",
+        )
+        .group_by(keys)
+        .agg(pl.col("gpu_seconds").sum(), pl.col("cost_usd").sum())
+    )
     j = total.join(prev, on=keys, how="full", coalesce=True).with_columns(
         pl.col("gpu_seconds", "cost_usd", "gpu_seconds_total", "cost_usd_total").fill_null(0.0)
     )
@@ -479,8 +618,9 @@ def counters(window_daily: pl.LazyFrame, before: pl.LazyFrame, prev: pl.LazyFram
     return ensure_columns(out, COUNTER_SCHEMA)
 
 
-def cost_efficiency(d: pl.LazyFrame, jobs: pl.LazyFrame, gpu_jobs: pl.LazyFrame, samples: pl.LazyFrame,
-                    params: dict[str, Any]) -> pl.LazyFrame:
+def cost_efficiency(
+    d: pl.LazyFrame, jobs: pl.LazyFrame, gpu_jobs: pl.LazyFrame, samples: pl.LazyFrame, params: dict[str, Any]
+) -> pl.LazyFrame:
     """mart_cost_efficiency_daily: per billing day and account, the charged GPU-seconds and dollars (from the
     daily rows `d`) beside what NVML says the GPUs did while the account's attempts held them.
 
@@ -499,43 +639,90 @@ def cost_efficiency(d: pl.LazyFrame, jobs: pl.LazyFrame, gpu_jobs: pl.LazyFrame,
     mapped = gpu_jobs.select(mapped_job_id_raw(pl.col("job_id")).alias("job_id_raw")).unique()
     att = attempts(jobs.join(mapped, on="job_id_raw", how="semi"), params["now"])
     j = att.select(
-        cluster.alias("cluster"), "job_id_raw", pl.col("job_id_raw").cast(pl.String).alias("job_id"),
-        pl.lit(None, dtype=pl.Int32).alias("attempt"), "submit_time", "start_time", "end_time", "account",
-        "user", "gpus",
+        cluster.alias("cluster"),
+        "job_id_raw",
+        pl.col("job_id_raw").cast(pl.String).alias("job_id"),
+        pl.lit(None, dtype=pl.Int32).alias("attempt"),
+        "submit_time",
+        "start_time",
+        "end_time",
+        "account",
+        "user",
+        "gpus",
     )
     iv = attribute_intervals(gpu_jobs.with_columns(cluster.alias("cluster")), j, params["now"])
-    iv = iv.filter(pl.col("submit_time").is_not_null()).with_columns(
-        clip_interval("interval_start", "interval_end", params["start"], params["now"])
-    ).join(att.select("job_id_raw", "submit_time", "partition", "gpu_model"), on=["job_id_raw", "submit_time"])
-    minutes = split_buckets(iv, "interval_start", "interval_end", 60, out="minute").rename({"overlap_seconds": "held"})
+    iv = (
+        iv.filter(pl.col("submit_time").is_not_null())
+        .with_columns(clip_interval("interval_start", "interval_end", params["start"], params["now"]))
+        .join(
+            att.select("job_id_raw", "submit_time", "partition", "gpu_model"),
+            on=["job_id_raw", "submit_time"],
+        )
+    )
+    minutes = split_buckets(iv, "interval_start", "interval_end", 60, out="minute").rename(
+        {"overlap_seconds": "held"}
+    )
     m = with_rate(minutes.join(samples, on=["node", "gpu_uuid", "minute"], how="left"), billing)
     sampled = pl.col("util_gpu_mean").is_not_null()
     per_second = pl.col("rate_per_gpu_hour") / 3600.0
-    energy = pl.coalesce(pl.col("energy_joules") * pl.col("held") / 60.0, pl.col("power_mean_watts") * pl.col("held"))
+    energy = pl.coalesce(
+        pl.col("energy_joules") * pl.col("held") / 60.0, pl.col("power_mean_watts") * pl.col("held")
+    )
     zero = pl.lit(0.0)
     day = billing_day(pl.col("minute").dt.epoch("us"), params)
-    used = m.with_columns(day.alias("day")).group_by("day", "account").agg(
-        pl.when(sampled).then(pl.col("held")).otherwise(zero).sum().alias("sampled_gpu_seconds"),
-        pl.when(sampled).then(pl.col("held") * per_second).otherwise(zero).sum().alias("sampled_cost_usd"),
-        pl.when(sampled & (pl.col("util_gpu_mean") < threshold)).then(pl.col("held")).otherwise(zero).sum()
-        .alias("idle_gpu_seconds"),
-        pl.when(sampled & (pl.col("util_gpu_mean") < threshold)).then(pl.col("held") * per_second).otherwise(zero)
-        .sum().alias("idle_cost_usd"),
-        pl.when(sampled).then(pl.col("held") * pl.col("util_gpu_mean") / 100.0).otherwise(zero).sum()
-        .alias("useful_gpu_seconds"),
-        energy.fill_null(0.0).sum().alias("energy_joules"),
+    used = (
+        m.with_columns(day.alias("day"))
+        .group_by("day", "account")
+        .agg(
+            pl.when(sampled).then(pl.col("held")).otherwise(zero).sum().alias("sampled_gpu_seconds"),
+            pl.when(sampled)
+            .then(pl.col("held") * per_second)
+            .otherwise(zero)
+            .sum()
+            .alias("sampled_cost_usd"),
+            pl.when(sampled & (pl.col("util_gpu_mean") < threshold))
+            .then(pl.col("held"))
+            .otherwise(zero)
+            .sum()
+            .alias("idle_gpu_seconds"),
+            pl.when(sampled & (pl.col("util_gpu_mean") < threshold))
+            .then(pl.col("held") * per_second)
+            .otherwise(zero)
+            .sum()
+            .alias("idle_cost_usd"),
+            pl.when(sampled)
+            .then(pl.col("held") * pl.col("util_gpu_mean") / 100.0)
+            .otherwise(zero)
+            .sum()
+            .alias("useful_gpu_seconds"),
+            energy.fill_null(0.0).sum().alias("energy_joules"),
+        )
     )
     charged = d.group_by("day", "account").agg(pl.col("gpu_seconds").sum(), pl.col("cost_usd").sum())
-    out = charged.join(used, on=["day", "account"], how="full", coalesce=True).with_columns(
-        pl.col("gpu_seconds", "cost_usd", "sampled_gpu_seconds", "sampled_cost_usd", "idle_gpu_seconds",
-               "idle_cost_usd", "useful_gpu_seconds", "energy_joules").fill_null(0.0)
-    ).with_columns(
-        pl.when(pl.col("sampled_gpu_seconds") > 0)
-        .then(pl.col("useful_gpu_seconds") / pl.col("sampled_gpu_seconds")).alias("useful_share"),
-        pl.when(pl.col("useful_gpu_seconds") > 0)
-        .then(pl.col("sampled_cost_usd") / (pl.col("useful_gpu_seconds") / 3600.0)).alias("cost_per_useful_gpu_hour"),
-        (pl.col("energy_joules") / JOULES_PER_KWH).alias("energy_kwh"),
-        (pl.col("energy_joules") / JOULES_PER_KWH * price_kwh).alias("energy_cost_usd"),
+    out = (
+        charged.join(used, on=["day", "account"], how="full", coalesce=True)
+        .with_columns(
+            pl.col(
+                "gpu_seconds",
+                "cost_usd",
+                "sampled_gpu_seconds",
+                "sampled_cost_usd",
+                "idle_gpu_seconds",
+                "idle_cost_usd",
+                "useful_gpu_seconds",
+                "energy_joules",
+            ).fill_null(0.0)
+        )
+        .with_columns(
+            pl.when(pl.col("sampled_gpu_seconds") > 0)
+            .then(pl.col("useful_gpu_seconds") / pl.col("sampled_gpu_seconds"))
+            .alias("useful_share"),
+            pl.when(pl.col("useful_gpu_seconds") > 0)
+            .then(pl.col("sampled_cost_usd") / (pl.col("useful_gpu_seconds") / 3600.0))
+            .alias("cost_per_useful_gpu_hour"),
+            (pl.col("energy_joules") / JOULES_PER_KWH).alias("energy_kwh"),
+            (pl.col("energy_joules") / JOULES_PER_KWH * price_kwh).alias("energy_cost_usd"),
+        )
     )
     return ensure_columns(out.filter(pl.col("day") >= pl.lit(params["start_date"])), EFFICIENCY_SCHEMA)
 
@@ -552,20 +739,45 @@ def compute(frames: dict[str, pl.LazyFrame], params: dict[str, Any]) -> dict[str
     unallocated = unallocated_daily(cap)
     d = spread_daily(daily(frames["jobs"], params), unallocated, params).cache()
     cols = ("day", "account", "user", "gpu_seconds", "cost_usd")
-    month_days = pl.concat([
-        frames["month_before"].select(*cols).cast({"gpu_seconds": pl.Float64, "cost_usd": pl.Float64}),
-        d.select(*cols),
-    ], how="vertical")
-    month_unallocated = pl.concat([
-        _frame(frames, "capacity_month_before", {"day": pl.Date, "unallocated_usd": pl.Float64})
-        .select("day", pl.col("unallocated_usd").cast(pl.Float64)),
-        unallocated,
-    ], how="vertical")
-    gpu_jobs = _frame(frames, "gpu_jobs", {"node": pl.String, "gpu_uuid": pl.String, "job_id": pl.String,
-                                           "interval_start": UTC_DT, "interval_end": UTC_DT})
-    samples = _frame(frames, "gpu_samples", {"node": pl.String, "gpu_uuid": pl.String, "minute": UTC_DT,
-                                             "util_gpu_mean": pl.Float64, "energy_joules": pl.Float64,
-                                             "power_mean_watts": pl.Float64})
+    month_days = pl.concat(
+        [
+            frames["month_before"].select(*cols).cast({"gpu_seconds": pl.Float64, "cost_usd": pl.Float64}),
+            d.select(*cols),
+        ],
+        how="vertical",
+    )
+    month_unallocated = pl.concat(
+        [
+            _frame(frames, "capacity_month_before", {"day": pl.Date, "unallocated_usd": pl.Float64}).select(
+                "day", pl.col("unallocated_usd").cast(pl.Float64)
+            ),
+            unallocated,
+        ],
+        how="vertical",
+    )
+    gpu_jobs = _frame(
+        frames,
+        "gpu_jobs",
+        {
+            "node": pl.String,
+            "gpu_uuid": pl.String,
+            "job_id": pl.String,
+            "interval_start": UTC_DT,
+            "interval_end": UTC_DT,
+        },
+    )
+    samples = _frame(
+        frames,
+        "gpu_samples",
+        {
+            "node": pl.String,
+            "gpu_uuid": pl.String,
+            "minute": UTC_DT,
+            "util_gpu_mean": pl.Float64,
+            "energy_joules": pl.Float64,
+            "power_mean_watts": pl.Float64,
+        },
+    )
     return {
         "mart_cost_daily": d,
         "mart_capacity_daily": cap,

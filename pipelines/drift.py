@@ -26,7 +26,9 @@ from slurmscope.pipelines.fairshare import to_utc
 NAME = "drift"
 MART_TABLES: dict[str, str | None] = {"mart_drift": "as_of"}
 
-HISTORY = "INTERVAL 61 DAY"  # longest trailing baseline read (drift.baseline_days at most 59, plus the day before)
+HISTORY = (
+    "INTERVAL 61 DAY"  # longest trailing baseline read (drift.baseline_days at most 59, plus the day before)
+)
 JOBS = f"""cluster = $cluster AND coalesce(end_time, $end) >= $start - {HISTORY}
            AND coalesce(start_time, submit_time) < $end"""
 _FAILED = ", ".join(f"'{state}'" for state in FAILED_STATES)
@@ -194,8 +196,9 @@ def _with(frame: pl.LazyFrame | None, schema: dict[str, pl.DataType]) -> pl.Lazy
     if frame is None:
         return pl.LazyFrame(schema=schema)
     have = frame.collect_schema()
-    return frame.with_columns(*[pl.lit(None, t).alias(c) for c, t in schema.items() if c not in have],
-                              *to_utc(have))
+    return frame.with_columns(
+        *[pl.lit(None, t).alias(c) for c, t in schema.items() if c not in have], *to_utc(have)
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -298,7 +301,10 @@ def gpu_vs_fleet(samples: pl.LazyFrame, st: dict[str, Any]) -> pl.LazyFrame:
                 method="robust_z_fleet_same_util",
                 detail=pl.format(
                     "{} median {} {} vs fleet {} at the same utilisation ({} GPUs)",
-                    pl.col("model"), pl.col("value").round(1), pl.lit(unit), pl.col("fleet").round(1),
+                    pl.col("model"),
+                    pl.col("value").round(1),
+                    pl.lit(unit),
+                    pl.col("fleet").round(1),
                     pl.col("gpus"),
                 ),
             )
@@ -354,10 +360,22 @@ def dense_days(entities: pl.LazyFrame, data: pl.LazyFrame, st: dict[str, Any]) -
     )
 
 
-def scored_trend(daily: pl.LazyFrame, keys: list[str], st: dict[str, Any], *, signal: str,
-                 entity_type: str, entity: pl.Expr, node: pl.Expr | None, direction: int,
-                 floor: pl.Expr, threshold: float, method: str, unit: str,
-                 keep: pl.Expr | None = None) -> pl.LazyFrame:
+def scored_trend(
+    daily: pl.LazyFrame,
+    keys: list[str],
+    st: dict[str, Any],
+    *,
+    signal: str,
+    entity_type: str,
+    entity: pl.Expr,
+    node: pl.Expr | None,
+    direction: int,
+    floor: pl.Expr,
+    threshold: float,
+    method: str,
+    unit: str,
+    keep: pl.Expr | None = None,
+) -> pl.LazyFrame:
     """Rows for days inside the window whose baseline has at least drift.min_baseline_days values
     (and, for sparse counts, only days with events plus today: `keep`)."""
     tz, now = st["tz"], st["now"]
@@ -382,25 +400,36 @@ def scored_trend(daily: pl.LazyFrame, keys: list[str], st: dict[str, Any], *, si
         threshold=threshold,
         breached=pl.col("score") > threshold,
         method=method,
-        detail=pl.format("{} {} vs median {} over the previous {} days", pl.col("x").round(3), pl.lit(unit),
-                         pl.col("median").round(3), pl.col("n")),
+        detail=pl.format(
+            "{} {} vs median {} over the previous {} days",
+            pl.col("x").round(3),
+            pl.lit(unit),
+            pl.col("median").round(3),
+            pl.col("n"),
+        ),
     )
 
 
-def node_errors(errors: pl.LazyFrame, events: pl.LazyFrame, inventory: pl.LazyFrame,
-                st: dict[str, Any]) -> pl.LazyFrame:
+def node_errors(
+    errors: pl.LazyFrame, events: pl.LazyFrame, inventory: pl.LazyFrame, st: dict[str, Any]
+) -> pl.LazyFrame:
     """XID events and ECC error counts per node and day against the node's own trailing days."""
     tz = st["tz"]
     thr = float(st["error_z_threshold"])
     nodes = pl.concat(
-        [inventory.select("cluster", "node"), errors.select("cluster", "node"), events.select("cluster", "node")]
+        [
+            inventory.select("cluster", "node"),
+            errors.select("cluster", "node"),
+            events.select("cluster", "node"),
+        ]
     ).unique()
     counts = {
         "node_xid_events": events.filter(pl.col("event_type") == "xid")
         .group_by("cluster", "node", local_day(pl.col("event_time"), tz).alias("day"))
         .agg(pl.len().cast(pl.Float64).alias("x")),
-        "node_ecc_corrected": errors.group_by("cluster", "node", local_day(pl.col("minute"), tz).alias("day"))
-        .agg(pl.col("ecc_corrected").sum().cast(pl.Float64).alias("x")),
+        "node_ecc_corrected": errors.group_by(
+            "cluster", "node", local_day(pl.col("minute"), tz).alias("day")
+        ).agg(pl.col("ecc_corrected").sum().cast(pl.Float64).alias("x")),
         "node_ecc_uncorrected": errors.group_by(
             "cluster", "node", local_day(pl.col("minute"), tz).alias("day")
         ).agg(pl.col("ecc_uncorrected").sum().cast(pl.Float64).alias("x")),
@@ -409,20 +438,34 @@ def node_errors(errors: pl.LazyFrame, events: pl.LazyFrame, inventory: pl.LazyFr
     out = []
     for signal, c in counts.items():
         grid = dense_days(nodes, c, st)
-        daily = grid.join(c, on=["cluster", "node", "day"], how="left").with_columns(pl.col("x").fill_null(0.0))
+        daily = grid.join(c, on=["cluster", "node", "day"], how="left").with_columns(
+            pl.col("x").fill_null(0.0)
+        )
         # counts: the scale floor is sqrt(median) (Poisson), at least 0.5 so a clean history still needs
         # thr/2 events in a day to breach
         floor = pl.max_horizontal(pl.col("median").sqrt(), pl.lit(0.5))
-        scored = scored_trend(daily, ["cluster", "node"], st, signal=signal, entity_type="node",
-                              entity=pl.col("node"), node=pl.col("node"), direction=1, floor=floor,
-                              threshold=thr, method="robust_z_own_history", unit="per day",
-                              keep=(pl.col("x") > 0) | (pl.col("day") == today))
+        scored = scored_trend(
+            daily,
+            ["cluster", "node"],
+            st,
+            signal=signal,
+            entity_type="node",
+            entity=pl.col("node"),
+            node=pl.col("node"),
+            direction=1,
+            floor=floor,
+            threshold=thr,
+            method="robust_z_own_history",
+            unit="per day",
+            keep=(pl.col("x") > 0) | (pl.col("day") == today),
+        )
         out.append(scored)
     return pl.concat(out)
 
 
-def usage_trends(gpu: pl.LazyFrame, failure: pl.LazyFrame, wait: pl.LazyFrame, cost: pl.LazyFrame,
-                 st: dict[str, Any]) -> pl.LazyFrame:
+def usage_trends(
+    gpu: pl.LazyFrame, failure: pl.LazyFrame, wait: pl.LazyFrame, cost: pl.LazyFrame, st: dict[str, Any]
+) -> pl.LazyFrame:
     """GPU-hours and cost per account, failure rate and median wait per partition, per day, against
     their trailing baselines (the daily values come from the INPUTS: `gpu_hours`, `failures`, `waits`)."""
     thr = float(st["trend_z_threshold"])
@@ -441,21 +484,62 @@ def usage_trends(gpu: pl.LazyFrame, failure: pl.LazyFrame, wait: pl.LazyFrame, c
     acc, part = ["cluster", "account"], ["cluster", "partition"]
     return pl.concat(
         [
-            scored_trend(gpu_daily, acc, st, signal="account_gpu_hours", entity_type="account",
-                         entity=pl.col("account"), node=None, direction=0,
-                         floor=pl.max_horizontal(rel, pl.lit(1.0)), threshold=thr,
-                         method="robust_z_trailing", unit="GPU-h"),
-            scored_trend(cost_daily, acc, st, signal="account_cost_usd", entity_type="account",
-                         entity=pl.col("account"), node=None, direction=0,
-                         floor=pl.max_horizontal(rel, pl.lit(1.0)), threshold=thr,
-                         method="robust_z_trailing", unit="USD"),
-            scored_trend(failure, part, st, signal="partition_failure_rate", entity_type="partition",
-                         entity=pl.col("partition"), node=None, direction=1, floor=pl.lit(0.02),
-                         threshold=thr, method="robust_z_trailing", unit="ratio"),
-            scored_trend(wait, part, st, signal="partition_wait_p50_seconds", entity_type="partition",
-                         entity=pl.col("partition"), node=None, direction=1,
-                         floor=pl.max_horizontal(rel, pl.lit(60.0)), threshold=thr,
-                         method="robust_z_trailing", unit="s"),
+            scored_trend(
+                gpu_daily,
+                acc,
+                st,
+                signal="account_gpu_hours",
+                entity_type="account",
+                entity=pl.col("account"),
+                node=None,
+                direction=0,
+                floor=pl.max_horizontal(rel, pl.lit(1.0)),
+                threshold=thr,
+                method="robust_z_trailing",
+                unit="GPU-h",
+            ),
+            scored_trend(
+                cost_daily,
+                acc,
+                st,
+                signal="account_cost_usd",
+                entity_type="account",
+                entity=pl.col("account"),
+                node=None,
+                direction=0,
+                floor=pl.max_horizontal(rel, pl.lit(1.0)),
+                threshold=thr,
+                method="robust_z_trailing",
+                unit="USD",
+            ),
+            scored_trend(
+                failure,
+                part,
+                st,
+                signal="partition_failure_rate",
+                entity_type="partition",
+                entity=pl.col("partition"),
+                node=None,
+                direction=1,
+                floor=pl.lit(0.02),
+                threshold=thr,
+                method="robust_z_trailing",
+                unit="ratio",
+            ),
+            scored_trend(
+                wait,
+                part,
+                st,
+                signal="partition_wait_p50_seconds",
+                entity_type="partition",
+                entity=pl.col("partition"),
+                node=None,
+                direction=1,
+                floor=pl.max_horizontal(rel, pl.lit(60.0)),
+                threshold=thr,
+                method="robust_z_trailing",
+                unit="s",
+            ),
         ]
     )
 
@@ -472,9 +556,14 @@ def fleet_skew(inventory: pl.LazyFrame, node_states: pl.LazyFrame, st: dict[str,
     out = []
     for signal, col in (("driver_version_skew", "driver_version"), ("cuda_version_skew", "cuda_version")):
         known = inv.filter(pl.col(col).is_not_null())
-        mode = known.group_by("cluster", col).agg(pl.len().alias("gpus")).sort(
-            ["gpus", col], descending=[True, False]
-        ).group_by("cluster", maintain_order=True).first().select("cluster", pl.col(col).alias("fleet"))
+        mode = (
+            known.group_by("cluster", col)
+            .agg(pl.len().alias("gpus"))
+            .sort(["gpus", col], descending=[True, False])
+            .group_by("cluster", maintain_order=True)
+            .first()
+            .select("cluster", pl.col(col).alias("fleet"))
+        )
         per_node = (
             known.join(mode, on="cluster")
             .group_by("cluster", "node")
@@ -486,22 +575,49 @@ def fleet_skew(inventory: pl.LazyFrame, node_states: pl.LazyFrame, st: dict[str,
             .with_columns(as_of=now)
         )
         out.append(
-            rows(per_node, signal=signal, entity_type="node", entity=pl.col("node"), node=pl.col("node"),
-                 value=pl.col("odd"), baseline=0.0, score=pl.col("odd"), threshold=0.0,
-                 breached=pl.col("odd") > 0, method="fleet_mode",
-                 detail=pl.format("{} vs fleet {}", pl.col("versions"), pl.col("fleet")))
+            rows(
+                per_node,
+                signal=signal,
+                entity_type="node",
+                entity=pl.col("node"),
+                node=pl.col("node"),
+                value=pl.col("odd"),
+                baseline=0.0,
+                score=pl.col("odd"),
+                threshold=0.0,
+                breached=pl.col("odd") > 0,
+                method="fleet_mode",
+                detail=pl.format("{} vs fleet {}", pl.col("versions"), pl.col("fleet")),
+            )
         )
     nvml = inv.group_by("cluster", "node").agg(pl.col("gpu_uuid").n_unique().cast(pl.Float64).alias("nvml"))
-    gres = node_states.group_by("cluster", "node").agg(pl.col("gpus_total").max().cast(pl.Float64).alias("gres"))
-    count = nvml.join(gres, on=["cluster", "node"]).filter(pl.col("gres").is_not_null()).with_columns(
-        diff=(pl.col("nvml") - pl.col("gres")).abs(), as_of=now
+    gres = node_states.group_by("cluster", "node").agg(
+        pl.col("gpus_total").max().cast(pl.Float64).alias("gres")
+    )
+    count = (
+        nvml.join(gres, on=["cluster", "node"])
+        .filter(pl.col("gres").is_not_null())
+        .with_columns(diff=(pl.col("nvml") - pl.col("gres")).abs(), as_of=now)
     )
     out.append(
-        rows(count, signal="gpu_count_nvml_vs_gres", entity_type="node", entity=pl.col("node"),
-             node=pl.col("node"), value=pl.col("nvml"), baseline=pl.col("gres"), score=pl.col("diff"),
-             threshold=0.5, breached=pl.col("diff") > 0.5, method="difference",
-             detail=pl.format("NVML sees {} GPUs, GRES configures {}", pl.col("nvml").cast(pl.Int64),
-                              pl.col("gres").cast(pl.Int64)))
+        rows(
+            count,
+            signal="gpu_count_nvml_vs_gres",
+            entity_type="node",
+            entity=pl.col("node"),
+            node=pl.col("node"),
+            value=pl.col("nvml"),
+            baseline=pl.col("gres"),
+            score=pl.col("diff"),
+            threshold=0.5,
+            breached=pl.col("diff") > 0.5,
+            method="difference",
+            detail=pl.format(
+                "NVML sees {} GPUs, GRES configures {}",
+                pl.col("nvml").cast(pl.Int64),
+                pl.col("gres").cast(pl.Int64),
+            ),
+        )
     )
     return pl.concat(out)
 
@@ -510,23 +626,61 @@ def compute(frames: dict[str, pl.LazyFrame], params: Any) -> dict[str, pl.LazyFr
     """mart_drift: every signal row of every family for the window."""
     st = settings(params)
     s, d = pl.String, UTC_DT
-    samples = _with(frames.get("gpu_samples"), {
-        "cluster": s, "node": s, "gpu_uuid": s, "minute": d, "model": s, "util_gpu_mean": pl.Float64,
-        "temp_gpu_max_celsius": pl.Float64, "power_mean_watts": pl.Float64, "sm_clock_mean_mhz": pl.Float64,
-    })
-    errors = _with(frames.get("gpu_errors"), {
-        "cluster": s, "node": s, "minute": d, "ecc_corrected": pl.Int64, "ecc_uncorrected": pl.Int64,
-    })
-    events = _with(frames.get("gpu_events"), {
-        "cluster": s, "node": s, "event_time": d, "event_type": s, "xid": pl.Int32,
-    })
-    inventory = _with(frames.get("gpu_inventory"), {
-        "cluster": s, "node": s, "gpu_uuid": s, "seen_at": d, "model": s, "driver_version": s,
-        "cuda_version": s,
-    })
-    node_states = _with(frames.get("node_states"), {
-        "cluster": s, "node": s, "snapshot_time": d, "gpus_total": pl.Int32,
-    })
+    samples = _with(
+        frames.get("gpu_samples"),
+        {
+            "cluster": s,
+            "node": s,
+            "gpu_uuid": s,
+            "minute": d,
+            "model": s,
+            "util_gpu_mean": pl.Float64,
+            "temp_gpu_max_celsius": pl.Float64,
+            "power_mean_watts": pl.Float64,
+            "sm_clock_mean_mhz": pl.Float64,
+        },
+    )
+    errors = _with(
+        frames.get("gpu_errors"),
+        {
+            "cluster": s,
+            "node": s,
+            "minute": d,
+            "ecc_corrected": pl.Int64,
+            "ecc_uncorrected": pl.Int64,
+        },
+    )
+    events = _with(
+        frames.get("gpu_events"),
+        {
+            "cluster": s,
+            "node": s,
+            "event_time": d,
+            "event_type": s,
+            "xid": pl.Int32,
+        },
+    )
+    inventory = _with(
+        frames.get("gpu_inventory"),
+        {
+            "cluster": s,
+            "node": s,
+            "gpu_uuid": s,
+            "seen_at": d,
+            "model": s,
+            "driver_version": s,
+            "cuda_version": s,
+        },
+    )
+    node_states = _with(
+        frames.get("node_states"),
+        {
+            "cluster": s,
+            "node": s,
+            "snapshot_time": d,
+            "gpus_total": pl.Int32,
+        },
+    )
     gpu = _with(frames.get("gpu_hours"), {"cluster": s, "account": s, "day": pl.Date, "x": pl.Float64})
     failure = _with(frames.get("failures"), {"cluster": s, "partition": s, "day": pl.Date, "x": pl.Float64})
     wait = _with(frames.get("waits"), {"cluster": s, "partition": s, "day": pl.Date, "x": pl.Float64})

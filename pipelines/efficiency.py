@@ -105,8 +105,9 @@ def _with(frame: pl.LazyFrame | None, schema: dict[str, pl.DataType]) -> pl.Lazy
     if frame is None:
         return pl.LazyFrame(schema=schema)
     have = frame.collect_schema()
-    return frame.with_columns(*[pl.lit(None, t).alias(c) for c, t in schema.items() if c not in have],
-                              *to_utc(have))
+    return frame.with_columns(
+        *[pl.lit(None, t).alias(c) for c, t in schema.items() if c not in have], *to_utc(have)
+    )
 
 
 def mapped_job_id_raw(job_id: pl.Expr) -> pl.Expr:
@@ -125,8 +126,16 @@ def attribute_intervals(gpu_jobs: pl.LazyFrame, jobs: pl.LazyFrame, now: datetim
     now_lit = pl.lit(now, dtype=UTC_DT)
     g = gpu_jobs.with_columns(job_id_raw=mapped_job_id_raw(pl.col("job_id"))).drop("job_id")
     j = jobs.select(
-        "cluster", "job_id_raw", "job_id", "attempt", "submit_time", "start_time", "end_time", "account",
-        "user", pl.col("gpus").alias("alloc_gpus"),
+        "cluster",
+        "job_id_raw",
+        "job_id",
+        "attempt",
+        "submit_time",
+        "start_time",
+        "end_time",
+        "account",
+        "user",
+        pl.col("gpus").alias("alloc_gpus"),
     )
     out = g.sort("interval_start").join_asof(
         j.sort("start_time"),
@@ -164,25 +173,30 @@ def job_efficiency(minutes: pl.LazyFrame, threshold: float) -> pl.LazyFrame:
     idle GPU-seconds and `zero_util` (sampled, and no sample ever reached the threshold)."""
     sampled_held = pl.col("held").filter(pl.col("sampled"))
     keys = ["cluster", "job_id_raw", "submit_time"]
-    agg = minutes.filter(pl.col("submit_time").is_not_null()).group_by(keys).agg(
-        pl.col("job_id").first(),
-        pl.col("attempt").first(),
-        pl.col("account").first(),
-        pl.col("user").first(),
-        pl.col("gpu_uuid").n_unique().cast(pl.Int32).alias("gpus"),
-        ((pl.col("util_gpu_mean") * pl.col("held")).filter(pl.col("sampled")).sum() / sampled_held.sum()).alias(
-            "util_mean"
-        ),
-        pl.col("util_gpu_max").max().alias("util_max"),
-        pl.col("mem_used_max_bytes").max().cast(pl.Int64).alias("mem_peak_bytes"),
-        pl.col("energy").sum().alias("energy_joules"),
-        pl.col("energy").count().alias("_energy_n"),
-        pl.col("held").sum().alias("gpu_seconds"),
-        sampled_held.sum().alias("sampled_gpu_seconds"),
-        pl.col("held").filter(pl.col("idle")).sum().alias("idle_gpu_seconds"),
-        pl.col("util_gpu_max").max().alias("_peak"),
-        pl.col("interval_start").min().alias("alloc_start"),
-        pl.col("interval_end").max().alias("alloc_end"),
+    agg = (
+        minutes.filter(pl.col("submit_time").is_not_null())
+        .group_by(keys)
+        .agg(
+            pl.col("job_id").first(),
+            pl.col("attempt").first(),
+            pl.col("account").first(),
+            pl.col("user").first(),
+            pl.col("gpu_uuid").n_unique().cast(pl.Int32).alias("gpus"),
+            (
+                (pl.col("util_gpu_mean") * pl.col("held")).filter(pl.col("sampled")).sum()
+                / sampled_held.sum()
+            ).alias("util_mean"),
+            pl.col("util_gpu_max").max().alias("util_max"),
+            pl.col("mem_used_max_bytes").max().cast(pl.Int64).alias("mem_peak_bytes"),
+            pl.col("energy").sum().alias("energy_joules"),
+            pl.col("energy").count().alias("_energy_n"),
+            pl.col("held").sum().alias("gpu_seconds"),
+            sampled_held.sum().alias("sampled_gpu_seconds"),
+            pl.col("held").filter(pl.col("idle")).sum().alias("idle_gpu_seconds"),
+            pl.col("util_gpu_max").max().alias("_peak"),
+            pl.col("interval_start").min().alias("alloc_start"),
+            pl.col("interval_end").max().alias("alloc_end"),
+        )
     )
     return agg.with_columns(
         energy_joules=pl.when(pl.col("_energy_n") > 0).then(pl.col("energy_joules")),
@@ -223,21 +237,54 @@ def compute(frames: dict[str, pl.LazyFrame], params: Any) -> dict[str, pl.LazyFr
     now = _get(params, "now") or datetime.now(UTC)
     tz = _get(params, "tz") or "UTC"
     threshold = _threshold(params)
-    gpu_jobs = _with(frames.get("gpu_jobs"), {
-        "cluster": pl.String, "node": pl.String, "gpu_uuid": pl.String, "job_id": pl.String,
-        "interval_start": UTC_DT, "interval_end": UTC_DT,
-    })
-    samples = _with(frames.get("gpu_samples"), {
-        "cluster": pl.String, "node": pl.String, "gpu_uuid": pl.String, "minute": UTC_DT,
-        "util_gpu_mean": pl.Float64, "util_gpu_max": pl.Float64, "mem_used_max_bytes": pl.Int64,
-        "energy_joules": pl.Float64,
-    }).select("cluster", "node", "gpu_uuid", "minute", "util_gpu_mean", "util_gpu_max",
-              "mem_used_max_bytes", "energy_joules")
-    jobs = _with(frames.get("jobs"), {
-        "cluster": pl.String, "job_id": pl.String, "job_id_raw": pl.Int64, "attempt": pl.Int32,
-        "submit_time": UTC_DT, "start_time": UTC_DT, "end_time": UTC_DT, "account": pl.String,
-        "user": pl.String, "gpus": pl.Int32,
-    })
+    gpu_jobs = _with(
+        frames.get("gpu_jobs"),
+        {
+            "cluster": pl.String,
+            "node": pl.String,
+            "gpu_uuid": pl.String,
+            "job_id": pl.String,
+            "interval_start": UTC_DT,
+            "interval_end": UTC_DT,
+        },
+    )
+    samples = _with(
+        frames.get("gpu_samples"),
+        {
+            "cluster": pl.String,
+            "node": pl.String,
+            "gpu_uuid": pl.String,
+            "minute": UTC_DT,
+            "util_gpu_mean": pl.Float64,
+            "util_gpu_max": pl.Float64,
+            "mem_used_max_bytes": pl.Int64,
+            "energy_joules": pl.Float64,
+        },
+    ).select(
+        "cluster",
+        "node",
+        "gpu_uuid",
+        "minute",
+        "util_gpu_mean",
+        "util_gpu_max",
+        "mem_used_max_bytes",
+        "energy_joules",
+    )
+    jobs = _with(
+        frames.get("jobs"),
+        {
+            "cluster": pl.String,
+            "job_id": pl.String,
+            "job_id_raw": pl.Int64,
+            "attempt": pl.Int32,
+            "submit_time": UTC_DT,
+            "start_time": UTC_DT,
+            "end_time": UTC_DT,
+            "account": pl.String,
+            "user": pl.String,
+            "gpus": pl.Int32,
+        },
+    )
     intervals = attribute_intervals(gpu_jobs, jobs, now)
     minutes = gpu_minutes(intervals, samples, threshold).cache()
     eff = job_efficiency(minutes, threshold).cache()

@@ -86,8 +86,18 @@ MAX_DEPTH = 16
 """Deepest association tree handled (root = 0). Real trees rarely exceed 6 levels."""
 NO_DECAY_ERA = 1e18
 FINISHED_STATES = [
-    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
-    "DEADLINE", "REQUEUED", "REVOKED", "SPECIAL_EXIT",
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "PREEMPTED",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "REQUEUED",
+    "REVOKED",
+    "SPECIAL_EXIT",
 ]
 """States of an attempt that no longer runs: slurmctld charged it for the last time at its end
 (priority_p_job_end), so without an End in accounting it has nothing left to accrue up to `now`."""
@@ -393,9 +403,10 @@ def cluster_settings(frames: dict[str, pl.LazyFrame], s: Settings) -> pl.LazyFra
         clusters.join(wide, on="cluster", how="left")
         .with_columns(
             half_life_s=parse_slurm_duration(pl.col("PriorityDecayHalfLife")).fill_null(s.half_life_seconds),
-            reset=pl.col("PriorityUsageResetPeriod").str.strip_chars().str.to_uppercase().fill_null(
-                s.reset_period
-            ),
+            reset=pl.col("PriorityUsageResetPeriod")
+            .str.strip_chars()
+            .str.to_uppercase()
+            .fill_null(s.reset_period),
             # Slurm >= 19.05 runs Fair Tree unless PriorityFlags says NO_FAIR_TREE (an empty
             # PriorityFlags, as 22.05 prints by default, is Fair Tree)
             algorithm=pl.when(flags.fill_null("").str.contains("NO_FAIR_TREE"))
@@ -446,8 +457,9 @@ def association() -> list[pl.Expr]:
     return [pl.col(c).fill_null("").cast(pl.Categorical) for c in ("account", "user")]
 
 
-def usage_slices(jobs: pl.LazyFrame, calendar: pl.LazyFrame, zones: pl.LazyFrame | None,
-                 s: Settings) -> pl.LazyFrame:
+def usage_slices(
+    jobs: pl.LazyFrame, calendar: pl.LazyFrame, zones: pl.LazyFrame | None, s: Settings
+) -> pl.LazyFrame:
     """Each job attempt's charged time cut at local midnights: one row per (job, day) it ran in.
 
     Running jobs (no End) accrue up to `now`; finished ones without an End are not charged (see
@@ -457,16 +469,13 @@ def usage_slices(jobs: pl.LazyFrame, calendar: pl.LazyFrame, zones: pl.LazyFrame
     Day bounds, decay rate and the day's instants come from one join with the calendar, local dates from
     the hour's offset (with_local_date): zone arithmetic per row cost more than all the rest at 10M attempts.
     """
-    base = (
-        jobs.select(
-            "cluster",
-            *association(),
-            pl.col("start_time").alias("a"),
-            charged_until(s.now).alias("b"),
-            charge_rate(s.charge).alias("rate"),
-        )
-        .filter(pl.col("a").is_not_null() & (pl.col("b") > pl.col("a")) & (pl.col("rate") > 0))
-    )
+    base = jobs.select(
+        "cluster",
+        *association(),
+        pl.col("start_time").alias("a"),
+        charged_until(s.now).alias("b"),
+        charge_rate(s.charge).alias("rate"),
+    ).filter(pl.col("a").is_not_null() & (pl.col("b") > pl.col("a")) & (pl.col("rate") > 0))
     base = with_local_date(base, pl.col("a"), "day", zones)
     base = with_local_date(base, pl.col("b") - pl.duration(microseconds=1), "_last", zones)
     # int_ranges + an integer add: date_ranges itself cost 2.7 of 3.6 s on 10M attempts
@@ -504,11 +513,15 @@ def charge_calendar(jobs: pl.LazyFrame, cs: pl.LazyFrame, snaps: pl.LazyFrame, s
             day_end=local_midnight(pl.col("day") + pl.duration(days=1), tz),
         )
         .join(cs.select("cluster", "lam"), how="cross")
-        .join(snaps.select("cluster", "day", pl.col("snapshot_time").alias("t_snap")), on=["cluster", "day"],
-              how="left")
+        .join(
+            snaps.select("cluster", "day", pl.col("snapshot_time").alias("t_snap")),
+            on=["cluster", "day"],
+            how="left",
+        )
         .with_columns(
-            t_now=pl.when((pl.col("day") == local_date(now, tz)) & (pl.col("t_snap") != now).fill_null(True))
-            .then(now)
+            t_now=pl.when(
+                (pl.col("day") == local_date(now, tz)) & (pl.col("t_snap") != now).fill_null(True)
+            ).then(now)
         )
     )
 
@@ -523,6 +536,7 @@ def day_charges(slices: pl.LazyFrame, instants: tuple[str, ...] = ("t_snap", "t_
     (summed here in the same pass, so the slices are never kept); only those named in `instants` are
     computed (a calendar without any kept snapshot spares two exponentials per slice).
     """
+
     def before(t: str) -> pl.Expr:
         if t not in instants:
             return pl.lit(None, pl.Float64)
@@ -571,9 +585,15 @@ def job_submits(jobs: pl.LazyFrame, zones: pl.LazyFrame | None) -> pl.LazyFrame:
     and submit day. `submitted` counts those with a submit time, account and user (drift's demand joins on
     them); every started attempt has a row, so the rows also list every association that ran anything.
     `zones`: see with_local_date."""
-    counted = pl.col("submit_time").is_not_null() & pl.col("account").is_not_null() & pl.col("user").is_not_null()
+    counted = (
+        pl.col("submit_time").is_not_null() & pl.col("account").is_not_null() & pl.col("user").is_not_null()
+    )
     rows = jobs.select(
-        "cluster", "start_time", "submit_time", *association(), counted.alias("counted"),
+        "cluster",
+        "start_time",
+        "submit_time",
+        *association(),
+        counted.alias("counted"),
     )
     rows = with_local_date(rows, pl.col("start_time"), "day", zones)
     rows = with_local_date(rows, pl.col("submit_time"), "submit_day", zones)
@@ -585,8 +605,14 @@ def job_submits(jobs: pl.LazyFrame, zones: pl.LazyFrame | None) -> pl.LazyFrame:
     )
 
 
-def window_rows(frames: dict[str, pl.LazyFrame], name: str, fresh: pl.LazyFrame, schema: dict[str, Any],
-                s: Settings, stored: bool) -> pl.LazyFrame:
+def window_rows(
+    frames: dict[str, pl.LazyFrame],
+    name: str,
+    fresh: pl.LazyFrame,
+    schema: dict[str, Any],
+    s: Settings,
+    stored: bool,
+) -> pl.LazyFrame:
     """The stored rows of `name` before the window's first day and `fresh` from it on (an incremental run,
     `stored`), or `fresh` alone (a full run, or a caller that passes the whole history as `jobs`)."""
     fresh = fresh.select(list(schema)).cast(schema)
@@ -604,9 +630,13 @@ def history_days(used: pl.LazyFrame, submits: pl.LazyFrame) -> pl.LazyFrame:
         pl.col("submitted").sum()
     )
     key = ["cluster", "account", "user", "day"]
-    return used.filter(pl.col("raw") > 0).join(
-        subs, on=key, how="full", coalesce=True, nulls_equal=True
-    ).with_columns(pl.col("charge").fill_null(0.0), pl.col("raw").fill_null(0.0), pl.col("submitted").fill_null(0))
+    return (
+        used.filter(pl.col("raw") > 0)
+        .join(subs, on=key, how="full", coalesce=True, nulls_equal=True)
+        .with_columns(
+            pl.col("charge").fill_null(0.0), pl.col("raw").fill_null(0.0), pl.col("submitted").fill_null(0)
+        )
+    )
 
 
 def daily_usage(days: pl.LazyFrame, cs: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
@@ -678,12 +708,16 @@ def asof_grid(days: pl.LazyFrame, snaps: pl.LazyFrame, cs: pl.LazyFrame, s: Sett
     tz = s.timezone
     today = s.now.astimezone(UTC)
     now = pl.lit(today, dtype=UTC_DT)
-    first = pl.concat(
-        [
-            days.filter(pl.col("raw") > 0).group_by("cluster").agg(pl.col("day").min().alias("first")),
-            snaps.group_by("cluster").agg(pl.col("day").min().alias("first")),
-        ]
-    ).group_by("cluster").agg(pl.col("first").min())
+    first = (
+        pl.concat(
+            [
+                days.filter(pl.col("raw") > 0).group_by("cluster").agg(pl.col("day").min().alias("first")),
+                snaps.group_by("cluster").agg(pl.col("day").min().alias("first")),
+            ]
+        )
+        .group_by("cluster")
+        .agg(pl.col("first").min())
+    )
     if s.since is not None:
         first = first.with_columns(
             # from the day ending at `since`, so an incremental run rewrites the as_of == since row too
@@ -721,7 +755,9 @@ def asof_grid(days: pl.LazyFrame, snaps: pl.LazyFrame, cs: pl.LazyFrame, s: Sett
     )
 
 
-def association_tree(frames: dict[str, pl.LazyFrame], snaps: pl.LazyFrame, days: pl.LazyFrame) -> pl.LazyFrame:
+def association_tree(
+    frames: dict[str, pl.LazyFrame], snaps: pl.LazyFrame, days: pl.LazyFrame
+) -> pl.LazyFrame:
     """cluster, tree_time, account, user, parent_key, raw_shares, is_user, is_root.
 
     From the kept sshare snapshots; a cluster never collected gets Slurm's defaults (every association
@@ -740,26 +776,30 @@ def association_tree(frames: dict[str, pl.LazyFrame], snaps: pl.LazyFrame, days:
     jobs = days.select("cluster", "account", "user")
     jobs = jobs.join(frames["shares"].select("cluster").unique(), on="cluster", how="anti").unique()
     epoch0 = pl.lit(datetime(1970, 1, 1, tzinfo=UTC), dtype=UTC_DT)
-    synthetic = pl.concat(
-        [
-            jobs.select("cluster").unique().with_columns(
-                account=pl.lit(ROOT), user=pl.lit(""), parent=pl.lit(None, pl.String)
-            ),
-            jobs.select("cluster", "account").unique().with_columns(user=pl.lit(""), parent=pl.lit(ROOT)),
-            jobs.with_columns(parent=pl.lit(None, pl.String)),
-        ],
-        how="diagonal",
-    ).select(
-        "cluster",
-        epoch0.alias("tree_time"),
-        "account",
-        "user",
-        "parent",
-        pl.when((pl.col("account") == ROOT) & (pl.col("user") == "") & pl.col("parent").is_null())
-        .then(pl.lit(None, pl.Int64))
-        .otherwise(pl.lit(1, pl.Int64))
-        .alias("raw_shares"),
-    ).unique(["cluster", "account", "user"])
+    synthetic = (
+        pl.concat(
+            [
+                jobs.select("cluster")
+                .unique()
+                .with_columns(account=pl.lit(ROOT), user=pl.lit(""), parent=pl.lit(None, pl.String)),
+                jobs.select("cluster", "account").unique().with_columns(user=pl.lit(""), parent=pl.lit(ROOT)),
+                jobs.with_columns(parent=pl.lit(None, pl.String)),
+            ],
+            how="diagonal",
+        )
+        .select(
+            "cluster",
+            epoch0.alias("tree_time"),
+            "account",
+            "user",
+            "parent",
+            pl.when((pl.col("account") == ROOT) & (pl.col("user") == "") & pl.col("parent").is_null())
+            .then(pl.lit(None, pl.Int64))
+            .otherwise(pl.lit(1, pl.Int64))
+            .alias("raw_shares"),
+        )
+        .unique(["cluster", "account", "user"])
+    )
     tree = pl.concat([real, synthetic])
     is_user = pl.col("user") != ""
     is_root = (~is_user) & (pl.col("account") == ROOT)
@@ -784,11 +824,15 @@ def closure(tree: pl.LazyFrame) -> pl.LazyFrame:
     t = ["cluster", "tree_time"]
     node = [*t, "account", "user"]
     selfs = tree.select(
-        *node, pl.col("account").alias("anc_account"), pl.col("user").alias("anc_user"),
+        *node,
+        pl.col("account").alias("anc_account"),
+        pl.col("user").alias("anc_user"),
         pl.lit(0, pl.Int32).alias("dist"),
     )
     parents = tree.filter(pl.col("parent_key").is_not_null()).select(
-        *node, pl.col("parent_key").alias("anc_account"), pl.lit("").alias("anc_user"),
+        *node,
+        pl.col("parent_key").alias("anc_account"),
+        pl.lit("").alias("anc_user"),
         pl.lit(1, pl.Int32).alias("dist"),
     )
     pairs = pl.concat([selfs, parents])
@@ -820,17 +864,30 @@ def pick_tree(grid: pl.LazyFrame, tree: pl.LazyFrame) -> pl.LazyFrame:
     """The tree in force at each as_of: the latest kept snapshot at or before it, else the first one."""
     times = tree.select("cluster", "tree_time").unique().sort("tree_time")
     g = grid.sort("as_of")
-    back = g.join_asof(times, left_on="as_of", right_on="tree_time", by="cluster", strategy="backward",
-                       check_sortedness=False)
-    fwd = g.join_asof(times, left_on="as_of", right_on="tree_time", by="cluster", strategy="forward",
-                      check_sortedness=False)
-    return back.join(
-        fwd.select("cluster", "as_of", pl.col("tree_time").alias("tree_fwd")), on=["cluster", "as_of"]
-    ).with_columns(tree_time=pl.coalesce("tree_time", "tree_fwd")).drop("tree_fwd").drop_nulls("tree_time")
+    back = g.join_asof(
+        times,
+        left_on="as_of",
+        right_on="tree_time",
+        by="cluster",
+        strategy="backward",
+        check_sortedness=False,
+    )
+    fwd = g.join_asof(
+        times, left_on="as_of", right_on="tree_time", by="cluster", strategy="forward", check_sortedness=False
+    )
+    return (
+        back.join(
+            fwd.select("cluster", "as_of", pl.col("tree_time").alias("tree_fwd")), on=["cluster", "as_of"]
+        )
+        .with_columns(tree_time=pl.coalesce("tree_time", "tree_fwd"))
+        .drop("tree_fwd")
+        .drop_nulls("tree_time")
+    )
 
 
-def user_usage_at(grid: pl.LazyFrame, tree: pl.LazyFrame, sparse: pl.LazyFrame,
-                  own_day: pl.LazyFrame) -> pl.LazyFrame:
+def user_usage_at(
+    grid: pl.LazyFrame, tree: pl.LazyFrame, sparse: pl.LazyFrame, own_day: pl.LazyFrame
+) -> pl.LazyFrame:
     """Decayed raw usage of every user association at every as_of (0 when it never ran).
 
     A partial as_of adds `own_day` (own_day_usage): its day's usage before it."""
@@ -849,14 +906,20 @@ def user_usage_at(grid: pl.LazyFrame, tree: pl.LazyFrame, sparse: pl.LazyFrame,
             check_sortedness=False,
         )
         .with_columns(
-            carry=(pl.col("u_last") * (-pl.col("lam") * seconds_between(pl.col("as_of"), pl.col("t_last"))).exp())
-            .fill_null(0.0)
+            carry=(
+                pl.col("u_last") * (-pl.col("lam") * seconds_between(pl.col("as_of"), pl.col("t_last"))).exp()
+            ).fill_null(0.0)
         )
     )
-    partial = own_day.join(grid.filter(pl.col("partial")).select("cluster", "as_of"), on=["cluster", "as_of"],
-                           how="semi")
+    partial = own_day.join(
+        grid.filter(pl.col("partial")).select("cluster", "as_of"), on=["cluster", "as_of"], how="semi"
+    )
     return carried.join(partial, on=["cluster", "as_of", "account", "user"], how="left").select(
-        "cluster", "as_of", "tree_time", "account", "user",
+        "cluster",
+        "as_of",
+        "tree_time",
+        "account",
+        "user",
         (pl.col("carry") + pl.col("v").fill_null(0.0)).alias("raw_usage"),
     )
 
@@ -890,7 +953,9 @@ def tree_values(nodes: pl.LazyFrame) -> pl.LazyFrame:
     at = ["cluster", "as_of"]
     sib = [*at, "parent_key"]
     accounts = nodes.filter(~pl.col("is_user")).select(
-        *at, pl.col("account").alias("parent_key"), pl.col("raw_usage").alias("parent_raw"),
+        *at,
+        pl.col("account").alias("parent_key"),
+        pl.col("raw_usage").alias("parent_raw"),
         pl.col("raw_shares").alias("parent_raw_shares"),
     )
     roots = nodes.filter(pl.col("is_root")).select(*at, pl.col("raw_usage").alias("root_raw"))
@@ -930,11 +995,15 @@ def sibling_order(v: pl.LazyFrame) -> pl.LazyFrame:
     sibling's LevelFS (the first sibling compares with NO_VAL, as Slurm does)."""
     sib = ["cluster", "as_of", "parent_key"]
     order = [-pl.col("level_fs"), ~pl.col("is_user"), pl.col("account"), pl.col("user")]
-    return v.with_columns(
-        pos=pl.int_range(pl.len()).over(sib, order_by=order),
-    ).with_columns(
-        prev_lfs=pl.col("level_fs").shift(1).over(sib, order_by=order).fill_null(NO_VAL),
-    ).with_columns(tied_local=pl.col("level_fs") == pl.col("prev_lfs"), is_first=pl.col("pos") == 0)
+    return (
+        v.with_columns(
+            pos=pl.int_range(pl.len()).over(sib, order_by=order),
+        )
+        .with_columns(
+            prev_lfs=pl.col("level_fs").shift(1).over(sib, order_by=order).fill_null(NO_VAL),
+        )
+        .with_columns(tied_local=pl.col("level_fs") == pl.col("prev_lfs"), is_first=pl.col("pos") == 0)
+    )
 
 
 def with_ancestors(nodes: pl.LazyFrame, clos: pl.LazyFrame, attrs: pl.LazyFrame) -> pl.LazyFrame:
@@ -959,16 +1028,19 @@ def fair_tree_rank(v: pl.LazyFrame, clos: pl.LazyFrame) -> pl.LazyFrame:
     """
     at = ["cluster", "as_of"]
     attrs = v.select(
-        *at, pl.col("account").alias("anc_account"), pl.col("user").alias("anc_user"),
-        "pos", "tied_local", "is_first", pl.col("is_root").alias("anc_is_root"),
+        *at,
+        pl.col("account").alias("anc_account"),
+        pl.col("user").alias("anc_user"),
+        "pos",
+        "tied_local",
+        "is_first",
+        pl.col("is_root").alias("anc_is_root"),
     )
     users = v.filter(pl.col("is_user")).select(*at, "tree_time", "account", "user")
     chain = (
         with_ancestors(users, clos, attrs)
         .filter(~pl.col("anc_is_root"))
-        .with_columns(
-            stop=pl.col("dist").filter(~pl.col("is_first")).min().over([*at, "account", "user"])
-        )
+        .with_columns(stop=pl.col("dist").filter(~pl.col("is_first")).min().over([*at, "account", "user"]))
     )
     per_user = chain.group_by(*at, "account", "user").agg(
         path=pl.col("pos").sort_by("dist", descending=True).cast(pl.String).str.zfill(6).str.join("."),
@@ -982,9 +1054,7 @@ def fair_tree_rank(v: pl.LazyFrame, clos: pl.LazyFrame) -> pl.LazyFrame:
         .otherwise(rnt.cast(pl.Int64))
         .forward_fill()
         .over(at, order_by="path")
-    ).select(
-        *at, "account", "user", (pl.col("rank").fill_null(n_users) / n_users).alias("fs_ft")
-    )
+    ).select(*at, "account", "user", (pl.col("rank").fill_null(n_users) / n_users).alias("fs_ft"))
 
 
 def classic_values(v: pl.LazyFrame, clos: pl.LazyFrame) -> pl.LazyFrame:
@@ -1019,9 +1089,7 @@ def classic_values(v: pl.LazyFrame, clos: pl.LazyFrame) -> pl.LazyFrame:
     f_sorted = pl.col("f").sort_by("dist")
     own = chain.group_by(*at, "account", "user").agg(
         eff_classic=(
-            pl.col("ua").sort_by("dist")
-            * (1.0 - f_sorted)
-            * f_sorted.cum_prod().shift(1, fill_value=1.0)
+            pl.col("ua").sort_by("dist") * (1.0 - f_sorted) * f_sorted.cum_prod().shift(1, fill_value=1.0)
         ).sum(),
         norm_classic=pl.col("anc_sib_norm").filter(~pl.col("anc_is_root")).product(),
     )
@@ -1030,10 +1098,10 @@ def classic_values(v: pl.LazyFrame, clos: pl.LazyFrame) -> pl.LazyFrame:
         .then(1.0)
         .otherwise(pl.col("norm_classic"))
     )
-    parent_users = v.filter(pl.col("raw_shares").is_null() & pl.col("is_user")).select(
-        *at, "account", "user"
-    ).join(
-        own.filter(pl.col("user") == "").drop("user"), on=[*at, "account"], how="left"
+    parent_users = (
+        v.filter(pl.col("raw_shares").is_null() & pl.col("is_user"))
+        .select(*at, "account", "user")
+        .join(own.filter(pl.col("user") == "").drop("user"), on=[*at, "account"], how="left")
     )
     both = pl.concat([own, parent_users.select(own.collect_schema().names())])
     return both.with_columns(
@@ -1043,8 +1111,9 @@ def classic_values(v: pl.LazyFrame, clos: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def computed_rows(frames: dict[str, pl.LazyFrame], cs: pl.LazyFrame, own_day: pl.LazyFrame,
-                  days: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
+def computed_rows(
+    frames: dict[str, pl.LazyFrame], cs: pl.LazyFrame, own_day: pl.LazyFrame, days: pl.LazyFrame, s: Settings
+) -> pl.LazyFrame:
     """The computed mart_fairshare rows at every as_of of the window.
 
     `days` (the day table of the whole history) carries usage up to each as_of's day; `own_day` (from
@@ -1148,8 +1217,13 @@ def drift_rows(frames: dict[str, pl.LazyFrame], days: pl.LazyFrame, s: Settings)
         accounts.select("cluster", "tree_time", "account", "user")
         .join(clos, on=["cluster", "tree_time", "account", "user"])
         .join(
-            t.select("cluster", pl.col("account").alias("anc_account"), pl.col("user").alias("anc_user"),
-                     "sib_norm", pl.col("is_root").alias("anc_is_root")),
+            t.select(
+                "cluster",
+                pl.col("account").alias("anc_account"),
+                pl.col("user").alias("anc_user"),
+                "sib_norm",
+                pl.col("is_root").alias("anc_is_root"),
+            ),
             on=["cluster", "anc_account", "anc_user"],
         )
         .filter(~pl.col("anc_is_root"))
@@ -1177,7 +1251,9 @@ def drift_rows(frames: dict[str, pl.LazyFrame], days: pl.LazyFrame, s: Settings)
         .group_by("cluster", "node", "day")
         .agg(pl.col("submitted").sum())
     )
-    today = local_date(pl.lit(s.now, dtype=UTC_DT) - pl.duration(microseconds=1), tz)  # now at midnight: yesterday
+    today = local_date(
+        pl.lit(s.now, dtype=UTC_DT) - pl.duration(microseconds=1), tz
+    )  # now at midnight: yesterday
     first = used.group_by("cluster").agg(pl.col("day").min().alias("first"))
     days = first.with_columns(day=pl.date_ranges("first", today)).explode("day").select("cluster", "day")
     grid = days.join(accounts.select("cluster", pl.col("account").alias("node")), on="cluster")
@@ -1193,7 +1269,8 @@ def drift_rows(frames: dict[str, pl.LazyFrame], days: pl.LazyFrame, s: Settings)
         return pl.col(col).rolling_sum(days_, min_samples=1).over(window, order_by="day")
 
     dense = dense.join(
-        days.join(totals, on=["cluster", "day"], how="left").with_columns(pl.col("root_raw").fill_null(0.0))
+        days.join(totals, on=["cluster", "day"], how="left")
+        .with_columns(pl.col("root_raw").fill_null(0.0))
         .with_columns(
             root7=pl.col("root_raw").rolling_sum(7, min_samples=1).over("cluster", order_by="day"),
             root30=pl.col("root_raw").rolling_sum(30, min_samples=1).over("cluster", order_by="day"),
@@ -1218,9 +1295,10 @@ def drift_rows(frames: dict[str, pl.LazyFrame], days: pl.LazyFrame, s: Settings)
             .otherwise(pl.lit("ok"))
         )
         .with_columns(
-            run=(pl.col("state") != pl.col("state").shift(1)).fill_null(True).cum_sum().over(
-                window, order_by="day"
-            )
+            run=(pl.col("state") != pl.col("state").shift(1))
+            .fill_null(True)
+            .cum_sum()
+            .over(window, order_by="day")
         )
         .with_columns(run_start=pl.col("day").min().over([*window, "run"]))
         .with_columns(run_days=((pl.col("day") - pl.col("run_start")).dt.total_days() + 1).cast(pl.Int32))
@@ -1250,14 +1328,28 @@ def _frames(frames: dict[str, pl.LazyFrame]) -> dict[str, pl.LazyFrame]:
     """Missing inputs become empty frames, so a database without sshare or config still computes."""
     schemas = {
         "jobs": {
-            "cluster": pl.String, "account": pl.String, "user": pl.String, "submit_time": UTC_DT,
-            "start_time": UTC_DT, "end_time": UTC_DT, "billing": pl.Float64, "cpus": pl.Int32,
-            "gpus": pl.Int32, "state": pl.String,
+            "cluster": pl.String,
+            "account": pl.String,
+            "user": pl.String,
+            "submit_time": UTC_DT,
+            "start_time": UTC_DT,
+            "end_time": UTC_DT,
+            "billing": pl.Float64,
+            "cpus": pl.Int32,
+            "gpus": pl.Int32,
+            "state": pl.String,
         },
         "shares": {
-            "cluster": pl.String, "snapshot_time": UTC_DT, "account": pl.String, "user": pl.String,
-            "parent": pl.String, "raw_shares": pl.Int64, "norm_shares": pl.Float64,
-            "raw_usage": pl.Float64, "effectv_usage": pl.Float64, "level_fs": pl.Float64,
+            "cluster": pl.String,
+            "snapshot_time": UTC_DT,
+            "account": pl.String,
+            "user": pl.String,
+            "parent": pl.String,
+            "raw_shares": pl.Int64,
+            "norm_shares": pl.Float64,
+            "raw_usage": pl.Float64,
+            "effectv_usage": pl.Float64,
+            "level_fs": pl.Float64,
             "fairshare": pl.Float64,
         },
         "slurm_config": {"cluster": pl.String, "snapshot_time": UTC_DT, "key": pl.String, "value": pl.String},
@@ -1283,13 +1375,18 @@ def to_utc(schema: Mapping[str, pl.DataType]) -> list[pl.Expr]:
     for name, dtype in schema.items():
         if isinstance(dtype, pl.Datetime) and dtype.time_zone != "UTC":
             col = pl.col(name).cast(pl.Datetime("us", dtype.time_zone))
-            col = col.dt.replace_time_zone("UTC") if dtype.time_zone is None else col.dt.convert_time_zone("UTC")
+            col = (
+                col.dt.replace_time_zone("UTC")
+                if dtype.time_zone is None
+                else col.dt.convert_time_zone("UTC")
+            )
             out.append(col.alias(name))
     return out
 
 
-def day_tables(f: dict[str, pl.LazyFrame], cs: pl.LazyFrame, s: Settings,
-               stored: bool) -> tuple[pl.LazyFrame, pl.LazyFrame, pl.LazyFrame]:
+def day_tables(
+    f: dict[str, pl.LazyFrame], cs: pl.LazyFrame, s: Settings, stored: bool
+) -> tuple[pl.LazyFrame, pl.LazyFrame, pl.LazyFrame]:
     """The day table's charges and attempt counts, and the own-day usage of the instants that are not day
     ends (own_day_usage), from one streaming pass over the attempts.
 
@@ -1355,7 +1452,9 @@ def sshare_agreement(mart: pl.LazyFrame) -> pl.LazyFrame:
     key = ["cluster", "as_of", "account", "user"]
     cols = ["raw_usage", "effectv_usage", "fairshare", "norm_shares", "level_fs"]
     comp = mart.filter(pl.col("source") == "computed").select(*key, *cols)
-    ref = mart.filter(pl.col("source") == "sshare").select(*key, *[pl.col(c).alias(f"sshare_{c}") for c in cols])
+    ref = mart.filter(pl.col("source") == "sshare").select(
+        *key, *[pl.col(c).alias(f"sshare_{c}") for c in cols]
+    )
 
     def close(a: str, b: str, rel: float, abs_: float) -> pl.Expr:
         diff = (pl.col(a) - pl.col(b)).abs()

@@ -96,19 +96,45 @@ SLURM_DRAIN_FLAGS = ("DRAIN",)
 SLURM_UNAVAILABLE_STATES = ("MAINT", "MAINTENANCE", "UNKNOWN", "FUTURE", "REBOOT_REQUESTED", "REBOOT_ISSUED")
 SLURM_UNAVAILABLE_FLAGS = ("MAINT", "MAINTENANCE", "REBOOT_REQUESTED", "REBOOT_ISSUED")
 
-NODE_SCHEMA = {"since": UTC_DT, "last_seen": UTC_DT, "valid_until": UTC_DT, "node": pl.String,
-               "status": pl.String, "reason": pl.String, "reasons": pl.String, "slurm_state": pl.String,
-               "slurm_reason": pl.String, "gpus_configured": pl.Int32, "gpus_visible": pl.Int32,
-               "gpus_failing": pl.Int32, "gpus_degraded": pl.Int32}
-GPU_SCHEMA = {"since": UTC_DT, "last_seen": UTC_DT, "valid_until": UTC_DT, "node": pl.String,
-              "gpu_uuid": pl.String, "gpu_index": pl.Int32, "gpu_model": pl.String, "status": pl.String,
-              "reason": pl.String, "reasons": pl.String, "detail": pl.String}
+NODE_SCHEMA = {
+    "since": UTC_DT,
+    "last_seen": UTC_DT,
+    "valid_until": UTC_DT,
+    "node": pl.String,
+    "status": pl.String,
+    "reason": pl.String,
+    "reasons": pl.String,
+    "slurm_state": pl.String,
+    "slurm_reason": pl.String,
+    "gpus_configured": pl.Int32,
+    "gpus_visible": pl.Int32,
+    "gpus_failing": pl.Int32,
+    "gpus_degraded": pl.Int32,
+}
+GPU_SCHEMA = {
+    "since": UTC_DT,
+    "last_seen": UTC_DT,
+    "valid_until": UTC_DT,
+    "node": pl.String,
+    "gpu_uuid": pl.String,
+    "gpu_index": pl.Int32,
+    "gpu_model": pl.String,
+    "status": pl.String,
+    "reason": pl.String,
+    "reasons": pl.String,
+    "detail": pl.String,
+}
 
 
 def settings(config: dict[str, Any]) -> dict[str, Any]:
     """The `health` config section with every time window capped to what the inputs read."""
     h = dict(config["health"])
-    for key in ("event_window_seconds", "throttle_window_seconds", "sample_max_age_seconds", "gpu_forget_seconds"):
+    for key in (
+        "event_window_seconds",
+        "throttle_window_seconds",
+        "sample_max_age_seconds",
+        "gpu_forget_seconds",
+    ):
         h[key] = min(float(h[key]), MAX_LOOKBACK_SECONDS)
     h["critical_xids"] = [int(x) for x in h["critical_xids"]]
     h["application_xids"] = [int(x) for x in h["application_xids"]]
@@ -121,15 +147,23 @@ def _secs(value: float) -> pl.Expr:
 
 def _flag(flags: pl.Expr, names: tuple[str, ...]) -> pl.Expr:
     """True when any of `names` is one of the '+'-joined flags (whole words: POWERED_DOWN is not DOWN)."""
-    return flags.fill_null("").str.to_uppercase().str.split("+").list.eval(pl.element().is_in(list(names))).list.any()
+    return (
+        flags.fill_null("")
+        .str.to_uppercase()
+        .str.split("+")
+        .list.eval(pl.element().is_in(list(names)))
+        .list.any()
+    )
 
 
 def slurm_class(state: pl.Expr, flags: pl.Expr) -> pl.Expr:
     """'down', 'drain', 'unavailable' or 'up' for a sinfo base state and its flags (down beats drain)."""
     st = state.fill_null("").str.to_uppercase()
     return (
-        pl.when(st.is_in(list(SLURM_DOWN_STATES)) | _flag(flags, SLURM_DOWN_FLAGS)).then(pl.lit("down"))
-        .when(st.is_in(list(SLURM_DRAIN_STATES)) | _flag(flags, SLURM_DRAIN_FLAGS)).then(pl.lit("drain"))
+        pl.when(st.is_in(list(SLURM_DOWN_STATES)) | _flag(flags, SLURM_DOWN_FLAGS))
+        .then(pl.lit("down"))
+        .when(st.is_in(list(SLURM_DRAIN_STATES)) | _flag(flags, SLURM_DRAIN_FLAGS))
+        .then(pl.lit("drain"))
         .when(st.is_in(list(SLURM_UNAVAILABLE_STATES)) | _flag(flags, SLURM_UNAVAILABLE_FLAGS))
         .then(pl.lit("unavailable"))
         .otherwise(pl.lit("up"))
@@ -155,16 +189,22 @@ def _verdict(conds: dict[str, pl.Expr], failing: tuple[str, ...], degraded: tupl
     any_failing = pl.any_horizontal([held[n] for n in failing])
     any_degraded = pl.any_horizontal([held[n] for n in degraded])
     return [
-        pl.when(any_failing).then(pl.lit("failing")).when(any_degraded).then(pl.lit("degraded"))
-        .otherwise(pl.lit("ok")).alias("status"),
+        pl.when(any_failing)
+        .then(pl.lit("failing"))
+        .when(any_degraded)
+        .then(pl.lit("degraded"))
+        .otherwise(pl.lit("ok"))
+        .alias("status"),
         reason.otherwise(pl.lit("")).alias("reason"),
-        pl.concat_str([pl.when(held[n]).then(pl.lit(n)) for n in names], separator=",", ignore_nulls=True)
-        .alias("reasons"),
+        pl.concat_str(
+            [pl.when(held[n]).then(pl.lit(n)) for n in names], separator=",", ignore_nulls=True
+        ).alias("reasons"),
     ]
 
 
-def _last_event(left: pl.LazyFrame, events: pl.LazyFrame, by: list[str], out: str,
-                extra: tuple[str, ...] = ()) -> pl.LazyFrame:
+def _last_event(
+    left: pl.LazyFrame, events: pl.LazyFrame, by: list[str], out: str, extra: tuple[str, ...] = ()
+) -> pl.LazyFrame:
     """Attach `out` = time of the latest event at or before `t` per `by` (and the `extra` columns of it)."""
     right = events.select(*by, pl.col("event_time").alias(out), *extra).sort(out)
     return _asof(left, right, out, by)
@@ -172,8 +212,14 @@ def _last_event(left: pl.LazyFrame, events: pl.LazyFrame, by: list[str], out: st
 
 def _asof(left: pl.LazyFrame, right: pl.LazyFrame, right_on: str, by: list[str] | str) -> pl.LazyFrame:
     """Backward as-of join on t (both sides sorted here; polars cannot verify it with `by` groups)."""
-    return left.sort("t").join_asof(right.sort(right_on), left_on="t", right_on=right_on, by=by,
-                                    strategy="backward", check_sortedness=False)
+    return left.sort("t").join_asof(
+        right.sort(right_on),
+        left_on="t",
+        right_on=right_on,
+        by=by,
+        strategy="backward",
+        check_sortedness=False,
+    )
 
 
 def _asof_few(left: pl.LazyFrame, right: pl.LazyFrame, right_on: str, by: str) -> pl.LazyFrame:
@@ -197,8 +243,13 @@ def _classify_events(events: pl.LazyFrame, h: dict[str, Any]) -> dict[str, pl.La
     xid = pl.col("xid")
     lost = (pl.col("event_type") == "gpu_lost") | ((pl.col("event_type") == "xid") & (xid == 79))
     critical = (pl.col("event_type") == "xid") & xid.is_in(h["critical_xids"]) & (xid != 79)
-    other = ((pl.col("event_type") == "xid") & xid.is_not_null() & ~xid.is_in(h["critical_xids"])
-             & ~xid.is_in(h["application_xids"]) & (xid != 79))
+    other = (
+        (pl.col("event_type") == "xid")
+        & xid.is_not_null()
+        & ~xid.is_in(h["critical_xids"])
+        & ~xid.is_in(h["application_xids"])
+        & (xid != 79)
+    )
     events = events.with_columns(pl.col("gpu_uuid").fill_null(""))
     return {"lost": events.filter(lost), "critical": events.filter(critical), "other": events.filter(other)}
 
@@ -222,27 +273,39 @@ def prepare_samples(samples: pl.LazyFrame, h: dict[str, Any]) -> pl.LazyFrame:
     thr = (pl.col("throttle_seconds").fill_null(0.0) / 60.0).clip(0.0, 1.0)
     return lf.with_columns(
         pl.max_horizontal(pl.col("ecc_uncorrected_delta").fill_null(0), rise).alias("ecc_n"),
-        thr.rolling_mean_by("minute", window_size=f"{int(h['throttle_window_seconds'])}s").over("_gid")
+        thr.rolling_mean_by("minute", window_size=f"{int(h['throttle_window_seconds'])}s")
+        .over("_gid")
         .alias("throttle_ratio"),
     )
 
 
-def gpu_verdicts(instants: pl.LazyFrame, samples: pl.LazyFrame, events: pl.LazyFrame,
-                 h: dict[str, Any]) -> pl.LazyFrame:
+def gpu_verdicts(
+    instants: pl.LazyFrame, samples: pl.LazyFrame, events: pl.LazyFrame, h: dict[str, Any]
+) -> pl.LazyFrame:
     """One row per (t, node, GPU sampled on that node within gpu_forget_seconds before t) with the verdict.
 
     `samples` come from prepare_samples."""
     gpus = samples.select("node", "gpu_uuid", "_gid").unique()
     grid = instants.join(gpus, on="node", how="inner")
     latest = samples.select(
-        "_gid", pl.col("minute").alias("last_minute"), "gpu_index", pl.col("model").alias("gpu_model"),
-        "temp_gpu_max_celsius", "throttle_ratio", "remapped_pending", "remapped_failed",
+        "_gid",
+        pl.col("minute").alias("last_minute"),
+        "gpu_index",
+        pl.col("model").alias("gpu_model"),
+        "temp_gpu_max_celsius",
+        "throttle_ratio",
+        "remapped_pending",
+        "remapped_failed",
     )
     lf = _asof(grid, latest, "last_minute", "_gid")
-    lf = lf.filter(pl.col("last_minute").is_not_null()
-                   & ((pl.col("t") - pl.col("last_minute")) < _secs(h["gpu_forget_seconds"])))
+    lf = lf.filter(
+        pl.col("last_minute").is_not_null()
+        & ((pl.col("t") - pl.col("last_minute")) < _secs(h["gpu_forget_seconds"]))
+    )
     ecc = samples.filter(pl.col("ecc_n") > 0).select("_gid", pl.col("minute").alias("event_time"), "ecc_n")
-    cls = {k: v.join(gpus, on=["node", "gpu_uuid"], how="inner") for k, v in _classify_events(events, h).items()}
+    cls = {
+        k: v.join(gpus, on=["node", "gpu_uuid"], how="inner") for k, v in _classify_events(events, h).items()
+    }
     by = ["_gid"]
     lf = _last_event(lf, cls["lost"], by, "lost_at")
     lf = _last_event(lf, cls["critical"], by, "critical_at", ("xid",)).rename({"xid": "critical_xid"})
@@ -251,7 +314,9 @@ def gpu_verdicts(instants: pl.LazyFrame, samples: pl.LazyFrame, events: pl.LazyF
     win = h["event_window_seconds"]
     temp = pl.col("temp_gpu_max_celsius")
     stale = (pl.col("t") - pl.col("last_minute")) >= _secs(h["sample_max_age_seconds"])
-    fresh = ~stale  # a state read from the last sample (remap, temperature, throttling) only while it is recent
+    fresh = (
+        ~stale
+    )  # a state read from the last sample (remap, temperature, throttling) only while it is recent
     conds = {
         "fallen_off_bus": _recent("lost_at", win),
         "row_remap_failed": fresh & pl.col("remapped_failed").fill_null(False),
@@ -267,8 +332,18 @@ def gpu_verdicts(instants: pl.LazyFrame, samples: pl.LazyFrame, events: pl.LazyF
     return lf.with_columns(*_verdict(conds, GPU_FAILING, GPU_DEGRADED))
 
 
-EVIDENCE = ("lost_at", "critical_xid", "critical_at", "ecc_n", "ecc_at", "other_xid", "other_at",
-            "temp_gpu_max_celsius", "throttle_ratio", "last_minute")
+EVIDENCE = (
+    "lost_at",
+    "critical_xid",
+    "critical_at",
+    "ecc_n",
+    "ecc_at",
+    "other_xid",
+    "other_at",
+    "temp_gpu_max_celsius",
+    "throttle_ratio",
+    "last_minute",
+)
 """Columns gpu_verdicts keeps for `detail`, which is built once per run row (strftime on every evaluation of
 a day of a large cluster costs more than all the rules together)."""
 
@@ -281,22 +356,40 @@ def gpu_detail() -> pl.Expr:
     def has(*names: str) -> pl.Expr:
         return pl.any_horizontal([held.list.contains(n) for n in names])
 
-    return pl.concat_list([
-        pl.when(has("fallen_off_bus")).then(pl.lit("lost at ") + pl.col("lost_at").dt.strftime(fmt)),
-        pl.when(has("xid_critical")).then(pl.format("XID {} at {}", pl.col("critical_xid"),
-                                                     pl.col("critical_at").dt.strftime(fmt))),
-        pl.when(has("uncorrectable_ecc")).then(pl.format("{} uncorrectable ECC at {}", pl.col("ecc_n"),
-                                                          pl.col("ecc_at").dt.strftime(fmt))),
-        pl.when(has("xid_other")).then(pl.format("XID {} at {}", pl.col("other_xid"),
-                                                  pl.col("other_at").dt.strftime(fmt))),
-        pl.when(has("overheating", "hot")).then(pl.format("{} C", pl.col("temp_gpu_max_celsius").round(1))),
-        pl.when(has("throttling")).then(pl.format("throttled {}%", (pl.col("throttle_ratio") * 100).round(0))),
-        pl.when(has("telemetry_stale")).then(pl.lit("last sample ") + pl.col("last_minute").dt.strftime(fmt)),
-    ]).list.drop_nulls().list.join("; ")
+    return (
+        pl.concat_list(
+            [
+                pl.when(has("fallen_off_bus")).then(pl.lit("lost at ") + pl.col("lost_at").dt.strftime(fmt)),
+                pl.when(has("xid_critical")).then(
+                    pl.format("XID {} at {}", pl.col("critical_xid"), pl.col("critical_at").dt.strftime(fmt))
+                ),
+                pl.when(has("uncorrectable_ecc")).then(
+                    pl.format(
+                        "{} uncorrectable ECC at {}", pl.col("ecc_n"), pl.col("ecc_at").dt.strftime(fmt)
+                    )
+                ),
+                pl.when(has("xid_other")).then(
+                    pl.format("XID {} at {}", pl.col("other_xid"), pl.col("other_at").dt.strftime(fmt))
+                ),
+                pl.when(has("overheating", "hot")).then(
+                    pl.format("{} C", pl.col("temp_gpu_max_celsius").round(1))
+                ),
+                pl.when(has("throttling")).then(
+                    pl.format("throttled {}%", (pl.col("throttle_ratio") * 100).round(0))
+                ),
+                pl.when(has("telemetry_stale")).then(
+                    pl.lit("last sample ") + pl.col("last_minute").dt.strftime(fmt)
+                ),
+            ]
+        )
+        .list.drop_nulls()
+        .list.join("; ")
+    )
 
 
-def node_verdicts(nodes: pl.LazyFrame, gpu: pl.LazyFrame, events: pl.LazyFrame, inventory: pl.LazyFrame,
-                  h: dict[str, Any]) -> pl.LazyFrame:
+def node_verdicts(
+    nodes: pl.LazyFrame, gpu: pl.LazyFrame, events: pl.LazyFrame, inventory: pl.LazyFrame, h: dict[str, Any]
+) -> pl.LazyFrame:
     """One row per evaluation (t, node; `nodes` carries the sinfo snapshot in force at t) with the verdict."""
     counts = gpu.group_by("t", "node").agg(
         (pl.col("status") == "failing").sum().cast(pl.Int32).alias("gpus_failing"),
@@ -304,25 +397,35 @@ def node_verdicts(nodes: pl.LazyFrame, gpu: pl.LazyFrame, events: pl.LazyFrame, 
     )
     # Slurm's class and state text per distinct (state, flags) pair, joined: a handful of pairs over a year of
     # snapshots, and the flag rules split strings.
-    pairs = nodes.select("state", "state_flags").unique().with_columns(
-        slurm_class(pl.col("state"), pl.col("state_flags")).alias("_slurm"),
-        _slurm_state(pl.col("state"), pl.col("state_flags")).alias("slurm_state"),
+    pairs = (
+        nodes.select("state", "state_flags")
+        .unique()
+        .with_columns(
+            slurm_class(pl.col("state"), pl.col("state_flags")).alias("_slurm"),
+            _slurm_state(pl.col("state"), pl.col("state_flags")).alias("slurm_state"),
+        )
     )
-    lf = nodes.join(pairs, on=["state", "state_flags"], how="left", nulls_equal=True).join(
-        counts, on=["t", "node"], how="left"
-    ).with_columns(
-        pl.col("gpus_failing").fill_null(0), pl.col("gpus_degraded").fill_null(0),
+    lf = (
+        nodes.join(pairs, on=["state", "state_flags"], how="left", nulls_equal=True)
+        .join(counts, on=["t", "node"], how="left")
+        .with_columns(
+            pl.col("gpus_failing").fill_null(0),
+            pl.col("gpus_degraded").fill_null(0),
+        )
     )
     inv = inventory.select("node", "seen_at", pl.col("gpus_visible").cast(pl.Int32))
     lf = _asof_few(lf, inv, "seen_at", "node")
     # Events no GPU could be named for (a kernel XID whose PCI address matched no GPU) count for the node.
     cls = _classify_events(events, h)
     unnamed = pl.concat([cls["lost"], cls["critical"]]).filter(pl.col("gpu_uuid") == "")
-    lf = _asof_few(lf, unnamed.select("node", pl.col("event_time").alias("node_event_at")), "node_event_at", "node")
+    lf = _asof_few(
+        lf, unnamed.select("node", pl.col("event_time").alias("node_event_at")), "node_event_at", "node"
+    )
     configured = pl.col("gpus_total")
     conds = {
         "gpu_failing": pl.col("gpus_failing") > 0,
-        "gpu_missing": pl.col("gpus_visible").is_not_null() & configured.is_not_null()
+        "gpu_missing": pl.col("gpus_visible").is_not_null()
+        & configured.is_not_null()
         & (pl.col("gpus_visible") < configured),
         "xid_critical": _recent("node_event_at", h["event_window_seconds"]),
         "slurm_down": pl.col("_slurm") == "down",
@@ -358,16 +461,28 @@ def runs(lf: pl.LazyFrame, keys: list[str], change: list[str], gap_seconds: floa
         changed = changed | pl.col(c).ne_missing(pl.col(c).shift(1))
     lf = lf.with_columns(changed.cast(pl.Int64).cum_sum().alias("_run"))
     others = [c for c in lf.collect_schema().names() if c not in (*keys, "_run", "t")]
-    return lf.group_by("_run").agg(
-        *[pl.col(k).first() for k in keys],
-        pl.col("t").min().alias("since"), pl.col("t").max().alias("last_seen"), *[pl.col(c).first() for c in others],
-    ).with_columns((pl.col("last_seen") + gap).alias("valid_until")).drop("_run").with_columns(
-        pl.col(c).cast(pl.String) for c in text
+    return (
+        lf.group_by("_run")
+        .agg(
+            *[pl.col(k).first() for k in keys],
+            pl.col("t").min().alias("since"),
+            pl.col("t").max().alias("last_seen"),
+            *[pl.col(c).first() for c in others],
+        )
+        .with_columns((pl.col("last_seen") + gap).alias("valid_until"))
+        .drop("_run")
+        .with_columns(pl.col(c).cast(pl.String) for c in text)
     )
 
 
-def stitch(computed: pl.LazyFrame, seeds: pl.LazyFrame, keys: list[str], change: list[str], start: datetime,
-           gap_seconds: float) -> pl.LazyFrame:
+def stitch(
+    computed: pl.LazyFrame,
+    seeds: pl.LazyFrame,
+    keys: list[str],
+    change: list[str],
+    start: datetime,
+    gap_seconds: float,
+) -> pl.LazyFrame:
     """The window's runs, each continuing the stored run it extends, as one pass over all evaluations gives.
 
     `computed` are the runs of the evaluations from `start` on (runs' columns); `seeds` the stored runs the
@@ -384,29 +499,49 @@ def stitch(computed: pl.LazyFrame, seeds: pl.LazyFrame, keys: list[str], change:
     """
     names = computed.collect_schema()
     seeds = seeds.select(pl.col(c).cast(t) for c, t in names.items())
-    lf = pl.concat([computed.with_columns(pl.lit(False).alias("_seed")),
-                    seeds.with_columns(pl.lit(True).alias("_seed"))], how="vertical").sort(*keys, "since")
+    lf = pl.concat(
+        [
+            computed.with_columns(pl.lit(False).alias("_seed")),
+            seeds.with_columns(pl.lit(True).alias("_seed")),
+        ],
+        how="vertical",
+    ).sort(*keys, "since")
 
     def prev(c: str) -> pl.Expr:
         return pl.col(c).shift(1)
 
     # Seeds all began before `start` and runs at or after it: a run whose previous row is a seed of its
     # entity is the entity's first run, and that seed its latest.
-    cont = (prev("_seed") & ~pl.col("_seed") & pl.all_horizontal([pl.col(k) == prev(k) for k in keys])
-            & pl.all_horizontal([pl.col(c).eq_missing(prev(c)) for c in change])
-            & ((prev("last_seen") >= pl.lit(start, dtype=names["last_seen"]))
-               | ((pl.col("since") - prev("last_seen")) <= _secs(gap_seconds))))
+    cont = (
+        prev("_seed")
+        & ~pl.col("_seed")
+        & pl.all_horizontal([pl.col(k) == prev(k) for k in keys])
+        & pl.all_horizontal([pl.col(c).eq_missing(prev(c)) for c in change])
+        & (
+            (prev("last_seen") >= pl.lit(start, dtype=names["last_seen"]))
+            | ((pl.col("since") - prev("last_seen")) <= _secs(gap_seconds))
+        )
+    )
     lf = lf.with_columns(cont.fill_null(False).alias("_cont"))
     lf = lf.with_columns(
-        *[pl.when(pl.col("_cont")).then(prev(c)).otherwise(pl.col(c)).alias(c)
-          for c in names if c not in ("last_seen", "valid_until")],
+        *[
+            pl.when(pl.col("_cont")).then(prev(c)).otherwise(pl.col(c)).alias(c)
+            for c in names
+            if c not in ("last_seen", "valid_until")
+        ],
         pl.col("_cont").shift(-1).fill_null(False).alias("_continued"),
     )
     return lf.filter(~pl.col("_continued")).select(names.names())
 
 
-def evaluations(nodes: pl.LazyFrame, samples: pl.LazyFrame, events: pl.LazyFrame, inventory: pl.LazyFrame,
-                params: dict[str, Any], gap_seconds: float) -> pl.LazyFrame:
+def evaluations(
+    nodes: pl.LazyFrame,
+    samples: pl.LazyFrame,
+    events: pl.LazyFrame,
+    inventory: pl.LazyFrame,
+    params: dict[str, Any],
+    gap_seconds: float,
+) -> pl.LazyFrame:
     """The instants a node is judged at, each with the sinfo snapshot in force then (`samples` prepared).
 
     Every sinfo snapshot, and every NVML event, uncorrectable-ECC minute and inventory of the window: a
@@ -421,14 +556,21 @@ def evaluations(nodes: pl.LazyFrame, samples: pl.LazyFrame, events: pl.LazyFrame
     # A snapshot's own instant is judged on that snapshot (`nodes` has one row per node and snapshot), so only
     # the few other instants need the as-of search, over the snapshots of their nodes only; an instant that
     # is also a snapshot's finds that snapshot at its own time and is dropped as a duplicate.
-    extra = pl.concat([
-        events.select("node", pl.col("event_time").alias("t")),
-        samples.filter(pl.col("ecc_n") > 0).select("node", pl.col("minute").alias("t")),
-        inventory.select("node", pl.col("seen_at").alias("t")),
-    ]).filter((pl.col("t") >= start) & (pl.col("t") <= end)).unique()
+    extra = (
+        pl.concat(
+            [
+                events.select("node", pl.col("event_time").alias("t")),
+                samples.filter(pl.col("ecc_n") > 0).select("node", pl.col("minute").alias("t")),
+                inventory.select("node", pl.col("seen_at").alias("t")),
+            ]
+        )
+        .filter((pl.col("t") >= start) & (pl.col("t") <= end))
+        .unique()
+    )
     near = snaps.join(extra.select("node").unique(), on="node", how="semi")
     extra = _asof(extra, near, "snapshot_time", "node").filter(
-        pl.col("snapshot_time").is_not_null() & (pl.col("snapshot_time") != pl.col("t"))
+        pl.col("snapshot_time").is_not_null()
+        & (pl.col("snapshot_time") != pl.col("t"))
         & ((pl.col("t") - pl.col("snapshot_time")) <= _secs(gap_seconds))
     )
     own = snaps.select("node", pl.col("snapshot_time").alias("t"), *cols).filter(pl.col("t") >= start)
@@ -454,8 +596,9 @@ def compute(frames: dict[str, pl.LazyFrame], params: dict[str, Any]) -> dict[str
     if "node_seeds" in frames:  # absent when a caller computes one window alone (benchmarks/bench_health.py)
         node_runs = stitch(node_runs, frames["node_seeds"], ["node"], node_change, params["start"], gap)
     if "gpu_seeds" in frames:
-        gpu_runs = stitch(gpu_runs, frames["gpu_seeds"], ["node", "gpu_uuid"], ["status", "reasons"],
-                          params["start"], gap)
+        gpu_runs = stitch(
+            gpu_runs, frames["gpu_seeds"], ["node", "gpu_uuid"], ["status", "reasons"], params["start"], gap
+        )
     return {
         "mart_node_health": node_runs.sort("node", "since"),
         "mart_gpu_health": gpu_runs.sort("node", "gpu_uuid", "since"),

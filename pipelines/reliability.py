@@ -100,23 +100,67 @@ KILLED_STATES = ("NODE_FAIL", "FAILED", "REQUEUED", "BOOT_FAIL")
 """Attempt end states a node fault can cause."""
 ENDED_STATES_EXCLUDED = ("RUNNING", "PENDING", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "RESIZING")
 
-OUTCOMES_SCHEMA = {"day": pl.Date, "partition": pl.String, "account": pl.String, "state": pl.String,
-                   "jobs": pl.Int64, "gpu_hours": pl.Float64}
-NODE_OUTCOMES_SCHEMA = {"day": pl.Date, "node": pl.String, "state": pl.String, "jobs": pl.Int64,
-                        "gpu_hours": pl.Float64}
-REQUEUE_SCHEMA = {"day": pl.Date, "partition": pl.String, "account": pl.String, "attempts_ended": pl.Int64,
-                  "requeues": pl.Int64, "requeued_jobs": pl.Int64, "requeue_rate": pl.Float64,
-                  "requeued_gpu_hours": pl.Float64}
-NODE_SCHEMA = {"node": pl.String, "partition": pl.String, "observed_seconds": pl.Float64, "failures": pl.Int64,
-               "down_seconds": pl.Float64, "mtbf_seconds": pl.Float64, "mttr_seconds": pl.Float64}
-FAULT_SCHEMA = {"fault_time": UTC_DT, "node": pl.String, "fault_source": pl.String, "fault_kind": pl.String,
-                "job_id_raw": pl.Int64, "submit_time": UTC_DT, "attempt": pl.Int32, "job_state": pl.String,
-                "account": pl.String, "partition": pl.String, "gpu_hours_lost": pl.Float64,
-                "came_back": pl.Boolean, "completed_later": pl.Boolean, "resumed_from_checkpoint": pl.Boolean}
-GOODPUT_SCHEMA = {"partition": pl.String, "nodes": pl.Int32, "node_mtbf_seconds": pl.Float64,
-                  "mtbi_seconds": pl.Float64, "checkpoint_cost_seconds": pl.Float64,
-                  "young_daly_interval_seconds": pl.Float64, "expected_lost_share": pl.Float64,
-                  "measured_lost_share": pl.Float64, "jobs": pl.Int64}
+OUTCOMES_SCHEMA = {
+    "day": pl.Date,
+    "partition": pl.String,
+    "account": pl.String,
+    "state": pl.String,
+    "jobs": pl.Int64,
+    "gpu_hours": pl.Float64,
+}
+NODE_OUTCOMES_SCHEMA = {
+    "day": pl.Date,
+    "node": pl.String,
+    "state": pl.String,
+    "jobs": pl.Int64,
+    "gpu_hours": pl.Float64,
+}
+REQUEUE_SCHEMA = {
+    "day": pl.Date,
+    "partition": pl.String,
+    "account": pl.String,
+    "attempts_ended": pl.Int64,
+    "requeues": pl.Int64,
+    "requeued_jobs": pl.Int64,
+    "requeue_rate": pl.Float64,
+    "requeued_gpu_hours": pl.Float64,
+}
+NODE_SCHEMA = {
+    "node": pl.String,
+    "partition": pl.String,
+    "observed_seconds": pl.Float64,
+    "failures": pl.Int64,
+    "down_seconds": pl.Float64,
+    "mtbf_seconds": pl.Float64,
+    "mttr_seconds": pl.Float64,
+}
+FAULT_SCHEMA = {
+    "fault_time": UTC_DT,
+    "node": pl.String,
+    "fault_source": pl.String,
+    "fault_kind": pl.String,
+    "job_id_raw": pl.Int64,
+    "submit_time": UTC_DT,
+    "attempt": pl.Int32,
+    "job_state": pl.String,
+    "account": pl.String,
+    "partition": pl.String,
+    "gpu_hours_lost": pl.Float64,
+    "came_back": pl.Boolean,
+    "completed_later": pl.Boolean,
+    "resumed_from_checkpoint": pl.Boolean,
+}
+GOODPUT_SCHEMA = {
+    "partition": pl.String,
+    "nodes": pl.Int32,
+    "node_mtbf_seconds": pl.Float64,
+    "mtbi_seconds": pl.Float64,
+    "checkpoint_cost_seconds": pl.Float64,
+    "young_daly_interval_seconds": pl.Float64,
+    "expected_lost_share": pl.Float64,
+    "measured_lost_share": pl.Float64,
+    "jobs": pl.Int64,
+}
 
 
 def young_daly(checkpoint_cost: float, mtbi: float | None) -> tuple[float | None, float | None]:
@@ -181,7 +225,9 @@ def outcomes_by_node(ended_days: pl.LazyFrame) -> pl.LazyFrame:
     )
     lists = (
         per_list.select(pl.col("node_list").unique())
-        .with_columns(pl.col("node_list").map_elements(expand_hostlist, return_dtype=pl.List(pl.String)).alias("node"))
+        .with_columns(
+            pl.col("node_list").map_elements(expand_hostlist, return_dtype=pl.List(pl.String)).alias("node")
+        )
         .with_columns(pl.col("node").list.len().alias("_nodes"))
         .filter(pl.col("_nodes") > 0)
     )
@@ -205,16 +251,24 @@ def requeues(ended_days: pl.LazyFrame, candidate_days: pl.LazyFrame) -> pl.LazyF
     """Per day, partition and account: the attempts that ended (`ended_days`) and those of them requeued,
     found among `candidate_days` (the same attempts' days, or only requeue_candidates'; with `requeued`)."""
     keys = ["day", "partition", "account"]
-    req = candidate_days.filter(pl.col("requeued")).group_by(keys).agg(
-        pl.len().cast(pl.Int64).alias("requeues"),
-        pl.col("job_id_raw").n_unique().cast(pl.Int64).alias("requeued_jobs"),
-        pl.col("gpu_hours").sum().alias("requeued_gpu_hours"),
+    req = (
+        candidate_days.filter(pl.col("requeued"))
+        .group_by(keys)
+        .agg(
+            pl.len().cast(pl.Int64).alias("requeues"),
+            pl.col("job_id_raw").n_unique().cast(pl.Int64).alias("requeued_jobs"),
+            pl.col("gpu_hours").sum().alias("requeued_gpu_hours"),
+        )
     )
     out = (
-        ended_days.group_by(keys).agg(pl.len().cast(pl.Int64).alias("attempts_ended"))
+        ended_days.group_by(keys)
+        .agg(pl.len().cast(pl.Int64).alias("attempts_ended"))
         .join(req, on=keys, how="left")
-        .with_columns(pl.col("requeues").fill_null(0), pl.col("requeued_jobs").fill_null(0),
-                      pl.col("requeued_gpu_hours").fill_null(0.0))
+        .with_columns(
+            pl.col("requeues").fill_null(0),
+            pl.col("requeued_jobs").fill_null(0),
+            pl.col("requeued_gpu_hours").fill_null(0.0),
+        )
         .with_columns((pl.col("requeues") / pl.col("attempts_ended")).alias("requeue_rate"))
     )
     return ensure_columns(out, REQUEUE_SCHEMA)
@@ -230,13 +284,21 @@ def node_reliability(node_events: pl.LazyFrame, nodes: pl.LazyFrame, params: dic
     of the failures that ended."""
     now_l = pl.lit(params["now"], dtype=UTC_DT)
     ev = failure_events(node_events).with_columns(
-        ((pl.min_horizontal(pl.col("time_end").fill_null(now_l), now_l) - pl.col("time_start"))
-         .dt.total_microseconds() / 1e6).clip(lower_bound=0).alias("dur"),
+        (
+            (
+                pl.min_horizontal(pl.col("time_end").fill_null(now_l), now_l) - pl.col("time_start")
+            ).dt.total_microseconds()
+            / 1e6
+        )
+        .clip(lower_bound=0)
+        .alias("dur"),
     )
     per = ev.group_by("node").agg(
         pl.len().cast(pl.Int64).alias("failures"),
         pl.col("dur").sum().alias("down_seconds"),
-        pl.col("dur").filter(pl.col("time_end").is_not_null() & (pl.col("time_end") <= now_l)).mean()
+        pl.col("dur")
+        .filter(pl.col("time_end").is_not_null() & (pl.col("time_end") <= now_l))
+        .mean()
         .alias("mttr_seconds"),
         pl.col("time_start").min().alias("first_event"),
     )
@@ -244,7 +306,9 @@ def node_reliability(node_events: pl.LazyFrame, nodes: pl.LazyFrame, params: dic
     first = pl.min_horizontal("first_seen", "first_event")
     j = j.with_columns(
         ((now_l - first).dt.total_microseconds() / 1e6).clip(lower_bound=0).alias("observed_seconds"),
-        pl.col("failures").fill_null(0), pl.col("down_seconds").fill_null(0.0), pl.col("partition").fill_null(""),
+        pl.col("failures").fill_null(0),
+        pl.col("down_seconds").fill_null(0.0),
+        pl.col("partition").fill_null(""),
     ).with_columns(
         pl.when(pl.col("failures") > 0)
         .then((pl.col("observed_seconds") - pl.col("down_seconds")).clip(lower_bound=0) / pl.col("failures"))
@@ -257,23 +321,30 @@ def faults(node_events: pl.LazyFrame, gpu_events: pl.LazyFrame, params: dict[str
     start_l = pl.lit(params["start"], dtype=UTC_DT)
     now_l = pl.lit(params["now"], dtype=UTC_DT)
     n = failure_events(node_events).select(
-        "node", pl.col("time_start").alias("fault_time"), pl.lit("node_event").alias("fault_source"),
+        "node",
+        pl.col("time_start").alias("fault_time"),
+        pl.lit("node_event").alias("fault_source"),
         pl.col("state").str.to_uppercase().alias("fault_kind"),
     )
     g = gpu_events.filter(
         pl.col("event_type").is_in(FAULT_GPU_EVENTS) & ~pl.col("xid").is_in(APPLICATION_XIDS).fill_null(False)
     ).select(
-        "node", pl.col("event_time").alias("fault_time"), pl.lit("gpu_event").alias("fault_source"),
-        pl.when(pl.col("xid").is_not_null()).then(pl.lit("xid:") + pl.col("xid").cast(pl.String))
-        .otherwise(pl.col("event_type")).alias("fault_kind"),
+        "node",
+        pl.col("event_time").alias("fault_time"),
+        pl.lit("gpu_event").alias("fault_source"),
+        pl.when(pl.col("xid").is_not_null())
+        .then(pl.lit("xid:") + pl.col("xid").cast(pl.String))
+        .otherwise(pl.col("event_type"))
+        .alias("fault_kind"),
     )
     return pl.concat([n, g], how="vertical").filter(
         (pl.col("fault_time") >= start_l) & (pl.col("fault_time") < now_l)
     )
 
 
-def fault_impact(jobs: pl.LazyFrame, node_events: pl.LazyFrame, gpu_events: pl.LazyFrame,
-                 params: dict[str, Any]) -> pl.LazyFrame:
+def fault_impact(
+    jobs: pl.LazyFrame, node_events: pl.LazyFrame, gpu_events: pl.LazyFrame, params: dict[str, Any]
+) -> pl.LazyFrame:
     """Each killed attempt linked to the latest fault on one of its nodes at or before its end.
 
     Link rule: the attempt ran on the node (hostlist), started before the fault, ended within
@@ -289,14 +360,21 @@ def fault_impact(jobs: pl.LazyFrame, node_events: pl.LazyFrame, gpu_events: pl.L
         _ended(jobs.filter(pl.col("state").is_in(KILLED_STATES)))
         .with_columns((pl.col("end_time") + pl.duration(seconds=FAULT_LEAD_SECONDS)).alias("_probe"))
         .sort("_probe")
-        .join_asof(times, left_on="_probe", right_on="_near", strategy="backward",
-                   tolerance=timedelta(seconds=grace + FAULT_LEAD_SECONDS))
+        .join_asof(
+            times,
+            left_on="_probe",
+            right_on="_near",
+            strategy="backward",
+            tolerance=timedelta(seconds=grace + FAULT_LEAD_SECONDS),
+        )
         .filter(pl.col("_near").is_not_null())
         .drop("_probe", "_near")
     )
     hosts = (
         killed.select(pl.col("node_list").drop_nulls().unique())
-        .with_columns(pl.col("node_list").map_elements(expand_hostlist, return_dtype=pl.List(pl.String)).alias("node"))
+        .with_columns(
+            pl.col("node_list").map_elements(expand_hostlist, return_dtype=pl.List(pl.String)).alias("node")
+        )
         .explode("node")
     )
     killed = killed.join(hosts, on="node_list", how="inner")
@@ -305,18 +383,26 @@ def fault_impact(jobs: pl.LazyFrame, node_events: pl.LazyFrame, gpu_events: pl.L
         & (pl.col("end_time") >= pl.col("fault_time") - pl.duration(seconds=FAULT_LEAD_SECONDS))
         & (pl.col("end_time") <= pl.col("fault_time") + pl.duration(seconds=grace))
     )
-    m = m.sort("fault_time", "fault_source", "node", "fault_kind").unique(
-        ["job_id_raw", "submit_time"], keep="last", maintain_order=True
-    ).cache()  # read three times below
+    m = (
+        m.sort("fault_time", "fault_source", "node", "fault_kind")
+        .unique(["job_id_raw", "submit_time"], keep="last", maintain_order=True)
+        .cache()
+    )  # read three times below
     # The fate of the linked jobs' other attempts: only those few jobs' attempts are read again.
     linked = jobs.join(m.select("job_id_raw").unique(), on="job_id_raw", how="semi")
     later = (
-        _ended(linked).select("job_id_raw", "submit_time", "state", "elapsed", "start_time")
-        .rename({"submit_time": "l_submit", "state": "l_state", "elapsed": "l_elapsed", "start_time": "l_start"})
+        _ended(linked)
+        .select("job_id_raw", "submit_time", "state", "elapsed", "start_time")
+        .rename(
+            {"submit_time": "l_submit", "state": "l_state", "elapsed": "l_elapsed", "start_time": "l_start"}
+        )
     )
     running_later = linked.filter(pl.col("end_time").is_null()).select(
-        "job_id_raw", pl.col("submit_time").alias("l_submit"), pl.col("state").alias("l_state"),
-        pl.lit(None, dtype=pl.Float64).alias("l_elapsed"), pl.col("start_time").alias("l_start"),
+        "job_id_raw",
+        pl.col("submit_time").alias("l_submit"),
+        pl.col("state").alias("l_state"),
+        pl.lit(None, dtype=pl.Float64).alias("l_elapsed"),
+        pl.col("start_time").alias("l_start"),
     )
     later = pl.concat([later, running_later.select(later.collect_schema().names())], how="vertical")
     nxt = (
@@ -330,41 +416,58 @@ def fault_impact(jobs: pl.LazyFrame, node_events: pl.LazyFrame, gpu_events: pl.L
             pl.col("l_elapsed").filter(pl.col("l_state") == "COMPLETED").min().alias("done_elapsed"),
         )
     )
-    out = m.join(nxt, on=["job_id_raw", "submit_time"], how="left").with_columns(
-        pl.col("came_back").fill_null(False), pl.col("completed_later").fill_null(False),
-    ).with_columns(
-        pl.when(~pl.col("completed_later")).then(pl.lit(False))
-        .when(pl.col("done_elapsed") < pl.col("elapsed")).then(pl.lit(True))
-        .otherwise(pl.lit(None, dtype=pl.Boolean)).alias("resumed_from_checkpoint"),
-        pl.col("state").alias("job_state"),
-        pl.col("gpu_hours").alias("gpu_hours_lost"),
+    out = (
+        m.join(nxt, on=["job_id_raw", "submit_time"], how="left")
+        .with_columns(
+            pl.col("came_back").fill_null(False),
+            pl.col("completed_later").fill_null(False),
+        )
+        .with_columns(
+            pl.when(~pl.col("completed_later"))
+            .then(pl.lit(False))
+            .when(pl.col("done_elapsed") < pl.col("elapsed"))
+            .then(pl.lit(True))
+            .otherwise(pl.lit(None, dtype=pl.Boolean))
+            .alias("resumed_from_checkpoint"),
+            pl.col("state").alias("job_state"),
+            pl.col("gpu_hours").alias("gpu_hours_lost"),
+        )
     )
     return ensure_columns(out, FAULT_SCHEMA)
 
 
-def goodput(node_rel: pl.LazyFrame, job_sizes: pl.LazyFrame, lost_before: pl.LazyFrame,
-            window_faults: pl.LazyFrame, jobs: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
+def goodput(
+    node_rel: pl.LazyFrame,
+    job_sizes: pl.LazyFrame,
+    lost_before: pl.LazyFrame,
+    window_faults: pl.LazyFrame,
+    jobs: pl.LazyFrame,
+    params: dict[str, Any],
+) -> pl.LazyFrame:
     """Per partition and job size N: node MTBF = node up-seconds / failures in the partition; MTBI = MTBF / N
     (independent node failures); Young–Daly interval and expected loss; measured share of GPU-hours lost."""
     rel = params["config"]["reliability"]
     c = float(rel["checkpoint_cost_seconds"])
     per_part = (
-        node_rel.with_columns(pl.col("partition").str.split(",")).explode("partition")
+        node_rel.with_columns(pl.col("partition").str.split(","))
+        .explode("partition")
         .with_columns(pl.col("partition").fill_null(""))
-        .group_by("partition").agg(
+        .group_by("partition")
+        .agg(
             (pl.col("observed_seconds") - pl.col("down_seconds")).clip(lower_bound=0).sum().alias("up"),
             pl.col("failures").sum().alias("failures"),
-        ).with_columns(
+        )
+        .with_columns(
             pl.when(pl.col("failures") > 0).then(pl.col("up") / pl.col("failures")).alias("node_mtbf_seconds")
         )
     )
     sizes = pl.LazyFrame({"nodes": [int(n) for n in rel["job_sizes"]]}, schema={"nodes": pl.Int64})
     seen = job_sizes.select(pl.col("partition"), pl.col("nodes").cast(pl.Int64))
-    grid = pl.concat(
-        [per_part.select("partition").join(sizes, how="cross"), seen], how="vertical"
-    ).unique()
-    sizes_agg = job_sizes.with_columns(pl.col("nodes").cast(pl.Int64)).group_by("partition", "nodes").agg(
-        pl.col("jobs").sum().cast(pl.Int64), pl.col("gpu_hours").sum()
+    grid = pl.concat([per_part.select("partition").join(sizes, how="cross"), seen], how="vertical").unique()
+    sizes_agg = (
+        job_sizes.with_columns(pl.col("nodes").cast(pl.Int64))
+        .group_by("partition", "nodes")
+        .agg(pl.col("jobs").sum().cast(pl.Int64), pl.col("gpu_hours").sum())
     )
     keys = ["job_id_raw", "submit_time"]
     # The window's few faulted attempts are looked up among all its attempts (a semi join probes them once
@@ -375,10 +478,21 @@ def goodput(node_rel: pl.LazyFrame, job_sizes: pl.LazyFrame, lost_before: pl.Laz
     lost_now = window_faults.join(win_nodes, on=["job_id_raw", "submit_time"], how="left").select(
         pl.col("partition"), pl.col("nodes").fill_null(1), pl.col("gpu_hours_lost")
     )
-    lost = pl.concat(
-        [lost_before.select(pl.col("partition").fill_null(""), pl.col("nodes").cast(pl.Int64),
-                            pl.col("gpu_hours_lost").cast(pl.Float64)), lost_now], how="vertical"
-    ).group_by("partition", "nodes").agg(pl.col("gpu_hours_lost").sum())
+    lost = (
+        pl.concat(
+            [
+                lost_before.select(
+                    pl.col("partition").fill_null(""),
+                    pl.col("nodes").cast(pl.Int64),
+                    pl.col("gpu_hours_lost").cast(pl.Float64),
+                ),
+                lost_now,
+            ],
+            how="vertical",
+        )
+        .group_by("partition", "nodes")
+        .agg(pl.col("gpu_hours_lost").sum())
+    )
     g = (
         grid.join(per_part.select("partition", "node_mtbf_seconds"), on="partition", how="left")
         .join(sizes_agg, on=["partition", "nodes"], how="left")
@@ -393,7 +507,8 @@ def goodput(node_rel: pl.LazyFrame, job_sizes: pl.LazyFrame, lost_before: pl.Laz
     lost_share = pl.when(tau > 0).then(c / tau + tau / (2.0 * pl.col("mtbi_seconds"))).otherwise(0.0)
     g = g.with_columns(
         tau.alias("young_daly_interval_seconds"),
-        pl.when(pl.col("mtbi_seconds").is_not_null()).then(pl.min_horizontal(lost_share, pl.lit(1.0)))
+        pl.when(pl.col("mtbi_seconds").is_not_null())
+        .then(pl.min_horizontal(lost_share, pl.lit(1.0)))
         .alias("expected_lost_share"),
         pl.when(pl.col("gpu_hours").fill_null(0) > 0)
         .then(pl.col("gpu_hours_lost").fill_null(0.0) / pl.col("gpu_hours"))

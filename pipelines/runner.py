@@ -73,12 +73,15 @@ def _parse_since(since: str | date | datetime, tz: ZoneInfo) -> datetime:
 
 def _table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     return bool(
-        con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]).fetchone()[0]
+        con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]).fetchone()[
+            0
+        ]
     )
 
 
-def default_start(con: duckdb.DuckDBPyConnection, cluster: str, pipeline: str, lookback: float,
-                  reads_jobs: bool = True) -> datetime | None:
+def default_start(
+    con: duckdb.DuckDBPyConnection, cluster: str, pipeline: str, lookback: float, reads_jobs: bool = True
+) -> datetime | None:
     """Start of an incremental window: the last good run minus `lookback`, pulled earlier to the start of any
     job row ingested or changed since that run (a late sacct record; an attempt that ended, whose earlier
     days' failed/running split changes with it) when the pipeline reads `jobs`. None = no previous run
@@ -125,7 +128,9 @@ def _read(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> p
     lf = pl.from_arrow(table).lazy()
     # TIMESTAMPTZ arrives in the session's zone; pipelines compare against UTC literals (metadata-only cast).
     schema = lf.collect_schema()
-    tz_cols = [c for c, t in schema.items() if isinstance(t, pl.Datetime) and t.time_zone not in (None, "UTC")]
+    tz_cols = [
+        c for c, t in schema.items() if isinstance(t, pl.Datetime) and t.time_zone not in (None, "UTC")
+    ]
     return lf.with_columns(pl.col(c).dt.convert_time_zone("UTC") for c in tz_cols) if tz_cols else lf
 
 
@@ -144,8 +149,14 @@ def _lower_bound(col: str, col_type: str, window: Window, params: dict[str, Any]
     return window.start
 
 
-def _write(con: duckdb.DuckDBPyConnection, table: str, col: str | None, df: pl.DataFrame,
-           window: Window, params: dict[str, Any]) -> int:
+def _write(
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    col: str | None,
+    df: pl.DataFrame,
+    window: Window,
+    params: dict[str, Any],
+) -> int:
     """Delete the window of `table` for this cluster and insert `df` (rows outside the window are dropped)."""
     types = _column_types(con, table)
     if not types:
@@ -175,7 +186,9 @@ def _write(con: duckdb.DuckDBPyConnection, table: str, col: str | None, df: pl.D
     return df.height
 
 
-def run_pipeline(con: duckdb.DuckDBPyConnection, cfg: Config, module: ModuleType, window: Window) -> dict[str, int]:
+def run_pipeline(
+    con: duckdb.DuckDBPyConnection, cfg: Config, module: ModuleType, window: Window
+) -> dict[str, int]:
     """Compute one pipeline over `window` and write all its marts in one transaction."""
     tz = ZoneInfo(cfg.get("billing", "timezone"))
     widen = getattr(module, "WIDEN_SQL", None)
@@ -183,12 +196,20 @@ def run_pipeline(con: duckdb.DuckDBPyConnection, cfg: Config, module: ModuleType
         day = _read(con, widen, pipeline_params(cfg, window)).collect()
         if day.height and day.item(0, 0) is not None:
             first = day.item(0, 0)
-            window = Window(min(window.start, datetime(first.year, first.month, first.day, tzinfo=tz).astimezone(UTC)),
-                            window.end, False, window.now)
+            window = Window(
+                min(window.start, datetime(first.year, first.month, first.day, tzinfo=tz).astimezone(UTC)),
+                window.end,
+                False,
+                window.now,
+            )
     if not window.full:  # whole billing days: a day is deleted and rebuilt from its midnight
         local = window.start.astimezone(tz)
-        window = Window(datetime(local.year, local.month, local.day, tzinfo=tz).astimezone(UTC), window.end, False,
-                        window.now)
+        window = Window(
+            datetime(local.year, local.month, local.day, tzinfo=tz).astimezone(UTC),
+            window.end,
+            False,
+            window.now,
+        )
     params = pipeline_params(cfg, window)
     frames = {alias: _read(con, sql, params) for alias, sql in module.INPUTS.items()}
     outputs = module.compute(frames, params)
@@ -206,8 +227,15 @@ def run_pipeline(con: duckdb.DuckDBPyConnection, cfg: Config, module: ModuleType
         con.execute(
             "INSERT OR REPLACE INTO pipeline_runs (cluster, pipeline, run_at, window_start, window_end, rows,"
             " status, error, duration_seconds) VALUES (?, ?, ?, ?, ?, ?, 'ok', NULL, ?)",
-            [cfg.cluster, module.NAME, window.end, window.start, window.end, sum(written.values()),
-             time.monotonic() - t0],
+            [
+                cfg.cluster,
+                module.NAME,
+                window.end,
+                window.start,
+                window.end,
+                sum(written.values()),
+                time.monotonic() - t0,
+            ],
         )
     return written
 
@@ -223,7 +251,8 @@ def _slices(con: duckdb.DuckDBPyConnection, cfg: Config, module: ModuleType, win
     if not window.full or days <= 0 or not getattr(module, "SLICEABLE", False):
         return [window]
     first = con.execute(
-        "SELECT min(coalesce(start_time, eligible_time, submit_time)) FROM jobs WHERE cluster = ?", [cfg.cluster]
+        "SELECT min(coalesce(start_time, eligible_time, submit_time)) FROM jobs WHERE cluster = ?",
+        [cfg.cluster],
     ).fetchall()[0][0]
     if first is None:
         return [window]

@@ -1,2 +1,3 @@
 """slurmscope: observability and accounting analytics for Slurm GPU clusters."""
+
 __version__ = "0.1.0"

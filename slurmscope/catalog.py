@@ -24,7 +24,9 @@ from typing import Literal
 MetricType = Literal["gauge", "counter", "info"]
 
 # Node states Slurm reports for nodes that cannot run work (sinfo base states and flags).
-UNAVAILABLE_STATES = "('DOWN','DRAINED','DRAINING','DRAIN','FAIL','FAILING','MAINT','UNKNOWN','FUTURE','INVAL')"
+UNAVAILABLE_STATES = (
+    "('DOWN','DRAINED','DRAINING','DRAIN','FAIL','FAILING','MAINT','UNKNOWN','FUTURE','INVAL')"
+)
 UNAVAILABLE_FLAG_SQL = (
     "(coalesce(state_flags, '') SIMILAR TO '.*(DRAIN|NOT_RESPONDING|FAIL|MAINT).*'"
     f" OR upper(coalesce(state, '')) IN {UNAVAILABLE_STATES})"
@@ -37,9 +39,7 @@ NODE_STATE_SQL = (
     " WHEN upper(coalesce(state, '')) IN ('MAINT','UNKNOWN','FUTURE','INVAL') THEN 'other'"
     " ELSE lower(coalesce(state, 'unknown')) END"
 )
-TERMINAL_STATES = (
-    "('COMPLETED','FAILED','CANCELLED','TIMEOUT','NODE_FAIL','OUT_OF_MEMORY','PREEMPTED','BOOT_FAIL','DEADLINE')"
-)
+TERMINAL_STATES = "('COMPLETED','FAILED','CANCELLED','TIMEOUT','NODE_FAIL','OUT_OF_MEMORY','PREEMPTED','BOOT_FAIL','DEADLINE')"
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,12 @@ _GPU_HEALTH_NOW = (
 
 def _sdiag(name: str, column: str, unit: str, help_: str, scale: str = "") -> Metric:
     return Metric(
-        name=name, type="gauge", unit=unit, help=help_, labels=("cluster",), source="sched_stats (latest sdiag)",
+        name=name,
+        type="gauge",
+        unit=unit,
+        help=help_,
+        labels=("cluster",),
+        source="sched_stats (latest sdiag)",
         query=f"SELECT cluster, {column}{scale} AS value FROM sched_stats WHERE {_SDIAG_LATEST} AND {column} IS NOT NULL",
         requires=("sched_stats",),
     )
@@ -122,20 +127,28 @@ CENTRAL = "'central' AS source"
 
 def _gpu(name: str, expr: str, unit: str, help_: str) -> Metric:
     return Metric(
-        name=name, type="gauge", unit=unit, help=help_, labels=("cluster", "node", "gpu", "gpu_model", "source"),
+        name=name,
+        type="gauge",
+        unit=unit,
+        help=help_,
+        labels=("cluster", "node", "gpu", "gpu_model", "source"),
         source="gpu_samples (latest minute per GPU, at most 15 min old)",
         query=f"SELECT cluster, node, CAST(gpu_index AS VARCHAR) AS gpu, coalesce(model, '') AS gpu_model,"
-              f" {CENTRAL}, {expr} AS value FROM {GPU_LATEST_VIEW}",
+        f" {CENTRAL}, {expr} AS value FROM {GPU_LATEST_VIEW}",
         requires=("gpu_samples",),
     )
 
 
 def _fairshare(name: str, column: str, help_: str, unit: str = "ratio") -> Metric:
     return Metric(
-        name=name, type="gauge", unit=unit, help=help_, labels=("cluster", "account"),
+        name=name,
+        type="gauge",
+        unit=unit,
+        help=help_,
+        labels=("cluster", "account"),
         source="shares (latest sshare, account rows)",
         query=f"SELECT cluster, account, {column} AS value FROM shares WHERE {_SHARES_LATEST}"
-              f" AND \"user\" = '' AND {column} IS NOT NULL",
+        f" AND \"user\" = '' AND {column} IS NOT NULL",
         requires=("shares",),
     )
 
@@ -143,52 +156,64 @@ def _fairshare(name: str, column: str, help_: str, unit: str = "ratio") -> Metri
 CATALOG: tuple[Metric, ...] = (
     # ---- nodes (sinfo) ----------------------------------------------------------------------------------
     Metric(
-        name="slurmscope_node_state_info", type="info", unit="",
+        name="slurmscope_node_state_info",
+        type="info",
+        unit="",
         help="Each node's state in each partition with its flags and reason, from the latest sinfo snapshot.",
         labels=("cluster", "node", "partition", "state", "state_raw", "reason"),
         source="node_states (latest sinfo)",
         query=f"SELECT cluster, node, \"partition\", {NODE_STATE_SQL} AS state, coalesce(state_raw, '') AS state_raw,"
-              f" coalesce(reason, '') AS reason, 1 AS value FROM node_states WHERE {_NODE_LATEST}",
+        f" coalesce(reason, '') AS reason, 1 AS value FROM node_states WHERE {_NODE_LATEST}",
         requires=("node_states",),
     ),
     Metric(
-        name="slurmscope_nodes", type="gauge", unit="",
+        name="slurmscope_nodes",
+        type="gauge",
+        unit="",
         help="Nodes per partition and state (idle, mixed, allocated, drain, down, other).",
         labels=("cluster", "partition", "state"),
         source="node_states (latest sinfo)",
-        query=f"SELECT cluster, \"partition\", {NODE_STATE_SQL} AS state, count(*) AS value FROM node_states"
-              f" WHERE {_NODE_LATEST} GROUP BY ALL",
+        query=f'SELECT cluster, "partition", {NODE_STATE_SQL} AS state, count(*) AS value FROM node_states'
+        f" WHERE {_NODE_LATEST} GROUP BY ALL",
         requires=("node_states",),
     ),
     Metric(
-        name="slurmscope_node_down", type="gauge", unit="",
+        name="slurmscope_node_down",
+        type="gauge",
+        unit="",
         help="1 when the node is DOWN or not responding, else 0 (one series per node).",
         labels=("cluster", "node"),
         source="node_states (latest sinfo)",
         query=f"SELECT cluster, node, max(CASE WHEN {NODE_STATE_SQL} = 'down' THEN 1 ELSE 0 END) AS value"
-              f" FROM node_states WHERE {_NODE_LATEST} GROUP BY ALL",
+        f" FROM node_states WHERE {_NODE_LATEST} GROUP BY ALL",
         requires=("node_states",),
     ),
     Metric(
-        name="slurmscope_node_unavailable_since_timestamp_seconds", type="gauge", unit="seconds",
+        name="slurmscope_node_unavailable_since_timestamp_seconds",
+        type="gauge",
+        unit="seconds",
         help="When the reason of a drained or down node was set (sinfo reason time), for nodes that are unavailable.",
         labels=("cluster", "node", "state"),
         source="node_states (latest sinfo)",
         query=f"SELECT cluster, node, {NODE_STATE_SQL} AS state, max(epoch(reason_time)) AS value FROM node_states"
-              f" WHERE {_NODE_LATEST} AND reason_time IS NOT NULL AND {NODE_STATE_SQL} IN ('drain', 'down') GROUP BY ALL",
+        f" WHERE {_NODE_LATEST} AND reason_time IS NOT NULL AND {NODE_STATE_SQL} IN ('drain', 'down') GROUP BY ALL",
         requires=("node_states",),
     ),
     Metric(
-        name="slurmscope_node_gpus_configured", type="gauge", unit="",
+        name="slurmscope_node_gpus_configured",
+        type="gauge",
+        unit="",
         help="GPUs Slurm has configured on the node (GRES), from the latest sinfo snapshot.",
         labels=("cluster", "node", "gpu_model"),
         source="node_states (latest sinfo)",
         query=f"SELECT cluster, node, coalesce(max(gpu_type), '') AS gpu_model, max(gpus_total) AS value FROM node_states"
-              f" WHERE {_NODE_LATEST} AND gpus_total IS NOT NULL GROUP BY cluster, node",
+        f" WHERE {_NODE_LATEST} AND gpus_total IS NOT NULL GROUP BY cluster, node",
         requires=("node_states",),
     ),
     Metric(
-        name="slurmscope_gpus", type="gauge", unit="",
+        name="slurmscope_gpus",
+        type="gauge",
+        unit="",
         help="GPUs per partition, model and state: allocated, idle (usable and free) or down (on an unavailable node).",
         labels=("cluster", "partition", "gpu_model", "state"),
         source="node_states (latest sinfo)",
@@ -207,7 +232,9 @@ CATALOG: tuple[Metric, ...] = (
         requires=("node_states",),
     ),
     Metric(
-        name="slurmscope_node_events_total", type="counter", unit="",
+        name="slurmscope_node_events_total",
+        type="counter",
+        unit="",
         help="Node DOWN/DRAIN events started so far (sacctmgr show event), per node and state.",
         labels=("cluster", "node", "state"),
         source="node_events",
@@ -226,49 +253,59 @@ CATALOG: tuple[Metric, ...] = (
     ),
     # ---- queue (squeue) -------------------------------------------------------------------------------
     Metric(
-        name="slurmscope_jobs_pending", type="gauge", unit="",
+        name="slurmscope_jobs_pending",
+        type="gauge",
+        unit="",
         help="Pending jobs per partition, account and Slurm reason, from the latest squeue snapshot.",
         labels=("cluster", "partition", "account", "reason"),
         source="pending_jobs (latest squeue)",
         query=f"SELECT cluster, coalesce(\"partition\", '') AS \"partition\", coalesce(account, '') AS account,"
-              f" coalesce(reason, '') AS reason, count(*) AS value FROM pending_jobs WHERE {_SQUEUE_LATEST}"
-              f" AND state = 'PENDING' GROUP BY ALL",
+        f" coalesce(reason, '') AS reason, count(*) AS value FROM pending_jobs WHERE {_SQUEUE_LATEST}"
+        f" AND state = 'PENDING' GROUP BY ALL",
         requires=("pending_jobs",),
     ),
     Metric(
-        name="slurmscope_gpus_pending", type="gauge", unit="",
+        name="slurmscope_gpus_pending",
+        type="gauge",
+        unit="",
         help="GPUs requested by pending jobs per partition and account, from the latest squeue snapshot.",
         labels=("cluster", "partition", "account"),
         source="pending_jobs (latest squeue)",
         query=f"SELECT cluster, coalesce(\"partition\", '') AS \"partition\", coalesce(account, '') AS account,"
-              f" sum(coalesce(gpus, 0)) AS value FROM pending_jobs WHERE {_SQUEUE_LATEST}"
-              f" AND state = 'PENDING' GROUP BY ALL",
+        f" sum(coalesce(gpus, 0)) AS value FROM pending_jobs WHERE {_SQUEUE_LATEST}"
+        f" AND state = 'PENDING' GROUP BY ALL",
         requires=("pending_jobs",),
     ),
     Metric(
-        name="slurmscope_jobs_running", type="gauge", unit="",
+        name="slurmscope_jobs_running",
+        type="gauge",
+        unit="",
         help="Running jobs per partition and account, from the latest squeue snapshot.",
         labels=("cluster", "partition", "account"),
         source="pending_jobs (latest squeue)",
         query=f"SELECT cluster, coalesce(\"partition\", '') AS \"partition\", coalesce(account, '') AS account,"
-              f" count(*) AS value FROM pending_jobs WHERE {_SQUEUE_LATEST} AND state = 'RUNNING' GROUP BY ALL",
+        f" count(*) AS value FROM pending_jobs WHERE {_SQUEUE_LATEST} AND state = 'RUNNING' GROUP BY ALL",
         requires=("pending_jobs",),
     ),
     Metric(
-        name="slurmscope_pending_oldest_submit_timestamp_seconds", type="gauge", unit="seconds",
+        name="slurmscope_pending_oldest_submit_timestamp_seconds",
+        type="gauge",
+        unit="seconds",
         help="Submit time of the oldest pending job per partition and account (age = time() - value).",
         labels=("cluster", "partition", "account"),
         source="pending_jobs (latest squeue)",
         query=f"SELECT cluster, coalesce(\"partition\", '') AS \"partition\", coalesce(account, '') AS account,"
-              f" min(epoch(submit_time)) AS value FROM pending_jobs WHERE {_SQUEUE_LATEST}"
-              f" AND state = 'PENDING' AND submit_time IS NOT NULL GROUP BY ALL",
+        f" min(epoch(submit_time)) AS value FROM pending_jobs WHERE {_SQUEUE_LATEST}"
+        f" AND state = 'PENDING' AND submit_time IS NOT NULL GROUP BY ALL",
         requires=("pending_jobs",),
     ),
     # ---- jobs (sacct) ---------------------------------------------------------------------------------
     Metric(
-        name="slurmscope_jobs_ended_total", type="counter", unit="",
+        name="slurmscope_jobs_ended_total",
+        type="counter",
+        unit="",
         help="Job allocation attempts that reached a terminal state so far, per partition, account and state"
-             " (every terminal state starts at 0 for each partition and account seen, so the first failure counts).",
+        " (every terminal state starts at 0 for each partition and account seen, so the first failure counts).",
         labels=("cluster", "partition", "account", "state"),
         source="jobs (sacct, end_time <= now)",
         query=f"""
@@ -284,7 +321,9 @@ CATALOG: tuple[Metric, ...] = (
         requires=("jobs",),
     ),
     Metric(
-        name="slurmscope_job_requeues_total", type="counter", unit="",
+        name="slurmscope_job_requeues_total",
+        type="counter",
+        unit="",
         help="Requeues so far: allocation attempts after the first (sacct --duplicates), per partition and account.",
         labels=("cluster", "partition", "account"),
         source="jobs (sacct, attempt > 1, submit_time <= now)",
@@ -294,19 +333,23 @@ CATALOG: tuple[Metric, ...] = (
         requires=("jobs",),
     ),
     Metric(
-        name="slurmscope_jobs_ended_gpu_seconds_total", type="counter", unit="seconds",
+        name="slurmscope_jobs_ended_gpu_seconds_total",
+        type="counter",
+        unit="seconds",
         help="GPU-seconds (elapsed x GPUs) of attempts that reached a terminal state so far, per state.",
         labels=("cluster", "partition", "account", "state"),
         source="jobs (sacct, end_time <= now)",
         query=f"SELECT cluster, coalesce(\"partition\", '') AS \"partition\", coalesce(account, '') AS account,"
-              f" state, sum(coalesce(elapsed_seconds, 0) * coalesce(gpus, 0)) AS value FROM jobs"
-              f" WHERE cluster = $cluster AND end_time <= $now AND state IN {TERMINAL_STATES} GROUP BY ALL",
+        f" state, sum(coalesce(elapsed_seconds, 0) * coalesce(gpus, 0)) AS value FROM jobs"
+        f" WHERE cluster = $cluster AND end_time <= $now AND state IN {TERMINAL_STATES} GROUP BY ALL",
         requires=("jobs",),
     ),
     Metric(
-        name="slurmscope_job_wait_seconds", type="gauge", unit="seconds",
+        name="slurmscope_job_wait_seconds",
+        type="gauge",
+        unit="seconds",
         help="Wait (start - eligible) percentiles (50, 90, 99; a gauge, not a summary) of jobs that started on the latest day, per partition, account,"
-             " GPU class (GPUs requested: 0, 1, 2-4, 5-8, 9-16, 17+) and model.",
+        " GPU class (GPUs requested: 0, 1, 2-4, 5-8, 9-16, 17+) and model.",
         labels=("cluster", "partition", "account", "gpu_class", "gpu_model", "percentile"),
         source="mart_wait_times (latest day <= now)",
         query="""
@@ -319,7 +362,9 @@ CATALOG: tuple[Metric, ...] = (
         requires=("mart_wait_times",),
     ),
     Metric(
-        name="slurmscope_job_wait_started_jobs", type="gauge", unit="",
+        name="slurmscope_job_wait_started_jobs",
+        type="gauge",
+        unit="",
         help="Jobs the wait-time quantiles of the latest day are computed from (small counts make noisy quantiles).",
         labels=("cluster", "partition", "account", "gpu_class", "gpu_model"),
         source="mart_wait_times (latest day <= now)",
@@ -330,45 +375,55 @@ CATALOG: tuple[Metric, ...] = (
     ),
     # ---- usage and cost counters ----------------------------------------------------------------------
     Metric(
-        name="slurmscope_gpu_seconds_total", type="counter", unit="seconds",
+        name="slurmscope_gpu_seconds_total",
+        type="counter",
+        unit="seconds",
         help="GPU-seconds allocated so far, running allocations included; grows at every pipeline run, never decreases.",
         labels=("cluster", "account", "partition", "gpu_model"),
         source="mart_usage_counters",
-        query="SELECT cluster, account, \"partition\", gpu_model, gpu_seconds_total AS value FROM mart_usage_counters"
-              " WHERE cluster = $cluster AND updated_at <= $now",
+        query='SELECT cluster, account, "partition", gpu_model, gpu_seconds_total AS value FROM mart_usage_counters'
+        " WHERE cluster = $cluster AND updated_at <= $now",
         requires=("mart_usage_counters",),
     ),
     Metric(
-        name="slurmscope_cost_usd_total", type="counter", unit="usd",
+        name="slurmscope_cost_usd_total",
+        type="counter",
+        unit="usd",
         help="Cost of the allocated GPU-seconds so far at the configured rates; never decreases.",
         labels=("cluster", "account", "partition", "gpu_model"),
         source="mart_usage_counters",
-        query="SELECT cluster, account, \"partition\", gpu_model, cost_usd_total AS value FROM mart_usage_counters"
-              " WHERE cluster = $cluster AND updated_at <= $now",
+        query='SELECT cluster, account, "partition", gpu_model, cost_usd_total AS value FROM mart_usage_counters'
+        " WHERE cluster = $cluster AND updated_at <= $now",
         requires=("mart_usage_counters",),
     ),
     Metric(
-        name="slurmscope_gpu_seconds_correction_seconds", type="gauge", unit="seconds",
+        name="slurmscope_gpu_seconds_correction_seconds",
+        type="gauge",
+        unit="seconds",
         help="Recomputed minus reported GPU-seconds (<= 0): a correction the monotone counter could not apply.",
         labels=("cluster", "account", "partition", "gpu_model"),
         source="mart_usage_counters",
-        query="SELECT cluster, account, \"partition\", gpu_model, gpu_seconds_correction AS value FROM mart_usage_counters"
-              " WHERE cluster = $cluster AND updated_at <= $now",
+        query='SELECT cluster, account, "partition", gpu_model, gpu_seconds_correction AS value FROM mart_usage_counters'
+        " WHERE cluster = $cluster AND updated_at <= $now",
         requires=("mart_usage_counters",),
     ),
     Metric(
-        name="slurmscope_cost_correction_usd", type="gauge", unit="usd",
+        name="slurmscope_cost_correction_usd",
+        type="gauge",
+        unit="usd",
         help="Recomputed minus reported cost (<= 0): a correction the monotone cost counter could not apply.",
         labels=("cluster", "account", "partition", "gpu_model"),
         source="mart_usage_counters",
-        query="SELECT cluster, account, \"partition\", gpu_model, cost_usd_correction AS value FROM mart_usage_counters"
-              " WHERE cluster = $cluster AND updated_at <= $now",
+        query='SELECT cluster, account, "partition", gpu_model, cost_usd_correction AS value FROM mart_usage_counters'
+        " WHERE cluster = $cluster AND updated_at <= $now",
         requires=("mart_usage_counters",),
     ),
     Metric(
-        name="slurmscope_capacity_gpu_seconds_total", type="counter", unit="seconds",
+        name="slurmscope_capacity_gpu_seconds_total",
+        type="counter",
+        unit="seconds",
         help="GPU capacity integrated over time per partition, model and state (allocated, idle, down, reserved),"
-             " from the daily capacity mart; the current day counts what the last pipeline run saw.",
+        " from the daily capacity mart; the current day counts what the last pipeline run saw.",
         labels=("cluster", "partition", "gpu_model", "state"),
         source="mart_capacity_daily (days <= today)",
         query="""
@@ -380,38 +435,46 @@ CATALOG: tuple[Metric, ...] = (
         requires=("mart_capacity_daily",),
     ),
     Metric(
-        name="slurmscope_account_gpu_energy_joules_total", type="counter", unit="joules",
+        name="slurmscope_account_gpu_energy_joules_total",
+        type="counter",
+        unit="joules",
         help="Energy drawn by the GPUs an account's jobs held, from NVML energy counters (else mean power),"
-             " where NVML agents sample; days up to today, today as of the last pipeline run.",
+        " where NVML agents sample; days up to today, today as of the last pipeline run.",
         labels=("cluster", "account"),
         source="mart_cost_efficiency_daily (days <= today)",
         query="SELECT cluster, account, sum(energy_joules) AS value FROM mart_cost_efficiency_daily"
-              " WHERE cluster = $cluster AND day <= CAST($now AS DATE) GROUP BY ALL",
+        " WHERE cluster = $cluster AND day <= CAST($now AS DATE) GROUP BY ALL",
         requires=("mart_cost_efficiency_daily",),
     ),
     Metric(
-        name="slurmscope_account_energy_cost_usd_total", type="counter", unit="usd",
+        name="slurmscope_account_energy_cost_usd_total",
+        type="counter",
+        unit="usd",
         help="That energy priced at billing.energy_usd_per_kwh x billing.pue (informational, not invoiced).",
         labels=("cluster", "account"),
         source="mart_cost_efficiency_daily (days <= today)",
         query="SELECT cluster, account, sum(energy_cost_usd) AS value FROM mart_cost_efficiency_daily"
-              " WHERE cluster = $cluster AND day <= CAST($now AS DATE) GROUP BY ALL",
+        " WHERE cluster = $cluster AND day <= CAST($now AS DATE) GROUP BY ALL",
         requires=("mart_cost_efficiency_daily",),
     ),
     Metric(
-        name="slurmscope_allocated_idle_cost_usd_total", type="counter", unit="usd",
+        name="slurmscope_allocated_idle_cost_usd_total",
+        type="counter",
+        unit="usd",
         help="Dollars of allocated-but-idle GPU time: sampled GPU-minutes under drift.idle_util_percent, at the"
-             " job's rate.",
+        " job's rate.",
         labels=("cluster", "account"),
         source="mart_cost_efficiency_daily (days <= today)",
         query="SELECT cluster, account, sum(idle_cost_usd) AS value FROM mart_cost_efficiency_daily"
-              " WHERE cluster = $cluster AND day <= CAST($now AS DATE) GROUP BY ALL",
+        " WHERE cluster = $cluster AND day <= CAST($now AS DATE) GROUP BY ALL",
         requires=("mart_cost_efficiency_daily",),
     ),
     Metric(
-        name="slurmscope_cost_per_useful_gpu_hour_usd", type="gauge", unit="usd",
+        name="slurmscope_cost_per_useful_gpu_hour_usd",
+        type="gauge",
+        unit="usd",
         help="Effective cost per useful GPU-hour this month so far: cost of the NVML-sampled allocations /"
-             " (held GPU-hours x utilisation); absent for accounts with no sampled use.",
+        " (held GPU-hours x utilisation); absent for accounts with no sampled use.",
         labels=("cluster", "account"),
         source="mart_cost_efficiency_daily (month of now, days <= today)",
         query="""SELECT cluster, account, sum(sampled_cost_usd) / (sum(useful_gpu_seconds) / 3600) AS value
@@ -423,9 +486,11 @@ CATALOG: tuple[Metric, ...] = (
     ),
     # ---- occupancy and backfill (marts) ---------------------------------------------------------------
     Metric(
-        name="slurmscope_occupancy_gpu_seconds_total", type="counter", unit="seconds",
+        name="slurmscope_occupancy_gpu_seconds_total",
+        type="counter",
+        unit="seconds",
         help="GPU-seconds per occupancy kind so far: idle (available, unallocated), hole (idle while a pending"
-             " GPU job would have fit), backfill (held by backfill-started attempts).",
+        " GPU job would have fit), backfill (held by backfill-started attempts).",
         labels=("cluster", "partition", "gpu_model", "kind"),
         source="mart_occupancy (buckets started before now)",
         query="""
@@ -438,7 +503,9 @@ CATALOG: tuple[Metric, ...] = (
         requires=("mart_occupancy",),
     ),
     Metric(
-        name="slurmscope_backfill_hole_filled_ratio", type="gauge", unit="ratio",
+        name="slurmscope_backfill_hole_filled_ratio",
+        type="gauge",
+        unit="ratio",
         help="Share of schedule holes backfill filled in the latest occupancy bucket: backfill / (backfill + hole).",
         labels=("cluster", "partition", "gpu_model"),
         source="mart_occupancy (latest bucket before now)",
@@ -449,7 +516,9 @@ CATALOG: tuple[Metric, ...] = (
         requires=("mart_occupancy",),
     ),
     Metric(
-        name="slurmscope_backfill_started_jobs_ratio", type="gauge", unit="ratio",
+        name="slurmscope_backfill_started_jobs_ratio",
+        type="gauge",
+        unit="ratio",
         help="Share of the latest day's started attempts that backfill started, per partition.",
         labels=("cluster", "partition"),
         source="mart_backfill_daily (latest day <= now)",
@@ -460,9 +529,11 @@ CATALOG: tuple[Metric, ...] = (
         requires=("mart_backfill_daily",),
     ),
     Metric(
-        name="slurmscope_scheduler_jobs_total", type="counter", unit="",
+        name="slurmscope_scheduler_jobs_total",
+        type="counter",
+        unit="",
         help="Scheduler job events so far (sdiag deltas summed across daily resets and restarts): submitted,"
-             " started, completed, canceled, failed, backfilled.",
+        " started, completed, canceled, failed, backfilled.",
         labels=("cluster", "event"),
         source="mart_sched_deltas (snapshots <= now)",
         query="""
@@ -476,7 +547,9 @@ CATALOG: tuple[Metric, ...] = (
         requires=("mart_sched_deltas",),
     ),
     Metric(
-        name="slurmscope_scheduler_cycles_total", type="counter", unit="",
+        name="slurmscope_scheduler_cycles_total",
+        type="counter",
+        unit="",
         help="Scheduling cycles so far per scheduler (main, backfill), summed from sdiag deltas.",
         labels=("cluster", "scheduler"),
         source="mart_sched_deltas (snapshots <= now)",
@@ -489,26 +562,32 @@ CATALOG: tuple[Metric, ...] = (
     ),
     # ---- reliability (marts) --------------------------------------------------------------------------
     Metric(
-        name="slurmscope_fault_killed_jobs_total", type="counter", unit="",
+        name="slurmscope_fault_killed_jobs_total",
+        type="counter",
+        unit="",
         help="Job attempts killed by a node or GPU fault so far, per partition and fault kind.",
         labels=("cluster", "partition", "fault_kind"),
         source="mart_fault_impact (fault_time <= now)",
-        query="SELECT cluster, coalesce(\"partition\", '') AS \"partition\", fault_kind, count(*) AS value"
-              " FROM mart_fault_impact WHERE cluster = $cluster AND fault_time <= $now GROUP BY ALL",
+        query='SELECT cluster, coalesce("partition", \'\') AS "partition", fault_kind, count(*) AS value'
+        " FROM mart_fault_impact WHERE cluster = $cluster AND fault_time <= $now GROUP BY ALL",
         requires=("mart_fault_impact",),
     ),
     Metric(
-        name="slurmscope_fault_lost_gpu_seconds_total", type="counter", unit="seconds",
+        name="slurmscope_fault_lost_gpu_seconds_total",
+        type="counter",
+        unit="seconds",
         help="GPU-seconds of attempts killed by node or GPU faults so far, per partition and fault kind.",
         labels=("cluster", "partition", "fault_kind"),
         source="mart_fault_impact (fault_time <= now)",
-        query="SELECT cluster, coalesce(\"partition\", '') AS \"partition\", fault_kind,"
-              " sum(gpu_hours_lost) * 3600 AS value FROM mart_fault_impact"
-              " WHERE cluster = $cluster AND fault_time <= $now GROUP BY ALL",
+        query='SELECT cluster, coalesce("partition", \'\') AS "partition", fault_kind,'
+        " sum(gpu_hours_lost) * 3600 AS value FROM mart_fault_impact"
+        " WHERE cluster = $cluster AND fault_time <= $now GROUP BY ALL",
         requires=("mart_fault_impact",),
     ),
     Metric(
-        name="slurmscope_node_failures", type="gauge", unit="",
+        name="slurmscope_node_failures",
+        type="gauge",
+        unit="",
         help="DOWN/DRAIN/FAIL failures of the node over the observed history (as of the last pipeline run).",
         labels=("cluster", "node"),
         source="mart_node_reliability",
@@ -516,7 +595,9 @@ CATALOG: tuple[Metric, ...] = (
         requires=("mart_node_reliability",),
     ),
     Metric(
-        name="slurmscope_node_mtbf_seconds", type="gauge", unit="seconds",
+        name="slurmscope_node_mtbf_seconds",
+        type="gauge",
+        unit="seconds",
         help="Mean time between failures of the node (up-seconds / failures), for nodes that failed.",
         labels=("cluster", "node"),
         source="mart_node_reliability",
@@ -524,7 +605,9 @@ CATALOG: tuple[Metric, ...] = (
         requires=("mart_node_reliability",),
     ),
     Metric(
-        name="slurmscope_node_mttr_seconds", type="gauge", unit="seconds",
+        name="slurmscope_node_mttr_seconds",
+        type="gauge",
+        unit="seconds",
         help="Mean time to repair of the node's ended failures.",
         labels=("cluster", "node"),
         source="mart_node_reliability",
@@ -532,9 +615,11 @@ CATALOG: tuple[Metric, ...] = (
         requires=("mart_node_reliability",),
     ),
     Metric(
-        name="slurmscope_goodput_lost_ratio", type="gauge", unit="ratio",
+        name="slurmscope_goodput_lost_ratio",
+        type="gauge",
+        unit="ratio",
         help="Share of GPU time lost to node failures for jobs of N nodes: expected (Young-Daly checkpointing at"
-             " the measured MTBF) and measured (fault-killed GPU-hours / all GPU-hours).",
+        " the measured MTBF) and measured (fault-killed GPU-hours / all GPU-hours).",
         labels=("cluster", "partition", "nodes", "kind"),
         source="mart_goodput",
         query="""
@@ -545,36 +630,95 @@ CATALOG: tuple[Metric, ...] = (
     ),
     # ---- scheduler (sdiag) ----------------------------------------------------------------------------
     _sdiag("slurmscope_sdiag_server_threads", "server_thread_count", "", "slurmctld server threads (sdiag)."),
-    _sdiag("slurmscope_sdiag_agent_queue_size", "agent_queue_size", "", "slurmctld agent queue size (sdiag)."),
-    _sdiag("slurmscope_sdiag_jobs_pending", "jobs_pending", "", "Pending jobs as slurmctld counts them (sdiag)."),
-    _sdiag("slurmscope_sdiag_jobs_running", "jobs_running", "", "Running jobs as slurmctld counts them (sdiag)."),
-    _sdiag("slurmscope_sdiag_main_last_cycle_seconds", "main_last_cycle_us", "seconds",
-           "Duration of the last main scheduling cycle (sdiag).", " / 1e6"),
-    _sdiag("slurmscope_sdiag_main_mean_cycle_seconds", "main_mean_cycle_us", "seconds",
-           "Mean main scheduling cycle since the last sdiag reset.", " / 1e6"),
-    _sdiag("slurmscope_sdiag_backfill_last_cycle_seconds", "bf_last_cycle_us", "seconds",
-           "Duration of the last backfill cycle (sdiag).", " / 1e6"),
-    _sdiag("slurmscope_sdiag_backfill_mean_cycle_seconds", "bf_mean_cycle_us", "seconds",
-           "Mean backfill cycle since the last sdiag reset.", " / 1e6"),
-    _sdiag("slurmscope_sdiag_backfill_last_depth", "bf_last_depth", "",
-           "Jobs the last backfill cycle looked at (sdiag 'Last depth cycle')."),
-    _sdiag("slurmscope_sdiag_backfill_queue_length", "bf_last_queue_length", "",
-           "Queue length of the last backfill cycle (sdiag)."),
-    _sdiag("slurmscope_sdiag_backfilled_jobs", "bf_backfilled_jobs", "",
-           "Jobs started by backfill since slurmctld started (sdiag; resets on restart, hence a gauge)."),
-    _sdiag("slurmscope_sdiag_backfill_last_cycle_timestamp_seconds", "epoch(bf_last_cycle_when)", "seconds",
-           "When the last backfill cycle ran (sdiag); a stalled backfill scheduler stops moving it."),
+    _sdiag(
+        "slurmscope_sdiag_agent_queue_size", "agent_queue_size", "", "slurmctld agent queue size (sdiag)."
+    ),
+    _sdiag(
+        "slurmscope_sdiag_jobs_pending", "jobs_pending", "", "Pending jobs as slurmctld counts them (sdiag)."
+    ),
+    _sdiag(
+        "slurmscope_sdiag_jobs_running", "jobs_running", "", "Running jobs as slurmctld counts them (sdiag)."
+    ),
+    _sdiag(
+        "slurmscope_sdiag_main_last_cycle_seconds",
+        "main_last_cycle_us",
+        "seconds",
+        "Duration of the last main scheduling cycle (sdiag).",
+        " / 1e6",
+    ),
+    _sdiag(
+        "slurmscope_sdiag_main_mean_cycle_seconds",
+        "main_mean_cycle_us",
+        "seconds",
+        "Mean main scheduling cycle since the last sdiag reset.",
+        " / 1e6",
+    ),
+    _sdiag(
+        "slurmscope_sdiag_backfill_last_cycle_seconds",
+        "bf_last_cycle_us",
+        "seconds",
+        "Duration of the last backfill cycle (sdiag).",
+        " / 1e6",
+    ),
+    _sdiag(
+        "slurmscope_sdiag_backfill_mean_cycle_seconds",
+        "bf_mean_cycle_us",
+        "seconds",
+        "Mean backfill cycle since the last sdiag reset.",
+        " / 1e6",
+    ),
+    _sdiag(
+        "slurmscope_sdiag_backfill_last_depth",
+        "bf_last_depth",
+        "",
+        "Jobs the last backfill cycle looked at (sdiag 'Last depth cycle').",
+    ),
+    _sdiag(
+        "slurmscope_sdiag_backfill_queue_length",
+        "bf_last_queue_length",
+        "",
+        "Queue length of the last backfill cycle (sdiag).",
+    ),
+    _sdiag(
+        "slurmscope_sdiag_backfilled_jobs",
+        "bf_backfilled_jobs",
+        "",
+        "Jobs started by backfill since slurmctld started (sdiag; resets on restart, hence a gauge).",
+    ),
+    _sdiag(
+        "slurmscope_sdiag_backfill_last_cycle_timestamp_seconds",
+        "epoch(bf_last_cycle_when)",
+        "seconds",
+        "When the last backfill cycle ran (sdiag); a stalled backfill scheduler stops moving it.",
+    ),
     # ---- fair-share (sshare) --------------------------------------------------------------------------
-    _fairshare("slurmscope_fairshare_shares_ratio", "norm_shares", "Normalised shares of the account (sshare NormShares)."),
-    _fairshare("slurmscope_fairshare_usage_ratio", "norm_usage", "Normalised usage of the account (sshare NormUsage)."),
-    _fairshare("slurmscope_fairshare_effective_usage_ratio", "effectv_usage",
-               "Effective usage of the account (sshare EffectvUsage)."),
-    _fairshare("slurmscope_fairshare_level_fs", "level_fs",
-               "Fair-tree LevelFS of the account: shares over usage among siblings; below 1 means over-served.", ""),
+    _fairshare(
+        "slurmscope_fairshare_shares_ratio",
+        "norm_shares",
+        "Normalised shares of the account (sshare NormShares).",
+    ),
+    _fairshare(
+        "slurmscope_fairshare_usage_ratio",
+        "norm_usage",
+        "Normalised usage of the account (sshare NormUsage).",
+    ),
+    _fairshare(
+        "slurmscope_fairshare_effective_usage_ratio",
+        "effectv_usage",
+        "Effective usage of the account (sshare EffectvUsage).",
+    ),
+    _fairshare(
+        "slurmscope_fairshare_level_fs",
+        "level_fs",
+        "Fair-tree LevelFS of the account: shares over usage among siblings; below 1 means over-served.",
+        "",
+    ),
     Metric(
-        name="slurmscope_fairshare_factor_ratio", type="gauge", unit="ratio",
+        name="slurmscope_fairshare_factor_ratio",
+        type="gauge",
+        unit="ratio",
         help="Fair-share factor of the account as slurmscope recomputes it (mart_fairshare, source 'computed'):"
-             " set under the classic algorithm; Fair Tree gives accounts LevelFS instead.",
+        " set under the classic algorithm; Fair Tree gives accounts LevelFS instead.",
         labels=("cluster", "account"),
         source="mart_fairshare (latest as_of <= now, account rows)",
         query="""SELECT cluster, account, fairshare AS value FROM mart_fairshare
@@ -584,17 +728,21 @@ CATALOG: tuple[Metric, ...] = (
         requires=("mart_fairshare",),
     ),
     Metric(
-        name="slurmscope_fairshare_user_factor_ratio", type="gauge", unit="ratio",
+        name="slurmscope_fairshare_user_factor_ratio",
+        type="gauge",
+        unit="ratio",
         help="Fair-share factor of each user in each account (sshare FairShare); served only with exporter.user_labels.",
         labels=("cluster", "account", "user"),
         source="shares (latest sshare, user rows)",
-        query=f"SELECT cluster, account, \"user\", fairshare AS value FROM shares WHERE {_SHARES_LATEST}"
-              f" AND \"user\" <> '' AND fairshare IS NOT NULL",
+        query=f'SELECT cluster, account, "user", fairshare AS value FROM shares WHERE {_SHARES_LATEST}'
+        f" AND \"user\" <> '' AND fairshare IS NOT NULL",
         requires=("shares",),
         user_labels=True,
     ),
     Metric(
-        name="slurmscope_fairshare_usage_share_ratio", type="gauge", unit="ratio",
+        name="slurmscope_fairshare_usage_share_ratio",
+        type="gauge",
+        unit="ratio",
         help="The account's share of cluster usage over trailing windows (7d, 30d; undecayed), latest day.",
         labels=("cluster", "account", "window"),
         source="mart_fairshare_drift (latest day <= now)",
@@ -607,7 +755,9 @@ CATALOG: tuple[Metric, ...] = (
         requires=("mart_fairshare_drift",),
     ),
     Metric(
-        name="slurmscope_fairshare_target_share_ratio", type="gauge", unit="ratio",
+        name="slurmscope_fairshare_target_share_ratio",
+        type="gauge",
+        unit="ratio",
         help="The account's target share of the cluster (product of normalised shares from the root).",
         labels=("cluster", "account"),
         source="mart_fairshare_drift (latest day <= now)",
@@ -617,7 +767,9 @@ CATALOG: tuple[Metric, ...] = (
         requires=("mart_fairshare_drift",),
     ),
     Metric(
-        name="slurmscope_fairshare_starved_seconds", type="gauge", unit="seconds",
+        name="slurmscope_fairshare_starved_seconds",
+        type="gauge",
+        unit="seconds",
         help="How long the account has been starved (7-day usage share far below target), in whole days, latest day.",
         labels=("cluster", "account"),
         source="mart_fairshare_drift (latest day <= now)",
@@ -628,48 +780,58 @@ CATALOG: tuple[Metric, ...] = (
     ),
     # ---- controller and collectors --------------------------------------------------------------------
     Metric(
-        name="slurmscope_controller_up", type="gauge", unit="",
+        name="slurmscope_controller_up",
+        type="gauge",
+        unit="",
         help="1 when scontrol ping reports the controller up, per controller host and role.",
         labels=("cluster", "host", "role"),
         source="controller_pings (latest scontrol ping)",
         query=f"SELECT cluster, host, coalesce(role, '') AS role, CASE WHEN up THEN 1 ELSE 0 END AS value"
-              f" FROM controller_pings WHERE {_latest('controller_pings')}",
+        f" FROM controller_pings WHERE {_latest('controller_pings')}",
         requires=("controller_pings",),
     ),
     Metric(
-        name="slurmscope_collector_success", type="gauge", unit="",
+        name="slurmscope_collector_success",
+        type="gauge",
+        unit="",
         help="1 when the collector's last run succeeded, 0 when it failed or timed out.",
         labels=("cluster", "collector"),
         source="collector_runs (last run per collector)",
         query="SELECT cluster, collector, CASE WHEN status = 'ok' THEN 1 ELSE 0 END AS value FROM collector_runs"
-              " WHERE cluster = $cluster AND started_at <= $now"
-              " QUALIFY row_number() OVER (PARTITION BY collector ORDER BY started_at DESC, run_id DESC) = 1",
+        " WHERE cluster = $cluster AND started_at <= $now"
+        " QUALIFY row_number() OVER (PARTITION BY collector ORDER BY started_at DESC, run_id DESC) = 1",
         requires=("collector_runs",),
     ),
     Metric(
-        name="slurmscope_collector_duration_seconds", type="gauge", unit="seconds",
+        name="slurmscope_collector_duration_seconds",
+        type="gauge",
+        unit="seconds",
         help="How long the collector's last run took.",
         labels=("cluster", "collector"),
         source="collector_runs (last run per collector)",
         query="SELECT cluster, collector, duration_seconds AS value FROM collector_runs"
-              " WHERE cluster = $cluster AND started_at <= $now AND duration_seconds IS NOT NULL"
-              " QUALIFY row_number() OVER (PARTITION BY collector ORDER BY started_at DESC, run_id DESC) = 1",
+        " WHERE cluster = $cluster AND started_at <= $now AND duration_seconds IS NOT NULL"
+        " QUALIFY row_number() OVER (PARTITION BY collector ORDER BY started_at DESC, run_id DESC) = 1",
         requires=("collector_runs",),
     ),
     Metric(
-        name="slurmscope_collector_last_success_timestamp_seconds", type="gauge", unit="seconds",
+        name="slurmscope_collector_last_success_timestamp_seconds",
+        type="gauge",
+        unit="seconds",
         help="When the collector last finished a successful run.",
         labels=("cluster", "collector"),
         source="collector_runs",
         query="SELECT cluster, collector, max(epoch(coalesce(finished_at, started_at))) AS value FROM collector_runs"
-              " WHERE cluster = $cluster AND status = 'ok' AND coalesce(finished_at, started_at) <= $now GROUP BY ALL",
+        " WHERE cluster = $cluster AND status = 'ok' AND coalesce(finished_at, started_at) <= $now GROUP BY ALL",
         requires=("collector_runs",),
     ),
     # ---- efficiency and drift (marts) ------------------------------------------------------------------
     Metric(
-        name="slurmscope_allocated_gpu_seconds_total", type="counter", unit="seconds",
+        name="slurmscope_allocated_gpu_seconds_total",
+        type="counter",
+        unit="seconds",
         help="GPU-seconds held by jobs, by kind: sampled (NVML saw the GPU) and idle (held with mean utilisation"
-             " under drift.idle_util_percent); days up to today, today as of the last pipeline run.",
+        " under drift.idle_util_percent); days up to today, today as of the last pipeline run.",
         labels=("cluster", "account", "kind"),
         source="mart_idle_gpus_daily (days <= today)",
         query="""
@@ -680,7 +842,9 @@ CATALOG: tuple[Metric, ...] = (
         requires=("mart_idle_gpus_daily",),
     ),
     Metric(
-        name="slurmscope_zero_util_jobs_total", type="counter", unit="",
+        name="slurmscope_zero_util_jobs_total",
+        type="counter",
+        unit="",
         help="Job attempts that held GPUs without ever using them (no minute reached the idle threshold).",
         labels=("cluster", "account"),
         source="mart_job_efficiency (alloc_end <= now)",
@@ -689,7 +853,9 @@ CATALOG: tuple[Metric, ...] = (
         requires=("mart_job_efficiency",),
     ),
     Metric(
-        name="slurmscope_drift_score", type="gauge", unit="",
+        name="slurmscope_drift_score",
+        type="gauge",
+        unit="",
         help="Drift score of a signal for an entity (larger is worse; robust z for z-score methods), latest as_of.",
         labels=("cluster", "signal", "entity_type", "entity", "node"),
         source="mart_drift (latest as_of <= now per signal and entity)",
@@ -699,7 +865,9 @@ CATALOG: tuple[Metric, ...] = (
         requires=("mart_drift",),
     ),
     Metric(
-        name="slurmscope_drift_breached", type="gauge", unit="",
+        name="slurmscope_drift_breached",
+        type="gauge",
+        unit="",
         help="1 when the signal's score is above its configured threshold (config drift.*), latest as_of.",
         labels=("cluster", "signal", "entity_type", "entity", "node"),
         source="mart_drift (latest as_of <= now per signal and entity)",
@@ -711,9 +879,11 @@ CATALOG: tuple[Metric, ...] = (
     ),
     # ---- health verdicts (mart_node_health, mart_gpu_health) -------------------------------------------
     Metric(
-        name="slurmscope_node_health_status", type="gauge", unit="",
+        name="slurmscope_node_health_status",
+        type="gauge",
+        unit="",
         help="The node's health verdict, one series per status (ok, degraded, failing): 1 for the verdict in"
-             " force, 0 for the others (a StateSet). Rules: docs/pipelines.md#health.",
+        " force, 0 for the others (a StateSet). Rules: docs/pipelines.md#health.",
         labels=("cluster", "node", "status"),
         source="mart_node_health (run in force at now)",
         query=f"""
@@ -723,10 +893,12 @@ CATALOG: tuple[Metric, ...] = (
         requires=("mart_node_health",),
     ),
     Metric(
-        name="slurmscope_node_health_info", type="info", unit="",
+        name="slurmscope_node_health_info",
+        type="info",
+        unit="",
         help="Why the node has its verdict: `reason` is the first rule that holds (failing rules first; '' when"
-             " ok), from a fixed list (gpu_failing, gpu_missing, xid_critical, slurm_down, gpu_degraded,"
-             " slurm_drain, slurm_unavailable).",
+        " ok), from a fixed list (gpu_failing, gpu_missing, xid_critical, slurm_down, gpu_degraded,"
+        " slurm_drain, slurm_unavailable).",
         labels=("cluster", "node", "status", "reason"),
         source="mart_node_health (run in force at now)",
         query=f"""
@@ -735,9 +907,11 @@ CATALOG: tuple[Metric, ...] = (
         requires=("mart_node_health",),
     ),
     Metric(
-        name="slurmscope_gpu_health_status", type="gauge", unit="",
+        name="slurmscope_gpu_health_status",
+        type="gauge",
+        unit="",
         help="The GPU's health verdict, one series per status (ok, degraded, failing): 1 for the verdict in"
-             " force, 0 for the others. Rules: docs/pipelines.md#health.",
+        " force, 0 for the others. Rules: docs/pipelines.md#health.",
         labels=("cluster", "node", "gpu", "gpu_model", "status", "source"),
         source="mart_gpu_health (run in force at now)",
         query=f"""
@@ -748,10 +922,12 @@ CATALOG: tuple[Metric, ...] = (
         requires=("mart_gpu_health",),
     ),
     Metric(
-        name="slurmscope_gpu_health_info", type="info", unit="",
+        name="slurmscope_gpu_health_info",
+        type="info",
+        unit="",
         help="Why the GPU has its verdict: `reason` is the first rule that holds ('' when ok), from a fixed"
-             " list (fallen_off_bus, row_remap_failed, uncorrectable_ecc, xid_critical, overheating,"
-             " row_remap_pending, xid_other, throttling, hot, telemetry_stale).",
+        " list (fallen_off_bus, row_remap_failed, uncorrectable_ecc, xid_critical, overheating,"
+        " row_remap_pending, xid_other, throttling, hot, telemetry_stale).",
         labels=("cluster", "node", "gpu", "gpu_model", "status", "reason", "source"),
         source="mart_gpu_health (run in force at now)",
         query=f"""
@@ -761,19 +937,46 @@ CATALOG: tuple[Metric, ...] = (
         requires=("mart_gpu_health",),
     ),
     # ---- GPU health (NVML) ----------------------------------------------------------------------------
-    _gpu("slurmscope_gpu_utilization_ratio", "util_gpu_mean / 100.0", "ratio",
-         "Mean GPU utilisation over the GPU's latest sampled minute (NVML)."),
-    _gpu("slurmscope_gpu_temperature_celsius", "temp_gpu_max_celsius", "celsius",
-         "Highest GPU temperature in the latest sampled minute (NVML)."),
-    _gpu("slurmscope_gpu_power_watts", "power_mean_watts", "watts", "Mean GPU power in the latest sampled minute."),
-    _gpu("slurmscope_gpu_throttle_ratio", "least(coalesce(throttle_seconds, 0) / 60.0, 1.0)", "ratio",
-         "Share of the latest sampled minute the GPU spent with clocks throttled (thermal or power)."),
-    _gpu("slurmscope_gpu_row_remap_failed", "CASE WHEN remapped_failed THEN 1 ELSE 0 END", "",
-         "1 when the GPU reports a failed row remapping (it needs replacing)."),
-    _gpu("slurmscope_gpu_row_remap_pending", "CASE WHEN remapped_pending THEN 1 ELSE 0 END", "",
-         "1 when the GPU has a row remapping pending (needs a GPU reset)."),
+    _gpu(
+        "slurmscope_gpu_utilization_ratio",
+        "util_gpu_mean / 100.0",
+        "ratio",
+        "Mean GPU utilisation over the GPU's latest sampled minute (NVML).",
+    ),
+    _gpu(
+        "slurmscope_gpu_temperature_celsius",
+        "temp_gpu_max_celsius",
+        "celsius",
+        "Highest GPU temperature in the latest sampled minute (NVML).",
+    ),
+    _gpu(
+        "slurmscope_gpu_power_watts",
+        "power_mean_watts",
+        "watts",
+        "Mean GPU power in the latest sampled minute.",
+    ),
+    _gpu(
+        "slurmscope_gpu_throttle_ratio",
+        "least(coalesce(throttle_seconds, 0) / 60.0, 1.0)",
+        "ratio",
+        "Share of the latest sampled minute the GPU spent with clocks throttled (thermal or power).",
+    ),
+    _gpu(
+        "slurmscope_gpu_row_remap_failed",
+        "CASE WHEN remapped_failed THEN 1 ELSE 0 END",
+        "",
+        "1 when the GPU reports a failed row remapping (it needs replacing).",
+    ),
+    _gpu(
+        "slurmscope_gpu_row_remap_pending",
+        "CASE WHEN remapped_pending THEN 1 ELSE 0 END",
+        "",
+        "1 when the GPU has a row remapping pending (needs a GPU reset).",
+    ),
     Metric(
-        name="slurmscope_gpu_ecc_errors_total", type="counter", unit="",
+        name="slurmscope_gpu_ecc_errors_total",
+        type="counter",
+        unit="",
         help="ECC errors the GPU has counted (NVML aggregate counter), by type corrected or uncorrected.",
         labels=("cluster", "node", "gpu", "gpu_model", "type", "source"),
         source="gpu_samples (latest minute per GPU)",
@@ -788,32 +991,38 @@ CATALOG: tuple[Metric, ...] = (
         requires=("gpu_samples",),
     ),
     Metric(
-        name="slurmscope_node_gpus_visible", type="gauge", unit="",
+        name="slurmscope_node_gpus_visible",
+        type="gauge",
+        unit="",
         help="GPUs NVML sees on the node (latest inventory of the node agent); compare with the GRES count.",
         labels=("cluster", "node"),
         source="gpu_inventory (latest per node)",
         query="WITH l AS (SELECT node, max(seen_at) AS t FROM gpu_inventory WHERE cluster = $cluster"
-              " AND seen_at <= $now GROUP BY node)"
-              " SELECT i.cluster, i.node, count(DISTINCT i.gpu_uuid) AS value FROM gpu_inventory i"
-              " JOIN l ON i.node = l.node AND i.seen_at = l.t WHERE i.cluster = $cluster GROUP BY ALL",
+        " AND seen_at <= $now GROUP BY node)"
+        " SELECT i.cluster, i.node, count(DISTINCT i.gpu_uuid) AS value FROM gpu_inventory i"
+        " JOIN l ON i.node = l.node AND i.seen_at = l.t WHERE i.cluster = $cluster GROUP BY ALL",
         requires=("gpu_inventory",),
     ),
     Metric(
-        name="slurmscope_gpu_xid_events_total", type="counter", unit="",
+        name="slurmscope_gpu_xid_events_total",
+        type="counter",
+        unit="",
         help="GPU XID errors seen so far per node and XID code (NVML events and kernel log).",
         labels=("cluster", "node", "xid", "source"),
         source="gpu_events (event_type = 'xid')",
         query=f"SELECT cluster, node, CAST(xid AS VARCHAR) AS xid, {CENTRAL}, count(*) AS value FROM gpu_events"
-              " WHERE cluster = $cluster AND event_type = 'xid' AND xid IS NOT NULL AND event_time <= $now GROUP BY ALL",
+        " WHERE cluster = $cluster AND event_type = 'xid' AND xid IS NOT NULL AND event_time <= $now GROUP BY ALL",
         requires=("gpu_events",),
     ),
     Metric(
-        name="slurmscope_gpu_lost_events_total", type="counter", unit="",
+        name="slurmscope_gpu_lost_events_total",
+        type="counter",
+        unit="",
         help="Times a GPU fell off the bus (NVML GPU lost, XID 79) so far, per node.",
         labels=("cluster", "node", "source"),
         source="gpu_events (event_type = 'gpu_lost' or XID 79)",
         query=f"SELECT cluster, node, {CENTRAL}, count(*) AS value FROM gpu_events WHERE cluster = $cluster"
-              " AND (event_type = 'gpu_lost' OR (event_type = 'xid' AND xid = 79)) AND event_time <= $now GROUP BY ALL",
+        " AND (event_type = 'gpu_lost' OR (event_type = 'xid' AND xid = 79)) AND event_time <= $now GROUP BY ALL",
         requires=("gpu_events",),
     ),
 )
@@ -835,8 +1044,8 @@ def render_markdown(extra: tuple[Metric, ...] = ()) -> str:
         "allocations at every pipeline run and never decrease; corrections are separate gauges. A family whose",
         "source table is missing has no samples and `slurmscope_exporter_family_up{family=...} 0`.",
         "",
-        "Every `slurmscope_gpu_*` telemetry and health family carries `source=\"central\"`: the node agents",
-        "(`slurmscope agent`, docs/nvml.md) serve some of the same names live with `source=\"agent\"` and the same",
+        'Every `slurmscope_gpu_*` telemetry and health family carries `source="central"`: the node agents',
+        '(`slurmscope agent`, docs/nvml.md) serve some of the same names live with `source="agent"` and the same',
         "`cluster`, so dashboards and rules select one source and never add the two (docs/dashboards.md). The",
         "allocation counters `slurmscope_gpu_seconds_*` come from Slurm, not NVML, and have no `source`.",
         "",

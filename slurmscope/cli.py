@@ -18,9 +18,30 @@ import click
 
 from slurmscope.config import Config, ConfigError, load_config
 
-INGEST_KINDS = ("sacct", "sinfo", "squeue", "sshare", "sdiag", "events", "nvml", "config", "reservations", "ping")
+INGEST_KINDS = (
+    "sacct",
+    "sinfo",
+    "squeue",
+    "sshare",
+    "sdiag",
+    "events",
+    "nvml",
+    "config",
+    "reservations",
+    "ping",
+)
 COLLECT_KINDS = (
-    "sacct", "sinfo", "squeue", "sshare", "sdiag", "events", "config", "reservations", "ping", "nvml", "all",
+    "sacct",
+    "sinfo",
+    "squeue",
+    "sshare",
+    "sdiag",
+    "events",
+    "config",
+    "reservations",
+    "ping",
+    "nvml",
+    "all",
 )
 
 
@@ -35,14 +56,26 @@ def _context(ctx: click.Context) -> Context:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), envvar="SLURMSCOPE_CONFIG",
-              help="TOML config file (default ./slurmscope.toml if present, else built-in defaults).")
-@click.option("--db", "db_path", type=click.Path(dir_okay=False), envvar="SLURMSCOPE_DB",
-              help="DuckDB file (default from config: ./slurmscope.duckdb).")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    envvar="SLURMSCOPE_CONFIG",
+    help="TOML config file (default ./slurmscope.toml if present, else built-in defaults).",
+)
+@click.option(
+    "--db",
+    "db_path",
+    type=click.Path(dir_okay=False),
+    envvar="SLURMSCOPE_DB",
+    help="DuckDB file (default from config: ./slurmscope.duckdb).",
+)
 @click.option("--cluster", help="Cluster name (default from config, else 'default').")
 @click.option("-v", "--verbose", count=True, help="More logging on stderr.")
 @click.pass_context
-def main(ctx: click.Context, config_path: str | None, db_path: str | None, cluster: str | None, verbose: int) -> None:
+def main(
+    ctx: click.Context, config_path: str | None, db_path: str | None, cluster: str | None, verbose: int
+) -> None:
     """Observability and accounting analytics for Slurm GPU clusters."""
     logging.basicConfig(
         level=logging.WARNING - 10 * min(verbose, 2),
@@ -76,12 +109,22 @@ def _connect(app: Context, *, read_only: bool = False):
 @main.command()
 @click.argument("kind", type=click.Choice(INGEST_KINDS))
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--format", "fmt", help="Field list of a headerless capture (sacct --format, sinfo/squeue -o/-O).")
+@click.option(
+    "--format", "fmt", help="Field list of a headerless capture (sacct --format, sinfo/squeue -o/-O)."
+)
 @click.option("--delimiter", help="Field delimiter (default '|'); multi-byte allowed.")
-@click.option("--timezone", "tz", help="Zone of the times in the files (default: the configured cluster zone).")
+@click.option(
+    "--timezone", "tz", help="Zone of the times in the files (default: the configured cluster zone)."
+)
 @click.pass_context
-def ingest(ctx: click.Context, kind: str, files: tuple[str, ...], fmt: str | None, delimiter: str | None,
-           tz: str | None) -> None:
+def ingest(
+    ctx: click.Context,
+    kind: str,
+    files: tuple[str, ...],
+    fmt: str | None,
+    delimiter: str | None,
+    tz: str | None,
+) -> None:
     """Load recorded Slurm or NVML output files into the database."""
     import duckdb
 
@@ -90,8 +133,9 @@ def ingest(ctx: click.Context, kind: str, files: tuple[str, ...], fmt: str | Non
     app = _context(ctx)
     con = _connect(app)
     try:
-        results = ingest_files(con, app.config, kind, [Path(f) for f in files], fmt=fmt, delimiter=delimiter,
-                               timezone=tz)
+        results = ingest_files(
+            con, app.config, kind, [Path(f) for f in files], fmt=fmt, delimiter=delimiter, timezone=tz
+        )
     except IngestError as exc:
         raise click.ClickException(str(exc)) from None
     except duckdb.Error as exc:  # disk full, I/O error: the failed file's transaction was rolled back
@@ -118,22 +162,38 @@ def collect(ctx: click.Context, kind: str, once: bool) -> None:
         con.close()
     failed = [o for o in outcomes if o.status not in ("ok", "skipped")]
     for o in outcomes:
-        click.echo(f"{o.collector}: {o.status} rows={o.rows}" + (f" error={o.error}" if o.error else ""), err=True)
+        click.echo(
+            f"{o.collector}: {o.status} rows={o.rows}" + (f" error={o.error}" if o.error else ""), err=True
+        )
     if failed:
-        raise click.ClickException(f"{len(failed)} collector(s) failed: " + ", ".join(o.collector for o in failed))
+        raise click.ClickException(
+            f"{len(failed)} collector(s) failed: " + ", ".join(o.collector for o in failed)
+        )
 
 
 @main.command()
 @click.option("--port", type=int, help="Port of the node-local /metrics and spool endpoint.")
 @click.option("--spool", type=click.Path(file_okay=False), help="Spool directory.")
 @click.option("--interval", type=float, help="Sampling interval in seconds (>= 1).")
-@click.option("--fake", "fake", type=click.Path(exists=True), help="Use the fake NVML backend with this spec.")
-@click.option("--web-config", "web_config", type=click.Path(exists=True, dir_okay=False),
-              help="Exporter-toolkit web config (TLS, basic auth) for every endpoint but /healthz "
-                   "[default: nvml.web_config_file].")
+@click.option(
+    "--fake", "fake", type=click.Path(exists=True), help="Use the fake NVML backend with this spec."
+)
+@click.option(
+    "--web-config",
+    "web_config",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Exporter-toolkit web config (TLS, basic auth) for every endpoint but /healthz "
+    "[default: nvml.web_config_file].",
+)
 @click.pass_context
-def agent(ctx: click.Context, port: int | None, spool: str | None, interval: float | None, fake: str | None,
-          web_config: str | None) -> None:
+def agent(
+    ctx: click.Context,
+    port: int | None,
+    spool: str | None,
+    interval: float | None,
+    fake: str | None,
+    web_config: str | None,
+) -> None:
     """Per-node NVML agent: GPU telemetry, health events and GPU-to-job attribution."""
     from slurmscope.collectors.nvml import run_agent
 
@@ -153,11 +213,16 @@ def pipelines() -> None:
 @click.option("--since", help="Rebuild windows from this date (YYYY-MM-DD) on.")
 @click.option("--full", is_flag=True, help="Rebuild every mart from all history.")
 @click.option("--only", multiple=True, help="Run only the named pipeline(s).")
-@click.option("--now", "now_text", help="Evaluate as of this UTC time (ISO 8601) instead of the clock: "
-              "reproducible rebuilds of a past state.")
+@click.option(
+    "--now",
+    "now_text",
+    help="Evaluate as of this UTC time (ISO 8601) instead of the clock: "
+    "reproducible rebuilds of a past state.",
+)
 @click.pass_context
-def pipelines_run(ctx: click.Context, since: str | None, full: bool, only: tuple[str, ...],
-                  now_text: str | None) -> None:
+def pipelines_run(
+    ctx: click.Context, since: str | None, full: bool, only: tuple[str, ...], now_text: str | None
+) -> None:
     """Rebuild the marts idempotently."""
     from datetime import datetime, timezone
 
@@ -168,7 +233,9 @@ def pipelines_run(ctx: click.Context, since: str | None, full: bool, only: tuple
         try:
             now = datetime.fromisoformat(now_text)
         except ValueError:
-            raise click.BadParameter(f"expects an ISO 8601 time, got {now_text!r}", param_hint="--now") from None
+            raise click.BadParameter(
+                f"expects an ISO 8601 time, got {now_text!r}", param_hint="--now"
+            ) from None
         now = now if now.tzinfo else now.replace(tzinfo=timezone.utc)
     app = _context(ctx)
     con = _connect(app)
@@ -209,8 +276,13 @@ def report(ctx: click.Context, month: str, out_dir: str, formats: str) -> None:
     app = _context(ctx)
     con = _connect(app, read_only=True)
     try:
-        written = build_report(con, app.config, month=month, out_dir=Path(out_dir),
-                               formats=[f.strip() for f in formats.split(",") if f.strip()])
+        written = build_report(
+            con,
+            app.config,
+            month=month,
+            out_dir=Path(out_dir),
+            formats=[f.strip() for f in formats.split(",") if f.strip()],
+        )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     finally:
@@ -270,18 +342,30 @@ def simulate(gpus: int, days: float, seed: int, out_dir: str) -> None:
 @click.option("--out", "out_dir", default="demo", show_default=True, type=click.Path(file_okay=False))
 @click.option("--no-serve", is_flag=True, help="Exit after building instead of serving /metrics.")
 @click.pass_context
-def demo(ctx: click.Context, gpus: int, days: float, seed: int, port: int, out_dir: str, no_serve: bool) -> None:
+def demo(
+    ctx: click.Context, gpus: int, days: float, seed: int, port: int, out_dir: str, no_serve: bool
+) -> None:
     """The whole product on a simulated cluster: simulate, ingest, pipelines, dashboards, alerts, report, serve."""
     from slurmscope.demo import run_demo
 
     app = _context(ctx)
-    run_demo(app.config, app.db_path, gpus=gpus, days=days, seed=seed, port=port, out_dir=Path(out_dir),
-             serve=not no_serve)
+    run_demo(
+        app.config,
+        app.db_path,
+        gpus=gpus,
+        days=days,
+        seed=seed,
+        port=port,
+        out_dir=Path(out_dir),
+        serve=not no_serve,
+    )
 
 
 @main.command()
 @click.argument("sql")
-@click.option("--format", "fmt", type=click.Choice(["csv", "json", "table"]), default="table", show_default=True)
+@click.option(
+    "--format", "fmt", type=click.Choice(["csv", "json", "table"]), default="table", show_default=True
+)
 @click.pass_context
 def query(ctx: click.Context, sql: str, fmt: str) -> None:
     """Run one SQL statement on a read-only connection and print the result."""
@@ -319,7 +403,9 @@ def _print_rows(cols: list[str], rows: list[tuple], fmt: str) -> None:
 
 
 @main.command()
-@click.option("--format", "fmt", type=click.Choice(["csv", "json", "table"]), default="table", show_default=True)
+@click.option(
+    "--format", "fmt", type=click.Choice(["csv", "json", "table"]), default="table", show_default=True
+)
 @click.pass_context
 def status(ctx: click.Context, fmt: str) -> None:
     """Last run per collector, watermarks and quarantine counts."""

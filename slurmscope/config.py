@@ -225,8 +225,10 @@ def _validate(raw: dict[str, Any], source: str) -> None:
     if raw["fairshare"]["algorithm"] not in {"fair_tree", "classic"}:
         raise ConfigError(f"{source}: key 'fairshare.algorithm' expects 'fair_tree' or 'classic'")
     if raw["billing"]["idle_cost"] not in {"separate", "spread"}:
-        raise ConfigError(f"{source}: key 'billing.idle_cost' expects 'separate' or 'spread', "
-                          f"got {raw['billing']['idle_cost']!r}")
+        raise ConfigError(
+            f"{source}: key 'billing.idle_cost' expects 'separate' or 'spread', "
+            f"got {raw['billing']['idle_cost']!r}"
+        )
     if raw["billing"]["pue"] < 1:
         raise ConfigError(f"{source}: key 'billing.pue' expects a number >= 1, got {raw['billing']['pue']!r}")
     if raw["nvml"]["interval_seconds"] < 1:
@@ -256,10 +258,12 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
     for name, value in sorted(env.items()):
         if not name.startswith("SLURMSCOPE_") or name in ENV_NOT_CONFIG:
             continue
-        rest = name[len("SLURMSCOPE_"):].lower()
+        rest = name[len("SLURMSCOPE_") :].lower()
         section, _, key = rest.partition("_")
         if section not in raw or not isinstance(raw[section], dict) or key not in raw[section]:
-            raise ConfigError(f"environment: {name} names no config key (expected SLURMSCOPE_<SECTION>_<KEY>)")
+            raise ConfigError(
+                f"environment: {name} names no config key (expected SLURMSCOPE_<SECTION>_<KEY>)"
+            )
         raw[section][key] = _coerce(value, raw[section][key], f"environment {name}", f"{section}.{key}")
     _validate(raw, source)
     return Config(source=source, raw=raw)

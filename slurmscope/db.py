@@ -71,14 +71,18 @@ def migrate(con: duckdb.DuckDBPyConnection, upto: int | None = None) -> list[int
     return applied
 
 
-def connect(path: str | Path, *, read_only: bool = False, migrate_schema: bool = True) -> duckdb.DuckDBPyConnection:
+def connect(
+    path: str | Path, *, read_only: bool = False, migrate_schema: bool = True
+) -> duckdb.DuckDBPyConnection:
     """Open the database; writers migrate it to the current schema, readers never write.
 
     Sessions run in UTC so that TIMESTAMPTZ values print and compare the same on every host.
     """
     path = str(path)
     if read_only and path != ":memory:" and not Path(path).exists():
-        raise FileNotFoundError(f"database {path} does not exist (run a collector or `slurmscope demo` first)")
+        raise FileNotFoundError(
+            f"database {path} does not exist (run a collector or `slurmscope demo` first)"
+        )
     con = duckdb.connect(path, read_only=read_only)
     con.execute("SET TimeZone = 'UTC'")
     if not read_only and migrate_schema:
@@ -86,8 +90,9 @@ def connect(path: str | Path, *, read_only: bool = False, migrate_schema: bool =
     return con
 
 
-def connect_waiting(path: str | Path, *, read_only: bool = False, wait_seconds: float = 30.0,
-                    sleep: float = 0.2) -> duckdb.DuckDBPyConnection:
+def connect_waiting(
+    path: str | Path, *, read_only: bool = False, wait_seconds: float = 30.0, sleep: float = 0.2
+) -> duckdb.DuckDBPyConnection:
     """connect(), retrying while another process holds the file lock (serve writes in short bursts)."""
     deadline = time.monotonic() + wait_seconds
     while True:

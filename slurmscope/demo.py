@@ -17,7 +17,7 @@ from pathlib import Path
 from slurmscope.config import Config
 
 SNAPSHOT_KINDS = ("sinfo", "squeue", "sshare", "sdiag", "reservations")
-BATCH = 48   # snapshot files per load transaction
+BATCH = 48  # snapshot files per load transaction
 
 
 @dataclass
@@ -28,7 +28,9 @@ class DemoResult:
     db_path: str
     sim_dir: Path
     summary: dict
-    ingested: dict[str, tuple[int, int, int]] = field(default_factory=dict)   # kind -> files, rows, quarantined
+    ingested: dict[str, tuple[int, int, int]] = field(
+        default_factory=dict
+    )  # kind -> files, rows, quarantined
     pipelines: dict[str, int] | None = None
     built: dict[str, list[Path]] = field(default_factory=dict)
     report_month: str | None = None
@@ -78,8 +80,9 @@ def snapshot_time(path: Path) -> datetime:
     return datetime.fromtimestamp(int(path.stem), UTC)
 
 
-def ingest_snapshots(con, cfg: Config, kind: str, paths: list[Path],
-                     progress: Callable[[int, int], None] | None = None) -> tuple[int, int]:
+def ingest_snapshots(
+    con, cfg: Config, kind: str, paths: list[Path], progress: Callable[[int, int], None] | None = None
+) -> tuple[int, int]:
     """Parse each snapshot with its collector's parser at the time in its name; load in batches.
 
     Batching keeps a 30-day demo fast (one transaction per BATCH files instead of per file) while every
@@ -94,15 +97,16 @@ def ingest_snapshots(con, cfg: Config, kind: str, paths: list[Path],
     tz = cfg.timezone
     rows = quarantined = 0
     for start in range(0, len(paths), BATCH):
-        chunk = paths[start:start + BATCH]
+        chunk = paths[start : start + BATCH]
         tables: dict[str, list] = {}
         quar = []
         digest = []
         for p in chunk:
             data = p.read_bytes()
             digest.append(sha256(data))
-            parsed = module.parse(data, cluster=cfg.cluster, snapshot_time=snapshot_time(p), tz=tz,
-                                  source=f"{kind}:{p.name}")
+            parsed = module.parse(
+                data, cluster=cfg.cluster, snapshot_time=snapshot_time(p), tz=tz, source=f"{kind}:{p.name}"
+            )
             for t, df in parsed.tables.items():
                 tables.setdefault(t, []).append(df)
             if parsed.quarantine.height:
@@ -110,7 +114,9 @@ def ingest_snapshots(con, cfg: Config, kind: str, paths: list[Path],
         merged = Parsed(tables={t: pl.concat(dfs, how="diagonal_relaxed") for t, dfs in tables.items()})
         if quar:
             merged.quarantine = pl.concat(quar)
-        run = RunRecord(cluster=cfg.cluster, collector=kind, source=f"{kind}:{chunk[0].name}..{chunk[-1].name}")
+        run = RunRecord(
+            cluster=cfg.cluster, collector=kind, source=f"{kind}:{chunk[0].name}..{chunk[-1].name}"
+        )
         load(con, merged, module.TABLES, run, content_sha=sha256("".join(digest).encode()))
         rows += merged.rows
         quarantined += merged.quarantine.height
@@ -128,9 +134,19 @@ def last_full_month(start: datetime, end: datetime) -> str:
     return start.strftime("%Y-%m")
 
 
-def run_demo(cfg: Config, db_path: str, *, gpus: int = 512, days: float = 30, seed: int = 42, port: int = 9400,
-             out_dir: Path = Path("demo"), serve: bool = True, progress: Progress | None = None,
-             sim_options: dict | None = None) -> DemoResult:
+def run_demo(
+    cfg: Config,
+    db_path: str,
+    *,
+    gpus: int = 512,
+    days: float = 30,
+    seed: int = 42,
+    port: int = 9400,
+    out_dir: Path = Path("demo"),
+    serve: bool = True,
+    progress: Progress | None = None,
+    sim_options: dict | None = None,
+) -> DemoResult:
     """Build everything into `out_dir` (and the database at `db_path`); serve /metrics unless serve=False."""
     from slurmscope.collectors.simulator import simulate
     from slurmscope.db import connect
@@ -141,11 +157,14 @@ def run_demo(cfg: Config, db_path: str, *, gpus: int = 512, days: float = 30, se
     sim_dir = out_dir / "sim"
 
     bar = prog.stage("simulate")
-    summary = simulate(gpus=gpus, days=days, seed=seed, out_dir=sim_dir, cluster=cfg.cluster,
-                       **(sim_options or {}))
+    summary = simulate(
+        gpus=gpus, days=days, seed=seed, out_dir=sim_dir, cluster=cfg.cluster, **(sim_options or {})
+    )
     bar(1, 1)
-    prog.note(f"{summary['jobs_submitted']} jobs on {summary['gpus']} GPUs, "
-              f"{summary['start']} .. {summary['end']} UTC -> {sim_dir}")
+    prog.note(
+        f"{summary['jobs_submitted']} jobs on {summary['gpus']} GPUs, "
+        f"{summary['start']} .. {summary['end']} UTC -> {sim_dir}"
+    )
     result = DemoResult(out_dir=out_dir, db_path=str(db_path), sim_dir=sim_dir, summary=summary)
     sim_start = datetime.fromisoformat(summary["start"]).replace(tzinfo=UTC)
     sim_end = datetime.fromisoformat(summary["end"]).replace(tzinfo=UTC)
@@ -179,8 +198,11 @@ def _ingest(con, cfg: Config, result: DemoResult, prog: Progress) -> None:
     res = ingest_files(con, cfg, "events", [sim / "events.txt"], timezone="UTC")
     result.ingested["events"] = (1, sum(r.rows for r in res), sum(r.quarantined for r in res))
     bar(2, 2)
-    kinds = [(k, sorted((sim / "snapshots" / k).glob("*.txt"), key=lambda p: int(p.stem)))
-             for k in SNAPSHOT_KINDS if (sim / "snapshots" / k).is_dir()]
+    kinds = [
+        (k, sorted((sim / "snapshots" / k).glob("*.txt"), key=lambda p: int(p.stem)))
+        for k in SNAPSHOT_KINDS
+        if (sim / "snapshots" / k).is_dir()
+    ]
     total = sum(len(p) for _k, p in kinds)
     bar = prog.stage("ingest snapshots")
     done = 0
@@ -211,7 +233,7 @@ def _telemetry(con, cfg: Config, result: DemoResult, prog: Progress) -> None:
 
     rows = quar = 0
     for i in range(0, len(files), 50):
-        res = load(con, cfg, files[i:i + 50])
+        res = load(con, cfg, files[i : i + 50])
         rows += sum(r.rows for r in res)
         quar += sum(r.quarantined for r in res)
         bar(min(i + 50, len(files)), len(files))
@@ -225,8 +247,10 @@ def _pipelines(con, cfg: Config, result: DemoResult, prog: Progress, now: dateti
     result.pipelines = run_pipelines(con, cfg, full=True, now=now)
     bar(1, 1)
     failed = [k for k, v in result.pipelines.items() if v < 0]
-    prog.note(f"marts: {sum(v for v in result.pipelines.values() if v > 0)} rows from "
-              f"{len(result.pipelines)} pipelines" + (f"; failed: {failed}" if failed else ""))
+    prog.note(
+        f"marts: {sum(v for v in result.pipelines.values() if v > 0)} rows from "
+        f"{len(result.pipelines)} pipelines" + (f"; failed: {failed}" if failed else "")
+    )
 
 
 def _builders(result: DemoResult, prog: Progress) -> None:
@@ -245,12 +269,15 @@ def _report(con, cfg: Config, result: DemoResult, prog: Progress, start: datetim
 
     month = last_full_month(start, end)
     result.report_month = month
-    result.built["report"] = list(build_report(con, cfg, month=month, out_dir=result.out_dir / "report",
-                                        formats=["html", "csv"]))
+    result.built["report"] = list(
+        build_report(con, cfg, month=month, out_dir=result.out_dir / "report", formats=["html", "csv"])
+    )
     bar(1, 1)
 
 
-def _serve(cfg: Config, db_path: str, result: DemoResult, prog: Progress, port: int, sim_end: datetime) -> None:
+def _serve(
+    cfg: Config, db_path: str, result: DemoResult, prog: Progress, port: int, sim_end: datetime
+) -> None:
     """Serve /metrics for the simulated cluster, rendered as of the end of the simulated period."""
     bar = prog.stage("serve /metrics")
     from slurmscope.db import connect
@@ -291,15 +318,31 @@ def _start_agent(cfg: Config, result: DemoResult, port: int):
 
     base = (result.out_dir / "agent").resolve()
     (base / "gpu-jobs").mkdir(parents=True, exist_ok=True)
-    spec = {"node": "h100-001", "mapping_dir": str(base / "gpu-jobs"),
-            "gpus": [{"model": "h100", "state": "load", "count": 4}, {"model": "h100", "state": "idle", "count": 4}]}
+    spec = {
+        "node": "h100-001",
+        "mapping_dir": str(base / "gpu-jobs"),
+        "gpus": [
+            {"model": "h100", "state": "load", "count": 4},
+            {"model": "h100", "state": "idle", "count": 4},
+        ],
+    }
     (base / "fake-nvml.json").write_text(json.dumps(spec, indent=1), encoding="utf-8")
     stop = threading.Event()
     thread = threading.Thread(
-        target=run_agent, name="slurmscope-demo-agent", daemon=True,
-        kwargs={"port": port, "spool": str(base / "spool"), "interval": 10.0, "fake": str(base / "fake-nvml.json"),
-                "address": "127.0.0.1", "stop": stop, "kmsg_path": str(base / "no-kmsg")},
-        args=(cfg,))
+        target=run_agent,
+        name="slurmscope-demo-agent",
+        daemon=True,
+        kwargs={
+            "port": port,
+            "spool": str(base / "spool"),
+            "interval": 10.0,
+            "fake": str(base / "fake-nvml.json"),
+            "address": "127.0.0.1",
+            "stop": stop,
+            "kmsg_path": str(base / "no-kmsg"),
+        },
+        args=(cfg,),
+    )
     thread.start()
     return stop, f"http://127.0.0.1:{port}"
 
@@ -343,7 +386,9 @@ def print_summary(result: DemoResult, *, serve: bool, port: int) -> None:
         "(see docs/dashboards.md); the datasource is that Prometheus.",
     ]
     if not serve:
-        lines.append("/metrics not served (--no-serve); run the demo again without --no-serve to serve it "
-                     "(`slurmscope serve` would start the live Slurm collectors against this database).")
+        lines.append(
+            "/metrics not served (--no-serve); run the demo again without --no-serve to serve it "
+            "(`slurmscope serve` would start the live Slurm collectors against this database)."
+        )
     sys.stdout.write("\n".join(lines) + "\n")
     sys.stdout.flush()

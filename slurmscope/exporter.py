@@ -39,14 +39,24 @@ log = logging.getLogger(__name__)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 FAMILY_UP = Metric(
-    name="slurmscope_exporter_family_up", type="gauge", unit="",
+    name="slurmscope_exporter_family_up",
+    type="gauge",
+    unit="",
     help="1 when the family's source query ran at the last render; 0 when its table is missing or the query failed.",
-    labels=("family",), source="the exporter itself", query="", requires=(),
+    labels=("family",),
+    source="the exporter itself",
+    query="",
+    requires=(),
 )
 RENDER_TIME = Metric(
-    name="slurmscope_exporter_render_timestamp_seconds", type="gauge", unit="seconds",
+    name="slurmscope_exporter_render_timestamp_seconds",
+    type="gauge",
+    unit="seconds",
     help="The instant the served metrics describe (the last render).",
-    labels=(), source="the exporter itself", query="", requires=(),
+    labels=(),
+    source="the exporter itself",
+    query="",
+    requires=(),
 )
 INTERNAL = (FAMILY_UP, RENDER_TIME)
 
@@ -72,8 +82,14 @@ def _tables(con: duckdb.DuckDBPyConnection) -> set[str]:
     return {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
 
 
-def snapshot(con: duckdb.DuckDBPyConnection, cfg: Config, now: datetime, *,
-             shift_seconds: float = 0.0, metrics: list[Metric] | None = None) -> Snapshot:
+def snapshot(
+    con: duckdb.DuckDBPyConnection,
+    cfg: Config,
+    now: datetime,
+    *,
+    shift_seconds: float = 0.0,
+    metrics: list[Metric] | None = None,
+) -> Snapshot:
     """Run every enabled catalog query for `now`.
 
     `shift_seconds` moves the time axis: values of `*_timestamp_seconds` families are shifted by it, so
@@ -99,8 +115,14 @@ def snapshot(con: duckdb.DuckDBPyConnection, cfg: Config, now: datetime, *,
     return snap
 
 
-def _run_queries(con: duckdb.DuckDBPyConnection, snap: Snapshot, metrics: list[Metric], tables: set[str],
-                 params: dict[str, Any], shift_seconds: float) -> None:
+def _run_queries(
+    con: duckdb.DuckDBPyConnection,
+    snap: Snapshot,
+    metrics: list[Metric],
+    tables: set[str],
+    params: dict[str, Any],
+    shift_seconds: float,
+) -> None:
     for metric in metrics:
         if any(t not in tables for t in metric.requires):
             snap.up[metric.name] = False
@@ -192,7 +214,9 @@ def _registry(fams: list[Family]) -> CollectorRegistry:
     return reg
 
 
-def render(con: duckdb.DuckDBPyConnection, cfg: Config, now: datetime, *, shift_seconds: float = 0.0) -> bytes:
+def render(
+    con: duckdb.DuckDBPyConnection, cfg: Config, now: datetime, *, shift_seconds: float = 0.0
+) -> bytes:
     """The /metrics body (Prometheus text format 0.0.4) describing the database at `now`."""
     metrics = enabled_metrics(cfg)
     snap = snapshot(con, cfg, now, shift_seconds=shift_seconds, metrics=metrics)
@@ -240,8 +264,16 @@ def text_format(snap: Snapshot, metrics: list[Metric]) -> bytes:
     return ("\n".join(out) + "\n").encode("utf-8")
 
 
-def export_history(con: duckdb.DuckDBPyConnection, cfg: Config, start: datetime, end: datetime,
-                   step: timedelta, out: IO[bytes], *, shift: timedelta = timedelta(0)) -> int:
+def export_history(
+    con: duckdb.DuckDBPyConnection,
+    cfg: Config,
+    start: datetime,
+    end: datetime,
+    step: timedelta,
+    out: IO[bytes],
+    *,
+    shift: timedelta = timedelta(0),
+) -> int:
     """Write an OpenMetrics file of what scrapes every `step` from `start` to `end` would have shown.
 
     For `promtool tsdb create-blocks-from openmetrics`: families are not interleaved and each series'
@@ -257,8 +289,14 @@ def export_history(con: duckdb.DuckDBPyConnection, cfg: Config, start: datetime,
     return export_instants(con, cfg, instants, out, shift=shift)
 
 
-def export_instants(con: duckdb.DuckDBPyConnection, cfg: Config, instants: Iterable[datetime], out: IO[bytes],
-                    *, shift: timedelta = timedelta(0)) -> int:
+def export_instants(
+    con: duckdb.DuckDBPyConnection,
+    cfg: Config,
+    instants: Iterable[datetime],
+    out: IO[bytes],
+    *,
+    shift: timedelta = timedelta(0),
+) -> int:
     """export_history at arbitrary ascending instants (e.g. coarse far back, fine near the end)."""
     metrics = enabled_metrics(cfg)
     snaps: list[tuple[Snapshot, float | None]] = []
@@ -283,7 +321,9 @@ class MetricsServer(ThreadingHTTPServer):
     # then makes clients retry after 1 s and 3 s): benchmarks/bench_metrics.py measured p99 1.2-4 s.
     request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], get_bytes: Callable[[], bytes | None], auth: BasicAuth) -> None:
+    def __init__(
+        self, address: tuple[str, int], get_bytes: Callable[[], bytes | None], auth: BasicAuth
+    ) -> None:
         self.get_bytes = get_bytes
         self.auth = auth
         self._gz_lock = threading.Lock()
@@ -319,8 +359,12 @@ class _Handler(BaseHTTPRequestHandler):
             if body is None:
                 self._send(503, b"metrics not rendered yet\n", "text/plain")
             elif "gzip" in (self.headers.get("Accept-Encoding") or ""):
-                self._send(200, self.server.gzipped(body), CONTENT_TYPE,
-                           {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
+                self._send(
+                    200,
+                    self.server.gzipped(body),
+                    CONTENT_TYPE,
+                    {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"},
+                )
             else:
                 self._send(200, body, CONTENT_TYPE, {"Vary": "Accept-Encoding"})
         elif path == "/":
@@ -341,8 +385,9 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("%s %s", self.address_string(), format % args)
 
 
-def serve_metrics(address: str, port: int, get_bytes: Callable[[], bytes | None],
-                  web_config: str | Path | None = None) -> MetricsServer:
+def serve_metrics(
+    address: str, port: int, get_bytes: Callable[[], bytes | None], web_config: str | Path | None = None
+) -> MetricsServer:
     """Serve get_bytes() on /metrics from a daemon thread; `.shutdown()` stops it and closes the socket.
 
     With a web config file: TLS when tls_server_config names a certificate, basic auth when

@@ -139,9 +139,12 @@ class Service:
         year, month = (now.year, now.month - 1) if now.month > 1 else (now.year - 1, 12)
         label = f"{year:04d}-{month:02d}"
         try:
-            self.with_db(lambda con: build_report(con, self.config, month=label,
-                                                  out_dir=self.report_dir / label, formats=["html", "csv"]),
-                         read_only=True)
+            self.with_db(
+                lambda con: build_report(
+                    con, self.config, month=label, out_dir=self.report_dir / label, formats=["html", "csv"]
+                ),
+                read_only=True,
+            )
         except Exception:
             log.exception("monthly report %s failed", label)
 
@@ -167,20 +170,44 @@ def build_scheduler(service: Service, intervals: dict[str, int] | None = None) -
         job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": MISFIRE_GRACE_SECONDS},
     )
     for kind, seconds in intervals.items():
-        sched.add_job(service.run_collector, IntervalTrigger(seconds=seconds, timezone=timezone.utc),
-                      args=[kind], id=f"collect-{kind}", name=f"collect {kind}",
-                      next_run_time=service.clock())
-    sched.add_job(service.run_pipelines, IntervalTrigger(seconds=60, timezone=timezone.utc),
-                  id="pipelines-incremental", name="pipelines after new data")
-    sched.add_job(service.run_pipelines, CronTrigger(hour=2, minute=30, timezone=timezone.utc),
-                  kwargs={"full": True}, id="pipelines-full", name="nightly full rebuild")
-    sched.add_job(service.run_monthly_report, CronTrigger(day=1, hour=4, timezone=timezone.utc),
-                  id="report-monthly", name="monthly report")
+        sched.add_job(
+            service.run_collector,
+            IntervalTrigger(seconds=seconds, timezone=timezone.utc),
+            args=[kind],
+            id=f"collect-{kind}",
+            name=f"collect {kind}",
+            next_run_time=service.clock(),
+        )
+    sched.add_job(
+        service.run_pipelines,
+        IntervalTrigger(seconds=60, timezone=timezone.utc),
+        id="pipelines-incremental",
+        name="pipelines after new data",
+    )
+    sched.add_job(
+        service.run_pipelines,
+        CronTrigger(hour=2, minute=30, timezone=timezone.utc),
+        kwargs={"full": True},
+        id="pipelines-full",
+        name="nightly full rebuild",
+    )
+    sched.add_job(
+        service.run_monthly_report,
+        CronTrigger(day=1, hour=4, timezone=timezone.utc),
+        id="report-monthly",
+        name="monthly report",
+    )
     return sched
 
 
-def serve(cfg: Config, db_path: str, *, address: str | None = None, port: int | None = None,
-          stop_event: threading.Event | None = None) -> None:
+def serve(
+    cfg: Config,
+    db_path: str,
+    *,
+    address: str | None = None,
+    port: int | None = None,
+    stop_event: threading.Event | None = None,
+) -> None:
     """Run until SIGTERM/SIGINT; jobs in flight finish, none start after the signal."""
     from slurmscope.exporter import serve_metrics
 

@@ -50,12 +50,34 @@ def tls_web_config(tmp_path: Path) -> Path:
     openssl = shutil.which("openssl")
     if openssl is None:
         pytest.skip("openssl not installed")
-    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-                    "-keyout", str(tmp_path / "key.pem"), "-out", str(tmp_path / "cert.pem")],
-                   check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-keyout",
+            str(tmp_path / "key.pem"),
+            "-out",
+            str(tmp_path / "cert.pem"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
     web = tmp_path / "web.yml"
-    web.write_text(f"tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n"
-                   f"basic_auth_users:\n  prom: '{hashed}'\n", encoding="utf-8")
+    web.write_text(
+        f"tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n"
+        f"basic_auth_users:\n  prom: '{hashed}'\n",
+        encoding="utf-8",
+    )
     return web

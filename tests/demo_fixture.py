@@ -24,7 +24,7 @@ DEMO_GPUS, DEMO_DAYS, DEMO_SEED = 64, 3, 7
 class DemoRun:
     out_dir: Path
     db_path: Path
-    result: object          # slurmscope.demo.DemoResult
+    result: object  # slurmscope.demo.DemoResult
 
     @property
     def sim_dir(self) -> Path:
@@ -48,6 +48,15 @@ def demo_run(tmp_path_factory) -> DemoRun:
     base = tmp_path_factory.mktemp("demo")
     db = base / "demo.duckdb"
     cfg = load_config(None, env={}).with_overrides(cluster={"name": "simcluster"})
-    result = run_demo(cfg, str(db), gpus=DEMO_GPUS, days=DEMO_DAYS, seed=DEMO_SEED, port=0, out_dir=base / "out",
-                      serve=False, progress=Progress(stream=io.StringIO()))
+    result = run_demo(
+        cfg,
+        str(db),
+        gpus=DEMO_GPUS,
+        days=DEMO_DAYS,
+        seed=DEMO_SEED,
+        port=0,
+        out_dir=base / "out",
+        serve=False,
+        progress=Progress(stream=io.StringIO()),
+    )
     return DemoRun(out_dir=base / "out", db_path=db, result=result)

@@ -11,8 +11,8 @@ def decode_png(data: bytes) -> tuple[int, int, list[bytes]]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     pos, idat, width = 8, b"", 0
     while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        chunk = data[pos + 8:pos + 8 + length]
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        chunk = data[pos + 8 : pos + 8 + length]
         if kind == b"IHDR":
             width, height, depth, color, _, _, interlace = struct.unpack(">IIBBBBB", chunk)
             assert depth == 8 and color in (2, 6) and interlace == 0, "unsupported PNG layout"
@@ -25,7 +25,7 @@ def decode_png(data: bytes) -> tuple[int, int, list[bytes]]:
     rows, prev = [], bytearray(stride)
     for y in range(height):
         f = raw[y * (stride + 1)]
-        line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        line = bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
         for i in range(stride):
             a = line[i - bpp] if i >= bpp else 0
             b = prev[i]
@@ -52,5 +52,5 @@ def distinct_colours(data: bytes, step: int = 4) -> int:
     for y in range(0, height, step):
         r = rows[y]
         for x in range(0, width, step):
-            seen.add(r[x * bpp:x * bpp + 3])
+            seen.add(r[x * bpp : x * bpp + 3])
     return len(seen)

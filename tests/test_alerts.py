@@ -18,8 +18,9 @@ ALERTS_DIR = ROOT / "alerts"
 
 
 def test_committed_rules_are_generated():
-    assert (ALERTS_DIR / RULES_FILE).read_text(encoding="utf-8") == render_rules(), \
+    assert (ALERTS_DIR / RULES_FILE).read_text(encoding="utf-8") == render_rules(), (
         "stale: run slurmscope alerts build --out alerts"
+    )
 
 
 def test_alert_conventions():
@@ -62,8 +63,9 @@ def test_cli_builds_rules_and_tests(tmp_path):
     res = CliRunner().invoke(main, ["alerts", "build", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     assert (tmp_path / RULES_FILE).read_text() == render_rules()
-    assert sorted(p.name for p in (tmp_path / "tests").glob("*.yaml")) == \
-        sorted(p.name for p in (ALERTS_DIR / "tests").glob("*.yaml"))
+    assert sorted(p.name for p in (tmp_path / "tests").glob("*.yaml")) == sorted(
+        p.name for p in (ALERTS_DIR / "tests").glob("*.yaml")
+    )
 
 
 @pytest.mark.prometheus
@@ -74,8 +76,9 @@ def test_promtool_check_and_test_rules(tmp_path):
     from slurmscope.alerts.build import build_all
 
     build_all(tmp_path)
-    res = subprocess.run([promtool, "check", "rules", str(tmp_path / RULES_FILE)], capture_output=True,
-                         text=True, timeout=60)
+    res = subprocess.run(
+        [promtool, "check", "rules", str(tmp_path / RULES_FILE)], capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     tests = sorted(str(p) for p in (tmp_path / "tests").glob("*.yaml"))
     res = subprocess.run([promtool, "test", "rules", *tests], capture_output=True, text=True, timeout=300)

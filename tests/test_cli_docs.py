@@ -27,8 +27,20 @@ COMMANDS = _commands(main)
 
 
 def test_the_contract_commands_exist():
-    expected = {("demo",), ("simulate",), ("ingest",), ("collect",), ("agent",), ("pipelines", "run"), ("serve",),
-                ("report",), ("dashboards", "build"), ("alerts", "build"), ("query",), ("status",)}
+    expected = {
+        ("demo",),
+        ("simulate",),
+        ("ingest",),
+        ("collect",),
+        ("agent",),
+        ("pipelines", "run"),
+        ("serve",),
+        ("report",),
+        ("dashboards", "build"),
+        ("alerts", "build"),
+        ("query",),
+        ("status",),
+    }
     assert expected <= set(COMMANDS)
 
 

@@ -28,14 +28,40 @@ def output(*rows: list[str]) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def job(job_id: str, state: str, start: str = "Unknown", end: str = "Unknown", submit: str = SUB,
-        raw: str | None = None) -> list[str]:
+def job(
+    job_id: str,
+    state: str,
+    start: str = "Unknown",
+    end: str = "Unknown",
+    submit: str = SUB,
+    raw: str | None = None,
+) -> list[str]:
     values = {
-        "JobID": job_id, "JobIDRaw": raw or job_id, "Cluster": "", "Partition": "gpu", "QOS": "normal",
-        "Account": "ml", "User": "u", "UID": "1", "Submit": submit, "Eligible": submit, "Start": start,
-        "End": end, "Elapsed": "00:00:00", "Timelimit": "01:00:00", "State": state, "ExitCode": "0:0",
-        "NNodes": "1", "NCPUS": "4", "ReqMem": "4G", "AllocTRES": "cpu=4,gres/gpu=1,node=1",
-        "NodeList": "g1", "Flags": "SchedMain", "Priority": "1", "Reason": "None", "JobName": "n",
+        "JobID": job_id,
+        "JobIDRaw": raw or job_id,
+        "Cluster": "",
+        "Partition": "gpu",
+        "QOS": "normal",
+        "Account": "ml",
+        "User": "u",
+        "UID": "1",
+        "Submit": submit,
+        "Eligible": submit,
+        "Start": start,
+        "End": end,
+        "Elapsed": "00:00:00",
+        "Timelimit": "01:00:00",
+        "State": state,
+        "ExitCode": "0:0",
+        "NNodes": "1",
+        "NCPUS": "4",
+        "ReqMem": "4G",
+        "AllocTRES": "cpu=4,gres/gpu=1,node=1",
+        "NodeList": "g1",
+        "Flags": "SchedMain",
+        "Priority": "1",
+        "Reason": "None",
+        "JobName": "n",
     }
     return [values[n] for n in LIVE_FIELDS.split(",")]
 
@@ -51,8 +77,11 @@ def env(tmp_path, monkeypatch):
         monkeypatch.delenv(var, raising=False)
     cfg = load_config(None, env={}).with_overrides(
         slurm={"bin_dir": str(FAKES), "timeout_seconds": 5.0},
-        collect={"sacct_window_seconds": 86400, "sacct_overlap_seconds": 3600,
-                 "sacct_initial_lookback_seconds": 86400},
+        collect={
+            "sacct_window_seconds": 86400,
+            "sacct_overlap_seconds": 3600,
+            "sacct_initial_lookback_seconds": 86400,
+        },
     )
 
     def set_output(data: bytes, name: str = "out.txt", var: str = "FAKE_SACCT_OUTPUT") -> None:
@@ -81,7 +110,10 @@ def test_first_run_uses_lookback_and_advances_watermark(con, env):
     [out] = collect(con, cfg, "sacct", now=NOW)
     assert (out.collector, out.status, out.rows) == ("sacct", "ok", 1)
     [argv] = calls()
-    assert _arg(argv, "--starttime") == "2024-05-09T12:00:00" and _arg(argv, "--endtime") == "2024-05-10T12:00:00"
+    assert (
+        _arg(argv, "--starttime") == "2024-05-09T12:00:00"
+        and _arg(argv, "--endtime") == "2024-05-10T12:00:00"
+    )
     assert _arg(argv, "--delimiter") == US and "--duplicates" in argv
     assert get_watermark(con, cfg.cluster, "sacct") == NOW
     run = con.execute("SELECT status, rows, window_start, window_end, source FROM collector_runs").fetchall()
@@ -143,11 +175,14 @@ def test_windows_are_chunked_and_a_failure_keeps_the_last_good_chunk(con, env):
 
 def test_sacct_windows_helper():
     wins = sacct_windows(None, NOW, overlap=3600, window=86400, lookback=2.5 * 86400)
-    assert wins == [(NOW - timedelta(days=2.5), NOW - timedelta(days=1.5)),
-                    (NOW - timedelta(days=1.5), NOW - timedelta(days=0.5)),
-                    (NOW - timedelta(days=0.5), NOW)]
+    assert wins == [
+        (NOW - timedelta(days=2.5), NOW - timedelta(days=1.5)),
+        (NOW - timedelta(days=1.5), NOW - timedelta(days=0.5)),
+        (NOW - timedelta(days=0.5), NOW),
+    ]
     assert sacct_windows(NOW - timedelta(hours=2), NOW, overlap=3600, window=86400, lookback=0) == [
-        (NOW - timedelta(hours=3), NOW)]
+        (NOW - timedelta(hours=3), NOW)
+    ]
 
 
 def test_jobs_hidden_by_the_window_are_fetched_by_id(con, env):
@@ -158,8 +193,11 @@ def test_jobs_hidden_by_the_window_are_fetched_by_id(con, env):
         [cfg.cluster, NOW, cfg.cluster, NOW],
     )
     set_output(output())
-    set_output(output(job("77", "PENDING"), job("78_[1-3]", "PENDING", raw="78")), name="jobs.txt",
-               var="FAKE_SACCT_JOBS_OUTPUT")
+    set_output(
+        output(job("77", "PENDING"), job("78_[1-3]", "PENDING", raw="78")),
+        name="jobs.txt",
+        var="FAKE_SACCT_JOBS_OUTPUT",
+    )
     [out] = collect(con, cfg, "sacct", now=NOW)
     assert out.status == "ok" and out.rows == 2
     by_id = [a for a in calls() if _arg(a, "--jobs")]
@@ -203,10 +241,16 @@ def test_all_runs_every_kind_in_order_and_sacct_after_squeue(con, env, monkeypat
     cfg, set_output, calls, _ = env
     set_output(output(job("1", "RUNNING")))
     ran = []
-    monkeypatch.setattr(collect_mod, "_collect_snapshot", lambda con, cfg, k, at: ran.append(k) or
-                        collect_mod.Outcome(k, "ok"))
-    monkeypatch.setattr(collect_mod, "_collect_nvml", lambda con, cfg: ran.append("nvml") or
-                        collect_mod.Outcome("nvml", "skipped"))
+    monkeypatch.setattr(
+        collect_mod,
+        "_collect_snapshot",
+        lambda con, cfg, k, at: ran.append(k) or collect_mod.Outcome(k, "ok"),
+    )
+    monkeypatch.setattr(
+        collect_mod,
+        "_collect_nvml",
+        lambda con, cfg: ran.append("nvml") or collect_mod.Outcome("nvml", "skipped"),
+    )
     outs = collect(con, cfg, "all", now=NOW)
     assert [o.collector for o in outs] == list(collect_mod.ORDER)
     assert ran == [k for k in collect_mod.ORDER if k != "sacct"]
@@ -224,8 +268,13 @@ def test_real_slurm_22_05_windows_match_what_the_driver_did(con, env):
     """
     cfg, set_output, calls, _ = env
     record = json.loads((REAL / "workload_record.json").read_text())
-    submits = {f: (REAL / f).read_bytes().split(b"\n")[1].split(US.encode())[8] for f in ("sacct_mid.txt", "sacct_final.txt")}
-    assert len(set(submits.values())) == 1, f"fixtures come from different test-bed runs: job 1 submitted {submits}"
+    submits = {
+        f: (REAL / f).read_bytes().split(b"\n")[1].split(US.encode())[8]
+        for f in ("sacct_mid.txt", "sacct_final.txt")
+    }
+    assert len(set(submits.values())) == 1, (
+        f"fixtures come from different test-bed runs: job 1 submitted {submits}"
+    )
     cfg = cfg.with_overrides(cluster={"name": "slurmbed"})
     ids = sorted({j["job_id_raw"] for j in record["jobs"]}, key=int)
     con.execute(
@@ -239,13 +288,15 @@ def test_real_slurm_22_05_windows_match_what_the_driver_did(con, env):
     mid_13 = con.execute("SELECT state, gpus FROM jobs WHERE job_id_raw = 13 ORDER BY submit_time").fetchall()
     assert mid_13 == [("NODE_FAIL", 8), ("PENDING", 0)]
     set_output((REAL / "sacct_final.txt").read_bytes())
-    set_output((REAL / "sacct_jobs_final.txt").read_bytes(), name="jobs_final.txt", var="FAKE_SACCT_JOBS_OUTPUT")
+    set_output(
+        (REAL / "sacct_jobs_final.txt").read_bytes(), name="jobs_final.txt", var="FAKE_SACCT_JOBS_OUTPUT"
+    )
     [o2] = collect(con, cfg, "sacct", now=NOW + timedelta(minutes=5))
     assert o1.status == o2.status == "ok"
     assert con.execute("SELECT count(*) FROM quarantine").fetchone()[0] == 0
     for rec in record["jobs"]:
         rows = con.execute(
-            "SELECT job_id, state, attempt, gpus, exit_code, sched_by, account, \"user\", qos, \"partition\""
+            'SELECT job_id, state, attempt, gpus, exit_code, sched_by, account, "user", qos, "partition"'
             " FROM jobs WHERE cluster = 'slurmbed' AND job_id_raw = ? ORDER BY submit_time",
             [int(rec["job_id_raw"])],
         ).fetchall()

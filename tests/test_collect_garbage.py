@@ -26,12 +26,31 @@ HEADER = US.join(LIVE_FIELDS.split(","))
 
 def job(job_id: str, state: str = "COMPLETED") -> str:
     values = {
-        "JobID": job_id, "JobIDRaw": job_id, "Cluster": "", "Partition": "gpu", "QOS": "normal",
-        "Account": "ml", "User": "u", "UID": "1", "Submit": "2024-05-10T09:00:00",
-        "Eligible": "2024-05-10T09:00:00", "Start": "2024-05-10T09:01:00", "End": "2024-05-10T09:31:00",
-        "Elapsed": "00:30:00", "Timelimit": "01:00:00", "State": state, "ExitCode": "0:0", "NNodes": "1",
-        "NCPUS": "4", "ReqMem": "4G", "AllocTRES": "cpu=4,gres/gpu=1,node=1", "NodeList": "g1",
-        "Flags": "SchedMain", "Priority": "1", "Reason": "None", "JobName": f"name{job_id}",
+        "JobID": job_id,
+        "JobIDRaw": job_id,
+        "Cluster": "",
+        "Partition": "gpu",
+        "QOS": "normal",
+        "Account": "ml",
+        "User": "u",
+        "UID": "1",
+        "Submit": "2024-05-10T09:00:00",
+        "Eligible": "2024-05-10T09:00:00",
+        "Start": "2024-05-10T09:01:00",
+        "End": "2024-05-10T09:31:00",
+        "Elapsed": "00:30:00",
+        "Timelimit": "01:00:00",
+        "State": state,
+        "ExitCode": "0:0",
+        "NNodes": "1",
+        "NCPUS": "4",
+        "ReqMem": "4G",
+        "AllocTRES": "cpu=4,gres/gpu=1,node=1",
+        "NodeList": "g1",
+        "Flags": "SchedMain",
+        "Priority": "1",
+        "Reason": "None",
+        "JobName": f"name{job_id}",
     }
     return US.join(values[n] for n in LIVE_FIELDS.split(","))
 
@@ -48,8 +67,11 @@ def env(tmp_path, monkeypatch):
         monkeypatch.delenv(var, raising=False)
     cfg = load_config(None, env={}).with_overrides(
         slurm={"bin_dir": str(FAKES), "timeout_seconds": 5.0},
-        collect={"sacct_window_seconds": 86400, "sacct_overlap_seconds": 3600,
-                 "sacct_initial_lookback_seconds": 86400},
+        collect={
+            "sacct_window_seconds": 86400,
+            "sacct_overlap_seconds": 3600,
+            "sacct_initial_lookback_seconds": 86400,
+        },
     )
 
     def set_output(data: bytes) -> None:
@@ -65,8 +87,9 @@ def lines(*rows: str, newline: bool = True) -> bytes:
 
 
 def last_run(con) -> tuple:
-    return con.execute("SELECT status, rows, quarantined, error FROM collector_runs ORDER BY run_id DESC LIMIT 1"
-                       ).fetchone()
+    return con.execute(
+        "SELECT status, rows, quarantined, error FROM collector_runs ORDER BY run_id DESC LIMIT 1"
+    ).fetchone()
 
 
 def test_untrusted_output_rules():

@@ -32,7 +32,9 @@ def test_controller_down_is_stored_as_down_not_as_a_failed_run(con, tmp_path):
     cfg = fake_scontrol(tmp_path, "Slurmctld(primary) at ctl1 is UP\n", 0)
     [up] = collect(con, cfg, "ping", now=NOW)
     assert up.status == "ok"
-    cfg = fake_scontrol(tmp_path, "Slurmctld(primary) at ctl1 is DOWN\n*****\n** RESTORE SLURMCTLD DAEMON TO SERVICE **\n", 1)
+    cfg = fake_scontrol(
+        tmp_path, "Slurmctld(primary) at ctl1 is DOWN\n*****\n** RESTORE SLURMCTLD DAEMON TO SERVICE **\n", 1
+    )
     [down] = collect(con, cfg, "ping", now=NOW.replace(minute=1))
     assert (down.status, down.rows) == ("ok", 1)
     assert pings(con) == [("ctl1", "primary", True), ("ctl1", "primary", False)]

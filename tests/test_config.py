@@ -27,7 +27,7 @@ def test_file_and_environment_overrides(tmp_path):
     [
         ('[cluster]\ntimezone = "Mars/Olympus"\n', "cluster.timezone", "IANA time zone"),
         ('[slurm]\ntimeout_seconds = "soon"\n', "slurm.timeout_seconds", "expects a number"),
-        ('[collect]\nsacct_overlap_seconds = -5\n', "collect.sacct_overlap_seconds", ">= 0"),
+        ("[collect]\nsacct_overlap_seconds = -5\n", "collect.sacct_overlap_seconds", ">= 0"),
         ('[cluster]\nnmae = "x"\n', "cluster.nmae", "unknown key"),
         ('[exporter]\nuser_labels = "maybe"\n', "exporter.user_labels", "true or false"),
     ],

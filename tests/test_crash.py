@@ -17,8 +17,10 @@ import pytest
 from slurmscope.db import applied_versions, connect, migrations
 
 FIX = Path(__file__).parent / "fixtures"
-XDMOD_FORMAT = ("jobid,jobidraw,cluster,partition,qos,account,group,gid,user,uid,submit,eligible,start,end,"
-                "elapsed,exitcode,state,nnodes,ncpus,reqcpus,reqmem,reqtres,alloctres,timelimit,nodelist,jobname")
+XDMOD_FORMAT = (
+    "jobid,jobidraw,cluster,partition,qos,account,group,gid,user,uid,submit,eligible,start,end,"
+    "elapsed,exitcode,state,nnodes,ncpus,reqcpus,reqmem,reqtres,alloctres,timelimit,nodelist,jobname"
+)
 SLURMSCOPE = [sys.executable, "-m", "slurmscope.cli"]
 # Tables whose content must not depend on how often a run was interrupted (load-time columns excluded).
 STATE_TABLES = {
@@ -37,8 +39,11 @@ class State(dict):
         return len(a) == len(b) and all(_same_row(x, y) for x, y in zip(a, b, strict=True))
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, State) and self.keys() == other.keys() and all(
-            self.same_table(other, t) for t in self)
+        return (
+            isinstance(other, State)
+            and self.keys() == other.keys()
+            and all(self.same_table(other, t) for t in self)
+        )
 
     __hash__ = None
 
@@ -48,8 +53,11 @@ class State(dict):
 
 def _same_row(x: tuple, y: tuple) -> bool:
     return len(x) == len(y) and all(
-        math.isclose(u, v, rel_tol=1e-9, abs_tol=1e-300) if isinstance(u, float) and isinstance(v, float) else u == v
-        for u, v in zip(x, y, strict=True))
+        math.isclose(u, v, rel_tol=1e-9, abs_tol=1e-300)
+        if isinstance(u, float) and isinstance(v, float)
+        else u == v
+        for u, v in zip(x, y, strict=True)
+    )
 
 
 def state_digest(db: Path, tables: dict[str, str]) -> State:
@@ -99,8 +107,21 @@ def test_kill_during_ingest_then_rerun_equals_uninterrupted(tmp_path):
     env = _env()
     src = FIX / "xdmod" / "pozidriv.log"
     ref = tmp_path / "ref.duckdb"
-    cmd = lambda db: [*SLURMSCOPE, "--db", str(db), "--cluster", "c", "ingest", "sacct", str(src),  # noqa: E731
-                      "--format", XDMOD_FORMAT]
+
+    def cmd(db):
+        return [
+            *SLURMSCOPE,
+            "--db",
+            str(db),
+            "--cluster",
+            "c",
+            "ingest",
+            "sacct",
+            str(src),  # noqa: E731
+            "--format",
+            XDMOD_FORMAT,
+        ]
+
     duration = run(cmd(ref), env)
     expected = state_digest(ref, STATE_TABLES)
     assert expected.count("jobs") == 11704
@@ -126,13 +147,21 @@ def _mart_tables(db: Path) -> dict[str, str]:
     """Every mart, ordered by all columns; bookkeeping columns that hold the wall clock are left out."""
     con = connect(db, read_only=True)
     try:
-        tables = [r[0] for r in con.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_name LIKE 'mart_%' ORDER BY 1").fetchall()]
+        tables = [
+            r[0]
+            for r in con.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_name LIKE 'mart_%' ORDER BY 1"
+            ).fetchall()
+        ]
         out = {}
         for t in tables:
-            cols = [r[0] for r in con.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
-                [t]).fetchall()]
+            cols = [
+                r[0]
+                for r in con.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
+                    [t],
+                ).fetchall()
+            ]
             keep = ", ".join(f'"{c}"' for c in cols if c not in {"updated_at", "issued_at", "computed_at"})
             out[t] = f"SELECT {keep} FROM {t} ORDER BY ALL"
         return out
@@ -148,8 +177,21 @@ def test_kill_during_pipelines_then_rerun_equals_uninterrupted(tmp_path):
     src = FIX / "xdmod" / "pozidriv.log"
     base = tmp_path / "base.duckdb"
     run([*SLURMSCOPE, "--db", str(base), "ingest", "sacct", str(src), "--format", XDMOD_FORMAT], env)
-    cmd = lambda db: [*SLURMSCOPE, "--db", str(db), "--cluster", "pozidriv", "pipelines", "run", "--full",  # noqa: E731
-                      "--now", NOW]
+
+    def cmd(db):
+        return [
+            *SLURMSCOPE,
+            "--db",
+            str(db),
+            "--cluster",
+            "pozidriv",
+            "pipelines",
+            "run",
+            "--full",
+            "--now",
+            NOW,
+        ]
+
     ref = tmp_path / "ref.duckdb"
     shutil.copy(base, ref)
     duration = run(cmd(ref), env)
@@ -167,7 +209,8 @@ def test_kill_during_pipelines_then_rerun_equals_uninterrupted(tmp_path):
         after_kill = state_digest(db, tables)
         for t in tables:
             assert after_kill.same_table(empty, t) or after_kill.same_table(expected, t), (
-                f"half-written {t} visible at kill point {i}")
+                f"half-written {t} visible at kill point {i}"
+            )
         run(cmd(db), env)
         assert state_digest(db, tables) == expected, f"kill point {i}"
     assert killed >= 3
@@ -187,10 +230,15 @@ def test_kill_during_collect_then_rerun_equals_uninterrupted(tmp_path):
     shutil.copy(FAKES / "sacct", bin_dir / "sacct")
     (bin_dir / "sacct").chmod(0o755)
     cfg = tmp_path / "c.toml"
-    cfg.write_text(f'[cluster]\nname = "pozidriv"\n[slurm]\nbin_dir = "{bin_dir}"\n'
-                   "[collect]\nsacct_initial_lookback_seconds = 172800\n")
+    cfg.write_text(
+        f'[cluster]\nname = "pozidriv"\n[slurm]\nbin_dir = "{bin_dir}"\n'
+        "[collect]\nsacct_initial_lookback_seconds = 172800\n"
+    )
     env = {**_env(), "FAKE_SACCT_OUTPUT": str(dump)}
-    cmd = lambda db: [*SLURMSCOPE, "--config", str(cfg), "--db", str(db), "collect", "sacct", "--once"]  # noqa: E731
+
+    def cmd(db):
+        return [*SLURMSCOPE, "--config", str(cfg), "--db", str(db), "collect", "sacct", "--once"]  # noqa: E731
+
     ref = tmp_path / "ref.duckdb"
     duration = run(cmd(ref), env)
     expected = state_digest(ref, STATE_TABLES)

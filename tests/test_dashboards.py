@@ -20,10 +20,33 @@ from slurmscope.exporter import INTERNAL
 
 ROOT = Path(__file__).resolve().parents[1]
 GENERATED = ROOT / "dashboards" / "generated"
-KNOWN = ({m.name for m in CATALOG} | {m.name for m in INTERNAL} | {r.record for r in RECORDING}
-         | {"ALERTS", "ALERTS_FOR_STATE"})
-FUNCS = {"sum", "max", "min", "avg", "count", "rate", "increase", "time", "vector", "by", "or", "and", "unless",
-         "on", "offset", "label_values", "avg_over_time", "group_left", "sort_desc"}
+KNOWN = (
+    {m.name for m in CATALOG}
+    | {m.name for m in INTERNAL}
+    | {r.record for r in RECORDING}
+    | {"ALERTS", "ALERTS_FOR_STATE"}
+)
+FUNCS = {
+    "sum",
+    "max",
+    "min",
+    "avg",
+    "count",
+    "rate",
+    "increase",
+    "time",
+    "vector",
+    "by",
+    "or",
+    "and",
+    "unless",
+    "on",
+    "offset",
+    "label_values",
+    "avg_over_time",
+    "group_left",
+    "sort_desc",
+}
 
 
 def test_committed_json_is_generated():
@@ -62,7 +85,7 @@ def test_queries_only_use_known_metrics_and_filter_by_cluster():
     for m in MODULES:
         board = json.loads(generate()[f"dashboards/{m.SLUG}.json"])
         for title, expr, _ in panel_queries(board):
-            assert '$cluster' in expr, (m.SLUG, title)
+            assert "$cluster" in expr, (m.SLUG, title)
             names = set(re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*(?=\s*[{\[(])", expr)) - FUNCS
             assert names <= KNOWN, (m.SLUG, title, names - KNOWN)
 

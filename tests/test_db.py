@@ -11,8 +11,21 @@ from slurmscope.db import applied_versions, connect, migrate, migrations, transa
 def test_fresh_database_has_every_migration_recorded(con):
     assert applied_versions(con) == [m.version for m in migrations()]
     tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
-    for t in ("jobs", "job_steps", "node_states", "shares", "sched_stats", "pending_jobs", "gpu_samples",
-              "gpu_events", "node_events", "reservations", "collector_runs", "quarantine", "watermarks"):
+    for t in (
+        "jobs",
+        "job_steps",
+        "node_states",
+        "shares",
+        "sched_stats",
+        "pending_jobs",
+        "gpu_samples",
+        "gpu_events",
+        "node_events",
+        "reservations",
+        "collector_runs",
+        "quarantine",
+        "watermarks",
+    ):
         assert t in tables
 
 
@@ -20,7 +33,9 @@ def test_database_made_by_migration_1_upgrades_in_place(db_path):
     c = duckdb.connect(str(db_path))
     applied = migrate(c, upto=1)
     assert applied == [1]
-    c.execute("INSERT INTO watermarks (cluster, collector, position) VALUES ('c', 'sacct', TIMESTAMPTZ '2024-01-01 00:00:00+00')")
+    c.execute(
+        "INSERT INTO watermarks (cluster, collector, position) VALUES ('c', 'sacct', TIMESTAMPTZ '2024-01-01 00:00:00+00')"
+    )
     c.close()
     c = connect(db_path)
     assert applied_versions(c) == [m.version for m in migrations()]
@@ -56,7 +71,9 @@ def test_upsert_replaces_by_natural_key(con):
     df = pl.DataFrame({"cluster": ["c", "c"], "collector": ["a", "b"]}).with_columns(position=ts)
     with transaction(con):
         upsert(con, spec, df)
-    df2 = pl.DataFrame({"cluster": ["c"], "collector": ["a"]}).with_columns(position=pl.datetime(2025, 1, 1, time_zone="UTC"))
+    df2 = pl.DataFrame({"cluster": ["c"], "collector": ["a"]}).with_columns(
+        position=pl.datetime(2025, 1, 1, time_zone="UTC")
+    )
     with transaction(con):
         upsert(con, spec, df2)
     rows = con.execute("SELECT collector, year(position) FROM watermarks ORDER BY 1").fetchall()
@@ -65,8 +82,13 @@ def test_upsert_replaces_by_natural_key(con):
 
 def test_upsert_keeps_the_last_row_of_a_key_repeated_within_one_load(con):
     spec = TableSpec("watermarks", ("cluster", "collector"))
-    df = pl.DataFrame({"cluster": ["c", "c", "c"], "collector": ["a", "b", "a"],
-                       "position": ["2023-01-01", "2024-01-01", "2025-01-01"]})
+    df = pl.DataFrame(
+        {
+            "cluster": ["c", "c", "c"],
+            "collector": ["a", "b", "a"],
+            "position": ["2023-01-01", "2024-01-01", "2025-01-01"],
+        }
+    )
     df = df.with_columns(pl.col("position").str.to_datetime("%Y-%m-%d", time_zone="UTC"))
     with transaction(con):
         assert upsert(con, spec, df) == 2
@@ -75,8 +97,10 @@ def test_upsert_keeps_the_last_row_of_a_key_repeated_within_one_load(con):
 
 
 def test_load_is_one_transaction_with_its_run_record(con):
-    bad = Parsed(tables={"watermarks": pl.DataFrame({"collector": ["a"], "position": [None]})},
-                 quarantine=quarantine_frame())
+    bad = Parsed(
+        tables={"watermarks": pl.DataFrame({"collector": ["a"], "position": [None]})},
+        quarantine=quarantine_frame(),
+    )
     run = RunRecord(cluster="c", collector="t", source="unit")
     with pytest.raises(duckdb.Error):
         load(con, bad, {"watermarks": TableSpec("watermarks", ("cluster", "collector"))}, run)
@@ -86,7 +110,12 @@ def test_load_is_one_transaction_with_its_run_record(con):
 def test_quarantine_reingest_is_a_noop(con):
     q = quarantine_frame([{"line_no": 3, "raw_text": "x|y", "raw_bytes": None, "reason": "bad field count"}])
     for _ in range(2):
-        load(con, Parsed(quarantine=q), {}, RunRecord(cluster="c", collector="sacct", source="sacct:f"),
-             content=b"same input")
+        load(
+            con,
+            Parsed(quarantine=q),
+            {},
+            RunRecord(cluster="c", collector="sacct", source="sacct:f"),
+            content=b"same input",
+        )
     assert con.execute("SELECT count(*) FROM quarantine").fetchone()[0] == 1
     assert con.execute("SELECT count(*) FROM collector_runs").fetchone()[0] == 2

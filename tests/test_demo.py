@@ -88,11 +88,15 @@ def test_attempts_per_requeued_job(demo_run):
     assert requeues, "the CI demo should requeue at least one job"
     con = demo_run.connect()
     try:
-        got = dict(con.execute(
-            "SELECT job_id_raw, count(*) FROM jobs GROUP BY job_id_raw HAVING count(*) > 1").fetchall())
+        got = dict(
+            con.execute(
+                "SELECT job_id_raw, count(*) FROM jobs GROUP BY job_id_raw HAVING count(*) > 1"
+            ).fetchall()
+        )
         attempts = con.execute(
             "SELECT job_id_raw, list(attempt ORDER BY submit_time) FROM jobs GROUP BY job_id_raw"
-            " HAVING count(*) > 1").fetchall()
+            " HAVING count(*) > 1"
+        ).fetchall()
     finally:
         con.close()
     assert got == {j: n + 1 for j, n in requeues.items()}
@@ -112,9 +116,12 @@ def test_gpu_seconds_per_account(demo_run):
             expected[account[raw]] += gpus[raw] * (sim_end - _t(s["t"]))
     con = demo_run.connect()
     try:
-        got = dict(con.execute(
-            "SELECT account, sum(gpus * elapsed_seconds) FROM jobs WHERE start_time IS NOT NULL"
-            " GROUP BY account HAVING sum(gpus * elapsed_seconds) > 0").fetchall())
+        got = dict(
+            con.execute(
+                "SELECT account, sum(gpus * elapsed_seconds) FROM jobs WHERE start_time IS NOT NULL"
+                " GROUP BY account HAVING sum(gpus * elapsed_seconds) > 0"
+            ).fetchall()
+        )
     finally:
         con.close()
     assert got == {a: v for a, v in expected.items() if v > 0}
@@ -126,8 +133,11 @@ def test_jobs_started_by_backfill(demo_run):
     assert by["backfill"] > 0 and by["main"] > 0 and by["submit"] > 0
     con = demo_run.connect()
     try:
-        got = dict(con.execute("SELECT sched_by, count(*) FROM jobs WHERE sched_by IS NOT NULL"
-                               " GROUP BY sched_by").fetchall())
+        got = dict(
+            con.execute(
+                "SELECT sched_by, count(*) FROM jobs WHERE sched_by IS NOT NULL GROUP BY sched_by"
+            ).fetchall()
+        )
     finally:
         con.close()
     assert got == dict(by)
@@ -138,7 +148,9 @@ def test_backfill_never_delays_a_reservation(demo_run):
     cycle (for a higher-priority job) is expected to end (start + time limit) by the reserved start."""
     events = demo_run.events()
     reservations = [e for e in events if e["type"] == "bf_reservation"]
-    starts = {(e["job_id_raw"], e["t"]): e for e in events if e["type"] == "start" and e["sched_by"] == "backfill"}
+    starts = {
+        (e["job_id_raw"], e["t"]): e for e in events if e["type"] == "start" and e["sched_by"] == "backfill"
+    }
     bf = [e for e in events if e["type"] == "backfill_start"]
     assert reservations and bf
     checked = 0
@@ -191,7 +203,7 @@ def test_report_month_is_the_last_full_month_in_the_period():
 
     assert last_full_month(d("2026-11-01T00:00:00"), d("2026-12-01T00:00:00")) == "2026-11"
     assert last_full_month(d("2026-11-15T00:00:00"), d("2027-01-03T00:00:00")) == "2026-12"
-    assert last_full_month(d("2026-11-01T00:00:00"), d("2026-11-04T00:00:00")) == "2026-11"   # no full month
+    assert last_full_month(d("2026-11-01T00:00:00"), d("2026-11-04T00:00:00")) == "2026-11"  # no full month
     assert last_full_month(d("2026-10-31T12:00:00"), d("2026-12-01T00:00:00")) == "2026-11"
 
 

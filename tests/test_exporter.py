@@ -55,10 +55,22 @@ def test_gpus_and_nodes_at_end(history, cfg):
     assert value(s, "slurmscope_gpus", partition="gpu", gpu_model="h100", state="down") == 16
     assert value(s, "slurmscope_node_down", node="g03") == 1
     assert value(s, "slurmscope_node_down", node="g04") == 0
-    assert value(s, "slurmscope_node_state_info", node="g04", partition="gpu", state="drain",
-                 state_raw="drained", reason="xid 79 RMA") == 1
-    assert value(s, "slurmscope_node_unavailable_since_timestamp_seconds", node="g04", state="drain") == \
-        (END - timedelta(hours=30)).timestamp()
+    assert (
+        value(
+            s,
+            "slurmscope_node_state_info",
+            node="g04",
+            partition="gpu",
+            state="drain",
+            state_raw="drained",
+            reason="xid 79 RMA",
+        )
+        == 1
+    )
+    assert (
+        value(s, "slurmscope_node_unavailable_since_timestamp_seconds", node="g04", state="drain")
+        == (END - timedelta(hours=30)).timestamp()
+    )
     assert value(s, "slurmscope_node_events_total", node="g01", state="drain") == 3
     assert value(s, "slurmscope_node_events_total", node="g02", state="down") == 0  # initialised at 0
 
@@ -73,13 +85,27 @@ def test_jobs_queue_and_scheduler(history, cfg):
     assert value(s, "slurmscope_jobs_pending", partition="gpu", account="a", reason="Priority") == 2
     assert value(s, "slurmscope_jobs_pending", partition="gpu", account="a", reason="Resources") == 1
     assert value(s, "slurmscope_gpus_pending", partition="gpu", account="a") == 24
-    assert value(s, "slurmscope_pending_oldest_submit_timestamp_seconds", partition="gpu", account="b") == \
-        (END - timedelta(hours=20)).timestamp()
+    assert (
+        value(s, "slurmscope_pending_oldest_submit_timestamp_seconds", partition="gpu", account="b")
+        == (END - timedelta(hours=20)).timestamp()
+    )
     assert value(s, "slurmscope_sdiag_backfill_last_cycle_seconds") == 0.25
-    assert value(s, "slurmscope_sdiag_backfill_last_cycle_timestamp_seconds") == \
-        (END - timedelta(minutes=40)).timestamp()
-    assert value(s, "slurmscope_job_wait_seconds", partition="gpu", account="a", gpu_class="5-8",
-                 gpu_model="h100", percentile="90") == 3000
+    assert (
+        value(s, "slurmscope_sdiag_backfill_last_cycle_timestamp_seconds")
+        == (END - timedelta(minutes=40)).timestamp()
+    )
+    assert (
+        value(
+            s,
+            "slurmscope_job_wait_seconds",
+            partition="gpu",
+            account="a",
+            gpu_class="5-8",
+            gpu_model="h100",
+            percentile="90",
+        )
+        == 3000
+    )
     # 288 sdiag deltas of 15 minutes in three days, 5 starts each.
     assert value(s, "slurmscope_scheduler_jobs_total", event="started") == 288 * 5
 
@@ -89,13 +115,31 @@ def test_collectors_fairshare_gpu_and_cost(history, cfg):
     assert value(s, "slurmscope_collector_success", collector="sshare") == 0
     assert value(s, "slurmscope_collector_success", collector="sinfo") == 1
     # sacct runs every 5 minutes from START and stopped 2 h before END; the last run finished 2 s after it started.
-    assert value(s, "slurmscope_collector_last_success_timestamp_seconds", collector="sacct") == \
-        (END - timedelta(hours=2, minutes=5) + timedelta(seconds=2)).timestamp()
+    assert (
+        value(s, "slurmscope_collector_last_success_timestamp_seconds", collector="sacct")
+        == (END - timedelta(hours=2, minutes=5) + timedelta(seconds=2)).timestamp()
+    )
     assert value(s, "slurmscope_fairshare_effective_usage_ratio", account="b") == pytest.approx(0.1)
-    assert value(s, "slurmscope_gpu_throttle_ratio", node="g02", gpu="3", gpu_model="h100", source="central") == 0.5
-    assert value(s, "slurmscope_gpu_row_remap_failed", node="g02", gpu="5", gpu_model="h100", source="central") == 1
-    assert value(s, "slurmscope_gpu_ecc_errors_total", node="g01", gpu="0", gpu_model="h100", type="uncorrected",
-                 source="central") == 1
+    assert (
+        value(s, "slurmscope_gpu_throttle_ratio", node="g02", gpu="3", gpu_model="h100", source="central")
+        == 0.5
+    )
+    assert (
+        value(s, "slurmscope_gpu_row_remap_failed", node="g02", gpu="5", gpu_model="h100", source="central")
+        == 1
+    )
+    assert (
+        value(
+            s,
+            "slurmscope_gpu_ecc_errors_total",
+            node="g01",
+            gpu="0",
+            gpu_model="h100",
+            type="uncorrected",
+            source="central",
+        )
+        == 1
+    )
     assert value(s, "slurmscope_node_gpus_visible", node="g02") == 7
     assert value(s, "slurmscope_gpu_xid_events_total", node="g02", xid="79", source="central") == 1
     assert value(s, "slurmscope_gpu_lost_events_total", node="g02", source="central") == 1
@@ -106,11 +150,13 @@ def test_collectors_fairshare_gpu_and_cost(history, cfg):
 
 def test_render_describes_the_past_instant(history, cfg):
     s = samples(render(history, cfg, END - timedelta(hours=3, minutes=30)))
-    assert value(s, "slurmscope_node_down", node="g03") == 0          # g03 went down 2 h before END
+    assert value(s, "slurmscope_node_down", node="g03") == 0  # g03 went down 2 h before END
     assert value(s, "slurmscope_job_requeues_total", partition="gpu", account="a") == 0
-    assert ("slurmscope_jobs_pending", frozenset({"cluster": "c1", "partition": "gpu", "account": "a",
-                                                 "reason": "Priority"}.items())) not in s
-    assert "slurmscope_gpu_seconds_total" not in names(s)               # counters updated 10 min before END
+    assert (
+        "slurmscope_jobs_pending",
+        frozenset({"cluster": "c1", "partition": "gpu", "account": "a", "reason": "Priority"}.items()),
+    ) not in s
+    assert "slurmscope_gpu_seconds_total" not in names(s)  # counters updated 10 min before END
     assert value(s, "slurmscope_node_events_total", node="g01", state="drain") == 2  # the 5 h and 4 h events
 
 
@@ -156,9 +202,13 @@ def test_history_export_is_openmetrics_with_shifted_timestamps(history, cfg):
     assert [(float(s.timestamp), s.value) for s in down] == [
         ((END + shift - timedelta(hours=1)).timestamp(), 1.0),
         ((END + shift - timedelta(minutes=30)).timestamp(), 1.0),
-        ((END + shift).timestamp(), 1.0)]
-    since = [s.value for s in fams["slurmscope_node_unavailable_since_timestamp_seconds"].samples
-             if s.labels["node"] == "g04"]
+        ((END + shift).timestamp(), 1.0),
+    ]
+    since = [
+        s.value
+        for s in fams["slurmscope_node_unavailable_since_timestamp_seconds"].samples
+        if s.labels["node"] == "g04"
+    ]
     assert since == [(END + shift - timedelta(hours=30)).timestamp()] * 3
 
 
@@ -239,12 +289,33 @@ def test_history_command_writes_a_backfill_file(tmp_path, db_path):
     cfg_file.write_text('[cluster]\nname = "c1"\n')
     out = tmp_path / "h.om"
     start = (END - timedelta(hours=1)).isoformat()
-    assert _main(["history", "--db", str(db_path), "--config", str(cfg_file), "--start", start,
-                  "--end", END.isoformat(), "--step", "1800", "--out", str(out)]) == 0
+    assert (
+        _main(
+            [
+                "history",
+                "--db",
+                str(db_path),
+                "--config",
+                str(cfg_file),
+                "--start",
+                start,
+                "--end",
+                END.isoformat(),
+                "--step",
+                "1800",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     fams = {f.name: f for f in parse_openmetrics(out.read_text())}
     times = sorted({float(s.timestamp) for s in fams["slurmscope_nodes"].samples})
-    assert times == [(END - timedelta(hours=1)).timestamp(), (END - timedelta(minutes=30)).timestamp(),
-                     END.timestamp()]
+    assert times == [
+        (END - timedelta(hours=1)).timestamp(),
+        (END - timedelta(minutes=30)).timestamp(),
+        END.timestamp(),
+    ]
 
 
 def test_gzip_when_asked_compressed_once_per_render():
@@ -258,8 +329,8 @@ def test_gzip_when_asked_compressed_once_per_render():
         assert status == 200 and headers["Content-Encoding"] == "gzip"
         assert gzip.decompress(got) == bodies[0] and len(got) < len(bodies[0]) / 10
         first = server.gzipped(bodies[0])
-        assert server.gzipped(bodies[0]) is first          # not recompressed for the same render
-        bodies[0] = b"x 2.0\n"                             # a new render
+        assert server.gzipped(bodies[0]) is first  # not recompressed for the same render
+        bodies[0] = b"x 2.0\n"  # a new render
         status, got, _ = _get(url, {"Accept-Encoding": "gzip"})
         assert gzip.decompress(got) == b"x 2.0\n"
         status, got, headers = _get(url)

@@ -29,7 +29,7 @@ from slurmscope.config import load_config
 from slurmscope.db import applied_versions, connect, migrations
 from slurmscope.scheduler import Service
 
-T0 = 1_800_000_000.0          # 2027-01-15T08:00:00Z, hour aligned
+T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z, hour aligned
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm-22.05"
 
 
@@ -47,8 +47,12 @@ def tmpfs():
         if shutil.which("mount") is None:
             pytest.skip("no mount binary: the full/read-only file system cannot be made for real")
         path.mkdir(parents=True, exist_ok=True)
-        res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                             capture_output=True, text=True, check=False)
+        res = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if res.returncode != 0:
             pytest.skip(f"mounting a tmpfs is not permitted here ({res.stderr.strip()}); needs root")
         mounted.append(path)
@@ -60,8 +64,9 @@ def tmpfs():
 
 
 def remount(path: Path, mode: str) -> None:
-    res = subprocess.run(["mount", "-o", f"remount,{mode}", str(path)], capture_output=True, text=True,
-                         check=False)
+    res = subprocess.run(
+        ["mount", "-o", f"remount,{mode}", str(path)], capture_output=True, text=True, check=False
+    )
     if res.returncode != 0:
         pytest.skip(f"remount {mode} not permitted: {res.stderr.strip()}")
 
@@ -93,8 +98,15 @@ class Node:
         gpus = [{"model": "h100", "state": "load", "count": 2}]
         self.fake = fake_from_spec({"gpus": gpus, "start": T0}, clock=lambda: self.t[0], sleep=self.advance)
         self.spool = spool
-        self.agent = Agent(self.fake, node="gpu01", spool_dir=spool, mapping_dir=None, interval=10,
-                           clock=lambda: self.t[0], sleep=self.advance)
+        self.agent = Agent(
+            self.fake,
+            node="gpu01",
+            spool_dir=spool,
+            mapping_dir=None,
+            interval=10,
+            clock=lambda: self.t[0],
+            sleep=self.advance,
+        )
 
     def advance(self, s: float) -> None:
         self.t[0] += s
@@ -144,7 +156,7 @@ def sha(p: Path) -> str:
 
 
 def test_spool_full_agent_keeps_running_reports_and_loses_nothing(tmp_path, tmpfs):
-    end = T0 + 4500                                       # 75 minutes: crosses the hourly file close
+    end = T0 + 4500  # 75 minutes: crosses the hourly file close
     ref = Node(tmp_path / "ref")
     ref.run_until(end)
     ref.agent.close(ref.t[0])
@@ -153,15 +165,15 @@ def test_spool_full_agent_keeps_running_reports_and_loses_nothing(tmp_path, tmpf
 
     spool = tmpfs(tmp_path / "spool", "1m")
     node = Node(spool)
-    node.run_until(T0 + 3000)                             # 50 minutes spooled into the journal
+    node.run_until(T0 + 3000)  # 50 minutes spooled into the journal
     journal = node.agent.journal.path
     before = journal.read_bytes()
     assert node.metric("slurmscope_agent_spool_write_errors_total") == 0
 
     filler = fill(spool)
     ticks = node.agent.stats["ticks"]
-    node.run_until(T0 + 4200)                             # 20 minutes with the disk full, hour close included
-    assert node.agent.stats["ticks"] == ticks + 120       # it kept sampling every round
+    node.run_until(T0 + 4200)  # 20 minutes with the disk full, hour close included
+    assert node.agent.stats["ticks"] == ticks + 120  # it kept sampling every round
     assert node.agent.stats["spool_write_errors"] > 0
     assert node.metric("slurmscope_agent_spool_write_errors_total") > 0
     assert node.metric("slurmscope_agent_spool_pending_records") > 0
@@ -170,7 +182,7 @@ def test_spool_full_agent_keeps_running_reports_and_loses_nothing(tmp_path, tmpf
     assert journal.read_bytes().endswith(b"\n")
     assert not list(spool.glob(".tmp-*")) and not closed_files(spool)
 
-    filler.unlink()                                       # space comes back: the held records go out
+    filler.unlink()  # space comes back: the held records go out
     node.run_until(end)
     assert node.metric("slurmscope_agent_spool_pending_records") == 0
     node.agent.close(node.t[0])
@@ -196,7 +208,7 @@ def test_spool_read_only_agent_keeps_running_and_spooled_files_survive(tmp_path,
     remount(spool, "ro")
     node = Node(spool)
     assert node.agent.recover() == []
-    node.run_until(T0 + 600)                              # 10 minutes on a read-only spool
+    node.run_until(T0 + 600)  # 10 minutes on a read-only spool
     assert node.agent.stats["ticks"] == 60
     assert node.agent.stats["spool_write_errors"] >= 60
     assert node.metric("slurmscope_agent_spool_write_errors_total") >= 60
@@ -233,7 +245,11 @@ def expected_nodes() -> int:
 
 
 def crashes(caplog, kind: str) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name == "slurmscope.serve" and r.getMessage() == f"collector {kind} crashed"]
+    return [
+        r
+        for r in caplog.records
+        if r.name == "slurmscope.serve" and r.getMessage() == f"collector {kind} crashed"
+    ]
 
 
 def test_serve_job_fails_cleanly_while_another_process_holds_the_database(tmp_path, caplog):
@@ -241,18 +257,26 @@ def test_serve_job_fails_cleanly_while_another_process_holds_the_database(tmp_pa
     connect(db).close()
     service = Service(config=serve_config(tmp_path), db_path=str(db))
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import duckdb, sys; c = duckdb.connect(sys.argv[1]); print('held', flush=True);"
-                               " sys.stdin.read()", str(db)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import duckdb, sys; c = duckdb.connect(sys.argv[1]); print('held', flush=True);"
+            " sys.stdin.read()",
+            str(db),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         caplog.set_level(logging.INFO, logger="slurmscope.serve")
-        service.run_collector("sinfo")                    # must return, not raise, not hang
+        service.run_collector("sinfo")  # must return, not raise, not hang
         (rec,) = crashes(caplog, "sinfo")
         assert rec.exc_info and "lock" in str(rec.exc_info[1]).lower()
         assert service.metrics == b"" and not service.dirty
         service.dirty = True
-        service.run_pipelines()                           # also refused; stays due for the next slot
+        service.run_pipelines()  # also refused; stays due for the next slot
         assert service.dirty
         assert any("pipelines failed" in r.getMessage() for r in caplog.records)
     finally:
@@ -260,7 +284,7 @@ def test_serve_job_fails_cleanly_while_another_process_holds_the_database(tmp_pa
         holder.wait(timeout=30)
     caplog.clear()
     service.dirty = False
-    service.run_collector("sinfo")                        # the lock is gone: the next slot just works
+    service.run_collector("sinfo")  # the lock is gone: the next slot just works
     assert not crashes(caplog, "sinfo")
     assert b"slurmscope_" in service.metrics and service.dirty
     con = connect(db, read_only=True)
@@ -279,15 +303,18 @@ def test_serve_and_ingest_on_a_full_disk_fail_clearly_and_corrupt_nothing(tmp_pa
     db = disk / "s.duckdb"
     service = Service(config=serve_config(tmp_path), db_path=str(db))
     caplog.set_level(logging.INFO, logger="slurmscope.serve")
-    service.run_collector("sinfo")                        # prior data
+    service.run_collector("sinfo")  # prior data
     assert not crashes(caplog, "sinfo")
     nodes = expected_nodes()
 
     filler = fill(disk)
     caplog.clear()
-    service.run_collector("sinfo")                        # returns; the job's outcome names the cause
-    said = [r.getMessage() + str(r.exc_info[1] if r.exc_info else "") for r in caplog.records
-            if r.name == "slurmscope.serve"]
+    service.run_collector("sinfo")  # returns; the job's outcome names the cause
+    said = [
+        r.getMessage() + str(r.exc_info[1] if r.exc_info else "")
+        for r in caplog.records
+        if r.name == "slurmscope.serve"
+    ]
     assert any(m.startswith("collector sinfo") and "No space left on device" in m for m in said), said
 
     # the CLI ingest of a new day on the same full disk: an error exit naming the cause
@@ -308,7 +335,7 @@ def test_serve_and_ingest_on_a_full_disk_fail_clearly_and_corrupt_nothing(tmp_pa
 
     filler.unlink()
     caplog.clear()
-    service.run_collector("sinfo")                        # space back: the next slot succeeds
+    service.run_collector("sinfo")  # space back: the next slot succeeds
     assert not crashes(caplog, "sinfo")
     result = CliRunner().invoke(main, ["--db", str(db), "ingest", "sacct", str(day)])
     assert result.exit_code == 0, result.output
@@ -327,22 +354,43 @@ def sacct_lines(first_id: int, n: int) -> bytes:
     names = LIVE_FIELDS.split(",")
     rows = ["\x1f".join(names)]
     for i in range(first_id, first_id + n):
-        v = {"JobID": str(i), "JobIDRaw": str(i), "Cluster": "c", "Partition": "gpu", "QOS": "normal",
-             "Account": "ml", "User": f"u{i % 50}", "UID": str(1000 + i % 50), "Submit": "2026-11-01T00:00:00",
-             "Eligible": "2026-11-01T00:00:00", "Start": "2026-11-01T00:01:00", "End": "2026-11-01T01:01:00",
-             "Elapsed": "01:00:00", "Timelimit": "02:00:00", "State": "COMPLETED", "ExitCode": "0:0",
-             "NNodes": "1", "NCPUS": "8", "ReqMem": "16G", "AllocTRES": "cpu=8,gres/gpu=2,mem=16G,node=1",
-             "NodeList": f"g{i % 100:03d}", "Flags": "SchedMain", "Priority": "1000", "Reason": "None",
-             "JobName": f"train-{uuid.UUID(int=i).hex[:8]}"}
+        v = {
+            "JobID": str(i),
+            "JobIDRaw": str(i),
+            "Cluster": "c",
+            "Partition": "gpu",
+            "QOS": "normal",
+            "Account": "ml",
+            "User": f"u{i % 50}",
+            "UID": str(1000 + i % 50),
+            "Submit": "2026-11-01T00:00:00",
+            "Eligible": "2026-11-01T00:00:00",
+            "Start": "2026-11-01T00:01:00",
+            "End": "2026-11-01T01:01:00",
+            "Elapsed": "01:00:00",
+            "Timelimit": "02:00:00",
+            "State": "COMPLETED",
+            "ExitCode": "0:0",
+            "NNodes": "1",
+            "NCPUS": "8",
+            "ReqMem": "16G",
+            "AllocTRES": "cpu=8,gres/gpu=2,mem=16G,node=1",
+            "NodeList": f"g{i % 100:03d}",
+            "Flags": "SchedMain",
+            "Priority": "1000",
+            "Reason": "None",
+            "JobName": f"train-{uuid.UUID(int=i).hex[:8]}",
+        }
         rows.append("\x1f".join(v[k] for k in names))
     return ("\n".join(rows) + "\n").encode()
 
 
-
-AGENT = ("import logging, sys; logging.basicConfig(level=logging.INFO); from slurmscope.config import load_config;"
-         " from slurmscope.collectors.nvml import run_agent; run_agent(load_config(None, env={}), port=0,"
-         " spool=sys.argv[1], interval=1, fake=sys.argv[2], address='127.0.0.1', node='gpu01',"
-         " kmsg_path=sys.argv[3], flush_seconds=1)")
+AGENT = (
+    "import logging, sys; logging.basicConfig(level=logging.INFO); from slurmscope.config import load_config;"
+    " from slurmscope.collectors.nvml import run_agent; run_agent(load_config(None, env={}), port=0,"
+    " spool=sys.argv[1], interval=1, fake=sys.argv[2], address='127.0.0.1', node='gpu01',"
+    " kmsg_path=sys.argv[3], flush_seconds=1)"
+)
 
 
 @pytest.mark.slow  # starts two real agent processes (~15-30 s on a loaded 2-core machine)
@@ -355,7 +403,7 @@ def test_agent_process_starts_on_a_read_only_spool_with_a_journal_left_behind(tm
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"gpus": [{"model": "h100", "state": "load", "count": 2}]}))
     spool = tmpfs(tmp_path / "spool", "1m")
-    killed = SpoolJournal(spool, "gpu01")            # what a SIGKILLed agent leaves: an open journal
+    killed = SpoolJournal(spool, "gpu01")  # what a SIGKILLed agent leaves: an open journal
     killed.open(T0)
     left = Node(tmp_path / "src").agent
     assert left._init(T0)
@@ -367,8 +415,11 @@ def test_agent_process_starts_on_a_read_only_spool_with_a_journal_left_behind(tm
     remount(spool, "ro")
 
     def start(log: Path):
-        return subprocess.Popen([sys.executable, "-c", AGENT, str(spool), str(spec), str(tmp_path / "no-kmsg")],
-                                cwd=tmp_path, stderr=log.open("w"))
+        return subprocess.Popen(
+            [sys.executable, "-c", AGENT, str(spool), str(spec), str(tmp_path / "no-kmsg")],
+            cwd=tmp_path,
+            stderr=log.open("w"),
+        )
 
     def wait_for(pred) -> None:
         deadline = time.monotonic() + 60
@@ -385,12 +436,12 @@ def test_agent_process_starts_on_a_read_only_spool_with_a_journal_left_behind(tm
     a = start(log_a)
     try:
         wait_for(lambda: log_a.read_text().count("agent on") and a.poll() is None)
-        time.sleep(3)                                  # a few sampling rounds on the read-only spool
-        assert a.poll() is None, log_a.read_text()     # still running
+        time.sleep(3)  # a few sampling rounds on the read-only spool
+        assert a.poll() is None, log_a.read_text()  # still running
     finally:
         err = stop(a, log_a)
     assert "cannot close the spool journals" in err and "cannot write the spool" in err
-    assert killed.path.read_bytes() == journal_bytes   # untouched, waiting for a writable start
+    assert killed.path.read_bytes() == journal_bytes  # untouched, waiting for a writable start
 
     remount(spool, "rw")
     log_b = tmp_path / "b.log"
@@ -401,7 +452,7 @@ def test_agent_process_starts_on_a_read_only_spool_with_a_journal_left_behind(tm
     finally:
         stop(b, log_b)
     files = closed_files(spool)
-    assert not killed.path.exists() and len(files) >= 2   # the recovered journal + this run's file
+    assert not killed.path.exists() and len(files) >= 2  # the recovered journal + this run's file
     recovered = read_spool_bytes((spool / killed.name).read_bytes())
     assert [r for _, r in recovered.records] == records
 
@@ -412,14 +463,14 @@ def test_stop_on_a_full_spool_keeps_the_journal_for_the_next_start(tmp_path, tmp
     spool = tmpfs(tmp_path / "spool", "1m")
     node = Node(spool)
     node.run_until(T0 + 600)
-    written = list(node.agent.journal.records)        # everything appended (and fsynced) so far
+    written = list(node.agent.journal.records)  # everything appended (and fsynced) so far
     # ticks at T0 .. T0+590: minutes 0-8 are complete (minute 9 closes at the T0+600 tick): 2 GPUs x 9
     assert len([r for r in written if r["type"] == "sample"]) == 2 * 9
     journal = node.agent.journal.path
     filler = fill(spool)
     node.run_until(T0 + 900)
-    assert node.agent.close(node.t[0]) is None        # a graceful stop on a full disk: logged, not raised
+    assert node.agent.close(node.t[0]) is None  # a graceful stop on a full disk: logged, not raised
     assert journal.exists() and not closed_files(spool)
     filler.unlink()
-    (out,) = SpoolJournal.recover(spool)              # what the next start does
+    (out,) = SpoolJournal.recover(spool)  # what the next start does
     assert [r for _, r in read_spool_bytes(out.read_bytes()).records] == written

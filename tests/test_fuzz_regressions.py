@@ -18,8 +18,14 @@ def _sacct(text: str):
     return sacct.parse(text.encode(), cluster="c", snapshot_time=SNAP, tz=UTC, source="t")
 
 
-def _job(job: int, *, ncpus: str = "8", elapsed: str = "00:01:00", submit: str = "2026-10-01T10:00:00",
-         state: str = "COMPLETED") -> str:
+def _job(
+    job: int,
+    *,
+    ncpus: str = "8",
+    elapsed: str = "00:01:00",
+    submit: str = "2026-10-01T10:00:00",
+    state: str = "COMPLETED",
+) -> str:
     return f"{job}|{job}|gpu|acct|alice|{submit}|||{elapsed}|{state}|0:0|{ncpus}|cpu=8|n1|train"
 
 
@@ -45,8 +51,16 @@ def test_sacct_quarantine_keeps_the_line_as_printed():
 def test_sacct_huge_elapsed_is_null_not_a_failed_parse_or_a_wrapped_number():
     # 99999999999999999999 bare minutes is beyond Int64: building the column raised and lost the whole
     # output; 9999999999999999:00:00 wrapped around in Int64 arithmetic to a negative duration.
-    parsed = _sacct(HEADER + "\n" + _job(7, elapsed="99999999999999999999") + "\n"
-                    + _job(8, elapsed="9999999999999999:00:00") + "\n" + _job(9, elapsed="1-00:00:01") + "\n")
+    parsed = _sacct(
+        HEADER
+        + "\n"
+        + _job(7, elapsed="99999999999999999999")
+        + "\n"
+        + _job(8, elapsed="9999999999999999:00:00")
+        + "\n"
+        + _job(9, elapsed="1-00:00:01")
+        + "\n"
+    )
     assert parsed.quarantine.height == 0
     got = {r["job_id_raw"]: r["elapsed_seconds"] for r in parsed.tables["jobs"].iter_rows(named=True)}
     assert got == {7: None, 8: None, 9: 86401}
@@ -55,8 +69,16 @@ def test_sacct_huge_elapsed_is_null_not_a_failed_parse_or_a_wrapped_number():
 def test_duration_columns_near_the_int64_edge_are_exact():
     import polars as pl
 
-    df = pl.DataFrame({"e": ["153722867280912930:07", "2562047788015215:30:07", "2562047788015216:00:00",
-                             "106751991167-00:00:00"]})
+    df = pl.DataFrame(
+        {
+            "e": [
+                "153722867280912930:07",
+                "2562047788015215:30:07",
+                "2562047788015216:00:00",
+                "106751991167-00:00:00",
+            ]
+        }
+    )
     out = parse_duration_columns(df, {"s": "e"})["s"].to_list()
     # by hand: 153722867280912930*60 + 7 = 2**63-1 and 2562047788015215*3600 + 30*60 + 7 = 2**63-1 (the
     # largest values that fit); a day count too large for the vectorised path is still exact
@@ -70,23 +92,26 @@ def test_sdiag_epoch_beyond_the_calendar_is_a_bad_date_not_an_exception():
     # atheris mutated a real sdiag capture's "(epoch)" into 17 digits: fromtimestamp raised out of parse().
     from slurmscope.collectors import sdiag
 
-    text = ("sdiag output at Wed Dec 02 13:57:41 2026 (1796219861)\n"
-            "Data since      Wed Dec 02 13:56:59 2026 (17962198196219819)\n"
-            "Jobs submitted: 3\n")
+    text = (
+        "sdiag output at Wed Dec 02 13:57:41 2026 (1796219861)\n"
+        "Data since      Wed Dec 02 13:56:59 2026 (17962198196219819)\n"
+        "Jobs submitted: 3\n"
+    )
     parsed = sdiag.parse(text.encode(), cluster="c", snapshot_time=SNAP, tz=UTC)
-    assert parsed.quarantine.to_dicts() == [{"line_no": 2, "raw_text": text.splitlines()[1], "raw_bytes": None,
-                                              "reason": "sdiag: bad date"}]
+    assert parsed.quarantine.to_dicts() == [
+        {"line_no": 2, "raw_text": text.splitlines()[1], "raw_bytes": None, "reason": "sdiag: bad date"}
+    ]
     row = parsed.tables["sched_stats"].row(0, named=True)
     assert row["snapshot_time"] == datetime.fromtimestamp(1796219861, UTC) and row["jobs_submitted"] == 3
     assert row["data_since"] is None
+
+
 def test_sacct_cpu_count_beyond_int32_does_not_lose_the_whole_output():
     # A strict Int32 cast made the whole parse fail, so every line (the good one too) went to quarantine.
     parsed = _sacct(HEADER + "\n" + _job(7, ncpus="2147483648") + "\n" + _job(8) + "\n")
     assert parsed.quarantine.height == 0
     jobs = {r["job_id_raw"]: r["cpus"] for r in parsed.tables["jobs"].iter_rows(named=True)}
     assert jobs == {7: None, 8: 8}  # unreadable as Int32, like a non-number; the neighbour is untouched
-
-
 
 
 def test_hostlist_whose_bracket_groups_multiply_past_the_limit_is_refused():
@@ -102,5 +127,7 @@ def test_hostlist_whose_bracket_groups_multiply_past_the_limit_is_refused():
     except ValueError as exc:
         assert "more than 1,000,000 names" in str(exc)
     line = "c|n|x[0-999]y[0-999]z[0-9]|2026-10-01T10:00:00|Unknown|DOWN|bomb|root(0)\n"
-    parsed = events.parse(("|".join(events.FIELDS) + "\n" + line).encode(), cluster="c", snapshot_time=SNAP, tz=UTC)
+    parsed = events.parse(
+        ("|".join(events.FIELDS) + "\n" + line).encode(), cluster="c", snapshot_time=SNAP, tz=UTC
+    )
     assert parsed.tables["node_events"]["node"].to_list() == ["x[0-999]y[0-999]z[0-9]"]  # kept as printed

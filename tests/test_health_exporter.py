@@ -46,22 +46,33 @@ def test_history_verdicts_at_end(history):
     status = _series(body, "slurmscope_node_health_status")
     current = {dict(k)["node"]: dict(k)["status"] for k, v in status.items() if v == 1}
     assert current == {"g01": "failing", "g02": "failing", "g03": "failing", "g04": "degraded"}
-    assert len(status) == 4 * 3                                    # a StateSet: every status of every node
+    assert len(status) == 4 * 3  # a StateSet: every status of every node
     info = {dict(k)["node"]: dict(k)["reason"] for k in _series(body, "slurmscope_node_health_info")}
     assert info == {"g01": "gpu_failing", "g02": "gpu_failing", "g03": "slurm_down", "g04": "slurm_drain"}
     reasons = history.execute("""SELECT reasons FROM mart_node_health WHERE node = 'g02'
                                  ORDER BY since DESC LIMIT 1""").fetchone()[0]
     assert reasons == "gpu_failing,gpu_missing,gpu_degraded"
-    gpu = {(dict(k)["node"], dict(k)["gpu"]): (dict(k)["status"], dict(k)["reason"])
-           for k in _series(body, "slurmscope_gpu_health_info")}
+    gpu = {
+        (dict(k)["node"], dict(k)["gpu"]): (dict(k)["status"], dict(k)["reason"])
+        for k in _series(body, "slurmscope_gpu_health_info")
+    }
     bad = {k: v for k, v in gpu.items() if v[0] != "ok"}
-    assert bad == {("g01", "0"): ("failing", "uncorrectable_ecc"), ("g02", "7"): ("failing", "fallen_off_bus"),
-                   ("g02", "5"): ("failing", "row_remap_failed"), ("g02", "3"): ("degraded", "throttling")}
-    assert len(gpu) == 16 and all(dict(k)["source"] == "central" for k in _series(body, "slurmscope_gpu_health_info"))
+    assert bad == {
+        ("g01", "0"): ("failing", "uncorrectable_ecc"),
+        ("g02", "7"): ("failing", "fallen_off_bus"),
+        ("g02", "5"): ("failing", "row_remap_failed"),
+        ("g02", "3"): ("degraded", "throttling"),
+    }
+    assert len(gpu) == 16 and all(
+        dict(k)["source"] == "central" for k in _series(body, "slurmscope_gpu_health_info")
+    )
     # Three hours earlier g03 was up and g04 already drained (30 h); g01 and g02 had nothing yet.
     body = render(history, cfg, END - timedelta(hours=3))
-    earlier = {dict(k)["node"]: dict(k)["status"] for k, v in _series(body, "slurmscope_node_health_status").items()
-               if v == 1}
+    earlier = {
+        dict(k)["node"]: dict(k)["status"]
+        for k, v in _series(body, "slurmscope_node_health_status").items()
+        if v == 1
+    }
     assert earlier == {"g01": "ok", "g02": "ok", "g03": "ok", "g04": "degraded"}
 
 
@@ -74,7 +85,9 @@ def test_pipeline_is_idempotent(history):
     run_pipelines(history, cfg, full=True, only=["health"], now=END)
     assert {t: history.execute(q.format(t)).fetchall() for t in before} == before
     # an incremental run over the last day rewrites the day (its first instant starts a row) but changes no verdict
-    run_pipelines(history, cfg, since=(END - timedelta(hours=20)).date().isoformat(), only=["health"], now=END)
+    run_pipelines(
+        history, cfg, since=(END - timedelta(hours=20)).date().isoformat(), only=["health"], now=END
+    )
     body = render(history, cfg, END)
     info = {dict(k)["node"]: dict(k)["reason"] for k in _series(body, "slurmscope_node_health_info")}
     assert info == {"g01": "gpu_failing", "g02": "gpu_failing", "g03": "slurm_down", "g04": "slurm_drain"}
@@ -101,16 +114,28 @@ def test_demo_verdicts_agree_with_the_simulator(demo_run):
     events = demo_run.events()
     down = _intervals(events, "node_down", "resume")
     drained = _intervals(events, "drain", "resume")
-    touched = set(down) | set(drained) | {e["node"] for e in events if e["type"] == "fault"
-                                          and e.get("cause") == "hardware"}
+    touched = (
+        set(down)
+        | set(drained)
+        | {e["node"] for e in events if e["type"] == "fault" and e.get("cause") == "hardware"}
+    )
     assert down, "the demo should contain at least one node failure"
     cfg = load_config(env={}).with_overrides(cluster={"name": "simcluster"})
     fams = [by_name()["slurmscope_node_health_status"], by_name()["slurmscope_gpu_health_status"]]
     con = demo_run.connect()
     try:
-        times = [r[0] for r in con.execute("SELECT DISTINCT snapshot_time FROM node_states ORDER BY 1").fetchall()]
-        nodes_at = {t: {r[0] for r in con.execute("SELECT DISTINCT node FROM node_states WHERE snapshot_time = ?",
-                                                  [t]).fetchall()} for t in times}
+        times = [
+            r[0] for r in con.execute("SELECT DISTINCT snapshot_time FROM node_states ORDER BY 1").fetchall()
+        ]
+        nodes_at = {
+            t: {
+                r[0]
+                for r in con.execute(
+                    "SELECT DISTINCT node FROM node_states WHERE snapshot_time = ?", [t]
+                ).fetchall()
+            }
+            for t in times
+        }
         checked = {"failing": 0, "not ok": 0, "ok": 0}
         for t in times:
             snap = snapshot(con, cfg, t, metrics=fams)
@@ -130,11 +155,15 @@ def test_demo_verdicts_agree_with_the_simulator(demo_run):
                 elif node not in touched:
                     assert status == "ok", (node, t)
                     checked["ok"] += 1
-            gpu_status = [labels[4] for labels, value in snap.samples["slurmscope_gpu_health_status"] if value == 1]
+            gpu_status = [
+                labels[4] for labels, value in snap.samples["slurmscope_gpu_health_status"] if value == 1
+            ]
             assert set(gpu_status) <= {"ok"}, t
         assert checked["failing"] >= 1 and checked["ok"] > 100, checked
         # the GPUs judged are those of the nodes with simulated telemetry, 8 each, with application XIDs seen
-        judged = con.execute("SELECT node, count(DISTINCT gpu_uuid) FROM mart_gpu_health GROUP BY 1").fetchall()
+        judged = con.execute(
+            "SELECT node, count(DISTINCT gpu_uuid) FROM mart_gpu_health GROUP BY 1"
+        ).fetchall()
         sampled = con.execute("SELECT node, count(DISTINCT gpu_uuid) FROM gpu_samples GROUP BY 1").fetchall()
         assert sorted(judged) == sorted(sampled) and sampled
         assert con.execute("SELECT count(*) FROM gpu_events WHERE xid IN (13, 43)").fetchone()[0] > 0
@@ -143,6 +172,7 @@ def test_demo_verdicts_agree_with_the_simulator(demo_run):
 
 
 # ---- labels that keep agent and central GPU series apart ------------------------------------------------
+
 
 def test_every_central_gpu_family_carries_source():
     for m in CATALOG:
@@ -158,10 +188,20 @@ def test_agent_series_carry_cluster_and_source(tmp_path):
     from slurmscope.collectors.nvml import Agent, _Collector
 
     t = [1_800_000_000.0]
-    fake = fake_from_spec({"gpus": [{"model": "h100", "state": "load", "count": 2}], "start": t[0]},
-                          clock=lambda: t[0], sleep=lambda s: t.__setitem__(0, t[0] + s))
-    agent = Agent(fake, node="gpu01", spool_dir=tmp_path / "spool", mapping_dir=tmp_path / "map",
-                  cluster="c7", clock=lambda: t[0], sleep=lambda s: t.__setitem__(0, t[0] + s))
+    fake = fake_from_spec(
+        {"gpus": [{"model": "h100", "state": "load", "count": 2}], "start": t[0]},
+        clock=lambda: t[0],
+        sleep=lambda s: t.__setitem__(0, t[0] + s),
+    )
+    agent = Agent(
+        fake,
+        node="gpu01",
+        spool_dir=tmp_path / "spool",
+        mapping_dir=tmp_path / "map",
+        cluster="c7",
+        clock=lambda: t[0],
+        sleep=lambda s: t.__setitem__(0, t[0] + s),
+    )
     for _ in range(7):
         agent.tick(t[0])
         t[0] += 10
@@ -175,8 +215,11 @@ def test_agent_series_carry_cluster_and_source(tmp_path):
     assert all(s.labels.get("cluster") == "c7" and "source" not in s.labels for s in own)
     # the names both serve carry the same cluster, so only `source` tells them apart
     central = {m.name for m in CATALOG}
-    assert {"slurmscope_gpu_utilization_ratio", "slurmscope_gpu_power_watts",
-            "slurmscope_gpu_ecc_errors_total"} <= {s.name for s in gpu} & central
+    assert {
+        "slurmscope_gpu_utilization_ratio",
+        "slurmscope_gpu_power_watts",
+        "slurmscope_gpu_ecc_errors_total",
+    } <= {s.name for s in gpu} & central
     json.dumps([s.labels for s in gpu])  # plain strings only
 
 
@@ -187,9 +230,11 @@ def test_reason_lists_are_documented():
     from slurmscope.pipelines import health
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "pipelines.md").read_text(encoding="utf-8")
-    section = doc[doc.index("## Health"):]
-    for family, reasons in (("slurmscope_node_health_info", health.NODE_REASONS),
-                            ("slurmscope_gpu_health_info", health.GPU_REASONS)):
+    section = doc[doc.index("## Health") :]
+    for family, reasons in (
+        ("slurmscope_node_health_info", health.NODE_REASONS),
+        ("slurmscope_gpu_health_info", health.GPU_REASONS),
+    ):
         for r in reasons:
             assert r in by_name()[family].help, (family, r)
             assert f"| `{r}` |" in section, r

@@ -15,10 +15,22 @@ SNAP = datetime(2026, 11, 1, tzinfo=UTC)
 HEADER = "JobID|JobIDRaw|Partition|Account|User|Submit|Start|End|Elapsed|Timelimit|State|ExitCode|NNodes|NCPUS|AllocTRES|NodeList|JobName"
 
 
-def sacct_line(job: int, *, submit="2026-10-01T10:00:00", start="2026-10-01T10:05:00", end="2026-10-01T11:05:00",
-               elapsed="01:00:00", ncpus="8", name="train", nodelist="gpu[001-002]", state="COMPLETED") -> str:
-    return (f"{job}|{job}|gpu|research|alice|{submit}|{start}|{end}|{elapsed}|1-00:00:00|{state}|0:0|2|{ncpus}|"
-            f"cpu={ncpus},gres/gpu=16|{nodelist}|{name}")
+def sacct_line(
+    job: int,
+    *,
+    submit="2026-10-01T10:00:00",
+    start="2026-10-01T10:05:00",
+    end="2026-10-01T11:05:00",
+    elapsed="01:00:00",
+    ncpus="8",
+    name="train",
+    nodelist="gpu[001-002]",
+    state="COMPLETED",
+) -> str:
+    return (
+        f"{job}|{job}|gpu|research|alice|{submit}|{start}|{end}|{elapsed}|1-00:00:00|{state}|0:0|2|{ncpus}|"
+        f"cpu={ncpus},gres/gpu=16|{nodelist}|{name}"
+    )
 
 
 def parse_sacct(text: str | bytes, tz: str = "UTC"):
@@ -37,9 +49,16 @@ HOSTILE_LINES = {
     "NUL bytes": sacct_line(2, name="a\x00b\x00"),
     "huge cpu count": sacct_line(3, ncpus="9" * 40),
     "negative elapsed": sacct_line(4, elapsed="-00:00:05"),
-    "epoch start": sacct_line(5, submit="1970-01-01T00:00:00", start="1970-01-01T00:00:01", end="1970-01-01T00:00:02",
-                              elapsed="00:00:01"),
-    "year 2100": sacct_line(6, submit="2100-01-01T00:00:00", start="2100-01-01T00:00:00", end="2100-01-01T01:00:00"),
+    "epoch start": sacct_line(
+        5,
+        submit="1970-01-01T00:00:00",
+        start="1970-01-01T00:00:01",
+        end="1970-01-01T00:00:02",
+        elapsed="00:00:01",
+    ),
+    "year 2100": sacct_line(
+        6, submit="2100-01-01T00:00:00", start="2100-01-01T00:00:00", end="2100-01-01T01:00:00"
+    ),
     "nested hostlist": sacct_line(7, nodelist="a[" * 500 + "1" + "]" * 500),
     "control characters": sacct_line(8, name="\x1b[31mred\x07"),
 }
@@ -89,17 +108,25 @@ def test_huge_numbers_do_not_overflow_silently():
     ("local", "candidates"),
     [
         # America/New_York falls back at 02:00 EDT on 2026-11-01: 01:30 happens twice.
-        ("2026-11-01T01:30:00", {datetime(2026, 11, 1, 5, 30, tzinfo=UTC), datetime(2026, 11, 1, 6, 30, tzinfo=UTC)}),
+        (
+            "2026-11-01T01:30:00",
+            {datetime(2026, 11, 1, 5, 30, tzinfo=UTC), datetime(2026, 11, 1, 6, 30, tzinfo=UTC)},
+        ),
         # ... and springs forward at 02:00 EST on 2026-03-08: 02:30 never happens.
-        ("2026-03-08T02:30:00", {datetime(2026, 3, 8, 6, 30, tzinfo=UTC), datetime(2026, 3, 8, 7, 30, tzinfo=UTC)}),
+        (
+            "2026-03-08T02:30:00",
+            {datetime(2026, 3, 8, 6, 30, tzinfo=UTC), datetime(2026, 3, 8, 7, 30, tzinfo=UTC)},
+        ),
         ("2026-07-01T12:00:00", {datetime(2026, 7, 1, 16, 0, tzinfo=UTC)}),
     ],
 )
 def test_dst_transitions_in_the_cluster_zone(local, candidates):
     got = parse_slurm_time(local, ZoneInfo("America/New_York"))
     assert got in candidates
-    parsed = parse_sacct(HEADER + "\n" + sacct_line(9, submit=local, start=local, end="2026-12-01T00:00:00") + "\n",
-                         tz="America/New_York")
+    parsed = parse_sacct(
+        HEADER + "\n" + sacct_line(9, submit=local, start=local, end="2026-12-01T00:00:00") + "\n",
+        tz="America/New_York",
+    )
     assert parsed.tables["jobs"]["submit_time"].to_list()[0] == got
 
 

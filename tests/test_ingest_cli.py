@@ -55,13 +55,21 @@ def query(db: Path, sql: str) -> list[dict]:
 
 
 def state_counts(db: Path) -> dict[str, int]:
-    return {r["state"]: int(r["n"]) for r in query(db, "SELECT state, count(*) AS n FROM jobs GROUP BY state")}
+    return {
+        r["state"]: int(r["n"]) for r in query(db, "SELECT state, count(*) AS n FROM jobs GROUP BY state")
+    }
 
 
 def test_pozidriv_counts_via_cli(tmp_path):
     db = tmp_path / "x.duckdb"
     cli(db, "ingest", "sacct", str(FIX / "xdmod/pozidriv.log"), "--format", XDMOD_FORMAT)
-    assert state_counts(db) == {"COMPLETED": 10134, "FAILED": 1007, "CANCELLED": 468, "PREEMPTED": 86, "TIMEOUT": 9}
+    assert state_counts(db) == {
+        "COMPLETED": 10134,
+        "FAILED": 1007,
+        "CANCELLED": 468,
+        "PREEMPTED": 86,
+        "TIMEOUT": 9,
+    }
     assert query(db, "SELECT count(*) AS n FROM quarantine")[0]["n"] == "0"
     # first line of the file, checked by hand
     r = query(db, "SELECT * FROM jobs WHERE job_id = '977669'")[0]
@@ -69,7 +77,9 @@ def test_pozidriv_counts_via_cli(tmp_path):
     assert r["submit_time"].startswith("2016-12-21 21:43:34")
     assert r["elapsed_seconds"] == str(7 * 86400 + 20 * 3600 + 39 * 60 + 39)
     assert r["timelimit_seconds"] == str(125 * 86400)
-    assert r["cpus"] == "12" and r["gpus"] == "0" and r["attempt"] == "1" and r["source"] == "sacct:pozidriv.log"
+    assert (
+        r["cpus"] == "12" and r["gpus"] == "0" and r["attempt"] == "1" and r["source"] == "sacct:pozidriv.log"
+    )
     assert r["req_mem_bytes"] == str(48000 * 1024 * 1024)  # 48000Mn on 1 node
 
 
@@ -77,11 +87,25 @@ def test_phillips_counts_and_hand_checked_rows(tmp_path):
     db = tmp_path / "x.duckdb"
     cli(db, "ingest", "sacct", str(FIX / "xdmod/phillips.log"), "--format", XDMOD_FORMAT)
     assert state_counts(db) == {"COMPLETED": 2324, "FAILED": 1717, "CANCELLED": 243, "TIMEOUT": 1}
-    assert query(db, "SELECT sum(gpus) AS g, count(*) FILTER (WHERE gpus > 0) AS n FROM jobs")[0] == {"g": "4", "n": "2"}
+    assert query(db, "SELECT sum(gpus) AS g, count(*) FILTER (WHERE gpus > 0) AS n FROM jobs")[0] == {
+        "g": "4",
+        "n": "2",
+    }
     c = query(db, "SELECT * FROM jobs WHERE job_id = '163485'")[0]
-    assert (c["state"], c["state_raw"], c["gpus"], c["billing"]) == ("CANCELLED", "CANCELLED by 380693", "2", "12.0")
+    assert (c["state"], c["state_raw"], c["gpus"], c["billing"]) == (
+        "CANCELLED",
+        "CANCELLED by 380693",
+        "2",
+        "12.0",
+    )
     t = query(db, "SELECT * FROM jobs WHERE job_id = '165381'")[0]
-    assert (t["state"], t["exit_code"], t["signal"], t["nodes"], t["cpus"]) == ("TIMEOUT", "1", "0", "8", "64")
+    assert (t["state"], t["exit_code"], t["signal"], t["nodes"], t["cpus"]) == (
+        "TIMEOUT",
+        "1",
+        "0",
+        "8",
+        "64",
+    )
     assert t["node_list"] == "cpn-f13-03-[01-02],cpn-f13-04-[01-02],cpn-f13-05-[01-02],cpn-f13-06-[01-02]"
     assert t["elapsed_seconds"] == str(5 * 86400 + 26) and t["timelimit_seconds"] == str(5 * 86400)
     assert t["req_mem_bytes"] == str(8000 * 8 * 1024 * 1024)  # 8000Mn x 8 nodes
@@ -93,34 +117,72 @@ def test_robertson_single_line_without_newline(tmp_path):
     rows = query(db, "SELECT * FROM jobs")
     assert len(rows) == 1
     r = rows[0]
-    assert (r["job_id"], r["cluster"], r["nodes"], r["cpus"], r["state"]) == ("6120900", "robertson", "9", "108", "COMPLETED")
+    assert (r["job_id"], r["cluster"], r["nodes"], r["cpus"], r["state"]) == (
+        "6120900",
+        "robertson",
+        "9",
+        "108",
+        "COMPLETED",
+    )
     assert r["node_list"].endswith("cpn-k16-40-02") and r["elapsed_seconds"] == str(15 * 60 + 38)
 
 
 def test_habrok_snowman_delimiter_parsable_with_trailing_delimiter(tmp_path):
     db = tmp_path / "x.duckdb"
-    cli(db, "ingest", "sacct", str(FIX / "rug-cit-hpc__hb-jobinfo/sacct.txt"), "--format", HB_FORMAT,
-        "--delimiter", "☃")
-    assert state_counts(db) == {"CANCELLED": 8, "COMPLETED": 47, "FAILED": 6, "NODE_FAIL": 1, "PENDING": 7,
-                                "RUNNING": 2, "TIMEOUT": 5}
+    cli(
+        db,
+        "ingest",
+        "sacct",
+        str(FIX / "rug-cit-hpc__hb-jobinfo/sacct.txt"),
+        "--format",
+        HB_FORMAT,
+        "--delimiter",
+        "☃",
+    )
+    assert state_counts(db) == {
+        "CANCELLED": 8,
+        "COMPLETED": 47,
+        "FAILED": 6,
+        "NODE_FAIL": 1,
+        "PENDING": 7,
+        "RUNNING": 2,
+        "TIMEOUT": 5,
+    }
     assert query(db, "SELECT count(*) AS n FROM job_steps")[0]["n"] == "114"
     assert query(db, "SELECT sum(gpus) AS g FROM jobs")[0]["g"] == "14"
     # array tasks: the capture has no JobIDRaw column, so their job id is unknowable -> quarantined, said why
     q = query(db, "SELECT reason, count(*) AS n FROM quarantine GROUP BY reason")
     assert len(q) == 1 and q[0]["n"] == "52" and "JobIDRaw" in q[0]["reason"]
     j = query(db, "SELECT * FROM jobs WHERE job_id = '7971484'")[0]
-    assert (j["gpus"], j["gpu_type"], j["nodes"], j["cpus"], j["node_list"]) == ("4", "a100", "2", "16", "a100gpu[2,4]")
+    assert (j["gpus"], j["gpu_type"], j["nodes"], j["cpus"], j["node_list"]) == (
+        "4",
+        "a100",
+        "2",
+        "16",
+        "a100gpu[2,4]",
+    )
     assert j["submit_time"].startswith("2024-04-05 00:34:52") and j["elapsed_seconds"] == "233"
     assert j["timelimit_seconds"] == str(3 * 86400) and j["name"] == "86I"
     steps = query(db, "SELECT step_id, gpus FROM job_steps WHERE job_id_raw = 7971484 ORDER BY step_id")
-    assert steps == [{"step_id": "0", "gpus": "4"}, {"step_id": "batch", "gpus": "2"},
-                     {"step_id": "extern", "gpus": "4"}]
+    assert steps == [
+        {"step_id": "0", "gpus": "4"},
+        {"step_id": "batch", "gpus": "2"},
+        {"step_id": "extern", "gpus": "4"},
+    ]
 
 
 def test_peregrine_old_reqmem_suffix(tmp_path):
     db = tmp_path / "x.duckdb"
-    cli(db, "ingest", "sacct", str(FIX / "rug-cit-hpc__slurm-jobinfo/sacct.txt"), "--format", JOBINFO_FORMAT,
-        "--delimiter", "☃")
+    cli(
+        db,
+        "ingest",
+        "sacct",
+        str(FIX / "rug-cit-hpc__slurm-jobinfo/sacct.txt"),
+        "--format",
+        JOBINFO_FORMAT,
+        "--delimiter",
+        "☃",
+    )
     # the capture prints most jobs twice (35 job lines, 19 distinct (JobID, Submit) pairs by awk | sort -u):
     # the natural key keeps one row per attempt
     assert state_counts(db) == {"COMPLETED": 8, "FAILED": 1, "PENDING": 3, "RUNNING": 7}
@@ -131,33 +193,52 @@ def test_peregrine_old_reqmem_suffix(tmp_path):
 
 
 def test_capture_without_submit_is_declined_with_a_reason(tmp_path):
-    result = CliRunner().invoke(main, [
-        "--db", str(tmp_path / "x.duckdb"), "ingest", "sacct",
-        str(FIX / "SckyzO__slurm_exporter/sacct_efficiency.txt"),
-        "--format", "JobID,User,Account,AllocCPUS,Elapsed,TotalCPU,CPUTime,MaxRSS,ReqMem",
-    ])
+    result = CliRunner().invoke(
+        main,
+        [
+            "--db",
+            str(tmp_path / "x.duckdb"),
+            "ingest",
+            "sacct",
+            str(FIX / "SckyzO__slurm_exporter/sacct_efficiency.txt"),
+            "--format",
+            "JobID,User,Account,AllocCPUS,Elapsed,TotalCPU,CPUTime,MaxRSS,ReqMem",
+        ],
+    )
     assert result.exit_code != 0
     assert "without submit" in result.output
 
 
 def test_headerless_without_format_is_an_error(tmp_path):
-    result = CliRunner().invoke(main, ["--db", str(tmp_path / "x.duckdb"), "ingest", "sacct",
-                                       str(FIX / "xdmod/robertson-filter-test.log")])
+    result = CliRunner().invoke(
+        main,
+        ["--db", str(tmp_path / "x.duckdb"), "ingest", "sacct", str(FIX / "xdmod/robertson-filter-test.log")],
+    )
     assert result.exit_code != 0 and "--format" in result.output
 
 
 def _dump(db: Path) -> dict[str, list[tuple]]:
     con = connect(db, read_only=True)
     try:
-        return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in ("jobs", "job_steps", "quarantine")}
+        return {
+            t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall()
+            for t in ("jobs", "job_steps", "quarantine")
+        }
     finally:
         con.close()
 
 
 def test_reingest_is_a_noop_including_quarantine(tmp_path):
     db = tmp_path / "x.duckdb"
-    args = ["ingest", "sacct", str(FIX / "rug-cit-hpc__hb-jobinfo/sacct.txt"), "--format", HB_FORMAT,
-            "--delimiter", "☃"]
+    args = [
+        "ingest",
+        "sacct",
+        str(FIX / "rug-cit-hpc__hb-jobinfo/sacct.txt"),
+        "--format",
+        HB_FORMAT,
+        "--delimiter",
+        "☃",
+    ]
     cli(db, *args)
     first = _dump(db)
     cli(db, *args)
@@ -176,9 +257,21 @@ def write(tmp_path: Path, name: str, body: str) -> str:
 
 def test_requeued_job_has_one_row_per_attempt_ranked_over_all_loads(tmp_path):
     db = tmp_path / "x.duckdb"
-    a1 = write(tmp_path, "a1", "9|9|REQUEUED|2024-01-01T00:00:00|2024-01-01T00:01:00|2024-01-01T01:00:00|00:59:00||j\n")
-    a2 = write(tmp_path, "a2", "9|9|REQUEUED|2024-01-01T01:00:05|2024-01-01T01:02:00|2024-01-01T02:00:00|00:58:00||j\n")
-    a3 = write(tmp_path, "a3", "9|9|COMPLETED|2024-01-01T02:00:05|2024-01-01T02:01:00|2024-01-01T03:00:00|00:59:00||j\n")
+    a1 = write(
+        tmp_path,
+        "a1",
+        "9|9|REQUEUED|2024-01-01T00:00:00|2024-01-01T00:01:00|2024-01-01T01:00:00|00:59:00||j\n",
+    )
+    a2 = write(
+        tmp_path,
+        "a2",
+        "9|9|REQUEUED|2024-01-01T01:00:05|2024-01-01T01:02:00|2024-01-01T02:00:00|00:58:00||j\n",
+    )
+    a3 = write(
+        tmp_path,
+        "a3",
+        "9|9|COMPLETED|2024-01-01T02:00:05|2024-01-01T02:01:00|2024-01-01T03:00:00|00:59:00||j\n",
+    )
     # loaded out of order: the rank must come from all stored rows, not from one file
     for f in (a3, a1, a2):
         cli(db, "ingest", "sacct", f)
@@ -194,18 +287,30 @@ def test_overlapping_windows_update_one_attempt_in_place(tmp_path):
     db = tmp_path / "x.duckdb"
     sub = "2024-01-01T00:00:00"
     w1 = write(tmp_path, "w1", f"7|7|PENDING|{sub}|Unknown|Unknown|00:00:00||j\n")
-    w2 = write(tmp_path, "w2", f"7|7|RUNNING|{sub}|2024-01-01T00:10:00|Unknown|00:05:00|cpu=8,gres/gpu=2|j\n"
-                               f"7.batch|7.batch|RUNNING|2024-01-01T00:10:00|2024-01-01T00:10:00|Unknown|00:05:00||batch\n")
-    w3 = write(tmp_path, "w3", f"7|7|COMPLETED|{sub}|2024-01-01T00:10:00|2024-01-01T01:10:00|01:00:00|cpu=8,gres/gpu=2|j\n"
-                               f"7.batch|7.batch|COMPLETED|2024-01-01T00:10:00|2024-01-01T00:10:00|2024-01-01T01:10:00|01:00:00||batch\n")
+    w2 = write(
+        tmp_path,
+        "w2",
+        f"7|7|RUNNING|{sub}|2024-01-01T00:10:00|Unknown|00:05:00|cpu=8,gres/gpu=2|j\n"
+        f"7.batch|7.batch|RUNNING|2024-01-01T00:10:00|2024-01-01T00:10:00|Unknown|00:05:00||batch\n",
+    )
+    w3 = write(
+        tmp_path,
+        "w3",
+        f"7|7|COMPLETED|{sub}|2024-01-01T00:10:00|2024-01-01T01:10:00|01:00:00|cpu=8,gres/gpu=2|j\n"
+        f"7.batch|7.batch|COMPLETED|2024-01-01T00:10:00|2024-01-01T00:10:00|2024-01-01T01:10:00|01:00:00||batch\n",
+    )
     cli(db, "ingest", "sacct", w1)
     assert query(db, "SELECT state, gpus FROM jobs") == [{"state": "PENDING", "gpus": "0"}]
     cli(db, "ingest", "sacct", w2)
-    assert query(db, "SELECT state, gpus, end_time FROM jobs") == [{"state": "RUNNING", "gpus": "2", "end_time": ""}]
+    assert query(db, "SELECT state, gpus, end_time FROM jobs") == [
+        {"state": "RUNNING", "gpus": "2", "end_time": ""}
+    ]
     cli(db, "ingest", "sacct", w3)
     rows = query(db, "SELECT state, attempt, end_time, elapsed_seconds FROM jobs")
     assert len(rows) == 1
-    assert rows[0]["state"] == "COMPLETED" and rows[0]["attempt"] == "1" and rows[0]["elapsed_seconds"] == "3600"
+    assert (
+        rows[0]["state"] == "COMPLETED" and rows[0]["attempt"] == "1" and rows[0]["elapsed_seconds"] == "3600"
+    )
     assert rows[0]["end_time"].startswith("2024-01-01 01:10:00")
     assert query(db, "SELECT step_id, state FROM job_steps") == [{"step_id": "batch", "state": "COMPLETED"}]
 
@@ -213,8 +318,12 @@ def test_overlapping_windows_update_one_attempt_in_place(tmp_path):
 def test_pending_array_record_is_replaced_by_the_task_that_keeps_its_id(tmp_path):
     db = tmp_path / "x.duckdb"
     sub = "2024-01-01T00:00:00"
-    f1 = write(tmp_path, "f1", f"20_[5-9%2]|20|PENDING|{sub}|Unknown|Unknown|00:00:00||arr\n"
-                               f"20_4|24|RUNNING|{sub}|2024-01-01T00:01:00|Unknown|00:01:00||arr\n")
+    f1 = write(
+        tmp_path,
+        "f1",
+        f"20_[5-9%2]|20|PENDING|{sub}|Unknown|Unknown|00:00:00||arr\n"
+        f"20_4|24|RUNNING|{sub}|2024-01-01T00:01:00|Unknown|00:01:00||arr\n",
+    )
     f2 = write(tmp_path, "f2", f"20_5|20|RUNNING|{sub}|2024-01-01T00:02:00|Unknown|00:01:00||arr\n")
     cli(db, "ingest", "sacct", f1)
     cli(db, "ingest", "sacct", f2)
@@ -227,7 +336,11 @@ def test_pending_array_record_is_replaced_by_the_task_that_keeps_its_id(tmp_path
 
 def test_timezone_option_converts_local_times(tmp_path):
     db = tmp_path / "x.duckdb"
-    f = write(tmp_path, "tz", "5|5|COMPLETED|2024-07-01T12:00:00|2024-07-01T12:00:00|2024-07-01T13:00:00|01:00:00||j\n")
+    f = write(
+        tmp_path,
+        "tz",
+        "5|5|COMPLETED|2024-07-01T12:00:00|2024-07-01T12:00:00|2024-07-01T13:00:00|01:00:00||j\n",
+    )
     cli(db, "ingest", "sacct", f, "--timezone", "Europe/Berlin")
     r = query(db, "SELECT epoch(submit_time) AS s FROM jobs")[0]
     assert float(r["s"]) == datetime(2024, 7, 1, 10, tzinfo=UTC).timestamp()  # CEST = UTC+2

@@ -52,7 +52,9 @@ def test_without_credentials_nothing_is_listed_downloaded_or_deleted(tmp_path, t
         assert (env.spool / name).exists()
         assert _status(f"{base}/healthz", ca=ca) == 200  # liveness probes need no secret
         assert _status(f"{base}/metrics", ca=ca, auth=basic_auth_header("prom", "s3cret")) == 200
-        with pytest.raises(urllib.error.URLError):  # the system trust store does not know the self-signed cert
+        with pytest.raises(
+            urllib.error.URLError
+        ):  # the system trust store does not know the self-signed cert
             _status(f"{base}/metrics")
     finally:
         server.shutdown()
@@ -70,8 +72,13 @@ def test_central_collection_with_the_configured_credentials_loads_and_acks(tmp_p
         with pytest.raises(urllib.error.HTTPError) as err:
             collect_agent(con, bare, url, client=AgentClient(ca_file=str(tmp_path / "cert.pem")))
         assert err.value.code == 401
-        cfg = bare.with_overrides(nvml={"agent_username": "prom", "agent_password_file": str(tmp_path / "password"),
-                                        "agent_ca_file": str(tmp_path / "cert.pem")})
+        cfg = bare.with_overrides(
+            nvml={
+                "agent_username": "prom",
+                "agent_password_file": str(tmp_path / "password"),
+                "agent_ca_file": str(tmp_path / "cert.pem"),
+            }
+        )
         results = collect_agent(con, cfg, url)
         assert len(results) == 1 and results[0].rows > 0
         assert list_spool(env.spool) == []  # acknowledged, so the agent deleted it

@@ -30,7 +30,7 @@ from slurmscope.collectors.nvml_ingest import (
 from slurmscope.config import load_config
 from slurmscope.db import connect, migrate
 
-T0 = 1_800_000_000.0   # 2027-01-15T08:00:00Z
+T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 
 
 @pytest.fixture
@@ -39,9 +39,21 @@ def cfg():
 
 
 def sample(minute: str, **kw) -> dict:
-    rec = {"type": "sample", "gpu_uuid": "GPU-a", "gpu_index": 0, "minute": minute, "samples": 3,
-           "util_gpu_mean": 10.0, "util_gpu_max": 20.0, "power_mean_watts": 100.0, "power_max_watts": 150.0,
-           "energy_joules": 300.0, "ecc_corrected_delta": None, "ecc_corrected_total": None, "null_fields": 0}
+    rec = {
+        "type": "sample",
+        "gpu_uuid": "GPU-a",
+        "gpu_index": 0,
+        "minute": minute,
+        "samples": 3,
+        "util_gpu_mean": 10.0,
+        "util_gpu_max": 20.0,
+        "power_mean_watts": 100.0,
+        "power_max_watts": 150.0,
+        "energy_joules": 300.0,
+        "ecc_corrected_delta": None,
+        "ecc_corrected_total": None,
+        "null_fields": 0,
+    }
     rec.update(kw)
     return rec
 
@@ -61,8 +73,9 @@ def test_write_spool_file_is_complete_and_leaves_no_temp(tmp_path):
 
 
 def test_same_file_twice_loads_once(tmp_path, con, cfg):
-    p = write_spool_file(tmp_path, "gpu01", [sample("2027-01-15T08:00:00Z"), sample("2027-01-15T08:01:00Z")],
-                         opened_at=T0)
+    p = write_spool_file(
+        tmp_path, "gpu01", [sample("2027-01-15T08:00:00Z"), sample("2027-01-15T08:01:00Z")], opened_at=T0
+    )
     (first,) = ingest_spool_files(con, cfg, [p])
     (second,) = ingest_spool_files(con, cfg, [p])
     assert (first.rows, first.skipped, second.rows, second.skipped) == (2, False, 0, True)
@@ -70,12 +83,15 @@ def test_same_file_twice_loads_once(tmp_path, con, cfg):
     assert con.execute("SELECT node, file_name, rows FROM spool_files").fetchall() == [("gpu01", p.name, 2)]
 
 
-@pytest.mark.parametrize("damage,reason", [
-    (lambda b: b[: len(b) // 2], "does not end with a newline"),
-    (lambda b: b[: b.rfind(b"\n", 0, len(b) - 1) + 1], "no footer"),          # footer line lost
-    (lambda b: b.replace(b'"samples":3', b'"samples":4', 1), "checksum mismatch"),
-    (lambda b: b"garbage\n" + b, "not JSON"),
-])
+@pytest.mark.parametrize(
+    "damage,reason",
+    [
+        (lambda b: b[: len(b) // 2], "does not end with a newline"),
+        (lambda b: b[: b.rfind(b"\n", 0, len(b) - 1) + 1], "no footer"),  # footer line lost
+        (lambda b: b.replace(b'"samples":3', b'"samples":4', 1), "checksum mismatch"),
+        (lambda b: b"garbage\n" + b, "not JSON"),
+    ],
+)
 def test_corrupt_file_is_quarantined_not_loaded(tmp_path, con, cfg, damage, reason):
     good = write_spool_file(tmp_path, "gpu01", [sample("2027-01-15T08:00:00Z")], opened_at=T0).read_bytes()
     bad = damage(good)
@@ -83,7 +99,9 @@ def test_corrupt_file_is_quarantined_not_loaded(tmp_path, con, cfg, damage, reas
     assert res.rows == 0 and res.quarantined == len(bad.rstrip(b"\n").split(b"\n"))
     assert reason in res.error
     assert con.execute("SELECT count(*) FROM gpu_samples").fetchone()[0] == 0
-    reasons = {r[0] for r in con.execute("SELECT reason FROM quarantine WHERE source LIKE 'nvml:%'").fetchall()}
+    reasons = {
+        r[0] for r in con.execute("SELECT reason FROM quarantine WHERE source LIKE 'nvml:%'").fetchall()
+    }
     assert len(reasons) == 1 and reason in reasons.pop()
     # the intact file, delivered later under the same name, still loads
     ok = ingest_bytes(con, cfg, good, file_name="gpu01_20270115T080000Z.jsonl")
@@ -91,9 +109,12 @@ def test_corrupt_file_is_quarantined_not_loaded(tmp_path, con, cfg, damage, reas
 
 
 def test_bad_record_inside_a_sound_file_is_quarantined_alone(tmp_path, con, cfg):
-    recs = [sample("2027-01-15T08:00:00Z"), sample("2027-01-15T08:01:00Z", util_gpu_mean="high"),
-            {"type": "event", "gpu_uuid": "GPU-a", "event_time": "not a time", "event_type": "xid"},
-            {"type": "weather"}]
+    recs = [
+        sample("2027-01-15T08:00:00Z"),
+        sample("2027-01-15T08:01:00Z", util_gpu_mean="high"),
+        {"type": "event", "gpu_uuid": "GPU-a", "event_time": "not a time", "event_type": "xid"},
+        {"type": "weather"},
+    ]
     p = write_spool_file(tmp_path, "gpu01", recs, opened_at=T0)
     (res,) = ingest_spool_files(con, cfg, [p])
     assert (res.rows, res.quarantined) == (1, 3)
@@ -103,16 +124,36 @@ def test_bad_record_inside_a_sound_file_is_quarantined_alone(tmp_path, con, cfg)
 
 def test_partial_minutes_from_two_files_merge_exactly(tmp_path, con, cfg):
     # one minute split by an agent restart: 2 samples (util 30, 60) then 4 samples (util 0,0,0,90)
-    a = sample("2027-01-15T08:00:00Z", samples=2, util_gpu_mean=45.0, util_gpu_max=60.0, power_mean_watts=200.0,
-               power_max_watts=210.0, energy_joules=400.0, ecc_corrected_delta=None, throttle_reasons=4)
-    b = sample("2027-01-15T08:00:00Z", samples=4, util_gpu_mean=22.5, util_gpu_max=90.0, power_mean_watts=110.0,
-               power_max_watts=300.0, energy_joules=440.0, ecc_corrected_delta=1, ecc_corrected_total=7,
-               throttle_reasons=1)
+    a = sample(
+        "2027-01-15T08:00:00Z",
+        samples=2,
+        util_gpu_mean=45.0,
+        util_gpu_max=60.0,
+        power_mean_watts=200.0,
+        power_max_watts=210.0,
+        energy_joules=400.0,
+        ecc_corrected_delta=None,
+        throttle_reasons=4,
+    )
+    b = sample(
+        "2027-01-15T08:00:00Z",
+        samples=4,
+        util_gpu_mean=22.5,
+        util_gpu_max=90.0,
+        power_mean_watts=110.0,
+        power_max_watts=300.0,
+        energy_joules=440.0,
+        ecc_corrected_delta=1,
+        ecc_corrected_total=7,
+        throttle_reasons=1,
+    )
     f1 = write_spool_file(tmp_path, "gpu01", [a], opened_at=T0)
     f2 = write_spool_file(tmp_path, "gpu01", [b], opened_at=T0 + 30)
     ingest_spool_files(con, cfg, [f1, f2])
-    row = con.execute("SELECT samples, util_gpu_mean, util_gpu_max, power_mean_watts, power_max_watts, energy_joules,"
-                      " ecc_corrected_delta, ecc_corrected_total, throttle_reasons FROM gpu_samples").fetchone()
+    row = con.execute(
+        "SELECT samples, util_gpu_mean, util_gpu_max, power_mean_watts, power_max_watts, energy_joules,"
+        " ecc_corrected_delta, ecc_corrected_total, throttle_reasons FROM gpu_samples"
+    ).fetchone()
     # util mean (30+60+0+0+0+90)/6 = 30; power (2*200 + 4*110)/6 = 140; energy 840; ECC delta 1 (0 + 1)
     assert row == (6, 30.0, 90.0, 140.0, 300.0, 840.0, 1, 7, 5)
     # the same two chunks inside one file give the same row
@@ -120,29 +161,52 @@ def test_partial_minutes_from_two_files_merge_exactly(tmp_path, con, cfg):
     try:
         f3 = write_spool_file(tmp_path / "x", "gpu01", [a, b], opened_at=T0)
         ingest_spool_files(con2, cfg, [f3])
-        assert con2.execute("SELECT samples, util_gpu_mean, util_gpu_max, power_mean_watts, power_max_watts, "
-                            "energy_joules, ecc_corrected_delta, ecc_corrected_total, throttle_reasons "
-                            "FROM gpu_samples").fetchone() == row
+        assert (
+            con2.execute(
+                "SELECT samples, util_gpu_mean, util_gpu_max, power_mean_watts, power_max_watts, "
+                "energy_joules, ecc_corrected_delta, ecc_corrected_total, throttle_reasons "
+                "FROM gpu_samples"
+            ).fetchone()
+            == row
+        )
     finally:
         con2.close()
 
 
 def test_job_interval_open_then_closed_in_any_order(tmp_path, con, cfg):
-    open_ = {"type": "job", "gpu_uuid": "GPU-a", "gpu_index": 0, "job_id": "9", "mig_instance": "",
-             "interval_start": "2027-01-15T08:00:00Z", "interval_end": None, "source": "prolog"}
+    open_ = {
+        "type": "job",
+        "gpu_uuid": "GPU-a",
+        "gpu_index": 0,
+        "job_id": "9",
+        "mig_instance": "",
+        "interval_start": "2027-01-15T08:00:00Z",
+        "interval_end": None,
+        "source": "prolog",
+    }
     closed = {**open_, "interval_end": "2027-01-15T09:30:00Z"}
     late = write_spool_file(tmp_path, "gpu01", [closed], opened_at=T0 + 3600)
     early = write_spool_file(tmp_path, "gpu01", [open_], opened_at=T0)
-    ingest_bytes(con, cfg, late.read_bytes(), file_name=late.name)    # the later file arrives first
+    ingest_bytes(con, cfg, late.read_bytes(), file_name=late.name)  # the later file arrives first
     ingest_bytes(con, cfg, early.read_bytes(), file_name=early.name)
     rows = con.execute("SELECT job_id, interval_start, interval_end FROM gpu_jobs").fetchall()
     assert len(rows) == 1 and rows[0][2].isoformat() == "2027-01-15T09:30:00+00:00"
 
 
 def test_two_mig_instances_of_one_gpu_for_one_job(tmp_path, con, cfg):
-    recs = [{"type": "job", "gpu_uuid": "GPU-a", "gpu_index": 0, "job_id": "9", "mig_instance": m,
-             "interval_start": "2027-01-15T08:00:00Z", "interval_end": None, "source": "prolog"}
-            for m in ("MIG-1", "MIG-2")]
+    recs = [
+        {
+            "type": "job",
+            "gpu_uuid": "GPU-a",
+            "gpu_index": 0,
+            "job_id": "9",
+            "mig_instance": m,
+            "interval_start": "2027-01-15T08:00:00Z",
+            "interval_end": None,
+            "source": "prolog",
+        }
+        for m in ("MIG-1", "MIG-2")
+    ]
     ingest_spool_files(con, cfg, [write_spool_file(tmp_path, "gpu01", recs, opened_at=T0)])
     assert con.execute("SELECT count(*) FROM gpu_jobs").fetchone()[0] == 2
 
@@ -151,8 +215,10 @@ def test_migration_0030_keeps_existing_rows(tmp_path):
     con = connect(tmp_path / "old.duckdb", migrate_schema=False)
     try:
         migrate(con, upto=29)
-        con.execute("INSERT INTO gpu_jobs (cluster, node, gpu_uuid, job_id, interval_start, mig_instance) "
-                    "VALUES ('c', 'n', 'GPU-a', '1', TIMESTAMPTZ '2027-01-15 08:00:00+00', NULL)")
+        con.execute(
+            "INSERT INTO gpu_jobs (cluster, node, gpu_uuid, job_id, interval_start, mig_instance) "
+            "VALUES ('c', 'n', 'GPU-a', '1', TIMESTAMPTZ '2027-01-15 08:00:00+00', NULL)"
+        )
         assert 30 in migrate(con)
         assert con.execute("SELECT job_id, mig_instance FROM gpu_jobs").fetchall() == [("1", "")]
     finally:
@@ -168,8 +234,10 @@ def test_parse_spool_never_raises_on_junk():
 def _agent(tmp_path: Path, node: str) -> tuple[Agent, list[float]]:
     t = [T0]
     fake = fake_from_spec({"gpus": [{"model": "h200", "state": "load"}], "start": T0}, clock=lambda: t[0])
-    agent = Agent(fake, node=node, spool_dir=tmp_path / node, mapping_dir=None, interval=10, clock=lambda: t[0])
-    while t[0] < T0 + 3700:           # one closed hour, the next hour still open
+    agent = Agent(
+        fake, node=node, spool_dir=tmp_path / node, mapping_dir=None, interval=10, clock=lambda: t[0]
+    )
+    while t[0] < T0 + 3700:  # one closed hour, the next hour still open
         agent.tick(t[0])
         t[0] += 10
     return agent, t
@@ -180,17 +248,25 @@ def test_collect_from_agent_http_and_shared_path_then_prune(tmp_path, con):
     on_disk, _ = _agent(tmp_path, "gpu02")
     server = start_http(over_http, "127.0.0.1", 0)
     try:
-        cfg = load_config(None, env={}).with_overrides(nvml={
-            "agents": [f"http://127.0.0.1:{server.server_address[1]}"], "spool_paths": [str(tmp_path / "gpu02")]})
+        cfg = load_config(None, env={}).with_overrides(
+            nvml={
+                "agents": [f"http://127.0.0.1:{server.server_address[1]}"],
+                "spool_paths": [str(tmp_path / "gpu02")],
+            }
+        )
         outcomes = collect_nvml_sources(con, cfg)
         assert [o.status for o in outcomes] == ["ok", "ok"]
         # one closed hour per node at 10 s sampling: 60 minute rows, 360 samples each
-        assert con.execute("SELECT node, count(*), sum(samples) FROM gpu_samples GROUP BY node ORDER BY node"
-                           ).fetchall() == [("gpu01", 60, 360), ("gpu02", 60, 360)]
+        assert con.execute(
+            "SELECT node, count(*), sum(samples) FROM gpu_samples GROUP BY node ORDER BY node"
+        ).fetchall() == [("gpu01", 60, 360), ("gpu02", 60, 360)]
         # acknowledged: the agent deleted its file, the shared path holds an .ack marker
         assert list_spool(tmp_path / "gpu01") == []
-        assert len(list(Path(tmp_path / "gpu02").glob("*.jsonl.ack"))) == 1 and list_spool(tmp_path / "gpu02") == []
-        on_disk.tick(T0 + 3700)        # the agent prunes acknowledged files on its next round
+        assert (
+            len(list(Path(tmp_path / "gpu02").glob("*.jsonl.ack"))) == 1
+            and list_spool(tmp_path / "gpu02") == []
+        )
+        on_disk.tick(T0 + 3700)  # the agent prunes acknowledged files on its next round
         assert [p.name for p in (tmp_path / "gpu02").iterdir() if not p.name.startswith(".")] == []
         again = collect_nvml(con, cfg)
         assert (again.collector, again.status, again.rows) == ("nvml", "ok", 0)
@@ -200,16 +276,23 @@ def test_collect_from_agent_http_and_shared_path_then_prune(tmp_path, con):
 
 
 def test_unreachable_agent_is_a_recorded_failure_not_a_crash(con):
-    cfg = load_config(None, env={}).with_overrides(nvml={"agents": ["http://127.0.0.1:9"]},
-                                                   slurm={"timeout_seconds": 2.0})
+    cfg = load_config(None, env={}).with_overrides(
+        nvml={"agents": ["http://127.0.0.1:9"]}, slurm={"timeout_seconds": 2.0}
+    )
     o = collect_nvml(con, cfg)
     assert o.status == "error" and o.rows == 0 and "127.0.0.1:9" in o.error
-    assert con.execute("SELECT status FROM collector_runs WHERE collector = 'nvml'").fetchall() == [("error",)]
+    assert con.execute("SELECT status FROM collector_runs WHERE collector = 'nvml'").fetchall() == [
+        ("error",)
+    ]
 
 
 readings = st.lists(
-    st.tuples(st.integers(0, 100), st.integers(50, 700), st.integers(0, 5000), st.sampled_from([0, 1, 4, 0x40])),
-    min_size=1, max_size=60)
+    st.tuples(
+        st.integers(0, 100), st.integers(50, 700), st.integers(0, 5000), st.sampled_from([0, 1, 4, 0x40])
+    ),
+    min_size=1,
+    max_size=60,
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -229,7 +312,14 @@ def test_chunks_merge_to_the_whole_minute(rows, flush):
     for p in parts[1:]:
         merged = merge_samples(merged, p)
     ref = whole.flush()
-    for key in ("samples", "util_gpu_max", "power_max_watts", "energy_joules", "throttle_seconds", "throttle_reasons"):
+    for key in (
+        "samples",
+        "util_gpu_max",
+        "power_max_watts",
+        "energy_joules",
+        "throttle_seconds",
+        "throttle_reasons",
+    ):
         assert merged[key] == pytest.approx(ref[key]), key
     for key in ("util_gpu_mean", "power_mean_watts"):
         assert merged[key] == pytest.approx(ref[key], abs=1e-3), key
@@ -239,10 +329,11 @@ def test_chunks_merge_to_the_whole_minute(rows, flush):
 @given(data=st.binary(max_size=400), cut=st.integers(0, 2000), flip=st.integers(0, 2000))
 def test_parse_spool_never_raises_and_never_accepts_a_damaged_file(tmp_path_factory, data, cut, flip):
     assert parse_spool(data).problem is not None
-    good = write_spool_file(tmp_path_factory.mktemp("s"), "gpu01", [sample("2027-01-15T08:00:00Z")],
-                            opened_at=T0).read_bytes()
+    good = write_spool_file(
+        tmp_path_factory.mktemp("s"), "gpu01", [sample("2027-01-15T08:00:00Z")], opened_at=T0
+    ).read_bytes()
     truncated = good[: cut % len(good)]
     assert parse_spool(truncated).problem is not None
     i = flip % len(good)
-    flipped = good[:i] + bytes([good[i] ^ 0x01]) + good[i + 1:]
-    assert parse_spool(flipped).problem is not None     # any single flipped bit: header, body or footer
+    flipped = good[:i] + bytes([good[i] ^ 0x01]) + good[i + 1 :]
+    assert parse_spool(flipped).problem is not None  # any single flipped bit: header, body or footer

@@ -110,10 +110,24 @@ def test_time_garbage_raises():
 
 
 def test_time_expr_matches_scalar():
-    values = ["2016-12-21T21:43:34", "2021-10-31T02:30:00", "2021-03-28T02:30:00", "Unknown", "None",
-              "1700000000", "0", "2021-07-01 12:00:00", "junk", None]
+    values = [
+        "2016-12-21T21:43:34",
+        "2021-10-31T02:30:00",
+        "2021-03-28T02:30:00",
+        "Unknown",
+        "None",
+        "1700000000",
+        "0",
+        "2021-07-01 12:00:00",
+        "junk",
+        None,
+    ]
     for tz in ("UTC", "Europe/Berlin", "America/New_York"):
-        got = pl.DataFrame({"t": values}, schema={"t": pl.String}).select(time_expr(pl.col("t"), tz))["t"].to_list()
+        got = (
+            pl.DataFrame({"t": values}, schema={"t": pl.String})
+            .select(time_expr(pl.col("t"), tz))["t"]
+            .to_list()
+        )
         want = []
         for v in values:
             try:
@@ -153,8 +167,19 @@ def test_duration_garbage_raises():
 
 
 def test_duration_expr_matches_scalar_on_printed_shapes():
-    values = ["125-00:00:00", "7-20:39:39", "00:00:24", "30:00", "00:05.908", "UNLIMITED", "Partition_Limit", None]
-    got = pl.DataFrame({"d": values}, schema={"d": pl.String}).select(duration_expr(pl.col("d")))["d"].to_list()
+    values = [
+        "125-00:00:00",
+        "7-20:39:39",
+        "00:00:24",
+        "30:00",
+        "00:05.908",
+        "UNLIMITED",
+        "Partition_Limit",
+        None,
+    ]
+    got = (
+        pl.DataFrame({"d": values}, schema={"d": pl.String}).select(duration_expr(pl.col("d")))["d"].to_list()
+    )
     assert got == [parse_duration(v) for v in values]
 
 
@@ -185,7 +210,11 @@ def test_memory_units_and_scope():
 
 def test_parse_tres():
     assert parse_tres("billing=12,cpu=12,gres/gpu=2,mem=31000M,node=1") == {
-        "billing": 12.0, "cpu": 12.0, "gres/gpu": 2.0, "mem": 31000.0, "node": 1.0,
+        "billing": 12.0,
+        "cpu": 12.0,
+        "gres/gpu": 2.0,
+        "mem": 31000.0,
+        "node": 1.0,
     }
     assert parse_tres("cpu=00:00:04,mem=62.50G")["cpu"] == 4.0
     assert parse_tres("cpu=00:00:04,mem=62.50G")["mem"] == 64000.0
@@ -238,10 +267,20 @@ def test_gpu_count_and_tres_never_raise(text: str):
 
 def test_expand_hostlist():
     assert expand_hostlist("gpu[001-004,010],cpu-a[1-3]") == [
-        "gpu001", "gpu002", "gpu003", "gpu004", "gpu010", "cpu-a1", "cpu-a2", "cpu-a3",
+        "gpu001",
+        "gpu002",
+        "gpu003",
+        "gpu004",
+        "gpu010",
+        "cpu-a1",
+        "cpu-a2",
+        "cpu-a3",
     ]
     assert expand_hostlist("cpn-f13-03-[01-02],cpn-f13-04-[01-02]") == [
-        "cpn-f13-03-01", "cpn-f13-03-02", "cpn-f13-04-01", "cpn-f13-04-02",
+        "cpn-f13-03-01",
+        "cpn-f13-03-02",
+        "cpn-f13-04-01",
+        "cpn-f13-04-02",
     ]
     assert expand_hostlist("r[1-2]n[01-02]") == ["r1n01", "r1n02", "r2n01", "r2n02"]
     assert expand_hostlist("node7") == ["node7"]
@@ -271,15 +310,50 @@ def test_compress_expand_inverse(nums):
 def test_column_helpers_equal_the_scalar_parsers():
     from slurmscope.collectors.parsing import parse_duration_columns, parse_time_columns
 
-    times = ["2016-12-21T21:43:34", "2021-10-31T02:30:00", "2021-03-28T02:30:00", "Unknown", "None", "1700000000",
-             "0", "2021-07-01 12:00:00", "2021-07-01T12:00", "2021-07-01T12:00:00.25", "junk", None,
-             # epochs past year 9999, signed or longer than 12 digits: not times (found by hypothesis)
-             "300000000000", "253402300799", "253402300800", "+5", "0000000000005"]
-    durs = ["125-00:00:00", "7-20:39:39", "00:00:24", "30:00", "1:00", "00:05.908", "1-04", "1-04:30", "90",
-            "UNLIMITED", "Partition_Limit", "", "1:2:3", "x", None,
-            "0:0-0:0", "0:0-0", "1-2-3:4:5"]  # a dash anywhere but after the days: not a duration (found by hypothesis)
+    times = [
+        "2016-12-21T21:43:34",
+        "2021-10-31T02:30:00",
+        "2021-03-28T02:30:00",
+        "Unknown",
+        "None",
+        "1700000000",
+        "0",
+        "2021-07-01 12:00:00",
+        "2021-07-01T12:00",
+        "2021-07-01T12:00:00.25",
+        "junk",
+        None,
+        # epochs past year 9999, signed or longer than 12 digits: not times (found by hypothesis)
+        "300000000000",
+        "253402300799",
+        "253402300800",
+        "+5",
+        "0000000000005",
+    ]
+    durs = [
+        "125-00:00:00",
+        "7-20:39:39",
+        "00:00:24",
+        "30:00",
+        "1:00",
+        "00:05.908",
+        "1-04",
+        "1-04:30",
+        "90",
+        "UNLIMITED",
+        "Partition_Limit",
+        "",
+        "1:2:3",
+        "x",
+        None,
+        "0:0-0:0",
+        "0:0-0",
+        "1-2-3:4:5",
+    ]  # a dash anywhere but after the days: not a duration (found by hypothesis)
     for tz in ("UTC", "Europe/Berlin"):
-        df = parse_time_columns(pl.DataFrame({"a": times}, schema={"a": pl.String}), {"t": "a", "u": "missing"}, tz)
+        df = parse_time_columns(
+            pl.DataFrame({"a": times}, schema={"a": pl.String}), {"t": "a", "u": "missing"}, tz
+        )
         want = []
         for v in times:
             try:

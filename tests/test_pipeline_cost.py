@@ -24,9 +24,17 @@ from slurmscope.pipelines.runner import EPOCH, Window, pipeline_params, run_pipe
 from slurmscope.config import load_config
 
 JOB_SCHEMA = {
-    "job_id_raw": pl.Int64, "submit_time": UTC_DT, "account": pl.String, "user": pl.String,
-    "partition": pl.String, "qos": pl.String, "state": pl.String, "start_time": UTC_DT, "end_time": UTC_DT,
-    "gpus": pl.Int32, "gpu_type": pl.String,
+    "job_id_raw": pl.Int64,
+    "submit_time": UTC_DT,
+    "account": pl.String,
+    "user": pl.String,
+    "partition": pl.String,
+    "qos": pl.String,
+    "state": pl.String,
+    "start_time": UTC_DT,
+    "end_time": UTC_DT,
+    "gpus": pl.Int32,
+    "gpu_type": pl.String,
 }
 
 
@@ -45,84 +53,203 @@ def params(now: datetime, **billing) -> dict:
 
 def test_split_calendar_month_boundary_in_new_york():
     # 22:00 EST on 31 Jan to 02:00 EST on 1 Feb = 03:00-07:00 UTC on 1 Feb: two hours in each month.
-    lf = pl.LazyFrame({"s": [ts("2026-02-01 03:00")], "e": [ts("2026-02-01 07:00")]},
-                      schema={"s": UTC_DT, "e": UTC_DT})
-    got = split_calendar(lf, "s", "e", "America/New_York", every="1mo", out="month").select(
-        "month", "overlap_seconds").sort("month")
+    lf = pl.LazyFrame(
+        {"s": [ts("2026-02-01 03:00")], "e": [ts("2026-02-01 07:00")]}, schema={"s": UTC_DT, "e": UTC_DT}
+    )
+    got = (
+        split_calendar(lf, "s", "e", "America/New_York", every="1mo", out="month")
+        .select("month", "overlap_seconds")
+        .sort("month")
+    )
     want = pl.DataFrame({"month": [date(2026, 1, 1), date(2026, 2, 1)], "overlap_seconds": [7200.0, 7200.0]})
     assert_frame_equal(got.collect(), want)
 
 
 def test_split_calendar_dst_day_has_23_hours():
     # 8 March 2026: New York springs forward; 00:00 EST (05:00 UTC) to 00:00 EDT next day (04:00 UTC) = 23 h.
-    lf = pl.LazyFrame({"s": [ts("2026-03-08 05:00")], "e": [ts("2026-03-09 04:00")]},
-                      schema={"s": UTC_DT, "e": UTC_DT})
+    lf = pl.LazyFrame(
+        {"s": [ts("2026-03-08 05:00")], "e": [ts("2026-03-09 04:00")]}, schema={"s": UTC_DT, "e": UTC_DT}
+    )
     got = split_calendar(lf, "s", "e", "America/New_York").select("day", "overlap_seconds").collect()
     assert_frame_equal(got, pl.DataFrame({"day": [date(2026, 3, 8)], "overlap_seconds": [23 * 3600.0]}))
 
 
 def test_daily_month_boundary_non_utc_zone():
     # 4 GPUs, 2 h on 31 Jan and 2 h on 1 Feb in New York; 2.5 $/GPU-h -> 8 GPU-h = $20 each day.
-    jobs = jobs_frame([(1, ts("2026-02-01 00:00"), "a", "u", "gpu", "normal", "COMPLETED",
-                        ts("2026-02-01 03:00"), ts("2026-02-01 07:00"), 4, "H100")])
+    jobs = jobs_frame(
+        [
+            (
+                1,
+                ts("2026-02-01 00:00"),
+                "a",
+                "u",
+                "gpu",
+                "normal",
+                "COMPLETED",
+                ts("2026-02-01 03:00"),
+                ts("2026-02-01 07:00"),
+                4,
+                "H100",
+            )
+        ]
+    )
     p = params(ts("2026-03-01 00:00"), timezone="America/New_York", rates={"h100": 2.5})
     d = cost.daily(jobs, p).collect().sort("day")
     assert d.select("day", "gpu_seconds", "cost_usd").rows() == [
-        (date(2026, 1, 31), 28800.0, 20.0), (date(2026, 2, 1), 28800.0, 20.0)
+        (date(2026, 1, 31), 28800.0, 20.0),
+        (date(2026, 2, 1), 28800.0, 20.0),
     ]
     m = cost.monthly(d.lazy(), pl.LazyFrame(schema=cost.MONTHLY_SCHEMA), p).collect().sort("month")
     assert m.select("month", "gpu_hours", "cost_usd", "version", "frozen").rows() == [
-        (date(2026, 1, 1), 8.0, 20.0, 1, True),   # closed: 1 Mar is past 1 Feb + 5 days
+        (date(2026, 1, 1), 8.0, 20.0, 1, True),  # closed: 1 Mar is past 1 Feb + 5 days
         (date(2026, 2, 1), 8.0, 20.0, 1, False),  # closes on 6 Mar
     ]
 
 
 def test_daily_failed_requeued_running_and_partition_rate():
     d0 = "2026-02-01"
-    jobs = jobs_frame([
-        # job 10 attempt 1: NODE_FAIL, 1 GPU 10:00-12:00 = 7200 GPU-s, failed and requeued
-        (10, ts(f"{d0} 09:00"), "a", "u", "gpu", "normal", "NODE_FAIL", ts(f"{d0} 10:00"), ts(f"{d0} 12:00"), 1, "h100"),
-        # job 10 attempt 2: 12:30-13:30 = 3600 GPU-s
-        (10, ts(f"{d0} 12:01"), "a", "u", "gpu", "normal", "COMPLETED", ts(f"{d0} 12:30"), ts(f"{d0} 13:30"), 1, "h100"),
-        # job 11: running from 22:00 with 2 GPUs, now = 02:00 next day: 2 h x 2 on each day
-        (11, ts(f"{d0} 21:00"), "b", "v", "cheap", "normal", "RUNNING", ts(f"{d0} 22:00"), None, 2, None),
-        # pending and CPU-only jobs cost nothing
-        (12, ts(f"{d0} 21:00"), "b", "v", "cheap", "normal", "PENDING", None, None, 4, None),
-        (13, ts(f"{d0} 01:00"), "b", "v", "cheap", "normal", "COMPLETED", ts(f"{d0} 02:00"), ts(f"{d0} 03:00"), 0, None),
-    ])
+    jobs = jobs_frame(
+        [
+            # job 10 attempt 1: NODE_FAIL, 1 GPU 10:00-12:00 = 7200 GPU-s, failed and requeued
+            (
+                10,
+                ts(f"{d0} 09:00"),
+                "a",
+                "u",
+                "gpu",
+                "normal",
+                "NODE_FAIL",
+                ts(f"{d0} 10:00"),
+                ts(f"{d0} 12:00"),
+                1,
+                "h100",
+            ),
+            # job 10 attempt 2: 12:30-13:30 = 3600 GPU-s
+            (
+                10,
+                ts(f"{d0} 12:01"),
+                "a",
+                "u",
+                "gpu",
+                "normal",
+                "COMPLETED",
+                ts(f"{d0} 12:30"),
+                ts(f"{d0} 13:30"),
+                1,
+                "h100",
+            ),
+            # job 11: running from 22:00 with 2 GPUs, now = 02:00 next day: 2 h x 2 on each day
+            (11, ts(f"{d0} 21:00"), "b", "v", "cheap", "normal", "RUNNING", ts(f"{d0} 22:00"), None, 2, None),
+            # pending and CPU-only jobs cost nothing
+            (12, ts(f"{d0} 21:00"), "b", "v", "cheap", "normal", "PENDING", None, None, 4, None),
+            (
+                13,
+                ts(f"{d0} 01:00"),
+                "b",
+                "v",
+                "cheap",
+                "normal",
+                "COMPLETED",
+                ts(f"{d0} 02:00"),
+                ts(f"{d0} 03:00"),
+                0,
+                None,
+            ),
+        ]
+    )
     p = params(ts("2026-02-02 02:00"), rates={"partition:cheap": 1.0}, default_rate_per_gpu_hour=2.0)
     got = cost.daily(jobs, p).collect().sort("day", "account")
     want = pl.DataFrame(
         [
             # 3 GPU-h x $2 = 6; failed 2 GPU-h = $4; requeued the same attempt
-            (date(2026, 2, 1), "a", "u", "gpu", "normal", "h100", 10800.0, 6.0, 7200.0, 4.0, 7200.0, 4.0, 0.0, 0.0),
+            (
+                date(2026, 2, 1),
+                "a",
+                "u",
+                "gpu",
+                "normal",
+                "h100",
+                10800.0,
+                6.0,
+                7200.0,
+                4.0,
+                7200.0,
+                4.0,
+                0.0,
+                0.0,
+            ),
             # 4 GPU-h x $1 per day, all accrued by a running attempt (last column: spread, 0 when "separate")
-            (date(2026, 2, 1), "b", "v", "cheap", "normal", "", 14400.0, 4.0, 0.0, 0.0, 0.0, 0.0, 14400.0, 0.0),
-            (date(2026, 2, 2), "b", "v", "cheap", "normal", "", 14400.0, 4.0, 0.0, 0.0, 0.0, 0.0, 14400.0, 0.0),
+            (
+                date(2026, 2, 1),
+                "b",
+                "v",
+                "cheap",
+                "normal",
+                "",
+                14400.0,
+                4.0,
+                0.0,
+                0.0,
+                0.0,
+                0.0,
+                14400.0,
+                0.0,
+            ),
+            (
+                date(2026, 2, 2),
+                "b",
+                "v",
+                "cheap",
+                "normal",
+                "",
+                14400.0,
+                4.0,
+                0.0,
+                0.0,
+                0.0,
+                0.0,
+                14400.0,
+                0.0,
+            ),
         ],
-        schema=cost.DAILY_SCHEMA, orient="row",
+        schema=cost.DAILY_SCHEMA,
+        orient="row",
     )
     assert_frame_equal(got, want)
 
 
 def daily_by_split_calendar(jobs: pl.LazyFrame, p: dict) -> pl.DataFrame:
     """The billing rule itself: every attempt through split_calendar, then summed per day and key."""
-    a = cost.attempts(jobs, p["now"]).with_columns(clip_interval("use_start", "use_end", p["start"], p["now"]))
+    a = cost.attempts(jobs, p["now"]).with_columns(
+        clip_interval("use_start", "use_end", p["start"], p["now"])
+    )
     parts = split_calendar(a, "use_start", "use_end", p["tz"]).with_columns(
-        (pl.col("overlap_seconds") * pl.col("gpus")).alias("gs"))
+        (pl.col("overlap_seconds") * pl.col("gpus")).alias("gs")
+    )
     gs = pl.col("gs")
-    return parts.group_by("day", *cost.KEYS).agg(
-        gs.sum().alias("gpu_seconds"), *[gs.filter(pl.col(f)).sum().alias(f"{f}_gpu_seconds") for f in cost.FLAGS]
-    ).filter(pl.col("day") >= p["start_date"]).sort("day", *cost.KEYS).collect()
+    return (
+        parts.group_by("day", *cost.KEYS)
+        .agg(
+            gs.sum().alias("gpu_seconds"),
+            *[gs.filter(pl.col(f)).sum().alias(f"{f}_gpu_seconds") for f in cost.FLAGS],
+        )
+        .filter(pl.col("day") >= p["start_date"])
+        .sort("day", *cost.KEYS)
+        .collect()
+    )
 
 
 # Days a zone skips or starts an hour late (DST at midnight), half-hour, 45-minute and odd-second offsets.
 ODD_DAYS = [
     ("Pacific/Apia", "2011-12-29 10:00"),  # 30 Dec 2011 does not exist there
-    ("America/Santiago", "2022-09-11 04:00"), ("America/Santiago", "2023-04-02 03:00"),
-    ("America/Havana", "2023-03-12 05:00"), ("Asia/Beirut", "2023-03-25 22:00"),
-    ("Australia/Lord_Howe", "2023-09-30 15:30"), ("Asia/Kathmandu", "2024-01-01 00:00"),
-    ("Europe/Berlin", "2025-03-30 01:00"), ("Europe/Berlin", "2025-10-26 01:00"),
+    ("America/Santiago", "2022-09-11 04:00"),
+    ("America/Santiago", "2023-04-02 03:00"),
+    ("America/Havana", "2023-03-12 05:00"),
+    ("Asia/Beirut", "2023-03-25 22:00"),
+    ("Australia/Lord_Howe", "2023-09-30 15:30"),
+    ("Asia/Kathmandu", "2024-01-01 00:00"),
+    ("Europe/Berlin", "2025-03-30 01:00"),
+    ("Europe/Berlin", "2025-10-26 01:00"),
     ("Africa/Monrovia", "1972-01-06 12:00"),  # -0:44:30 until 7 Jan 1972: midnight off the quarter hour
     ("America/Havana", "1970-01-01 03:00"),  # billing days before 1970 (negative day numbers)
 ]
@@ -130,12 +257,20 @@ ODD_DAYS = [
 
 @settings(max_examples=150, deadline=None)
 @given(
-    odd=st.sampled_from(ODD_DAYS), clip=st.booleans(),
-    attempts=st.lists(st.tuples(
-        st.integers(-3 * 86400 * 10**6, 3 * 86400 * 10**6), st.integers(1, 5 * 86400 * 10**6),
-        st.integers(1, 4), st.sampled_from(["a", "b"]), st.sampled_from(["COMPLETED", "FAILED", "RUNNING"]),
-        st.integers(1, 3),
-    ), min_size=1, max_size=12),
+    odd=st.sampled_from(ODD_DAYS),
+    clip=st.booleans(),
+    attempts=st.lists(
+        st.tuples(
+            st.integers(-3 * 86400 * 10**6, 3 * 86400 * 10**6),
+            st.integers(1, 5 * 86400 * 10**6),
+            st.integers(1, 4),
+            st.sampled_from(["a", "b"]),
+            st.sampled_from(["COMPLETED", "FAILED", "RUNNING"]),
+            st.integers(1, 3),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
 )
 def test_daily_splits_days_as_split_calendar_does(odd, clip, attempts):
     """daily() sums attempts before spreading them over days; the result must be split_calendar's to the
@@ -146,26 +281,57 @@ def test_daily_splits_days_as_split_calendar_does(odd, clip, attempts):
     for i, (offset, length, gpus, account, state, job) in enumerate(attempts):
         start = t0 + timedelta(microseconds=offset)
         end = None if state == "RUNNING" else start + timedelta(microseconds=length)
-        rows.append((job, start - timedelta(hours=i), account, "u", "gpu", "normal", state, start, end, gpus, "h100"))
+        rows.append(
+            (job, start - timedelta(hours=i), account, "u", "gpu", "normal", state, start, end, gpus, "h100")
+        )
     now = t0 + timedelta(days=6)
     cfg = load_config(env={}).with_overrides(billing={"timezone": zone, "rates": {"h100": 1.0}})
     p = pipeline_params(cfg, Window(t0 - timedelta(days=1) if clip else EPOCH, now, not clip))
     got = cost.daily(jobs_frame(rows), p).collect().sort("day", *cost.KEYS)
     want = daily_by_split_calendar(jobs_frame(rows), p)
     cols = ["gpu_seconds", *[f"{f}_gpu_seconds" for f in cost.FLAGS]]
-    assert_frame_equal(got.select("day", *cost.KEYS, *cols), want.select("day", *cost.KEYS, *cols),
-                       check_exact=False, rel_tol=1e-12, abs_tol=1e-9)
+    assert_frame_equal(
+        got.select("day", *cost.KEYS, *cols),
+        want.select("day", *cost.KEYS, *cols),
+        check_exact=False,
+        rel_tol=1e-12,
+        abs_tol=1e-9,
+    )
 
 
 def test_daily_days_of_short_attempts_around_a_midnight_off_the_quarter_hour():
     # Monrovia was at -0:44:30 until 7 Jan 1972: each day began at 00:44:30 UTC. 1 GPU from 00:44:35 to
     # 00:44:55 UTC on 5 Jan is 20 GPU-s on 5 Jan; from 00:44:20 to 00:44:40 on 6 Jan, 10 s on each side.
-    jobs = jobs_frame([
-        (1, ts("1972-01-05 00:00"), "a", "u", "gpu", "normal", "COMPLETED", ts("1972-01-05 00:44:35"),
-         ts("1972-01-05 00:44:55"), 1, "h100"),
-        (2, ts("1972-01-06 00:00"), "a", "u", "gpu", "normal", "COMPLETED", ts("1972-01-06 00:44:20"),
-         ts("1972-01-06 00:44:40"), 1, "h100"),
-    ])
+    jobs = jobs_frame(
+        [
+            (
+                1,
+                ts("1972-01-05 00:00"),
+                "a",
+                "u",
+                "gpu",
+                "normal",
+                "COMPLETED",
+                ts("1972-01-05 00:44:35"),
+                ts("1972-01-05 00:44:55"),
+                1,
+                "h100",
+            ),
+            (
+                2,
+                ts("1972-01-06 00:00"),
+                "a",
+                "u",
+                "gpu",
+                "normal",
+                "COMPLETED",
+                ts("1972-01-06 00:44:20"),
+                ts("1972-01-06 00:44:40"),
+                1,
+                "h100",
+            ),
+        ]
+    )
     cfg = load_config(env={}).with_overrides(billing={"timezone": "Africa/Monrovia", "rates": {"h100": 3.6}})
     p = pipeline_params(cfg, Window(ts("1972-01-01 00:44:30"), ts("1972-01-10 00:00"), False))
     got = cost.daily(jobs, p).collect().sort("day").select("day", "gpu_seconds").rows()
@@ -191,8 +357,14 @@ def test_largest_remainder_property(amounts):
 
 def test_amortised_rate():
     # 30000 / (3 y x 8766 h) = 1.1407711; 0.7 kW x 0.10 $/kWh x 1.5 PUE = 0.105; 876.6 $/y / 8766 = 0.1
-    entry = {"purchase_usd": 30000, "lifetime_years": 3, "power_kw": 0.7, "usd_per_kwh": 0.1, "pue": 1.5,
-             "overhead_usd_per_year": 876.6}
+    entry = {
+        "purchase_usd": 30000,
+        "lifetime_years": 3,
+        "power_kw": 0.7,
+        "usd_per_kwh": 0.1,
+        "pue": 1.5,
+        "overhead_usd_per_year": 876.6,
+    }
     assert hourly_rate(entry) == pytest.approx(30000 / (3 * 8766) + 0.105 + 0.1)
     assert hourly_rate({"rate": 3}) == 3.0
     assert hourly_rate({**entry, "gpus_per_unit": 2}) == pytest.approx((30000 / (3 * 8766) + 0.105 + 0.1) / 2)
@@ -201,8 +373,19 @@ def test_amortised_rate():
 # --- through the runner and DuckDB -------------------------------------------------------------------------
 
 
-def insert_job(con, job_id, submit, start, end, gpus=1, account="a", user="u", partition="gpu", state="COMPLETED",
-               gpu_type="h100"):
+def insert_job(
+    con,
+    job_id,
+    submit,
+    start,
+    end,
+    gpus=1,
+    account="a",
+    user="u",
+    partition="gpu",
+    state="COMPLETED",
+    gpu_type="h100",
+):
     con.execute(
         'INSERT OR REPLACE INTO jobs (cluster, job_id, job_id_raw, submit_time, account, "user", "partition", qos,'
         " state, start_time, end_time, gpus, gpu_type) VALUES ('default', ?, ?, ?, ?, ?, ?, 'normal', ?, ?, ?, ?, ?)",
@@ -217,14 +400,18 @@ def monthly_rows(con):
 
 
 def test_frozen_month_unchanged_by_late_data_and_reissue_is_versioned(con):
-    cfg = load_config(env={}).with_overrides(billing={"close_after_days": 0, "default_rate_per_gpu_hour": 2.0})
+    cfg = load_config(env={}).with_overrides(
+        billing={"close_after_days": 0, "default_rate_per_gpu_hour": 2.0}
+    )
     insert_job(con, 1, ts("2026-01-10 00:00"), ts("2026-01-10 00:00"), ts("2026-01-10 10:00"), gpus=1)
     run_pipelines(con, cfg, now=ts("2026-02-10 00:00"), only=["cost"])
     first = monthly_rows(con)
     assert first == [(date(2026, 1, 1), "a", "u", 10.0, Decimal("20.00"), 1, True)]
 
     # A late sacct record for January arrives after the month closed.
-    insert_job(con, 2, ts("2026-01-20 00:00"), ts("2026-01-20 00:00"), ts("2026-01-20 05:00"), gpus=2, user="w")
+    insert_job(
+        con, 2, ts("2026-01-20 00:00"), ts("2026-01-20 00:00"), ts("2026-01-20 05:00"), gpus=2, user="w"
+    )
     run_pipelines(con, cfg, now=ts("2026-02-11 00:00"), only=["cost"])
     assert monthly_rows(con) == first  # frozen: nothing new for January, no February usage
     # ... while the daily mart, which is not an invoice, shows the late job.
@@ -246,13 +433,16 @@ def test_capacity_reconciles_to_the_cent(con):
     cfg = load_config(env={}).with_overrides(billing={"rates": {"h100": 1.2345}})
     t0 = ts("2026-02-01 00:00")
     snaps = [  # 8 GPUs: MIXED 3 used for 1000 s, DRAIN with 1 used for 777 s, RESERVED for 500 s
-        (t0, "MIXED", "", 3), (t0 + timedelta(seconds=1000), "MIXED", "DRAIN", 1),
+        (t0, "MIXED", "", 3),
+        (t0 + timedelta(seconds=1000), "MIXED", "DRAIN", 1),
         (t0 + timedelta(seconds=1777), "RESERVED", "", 0),
     ]
     for t, state, flags, used in snaps:
-        con.execute("INSERT INTO node_states (cluster, snapshot_time, node, \"partition\", state, state_flags,"
-                    " gpus_total, gpus_used, gpu_type) VALUES ('default', ?, 'n1', 'gpu', ?, ?, 8, ?, 'h100')",
-                    [t, state, flags, used])
+        con.execute(
+            'INSERT INTO node_states (cluster, snapshot_time, node, "partition", state, state_flags,'
+            " gpus_total, gpus_used, gpu_type) VALUES ('default', ?, 'n1', 'gpu', ?, ?, 8, ?, 'h100')",
+            [t, state, flags, used],
+        )
     run_pipelines(con, cfg, now=t0 + timedelta(seconds=2277), only=["cost"])
     row = con.execute(
         "SELECT capacity_gpu_seconds, allocated_gpu_seconds, idle_gpu_seconds, down_gpu_seconds,"
@@ -262,8 +452,20 @@ def test_capacity_reconciles_to_the_cent(con):
     # allocated 3x1000 + 1x777 = 3777; idle 5x1000; down 7x777 = 5439; reserved 8x500; capacity 8x2277 = 18216
     # $: 18216/3600 x 1.2345 = 6.2466 -> 6.25; parts 1.2952, 1.7146, 1.8651, 1.3717 -> floors 623 cents,
     # the 2 spare cents to the largest remainders (allocated .52, down .51).
-    assert row == [(18216.0, 3777.0, 5000.0, 5439.0, 4000.0, Decimal("6.25"), Decimal("1.30"), Decimal("1.71"),
-                    Decimal("1.87"), Decimal("1.37"))]
+    assert row == [
+        (
+            18216.0,
+            3777.0,
+            5000.0,
+            5439.0,
+            4000.0,
+            Decimal("6.25"),
+            Decimal("1.30"),
+            Decimal("1.71"),
+            Decimal("1.87"),
+            Decimal("1.37"),
+        )
+    ]
 
 
 def test_capacity_reconciles_for_many_days(con):
@@ -271,9 +473,11 @@ def test_capacity_reconciles_for_many_days(con):
     t0 = ts("2026-02-01 00:00")
     for i in range(0, 3 * 24 * 4):
         t = t0 + timedelta(minutes=15 * i + (i % 7))
-        con.execute("INSERT INTO node_states (cluster, snapshot_time, node, \"partition\", state, state_flags,"
-                    " gpus_total, gpus_used, gpu_type) VALUES ('default', ?, ?, 'gpu', ?, '', 4, ?, 'a100')",
-                    [t, f"n{i % 3}", ["MIXED", "DOWN", "IDLE", "RESERVED"][i % 4], i % 5])
+        con.execute(
+            'INSERT INTO node_states (cluster, snapshot_time, node, "partition", state, state_flags,'
+            " gpus_total, gpus_used, gpu_type) VALUES ('default', ?, ?, 'gpu', ?, '', 4, ?, 'a100')",
+            [t, f"n{i % 3}", ["MIXED", "DOWN", "IDLE", "RESERVED"][i % 4], i % 5],
+        )
     run_pipelines(con, cfg, now=t0 + timedelta(days=3), only=["cost"])
     bad = con.execute(
         "SELECT count(*) FROM mart_capacity_daily WHERE allocated_cost_usd + idle_cost_usd + down_cost_usd"
@@ -288,7 +492,7 @@ def test_capacity_reconciles_for_many_days(con):
 def test_running_job_accrues_and_counters_never_decrease(con):
     cfg = load_config(env={}).with_overrides(billing={"default_rate_per_gpu_hour": 1.0})
     insert_job(con, 5, ts("2026-02-01 00:00"), ts("2026-02-01 00:00"), None, gpus=2, state="RUNNING")
-    counters = 'SELECT gpu_seconds_total, cost_usd_total, gpu_seconds_correction FROM mart_usage_counters'
+    counters = "SELECT gpu_seconds_total, cost_usd_total, gpu_seconds_correction FROM mart_usage_counters"
     run_pipelines(con, cfg, now=ts("2026-02-01 01:00"), only=["cost"])
     assert con.execute(counters).fetchall() == [(7200.0, 2.0, 0.0)]
     run_pipelines(con, cfg, now=ts("2026-02-01 03:00"), only=["cost"])
@@ -309,8 +513,14 @@ def test_monthly_invoice_rows_sum_to_the_rounded_total():
     day = date(2026, 2, 3)
     d = pl.LazyFrame(
         [(day, "a", u, 12000.0, 10 / 3) for u in ("u1", "u2", "u3")],
-        schema={"day": pl.Date, "account": pl.String, "user": pl.String, "gpu_seconds": pl.Float64,
-                "cost_usd": pl.Float64}, orient="row",
+        schema={
+            "day": pl.Date,
+            "account": pl.String,
+            "user": pl.String,
+            "gpu_seconds": pl.Float64,
+            "cost_usd": pl.Float64,
+        },
+        orient="row",
     )
     m = cost.monthly(d, pl.LazyFrame(schema=cost.MONTHLY_SCHEMA), params(ts("2026-02-10 00:00"))).collect()
     m = m.sort("user")
@@ -320,13 +530,15 @@ def test_monthly_invoice_rows_sum_to_the_rounded_total():
 
 
 def test_incremental_run_freezes_a_month_that_closed_outside_its_window(con):
-    cfg = load_config(env={}).with_overrides(billing={"close_after_days": 5, "default_rate_per_gpu_hour": 1.0})
+    cfg = load_config(env={}).with_overrides(
+        billing={"close_after_days": 5, "default_rate_per_gpu_hour": 1.0}
+    )
     insert_job(con, 1, ts("2026-01-30 00:00"), ts("2026-01-30 00:00"), ts("2026-01-30 02:00"), gpus=1)
     insert_job(con, 2, ts("2026-02-02 00:00"), ts("2026-02-02 00:00"), ts("2026-02-02 03:00"), gpus=1)
     run_pipelines(con, cfg, now=ts("2026-02-01 00:00"), only=["cost"])
-    run_pipelines(con, cfg, now=ts("2026-02-04 00:00"), only=["cost"])   # January still open (closes 6 Feb)
+    run_pipelines(con, cfg, now=ts("2026-02-04 00:00"), only=["cost"])  # January still open (closes 6 Feb)
     assert [r[-1] for r in monthly_rows(con)] == [False, False]
-    run_pipelines(con, cfg, now=ts("2026-02-09 00:00"), only=["cost"])   # window from 2 Feb, January closed
+    run_pipelines(con, cfg, now=ts("2026-02-09 00:00"), only=["cost"])  # window from 2 Feb, January closed
     assert monthly_rows(con) == [
         (date(2026, 1, 1), "a", "u", 2.0, Decimal("2.00"), 1, True),
         (date(2026, 2, 1), "a", "u", 3.0, Decimal("3.00"), 1, False),
@@ -338,9 +550,11 @@ def test_incremental_run_freezes_a_month_that_closed_outside_its_window(con):
 
 
 def insert_node(con, t, state, used, total=2, flags=""):
-    con.execute("INSERT INTO node_states (cluster, snapshot_time, node, \"partition\", state, state_flags,"
-                " gpus_total, gpus_used, gpu_type) VALUES ('default', ?, 'n1', 'gpu', ?, ?, ?, ?, 'h100')",
-                [t, state, flags, total, used])
+    con.execute(
+        'INSERT INTO node_states (cluster, snapshot_time, node, "partition", state, state_flags,'
+        " gpus_total, gpus_used, gpu_type) VALUES ('default', ?, 'n1', 'gpu', ?, ?, ?, ?, 'h100')",
+        [t, state, flags, total, used],
+    )
 
 
 def three_users_one_hour(con):
@@ -355,8 +569,10 @@ def three_users_one_hour(con):
 
 
 def invoice(con):
-    return con.execute('SELECT account, "user", cost_usd, spread_cost_usd, version FROM mart_cost_monthly'
-                       " ORDER BY version, account, \"user\"").fetchall()
+    return con.execute(
+        'SELECT account, "user", cost_usd, spread_cost_usd, version FROM mart_cost_monthly'
+        ' ORDER BY version, account, "user"'
+    ).fetchall()
 
 
 def test_spread_charges_unallocated_capacity_by_usage_and_rows_sum_to_capacity(con):
@@ -366,8 +582,11 @@ def test_spread_charges_unallocated_capacity_by_usage_and_rows_sum_to_capacity(c
     # Each user: 1200 GPU-s = $0.3333 of usage and 1/3 of the $1 idle. Usage cents 33.33 x 3 -> 34, 33, 33
     # (the spare cent to the first by account, user); the same for the spread: rows 0.68, 0.66, 0.66 = $2.00,
     # the day's capacity cost.
-    assert invoice(con) == [("a", "x", Decimal("0.68"), Decimal("0.34"), 1), ("a", "y", Decimal("0.66"), Decimal("0.33"), 1),
-                            ("b", "z", Decimal("0.66"), Decimal("0.33"), 1)]
+    assert invoice(con) == [
+        ("a", "x", Decimal("0.68"), Decimal("0.34"), 1),
+        ("a", "y", Decimal("0.66"), Decimal("0.33"), 1),
+        ("b", "z", Decimal("0.66"), Decimal("0.33"), 1),
+    ]
     cap = con.execute("SELECT capacity_cost_usd, idle_cost_usd FROM mart_capacity_daily").fetchall()
     assert cap == [(Decimal("2.00"), Decimal("1.00"))]
     daily = con.execute('SELECT "user", spread_cost_usd FROM mart_cost_daily ORDER BY "user"').fetchall()
@@ -376,8 +595,11 @@ def test_spread_charges_unallocated_capacity_by_usage_and_rows_sum_to_capacity(c
 
     separate = cfg.with_overrides(billing={"idle_cost": "separate"})
     run_pipelines(con, separate, now=t0 + timedelta(hours=1), only=["cost"], full=True)
-    assert invoice(con) == [("a", "x", Decimal("0.34"), Decimal("0.00"), 1), ("a", "y", Decimal("0.33"), Decimal("0.00"), 1),
-                            ("b", "z", Decimal("0.33"), Decimal("0.00"), 1)]
+    assert invoice(con) == [
+        ("a", "x", Decimal("0.34"), Decimal("0.00"), 1),
+        ("a", "y", Decimal("0.33"), Decimal("0.00"), 1),
+        ("b", "z", Decimal("0.33"), Decimal("0.00"), 1),
+    ]
     assert con.execute("SELECT sum(spread_cost_usd) FROM mart_cost_daily").fetchone()[0] == 0
 
 
@@ -388,8 +610,11 @@ def test_spread_of_a_day_nobody_used_goes_by_the_months_usage(con):
     cfg = load_config(env={}).with_overrides(billing={"rates": {"h100": 1.0}, "idle_cost": "spread"})
     run_pipelines(con, cfg, now=t0 + timedelta(days=1, hours=1), only=["cost"])
     # Unallocated $1 (3 Feb, by that day's usage) + $2 (4 Feb, by the month's: thirds) = $1 each; usage as above.
-    assert invoice(con) == [("a", "x", Decimal("1.34"), Decimal("1.00"), 1), ("a", "y", Decimal("1.33"), Decimal("1.00"), 1),
-                            ("b", "z", Decimal("1.33"), Decimal("1.00"), 1)]
+    assert invoice(con) == [
+        ("a", "x", Decimal("1.34"), Decimal("1.00"), 1),
+        ("a", "y", Decimal("1.33"), Decimal("1.00"), 1),
+        ("b", "z", Decimal("1.33"), Decimal("1.00"), 1),
+    ]
     total = con.execute("SELECT sum(cost_usd) FROM mart_cost_monthly").fetchone()[0]
     capacity = con.execute("SELECT sum(capacity_cost_usd) FROM mart_capacity_daily").fetchone()[0]
     assert total == capacity == Decimal("4.00")
@@ -406,9 +631,11 @@ def test_spread_leaves_a_frozen_month_alone_unless_reissued(con):
     assert invoice(con) == first  # February closed: a change of policy does not rewrite it
     reissue = spread.with_overrides(billing={"reissue_months": ["2026-02"]})
     run_pipelines(con, reissue, now=ts("2026-03-03 00:00"), only=["cost"], full=True)
-    assert invoice(con) == first + [("a", "x", Decimal("0.68"), Decimal("0.34"), 2),
-                                    ("a", "y", Decimal("0.66"), Decimal("0.33"), 2),
-                                    ("b", "z", Decimal("0.66"), Decimal("0.33"), 2)]
+    assert invoice(con) == first + [
+        ("a", "x", Decimal("0.68"), Decimal("0.34"), 2),
+        ("a", "y", Decimal("0.66"), Decimal("0.33"), 2),
+        ("b", "z", Decimal("0.66"), Decimal("0.33"), 2),
+    ]
 
 
 def test_idle_cost_setting_is_validated(tmp_path):
@@ -434,26 +661,58 @@ def test_cost_per_useful_gpu_hour_idle_dollars_and_energy_per_account(since):
     m = [t + timedelta(minutes=i) for i in range(3)]
     # Job 1 (account a): 2 H100 for 3 minutes at $3.6/GPU-h ($0.001 per GPU-second): 360 GPU-s, $0.36.
     # Job 2 (account b): 1 GPU for 10 minutes on a node without telemetry: 600 GPU-s, $0.60.
-    jobs = jobs_frame([
-        (1, t, "a", "u", "gpu", "normal", "COMPLETED", t, t + timedelta(minutes=3), 2, "h100"),
-        (2, t, "b", "v", "gpu", "normal", "COMPLETED", t + timedelta(minutes=10), t + timedelta(minutes=20), 1, "h100"),
-    ])
+    jobs = jobs_frame(
+        [
+            (1, t, "a", "u", "gpu", "normal", "COMPLETED", t, t + timedelta(minutes=3), 2, "h100"),
+            (
+                2,
+                t,
+                "b",
+                "v",
+                "gpu",
+                "normal",
+                "COMPLETED",
+                t + timedelta(minutes=10),
+                t + timedelta(minutes=20),
+                1,
+                "h100",
+            ),
+        ]
+    )
     # The prolog mapped g0 for the whole run and g1 until 00:02:30 (30 s of the third minute).
     gpu_jobs = pl.LazyFrame(
-        [("n1", "g0", "1", t, t + timedelta(minutes=3)), ("n1", "g1", "1", t, t + timedelta(minutes=2, seconds=30))],
-        schema={"node": pl.String, "gpu_uuid": pl.String, "job_id": pl.String, "interval_start": UTC_DT,
-                "interval_end": UTC_DT}, orient="row")
+        [
+            ("n1", "g0", "1", t, t + timedelta(minutes=3)),
+            ("n1", "g1", "1", t, t + timedelta(minutes=2, seconds=30)),
+        ],
+        schema={
+            "node": pl.String,
+            "gpu_uuid": pl.String,
+            "job_id": pl.String,
+            "interval_start": UTC_DT,
+            "interval_end": UTC_DT,
+        },
+        orient="row",
+    )
     samples = pl.LazyFrame(
         [  # node, gpu, minute, util %, energy J (counter delta), mean power W
             ("n1", "g0", m[0], 100.0, 6000.0, 100.0),
             ("n1", "g0", m[1], 50.0, 3000.0, 50.0),
-            ("n1", "g0", m[2], 2.0, None, 100.0),   # no energy counter: 100 W x 60 s = 6000 J
+            ("n1", "g0", m[2], 2.0, None, 100.0),  # no energy counter: 100 W x 60 s = 6000 J
             ("n1", "g1", m[0], 80.0, 1200.0, 20.0),
             # g1 has no sample for the second minute
-            ("n1", "g1", m[2], 0.0, 600.0, 10.0),   # held 30 s: 300 J
+            ("n1", "g1", m[2], 0.0, 600.0, 10.0),  # held 30 s: 300 J
         ],
-        schema={"node": pl.String, "gpu_uuid": pl.String, "minute": UTC_DT, "util_gpu_mean": pl.Float64,
-                "energy_joules": pl.Float64, "power_mean_watts": pl.Float64}, orient="row")
+        schema={
+            "node": pl.String,
+            "gpu_uuid": pl.String,
+            "minute": UTC_DT,
+            "util_gpu_mean": pl.Float64,
+            "energy_joules": pl.Float64,
+            "power_mean_watts": pl.Float64,
+        },
+        orient="row",
+    )
     p = params(ts("2026-02-03 01:00"), rates={"h100": 3.6}, energy_usd_per_kwh=0.15, pue=1.5)
     if since:
         p = {**p, "start": ts(since), "start_date": date(2026, 2, 2)}
@@ -465,11 +724,26 @@ def test_cost_per_useful_gpu_hour_idle_dollars_and_energy_per_account(since):
     # x 1.5 PUE x $0.15 = $0.00103125.
     want = pl.DataFrame(
         [
-            (date(2026, 2, 3), "a", 360.0, 0.36, 270.0, 0.27, 90.0, 0.09, 139.2, 139.2 / 270, 0.27 * 3600 / 139.2,
-             16500.0, 16500 / 3.6e6, 0.00103125),
+            (
+                date(2026, 2, 3),
+                "a",
+                360.0,
+                0.36,
+                270.0,
+                0.27,
+                90.0,
+                0.09,
+                139.2,
+                139.2 / 270,
+                0.27 * 3600 / 139.2,
+                16500.0,
+                16500 / 3.6e6,
+                0.00103125,
+            ),
             (date(2026, 2, 3), "b", 600.0, 0.60, 0.0, 0.0, 0.0, 0.0, 0.0, None, None, 0.0, 0.0, 0.0),
         ],
-        schema=cost.EFFICIENCY_SCHEMA, orient="row",
+        schema=cost.EFFICIENCY_SCHEMA,
+        orient="row",
     )
     assert_frame_equal(got, want, check_exact=False, rel_tol=1e-9, abs_tol=1e-12)
 
@@ -478,15 +752,20 @@ def test_spread_of_an_incremental_run_takes_earlier_days_of_the_month_from_the_m
     t0 = three_users_one_hour(con)
     # 4 Feb: 1 of 2 GPUs allocated for an hour, to x alone: usage $1 and unallocated $1, both x's.
     insert_node(con, t0 + timedelta(days=1), "MIXED", 1)
-    insert_job(con, 200, t0 + timedelta(days=1), t0 + timedelta(days=1), t0 + timedelta(days=1, hours=1), user="x")
+    insert_job(
+        con, 200, t0 + timedelta(days=1), t0 + timedelta(days=1), t0 + timedelta(days=1, hours=1), user="x"
+    )
     cfg = load_config(env={}).with_overrides(billing={"rates": {"h100": 1.0}, "idle_cost": "spread"})
     now = t0 + timedelta(days=1, hours=2)
     run_pipelines(con, cfg, now=now, only=["cost"], full=True)
     full = invoice(con)
     # x: usage 1/3 + 1 and spread 1/3 + 1; y, z: 1/3 each -> 133.33, 33.33, 33.33 cents: the spare cent of each
     # to x (equal fractions, first by account, user). Rows: 2.68 + 0.66 + 0.66 = $4.00 = two days of capacity.
-    assert full == [("a", "x", Decimal("2.68"), Decimal("1.34"), 1), ("a", "y", Decimal("0.66"), Decimal("0.33"), 1),
-                    ("b", "z", Decimal("0.66"), Decimal("0.33"), 1)]
+    assert full == [
+        ("a", "x", Decimal("2.68"), Decimal("1.34"), 1),
+        ("a", "y", Decimal("0.66"), Decimal("0.33"), 1),
+        ("b", "z", Decimal("0.66"), Decimal("0.33"), 1),
+    ]
     # Rebuilding only from 4 Feb: 3 Feb's usage and unallocated dollars come from mart_cost_daily and
     # mart_capacity_daily; the invoice must not change.
     run_pipelines(con, cfg, now=now, only=["cost"], since="2026-02-04")
@@ -507,10 +786,18 @@ def test_exporter_serves_energy_idle_dollars_and_cost_per_useful_gpu_hour_from_t
     ):
         con.execute(run, [day, sampled, cost_usd, idle, useful, joules, energy])
     snap = snapshot(con, load_config(env={}), ts("2026-11-03 12:00"))
-    values = {name: snap.samples[name] for name in (
-        "slurmscope_cost_per_useful_gpu_hour_usd", "slurmscope_account_gpu_energy_joules_total",
-        "slurmscope_account_energy_cost_usd_total", "slurmscope_allocated_idle_cost_usd_total")}
-    assert values["slurmscope_cost_per_useful_gpu_hour_usd"] == [(("default", "a"), 6.0)]  # $6 / (3600 s / 3600)
+    values = {
+        name: snap.samples[name]
+        for name in (
+            "slurmscope_cost_per_useful_gpu_hour_usd",
+            "slurmscope_account_gpu_energy_joules_total",
+            "slurmscope_account_energy_cost_usd_total",
+            "slurmscope_allocated_idle_cost_usd_total",
+        )
+    }
+    assert values["slurmscope_cost_per_useful_gpu_hour_usd"] == [
+        (("default", "a"), 6.0)
+    ]  # $6 / (3600 s / 3600)
     assert values["slurmscope_account_gpu_energy_joules_total"] == [(("default", "a"), 60.0)]
     assert values["slurmscope_account_energy_cost_usd_total"][0][1] == pytest.approx(0.6)
     assert values["slurmscope_allocated_idle_cost_usd_total"] == [(("default", "a"), 3.5)]

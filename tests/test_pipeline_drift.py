@@ -44,11 +44,17 @@ def test_gpu_temperature_robust_z_by_hand():
     # One minute each, same utilisation bin: temps 60, 61, 62, 70. Fleet median 61.5; deviations
     # -1.5, -0.5, 0.5, 8.5; their median 0, MAD median(1.5, .5, .5, 8.5) = 1.0; scale 1.4826.
     # z = dev / 1.4826: g4 = 5.733 > 4 (breached), g1 = -1.012.
-    rows = [("n1", "g1", 0, 50, 60, 300, 1500), ("n1", "g2", 0, 52, 61, 300, 1500),
-            ("n2", "g3", 0, 55, 62, 300, 1500), ("n2", "g4", 0, 58, 70, 300, 1500)]
+    rows = [
+        ("n1", "g1", 0, 50, 60, 300, 1500),
+        ("n1", "g2", 0, 52, 61, 300, 1500),
+        ("n2", "g3", 0, 55, 62, 300, 1500),
+        ("n2", "g4", 0, 58, 70, 300, 1500),
+    ]
     out = run({"gpu_samples": samples(rows)}, min_gpu_minutes=1)
-    got = out.filter(pl.col("signal") == "gpu_temperature_vs_fleet").sort("entity").select(
-        "as_of", "entity", "node", "value", "baseline", "score", "threshold", "breached"
+    got = (
+        out.filter(pl.col("signal") == "gpu_temperature_vs_fleet")
+        .sort("entity")
+        .select("as_of", "entity", "node", "value", "baseline", "score", "threshold", "breached")
     )
     z = [d / 1.4826 for d in (-1.5, -0.5, 0.5, 8.5)]
     want = pl.DataFrame(
@@ -101,15 +107,23 @@ def test_node_xid_rate_against_its_own_history():
         day = DAY - timedelta(days=len(counts) - 1 - i)
         times += [day + timedelta(hours=1, minutes=k) for k in range(n)]
     events = pl.LazyFrame(
-        {"cluster": ["c"] * len(times), "node": ["n1"] * len(times), "event_time": times,
-         "event_type": ["xid"] * len(times), "xid": [79] * len(times)},
+        {
+            "cluster": ["c"] * len(times),
+            "node": ["n1"] * len(times),
+            "event_time": times,
+            "event_type": ["xid"] * len(times),
+            "xid": [79] * len(times),
+        },
         schema_overrides={"event_time": UTC_DT},
     )
     out = run({"gpu_events": events}, baseline_days=7, min_baseline_days=7)
-    got = out.filter(pl.col("signal") == "node_xid_events").select("as_of", "value", "baseline", "score",
-                                                                    "breached")
-    want = pl.DataFrame({"as_of": [NOW], "value": [5.0], "baseline": [0.0], "score": [10.0], "breached": [True]},
-                        schema_overrides={"as_of": UTC_DT})
+    got = out.filter(pl.col("signal") == "node_xid_events").select(
+        "as_of", "value", "baseline", "score", "breached"
+    )
+    want = pl.DataFrame(
+        {"as_of": [NOW], "value": [5.0], "baseline": [0.0], "score": [10.0], "breached": [True]},
+        schema_overrides={"as_of": UTC_DT},
+    )
     assert_frame_equal(got, want)
 
 
@@ -117,24 +131,41 @@ def insert_jobs(con, rows: list[dict]) -> None:
     """Attempts into the jobs table (a row's missing columns are NULL; job ids are the row numbers)."""
     cols = ["account", "partition", "state", "submit_time", "eligible_time", "start_time", "end_time", "gpus"]
     frame = pl.DataFrame(
-        {"cluster": ["c"] * len(rows), "job_id": [str(i) for i in range(len(rows))],
-         "job_id_raw": list(range(len(rows))), **{c: [r.get(c) for r in rows] for c in cols}},
-        schema_overrides={"submit_time": UTC_DT, "eligible_time": UTC_DT, "start_time": UTC_DT,
-                          "end_time": UTC_DT, "gpus": pl.Int32, "account": pl.String, "partition": pl.String,
-                          "state": pl.String},
+        {
+            "cluster": ["c"] * len(rows),
+            "job_id": [str(i) for i in range(len(rows))],
+            "job_id_raw": list(range(len(rows))),
+            **{c: [r.get(c) for r in rows] for c in cols},
+        },
+        schema_overrides={
+            "submit_time": UTC_DT,
+            "eligible_time": UTC_DT,
+            "start_time": UTC_DT,
+            "end_time": UTC_DT,
+            "gpus": pl.Int32,
+            "account": pl.String,
+            "partition": pl.String,
+            "state": pl.String,
+        },
     )
     con.register("_jobs", frame.to_arrow())
-    con.execute('INSERT INTO jobs (cluster, job_id, job_id_raw, account, "partition", state, submit_time,'
-                ' eligible_time, start_time, end_time, gpus) SELECT cluster, job_id, job_id_raw, account,'
-                ' "partition", state, submit_time, eligible_time, start_time, end_time, gpus FROM _jobs')
+    con.execute(
+        'INSERT INTO jobs (cluster, job_id, job_id_raw, account, "partition", state, submit_time,'
+        " eligible_time, start_time, end_time, gpus) SELECT cluster, job_id, job_id_raw, account,"
+        ' "partition", state, submit_time, eligible_time, start_time, end_time, gpus FROM _jobs'
+    )
     con.unregister("_jobs")
 
 
 def read_inputs(con, params: dict) -> dict[str, pl.LazyFrame]:
     from slurmscope.pipelines.runner import _read
 
-    sql_params = {"cluster": "c", "end": params["now"], "tz": params["tz"],
-                  "start": params["start"] or datetime(1970, 1, 1, tzinfo=UTC)}
+    sql_params = {
+        "cluster": "c",
+        "end": params["now"],
+        "tz": params["tz"],
+        "start": params["start"] or datetime(1970, 1, 1, tzinfo=UTC),
+    }
     return {alias: _read(con, sql, sql_params) for alias, sql in drift.INPUTS.items()}
 
 
@@ -148,9 +179,18 @@ def test_failure_rate_trend_against_trailing_baseline(con):
         for k in range(10):
             end = day + timedelta(hours=2, minutes=k)
             start = end - timedelta(hours=1)
-            rows.append({"account": "a", "partition": "gpu", "state": "FAILED" if k < failed else "COMPLETED",
-                         "submit_time": start, "eligible_time": start, "start_time": start, "end_time": end,
-                         "gpus": 0})
+            rows.append(
+                {
+                    "account": "a",
+                    "partition": "gpu",
+                    "state": "FAILED" if k < failed else "COMPLETED",
+                    "submit_time": start,
+                    "eligible_time": start,
+                    "start_time": start,
+                    "end_time": end,
+                    "gpus": 0,
+                }
+            )
     insert_jobs(con, rows)
     params = {"now": NOW, "tz": "UTC", "start": DAY, "config": {"drift": {"baseline_days": 7}}}
     out = drift.compute(read_inputs(con, params), params)["mart_drift"].collect()
@@ -161,8 +201,15 @@ def test_failure_rate_trend_against_trailing_baseline(con):
     assert not out.filter(pl.col("signal") == "partition_wait_p50_seconds")["breached"].any()
 
 
-ZONES = ["UTC", "Europe/Berlin", "America/Santiago", "Asia/Beirut", "Australia/Lord_Howe", "Asia/Kolkata",
-         "America/St_Johns"]
+ZONES = [
+    "UTC",
+    "Europe/Berlin",
+    "America/Santiago",
+    "Asia/Beirut",
+    "Australia/Lord_Howe",
+    "Asia/Kolkata",
+    "America/St_Johns",
+]
 
 
 def transitions(tz: str, year: int) -> list[datetime]:
@@ -187,24 +234,35 @@ def random_attempts(n: int, seed: int, tz: str) -> list[dict]:
     offset (where a day may have no midnight)."""
     rng = random.Random(seed)
     t0 = datetime(2025, 1, 1, tzinfo=UTC)
-    near = [t + timedelta(minutes=m, microseconds=u) for t in transitions(tz, 2025)
-            for m in (-61, -60, -59, -30, 0, 30, 59, 60) for u in (-1, 0, 1)]
+    near = [
+        t + timedelta(minutes=m, microseconds=u)
+        for t in transitions(tz, 2025)
+        for m in (-61, -60, -59, -30, 0, 30, 59, 60)
+        for u in (-1, 0, 1)
+    ]
     rows = []
     for _ in range(n):
         submit = t0 + timedelta(seconds=rng.randrange(0, 365 * 86400), microseconds=rng.randrange(10**6))
         if near and rng.random() < 0.2:
             submit = rng.choice(near) - timedelta(seconds=rng.choice([0, 0, 3600, 86400, 2 * 86400]))
         start = submit + timedelta(seconds=rng.choice([0, 1, 59, 3599, 7200, 86400]) * rng.random())
-        length = timedelta(seconds=rng.choice([1, 600, 3 * 3600, 20 * 3600, 2 * 86400, 5 * 86400]) * rng.random())
-        rows.append({
-            "account": rng.choice(["a", "b", None]), "partition": rng.choice(["p", "q", None]),
-            "state": rng.choice(["COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", None]),
-            "submit_time": submit,
-            "eligible_time": rng.choice([None, submit, submit + timedelta(seconds=rng.randrange(-90, 90))]),
-            "start_time": rng.choice([start, start, start, None]),
-            "end_time": rng.choice([start + length, start + length, None]),
-            "gpus": rng.choice([0, 1, 2, 8, None]),
-        })
+        length = timedelta(
+            seconds=rng.choice([1, 600, 3 * 3600, 20 * 3600, 2 * 86400, 5 * 86400]) * rng.random()
+        )
+        rows.append(
+            {
+                "account": rng.choice(["a", "b", None]),
+                "partition": rng.choice(["p", "q", None]),
+                "state": rng.choice(["COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", None]),
+                "submit_time": submit,
+                "eligible_time": rng.choice(
+                    [None, submit, submit + timedelta(seconds=rng.randrange(-90, 90))]
+                ),
+                "start_time": rng.choice([start, start, start, None]),
+                "end_time": rng.choice([start + length, start + length, None]),
+                "gpus": rng.choice([0, 1, 2, 8, None]),
+            }
+        )
     return rows
 
 
@@ -216,52 +274,89 @@ def test_daily_values_from_sql_are_those_of_the_polars_reference(con, tz):
     rows = random_attempts(3000, seed=len(tz), tz=tz)
     insert_jobs(con, rows)
     frames = read_inputs(con, {"now": now, "tz": tz, "start": None})
-    jobs = pl.DataFrame(rows, schema_overrides={c: UTC_DT for c in ("submit_time", "eligible_time", "start_time",
-                                                                      "end_time")}).with_columns(
-        account=pl.col("account").fill_null(""), partition=pl.col("partition").fill_null(""),
-        use_end=pl.min_horizontal(pl.col("end_time").fill_null(now), pl.lit(now, dtype=UTC_DT)),
-    ).filter(pl.coalesce("start_time", "submit_time") < now)
+    jobs = (
+        pl.DataFrame(
+            rows,
+            schema_overrides={c: UTC_DT for c in ("submit_time", "eligible_time", "start_time", "end_time")},
+        )
+        .with_columns(
+            account=pl.col("account").fill_null(""),
+            partition=pl.col("partition").fill_null(""),
+            use_end=pl.min_horizontal(pl.col("end_time").fill_null(now), pl.lit(now, dtype=UTC_DT)),
+        )
+        .filter(pl.coalesce("start_time", "submit_time") < now)
+    )
     keys = {"gpu_hours": ["account", "day"], "failures": ["partition", "day"], "waits": ["partition", "day"]}
     want = {
         "gpu_hours": split_calendar(jobs.lazy().filter(pl.col("gpus") > 0), "start_time", "use_end", tz)
-        .group_by("account", "day").agg((pl.col("overlap_seconds") * pl.col("gpus")).sum().truediv(3600).alias("x")),
-        "failures": jobs.lazy().filter(pl.col("end_time") <= now).group_by(
-            "partition", local_day(pl.col("end_time"), tz).alias("day")
-        ).agg((pl.col("state").is_in(list(FAILED_STATES)).sum() / pl.len()).alias("x")),
-        "waits": jobs.lazy().filter(pl.col("start_time") <= now).group_by(
-            "partition", local_day(pl.col("start_time"), tz).alias("day")
-        ).agg((pl.col("start_time") - pl.coalesce("eligible_time", "submit_time")).dt.total_seconds().median()
-              .cast(pl.Float64).alias("x")),
+        .group_by("account", "day")
+        .agg((pl.col("overlap_seconds") * pl.col("gpus")).sum().truediv(3600).alias("x")),
+        "failures": jobs.lazy()
+        .filter(pl.col("end_time") <= now)
+        .group_by("partition", local_day(pl.col("end_time"), tz).alias("day"))
+        .agg((pl.col("state").is_in(list(FAILED_STATES)).sum() / pl.len()).alias("x")),
+        "waits": jobs.lazy()
+        .filter(pl.col("start_time") <= now)
+        .group_by("partition", local_day(pl.col("start_time"), tz).alias("day"))
+        .agg(
+            (pl.col("start_time") - pl.coalesce("eligible_time", "submit_time"))
+            .dt.total_seconds()
+            .median()
+            .cast(pl.Float64)
+            .alias("x")
+        ),
     }
     for alias, by in keys.items():
         got = frames[alias].collect()
         assert got["cluster"].unique().to_list() == ["c"]
-        assert_frame_equal(got.drop("cluster").sort(by), want[alias].collect().sort(by), check_exact=False,
-                           rel_tol=1e-12, abs_tol=1e-9)
+        assert_frame_equal(
+            got.drop("cluster").sort(by),
+            want[alias].collect().sort(by),
+            check_exact=False,
+            rel_tol=1e-12,
+            abs_tol=1e-9,
+        )
 
 
 def test_fleet_skew_driver_and_gpu_count():
     # Drivers: n1 and n2 on 550.54 (2 GPUs each), n3 on 535.104 -> n3 breached (value 1.0).
     # n3's NVML sees 1 GPU where GRES configures 2 -> gpu_count breached.
     inv = pl.LazyFrame(
-        {"cluster": ["c"] * 5, "node": ["n1", "n1", "n2", "n2", "n3"], "gpu_uuid": ["a", "b", "c", "d", "e"],
-         "seen_at": [DAY] * 5, "model": ["H100"] * 5,
-         "driver_version": ["550.54", "550.54", "550.54", "550.54", "535.104"], "cuda_version": ["12.4"] * 5},
+        {
+            "cluster": ["c"] * 5,
+            "node": ["n1", "n1", "n2", "n2", "n3"],
+            "gpu_uuid": ["a", "b", "c", "d", "e"],
+            "seen_at": [DAY] * 5,
+            "model": ["H100"] * 5,
+            "driver_version": ["550.54", "550.54", "550.54", "550.54", "535.104"],
+            "cuda_version": ["12.4"] * 5,
+        },
         schema_overrides={"seen_at": UTC_DT},
     )
     states = pl.LazyFrame(
-        {"cluster": ["c"] * 3, "node": ["n1", "n2", "n3"], "snapshot_time": [DAY] * 3, "gpus_total": [2, 2, 2]},
+        {
+            "cluster": ["c"] * 3,
+            "node": ["n1", "n2", "n3"],
+            "snapshot_time": [DAY] * 3,
+            "gpus_total": [2, 2, 2],
+        },
         schema_overrides={"snapshot_time": UTC_DT},
     )
     out = run({"gpu_inventory": inv, "node_states": states})
     drv = out.filter(pl.col("signal") == "driver_version_skew").sort("entity")
-    assert drv.select("entity", "value", "breached").rows() == [("n1", 0.0, False), ("n2", 0.0, False),
-                                                                ("n3", 1.0, True)]
+    assert drv.select("entity", "value", "breached").rows() == [
+        ("n1", 0.0, False),
+        ("n2", 0.0, False),
+        ("n3", 1.0, True),
+    ]
     assert drv.filter(pl.col("entity") == "n3")["detail"].item() == "535.104 vs fleet 550.54"
     assert not out.filter(pl.col("signal") == "cuda_version_skew")["breached"].any()
     cnt = out.filter(pl.col("signal") == "gpu_count_nvml_vs_gres").sort("entity")
     assert cnt.select("entity", "value", "baseline", "breached").rows() == [
-        ("n1", 2.0, 2.0, False), ("n2", 2.0, 2.0, False), ("n3", 1.0, 2.0, True)]
+        ("n1", 2.0, 2.0, False),
+        ("n2", 2.0, 2.0, False),
+        ("n3", 1.0, 2.0, True),
+    ]
 
 
 def test_runner_writes_are_idempotent_and_incremental_equals_full(con):
@@ -276,11 +371,14 @@ def test_runner_writes_are_idempotent_and_incremental_equals_full(con):
             start = base + timedelta(days=d, minutes=k)
             state = "FAILED" if k < (6 if d == 35 else 1) else "COMPLETED"
             con.execute(
-                'INSERT INTO jobs (cluster, job_id, job_id_raw, submit_time, start_time, end_time, account,'
-                ' "user", "partition", state, gpus) VALUES (\'default\', ?, ?, ?, ?, ?, \'a\', \'u\', \'gpu\', ?, 1)',
-                [str(d * 100 + k), d * 100 + k, start, start, start + timedelta(hours=1), state])
-    con.execute("INSERT INTO gpu_inventory (cluster, node, gpu_uuid, seen_at, driver_version, cuda_version)"
-                " VALUES ('default', 'n1', 'g1', TIMESTAMPTZ '2026-03-01 00:00:00+00', '550', '12.4')")
+                "INSERT INTO jobs (cluster, job_id, job_id_raw, submit_time, start_time, end_time, account,"
+                " \"user\", \"partition\", state, gpus) VALUES ('default', ?, ?, ?, ?, ?, 'a', 'u', 'gpu', ?, 1)",
+                [str(d * 100 + k), d * 100 + k, start, start, start + timedelta(hours=1), state],
+            )
+    con.execute(
+        "INSERT INTO gpu_inventory (cluster, node, gpu_uuid, seen_at, driver_version, cuda_version)"
+        " VALUES ('default', 'n1', 'g1', TIMESTAMPTZ '2026-03-01 00:00:00+00', '550', '12.4')"
+    )
 
     def mart():
         return con.execute("SELECT * FROM mart_drift ORDER BY ALL").fetchall()
@@ -290,7 +388,9 @@ def test_runner_writes_are_idempotent_and_incremental_equals_full(con):
     incremental = mart()
     run_pipelines(con, cfg, full=True, now=base + timedelta(days=37, hours=14), only=["drift"])
     assert mart() == incremental
-    breached = con.execute("SELECT signal, entity, as_of FROM mart_drift WHERE breached ORDER BY ALL").fetchall()
+    breached = con.execute(
+        "SELECT signal, entity, as_of FROM mart_drift WHERE breached ORDER BY ALL"
+    ).fetchall()
     # 8 March (as of its end, 9 March 00:00): 6 of 10 attempts failed against 1 of 10 every day before.
     # No jobs after 8 March: 0 GPU-hours on 9 and 10 March (the last as of now, 11 March 00:00) against a
     # median of 10 is a drop (usage is two-sided).
@@ -318,23 +418,47 @@ def test_narrow_incremental_runs_equal_a_full_rebuild(con):
             end = start + timedelta(minutes=rng.randrange(30, 600))
             state = rng.choice(["FAILED", "COMPLETED", "COMPLETED", "COMPLETED"])
             con.execute(
-                'INSERT INTO jobs (cluster, job_id, job_id_raw, submit_time, start_time, end_time, account,'
-                ' "user", "partition", state, gpus, ingested_at) VALUES (\'default\', ?, ?, ?, ?, ?, ?, \'u\','
-                ' \'gpu\', ?, ?, ?)',
-                [str(d * 100 + k), d * 100 + k, start - timedelta(minutes=rng.randrange(90)), start, end,
-                 rng.choice(["a", "b"]), state, rng.choice([1, 2, 8]), end])
+                "INSERT INTO jobs (cluster, job_id, job_id_raw, submit_time, start_time, end_time, account,"
+                " \"user\", \"partition\", state, gpus, ingested_at) VALUES ('default', ?, ?, ?, ?, ?, ?, 'u',"
+                " 'gpu', ?, ?, ?)",
+                [
+                    str(d * 100 + k),
+                    d * 100 + k,
+                    start - timedelta(minutes=rng.randrange(90)),
+                    start,
+                    end,
+                    rng.choice(["a", "b"]),
+                    state,
+                    rng.choice([1, 2, 8]),
+                    end,
+                ],
+            )
     samples = [
-        ("default", "n1", f"g{g}", base + timedelta(days=d, minutes=36 * m), "H100", 50.0 + m % 7,
-         60.0 + g + rng.random() * 3 + (8 if g == 3 and d > 34 else 0), 300.0, 1700.0)
-        for d in range(30, 40) for g in range(4) for m in range(40)
+        (
+            "default",
+            "n1",
+            f"g{g}",
+            base + timedelta(days=d, minutes=36 * m),
+            "H100",
+            50.0 + m % 7,
+            60.0 + g + rng.random() * 3 + (8 if g == 3 and d > 34 else 0),
+            300.0,
+            1700.0,
+        )
+        for d in range(30, 40)
+        for g in range(4)
+        for m in range(40)
     ]
-    con.executemany("INSERT INTO gpu_samples (cluster, node, gpu_uuid, minute, model, util_gpu_mean,"
-                    " temp_gpu_max_celsius, power_mean_watts, sm_clock_mean_mhz) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    samples)
+    con.executemany(
+        "INSERT INTO gpu_samples (cluster, node, gpu_uuid, minute, model, util_gpu_mean,"
+        " temp_gpu_max_celsius, power_mean_watts, sm_clock_mean_mhz) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        samples,
+    )
 
     def mart():
-        return con.execute("SELECT as_of, signal, entity, value, baseline, score, breached FROM mart_drift"
-                           " ORDER BY ALL").fetchall()
+        return con.execute(
+            "SELECT as_of, signal, entity, value, baseline, score, breached FROM mart_drift ORDER BY ALL"
+        ).fetchall()
 
     for day in range(20, 41):
         run_pipelines(con, cfg, now=base + timedelta(days=day, hours=9), only=["drift"])

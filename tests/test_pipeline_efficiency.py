@@ -153,15 +153,20 @@ def test_runner_writes_are_idempotent_and_incremental_equals_full(con):
         )
         con.execute(
             "INSERT INTO gpu_jobs (cluster, node, gpu_uuid, job_id, interval_start, interval_end, mig_instance)"
-            " VALUES ('default', 'n1', 'g1', ?, ?, ?, '')", [str(d + 1), start, start + timedelta(hours=1)])
+            " VALUES ('default', 'n1', 'g1', ?, ?, ?, '')",
+            [str(d + 1), start, start + timedelta(hours=1)],
+        )
         con.execute(
             "INSERT INTO gpu_samples (cluster, node, gpu_uuid, minute, util_gpu_mean, util_gpu_max)"
             " SELECT 'default', 'n1', 'g1', ?::TIMESTAMPTZ + to_minutes(m), ?, ? FROM range(60) t(m)",
-            [start, float(d % 3) * 20, float(d % 3) * 20])
+            [start, float(d % 3) * 20, float(d % 3) * 20],
+        )
 
     def marts():
-        return (con.execute("SELECT * FROM mart_job_efficiency ORDER BY ALL").fetchall(),
-                con.execute("SELECT * FROM mart_idle_gpus_daily ORDER BY ALL").fetchall())
+        return (
+            con.execute("SELECT * FROM mart_job_efficiency ORDER BY ALL").fetchall(),
+            con.execute("SELECT * FROM mart_idle_gpus_daily ORDER BY ALL").fetchall(),
+        )
 
     for day in (3, 6, 9):
         run_pipelines(con, cfg, now=datetime(2026, 3, day, tzinfo=UTC), only=["efficiency"])
@@ -185,29 +190,34 @@ def test_jobs_input_reads_only_the_mapped_jobs_and_changes_no_row(con):
     for i in range(1, 7):
         start = base + timedelta(hours=i)
         con.execute(
-            'INSERT INTO jobs (cluster, job_id, job_id_raw, attempt, submit_time, start_time, end_time, account,'
+            "INSERT INTO jobs (cluster, job_id, job_id_raw, attempt, submit_time, start_time, end_time, account,"
             ' "user", gpus) VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, 1)',
             ["default", str(i), i, start, start, start + timedelta(minutes=30), f"a{i}", f"u{i}"],
         )
     # job 2 requeued: a second attempt an hour after its first
     con.execute(
-        'INSERT INTO jobs (cluster, job_id, job_id_raw, attempt, submit_time, start_time, end_time, account,'
+        "INSERT INTO jobs (cluster, job_id, job_id_raw, attempt, submit_time, start_time, end_time, account,"
         " \"user\", gpus) VALUES ('default', '2', 2, 2, ?, ?, ?, 'a2', 'u2', 1)",
         [base + timedelta(hours=3), base + timedelta(hours=3), base + timedelta(hours=3, minutes=20)],
     )
-    con.execute("INSERT INTO jobs (cluster, job_id, job_id_raw, attempt, submit_time, start_time, end_time,"
-                " account, \"user\", gpus) VALUES ('other', '4', 4, 1, ?, ?, ?, 'x', 'y', 1)",
-                [base, base + timedelta(hours=4), base + timedelta(hours=5)])
+    con.execute(
+        "INSERT INTO jobs (cluster, job_id, job_id_raw, attempt, submit_time, start_time, end_time,"
+        " account, \"user\", gpus) VALUES ('other', '4', 4, 1, ?, ?, ?, 'x', 'y', 1)",
+        [base, base + timedelta(hours=4), base + timedelta(hours=5)],
+    )
     # mapped: 2 (both attempts), 4 as an array task id, and one id that is not a number
     for job_id, hours in (("2", 2), ("2", 3), ("4_7", 4), ("batch", 5)):
         start = base + timedelta(hours=hours)
         con.execute(
             "INSERT INTO gpu_jobs (cluster, node, gpu_uuid, job_id, interval_start, interval_end, mig_instance)"
-            " VALUES ('default', 'n1', 'g1', ?, ?, ?, '')", [job_id, start, start + timedelta(minutes=20)])
+            " VALUES ('default', 'n1', 'g1', ?, ?, ?, '')",
+            [job_id, start, start + timedelta(minutes=20)],
+        )
     con.execute(
         "INSERT INTO gpu_samples (cluster, node, gpu_uuid, minute, util_gpu_mean, util_gpu_max)"
         " SELECT 'default', 'n1', 'g1', ?::TIMESTAMPTZ + to_minutes(m), m % 7, m % 9 FROM range(400) t(m)",
-        [base])
+        [base],
+    )
     now = base + timedelta(days=1)
     params = pipeline_params(cfg, Window(datetime(1970, 1, 1, tzinfo=UTC), now, True))
     frames = {alias: _read(con, sql, params) for alias, sql in eff.INPUTS.items()}

@@ -66,9 +66,11 @@ def computed_at(df: pl.DataFrame, at: datetime, cols: list[str]) -> pl.DataFrame
 
 
 def expected(rows: list[tuple], cols: list[str]) -> pl.DataFrame:
-    return pl.DataFrame(rows, schema=["account", "user", *cols], orient="row").cast(
-        {c: pl.Float64 for c in cols}
-    ).sort("account", "user")
+    return (
+        pl.DataFrame(rows, schema=["account", "user", *cols], orient="row")
+        .cast({c: pl.Float64 for c in cols})
+        .sort("account", "user")
+    )
 
 
 def test_fair_tree_two_accounts_no_decay():
@@ -78,8 +80,15 @@ def test_fair_tree_two_accounts_no_decay():
     # Pre-order: u1 (rank 3 -> 1.0), u2 (2 -> 2/3), u3 (1 -> 1/3).
     frames = {
         "jobs": jobs([("a", "u1", T0, 100, 1), ("a", "u2", T0, 300, 1), ("b", "u3", T0, 100, 2)]),
-        "shares": tree([("a", "", "root", 3), ("a", "u1", "a", 1), ("a", "u2", "a", 1),
-                        ("b", "", "root", 1), ("b", "u3", "b", 1)]),
+        "shares": tree(
+            [
+                ("a", "", "root", 3),
+                ("a", "u1", "a", 1),
+                ("a", "u2", "a", 1),
+                ("b", "", "root", 1),
+                ("b", "u3", "b", 1),
+            ]
+        ),
     }
     out = run(frames)["mart_fairshare"]
     cols = ["norm_shares", "raw_usage", "effectv_usage", "level_fs", "fairshare"]
@@ -104,8 +113,15 @@ def test_fair_tree_ties_zero_usage_and_user_tied_with_account():
     # a: U 0 -> inf; b: U 1, S .5 -> .5. u1, u2 both inf: same rank 3 -> 1.0; u3 rank 1 -> 1/3.
     frames = {
         "jobs": jobs([("b", "u3", T0, 100, 1)]),
-        "shares": tree([("a", "", "root", 1), ("a", "u1", "a", 1), ("a", "u2", "a", 1),
-                        ("b", "", "root", 1), ("b", "u3", "b", 1)]),
+        "shares": tree(
+            [
+                ("a", "", "root", 1),
+                ("a", "u1", "a", 1),
+                ("a", "u2", "a", 1),
+                ("b", "", "root", 1),
+                ("b", "u3", "b", 1),
+            ]
+        ),
     }
     got = computed_at(run(frames)["mart_fairshare"], SNAP, ["fairshare"]).filter(pl.col("user") != "")
     assert_frame_equal(got, expected([("a", "u1", 1.0), ("a", "u2", 1.0), ("b", "u3", 1 / 3)], ["fairshare"]))
@@ -116,14 +132,28 @@ def test_fair_tree_ties_zero_usage_and_user_tied_with_account():
     # x first (users before accounts), rank 3; s tied, so y keeps rank 3; z gets rank 1.
     frames = {
         "jobs": jobs([("a", "x", T0, 100, 1), ("s", "y", T0, 100, 1), ("b", "z", T0, 600, 1)]),
-        "shares": tree([("a", "", "root", 1), ("a", "x", "a", 1), ("s", "", "a", 1), ("s", "y", "s", 1),
-                        ("b", "", "root", 1), ("b", "z", "b", 1)]),
+        "shares": tree(
+            [
+                ("a", "", "root", 1),
+                ("a", "x", "a", 1),
+                ("s", "", "a", 1),
+                ("s", "y", "s", 1),
+                ("b", "", "root", 1),
+                ("b", "z", "b", 1),
+            ]
+        ),
     }
     got = computed_at(run(frames)["mart_fairshare"], SNAP, ["level_fs", "fairshare"])
     got = got.filter(pl.col("account") != "root")
     want = expected(
-        [("a", "", 2.0, None), ("a", "x", 1.0, 1.0), ("b", "", 2 / 3, None), ("b", "z", 1.0, 1 / 3),
-         ("s", "", 1.0, None), ("s", "y", 1.0, 1.0)],
+        [
+            ("a", "", 2.0, None),
+            ("a", "x", 1.0, 1.0),
+            ("b", "", 2 / 3, None),
+            ("b", "z", 1.0, 1 / 3),
+            ("s", "", 1.0, None),
+            ("s", "y", 1.0, 1.0),
+        ],
         ["level_fs", "fairshare"],
     )
     assert_frame_equal(got, want)
@@ -140,11 +170,14 @@ def test_classic_algorithm_selected_by_priority_flags():
     )
     frames = {
         "jobs": jobs([("a", "u1", T0, 300, 1), ("b", "u2", T0, 100, 1)]),
-        "shares": tree([("a", "", "root", 1), ("a", "u1", "a", 1), ("b", "", "root", 1), ("b", "u2", "b", 1)]),
+        "shares": tree(
+            [("a", "", "root", 1), ("a", "u1", "a", 1), ("b", "", "root", 1), ("b", "u2", "b", 1)]
+        ),
         "slurm_config": cfg,
     }
-    got = computed_at(run(frames)["mart_fairshare"], SNAP, ["norm_shares", "effectv_usage", "level_fs",
-                                                            "fairshare"])
+    got = computed_at(
+        run(frames)["mart_fairshare"], SNAP, ["norm_shares", "effectv_usage", "level_fs", "fairshare"]
+    )
     want = expected(
         [
             ("a", "", 0.5, 0.875, None, 2 ** (-1.75)),
@@ -158,8 +191,9 @@ def test_classic_algorithm_selected_by_priority_flags():
     assert_frame_equal(got, want)
 
 
-def slurm_decay_loop(start: datetime, end: datetime, at: datetime, billing: float, hl: float,
-                     period: int = 60) -> float:
+def slurm_decay_loop(
+    start: datetime, end: datetime, at: datetime, billing: float, hl: float, period: int = 60
+) -> float:
     """Slurm's own bookkeeping (priority_multifactor.c): every PriorityCalcPeriod, all usage is multiplied
     by d^dt with d = 1 - 0.693/hl, then a running job adds run_delta * d^run_delta * billing."""
     d = 1 - 0.693 / hl
@@ -215,8 +249,13 @@ def test_finished_attempt_without_end_is_not_charged_until_now():
     # u3: PREEMPTED (PreemptMode=CANCEL) after 3 s at billing 20 -> 20 * 3 = 60, the whole attempt.
     # u4: no state recorded, no End, since T0 + 2.5 h at billing 1 -> 1800 (treated as running).
     # u5: 'CANCELLED by 1004' as sacct prints it, no End -> 0.
-    rows = [("a", "u1", T0, None, 5), ("a", "u2", T0 + timedelta(hours=2), None, 2), ("a", "u3", T0, 3, 20),
-            ("a", "u4", T0 + timedelta(hours=2, minutes=30), None, 1), ("a", "u5", T0, None, 7)]
+    rows = [
+        ("a", "u1", T0, None, 5),
+        ("a", "u2", T0 + timedelta(hours=2), None, 2),
+        ("a", "u3", T0, 3, 20),
+        ("a", "u4", T0 + timedelta(hours=2, minutes=30), None, 1),
+        ("a", "u5", T0, None, 7),
+    ]
     states = ["COMPLETED", "RUNNING", "PREEMPTED", None, "CANCELLED by 1004"]
     frames = {"jobs": jobs(rows).with_columns(state=pl.Series(states, dtype=pl.String))}
     out = run(frames)["mart_fairshare"]
@@ -227,8 +266,12 @@ def test_finished_attempt_without_end_is_not_charged_until_now():
     assert got["u3"] == 60
     assert got["u4"] == 1800
     assert got.get("u5", 0.0) == 0.0
-    assert out.filter((pl.col("as_of") == NOW) & (pl.col("account") == "root") & (pl.col("user") == ""))[
-        "raw_usage"].item() == 7200 + 60 + 1800
+    assert (
+        out.filter((pl.col("as_of") == NOW) & (pl.col("account") == "root") & (pl.col("user") == ""))[
+            "raw_usage"
+        ].item()
+        == 7200 + 60 + 1800
+    )
 
 
 def test_slurm_duration_parsing():
@@ -249,7 +292,9 @@ def test_drift_starved_account_and_since():
     rows = [("a", "ua", d, 900, 1) for d in days] + [("b", "ub", d, 100, 1) for d in days]
     frames = {
         "jobs": jobs(rows),
-        "shares": tree([("a", "", "root", 1), ("a", "ua", "a", 1), ("b", "", "root", 1), ("b", "ub", "b", 1)]),
+        "shares": tree(
+            [("a", "", "root", 1), ("a", "ua", "a", 1), ("b", "", "root", 1), ("b", "ub", "b", 1)]
+        ),
     }
     drift = run(frames)["mart_fairshare_drift"].filter(pl.col("account") == "b").sort("day")
     assert drift["state"].to_list() == ["starved"] * 4
@@ -277,20 +322,34 @@ def real_frames(at: datetime) -> dict[str, pl.LazyFrame]:
     from slurmscope.collectors import sshare as sshare_collector
 
     utc = ZoneInfo("UTC")
-    jobs = sacct_collector.parse((REAL / "sacct.txt").read_bytes(), cluster="slurmbed", snapshot_time=CAPTURED,
-                                 tz=utc, delimiter="\x1f")
-    shares = sshare_collector.parse((REAL / "sshare.txt").read_bytes(), cluster="slurmbed", snapshot_time=at,
-                                    tz=utc)
-    cfg = config_collector.parse((REAL / "config.txt").read_bytes(), cluster="slurmbed", snapshot_time=at, tz=utc)
+    jobs = sacct_collector.parse(
+        (REAL / "sacct.txt").read_bytes(),
+        cluster="slurmbed",
+        snapshot_time=CAPTURED,
+        tz=utc,
+        delimiter="\x1f",
+    )
+    shares = sshare_collector.parse(
+        (REAL / "sshare.txt").read_bytes(), cluster="slurmbed", snapshot_time=at, tz=utc
+    )
+    cfg = config_collector.parse(
+        (REAL / "config.txt").read_bytes(), cluster="slurmbed", snapshot_time=at, tz=utc
+    )
     assert shares.quarantine.height == 0 and cfg.quarantine.height == 0
-    return {"jobs": jobs.tables["jobs"].lazy(), "shares": shares.tables["shares"].lazy(),
-            "slurm_config": cfg.tables["slurm_config"].lazy()}
+    return {
+        "jobs": jobs.tables["jobs"].lazy(),
+        "shares": shares.tables["shares"].lazy(),
+        "slurm_config": cfg.tables["slurm_config"].lazy(),
+    }
 
 
 def agreement(at: datetime) -> pl.DataFrame:
     # config says 60 s and classic: scontrol show config (7 days, Fair Tree) must win
-    params = {"now": at, "tz": "UTC",
-              "config": {"fairshare": {"decay_half_life_seconds": 60, "algorithm": "classic"}}}
+    params = {
+        "now": at,
+        "tz": "UTC",
+        "config": {"fairshare": {"decay_half_life_seconds": 60, "algorithm": "classic"}},
+    }
     mart = fs.compute(real_frames(at), params)["mart_fairshare"]
     agree = fs.sshare_agreement(mart).collect()
     assert agree.height == 12, "every association sshare printed has a computed row at the same instant"
@@ -307,8 +366,13 @@ def test_real_slurm_22_05_raw_usage_and_fair_tree_factor_agree_with_sshare():
     # 20x2 = 682) decayed by Slurm's own calc-period loop to the capture: 681.9; sshare prints 681.
     assert by[("students", "sbdave")]["sshare_raw_usage"] == 681
     t = datetime.fromisoformat
-    sbdave = [("13:47:34", "13:48:14", 12), ("13:48:14", "13:48:19", 16), ("13:47:42", "13:48:02", 4),
-              ("13:47:38", "13:47:40", 1), ("13:47:38", "13:47:40", 20)]
+    sbdave = [
+        ("13:47:34", "13:48:14", 12),
+        ("13:48:14", "13:48:19", 16),
+        ("13:47:42", "13:48:02", 4),
+        ("13:47:38", "13:47:40", 1),
+        ("13:47:38", "13:47:40", 20),
+    ]
     want = sum(
         slurm_decay_loop(t(f"2026-12-02T{a}+00:00"), t(f"2026-12-02T{b}+00:00"), CAPTURED, r, 7 * 86400.0)
         for a, b, r in sbdave
@@ -347,8 +411,10 @@ def _seed_db(con, rows: list[tuple]) -> None:
 
 
 def _mart(con) -> list[tuple]:
-    return con.execute("SELECT * FROM mart_fairshare ORDER BY ALL").fetchall() + con.execute(
-        "SELECT * FROM mart_fairshare_drift ORDER BY ALL").fetchall()
+    return (
+        con.execute("SELECT * FROM mart_fairshare ORDER BY ALL").fetchall()
+        + con.execute("SELECT * FROM mart_fairshare_drift ORDER BY ALL").fetchall()
+    )
 
 
 def test_runner_writes_are_idempotent_incremental_and_pick_up_late_jobs(con):
@@ -358,8 +424,11 @@ def test_runner_writes_are_idempotent_incremental_and_pick_up_late_jobs(con):
 
     cfg = load_config(None, env={})
     base = datetime(2026, 3, 1, 10, tzinfo=UTC)
-    _seed_db(con, [("a", "u1", base + timedelta(days=d), 3600) for d in range(9)]
-             + [("b", "u2", base + timedelta(days=d, hours=5), 600) for d in range(0, 9, 2)])
+    _seed_db(
+        con,
+        [("a", "u1", base + timedelta(days=d), 3600) for d in range(9)]
+        + [("b", "u2", base + timedelta(days=d, hours=5), 600) for d in range(0, 9, 2)],
+    )
     now = datetime(2026, 3, 10, tzinfo=UTC)
     for day in (3, 6, 8, 10):
         run_pipelines(con, cfg, now=datetime(2026, 3, day, tzinfo=UTC), only=["fairshare"])
@@ -369,8 +438,10 @@ def test_runner_writes_are_idempotent_incremental_and_pick_up_late_jobs(con):
     run_pipelines(con, cfg, full=True, now=now, only=["fairshare"])
     assert _mart(con) == incremental
     # A job of 3 March reaches the database after the run of 10 March: the next run sees it.
-    q = ("SELECT raw_usage FROM mart_fairshare WHERE account = 'b' AND \"user\" = 'u2' "
-         "AND as_of = TIMESTAMPTZ '2026-03-10 00:00:00+00' AND source = 'computed'")
+    q = (
+        "SELECT raw_usage FROM mart_fairshare WHERE account = 'b' AND \"user\" = 'u2' "
+        "AND as_of = TIMESTAMPTZ '2026-03-10 00:00:00+00' AND source = 'computed'"
+    )
     before = con.execute(q).fetchone()[0]
     _seed_db(con, [("b", "u2", datetime(2026, 3, 3, 12, tzinfo=UTC), 1000)])
     run_pipelines(con, cfg, now=now + timedelta(hours=1), only=["fairshare"])

@@ -17,10 +17,17 @@ def shares() -> pl.LazyFrame:
     rows = [("root", None, None, None), ("a", None, "root", 1), ("a", "u", "a", 1)]
     return pl.LazyFrame(
         {
-            "cluster": ["c"] * 3, "snapshot_time": [at] * 3, "account": [r[0] for r in rows],
-            "user": [r[1] for r in rows], "parent": [r[2] for r in rows], "raw_shares": [r[3] for r in rows],
-            "norm_shares": [1.0, 1.0, 1.0], "raw_usage": [0.0] * 3, "effectv_usage": [0.0] * 3,
-            "level_fs": [None, None, None], "fairshare": [None, None, 1.0],
+            "cluster": ["c"] * 3,
+            "snapshot_time": [at] * 3,
+            "account": [r[0] for r in rows],
+            "user": [r[1] for r in rows],
+            "parent": [r[2] for r in rows],
+            "raw_shares": [r[3] for r in rows],
+            "norm_shares": [1.0, 1.0, 1.0],
+            "raw_usage": [0.0] * 3,
+            "effectv_usage": [0.0] * 3,
+            "level_fs": [None, None, None],
+            "fairshare": [None, None, 1.0],
         },
         schema_overrides={"snapshot_time": UTC_DT, "raw_shares": pl.Int64, "level_fs": pl.Float64},
     )

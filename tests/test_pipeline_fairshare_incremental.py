@@ -47,9 +47,19 @@ def assert_same_marts(got: dict[str, pl.DataFrame], want: dict[str, pl.DataFrame
         assert_frame_equal(got[m], want[m], check_exact=False, rel_tol=1e-9, abs_tol=1e-6)
 
 
-def add_job(con, job_id: int, account: str, user: str, submit: datetime, start: datetime | None,
-            end: datetime | None, *, billing: float = 2.0, state: str = "COMPLETED",
-            ingested: datetime | None = None) -> None:
+def add_job(
+    con,
+    job_id: int,
+    account: str,
+    user: str,
+    submit: datetime,
+    start: datetime | None,
+    end: datetime | None,
+    *,
+    billing: float = 2.0,
+    state: str = "COMPLETED",
+    ingested: datetime | None = None,
+) -> None:
     con.execute(
         'INSERT INTO jobs (cluster, job_id, job_id_raw, submit_time, start_time, end_time, account, "user",'
         " state, billing, cpus, gpus, ingested_at) VALUES ('default', ?, ?, ?, ?, ?, ?, ?, ?, ?, 4, 1, ?)",
@@ -60,8 +70,15 @@ def add_job(con, job_id: int, account: str, user: str, submit: datetime, start: 
 def add_shares(con, at: datetime) -> None:
     """One sshare snapshot of a fixed tree (the tree must not change: drift rows of earlier days keep the
     tree of the run that wrote them, a full run would use the latest for every day)."""
-    rows = [("root", "", None, None), ("a", "", "root", 3), ("b", "", "root", 1), ("a", "u1", "a", 1),
-            ("a", "u2", "a", 2), ("b", "u3", "b", 1), ("b", "u4", "b", 1)]
+    rows = [
+        ("root", "", None, None),
+        ("a", "", "root", 3),
+        ("b", "", "root", 1),
+        ("a", "u1", "a", 1),
+        ("a", "u2", "a", 2),
+        ("b", "u3", "b", 1),
+        ("b", "u4", "b", 1),
+    ]
     for account, user, parent, shares in rows:
         con.execute(
             'INSERT INTO shares (cluster, snapshot_time, account, "user", parent, raw_shares, raw_usage,'
@@ -83,10 +100,28 @@ def seed(con, t0: datetime, days: int, *, shares: bool) -> None:
             run = timedelta(hours=1 + (k * 37) % 50, minutes=k % 60)
             add_job(con, 1000 + k, account, user, submit, start, start + run, billing=float(1 + k % 8))
             k += 1
-    add_job(con, 9001, "a", "u2", t0 + timedelta(days=2), t0 + timedelta(days=2, hours=1), None, billing=3.0,
-            state="RUNNING")
-    add_job(con, 9002, "b", "u4", t0 + timedelta(days=3), t0 + timedelta(days=3, hours=2), None, billing=5.0,
-            state="COMPLETED")
+    add_job(
+        con,
+        9001,
+        "a",
+        "u2",
+        t0 + timedelta(days=2),
+        t0 + timedelta(days=2, hours=1),
+        None,
+        billing=3.0,
+        state="RUNNING",
+    )
+    add_job(
+        con,
+        9002,
+        "b",
+        "u4",
+        t0 + timedelta(days=3),
+        t0 + timedelta(days=3, hours=2),
+        None,
+        billing=5.0,
+        state="COMPLETED",
+    )
     # pending from day 2 until test_..._late_job starts it (the collector's upsert keeps its ingested_at)
     add_job(con, 9003, "b", "u3", t0 + timedelta(days=2), None, None, billing=4.0, state="PENDING")
     if shares:
@@ -100,8 +135,9 @@ def cfg(tz: str):
     )
 
 
-def incremental_then_full(con, c, full_at: datetime, steps: list[datetime], late, started=None
-                          ) -> tuple[dict, dict, list]:
+def incremental_then_full(
+    con, c, full_at: datetime, steps: list[datetime], late, started=None
+) -> tuple[dict, dict, list]:
     """Full run at `full_at`, incremental runs at each of `steps` (`late(con)` after the second one,
     `started(con)` after the third), then the marts; then a full run at the last step over the same
     database, and its marts. Also returns the window start of each incremental run."""
@@ -110,8 +146,11 @@ def incremental_then_full(con, c, full_at: datetime, steps: list[datetime], late
     for i, now in enumerate(steps):
         got = run_pipelines(con, c, now=now, only=["fairshare"])
         assert all(v >= 0 for v in got.values()), got
-        windows.append(con.execute("SELECT window_start FROM pipeline_runs WHERE pipeline = 'fairshare'"
-                                   " AND run_at = ?", [now]).fetchone()[0])
+        windows.append(
+            con.execute(
+                "SELECT window_start FROM pipeline_runs WHERE pipeline = 'fairshare' AND run_at = ?", [now]
+            ).fetchone()[0]
+        )
         if i == 1:
             late(con)
         if i == 2 and started is not None:
@@ -126,21 +165,39 @@ def test_incremental_days_equal_a_full_run_with_a_late_job(con, tz, shares):
     # 20 March .. 1 April 2026: Berlin switches to summer time on 29 March (a 23-hour local day).
     t0 = ts("2026-03-20 03:00")
     seed(con, t0, days=12, shares=shares)
-    runs = [ts("2026-03-27 09:00"), ts("2026-03-28 00:00"), ts("2026-03-29 17:45"), ts("2026-03-30 06:00"),
-            ts("2026-03-31 23:00")]
+    runs = [
+        ts("2026-03-27 09:00"),
+        ts("2026-03-28 00:00"),
+        ts("2026-03-29 17:45"),
+        ts("2026-03-30 06:00"),
+        ts("2026-03-31 23:00"),
+    ]
 
     def late(c):
         # Started on 21 March, six days before the full run, reaches the database after the second run.
-        add_job(c, 7777, "b", "u3", ts("2026-03-21 08:00"), ts("2026-03-21 09:00"), ts("2026-03-22 04:00"),
-                billing=6.0, ingested=runs[1] + timedelta(minutes=5))
+        add_job(
+            c,
+            7777,
+            "b",
+            "u3",
+            ts("2026-03-21 08:00"),
+            ts("2026-03-21 09:00"),
+            ts("2026-03-22 04:00"),
+            billing=6.0,
+            ingested=runs[1] + timedelta(minutes=5),
+        )
 
     def started(c):
         # The attempt submitted on 22 March and pending since starts after the third run: drift's demand
         # counts it on its submit day, a week before the window.
-        c.execute("UPDATE jobs SET start_time = ?, end_time = ?, state = 'COMPLETED' WHERE job_id_raw = 9003",
-                  [ts("2026-03-29 20:00"), ts("2026-03-30 02:00")])
+        c.execute(
+            "UPDATE jobs SET start_time = ?, end_time = ?, state = 'COMPLETED' WHERE job_id_raw = 9003",
+            [ts("2026-03-29 20:00"), ts("2026-03-30 02:00")],
+        )
 
-    incremental, full, windows = incremental_then_full(con, cfg(tz), ts("2026-03-26 14:00"), runs, late, started)
+    incremental, full, windows = incremental_then_full(
+        con, cfg(tz), ts("2026-03-26 14:00"), runs, late, started
+    )
     assert_same_marts(incremental, full)
     # the runs were incremental: each rewrote the days from its window on (the previous run minus the
     # 2-day lookback, at local midnight) and the stored days carried the rest ...
@@ -219,8 +276,9 @@ def test_demo_history_incremental_equals_full(demo_run, tmp_path):
     try:
         # a 1-hour lookback: with the default 2 days, every run over a 3-day demo would start near its
         # beginning and the stored days would hardly be used
-        c = load_config(None, env={}).with_overrides(cluster={"name": "simcluster"},
-                                                     pipelines={"incremental_lookback_seconds": 3600})
+        c = load_config(None, env={}).with_overrides(
+            cluster={"name": "simcluster"}, pipelines={"incremental_lookback_seconds": 3600}
+        )
         first, last = con.execute(
             "SELECT min(start_time), max(coalesce(end_time, start_time)) FROM jobs WHERE start_time IS NOT NULL"
         ).fetchone()
@@ -231,8 +289,10 @@ def test_demo_history_incremental_equals_full(demo_run, tmp_path):
         full_at = first + timedelta(seconds=span * 0.4)
         steps = [first + timedelta(seconds=span * f) for f in (0.55, 0.7, 0.85)] + [last + timedelta(hours=1)]
         withheld = frame(
-            con, "SELECT * FROM jobs WHERE start_time IS NOT NULL AND end_time IS NOT NULL AND end_time < ?"
-            " ORDER BY (end_time - start_time) * coalesce(billing, cpus) DESC LIMIT 1", [full_at]
+            con,
+            "SELECT * FROM jobs WHERE start_time IS NOT NULL AND end_time IS NOT NULL AND end_time < ?"
+            " ORDER BY (end_time - start_time) * coalesce(billing, cpus) DESC LIMIT 1",
+            [full_at],
         )
         assert withheld.height == 1
         key = withheld.select("cluster", "job_id", "submit_time").row(0)

@@ -54,8 +54,11 @@ def test_without_zones_the_utc_date():
 
 def test_instants_over_a_century_apart_still_find_their_hours():
     """Junk dates (a year 2300 End) make the hour table the hours present rather than every hour between."""
-    ts = [datetime(2025, 10, 26, 0, 30, tzinfo=UTC), datetime(2025, 10, 26, 1, 30, tzinfo=UTC),
-          datetime(2300, 1, 1, 23, 30, tzinfo=UTC)]
+    ts = [
+        datetime(2025, 10, 26, 0, 30, tzinfo=UTC),
+        datetime(2025, 10, 26, 1, 30, tzinfo=UTC),
+        datetime(2300, 1, 1, 23, 30, tzinfo=UTC),
+    ]
     df = pl.DataFrame({"ts": ts}).with_columns(us=pl.col("ts").dt.epoch("us"))
     zones = fs.zone_offsets(df.lazy(), "Europe/Berlin").collect()
     assert zones.height == 3

@@ -21,14 +21,34 @@ from slurmscope.config import load_config
 T = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 MIN = timedelta(minutes=1)
 
-NODE_SCHEMA = {"snapshot_time": UTC_DT, "node": pl.String, "state": pl.String, "state_flags": pl.String,
-               "reason": pl.String, "gpus_total": pl.Int32}
-SAMPLE_SCHEMA = {"node": pl.String, "gpu_uuid": pl.String, "minute": UTC_DT, "gpu_index": pl.Int32,
-                 "model": pl.String, "temp_gpu_max_celsius": pl.Float64, "throttle_seconds": pl.Float64,
-                 "ecc_uncorrected_delta": pl.Int64, "ecc_uncorrected_total": pl.Int64,
-                 "remapped_pending": pl.Boolean, "remapped_failed": pl.Boolean}
-EVENT_SCHEMA = {"node": pl.String, "gpu_uuid": pl.String, "event_time": UTC_DT, "event_type": pl.String,
-                "xid": pl.Int32}
+NODE_SCHEMA = {
+    "snapshot_time": UTC_DT,
+    "node": pl.String,
+    "state": pl.String,
+    "state_flags": pl.String,
+    "reason": pl.String,
+    "gpus_total": pl.Int32,
+}
+SAMPLE_SCHEMA = {
+    "node": pl.String,
+    "gpu_uuid": pl.String,
+    "minute": UTC_DT,
+    "gpu_index": pl.Int32,
+    "model": pl.String,
+    "temp_gpu_max_celsius": pl.Float64,
+    "throttle_seconds": pl.Float64,
+    "ecc_uncorrected_delta": pl.Int64,
+    "ecc_uncorrected_total": pl.Int64,
+    "remapped_pending": pl.Boolean,
+    "remapped_failed": pl.Boolean,
+}
+EVENT_SCHEMA = {
+    "node": pl.String,
+    "gpu_uuid": pl.String,
+    "event_time": UTC_DT,
+    "event_type": pl.String,
+    "xid": pl.Int32,
+}
 INV_SCHEMA = {"node": pl.String, "seen_at": UTC_DT, "gpus_visible": pl.Int64}
 
 
@@ -36,8 +56,19 @@ def snap(t=T, state="IDLE", flags=None, reason=None, gpus=1, node="n1"):
     return (t, node, state, flags, reason, gpus)
 
 
-def sample(minute, *, temp=60.0, thr=0.0, ecc=0, ecc_total=0, pending=False, failed=False, uuid="GPU-a",
-           idx=0, node="n1"):
+def sample(
+    minute,
+    *,
+    temp=60.0,
+    thr=0.0,
+    ecc=0,
+    ecc_total=0,
+    pending=False,
+    failed=False,
+    uuid="GPU-a",
+    idx=0,
+    node="n1",
+):
     return (node, uuid, minute, idx, "h100", temp, thr, ecc, ecc_total, pending, failed)
 
 
@@ -69,25 +100,31 @@ def node_at(nodes, samples=(), events=(), inventory=(), **kw):
     nrow = n.filter(pl.col("node") == "n1").sort("since").row(-1, named=True)
     grows = g.filter(pl.col("gpu_uuid") == "GPU-a").sort("since")
     grow = grows.row(-1, named=True) if grows.height else None
-    return ((nrow["status"], nrow["reason"], nrow["reasons"]),
-            None if grow is None else (grow["status"], grow["reason"], grow["reasons"]))
+    return (
+        (nrow["status"], nrow["reason"], nrow["reasons"]),
+        None if grow is None else (grow["status"], grow["reason"], grow["reasons"]),
+    )
 
 
 # ---- Slurm state ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("state", "flags", "want"), [
-    ("ALLOCATED", None, ("ok", "", "")),
-    ("IDLE", "POWERED_DOWN", ("ok", "", "")),                     # the word DOWN inside a flag is not DOWN
-    ("DOWN", "NOT_RESPONDING", ("failing", "slurm_down", "slurm_down")),
-    ("MIXED", "NOT_RESPONDING", ("failing", "slurm_down", "slurm_down")),
-    ("INVAL", None, ("failing", "slurm_down", "slurm_down")),
-    ("IDLE", "DRAIN", ("degraded", "slurm_drain", "slurm_drain")),
-    ("DRAINING", "DRAIN", ("degraded", "slurm_drain", "slurm_drain")),
-    ("DOWN", "DRAIN", ("failing", "slurm_down", "slurm_down")),   # down beats drain
-    ("IDLE", "MAINTENANCE+RESERVED", ("degraded", "slurm_unavailable", "slurm_unavailable")),
-    ("IDLE", "REBOOT_REQUESTED", ("degraded", "slurm_unavailable", "slurm_unavailable")),
-    ("UNKNOWN", None, ("degraded", "slurm_unavailable", "slurm_unavailable")),
-])
+
+@pytest.mark.parametrize(
+    ("state", "flags", "want"),
+    [
+        ("ALLOCATED", None, ("ok", "", "")),
+        ("IDLE", "POWERED_DOWN", ("ok", "", "")),  # the word DOWN inside a flag is not DOWN
+        ("DOWN", "NOT_RESPONDING", ("failing", "slurm_down", "slurm_down")),
+        ("MIXED", "NOT_RESPONDING", ("failing", "slurm_down", "slurm_down")),
+        ("INVAL", None, ("failing", "slurm_down", "slurm_down")),
+        ("IDLE", "DRAIN", ("degraded", "slurm_drain", "slurm_drain")),
+        ("DRAINING", "DRAIN", ("degraded", "slurm_drain", "slurm_drain")),
+        ("DOWN", "DRAIN", ("failing", "slurm_down", "slurm_down")),  # down beats drain
+        ("IDLE", "MAINTENANCE+RESERVED", ("degraded", "slurm_unavailable", "slurm_unavailable")),
+        ("IDLE", "REBOOT_REQUESTED", ("degraded", "slurm_unavailable", "slurm_unavailable")),
+        ("UNKNOWN", None, ("degraded", "slurm_unavailable", "slurm_unavailable")),
+    ],
+)
 def test_slurm_state_alone(state, flags, want):
     node, gpu = node_at([snap(state=state, flags=flags, reason="why")])
     assert node == want and gpu is None
@@ -98,17 +135,22 @@ def test_slurm_state_alone(state, flags, want):
 
 # ---- GPU rules ------------------------------------------------------------------------------------------
 
+
 def test_healthy_gpu_is_ok():
     assert node_at([snap()], healthy()) == (("ok", "", ""), ("ok", "", ""))
 
 
 def test_row_remap_failed_fails_and_pending_degrades():
     s = healthy()[:-1] + [sample(T, failed=True)]
-    assert node_at([snap()], s) == (("failing", "gpu_failing", "gpu_failing"),
-                                    ("failing", "row_remap_failed", "row_remap_failed"))
+    assert node_at([snap()], s) == (
+        ("failing", "gpu_failing", "gpu_failing"),
+        ("failing", "row_remap_failed", "row_remap_failed"),
+    )
     s = healthy()[:-1] + [sample(T, pending=True)]
-    assert node_at([snap()], s) == (("degraded", "gpu_degraded", "gpu_degraded"),
-                                    ("degraded", "row_remap_pending", "row_remap_pending"))
+    assert node_at([snap()], s) == (
+        ("degraded", "gpu_degraded", "gpu_degraded"),
+        ("degraded", "row_remap_pending", "row_remap_pending"),
+    )
 
 
 def test_critical_xid_fails_for_the_event_window_only():
@@ -124,14 +166,20 @@ def test_critical_xid_fails_for_the_event_window_only():
 
 
 def test_application_xids_are_ignored_and_other_xids_degrade():
-    assert node_at([snap()], healthy(), [event(T - MIN, xid=13), event(T - 2 * MIN, xid=43)])[1] == ("ok", "", "")
+    assert node_at([snap()], healthy(), [event(T - MIN, xid=13), event(T - 2 * MIN, xid=43)])[1] == (
+        "ok",
+        "",
+        "",
+    )
     assert node_at([snap()], healthy(), [event(T - MIN, xid=62)])[1] == ("degraded", "xid_other", "xid_other")
 
 
 def test_fallen_off_the_bus_from_gpu_lost_or_xid_79():
     for ev in (event(T - MIN, "gpu_lost"), event(T - MIN, xid=79)):
-        assert node_at([snap()], healthy(), [ev]) == (("failing", "gpu_failing", "gpu_failing"),
-                                                      ("failing", "fallen_off_bus", "fallen_off_bus"))
+        assert node_at([snap()], healthy(), [ev]) == (
+            ("failing", "gpu_failing", "gpu_failing"),
+            ("failing", "fallen_off_bus", "fallen_off_bus"),
+        )
 
 
 def test_uncorrectable_ecc_from_delta_or_from_the_counter_rising():
@@ -176,7 +224,7 @@ def test_gpu_count_mismatch():
     assert node_at([snap(gpus=8)], inventory=inv7)[0] == ("failing", "gpu_missing", "gpu_missing")
     assert node_at([snap(gpus=8)], inventory=[("n1", T - timedelta(minutes=30), 8)])[0] == ("ok", "", "")
     assert node_at([snap(gpus=8)], inventory=[("n1", T - timedelta(minutes=30), 9)])[0] == ("ok", "", "")
-    assert node_at([snap(gpus=8)])[0] == ("ok", "", "")           # no inventory: nothing to compare
+    assert node_at([snap(gpus=8)])[0] == ("ok", "", "")  # no inventory: nothing to compare
     # the latest inventory at or before the instant counts: 8 seen again after 7
     inv = inv7 + [("n1", T - timedelta(minutes=10), 8)]
     assert node_at([snap(gpus=8)], inventory=inv)[0] == ("ok", "", "")
@@ -199,20 +247,23 @@ def test_reason_order_failing_first():
 
 # ---- evaluation instants and runs -----------------------------------------------------------------------
 
+
 def test_runs_collapse_unchanged_verdicts_and_break_on_change_and_gap():
     q = timedelta(minutes=15)
-    snaps = [snap(T + k * q) for k in range(4)]                     # 12:00 .. 12:45 up
-    snaps += [snap(T + k * q, flags="DRAIN", reason="rma") for k in range(4, 6)]   # 13:00, 13:15 drained
-    snaps += [snap(T + timedelta(hours=3))]                         # up again after 1 h 45 min unseen (> 1 h gap)
+    snaps = [snap(T + k * q) for k in range(4)]  # 12:00 .. 12:45 up
+    snaps += [snap(T + k * q, flags="DRAIN", reason="rma") for k in range(4, 6)]  # 13:00, 13:15 drained
+    snaps += [snap(T + timedelta(hours=3))]  # up again after 1 h 45 min unseen (> 1 h gap)
     snaps += [snap(T + timedelta(hours=3) + q)]
     n, g = run(snaps, start=T, now=T + timedelta(hours=4))
-    got = [(r["since"] - T, r["last_seen"] - T, r["valid_until"] - T, r["status"], r["slurm_reason"])
-           for r in n.sort("since").iter_rows(named=True)]
+    got = [
+        (r["since"] - T, r["last_seen"] - T, r["valid_until"] - T, r["status"], r["slurm_reason"])
+        for r in n.sort("since").iter_rows(named=True)
+    ]
     h = timedelta(hours=1)
     assert got == [
         (timedelta(0), 3 * q, 3 * q + h, "ok", ""),
         (4 * q, 5 * q, 5 * q + h, "degraded", "rma"),
-        (3 * h, 3 * h + q, 3 * h + q + h, "ok", ""),                 # same verdict as the first run, new row
+        (3 * h, 3 * h + q, 3 * h + q + h, "ok", ""),  # same verdict as the first run, new row
     ]
     assert g.height == 0
 
@@ -227,30 +278,46 @@ def test_an_event_between_snapshots_is_an_evaluation_instant():
     assert rows == [(T - timedelta(hours=1), "ok", ""), (T - timedelta(minutes=40), "failing", "gpu_failing")]
     grow = g.sort("since").row(-1, named=True)
     assert (grow["since"], grow["reason"], grow["detail"]) == (
-        T - timedelta(minutes=40), "fallen_off_bus", "lost at 2026-03-02T11:20:00Z")
+        T - timedelta(minutes=40),
+        "fallen_off_bus",
+        "lost at 2026-03-02T11:20:00Z",
+    )
     # the same event after the last snapshot's gap is not judged (the node's Slurm state is unknown by then)
     n, _ = run([snap(T - timedelta(hours=3))], s, [event(T - MIN, xid=79)], start=T - timedelta(hours=4))
     assert n["status"].to_list() == ["ok"]
 
 
-
 def test_each_node_instant_is_judged_once_on_the_snapshot_in_force():
     # n1: snapshots at 11:00 and 12:00, an inventory at 12:00 (a snapshot's instant) and an XID at 11:30;
     # n2: the same snapshots and nothing else
-    snaps = [snap(T - timedelta(hours=1), node=n) for n in ("n1", "n2")] + [snap(T, node=n) for n in ("n1", "n2")]
+    snaps = [snap(T - timedelta(hours=1), node=n) for n in ("n1", "n2")] + [
+        snap(T, node=n) for n in ("n1", "n2")
+    ]
     inv = [("n1", T, 1)]
     ev = [event(T - timedelta(minutes=30), xid=31)]
     conf = load_config(env={})
     params = pipeline_params(conf, Window(T - timedelta(hours=1), T + MIN, False))
-    frames = {"nodes": pl.LazyFrame(snaps, schema=NODE_SCHEMA, orient="row"),
-              "samples": pl.LazyFrame([], schema=SAMPLE_SCHEMA),
-              "events": pl.LazyFrame(ev, schema=EVENT_SCHEMA, orient="row"),
-              "inventory": pl.LazyFrame(inv, schema=INV_SCHEMA, orient="row")}
-    got = health.evaluations(frames["nodes"], health.prepare_samples(frames["samples"], health.settings(conf.raw)),
-                             frames["events"], frames["inventory"], params, 3600.0).collect()
+    frames = {
+        "nodes": pl.LazyFrame(snaps, schema=NODE_SCHEMA, orient="row"),
+        "samples": pl.LazyFrame([], schema=SAMPLE_SCHEMA),
+        "events": pl.LazyFrame(ev, schema=EVENT_SCHEMA, orient="row"),
+        "inventory": pl.LazyFrame(inv, schema=INV_SCHEMA, orient="row"),
+    }
+    got = health.evaluations(
+        frames["nodes"],
+        health.prepare_samples(frames["samples"], health.settings(conf.raw)),
+        frames["events"],
+        frames["inventory"],
+        params,
+        3600.0,
+    ).collect()
     assert sorted(got.select("node", "t").rows()) == [
-        ("n1", T - timedelta(hours=1)), ("n1", T - timedelta(minutes=30)), ("n1", T),
-        ("n2", T - timedelta(hours=1)), ("n2", T)]
+        ("n1", T - timedelta(hours=1)),
+        ("n1", T - timedelta(minutes=30)),
+        ("n1", T),
+        ("n2", T - timedelta(hours=1)),
+        ("n2", T),
+    ]
     # only n1 has an inventory: it is missing its GPU, n2 has nothing to compare and stays ok
     n, _ = run(snaps, inventory=[("n1", T - timedelta(minutes=30), 0)])
     last = {r["node"]: r["reason"] for r in n.sort("since").iter_rows(named=True)}
@@ -259,40 +326,67 @@ def test_each_node_instant_is_judged_once_on_the_snapshot_in_force():
 
 def test_nodes_input_is_one_row_per_node_and_snapshot(con):
     """sinfo -N lists g1 in two partitions (drained in one of them); n1 in one partition only."""
-    rows = [("g1", "gpu", "IDLE", None, None, 8), ("g1", "debug", "IDLE", "DRAIN", "rma", 8),
-            ("n1", "gpu", "MIXED", None, None, 4)]
+    rows = [
+        ("g1", "gpu", "IDLE", None, None, 8),
+        ("g1", "debug", "IDLE", "DRAIN", "rma", 8),
+        ("n1", "gpu", "MIXED", None, None, 4),
+    ]
     for t in (T - timedelta(hours=1), T):
         for node, part, state, flags, reason, gpus in rows:
-            con.execute("INSERT INTO node_states (cluster, snapshot_time, node, \"partition\", state, state_flags, "
-                        "reason, gpus_total) VALUES ('c', ?, ?, ?, ?, ?, ?, ?)", [t, node, part, state, flags, reason, gpus])
-    con.execute("INSERT INTO node_states (cluster, snapshot_time, node, \"partition\", state) VALUES ('other', ?, 'x', 'p', 'DOWN')",
-                [T])
+            con.execute(
+                'INSERT INTO node_states (cluster, snapshot_time, node, "partition", state, state_flags, '
+                "reason, gpus_total) VALUES ('c', ?, ?, ?, ?, ?, ?, ?)",
+                [t, node, part, state, flags, reason, gpus],
+            )
+    con.execute(
+        "INSERT INTO node_states (cluster, snapshot_time, node, \"partition\", state) VALUES ('other', ?, 'x', 'p', 'DOWN')",
+        [T],
+    )
     params = {"cluster": "c", "start": T - timedelta(hours=1), "end": T}
     got = sorted(con.execute(health.INPUTS["nodes"], params).fetchall())
     assert [(r[0].astimezone(UTC), *r[1:]) for r in got] == [
         (t, node, state, flags, reason, gpus)
         for t in (T - timedelta(hours=1), T)
-        for node, state, flags, reason, gpus in (("g1", "IDLE", "DRAIN", "rma", 8), ("n1", "MIXED", None, None, 4))
+        for node, state, flags, reason, gpus in (
+            ("g1", "IDLE", "DRAIN", "rma", 8),
+            ("n1", "MIXED", None, None, 4),
+        )
     ]
+
 
 def test_nodes_input_has_each_nodes_latest_snapshot_before_the_window(con):
     for node, t in (("n1", T - 3 * H), ("n1", T - 2 * H), ("n1", T), ("n2", T - 5 * H)):
-        con.execute("INSERT INTO node_states (cluster, snapshot_time, node, \"partition\", state) VALUES ('c', ?, ?, 'p', 'IDLE')",
-                    [t, node])
+        con.execute(
+            "INSERT INTO node_states (cluster, snapshot_time, node, \"partition\", state) VALUES ('c', ?, ?, 'p', 'IDLE')",
+            [t, node],
+        )
     params = {"cluster": "c", "start": T - H, "end": T}
     got = sorted((r[1], r[0].astimezone(UTC)) for r in con.execute(health.INPUTS["nodes"], params).fetchall())
     assert got == [("n1", T - 2 * H), ("n1", T), ("n2", T - 5 * H)]
     # the earlier snapshot is in force at the window's first instants but is not judged itself
-    n, _ = run([snap(T - H - 10 * MIN, node="n1"), snap(T + H, node="n1"), snap(T - 5 * H, node="n2")],
-               events=[event(T - H + 5 * MIN, event_type="gpu_lost", uuid="")], start=T - H, now=T + H + MIN)
+    n, _ = run(
+        [snap(T - H - 10 * MIN, node="n1"), snap(T + H, node="n1"), snap(T - 5 * H, node="n2")],
+        events=[event(T - H + 5 * MIN, event_type="gpu_lost", uuid="")],
+        start=T - H,
+        now=T + H + MIN,
+    )
     assert n.select("node", "since", "status").rows() == [
-        ("n1", T - H + 5 * MIN, "failing"), ("n1", T + H, "ok")]
+        ("n1", T - H + 5 * MIN, "failing"),
+        ("n1", T + H, "ok"),
+    ]
 
 
 def test_outputs_match_the_mart_tables(con):
     """Every column compute returns exists in sql/0040_health.sql with a compatible type (the runner checks)."""
-    cols = {t: {r[0] for r in con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = ?",
-                                          [t]).fetchall()} for t in health.MART_TABLES}
+    cols = {
+        t: {
+            r[0]
+            for r in con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [t]
+            ).fetchall()
+        }
+        for t in health.MART_TABLES
+    }
     n, g = run([snap()], healthy())
     assert set(n.columns) | {"cluster"} == cols["mart_node_health"]
     assert set(g.columns) | {"cluster"} == cols["mart_gpu_health"]
@@ -314,6 +408,7 @@ def _history():
     at 8:30. GPU-a of g1 runs hot (its temperature, in `detail`, is that of the run's first evaluation) with
     a critical XID at 6:10, and falls off the bus at 6:52 (judged on g1's 6:45 snapshot).
     """
+
     def every(a, b, step=Q):
         t, out = DAY0 + a, []
         while t <= DAY0 + b:
@@ -322,20 +417,35 @@ def _history():
         return out
 
     snaps = [snap(t, node="n1") for t in every(timedelta(0), 12 * H)]
-    snaps += [snap(t, node="n2", flags="DRAIN" if 3 * H <= t - DAY0 <= 5 * H else None,
-                   reason="rma" if 3 * H <= t - DAY0 <= 5 * H else None)
-              for t in every(timedelta(0), 12 * H) if not 6 * H + 2 * Q < t - DAY0 < 7 * H + 3 * Q]
-    snaps += [snap(t, node="n3") for t in every(timedelta(0), 5 * H + timedelta(minutes=40), timedelta(minutes=10))]
+    snaps += [
+        snap(
+            t,
+            node="n2",
+            flags="DRAIN" if 3 * H <= t - DAY0 <= 5 * H else None,
+            reason="rma" if 3 * H <= t - DAY0 <= 5 * H else None,
+        )
+        for t in every(timedelta(0), 12 * H)
+        if not 6 * H + 2 * Q < t - DAY0 < 7 * H + 3 * Q
+    ]
+    snaps += [
+        snap(t, node="n3") for t in every(timedelta(0), 5 * H + timedelta(minutes=40), timedelta(minutes=10))
+    ]
     snaps += [snap(t, node="n3") for t in every(6 * H + timedelta(minutes=20), 12 * H, timedelta(minutes=10))]
-    snaps += [snap(t, node="n4", state="DOWN" if t - DAY0 > 6 * H else "IDLE")
-              for t in every(timedelta(0), 5 * H + timedelta(minutes=50), timedelta(minutes=10))
-              + every(6 * H + timedelta(minutes=5), 12 * H, timedelta(minutes=10))]
+    snaps += [
+        snap(t, node="n4", state="DOWN" if t - DAY0 > 6 * H else "IDLE")
+        for t in every(timedelta(0), 5 * H + timedelta(minutes=50), timedelta(minutes=10))
+        + every(6 * H + timedelta(minutes=5), 12 * H, timedelta(minutes=10))
+    ]
     snaps += [snap(t, node="n5") for t in every(timedelta(0), 8 * H + 2 * Q)]
     snaps += [snap(t, node="g1") for t in every(timedelta(0), 12 * H)]
-    samples = [sample(t, node="g1", temp=86.0 + (t - DAY0).seconds // 60 % 7)
-               for t in every(timedelta(0), 12 * H, MIN)]
-    events = [event(DAY0 + 6 * H + timedelta(minutes=10), xid=48, node="g1"),
-              event(DAY0 + 6 * H + timedelta(minutes=52), xid=79, node="g1")]
+    samples = [
+        sample(t, node="g1", temp=86.0 + (t - DAY0).seconds // 60 % 7)
+        for t in every(timedelta(0), 12 * H, MIN)
+    ]
+    events = [
+        event(DAY0 + 6 * H + timedelta(minutes=10), xid=48, node="g1"),
+        event(DAY0 + 6 * H + timedelta(minutes=52), xid=79, node="g1"),
+    ]
     return snaps, samples, events
 
 
@@ -347,11 +457,17 @@ def _frames(snaps, samples, events, start, end, seeds=None):
         if s[0] < start and (s[1] not in before or before[s[1]][0] < s[0]):
             before[s[1]] = s
     frames = {
-        "nodes": pl.LazyFrame([s for s in snaps if start <= s[0] <= end] + list(before.values()), schema=NODE_SCHEMA,
-                              orient="row"),
-        "samples": pl.LazyFrame([s for s in samples if start - day <= s[2] <= end], schema=SAMPLE_SCHEMA,
-                                orient="row"),
-        "events": pl.LazyFrame([e for e in events if start - day <= e[2] <= end], schema=EVENT_SCHEMA, orient="row"),
+        "nodes": pl.LazyFrame(
+            [s for s in snaps if start <= s[0] <= end] + list(before.values()),
+            schema=NODE_SCHEMA,
+            orient="row",
+        ),
+        "samples": pl.LazyFrame(
+            [s for s in samples if start - day <= s[2] <= end], schema=SAMPLE_SCHEMA, orient="row"
+        ),
+        "events": pl.LazyFrame(
+            [e for e in events if start - day <= e[2] <= end], schema=EVENT_SCHEMA, orient="row"
+        ),
         "inventory": pl.LazyFrame([], schema=INV_SCHEMA),
     }
     if seeds is not None:
@@ -378,7 +494,9 @@ def _replay(windows, with_seeds=True):
             continue
         for table, col in health.MART_TABLES.items():
             bound = pl.lit(start, dtype=UTC_DT)
-            stored[table] = pl.concat([stored[table].filter(pl.col(col) < bound), got[table].filter(pl.col(col) >= bound)])
+            stored[table] = pl.concat(
+                [stored[table].filter(pl.col(col) < bound), got[table].filter(pl.col(col) >= bound)]
+            )
     return {t: df.sort(df.columns) for t, df in stored.items()}
 
 
@@ -388,25 +506,44 @@ def test_incremental_windows_equal_one_full_run():
     # 5:50 (down at 6:05: not continued); at 6:50 n2's at 6:30 (next seen at 7:45, past the gap) and g1's
     # GPU falls off the bus before g1's first snapshot of the window; at 9:00 n5 has a stored run and no
     # evaluation; n1 and n3 run across every start.
-    windows = [(epoch, DAY0 + 4 * H), (DAY0 + 3 * H, DAY0 + 6 * H + timedelta(minutes=10)),
-               (DAY0 + 6 * H, DAY0 + 7 * H), (DAY0 + 6 * H + timedelta(minutes=50), DAY0 + 10 * H),
-               (DAY0 + 9 * H, DAY0 + 12 * H)]
+    windows = [
+        (epoch, DAY0 + 4 * H),
+        (DAY0 + 3 * H, DAY0 + 6 * H + timedelta(minutes=10)),
+        (DAY0 + 6 * H, DAY0 + 7 * H),
+        (DAY0 + 6 * H + timedelta(minutes=50), DAY0 + 10 * H),
+        (DAY0 + 9 * H, DAY0 + 12 * H),
+    ]
     full = _replay([(epoch, DAY0 + 12 * H)])
     incremental = _replay(windows)
     for table, df in full.items():
         assert_frame_equal(incremental[table], df, check_dtypes=True)
     nodes = full["mart_node_health"]
-    spans = {n: nodes.filter(pl.col("node") == n).select("since", "last_seen").rows() for n in ("n1", "n3", "n5")}
-    assert spans == {"n1": [(DAY0, DAY0 + 12 * H)], "n3": [(DAY0, DAY0 + 12 * H)],
-                     "n5": [(DAY0, DAY0 + 8 * H + 2 * Q)]}
+    spans = {
+        n: nodes.filter(pl.col("node") == n).select("since", "last_seen").rows() for n in ("n1", "n3", "n5")
+    }
+    assert spans == {
+        "n1": [(DAY0, DAY0 + 12 * H)],
+        "n3": [(DAY0, DAY0 + 12 * H)],
+        "n5": [(DAY0, DAY0 + 8 * H + 2 * Q)],
+    }
     assert nodes.filter(pl.col("node") == "n2")["since"].to_list() == [
-        DAY0, DAY0 + 3 * H, DAY0 + 5 * H + Q, DAY0 + 7 * H + 3 * Q]
+        DAY0,
+        DAY0 + 3 * H,
+        DAY0 + 5 * H + Q,
+        DAY0 + 7 * H + 3 * Q,
+    ]
     assert nodes.filter(pl.col("node") == "n4").select("since", "status").rows() == [
-        (DAY0, "ok"), (DAY0 + 6 * H + timedelta(minutes=5), "failing")]
+        (DAY0, "ok"),
+        (DAY0 + 6 * H + timedelta(minutes=5), "failing"),
+    ]
     gpu = full["mart_gpu_health"].select("since", "reason", "detail").rows()
-    assert [r[:2] for r in gpu] == [(DAY0, "hot"), (DAY0 + 6 * H + timedelta(minutes=10), "xid_critical"),
-                                    (DAY0 + 6 * H + timedelta(minutes=52), "fallen_off_bus"),
-                                    (DAY0 + 7 * H + Q, "fallen_off_bus"), (DAY0 + 8 * H, "hot")]
+    assert [r[:2] for r in gpu] == [
+        (DAY0, "hot"),
+        (DAY0 + 6 * H + timedelta(minutes=10), "xid_critical"),
+        (DAY0 + 6 * H + timedelta(minutes=52), "fallen_off_bus"),
+        (DAY0 + 7 * H + Q, "fallen_off_bus"),
+        (DAY0 + 8 * H, "hot"),
+    ]
     assert gpu[0][2] == "86.0 C"
     assert nodes.filter(pl.col("node") == "g1")["status"].to_list() == ["degraded", "failing", "degraded"]
     # not vacuous: without the stored runs the ones crossing a window start are lost or cut there

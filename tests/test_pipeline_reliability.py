@@ -16,11 +16,26 @@ from slurmscope.pipelines.runner import EPOCH, Window, pipeline_params
 from slurmscope.config import load_config
 
 JOB_SCHEMA = {
-    "job_id_raw": pl.Int64, "submit_time": UTC_DT, "attempt": pl.Int32, "account": pl.String,
-    "partition": pl.String, "state": pl.String, "start_time": UTC_DT, "end_time": UTC_DT,
-    "elapsed_seconds": pl.Int64, "gpus": pl.Int32, "nodes": pl.Int32, "node_list": pl.String,
+    "job_id_raw": pl.Int64,
+    "submit_time": UTC_DT,
+    "attempt": pl.Int32,
+    "account": pl.String,
+    "partition": pl.String,
+    "state": pl.String,
+    "start_time": UTC_DT,
+    "end_time": UTC_DT,
+    "elapsed_seconds": pl.Int64,
+    "gpus": pl.Int32,
+    "nodes": pl.Int32,
+    "node_list": pl.String,
 }
-EVENT_SCHEMA = {"node": pl.String, "time_start": UTC_DT, "time_end": UTC_DT, "state": pl.String, "reason": pl.String}
+EVENT_SCHEMA = {
+    "node": pl.String,
+    "time_start": UTC_DT,
+    "time_end": UTC_DT,
+    "state": pl.String,
+    "reason": pl.String,
+}
 GPU_EVENT_SCHEMA = {"node": pl.String, "event_time": UTC_DT, "event_type": pl.String, "xid": pl.Int32}
 
 
@@ -43,7 +58,20 @@ OUTCOME_JOBS = [
     (1, ts(f"{D} 08:00"), 1, "a", "gpu", "NODE_FAIL", ts(f"{D} 09:00"), ts(f"{D} 10:00"), 3600, 2, 1, "n1"),
     (1, ts(f"{D} 10:01"), 2, "a", "gpu", "COMPLETED", ts(f"{D} 13:30"), ts(f"{D} 14:00"), 1800, 2, 1, "n2"),
     # job 2: FAILED at 01:00 UTC next day after 15 min on 4 GPUs (1 GPU-h)
-    (2, ts(f"{D} 23:00"), 1, "b", "gpu", "FAILED", ts("2026-02-02 00:45"), ts("2026-02-02 01:00"), 900, 4, 1, "n3"),
+    (
+        2,
+        ts(f"{D} 23:00"),
+        1,
+        "b",
+        "gpu",
+        "FAILED",
+        ts("2026-02-02 00:45"),
+        ts("2026-02-02 01:00"),
+        900,
+        4,
+        1,
+        "n3",
+    ),
     # job 3: ends 23:30 UTC, i.e. 00:30 on 2 Feb in Berlin; 1 GPU-h
     (3, ts(f"{D} 20:00"), 1, "b", "gpu", "TIMEOUT", ts(f"{D} 22:30"), ts(f"{D} 23:30"), 3600, 1, 1, "n3"),
     # still running: not an outcome
@@ -55,20 +83,28 @@ def test_outcomes_and_requeues_by_day():
     p = params("2026-02-03 00:00")
     days = rel.by_end_day(rel.ended_attempts(jobs(OUTCOME_JOBS)), p)
     got = rel.outcomes(days).collect().sort("day", "account", "state")
-    want = pl.DataFrame([
-        (date(2026, 2, 1), "gpu", "a", "COMPLETED", 1, 1.0),
-        (date(2026, 2, 1), "gpu", "a", "NODE_FAIL", 1, 2.0),
-        (date(2026, 2, 1), "gpu", "b", "TIMEOUT", 1, 1.0),
-        (date(2026, 2, 2), "gpu", "b", "FAILED", 1, 1.0),
-    ], schema=rel.OUTCOMES_SCHEMA, orient="row")
+    want = pl.DataFrame(
+        [
+            (date(2026, 2, 1), "gpu", "a", "COMPLETED", 1, 1.0),
+            (date(2026, 2, 1), "gpu", "a", "NODE_FAIL", 1, 2.0),
+            (date(2026, 2, 1), "gpu", "b", "TIMEOUT", 1, 1.0),
+            (date(2026, 2, 2), "gpu", "b", "FAILED", 1, 1.0),
+        ],
+        schema=rel.OUTCOMES_SCHEMA,
+        orient="row",
+    )
     assert_frame_equal(got, want)
     got = rel.requeues(days, days).collect().sort("day", "account")
-    want = pl.DataFrame([
-        # 2 attempts ended, 1 of them requeued (rate 0.5), 2 GPU-h in the requeued attempt
-        (date(2026, 2, 1), "gpu", "a", 2, 1, 1, 0.5, 2.0),
-        (date(2026, 2, 1), "gpu", "b", 1, 0, 0, 0.0, 0.0),
-        (date(2026, 2, 2), "gpu", "b", 1, 0, 0, 0.0, 0.0),
-    ], schema=rel.REQUEUE_SCHEMA, orient="row")
+    want = pl.DataFrame(
+        [
+            # 2 attempts ended, 1 of them requeued (rate 0.5), 2 GPU-h in the requeued attempt
+            (date(2026, 2, 1), "gpu", "a", 2, 1, 1, 0.5, 2.0),
+            (date(2026, 2, 1), "gpu", "b", 1, 0, 0, 0.0, 0.0),
+            (date(2026, 2, 2), "gpu", "b", 1, 0, 0, 0.0, 0.0),
+        ],
+        schema=rel.REQUEUE_SCHEMA,
+        orient="row",
+    )
     assert_frame_equal(got, want)
     # as compute finds them: the requeued attempts among the jobs with several attempts only
     candidates = rel.by_end_day(rel.requeue_candidates(jobs(OUTCOME_JOBS)), p)
@@ -85,23 +121,36 @@ def test_outcome_day_is_cut_in_billing_zone():
 
 
 def test_node_mtbf_and_mttr():
-    events = pl.LazyFrame([
-        ("n1", ts("2026-01-10 00:00"), ts("2026-01-10 02:00"), "DOWN", "xid 79"),    # 2 h
-        ("n1", ts("2026-01-20 00:00"), ts("2026-01-20 04:00"), "DRAIN", "ecc"),      # 4 h
-        ("n1", ts("2026-01-22 00:00"), ts("2026-01-22 01:00"), "MAINT", "planned"),  # not a failure
-        ("n3", ts("2026-01-25 00:00"), None, "DOWN", "dead"),                        # ongoing
-    ], schema=EVENT_SCHEMA, orient="row")
-    nodes = pl.LazyFrame({"node": ["n1", "n2"], "first_seen": [ts("2026-01-01 00:00"), ts("2026-01-30 00:00")],
-                          "partition": ["gpu", "gpu,debug"]}, schema={"node": pl.String, "first_seen": UTC_DT,
-                                                                      "partition": pl.String})
+    events = pl.LazyFrame(
+        [
+            ("n1", ts("2026-01-10 00:00"), ts("2026-01-10 02:00"), "DOWN", "xid 79"),  # 2 h
+            ("n1", ts("2026-01-20 00:00"), ts("2026-01-20 04:00"), "DRAIN", "ecc"),  # 4 h
+            ("n1", ts("2026-01-22 00:00"), ts("2026-01-22 01:00"), "MAINT", "planned"),  # not a failure
+            ("n3", ts("2026-01-25 00:00"), None, "DOWN", "dead"),  # ongoing
+        ],
+        schema=EVENT_SCHEMA,
+        orient="row",
+    )
+    nodes = pl.LazyFrame(
+        {
+            "node": ["n1", "n2"],
+            "first_seen": [ts("2026-01-01 00:00"), ts("2026-01-30 00:00")],
+            "partition": ["gpu", "gpu,debug"],
+        },
+        schema={"node": pl.String, "first_seen": UTC_DT, "partition": pl.String},
+    )
     got = rel.node_reliability(events, nodes, params("2026-01-31 00:00")).collect().sort("node")
-    want = pl.DataFrame([
-        # 30 days observed, 6 h down, 2 failures: MTBF = (2592000 - 21600) / 2, MTTR = (2 h + 4 h) / 2
-        ("n1", "gpu", 2592000.0, 2, 21600.0, 1285200.0, 10800.0),
-        ("n2", "gpu,debug", 86400.0, 0, 0.0, None, None),
-        # seen only through its event: down for the whole 6 days observed; no repair yet
-        ("n3", "", 518400.0, 1, 518400.0, 0.0, None),
-    ], schema=rel.NODE_SCHEMA, orient="row")
+    want = pl.DataFrame(
+        [
+            # 30 days observed, 6 h down, 2 failures: MTBF = (2592000 - 21600) / 2, MTTR = (2 h + 4 h) / 2
+            ("n1", "gpu", 2592000.0, 2, 21600.0, 1285200.0, 10800.0),
+            ("n2", "gpu,debug", 86400.0, 0, 0.0, None, None),
+            # seen only through its event: down for the whole 6 days observed; no repair yet
+            ("n3", "", 518400.0, 1, 518400.0, 0.0, None),
+        ],
+        schema=rel.NODE_SCHEMA,
+        orient="row",
+    )
     assert_frame_equal(got, want)
 
 
@@ -113,10 +162,14 @@ def test_young_daly():
 
 
 def test_goodput_table():
-    node_rel = pl.LazyFrame([
-        ("n1", "gpu", 1_000_000.0, 2, 0.0, None, None),
-        ("n2", "gpu", 200_000.0, 0, 0.0, None, None),
-    ], schema=rel.NODE_SCHEMA, orient="row")
+    node_rel = pl.LazyFrame(
+        [
+            ("n1", "gpu", 1_000_000.0, 2, 0.0, None, None),
+            ("n2", "gpu", 200_000.0, 0, 0.0, None, None),
+        ],
+        schema=rel.NODE_SCHEMA,
+        orient="row",
+    )
     sizes = pl.LazyFrame({"partition": ["gpu"], "nodes": [10], "jobs": [5], "gpu_hours": [100.0]})
     lost_before = pl.LazyFrame({"partition": ["gpu"], "nodes": [10], "gpu_hours_lost": [4.0]})
     no_faults = pl.LazyFrame(schema=rel.FAULT_SCHEMA)
@@ -124,46 +177,175 @@ def test_goodput_table():
     got = rel.goodput(node_rel, sizes, lost_before, no_faults, jobs([]), p).collect().sort("nodes")
     # node MTBF = 1.2e6 up-seconds / 2 failures = 600000 s; N = 10: MTBI 60000 -> tau 6000, lost 0.1
     # N = 1: MTBI 600000 -> tau = sqrt(3.6e8), lost = sqrt(2 x 300 / 600000) = sqrt(0.001)
-    want = pl.DataFrame([
-        ("gpu", 1, 600000.0, 600000.0, 300.0, math.sqrt(3.6e8), math.sqrt(0.001), None, 0),
-        ("gpu", 10, 600000.0, 60000.0, 300.0, 6000.0, 0.1, 0.04, 5),  # measured: 4 of 100 GPU-h lost
-    ], schema=rel.GOODPUT_SCHEMA, orient="row")
+    want = pl.DataFrame(
+        [
+            ("gpu", 1, 600000.0, 600000.0, 300.0, math.sqrt(3.6e8), math.sqrt(0.001), None, 0),
+            ("gpu", 10, 600000.0, 60000.0, 300.0, 6000.0, 0.1, 0.04, 5),  # measured: 4 of 100 GPU-h lost
+        ],
+        schema=rel.GOODPUT_SCHEMA,
+        orient="row",
+    )
     assert_frame_equal(got, want)
 
 
 def test_fault_impact_links_killed_attempts_to_faults():
-    j = jobs([
-        # job 7: 8 GPUs on g[01-02], NODE_FAIL at 12:00 (2 h = 16 GPU-h); retried, completes in the same 2 h
-        (7, ts(f"{D} 09:00"), 1, "a", "gpu", "NODE_FAIL", ts(f"{D} 10:00"), ts(f"{D} 12:00"), 7200, 8, 2, "g[01-02]"),
-        (7, ts(f"{D} 12:01"), 2, "a", "gpu", "COMPLETED", ts(f"{D} 12:05"), ts(f"{D} 14:05"), 7200, 8, 2, "g[01-02]"),
-        # failed on g01, where nothing happened; failed on g02 but 60 min after the fault; completed on g02
-        (8, ts(f"{D} 08:00"), 1, "a", "gpu", "FAILED", ts(f"{D} 09:00"), ts(f"{D} 12:30"), 12600, 1, 1, "g01"),
-        (9, ts(f"{D} 08:00"), 1, "a", "gpu", "FAILED", ts(f"{D} 09:00"), ts(f"{D} 13:00"), 14400, 1, 1, "g02"),
-        (10, ts(f"{D} 08:00"), 1, "a", "gpu", "COMPLETED", ts(f"{D} 09:00"), ts(f"{D} 12:00"), 10800, 1, 1, "g02"),
-        # job 11: requeued 10 s after an XID on g03 after 1 h on 1 GPU; the retry completes in 10 min
-        (11, ts(f"{D} 06:00"), 1, "b", "gpu", "REQUEUED", ts(f"{D} 07:00:10"), ts(f"{D} 08:00:10"), 3600, 1, 1, "g03"),
-        (11, ts(f"{D} 08:01"), 2, "b", "gpu", "COMPLETED", ts(f"{D} 08:10"), ts(f"{D} 08:20"), 600, 1, 1, "g03"),
-        # job 12: FAILED 1 min after an ECC event on g04, 30 min on 2 GPUs; never came back
-        (12, ts(f"{D} 06:00"), 1, "c", "gpu", "FAILED", ts(f"{D} 06:30"), ts(f"{D} 07:00"), 1800, 2, 1, "g04"),
-    ])
-    events = pl.LazyFrame([("g02", ts(f"{D} 11:59:45"), ts(f"{D} 13:00"), "DOWN", "xid")],
-                          schema=EVENT_SCHEMA, orient="row")
-    gpu_events = pl.LazyFrame([
-        ("g02", ts(f"{D} 11:59:00"), "xid", 79),   # also matches job 7; the later node event wins
-        ("g03", ts(f"{D} 08:00:00"), "xid", 48),
-        ("g04", ts(f"{D} 06:59:00"), "ecc", None),
-        ("g04", ts(f"{D} 06:58:00"), "nvml_error", None),  # not a fault kind
-    ], schema=GPU_EVENT_SCHEMA, orient="row")
+    j = jobs(
+        [
+            # job 7: 8 GPUs on g[01-02], NODE_FAIL at 12:00 (2 h = 16 GPU-h); retried, completes in the same 2 h
+            (
+                7,
+                ts(f"{D} 09:00"),
+                1,
+                "a",
+                "gpu",
+                "NODE_FAIL",
+                ts(f"{D} 10:00"),
+                ts(f"{D} 12:00"),
+                7200,
+                8,
+                2,
+                "g[01-02]",
+            ),
+            (
+                7,
+                ts(f"{D} 12:01"),
+                2,
+                "a",
+                "gpu",
+                "COMPLETED",
+                ts(f"{D} 12:05"),
+                ts(f"{D} 14:05"),
+                7200,
+                8,
+                2,
+                "g[01-02]",
+            ),
+            # failed on g01, where nothing happened; failed on g02 but 60 min after the fault; completed on g02
+            (
+                8,
+                ts(f"{D} 08:00"),
+                1,
+                "a",
+                "gpu",
+                "FAILED",
+                ts(f"{D} 09:00"),
+                ts(f"{D} 12:30"),
+                12600,
+                1,
+                1,
+                "g01",
+            ),
+            (
+                9,
+                ts(f"{D} 08:00"),
+                1,
+                "a",
+                "gpu",
+                "FAILED",
+                ts(f"{D} 09:00"),
+                ts(f"{D} 13:00"),
+                14400,
+                1,
+                1,
+                "g02",
+            ),
+            (
+                10,
+                ts(f"{D} 08:00"),
+                1,
+                "a",
+                "gpu",
+                "COMPLETED",
+                ts(f"{D} 09:00"),
+                ts(f"{D} 12:00"),
+                10800,
+                1,
+                1,
+                "g02",
+            ),
+            # job 11: requeued 10 s after an XID on g03 after 1 h on 1 GPU; the retry completes in 10 min
+            (
+                11,
+                ts(f"{D} 06:00"),
+                1,
+                "b",
+                "gpu",
+                "REQUEUED",
+                ts(f"{D} 07:00:10"),
+                ts(f"{D} 08:00:10"),
+                3600,
+                1,
+                1,
+                "g03",
+            ),
+            (
+                11,
+                ts(f"{D} 08:01"),
+                2,
+                "b",
+                "gpu",
+                "COMPLETED",
+                ts(f"{D} 08:10"),
+                ts(f"{D} 08:20"),
+                600,
+                1,
+                1,
+                "g03",
+            ),
+            # job 12: FAILED 1 min after an ECC event on g04, 30 min on 2 GPUs; never came back
+            (
+                12,
+                ts(f"{D} 06:00"),
+                1,
+                "c",
+                "gpu",
+                "FAILED",
+                ts(f"{D} 06:30"),
+                ts(f"{D} 07:00"),
+                1800,
+                2,
+                1,
+                "g04",
+            ),
+        ]
+    )
+    events = pl.LazyFrame(
+        [("g02", ts(f"{D} 11:59:45"), ts(f"{D} 13:00"), "DOWN", "xid")], schema=EVENT_SCHEMA, orient="row"
+    )
+    gpu_events = pl.LazyFrame(
+        [
+            ("g02", ts(f"{D} 11:59:00"), "xid", 79),  # also matches job 7; the later node event wins
+            ("g03", ts(f"{D} 08:00:00"), "xid", 48),
+            ("g04", ts(f"{D} 06:59:00"), "ecc", None),
+            ("g04", ts(f"{D} 06:58:00"), "nvml_error", None),  # not a fault kind
+        ],
+        schema=GPU_EVENT_SCHEMA,
+        orient="row",
+    )
     got = rel.fault_impact(j, events, gpu_events, params("2026-02-02 00:00")).collect().sort("fault_time")
-    cols = ["fault_time", "node", "fault_source", "fault_kind", "job_id_raw", "attempt", "gpu_hours_lost",
-            "came_back", "completed_later", "resumed_from_checkpoint"]
-    want = pl.DataFrame([
-        (ts(f"{D} 06:59"), "g04", "gpu_event", "ecc", 12, 1, 1.0, False, False, False),
-        # the retry took 10 min after 1 h was lost: it cannot have restarted from zero
-        (ts(f"{D} 08:00"), "g03", "gpu_event", "xid:48", 11, 1, 1.0, True, True, True),
-        # the retry took as long as the lost attempt: cannot tell
-        (ts(f"{D} 11:59:45"), "g02", "node_event", "DOWN", 7, 1, 16.0, True, True, None),
-    ], schema={c: rel.FAULT_SCHEMA[c] for c in cols}, orient="row")
+    cols = [
+        "fault_time",
+        "node",
+        "fault_source",
+        "fault_kind",
+        "job_id_raw",
+        "attempt",
+        "gpu_hours_lost",
+        "came_back",
+        "completed_later",
+        "resumed_from_checkpoint",
+    ]
+    want = pl.DataFrame(
+        [
+            (ts(f"{D} 06:59"), "g04", "gpu_event", "ecc", 12, 1, 1.0, False, False, False),
+            # the retry took 10 min after 1 h was lost: it cannot have restarted from zero
+            (ts(f"{D} 08:00"), "g03", "gpu_event", "xid:48", 11, 1, 1.0, True, True, True),
+            # the retry took as long as the lost attempt: cannot tell
+            (ts(f"{D} 11:59:45"), "g02", "node_event", "DOWN", 7, 1, 16.0, True, True, None),
+        ],
+        schema={c: rel.FAULT_SCHEMA[c] for c in cols},
+        orient="row",
+    )
     assert_frame_equal(got.select(cols), want)
 
 
@@ -176,25 +358,67 @@ def test_expand_hostlist():
 def test_outcomes_by_node_share_a_multi_node_attempts_gpu_hours():
     rows = [
         # 2 nodes x 4 GPUs for 1 h = 8 GPU-h, NODE_FAIL: 1 attempt and 4 GPU-h on each of gpu01 and gpu02
-        (7, ts(f"{D} 08:00"), 1, "a", "gpu", "NODE_FAIL", ts(f"{D} 09:00"), ts(f"{D} 10:00"), 3600, 8, 2, "gpu[01-02]"),
+        (
+            7,
+            ts(f"{D} 08:00"),
+            1,
+            "a",
+            "gpu",
+            "NODE_FAIL",
+            ts(f"{D} 09:00"),
+            ts(f"{D} 10:00"),
+            3600,
+            8,
+            2,
+            "gpu[01-02]",
+        ),
         # 3 nodes x 1 GPU for 30 min = 1.5 GPU-h, COMPLETED: 0.5 GPU-h on each of gpu02, gpu03, gpu10
-        (8, ts(f"{D} 08:00"), 1, "a", "gpu", "COMPLETED", ts(f"{D} 11:00"), ts(f"{D} 11:30"), 1800, 3, 3,
-         "gpu[02-03],gpu10"),
+        (
+            8,
+            ts(f"{D} 08:00"),
+            1,
+            "a",
+            "gpu",
+            "COMPLETED",
+            ts(f"{D} 11:00"),
+            ts(f"{D} 11:30"),
+            1800,
+            3,
+            3,
+            "gpu[02-03],gpu10",
+        ),
         # one node: gpu01, COMPLETED, 2 GPUs x 1 h = 2 GPU-h
-        (9, ts(f"{D} 08:00"), 1, "b", "gpu", "COMPLETED", ts(f"{D} 12:00"), ts(f"{D} 13:00"), 3600, 2, 1, "gpu01"),
+        (
+            9,
+            ts(f"{D} 08:00"),
+            1,
+            "b",
+            "gpu",
+            "COMPLETED",
+            ts(f"{D} 12:00"),
+            ts(f"{D} 13:00"),
+            3600,
+            2,
+            1,
+            "gpu01",
+        ),
         # cancelled while pending: no node, not in the node view (still in the partition/account view)
         (10, ts(f"{D} 08:00"), 1, "b", "gpu", "CANCELLED", None, ts(f"{D} 09:00"), 0, 0, 0, "None assigned"),
     ]
     days = rel.by_end_day(rel.ended_attempts(jobs(rows)), params("2026-02-03 00:00"))
     got = rel.outcomes_by_node(days).collect().sort("node", "state")
-    want = pl.DataFrame([
-        (date(2026, 2, 1), "gpu01", "COMPLETED", 1, 2.0),
-        (date(2026, 2, 1), "gpu01", "NODE_FAIL", 1, 4.0),
-        (date(2026, 2, 1), "gpu02", "COMPLETED", 1, 0.5),
-        (date(2026, 2, 1), "gpu02", "NODE_FAIL", 1, 4.0),
-        (date(2026, 2, 1), "gpu03", "COMPLETED", 1, 0.5),
-        (date(2026, 2, 1), "gpu10", "COMPLETED", 1, 0.5),
-    ], schema=rel.NODE_OUTCOMES_SCHEMA, orient="row")
+    want = pl.DataFrame(
+        [
+            (date(2026, 2, 1), "gpu01", "COMPLETED", 1, 2.0),
+            (date(2026, 2, 1), "gpu01", "NODE_FAIL", 1, 4.0),
+            (date(2026, 2, 1), "gpu02", "COMPLETED", 1, 0.5),
+            (date(2026, 2, 1), "gpu02", "NODE_FAIL", 1, 4.0),
+            (date(2026, 2, 1), "gpu03", "COMPLETED", 1, 0.5),
+            (date(2026, 2, 1), "gpu10", "COMPLETED", 1, 0.5),
+        ],
+        schema=rel.NODE_OUTCOMES_SCHEMA,
+        orient="row",
+    )
     assert_frame_equal(got, want)
     # Over nodes the GPU-hours add up to the partition/account view (8 + 1.5 + 2); the cancelled attempt
     # counts there only.
@@ -207,16 +431,32 @@ def test_weekly_outcome_views_sum_the_days():
     from slurmscope.db import connect
 
     con = connect(":memory:")
-    for day, node, jobs_, hours in ((date(2026, 2, 1), "n1", 1, 1.0), (date(2026, 2, 2), "n1", 2, 3.0),
-                                    (date(2026, 2, 8), "n1", 4, 5.0), (date(2026, 2, 9), "n1", 8, 7.0)):
-        con.execute("INSERT INTO mart_job_outcomes_node_daily VALUES ('c', ?, ?, 'FAILED', ?, ?)",
-                    [day, node, jobs_, hours])
-        con.execute("INSERT INTO mart_job_outcomes_daily VALUES ('c', ?, 'gpu', 'a', 'FAILED', ?, ?)",
-                    [day, jobs_, hours])
+    for day, node, jobs_, hours in (
+        (date(2026, 2, 1), "n1", 1, 1.0),
+        (date(2026, 2, 2), "n1", 2, 3.0),
+        (date(2026, 2, 8), "n1", 4, 5.0),
+        (date(2026, 2, 9), "n1", 8, 7.0),
+    ):
+        con.execute(
+            "INSERT INTO mart_job_outcomes_node_daily VALUES ('c', ?, ?, 'FAILED', ?, ?)",
+            [day, node, jobs_, hours],
+        )
+        con.execute(
+            "INSERT INTO mart_job_outcomes_daily VALUES ('c', ?, 'gpu', 'a', 'FAILED', ?, ?)",
+            [day, jobs_, hours],
+        )
     # ISO weeks start on Monday: 1 Feb 2026 is a Sunday (week of 26 Jan); 2-8 Feb; 9 Feb starts the next.
     want = [(date(2026, 1, 26), 1, 1.0), (date(2026, 2, 2), 6, 8.0), (date(2026, 2, 9), 8, 7.0)]
-    assert con.execute("SELECT week, jobs, gpu_hours FROM mart_job_outcomes_node_weekly ORDER BY week").fetchall() == want
-    assert con.execute("SELECT week, jobs, gpu_hours FROM mart_job_outcomes_weekly ORDER BY week").fetchall() == want
+    assert (
+        con.execute(
+            "SELECT week, jobs, gpu_hours FROM mart_job_outcomes_node_weekly ORDER BY week"
+        ).fetchall()
+        == want
+    )
+    assert (
+        con.execute("SELECT week, jobs, gpu_hours FROM mart_job_outcomes_weekly ORDER BY week").fetchall()
+        == want
+    )
 
 
 def test_stored_node_lists_expand_bounded_and_unreadable_ones_stay_one_name():
@@ -235,16 +475,35 @@ EDGE = datetime(2026, 3, 3, tzinfo=ZoneInfo("Europe/Berlin")).astimezone(UTC)
 """A Berlin midnight: the start of the incremental window below and the first edge of a 2-day sliced rebuild."""
 
 
-def _add_attempt(con, job_id: int, submit: datetime, start: datetime, end: datetime, state: str,
-                 node_list: str = "g1", gpus: int = 4) -> None:
+def _add_attempt(
+    con,
+    job_id: int,
+    submit: datetime,
+    start: datetime,
+    end: datetime,
+    state: str,
+    node_list: str = "g1",
+    gpus: int = 4,
+) -> None:
     # ingested when it ended, as the collector would have seen it: an earlier run then does not take it for a
     # late record (which would widen the next window to the whole history)
     con.execute(
         'INSERT INTO jobs (cluster, job_id, job_id_raw, submit_time, eligible_time, account, "user", "partition",'
         " state, start_time, end_time, elapsed_seconds, gpus, nodes, node_list, ingested_at)"
         " VALUES ('default', ?, ?, ?, ?, 'a', 'u', 'gpu', ?, ?, ?, ?, ?, 1, ?, ?)",
-        [str(job_id), job_id, submit, submit, state, start, end, int((end - start).total_seconds()), gpus,
-         node_list, end],
+        [
+            str(job_id),
+            job_id,
+            submit,
+            submit,
+            state,
+            start,
+            end,
+            int((end - start).total_seconds()),
+            gpus,
+            node_list,
+            end,
+        ],
     )
 
 
@@ -255,27 +514,75 @@ def _seed_edge(con, fault_source: str) -> None:
     two hours before it."""
     from datetime import timedelta
 
-    _add_attempt(con, 1, EDGE - timedelta(days=1, hours=12), EDGE - timedelta(days=1, hours=2), EDGE - timedelta(seconds=30),
-                 "NODE_FAIL")
-    _add_attempt(con, 1, EDGE + timedelta(minutes=5), EDGE + timedelta(minutes=10), EDGE + timedelta(hours=2),
-                 "COMPLETED")
-    _add_attempt(con, 2, EDGE - timedelta(hours=20), EDGE - timedelta(hours=14), EDGE - timedelta(hours=12),
-                 "FAILED", node_list="g2", gpus=1)
-    _add_attempt(con, 3, EDGE - timedelta(hours=11), EDGE - timedelta(hours=10), EDGE + timedelta(hours=3),
-                 "PREEMPTED", node_list="g3", gpus=1)
-    _add_attempt(con, 3, EDGE - timedelta(hours=10, minutes=59), EDGE - timedelta(hours=9), EDGE - timedelta(hours=2),
-                 "FAILED", node_list="g3", gpus=1)
+    _add_attempt(
+        con,
+        1,
+        EDGE - timedelta(days=1, hours=12),
+        EDGE - timedelta(days=1, hours=2),
+        EDGE - timedelta(seconds=30),
+        "NODE_FAIL",
+    )
+    _add_attempt(
+        con,
+        1,
+        EDGE + timedelta(minutes=5),
+        EDGE + timedelta(minutes=10),
+        EDGE + timedelta(hours=2),
+        "COMPLETED",
+    )
+    _add_attempt(
+        con,
+        2,
+        EDGE - timedelta(hours=20),
+        EDGE - timedelta(hours=14),
+        EDGE - timedelta(hours=12),
+        "FAILED",
+        node_list="g2",
+        gpus=1,
+    )
+    _add_attempt(
+        con,
+        3,
+        EDGE - timedelta(hours=11),
+        EDGE - timedelta(hours=10),
+        EDGE + timedelta(hours=3),
+        "PREEMPTED",
+        node_list="g3",
+        gpus=1,
+    )
+    _add_attempt(
+        con,
+        3,
+        EDGE - timedelta(hours=10, minutes=59),
+        EDGE - timedelta(hours=9),
+        EDGE - timedelta(hours=2),
+        "FAILED",
+        node_list="g3",
+        gpus=1,
+    )
     fault = EDGE + timedelta(seconds=10)
     if fault_source == "gpu_event":
-        con.execute("INSERT INTO gpu_events (cluster, node, gpu_uuid, event_time, event_type, xid)"
-                    " VALUES ('default', 'g1', '', ?, 'xid', 79)", [fault])
+        con.execute(
+            "INSERT INTO gpu_events (cluster, node, gpu_uuid, event_time, event_type, xid)"
+            " VALUES ('default', 'g1', '', ?, 'xid', 79)",
+            [fault],
+        )
     else:
-        con.execute("INSERT INTO node_events (cluster, node, time_start, time_end, state, reason)"
-                    " VALUES ('default', 'g1', ?, ?, 'DOWN', 'not responding')", [fault, fault + timedelta(hours=1)])
+        con.execute(
+            "INSERT INTO node_events (cluster, node, time_start, time_end, state, reason)"
+            " VALUES ('default', 'g1', ?, ?, 'DOWN', 'not responding')",
+            [fault, fault + timedelta(hours=1)],
+        )
 
 
-RELIABILITY_MARTS = ["mart_fault_impact", "mart_requeues_daily", "mart_job_outcomes_daily",
-                     "mart_job_outcomes_node_daily", "mart_goodput", "mart_node_reliability"]
+RELIABILITY_MARTS = [
+    "mart_fault_impact",
+    "mart_requeues_daily",
+    "mart_job_outcomes_daily",
+    "mart_job_outcomes_node_daily",
+    "mart_goodput",
+    "mart_node_reliability",
+]
 
 
 def _marts(con) -> dict[str, list[tuple]]:
@@ -298,8 +605,9 @@ def test_attempt_ending_just_before_the_window_keeps_its_fault(con, fault_source
     now0, now1 = EDGE + timedelta(days=2, hours=1), EDGE + timedelta(days=2, hours=2)
     run_pipelines(con, _cfg(), full=True, now=now0, only=["reliability"])
     run_pipelines(con, _cfg(), now=now1, only=["reliability"])  # last run − 2-day lookback = EDGE + 1 h
-    start = con.execute("SELECT window_start FROM pipeline_runs WHERE pipeline = 'reliability' AND run_at = ?",
-                        [now1]).fetchone()[0]
+    start = con.execute(
+        "SELECT window_start FROM pipeline_runs WHERE pipeline = 'reliability' AND run_at = ?", [now1]
+    ).fetchone()[0]
     assert start == EDGE  # the window begins at the Berlin midnight between the attempt's end and the fault
     incremental = _marts(con)
     run_pipelines(con, _cfg(), full=True, now=now1, only=["reliability"])
@@ -327,10 +635,12 @@ def test_sliced_rebuild_equals_one_window_across_a_slice_edge(con):
     assert con.execute("SELECT job_id_raw, came_back FROM mart_fault_impact").fetchall() == [(1, True)]
     # 2 March: job 1's first attempt (requeued), job 2's and job 3's second; 3 March: job 1's second attempt
     # and job 3's first (requeued)
-    assert con.execute("SELECT day, attempts_ended, requeues FROM mart_requeues_daily ORDER BY day").fetchall() == [
-        (date(2026, 3, 2), 3, 1), (date(2026, 3, 3), 2, 1)
-    ]
+    assert con.execute(
+        "SELECT day, attempts_ended, requeues FROM mart_requeues_daily ORDER BY day"
+    ).fetchall() == [(date(2026, 3, 2), 3, 1), (date(2026, 3, 3), 2, 1)]
     run_pipelines(con, _cfg(pipelines={"full_slice_days": 2}), full=True, now=now, only=["reliability"])
-    runs = con.execute("SELECT window_end FROM pipeline_runs WHERE pipeline = 'reliability' ORDER BY ALL").fetchall()
+    runs = con.execute(
+        "SELECT window_end FROM pipeline_runs WHERE pipeline = 'reliability' ORDER BY ALL"
+    ).fetchall()
     assert (EDGE,) in runs  # a slice ended at the edge
     assert _marts(con) == whole

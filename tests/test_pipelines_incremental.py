@@ -46,8 +46,11 @@ def _marts(con) -> dict[str, list[tuple]]:
 def _same(a: tuple, b: tuple) -> bool:
     """Equal, floats to 1e-9 relative: a sum over another window adds in another order."""
     return len(a) == len(b) and all(
-        math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9) if isinstance(x, float) and isinstance(y, float) else x == y
-        for x, y in zip(a, b, strict=True))
+        math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9)
+        if isinstance(x, float) and isinstance(y, float)
+        else x == y
+        for x, y in zip(a, b, strict=True)
+    )
 
 
 @pytest.mark.slow
@@ -59,8 +62,9 @@ def test_narrow_incremental_runs_equal_a_full_rebuild(demo_run, tmp_path):  # no
     con.execute("CREATE TABLE jobs_final AS SELECT * FROM jobs")
     con.execute("DELETE FROM pipeline_runs")
     # a one-hour lookback: on a three-day history the default two days would cover nearly everything
-    cfg = load_config(None, env={}).with_overrides(cluster={"name": "simcluster"},
-                                                   pipelines={"incremental_lookback_seconds": 3600})
+    cfg = load_config(None, env={}).with_overrides(
+        cluster={"name": "simcluster"}, pipelines={"incremental_lookback_seconds": 3600}
+    )
 
     def run(t: datetime, full: bool = False) -> None:
         con.execute("DELETE FROM jobs")
@@ -74,8 +78,9 @@ def test_narrow_incremental_runs_equal_a_full_rebuild(demo_run, tmp_path):  # no
     while t < now:
         t = min(t + timedelta(hours=6), now)
         run(t)
-    narrow = con.execute("SELECT DISTINCT pipeline FROM pipeline_runs WHERE run_at > ? AND window_start > ?",
-                         [first, first]).fetchall()
+    narrow = con.execute(
+        "SELECT DISTINCT pipeline FROM pipeline_runs WHERE run_at > ? AND window_start > ?", [first, first]
+    ).fetchall()
     incremental = _marts(con)
     run(now, full=True)
     full = _marts(con)

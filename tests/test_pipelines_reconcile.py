@@ -46,12 +46,17 @@ def test_gpu_seconds_per_account_match_the_simulator(demo_run):  # noqa: F811
         expected[account[key[0]]] += used
     con = demo_run.connect()
     try:
-        got = dict(con.execute(
-            "SELECT account, sum(gpu_seconds) FROM mart_cost_daily GROUP BY account HAVING sum(gpu_seconds) > 0"
-        ).fetchall())
-        counters = dict(con.execute(
-            "SELECT account, sum(gpu_seconds_total) FROM mart_usage_counters GROUP BY account"
-            " HAVING sum(gpu_seconds_total) > 0").fetchall())
+        got = dict(
+            con.execute(
+                "SELECT account, sum(gpu_seconds) FROM mart_cost_daily GROUP BY account HAVING sum(gpu_seconds) > 0"
+            ).fetchall()
+        )
+        counters = dict(
+            con.execute(
+                "SELECT account, sum(gpu_seconds_total) FROM mart_usage_counters GROUP BY account"
+                " HAVING sum(gpu_seconds_total) > 0"
+            ).fetchall()
+        )
     finally:
         con.close()
     want = {a: v for a, v in expected.items() if v > 0}
@@ -80,7 +85,9 @@ def test_backfilled_jobs_match_the_simulator(demo_run):  # noqa: F811
             expected[e["sched_by"]] += 1
     con = demo_run.connect()
     try:
-        got = dict(con.execute("SELECT sched_by, sum(jobs) FROM mart_backfill_daily GROUP BY sched_by").fetchall())
+        got = dict(
+            con.execute("SELECT sched_by, sum(jobs) FROM mart_backfill_daily GROUP BY sched_by").fetchall()
+        )
     finally:
         con.close()
     assert got == dict(expected)
@@ -103,7 +110,9 @@ def test_gpu_hours_lost_to_hardware_faults_match_the_simulator(demo_run):  # noq
                         lost += gs
     con = demo_run.connect()
     try:
-        got = con.execute("SELECT count(*), coalesce(sum(gpu_hours_lost), 0) FROM mart_fault_impact").fetchone()
+        got = con.execute(
+            "SELECT count(*), coalesce(sum(gpu_hours_lost), 0) FROM mart_fault_impact"
+        ).fetchone()
     finally:
         con.close()
     assert got[0] == len(killed)
@@ -128,8 +137,9 @@ def test_outcomes_by_node_match_the_simulator(demo_run):  # noqa: F811
             hours[(node, state)] += e["gpu_seconds"] / 3600.0 / len(nodes)
     con = demo_run.connect()
     try:
-        rows = con.execute("SELECT node, state, sum(jobs), sum(gpu_hours) FROM mart_job_outcomes_node_daily"
-                           " GROUP BY ALL").fetchall()
+        rows = con.execute(
+            "SELECT node, state, sum(jobs), sum(gpu_hours) FROM mart_job_outcomes_node_daily GROUP BY ALL"
+        ).fetchall()
         weekly = con.execute("SELECT sum(jobs), sum(gpu_hours) FROM mart_job_outcomes_node_weekly").fetchone()
     finally:
         con.close()
@@ -179,13 +189,25 @@ def test_usage_weighted_cost_and_energy_match_the_simulators_telemetry(demo_run)
             m += 60
     con = demo_run.connect()
     try:
-        got = {a: [s, u, j] for a, s, u, j in con.execute(
-            "SELECT account, sum(sampled_gpu_seconds), sum(useful_gpu_seconds), sum(energy_joules)"
-            " FROM mart_cost_efficiency_daily GROUP BY account HAVING sum(sampled_gpu_seconds) > 0").fetchall()}
-        charged = dict(con.execute("SELECT account, sum(gpu_seconds) FROM mart_cost_efficiency_daily GROUP BY ALL"
-                                   " HAVING sum(gpu_seconds) > 0").fetchall())
-        daily = dict(con.execute("SELECT account, sum(gpu_seconds) FROM mart_cost_daily GROUP BY ALL"
-                                 " HAVING sum(gpu_seconds) > 0").fetchall())
+        got = {
+            a: [s, u, j]
+            for a, s, u, j in con.execute(
+                "SELECT account, sum(sampled_gpu_seconds), sum(useful_gpu_seconds), sum(energy_joules)"
+                " FROM mart_cost_efficiency_daily GROUP BY account HAVING sum(sampled_gpu_seconds) > 0"
+            ).fetchall()
+        }
+        charged = dict(
+            con.execute(
+                "SELECT account, sum(gpu_seconds) FROM mart_cost_efficiency_daily GROUP BY ALL"
+                " HAVING sum(gpu_seconds) > 0"
+            ).fetchall()
+        )
+        daily = dict(
+            con.execute(
+                "SELECT account, sum(gpu_seconds) FROM mart_cost_daily GROUP BY ALL"
+                " HAVING sum(gpu_seconds) > 0"
+            ).fetchall()
+        )
     finally:
         con.close()
     assert len(want) >= 2

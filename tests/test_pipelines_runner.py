@@ -14,10 +14,21 @@ from slurmscope.pipelines.runner import run_pipelines
 from slurmscope.config import load_config
 
 MARTS = [
-    "mart_cost_daily", "mart_capacity_daily", "mart_cost_monthly", "mart_usage_counters",
-    "mart_job_outcomes_daily", "mart_requeues_daily", "mart_node_reliability", "mart_fault_impact",
-    "mart_goodput", "mart_backfill_daily", "mart_sched_deltas", "mart_occupancy", "mart_wait_times",
-    "mart_job_outcomes_node_daily", "mart_cost_efficiency_daily",
+    "mart_cost_daily",
+    "mart_capacity_daily",
+    "mart_cost_monthly",
+    "mart_usage_counters",
+    "mart_job_outcomes_daily",
+    "mart_requeues_daily",
+    "mart_node_reliability",
+    "mart_fault_impact",
+    "mart_goodput",
+    "mart_backfill_daily",
+    "mart_sched_deltas",
+    "mart_occupancy",
+    "mart_wait_times",
+    "mart_job_outcomes_node_daily",
+    "mart_cost_efficiency_daily",
 ]
 MINE = ["cost", "reliability", "backfill"]
 
@@ -30,14 +41,39 @@ def cfg(**billing):
     return load_config(env={}).with_overrides(billing={"timezone": "Europe/Berlin", **billing})
 
 
-def add_job(con, job_id, submit, start, end, *, gpus=1, state="COMPLETED", account="a", partition="gpu",
-            sched_by="main", node_list="n1"):
+def add_job(
+    con,
+    job_id,
+    submit,
+    start,
+    end,
+    *,
+    gpus=1,
+    state="COMPLETED",
+    account="a",
+    partition="gpu",
+    sched_by="main",
+    node_list="n1",
+):
     con.execute(
         'INSERT OR REPLACE INTO jobs (cluster, job_id, job_id_raw, submit_time, eligible_time, account, "user",'
         ' "partition", qos, state, start_time, end_time, elapsed_seconds, gpus, gpu_type, sched_by, nodes, node_list)'
         " VALUES ('default', ?, ?, ?, ?, ?, 'u', ?, 'normal', ?, ?, ?, ?, ?, 'h100', ?, 1, ?)",
-        [str(job_id), job_id, submit, submit, account, partition, state, start, end,
-         None if end is None or start is None else int((end - start).total_seconds()), gpus, sched_by, node_list],
+        [
+            str(job_id),
+            job_id,
+            submit,
+            submit,
+            account,
+            partition,
+            state,
+            start,
+            end,
+            None if end is None or start is None else int((end - start).total_seconds()),
+            gpus,
+            sched_by,
+            node_list,
+        ],
     )
 
 
@@ -45,25 +81,46 @@ def seed(con):
     t = ts("2026-03-01 00:00")
     for i in range(30):
         s = t + timedelta(hours=7 * i)
-        add_job(con, 100 + i, s - timedelta(minutes=20 * (i % 4)), s, s + timedelta(hours=3 + i % 5),
-                gpus=1 + i % 4, state=["COMPLETED", "FAILED", "NODE_FAIL", "TIMEOUT"][i % 4],
-                account=["a", "b", "c"][i % 3], sched_by=["main", "backfill"][i % 2], node_list=f"n[{i % 3}-3]")
+        add_job(
+            con,
+            100 + i,
+            s - timedelta(minutes=20 * (i % 4)),
+            s,
+            s + timedelta(hours=3 + i % 5),
+            gpus=1 + i % 4,
+            state=["COMPLETED", "FAILED", "NODE_FAIL", "TIMEOUT"][i % 4],
+            account=["a", "b", "c"][i % 3],
+            sched_by=["main", "backfill"][i % 2],
+            node_list=f"n[{i % 3}-3]",
+        )
     add_job(con, 200, ts("2026-03-09 00:00"), ts("2026-03-09 01:00"), None, gpus=8, state="RUNNING")
     hours = range(0, 24 * 10, 2)
-    states = pl.DataFrame({
-        "cluster": "default", "snapshot_time": [t + timedelta(hours=h) for h in hours], "node": "n1",
-        "partition": "gpu", "state": ["DOWN" if h % 48 == 10 else "MIXED" for h in hours], "state_flags": "",
-        "gpus_total": 8, "gpus_used": [h % 9 for h in hours], "gpu_type": "h100",
-    })
+    states = pl.DataFrame(
+        {
+            "cluster": "default",
+            "snapshot_time": [t + timedelta(hours=h) for h in hours],
+            "node": "n1",
+            "partition": "gpu",
+            "state": ["DOWN" if h % 48 == 10 else "MIXED" for h in hours],
+            "state_flags": "",
+            "gpus_total": 8,
+            "gpus_used": [h % 9 for h in hours],
+            "gpu_type": "h100",
+        }
+    )
     con.register("_states", states.to_arrow())
     con.execute("INSERT INTO node_states BY NAME SELECT * FROM _states")
     con.unregister("_states")
-    con.execute("INSERT INTO node_events VALUES ('default', 'n2', ?, ?, 'DOWN', 'xid', NULL, 'node', NULL)",
-                [t + timedelta(hours=7 * 2 + 4, minutes=59), t + timedelta(hours=30)])
+    con.execute(
+        "INSERT INTO node_events VALUES ('default', 'n2', ?, ?, 'DOWN', 'xid', NULL, 'node', NULL)",
+        [t + timedelta(hours=7 * 2 + 4, minutes=59), t + timedelta(hours=30)],
+    )
     for k in range(20):
-        con.execute("INSERT INTO sched_stats (cluster, snapshot_time, data_since, jobs_submitted, bf_total_cycles,"
-                    " bf_backfilled_jobs) VALUES ('default', ?, ?, ?, ?, ?)",
-                    [t + timedelta(hours=6 * k), t + timedelta(days=(6 * k) // 24), 10 * (k % 4), k % 4, k])
+        con.execute(
+            "INSERT INTO sched_stats (cluster, snapshot_time, data_since, jobs_submitted, bf_total_cycles,"
+            " bf_backfilled_jobs) VALUES ('default', ?, ?, ?, ?, ?)",
+            [t + timedelta(hours=6 * k), t + timedelta(days=(6 * k) // 24), 10 * (k % 4), k % 4, k],
+        )
 
 
 def snapshot(con) -> dict[str, list]:
@@ -122,8 +179,14 @@ def test_incremental_runs_equal_a_full_rebuild(con):
     strip = {"mart_usage_counters": "updated_at", "mart_cost_monthly": "issued_at"}  # record the run time
 
     def marts():
-        return {m: con.execute(f"SELECT * EXCLUDE ({strip[m]}) FROM {m} ORDER BY ALL" if m in strip
-                               else f"SELECT * FROM {m} ORDER BY ALL").fetchall() for m in MARTS}
+        return {
+            m: con.execute(
+                f"SELECT * EXCLUDE ({strip[m]}) FROM {m} ORDER BY ALL"
+                if m in strip
+                else f"SELECT * FROM {m} ORDER BY ALL"
+            ).fetchall()
+            for m in MARTS
+        }
 
     for day in (3, 6, 8, 10):
         run_pipelines(con, cfg(), now=ts(f"2026-03-{day:02d} 00:00"), only=MINE)
@@ -139,15 +202,26 @@ def test_late_record_is_picked_up_by_next_incremental_run(con):
     seed(con)
     run_pipelines(con, cfg(), now=ts("2026-03-10 00:00"), only=MINE)
     # A job that ended on 3 March (before the last run) reaches the database only now.
-    add_job(con, 999, ts("2026-03-03 10:00"), ts("2026-03-03 11:00"), ts("2026-03-03 13:00"), gpus=4,
-            account="late", state="FAILED")
+    add_job(
+        con,
+        999,
+        ts("2026-03-03 10:00"),
+        ts("2026-03-03 11:00"),
+        ts("2026-03-03 13:00"),
+        gpus=4,
+        account="late",
+        state="FAILED",
+    )
     run_pipelines(con, cfg(), now=ts("2026-03-10 01:00"), only=MINE)
     q = "SELECT sum(gpu_seconds) FROM mart_cost_daily WHERE account = 'late'"
     assert con.execute(q).fetchone()[0] == 4 * 2 * 3600
-    assert con.execute("SELECT jobs, gpu_hours FROM mart_job_outcomes_daily WHERE account = 'late'").fetchall() == [
-        (1, 8.0)
-    ]
-    assert con.execute("SELECT sum(jobs) FROM mart_backfill_daily WHERE day = DATE '2026-03-03'").fetchone()[0] == 5
+    assert con.execute(
+        "SELECT jobs, gpu_hours FROM mart_job_outcomes_daily WHERE account = 'late'"
+    ).fetchall() == [(1, 8.0)]
+    assert (
+        con.execute("SELECT sum(jobs) FROM mart_backfill_daily WHERE day = DATE '2026-03-03'").fetchone()[0]
+        == 5
+    )
 
 
 def test_a_late_job_widens_only_the_pipelines_that_read_jobs(con):
@@ -157,8 +231,11 @@ def test_a_late_job_widens_only_the_pipelines_that_read_jobs(con):
     run_pipelines(con, cfg(), now=ts("2026-03-10 00:00"), only=both)
     add_job(con, 999, ts("2026-03-03 10:00"), ts("2026-03-03 11:00"), ts("2026-03-03 13:00"), account="late")
     run_pipelines(con, cfg(), now=ts("2026-03-10 01:00"), only=both)
-    starts = dict(con.execute("SELECT pipeline, window_start FROM pipeline_runs WHERE run_at = ?",
-                              [ts("2026-03-10 01:00")]).fetchall())
+    starts = dict(
+        con.execute(
+            "SELECT pipeline, window_start FROM pipeline_runs WHERE run_at = ?", [ts("2026-03-10 01:00")]
+        ).fetchall()
+    )
     # reliability goes back to the late attempt's billing day (Berlin midnight); health, which reads no jobs,
     # keeps its lookback (two days before the last run, from that day's midnight)
     assert starts["reliability"].astimezone(UTC) == ts("2026-03-02 23:00")
@@ -186,6 +263,7 @@ def test_failing_pipeline_rolls_back_its_marts(con, monkeypatch):
 
     def compute(frames, params):
         import polars as pl
+
         return {"mart_cost_daily": pl.LazyFrame(), "no_such_mart": pl.LazyFrame({"x": [1]})}
 
     broken.compute = compute
@@ -233,15 +311,23 @@ def test_full_rebuild_in_slices_equals_one_window(con):
     strip = {"mart_usage_counters": "updated_at", "mart_cost_monthly": "issued_at"}
 
     def marts():
-        return {m: con.execute(f"SELECT * EXCLUDE ({strip[m]}) FROM {m} ORDER BY ALL" if m in strip
-                               else f"SELECT * FROM {m} ORDER BY ALL").fetchall() for m in MARTS}
+        return {
+            m: con.execute(
+                f"SELECT * EXCLUDE ({strip[m]}) FROM {m} ORDER BY ALL"
+                if m in strip
+                else f"SELECT * FROM {m} ORDER BY ALL"
+            ).fetchall()
+            for m in MARTS
+        }
 
     run_pipelines(con, cfg(), full=True, now=now, only=MINE)
     whole = marts()
     sliced_cfg = cfg().with_overrides(pipelines={"full_slice_days": 2})
     res = run_pipelines(con, sliced_cfg, full=True, now=now, only=MINE)
     assert all(v >= 0 for v in res.values())
-    runs = con.execute("SELECT count(*) FROM pipeline_runs WHERE pipeline = 'cost' AND run_at < ?", [now]).fetchone()
+    runs = con.execute(
+        "SELECT count(*) FROM pipeline_runs WHERE pipeline = 'cost' AND run_at < ?", [now]
+    ).fetchone()
     assert runs[0] == 4  # slices ending 3, 5, 7, 9 March (Berlin midnights), then the last one at now
     assert marts() == whole
 
@@ -258,18 +344,39 @@ def test_late_end_of_a_stored_running_job_reaches_the_incremental_run(con):
     from slurmscope.db import transaction
 
     t = datetime.now(UTC).replace(microsecond=0)
-    add_job(con, 1, t - timedelta(days=8, hours=1), t - timedelta(days=8), None, gpus=4, state="RUNNING", account="long")
+    add_job(
+        con,
+        1,
+        t - timedelta(days=8, hours=1),
+        t - timedelta(days=8),
+        None,
+        gpus=4,
+        state="RUNNING",
+        account="long",
+    )
     add_job(con, 2, t - timedelta(days=6, hours=1), t - timedelta(days=6), t - timedelta(days=5), gpus=2)
     add_job(con, 3, t - timedelta(days=1, hours=1), t - timedelta(days=1), t - timedelta(hours=20), gpus=1)
     time.sleep(0.01)
     now0 = datetime.now(UTC)
     run_pipelines(con, cfg(), full=True, now=now0, only=["cost", "reliability"])
     stored = con.execute("SELECT submit_time FROM jobs WHERE job_id_raw = 1").fetchone()[0]
-    late = pl.DataFrame({"cluster": ["default"], "job_id": ["1"], "job_id_raw": [1], "submit_time": [stored],
-                         "state": ["COMPLETED"], "start_time": [t - timedelta(days=8)],
-                         "end_time": [t - timedelta(days=5)], "gpus": [4]},
-                        schema_overrides={"submit_time": pl.Datetime("us", "UTC"),
-                                          "start_time": pl.Datetime("us", "UTC"), "end_time": pl.Datetime("us", "UTC")})
+    late = pl.DataFrame(
+        {
+            "cluster": ["default"],
+            "job_id": ["1"],
+            "job_id_raw": [1],
+            "submit_time": [stored],
+            "state": ["COMPLETED"],
+            "start_time": [t - timedelta(days=8)],
+            "end_time": [t - timedelta(days=5)],
+            "gpus": [4],
+        },
+        schema_overrides={
+            "submit_time": pl.Datetime("us", "UTC"),
+            "start_time": pl.Datetime("us", "UTC"),
+            "end_time": pl.Datetime("us", "UTC"),
+        },
+    )
     with transaction(con):
         upsert(con, TABLES["jobs"], late)
     touched = con.execute("SELECT ingested_at FROM jobs WHERE job_id_raw = 1").fetchone()[0]

@@ -36,20 +36,37 @@ def _seed(db: Path) -> None:
     con = connect(db)
     issued = datetime(2026, 12, 1, tzinfo=timezone.utc)
     for m, acct, user, hours, cost, share, version, frozen in MONTHLY:
-        con.execute("INSERT INTO mart_cost_monthly (cluster, month, account, \"user\", gpu_hours, cost_usd, share,"
-                    " version, frozen, issued_at) VALUES ('c1', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [m, acct, user, hours, Decimal(cost), share, version, frozen, issued])
+        con.execute(
+            'INSERT INTO mart_cost_monthly (cluster, month, account, "user", gpu_hours, cost_usd, share,'
+            " version, frozen, issued_at) VALUES ('c1', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [m, acct, user, hours, Decimal(cost), share, version, frozen, issued],
+        )
     for day in (date(2026, 11, 1), date(2026, 11, 2)):
-        con.execute("INSERT INTO mart_capacity_daily VALUES ('c1', ?, 'gpu', 'h100', 691200, 400000, 200000, "
-                    "51200, 40000, 1536.00, 888.89, 444.44, 113.78, 88.89)", [day])
+        con.execute(
+            "INSERT INTO mart_capacity_daily VALUES ('c1', ?, 'gpu', 'h100', 691200, 400000, 200000, "
+            "51200, 40000, 1536.00, 888.89, 444.44, 113.78, 88.89)",
+            [day],
+        )
         for acct, secs in (("pretraining", 300000.0), ("vision", 100000.0)):
-            con.execute("INSERT INTO mart_cost_daily (cluster, day, account, \"user\", \"partition\", qos,"
-                        " gpu_model, gpu_seconds, cost_usd, failed_gpu_seconds, failed_cost_usd,"
-                        " requeued_gpu_seconds, requeued_cost_usd, running_gpu_seconds)"
-                        " VALUES ('c1', ?, ?, 'u', 'gpu', 'normal', 'h100', ?, ?, ?, ?, 0, 0, 0)", [day, acct, secs, secs / 3600 * 2, secs / 10, secs / 36000 * 2])
-        con.execute("INSERT INTO mart_job_outcomes_daily VALUES ('c1', ?, 'gpu', 'vision', 'COMPLETED', 10, 20.0)", [day])
-        con.execute("INSERT INTO mart_job_outcomes_daily VALUES ('c1', ?, 'gpu', 'vision', 'NODE_FAIL', 2, 5.0)", [day])
-        con.execute("INSERT INTO mart_wait_times VALUES ('c1', ?, 'gpu', 'vision', '5-8', 'h100', 12, 60, 600, 900, 200, 1000)", [day])
+            con.execute(
+                'INSERT INTO mart_cost_daily (cluster, day, account, "user", "partition", qos,'
+                " gpu_model, gpu_seconds, cost_usd, failed_gpu_seconds, failed_cost_usd,"
+                " requeued_gpu_seconds, requeued_cost_usd, running_gpu_seconds)"
+                " VALUES ('c1', ?, ?, 'u', 'gpu', 'normal', 'h100', ?, ?, ?, ?, 0, 0, 0)",
+                [day, acct, secs, secs / 3600 * 2, secs / 10, secs / 36000 * 2],
+            )
+        con.execute(
+            "INSERT INTO mart_job_outcomes_daily VALUES ('c1', ?, 'gpu', 'vision', 'COMPLETED', 10, 20.0)",
+            [day],
+        )
+        con.execute(
+            "INSERT INTO mart_job_outcomes_daily VALUES ('c1', ?, 'gpu', 'vision', 'NODE_FAIL', 2, 5.0)",
+            [day],
+        )
+        con.execute(
+            "INSERT INTO mart_wait_times VALUES ('c1', ?, 'gpu', 'vision', '5-8', 'h100', 12, 60, 600, 900, 200, 1000)",
+            [day],
+        )
     con.close()
 
 
@@ -58,7 +75,9 @@ def report_dir(tmp_path):
     db = tmp_path / "r.duckdb"
     _seed(db)
     out = tmp_path / "out"
-    res = CliRunner().invoke(main, ["--db", str(db), "--cluster", "c1", "report", "--month", "2026-11", "--out", str(out)])
+    res = CliRunner().invoke(
+        main, ["--db", str(db), "--cluster", "c1", "report", "--month", "2026-11", "--out", str(out)]
+    )
     assert res.exit_code == 0, res.output
     return out
 
@@ -78,7 +97,11 @@ def test_chargeback_uses_latest_version_and_total_row_is_the_sum(report_dir):
     mom = {r["account"]: float(r["mom_change"]) for r in body}
     assert mom == pytest.approx({"pretraining": 2.5, "vision": 0.5})
     users = _csv(report_dir / "chargeback_users.csv")
-    assert [(u["user"], u["cost_usd"]) for u in users[:-1]] == [("alice", "620.00"), ("bob", "300.00"), ("carol", "80.00")]
+    assert [(u["user"], u["cost_usd"]) for u in users[:-1]] == [
+        ("alice", "620.00"),
+        ("bob", "300.00"),
+        ("carol", "80.00"),
+    ]
     assert users[-1]["cost_usd"] == "1000.00"
 
 
@@ -99,7 +122,9 @@ def test_pseudonymised_users_are_stable_and_hide_names(tmp_path):
     con = connect(db, read_only=True)
     build_report(con, cfg, month="2026-11", out_dir=tmp_path / "p", formats=["csv", "html"])
     con.close()
-    text = (tmp_path / "p" / "chargeback_users.csv").read_text() + (tmp_path / "p" / "report.html").read_text()
+    text = (tmp_path / "p" / "chargeback_users.csv").read_text() + (
+        tmp_path / "p" / "report.html"
+    ).read_text()
     assert "alice" not in text and pseudonym("alice", "c1") in text
     assert pseudonym("alice", "c1") == pseudonym("alice", "c1") != pseudonym("alice", "c2")
 
@@ -107,21 +132,43 @@ def test_pseudonymised_users_are_stable_and_hide_names(tmp_path):
 def test_bad_month_is_a_clear_error(tmp_path):
     db = tmp_path / "r.duckdb"
     _seed(db)
-    res = CliRunner().invoke(main, ["--db", str(db), "report", "--month", "Nov", "--out", str(tmp_path / "o")])
+    res = CliRunner().invoke(
+        main, ["--db", str(db), "report", "--month", "Nov", "--out", str(tmp_path / "o")]
+    )
     assert res.exit_code != 0 and "YYYY-MM" in res.output
 
 
 CHROMIUM = shutil.which("chromium")
-CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--enable-logging=stderr", "--log-level=0"]
+CHROME_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--enable-logging=stderr",
+    "--log-level=0",
+]
 
 
 def screenshot(page: Path, png: Path, profile: Path) -> str:
     """Render page in headless Chromium; return its log, where console messages appear as INFO:CONSOLE."""
-    proc = subprocess.run([CHROMIUM, *CHROME_FLAGS, f"--user-data-dir={profile}", f"--screenshot={png}",
-                           "--window-size=1000,2400", page.resolve().as_uri()],
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [
+            CHROMIUM,
+            *CHROME_FLAGS,
+            f"--user-data-dir={profile}",
+            f"--screenshot={png}",
+            "--window-size=1000,2400",
+            page.resolve().as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert png.exists(), proc.stderr[-2000:]
     return proc.stderr
 
@@ -150,9 +197,17 @@ def test_cost_per_useful_gpu_hour_scales_by_the_sampled_useful_share():
     from slurmscope.report import ReportData
 
     d = ReportData(cluster="c", month=date(2026, 11, 1))
-    d.accounts = [{"account": "a", "gpu_hours": 1000.0, "cost_usd": Decimal("2000.00"), "share": 1.0,
-                   "prev_cost_usd": Decimal(0), "mom_change": None}]
-    d.used_gpu_hours, d.sampled_allocated_gpu_hours = 30.0, 40.0   # 75 % busy where sampled
+    d.accounts = [
+        {
+            "account": "a",
+            "gpu_hours": 1000.0,
+            "cost_usd": Decimal("2000.00"),
+            "share": 1.0,
+            "prev_cost_usd": Decimal(0),
+            "mom_change": None,
+        }
+    ]
+    d.used_gpu_hours, d.sampled_allocated_gpu_hours = 30.0, 40.0  # 75 % busy where sampled
     t = d.totals
     assert t["cost_per_gpu_hour"] == Decimal("2")
     assert t["useful_share"] == pytest.approx(0.75)
@@ -166,10 +221,15 @@ def test_useful_share_idle_dollars_and_energy_come_from_the_cost_efficiency_mart
     _seed(db)
     con = connect(db)
     # day, account, charged s, $, sampled s, sampled $, idle s, idle $, useful s, share, $/useful h, J, kWh, $
-    for day, acct, sampled, useful, idle, kwh in ((date(2026, 11, 1), "pretraining", 7200.0, 5400.0, 360.0, 2.0),
-                                                  (date(2026, 11, 2), "vision", 3600.0, 1800.0, 1800.0, 0.5)):
-        con.execute("INSERT INTO mart_cost_efficiency_daily VALUES ('c1', ?, ?, 0, 0, ?, 0, ?, ?, ?, NULL, NULL,"
-                    " ?, ?, ?)", [day, acct, sampled, idle, idle / 1800, useful, kwh * 3.6e6, kwh, kwh * 0.2])
+    for day, acct, sampled, useful, idle, kwh in (
+        (date(2026, 11, 1), "pretraining", 7200.0, 5400.0, 360.0, 2.0),
+        (date(2026, 11, 2), "vision", 3600.0, 1800.0, 1800.0, 0.5),
+    ):
+        con.execute(
+            "INSERT INTO mart_cost_efficiency_daily VALUES ('c1', ?, ?, 0, 0, ?, 0, ?, ?, ?, NULL, NULL,"
+            " ?, ?, ?)",
+            [day, acct, sampled, idle, idle / 1800, useful, kwh * 3.6e6, kwh, kwh * 0.2],
+        )
     d = collect_data(con, "c1", date(2026, 11, 1))
     con.close()
     # useful 5400 + 1800 s over 7200 + 3600 s sampled: 2 h / 3 h
@@ -191,7 +251,7 @@ def test_spread_idle_capacity_in_the_charges_is_shown(tmp_path):
     d0 = collect_data(con, "c1", date(2026, 11, 1))
     assert "spread over accounts" not in render_html(d0, d0.users)  # billing.idle_cost = separate: no line
     con.execute("UPDATE mart_cost_monthly SET spread_cost_usd = 25.5 WHERE version = 2")  # 3 rows of November
-    con.execute("UPDATE mart_cost_monthly SET spread_cost_usd = 99 WHERE version = 1")    # superseded: ignored
+    con.execute("UPDATE mart_cost_monthly SET spread_cost_usd = 99 WHERE version = 1")  # superseded: ignored
     d = collect_data(con, "c1", date(2026, 11, 1))
     con.close()
     assert d.spread_cost_usd == Decimal("76.50")

@@ -28,12 +28,31 @@ def live(rows: list[list[str]], delim: str = US, eol: str = "\n") -> bytes:
 def row(**kw: str) -> list[str]:
     """One live-format line with defaults for every field not given."""
     base = {
-        "JobID": "100", "JobIDRaw": "100", "Cluster": "", "Partition": "gpu", "QOS": "normal",
-        "Account": "ml", "User": "alice", "UID": "1001", "Submit": "2024-05-01T10:00:00",
-        "Eligible": "2024-05-01T10:00:00", "Start": "2024-05-01T10:05:00", "End": "2024-05-01T11:05:00",
-        "Elapsed": "01:00:00", "Timelimit": "1-00:00:00", "State": "COMPLETED", "ExitCode": "0:0",
-        "NNodes": "1", "NCPUS": "8", "ReqMem": "64G", "AllocTRES": "billing=8,cpu=8,mem=64G,node=1",
-        "NodeList": "gpu001", "Flags": "SchedMain", "Priority": "1000", "Reason": "None", "JobName": "train",
+        "JobID": "100",
+        "JobIDRaw": "100",
+        "Cluster": "",
+        "Partition": "gpu",
+        "QOS": "normal",
+        "Account": "ml",
+        "User": "alice",
+        "UID": "1001",
+        "Submit": "2024-05-01T10:00:00",
+        "Eligible": "2024-05-01T10:00:00",
+        "Start": "2024-05-01T10:05:00",
+        "End": "2024-05-01T11:05:00",
+        "Elapsed": "01:00:00",
+        "Timelimit": "1-00:00:00",
+        "State": "COMPLETED",
+        "ExitCode": "0:0",
+        "NNodes": "1",
+        "NCPUS": "8",
+        "ReqMem": "64G",
+        "AllocTRES": "billing=8,cpu=8,mem=64G,node=1",
+        "NodeList": "gpu001",
+        "Flags": "SchedMain",
+        "Priority": "1000",
+        "Reason": "None",
+        "JobName": "train",
     }
     unknown = set(kw) - set(base)
     assert not unknown, unknown
@@ -55,20 +74,55 @@ def job(parsed, job_id: str) -> dict:
 
 
 def test_live_format_values():
-    data = live([
-        row(),
-        row(JobID="100.batch", JobIDRaw="100.batch", Submit="2024-05-01T10:05:00", NodeList="gpu001",
-            JobName="batch", AllocTRES="cpu=8,mem=64G,node=1", State="COMPLETED", Elapsed="00:59:58"),
-        row(JobID="100.0", JobIDRaw="100.0", Submit="2024-05-01T10:05:01", JobName="python", State="FAILED",
-            ExitCode="1:0"),
-        row(JobID="101", JobIDRaw="101", State="CANCELLED by 1234", ExitCode="0:15", Flags="SchedBackfill",
-            AllocTRES="billing=32,cpu=32,gres/gpu:h100=4,gres/gpu=4,mem=256G,node=1", Cluster="other",
-            Timelimit="UNLIMITED", Start="None", End="2024-05-01T10:01:00", NodeList="None assigned",
-            Elapsed="00:00:00"),
-        row(JobID="102", JobIDRaw="102", State="RUNNING", End="Unknown", Timelimit="Partition_Limit",
-            AllocTRES="cpu=2,gres/gpu:1g.10gb=1,gres/gpu=1,mem=8G,node=1", ReqMem="4000Mc", NCPUS="2",
-            Flags="SchedSubmit", Elapsed="5-01:02:03"),
-    ])
+    data = live(
+        [
+            row(),
+            row(
+                JobID="100.batch",
+                JobIDRaw="100.batch",
+                Submit="2024-05-01T10:05:00",
+                NodeList="gpu001",
+                JobName="batch",
+                AllocTRES="cpu=8,mem=64G,node=1",
+                State="COMPLETED",
+                Elapsed="00:59:58",
+            ),
+            row(
+                JobID="100.0",
+                JobIDRaw="100.0",
+                Submit="2024-05-01T10:05:01",
+                JobName="python",
+                State="FAILED",
+                ExitCode="1:0",
+            ),
+            row(
+                JobID="101",
+                JobIDRaw="101",
+                State="CANCELLED by 1234",
+                ExitCode="0:15",
+                Flags="SchedBackfill",
+                AllocTRES="billing=32,cpu=32,gres/gpu:h100=4,gres/gpu=4,mem=256G,node=1",
+                Cluster="other",
+                Timelimit="UNLIMITED",
+                Start="None",
+                End="2024-05-01T10:01:00",
+                NodeList="None assigned",
+                Elapsed="00:00:00",
+            ),
+            row(
+                JobID="102",
+                JobIDRaw="102",
+                State="RUNNING",
+                End="Unknown",
+                Timelimit="Partition_Limit",
+                AllocTRES="cpu=2,gres/gpu:1g.10gb=1,gres/gpu=1,mem=8G,node=1",
+                ReqMem="4000Mc",
+                NCPUS="2",
+                Flags="SchedSubmit",
+                Elapsed="5-01:02:03",
+            ),
+        ]
+    )
     out = p(data)
     assert out.quarantine.height == 0
     assert out.tables["jobs"].height == 3 and out.tables["job_steps"].height == 2
@@ -107,15 +161,25 @@ def test_live_format_values():
 
 
 def test_arrays_and_het_jobs():
-    data = live([
-        row(JobID="200_[5-9%2]", JobIDRaw="200", State="PENDING", Start="Unknown", End="Unknown",
-            AllocTRES="", NodeList="None assigned", Reason="JobArrayTaskLimit"),
-        row(JobID="200_4", JobIDRaw="204", State="RUNNING", End="Unknown"),
-        row(JobID="200_5", JobIDRaw="200", State="RUNNING", End="Unknown"),
-        row(JobID="300+0", JobIDRaw="300", AllocTRES="cpu=4,gres/gpu=2,node=1"),
-        row(JobID="300+1", JobIDRaw="301", AllocTRES="cpu=16,node=1"),
-        row(JobID="300+0.0", JobIDRaw="300.0"),
-    ])
+    data = live(
+        [
+            row(
+                JobID="200_[5-9%2]",
+                JobIDRaw="200",
+                State="PENDING",
+                Start="Unknown",
+                End="Unknown",
+                AllocTRES="",
+                NodeList="None assigned",
+                Reason="JobArrayTaskLimit",
+            ),
+            row(JobID="200_4", JobIDRaw="204", State="RUNNING", End="Unknown"),
+            row(JobID="200_5", JobIDRaw="200", State="RUNNING", End="Unknown"),
+            row(JobID="300+0", JobIDRaw="300", AllocTRES="cpu=4,gres/gpu=2,node=1"),
+            row(JobID="300+1", JobIDRaw="301", AllocTRES="cpu=16,node=1"),
+            row(JobID="300+0.0", JobIDRaw="300.0"),
+        ]
+    )
     out = p(data)
     assert out.quarantine.height == 0
     jobs = out.tables["jobs"]
@@ -166,8 +230,10 @@ def test_short_line_is_quarantined():
 
 def test_multibyte_delimiters_and_crlf():
     for delim in ("☃", "^|^", US):
-        out = p(live([row(JobName="n|x"), row(JobID="101", JobIDRaw="101")], delim=delim, eol="\r\n"),
-                delimiter=delim)
+        out = p(
+            live([row(JobName="n|x"), row(JobID="101", JobIDRaw="101")], delim=delim, eol="\r\n"),
+            delimiter=delim,
+        )
         assert out.quarantine.height == 0, delim
         assert job(out, "100")["name"] == "n|x"
         assert job(out, "101")["priority"] == 1000  # no stray \r in the second-to-last fields either
@@ -220,8 +286,13 @@ def test_narrow_capture_writes_only_its_columns():
 def test_missing_key_fields_and_orphan_steps():
     assert "without submit" in sacct.check_input(b"JobID|State\n1|COMPLETED\n")
     assert "not a sacct header" in sacct.check_input(b"1|2|3\n")
-    data = live([row(JobID="100.batch", JobIDRaw="100.batch"), row(JobID="x", JobIDRaw="x"),
-                 row(JobID="103", JobIDRaw="103", Submit="Unknown")])
+    data = live(
+        [
+            row(JobID="100.batch", JobIDRaw="100.batch"),
+            row(JobID="x", JobIDRaw="x"),
+            row(JobID="103", JobIDRaw="103", Submit="Unknown"),
+        ]
+    )
     reasons = p(data).quarantine["reason"].to_list()
     assert reasons == [
         "step without its job's allocation line earlier in the same output",
@@ -231,18 +302,22 @@ def test_missing_key_fields_and_orphan_steps():
 
 
 def test_requeue_attempts_in_one_output_each_with_its_steps():
-    data = live([
-        row(JobID="500", JobIDRaw="500", Submit="2024-05-01T10:00:00", State="REQUEUED"),
-        row(JobID="500.batch", JobIDRaw="500.batch", State="CANCELLED"),
-        row(JobID="500", JobIDRaw="500", Submit="2024-05-01T12:00:00", State="COMPLETED"),
-        row(JobID="500.batch", JobIDRaw="500.batch", State="COMPLETED"),
-    ])
+    data = live(
+        [
+            row(JobID="500", JobIDRaw="500", Submit="2024-05-01T10:00:00", State="REQUEUED"),
+            row(JobID="500.batch", JobIDRaw="500.batch", State="CANCELLED"),
+            row(JobID="500", JobIDRaw="500", Submit="2024-05-01T12:00:00", State="COMPLETED"),
+            row(JobID="500.batch", JobIDRaw="500.batch", State="COMPLETED"),
+        ]
+    )
     out = p(data)
     jobs = out.tables["jobs"].sort("submit_time")
     assert jobs["state"].to_list() == ["REQUEUED", "COMPLETED"]
     steps = out.tables["job_steps"].sort("job_submit_time")
-    assert steps["job_submit_time"].to_list() == [datetime(2024, 5, 1, 10, tzinfo=UTC),
-                                                 datetime(2024, 5, 1, 12, tzinfo=UTC)]
+    assert steps["job_submit_time"].to_list() == [
+        datetime(2024, 5, 1, 10, tzinfo=UTC),
+        datetime(2024, 5, 1, 12, tzinfo=UTC),
+    ]
     assert steps["state"].to_list() == ["CANCELLED", "COMPLETED"]
 
 
@@ -250,8 +325,11 @@ def test_command_is_an_argument_list_with_utc_window():
     from slurmscope.config import load_config
 
     cfg = load_config(None, env={})
-    argv = sacct.command(cfg, start=datetime(2024, 5, 1, 12, tzinfo=ZoneInfo("Europe/Berlin")),
-                         end=datetime(2024, 5, 2, tzinfo=UTC))
+    argv = sacct.command(
+        cfg,
+        start=datetime(2024, 5, 1, 12, tzinfo=ZoneInfo("Europe/Berlin")),
+        end=datetime(2024, 5, 2, tzinfo=UTC),
+    )
     assert argv[0].endswith("sacct")
     assert "--starttime=2024-05-01T10:00:00" in argv and "--endtime=2024-05-02T00:00:00" in argv
     assert f"--delimiter={US}" in argv and "--duplicates" in argv and "--parsable2" in argv
@@ -282,8 +360,26 @@ def test_parse_never_raises_on_arbitrary_bytes(data: bytes):
 
 
 _field = st.one_of(
-    st.sampled_from(["100", "100.batch", "7_3", "7_[1-3]", "5+1", "", "Unknown", "None", "2024-05-01T10:00:00",
-                     "CANCELLED by 3", "gres/gpu:a100=2,gres/gpu=2", "1-00:00:00", "0:9", "|", US, '"']),
+    st.sampled_from(
+        [
+            "100",
+            "100.batch",
+            "7_3",
+            "7_[1-3]",
+            "5+1",
+            "",
+            "Unknown",
+            "None",
+            "2024-05-01T10:00:00",
+            "CANCELLED by 3",
+            "gres/gpu:a100=2,gres/gpu=2",
+            "1-00:00:00",
+            "0:9",
+            "|",
+            US,
+            '"',
+        ]
+    ),
     st.text(max_size=8),
 )
 
@@ -311,8 +407,19 @@ def test_delimiter_is_detected_from_the_header_when_not_given():
 def test_pending_requeued_attempt_counts_no_gpus_even_if_sacct_repeats_the_old_alloc_tres():
     # seen on Slurm 22.05 (tests/fixtures/slurm-22.05/sacct_mid.txt, job 13): the waiting second attempt
     # still shows the first attempt's AllocTRES and SchedBackfill
-    out = p(live([row(State="PENDING", Start="Unknown", End="Unknown", Flags="SchedBackfill,StartRecieved",
-                      AllocTRES="billing=20,cpu=16,gres/gpu:h100=8,gres/gpu=8,mem=16000M,node=1")]))
+    out = p(
+        live(
+            [
+                row(
+                    State="PENDING",
+                    Start="Unknown",
+                    End="Unknown",
+                    Flags="SchedBackfill,StartRecieved",
+                    AllocTRES="billing=20,cpu=16,gres/gpu:h100=8,gres/gpu=8,mem=16000M,node=1",
+                )
+            ]
+        )
+    )
     j = job(out, "100")
     assert (j["gpus"], j["gpu_type"], j["sched_by"]) == (0, None, None)
     assert j["alloc_tres"].endswith("node=1")  # the raw string is still kept
@@ -321,7 +428,14 @@ def test_pending_requeued_attempt_counts_no_gpus_even_if_sacct_repeats_the_old_a
 def test_slices_give_the_same_result_as_one_pass(monkeypatch):
     rows = []
     for j in range(1, 8):
-        rows.append(row(JobID=str(j), JobIDRaw=str(j), Submit=f"2024-05-01T10:0{j}:00", JobName="a|b" if j == 3 else "n"))
+        rows.append(
+            row(
+                JobID=str(j),
+                JobIDRaw=str(j),
+                Submit=f"2024-05-01T10:0{j}:00",
+                JobName="a|b" if j == 3 else "n",
+            )
+        )
         rows.append(row(JobID=f"{j}.batch", JobIDRaw=f"{j}.batch", Submit="2024-05-01T11:00:00"))
         rows.append(row(JobID=f"{j}.0", JobIDRaw=f"{j}.0", Submit="2024-05-01T11:00:01"))
     data = live(rows, delim="|")
@@ -333,12 +447,16 @@ def test_slices_give_the_same_result_as_one_pass(monkeypatch):
         assert sliced.tables[t].equals(whole.tables[t]), t
     steps = sliced.tables["job_steps"]
     assert steps.height == 14
-    assert steps.filter(pl.col("job_id_raw") == 5)["job_submit_time"].to_list() == [
-        datetime(2024, 5, 1, 10, 5, tzinfo=UTC)] * 2
+    assert (
+        steps.filter(pl.col("job_id_raw") == 5)["job_submit_time"].to_list()
+        == [datetime(2024, 5, 1, 10, 5, tzinfo=UTC)] * 2
+    )
 
 
 def test_byte_order_mark_before_the_header():
-    out = parse(b"\xef\xbb\xbfJobID|Submit|State\r\n5|2024-01-01T00:00:00|COMPLETED\r\n", cluster="c", tz=UTCZ)
+    out = parse(
+        b"\xef\xbb\xbfJobID|Submit|State\r\n5|2024-01-01T00:00:00|COMPLETED\r\n", cluster="c", tz=UTCZ
+    )
     assert out.quarantine.height == 0 and out.tables["jobs"]["job_id"].to_list() == ["5"]
 
 
@@ -351,13 +469,18 @@ _rows = st.lists(st.tuples(st.integers(1, 4), st.booleans(), st.none() | st.inte
 @given(_rows)
 def test_step_submit_times_equals_the_per_job_forward_fill(rows):
     df = pl.DataFrame(
-        {"job_id_raw": [r[0] for r in rows], "_is_step": [r[1] for r in rows],
-         "submit_time": [None if r[2] is None else datetime(2026, 1, 1, r[2], tzinfo=UTC) for r in rows]},
+        {
+            "job_id_raw": [r[0] for r in rows],
+            "_is_step": [r[1] for r in rows],
+            "submit_time": [None if r[2] is None else datetime(2026, 1, 1, r[2], tzinfo=UTC) for r in rows],
+        },
         schema={"job_id_raw": pl.Int64, "_is_step": pl.Boolean, "submit_time": pl.Datetime("us", "UTC")},
     )
-    expected = df.select(
-        pl.when(~pl.col("_is_step")).then(pl.col("submit_time")).forward_fill().over("job_id_raw")
-    ).to_series().to_list()
+    expected = (
+        df.select(pl.when(~pl.col("_is_step")).then(pl.col("submit_time")).forward_fill().over("job_id_raw"))
+        .to_series()
+        .to_list()
+    )
     got = sacct.step_submit_times(df).to_list()
     steps = [i for i, r in enumerate(rows) if r[1]]
     assert [got[i] for i in steps] == [expected[i] for i in steps]
@@ -367,8 +490,11 @@ def test_step_submit_times_equals_the_per_job_forward_fill(rows):
 @given(st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(1, 5), st.integers(0, 3)), max_size=40))
 def test_output_attempts_equals_the_dense_rank_per_job(rows):
     df = pl.DataFrame(
-        {"cluster": [r[0] for r in rows], "job_id_raw": [r[1] for r in rows],
-         "submit_time": [datetime(2026, 1, 1, r[2], tzinfo=UTC) for r in rows]},
+        {
+            "cluster": [r[0] for r in rows],
+            "job_id_raw": [r[1] for r in rows],
+            "submit_time": [datetime(2026, 1, 1, r[2], tzinfo=UTC) for r in rows],
+        },
         schema={"cluster": pl.String, "job_id_raw": pl.Int64, "submit_time": pl.Datetime("us", "UTC")},
     )
     expected = df.select(pl.col("submit_time").rank("dense").over("cluster", "job_id_raw").cast(pl.Int32))

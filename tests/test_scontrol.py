@@ -61,14 +61,19 @@ def test_real_22_05_config():
 
 
 def test_config_sections_prefix_their_keys_and_junk_is_quarantined():
-    text = ("Configuration data as of 2024-01-15T10:00:00\nMpiDefault              = none\n"
-            "WaitTime = 0 sec\n\nCgroup Support Configuration:\nAllowedRAMSpace         = 100.0%\n"
-            "MPI Plugins Configuration:\nPMIxCliTmpDirBase       = (null)\nthis is not config\n")
+    text = (
+        "Configuration data as of 2024-01-15T10:00:00\nMpiDefault              = none\n"
+        "WaitTime = 0 sec\n\nCgroup Support Configuration:\nAllowedRAMSpace         = 100.0%\n"
+        "MPI Plugins Configuration:\nPMIxCliTmpDirBase       = (null)\nthis is not config\n"
+    )
     p = run(config_parser, text, tz="Europe/Berlin")
     kv = dict(zip(p.tables["slurm_config"]["key"], p.tables["slurm_config"]["value"], strict=True))
-    assert kv == {"MpiDefault": "none", "WaitTime": "0 sec",
-                  "Cgroup Support Configuration:AllowedRAMSpace": "100.0%",
-                  "MPI Plugins Configuration:PMIxCliTmpDirBase": None}
+    assert kv == {
+        "MpiDefault": "none",
+        "WaitTime": "0 sec",
+        "Cgroup Support Configuration:AllowedRAMSpace": "100.0%",
+        "MPI Plugins Configuration:PMIxCliTmpDirBase": None,
+    }
     assert p.quarantine["line_no"].to_list() == [9]
     assert set(p.tables["slurm_config"]["snapshot_time"]) == {at(2024, 1, 15, 9, 0)}
 
@@ -97,29 +102,53 @@ def test_reservation_captures_parse_without_quarantine(path, rows):
 
 
 def test_multi_line_reservation_values():
-    r = run(reservations, (FIX / S / "reservations.txt").read_bytes()).tables["reservations"].row(0, named=True)
+    r = (
+        run(reservations, (FIX / S / "reservations.txt").read_bytes())
+        .tables["reservations"]
+        .row(0, named=True)
+    )
     assert r["name"] == "pre-reservation-maintenance"
     assert (r["start_time"], r["end_time"]) == (at(2025, 8, 26, 7, 0), at(2025, 8, 29, 20, 0))
     assert (r["node_list"], r["node_count"], r["gpus"]) == ("node[001-102]", 102, 0)
-    assert (r["users"], r["accounts"], r["flags"], r["state"], r["tres"]) == \
-        ("user01", None, "SPEC_NODES,ALL_NODES", "INACTIVE", "cpu=25152")
+    assert (r["users"], r["accounts"], r["flags"], r["state"], r["tres"]) == (
+        "user01",
+        None,
+        "SPEC_NODES,ALL_NODES",
+        "INACTIVE",
+        "cpu=25152",
+    )
 
 
 def test_same_day_clock_times_take_the_snapshot_date_in_the_zone():
     snap = at(2024, 3, 9, 23, 30)  # 2024-03-10 00:30 in Europe/Berlin
-    r = run(reservations, (FIX / S / "reservations_relative_time.txt").read_bytes(), tz="Europe/Berlin",
-            snapshot=snap).tables["reservations"].row(0, named=True)
+    r = (
+        run(
+            reservations,
+            (FIX / S / "reservations_relative_time.txt").read_bytes(),
+            tz="Europe/Berlin",
+            snapshot=snap,
+        )
+        .tables["reservations"]
+        .row(0, named=True)
+    )
     assert (r["start_time"], r["end_time"]) == (at(2024, 3, 10, 13, 24, 22), at(2024, 3, 10, 15, 24, 22))
-    assert (r["name"], r["node_count"], r["flags"], r["state"]) == ("maint-158", 4, "MAINT,SPEC_NODES", "ACTIVE")
+    assert (r["name"], r["node_count"], r["flags"], r["state"]) == (
+        "maint-158",
+        4,
+        "MAINT,SPEC_NODES",
+        "ACTIVE",
+    )
 
 
 def test_oneliner_with_gpus_and_bad_records():
-    text = ("ReservationName=gpu-maint StartTime=2024-05-02T08:00:00 EndTime=2024-05-02T12:00:00 "
-            "Duration=04:00:00 Nodes=gpu[01-02] NodeCnt=2 CoreCnt=128 Features=(null) PartitionName=gpu "
-            "Flags=MAINT,IGNORE_JOBS TRES=cpu=128,gres/gpu:h100=16,gres/gpu=16 Users=root Groups=(null) "
-            "Accounts=ml,infra Licenses=(null) State=INACTIVE BurstBuffer=(null) MaxStartDelay=(null)\n"
-            "ReservationName=broken StartTime=someday EndTime=2024-05-02T12:00:00\n"
-            "stray text\n")
+    text = (
+        "ReservationName=gpu-maint StartTime=2024-05-02T08:00:00 EndTime=2024-05-02T12:00:00 "
+        "Duration=04:00:00 Nodes=gpu[01-02] NodeCnt=2 CoreCnt=128 Features=(null) PartitionName=gpu "
+        "Flags=MAINT,IGNORE_JOBS TRES=cpu=128,gres/gpu:h100=16,gres/gpu=16 Users=root Groups=(null) "
+        "Accounts=ml,infra Licenses=(null) State=INACTIVE BurstBuffer=(null) MaxStartDelay=(null)\n"
+        "ReservationName=broken StartTime=someday EndTime=2024-05-02T12:00:00\n"
+        "stray text\n"
+    )
     p = run(reservations, text)
     df = p.tables["reservations"]
     assert df.height == 1
@@ -137,7 +166,9 @@ def test_ping_real_and_backup_down():
     assert p.tables["controller_pings"].select("host", "role", "up").rows() == [("vm", "primary", True)]
     p = run(ping, "Slurmctld(primary) at ctl1 is UP\nSlurmctld(backup) at ctl2 is DOWN\nhello\n")
     assert p.tables["controller_pings"].select("host", "role", "up").rows() == [
-        ("ctl1", "primary", True), ("ctl2", "backup", False)]
+        ("ctl1", "primary", True),
+        ("ctl2", "backup", False),
+    ]
     assert p.quarantine["line_no"].to_list() == [3]
 
 
@@ -147,24 +178,43 @@ def test_ping_real_and_backup_down():
 def test_cli_ingest_reservations_config_and_ping(tmp_path):
     db = tmp_path / "s.duckdb"
     runner = CliRunner()
-    for kind, path in (("reservations", FIX / S / "reservations.txt"),
-                       ("config", FIX / "slurm-22.05/config_final.txt"),
-                       ("ping", FIX / "slurm-22.05/ping_final.txt")):
+    for kind, path in (
+        ("reservations", FIX / S / "reservations.txt"),
+        ("config", FIX / "slurm-22.05/config_final.txt"),
+        ("ping", FIX / "slurm-22.05/ping_final.txt"),
+    ):
         res = runner.invoke(main, ["--db", str(db), "ingest", kind, str(path)])
         assert res.exit_code == 0, res.output
-    res = runner.invoke(main, ["--db", str(db), "query", "--format", "csv",
-                               "SELECT (SELECT node_count FROM reservations) AS n, "
-                               "(SELECT value FROM slurm_config WHERE key = 'ClusterName') AS c, "
-                               "(SELECT count(*) FROM controller_pings WHERE up) AS up"])
+    res = runner.invoke(
+        main,
+        [
+            "--db",
+            str(db),
+            "query",
+            "--format",
+            "csv",
+            "SELECT (SELECT node_count FROM reservations) AS n, "
+            "(SELECT value FROM slurm_config WHERE key = 'ClusterName') AS c, "
+            "(SELECT count(*) FROM controller_pings WHERE up) AS up",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert res.output.strip().splitlines()[1] == "102,slurmbed,1"
 
 
 # ------------------------------------------------------------------------------------------ properties
 
-_ALPHABET = st.sampled_from(list(" =\n\t:()abcXYZ0123456789") + [
-    "ReservationName=r", " StartTime=2024-01-01T00:00:00", "Slurmctld(primary) at h is UP", "Key = value",
-    "Cgroup Support Configuration:", "No reservations in the system"])
+_ALPHABET = st.sampled_from(
+    list(" =\n\t:()abcXYZ0123456789")
+    + [
+        "ReservationName=r",
+        " StartTime=2024-01-01T00:00:00",
+        "Slurmctld(primary) at h is UP",
+        "Key = value",
+        "Cgroup Support Configuration:",
+        "No reservations in the system",
+    ]
+)
 
 
 def _accounted(module, data: bytes) -> None:
@@ -183,12 +233,22 @@ def _accounted(module, data: bytes) -> None:
         elif module is config_parser:
             assert height == 1 or alone.quarantine.height == 0  # a setting, a section title or the header
         else:
-            starts = [j for j in range(1, i + 1) if j not in q and texts[j - 1].strip().startswith("ReservationName=")]
+            starts = [
+                j
+                for j in range(1, i + 1)
+                if j not in q and texts[j - 1].strip().startswith("ReservationName=")
+            ]
             assert starts or texts[i - 1].strip().startswith("No reservations in the system")
 
 
-@pytest.mark.parametrize("module", [config_parser, reservations, ping], ids=["config", "reservations", "ping"])
-@given(data=st.one_of(st.binary(max_size=300), st.lists(_ALPHABET, max_size=40).map(lambda xs: "".join(xs).encode())))
+@pytest.mark.parametrize(
+    "module", [config_parser, reservations, ping], ids=["config", "reservations", "ping"]
+)
+@given(
+    data=st.one_of(
+        st.binary(max_size=300), st.lists(_ALPHABET, max_size=40).map(lambda xs: "".join(xs).encode())
+    )
+)
 def test_never_raises_and_every_line_kept_or_quarantined(module, data):
     _accounted(module, data)
 
@@ -210,6 +270,10 @@ def test_real_22_05_reservation_values_match_the_raw_line():
             row = df.filter(df["name"] == kv["ReservationName"]).row(0, named=True)
             assert row["start_time"] == datetime.fromisoformat(kv["StartTime"]).replace(tzinfo=UTC)
             assert row["end_time"] == datetime.fromisoformat(kv["EndTime"]).replace(tzinfo=UTC)
-            assert (row["node_list"], row["node_count"], row["flags"], row["state"]) == \
-                (kv["Nodes"], int(kv["NodeCnt"]), kv["Flags"], kv["State"])
+            assert (row["node_list"], row["node_count"], row["flags"], row["state"]) == (
+                kv["Nodes"],
+                int(kv["NodeCnt"]),
+                kv["Flags"],
+                kv["State"],
+            )
             assert row["tres"] == line.split(" TRES=")[1].split()[0]

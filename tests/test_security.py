@@ -32,15 +32,21 @@ def shell_uses(source: str) -> list[str]:
         for kw in node.keywords:
             if kw.arg == "shell" and not (isinstance(kw.value, ast.Constant) and kw.value.value is False):
                 found.append(f"line {node.lineno}: {name}(shell=...)")
-        if name.startswith("subprocess.") and node.args and isinstance(node.args[0], (ast.Constant, ast.JoinedStr)):
+        if (
+            name.startswith("subprocess.")
+            and node.args
+            and isinstance(node.args[0], (ast.Constant, ast.JoinedStr))
+        ):
             found.append(f"line {node.lineno}: {name} with a string command")
     return found
 
 
 def test_the_scanner_finds_what_it_looks_for():
     # Built from pieces so that a plain grep for shell use does not flag this test itself.
-    bad = ("import os, subprocess\nos." + "system('ls')\nsubprocess.run('ls -l', shell" + "=True)\n"
-           "subprocess.check_output(f'sacct {x}')\n")
+    bad = (
+        "import os, subprocess\nos." + "system('ls')\nsubprocess.run('ls -l', shell" + "=True)\n"
+        "subprocess.check_output(f'sacct {x}')\n"
+    )
     assert len(shell_uses(bad)) == 4
     assert shell_uses("import subprocess\nsubprocess.run(['sacct', '-P'], check=True)\n") == []
 
@@ -51,7 +57,9 @@ def test_no_shell_anywhere_in_the_code():
     assert offenders == {}
 
 
-SQL_WORDS = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|CREATE|DROP|ALTER|FROM|WHERE|INTO|VALUES|COPY|ATTACH|PRAGMA|JOIN)\b")
+SQL_WORDS = re.compile(
+    r"\b(SELECT|INSERT|UPDATE|DELETE|CREATE|DROP|ALTER|FROM|WHERE|INTO|VALUES|COPY|ATTACH|PRAGMA|JOIN)\b"
+)
 PRODUCT_DIRS = ["slurmscope", "collectors", "pipelines", "dashboards", "alerts"]
 
 # Every expression product code may interpolate into SQL text, per file, each reviewed as a trusted
@@ -62,12 +70,27 @@ PRODUCT_DIRS = ["slurmscope", "collectors", "pipelines", "dashboards", "alerts"]
 SQL_INTERPOLATION_ALLOWED: dict[str, set[str]] = {
     # metric queries composed at import from this module's constants and literal arguments
     "slurmscope/catalog.py": {
-        "CENTRAL", "GPU_LATEST_VIEW", "NODE_STATE_SQL", "TERMINAL_STATES", "TERMINAL_STATES[1:-1]",
-        "UNAVAILABLE_FLAG_SQL", "_GPU_HEALTH_NOW", "_GPU_LATEST", "_NODE_LATEST", "_SDIAG_LATEST",
-        "_SHARES_LATEST", "_SQUEUE_LATEST", "_latest('controller_pings')",
+        "CENTRAL",
+        "GPU_LATEST_VIEW",
+        "NODE_STATE_SQL",
+        "TERMINAL_STATES",
+        "TERMINAL_STATES[1:-1]",
+        "UNAVAILABLE_FLAG_SQL",
+        "_GPU_HEALTH_NOW",
+        "_GPU_LATEST",
+        "_NODE_LATEST",
+        "_SDIAG_LATEST",
+        "_SHARES_LATEST",
+        "_SQUEUE_LATEST",
+        "_latest('controller_pings')",
         "_HEALTH_NOW.format(table='mart_gpu_health', key='node, gpu_uuid')",
         "_HEALTH_NOW.format(table='mart_node_health', key='node')",
-        "age", "column", "expr", "scale", "table", "time_col",  # parameters of the builders, literal at each call
+        "age",
+        "column",
+        "expr",
+        "scale",
+        "table",
+        "time_col",  # parameters of the builders, literal at each call
     },
     # upsert: table name from the collectors' TableSpec constants; columns double-quoted by _quote
     "collectors/base.py": {"_quote(c)", "col_sql", "exists", "key_sql", "match", "set_sql", "spec.name"},
@@ -76,10 +99,21 @@ SQL_INTERPOLATION_ALLOWED: dict[str, set[str]] = {
     # HISTORY "INTERVAL 61 DAY"; the rest are SQL fragments built at import from module constants, and the
     # builders' parameters, which every call passes as literals (column expressions and table aliases)
     "pipelines/drift.py": {
-        "HISTORY", "JOBS", "_FAILED", "_HOURS", "_MIDNIGHTS", "hour", "us",
-        "_day('e - 1', 'h1')", "_day('epoch_us(end_time)', 'h')", "_day('epoch_us(start_time)', 'h')",
-        "_day('s', 'h0')", "_hour_join('e - 1', 'h1')", "_hour_join('epoch_us(end_time)', 'h')",
-        "_hour_join('epoch_us(start_time)', 'h')", "_hour_join('s', 'h0')",
+        "HISTORY",
+        "JOBS",
+        "_FAILED",
+        "_HOURS",
+        "_MIDNIGHTS",
+        "hour",
+        "us",
+        "_day('e - 1', 'h1')",
+        "_day('epoch_us(end_time)', 'h')",
+        "_day('epoch_us(start_time)', 'h')",
+        "_day('s', 'h0')",
+        "_hour_join('e - 1', 'h1')",
+        "_hour_join('epoch_us(end_time)', 'h')",
+        "_hour_join('epoch_us(start_time)', 'h')",
+        "_hour_join('s', 'h0')",
     },
     "pipelines/health.py": {"LOOKBACK"},  # "INTERVAL 1 DAY"
     "pipelines/reliability.py": {"_JOB_COLS", "FAULT_LEAD_SECONDS"},  # a column list literal; an int constant
@@ -113,11 +147,14 @@ def sql_interpolations(source: str) -> list[tuple[int, str]]:
         exprs: list[ast.AST] = []
         if isinstance(node, ast.JoinedStr) and SQL_WORDS.search(_literal_text(node) or ""):
             exprs = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format":
+        elif (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format"
+        ):
             recv, text = node.func.value, _literal_text(node.func.value)
             # a literal SQL template, or a module constant (UPPER_CASE) holding one
             if (text is not None and SQL_WORDS.search(text)) or (
-                    isinstance(recv, ast.Name) and recv.id.lstrip("_").isupper()):
+                isinstance(recv, ast.Name) and recv.id.lstrip("_").isupper()
+            ):
                 exprs = [*node.args, *(k.value for k in node.keywords)]
         elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
             text = _literal_text(node.left)
@@ -136,14 +173,14 @@ def test_the_sql_scanner_finds_formatted_values():
         "def f(con, user, table, day):\n"
         "    con.execute(f\"SELECT * FROM jobs WHERE user = '{user}'\")\n"
         "    con.execute(\"DELETE FROM jobs WHERE day = '%s'\" % day)\n"
-        "    con.execute(\"SELECT * FROM {} WHERE a = 1\".format(table))\n"
-        "    con.execute(\"SELECT * FROM jobs WHERE account = '\" + user + \"'\")\n"
+        '    con.execute("SELECT * FROM {} WHERE a = 1".format(table))\n'
+        '    con.execute("SELECT * FROM jobs WHERE account = \'" + user + "\'")\n'
     )
     assert [e for _, e in sql_interpolations(bad)] == ["user", "day", "table", "user"]  # lines 2-5
     ok = (
         "def f(con, user):\n"
-        "    con.execute(\"SELECT * FROM jobs WHERE user = ?\", [user])\n"
-        "    con.execute(f\"{user} is not SQL\")\n"
+        '    con.execute("SELECT * FROM jobs WHERE user = ?", [user])\n'
+        '    con.execute(f"{user} is not SQL")\n'
         "    con.execute(f\"SELECT {'literal'} FROM jobs\")\n"
     )
     assert sql_interpolations(ok) == []
@@ -168,10 +205,16 @@ def test_query_opens_the_database_read_only(tmp_path):
     con.execute("INSERT INTO watermarks (cluster, collector, position) VALUES ('c', 'sacct', now())")
     con.close()
     runner = CliRunner()
-    for sql in ("DELETE FROM watermarks", "DROP TABLE watermarks", "INSERT INTO watermarks VALUES ('c','x',now(),now())"):
+    for sql in (
+        "DELETE FROM watermarks",
+        "DROP TABLE watermarks",
+        "INSERT INTO watermarks VALUES ('c','x',now(),now())",
+    ):
         res = runner.invoke(main, ["--db", str(db), "query", sql])
         assert res.exit_code != 0 and "read-only" in res.output.lower(), res.output
-    res = runner.invoke(main, ["--db", str(db), "query", "SELECT count(*) AS n FROM watermarks", "--format", "csv"])
+    res = runner.invoke(
+        main, ["--db", str(db), "query", "SELECT count(*) AS n FROM watermarks", "--format", "csv"]
+    )
     assert res.exit_code == 0 and res.output == "n\n1\n"
 
 
@@ -181,8 +224,17 @@ def test_a_locked_database_is_a_clear_error(tmp_path, monkeypatch):
 
     db = tmp_path / "l.duckdb"
     connect(db).close()
-    holder = subprocess.Popen([sys.executable, "-c", "import duckdb,sys,time; c=duckdb.connect(sys.argv[1]); "
-                               "print('held', flush=True); time.sleep(60)", str(db)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import duckdb,sys,time; c=duckdb.connect(sys.argv[1]); "
+            "print('held', flush=True); time.sleep(60)",
+            str(db),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         monkeypatch.setattr("slurmscope.cli.LOCK_WAIT_SECONDS", 1.0)

@@ -54,8 +54,14 @@ def _fake_slurm(bin_dir: Path) -> None:
 
 
 def _query(env, cfg: Path, db: Path, sql: str) -> str:
-    out = subprocess.run([*SLURMSCOPE, "--config", str(cfg), "--db", str(db), "query", sql, "--format", "csv"],
-                         capture_output=True, text=True, timeout=120, env=env, check=False)
+    out = subprocess.run(
+        [*SLURMSCOPE, "--config", str(cfg), "--db", str(db), "query", sql, "--format", "csv"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -65,12 +71,19 @@ def test_serve_runs_collectors_serves_metrics_lets_readers_in_and_stops_on_sigte
     _fake_slurm(tmp_path / "bin")
     port = _free_port()
     cfg = tmp_path / "slurmscope.toml"
-    cfg.write_text(f'[cluster]\nname = "t"\n[slurm]\nbin_dir = "{tmp_path / "bin"}"\ntimeout_seconds = 2\n'
-                   f'[exporter]\nport = {port}\n')
+    cfg.write_text(
+        f'[cluster]\nname = "t"\n[slurm]\nbin_dir = "{tmp_path / "bin"}"\ntimeout_seconds = 2\n'
+        f"[exporter]\nport = {port}\n"
+    )
     db = tmp_path / "s.duckdb"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURMSCOPE_")}
-    proc = subprocess.Popen([*SLURMSCOPE, "--config", str(cfg), "--db", str(db), "serve"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*SLURMSCOPE, "--config", str(cfg), "--db", str(db), "serve"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         body = b""
         deadline = time.monotonic() + 60
@@ -94,8 +107,14 @@ def test_serve_runs_collectors_serves_metrics_lets_readers_in_and_stops_on_sigte
             time.sleep(1)
         assert "sinfo,timeout" in rows, rows
         assert "sdiag,ok" in rows and "squeue,ok" in rows, rows
-        status = subprocess.run([*SLURMSCOPE, "--config", str(cfg), "--db", str(db), "status", "--format", "csv"],
-                                capture_output=True, text=True, timeout=120, env=env, check=False)
+        status = subprocess.run(
+            [*SLURMSCOPE, "--config", str(cfg), "--db", str(db), "status", "--format", "csv"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            check=False,
+        )
         assert status.returncode == 0 and "sinfo,timeout" in status.stdout, status.stderr
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -142,8 +161,9 @@ def test_a_hanging_slurm_command_does_not_hold_the_write_lock(tmp_path):
     from slurmscope.db import connect
 
     _fake_slurm(tmp_path / "bin")
-    cfg = load_config(env={}).with_overrides(cluster={"name": "t"},
-                                             slurm={"bin_dir": str(tmp_path / "bin"), "timeout_seconds": 8})
+    cfg = load_config(env={}).with_overrides(
+        cluster={"name": "t"}, slurm={"bin_dir": str(tmp_path / "bin"), "timeout_seconds": 8}
+    )
     service = Service(cfg, str(tmp_path / "db.duckdb"))
     service.with_db(lambda con: None)  # create and migrate the database
     collector = threading.Thread(target=service.run_collector, args=("sinfo",))
@@ -155,7 +175,9 @@ def test_a_hanging_slurm_command_does_not_hold_the_write_lock(tmp_path):
     collector.join(60)
     con = connect(tmp_path / "db.duckdb", read_only=True)
     try:
-        status, error = con.execute("SELECT status, error FROM collector_runs WHERE collector = 'sinfo'").fetchone()
+        status, error = con.execute(
+            "SELECT status, error FROM collector_runs WHERE collector = 'sinfo'"
+        ).fetchone()
     finally:
         con.close()
     assert status == "timeout" and "timed out after 8 s" in error

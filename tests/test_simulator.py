@@ -66,8 +66,12 @@ def test_sacct_header_fields_and_steps(small):
         else:
             prev = jid
     flags = Counter(r[21] for r in allocs)
-    assert set(flags) <= {"SchedMain,StartRecieved", "SchedBackfill,StartRecieved", "SchedSubmit,StartRecieved",
-                          "StartRecieved"}
+    assert set(flags) <= {
+        "SchedMain,StartRecieved",
+        "SchedBackfill,StartRecieved",
+        "SchedSubmit,StartRecieved",
+        "StartRecieved",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +87,11 @@ def test_requeued_attempts_keep_the_id_and_get_a_new_submit(faulty):
     events = [json.loads(x) for x in (faulty / "events.jsonl").read_text().splitlines()]
     requeues = [e for e in events if e["type"] == "requeue"]
     assert requeues
-    rows = [ln.split("|") for ln in (faulty / "sacct.txt").read_text().splitlines()[1:]
-            if "." not in ln.split("|", 1)[0]]
+    rows = [
+        ln.split("|")
+        for ln in (faulty / "sacct.txt").read_text().splitlines()[1:]
+        if "." not in ln.split("|", 1)[0]
+    ]
     for rq in requeues:
         mine = [r for r in rows if r[1] == str(rq["job_id_raw"])]
         assert len(mine) >= 2
@@ -114,8 +121,11 @@ def test_fault_classes_and_drains_are_logged(faulty):
     text = (tmp_path / "events.txt").read_text().splitlines()
     assert text[0] == "Cluster|Cluster Nodes|NodeName|TimeStart|TimeEnd|State|Reason|User"
     assert {ln.split("|")[5] for ln in text[1:]} == {"DOWN", "DRAIN"}
-    states = Counter(ln.split("|")[14].split(" ")[0] for ln in (tmp_path / "sacct.txt").read_text().splitlines()[1:]
-                     if "." not in ln.split("|", 1)[0])
+    states = Counter(
+        ln.split("|")[14].split(" ")[0]
+        for ln in (tmp_path / "sacct.txt").read_text().splitlines()[1:]
+        if "." not in ln.split("|", 1)[0]
+    )
     for st in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"):
         assert states[st] > 0, st
     deg = [e for e in events if e["type"] == "degradation_start"]

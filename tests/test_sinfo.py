@@ -42,61 +42,152 @@ def one(df: pl.DataFrame, **where) -> dict:
 # (file, format it was captured with, rows, {key: {column: value}}) -- values read off the raw text by hand.
 NODE_CAPTURES = [
     (f"{V}/sinfo.txt", "%n,%T", 709, {("lxfoo0001", ""): {"state": "IDLE", "state_flags": None}}),
-    (f"{V}/sinfo_mem.txt", "-O NodeList,AllocMem,Memory,CPUsState,StateLong", 8, {
-        ("a052", ""): {"alloc_memory_mb": 0, "memory_mb": 193000, "cpus_idle": 16, "cpus_total": 16,
-                       "state": "IDLE"},
-        ("b001", ""): {"state": "DOWN", "state_raw": "down", "cpus_alloc": 32},
-    }),
-    (f"{S}/node_detail.txt", "NodeList,AllocMem,Memory,CPUsState,StateLong,Partition", 22, {
-        ("a048", "gpu"): {"state": "MIXED", "alloc_memory_mb": 163840, "memory_mb": 193000},
-        ("b001", "long"): {"state": "DOWN"},
-        ("b003", "gpu"): {"cpus_alloc": 29, "cpus_idle": 3, "cpus_other": 0, "cpus_total": 32, "state": "IDLE"},
-    }),
-    (f"{S}/node_detail_default_partition.txt",
-     "NodeList: ,AllocMem: ,Memory: ,CPUsState: ,StateLong: ,Partition:", 3, {
-         ("a049", "gpu"): {"state": "IDLE", "cpus_idle": 16},
-     }),
-    (f"{S}/node_detail_long_names.txt",
-     "NodeList: ,AllocMem: ,Memory: ,CPUsState: ,StateLong: ,Partition:", 5, {
-         ("my-very-long-hostname-001", "short"): {"state": "IDLE", "memory_mb": 193000},
-     }),
-    (f"{S}/slurm-25.05/node_detail_gres.txt", NODE_DETAIL_8, 23, {
-        ("a005", "gpu"): {"gpus_total": 4, "gpus_used": 2, "gpu_type": "model_a", "gres_used": "gpu:model_a:2(IDX:0,3)"},
-        ("a002", "gpu"): {"state": "DRAINED", "state_flags": "NOT_RESPONDING+DRAIN", "gpus_used": 0},
-        ("a004", "gpu4"): {"state": "MAINT"},
-        ("c001", "cpu"): {"gpus_total": 0, "gres": None, "state": "ALLOCATED", "cpus_alloc": 192},
-    }),
-    (f"{S}/slurm-25.11.2/node_detail_gres_multitype.txt", NODE_DETAIL_8, 1, {
-        ("g2", "gpu"): {"gpus_total": 4, "gpus_used": 1, "state": "MIXED", "memory_mb": 15867},
-    }),
-    (f"{S}/slurm-24.11.7/node_detail.txt", NODE_DETAIL_8, 25, {
-        ("na1", "cpu"): {"state": "MIXED", "alloc_memory_mb": 8192, "cpus_alloc": 4},
-        ("nb9", "gpu"): {"gpus_total": 4, "gpus_used": 0},
-        ("nb5", "gpu"): {"gpu_type": "model_b"},
-    }),
+    (
+        f"{V}/sinfo_mem.txt",
+        "-O NodeList,AllocMem,Memory,CPUsState,StateLong",
+        8,
+        {
+            ("a052", ""): {
+                "alloc_memory_mb": 0,
+                "memory_mb": 193000,
+                "cpus_idle": 16,
+                "cpus_total": 16,
+                "state": "IDLE",
+            },
+            ("b001", ""): {"state": "DOWN", "state_raw": "down", "cpus_alloc": 32},
+        },
+    ),
+    (
+        f"{S}/node_detail.txt",
+        "NodeList,AllocMem,Memory,CPUsState,StateLong,Partition",
+        22,
+        {
+            ("a048", "gpu"): {"state": "MIXED", "alloc_memory_mb": 163840, "memory_mb": 193000},
+            ("b001", "long"): {"state": "DOWN"},
+            ("b003", "gpu"): {
+                "cpus_alloc": 29,
+                "cpus_idle": 3,
+                "cpus_other": 0,
+                "cpus_total": 32,
+                "state": "IDLE",
+            },
+        },
+    ),
+    (
+        f"{S}/node_detail_default_partition.txt",
+        "NodeList: ,AllocMem: ,Memory: ,CPUsState: ,StateLong: ,Partition:",
+        3,
+        {
+            ("a049", "gpu"): {"state": "IDLE", "cpus_idle": 16},
+        },
+    ),
+    (
+        f"{S}/node_detail_long_names.txt",
+        "NodeList: ,AllocMem: ,Memory: ,CPUsState: ,StateLong: ,Partition:",
+        5,
+        {
+            ("my-very-long-hostname-001", "short"): {"state": "IDLE", "memory_mb": 193000},
+        },
+    ),
+    (
+        f"{S}/slurm-25.05/node_detail_gres.txt",
+        NODE_DETAIL_8,
+        23,
+        {
+            ("a005", "gpu"): {
+                "gpus_total": 4,
+                "gpus_used": 2,
+                "gpu_type": "model_a",
+                "gres_used": "gpu:model_a:2(IDX:0,3)",
+            },
+            ("a002", "gpu"): {"state": "DRAINED", "state_flags": "NOT_RESPONDING+DRAIN", "gpus_used": 0},
+            ("a004", "gpu4"): {"state": "MAINT"},
+            ("c001", "cpu"): {"gpus_total": 0, "gres": None, "state": "ALLOCATED", "cpus_alloc": 192},
+        },
+    ),
+    (
+        f"{S}/slurm-25.11.2/node_detail_gres_multitype.txt",
+        NODE_DETAIL_8,
+        1,
+        {
+            ("g2", "gpu"): {"gpus_total": 4, "gpus_used": 1, "state": "MIXED", "memory_mb": 15867},
+        },
+    ),
+    (
+        f"{S}/slurm-24.11.7/node_detail.txt",
+        NODE_DETAIL_8,
+        25,
+        {
+            ("na1", "cpu"): {"state": "MIXED", "alloc_memory_mb": 8192, "cpus_alloc": 4},
+            ("nb9", "gpu"): {"gpus_total": 4, "gpus_used": 0},
+            ("nb5", "gpu"): {"gpu_type": "model_b"},
+        },
+    ),
     (f"{S}/slurm-26.05.2/node_detail.txt", NODE_DETAIL_8, 25, {}),
-    (f"{S}/slurm-24.11.7/drain_reason.txt", "%N|%E|%H|%T", 20, {
-        ("na1", ""): {"reason": None, "reason_time": None, "state": "MIXED"},
-    }),
+    (
+        f"{S}/slurm-24.11.7/drain_reason.txt",
+        "%N|%E|%H|%T",
+        20,
+        {
+            ("na1", ""): {"reason": None, "reason_time": None, "state": "MIXED"},
+        },
+    ),
     (f"{S}/slurm-26.05.2/drain_reason.txt", "%N|%E|%H|%T", 20, {("na3", ""): {"state": "MIXED"}}),
-    (f"{OSC}/sinfo_gres.txt", "nodehost:100,gres:512,gresused:512,statelong", 298, {
-        ("a0001", ""): {"gpus_total": 4, "gpus_used": 4, "gpu_type": "a100", "state": "MIXED", "state_flags": "PLANNED"},
-    }),
-    (f"{OSC}/sinfo_gres_long_hostnames.txt", "nodehost:100,gres:512,gresused:512,statelong", 3, {
-        ("gpu-node-02.cluster.example.org", ""): {"gpus_total": 8, "gpus_used": 4, "gpu_type": "tesla"},
-        ("gpu-node-03.cluster.example.org", ""): {"state": "DRAINED", "state_flags": "DRAIN", "gpus_used": 0},
-    }),
-    (f"{OSC}/owens_nodes.txt", r"\x1e%c\x1f%n\x1f%f", 816, {
-        ("o0004", ""): {"cpus_total": 28, "features": "c6320,cpu,eth-owens-rack02h1,ib-i1l1s01,ib-i1,1,1-c01"},
-    }),
-    (f"{TD}/sinfo_gpus.txt", "nodehost,gres:20,gresused:20", 16, {
-        ("cpn-u24-07", ""): {"gpus_total": 2, "gpus_used": 2, "gpu_type": "V100"},
-    }),
-    ("rivosinc__prometheus-slurm-exporter/sinfo_fallback.txt",
-     '{"s": "%T", "mem": %m, "n": "%n", "l": "%O", "p": "%R", "fmem": "%e", "cstate": "%C", "w": %w}', 8, {
-         ("cs156", "hw"): {"state": "COMPLETING", "memory_mb": 770000, "cpus_alloc": 56, "cpus_total": 64},
-         ("cs25", "hw-l"): {"state": "ALLOCATED"},
-     }),
+    (
+        f"{OSC}/sinfo_gres.txt",
+        "nodehost:100,gres:512,gresused:512,statelong",
+        298,
+        {
+            ("a0001", ""): {
+                "gpus_total": 4,
+                "gpus_used": 4,
+                "gpu_type": "a100",
+                "state": "MIXED",
+                "state_flags": "PLANNED",
+            },
+        },
+    ),
+    (
+        f"{OSC}/sinfo_gres_long_hostnames.txt",
+        "nodehost:100,gres:512,gresused:512,statelong",
+        3,
+        {
+            ("gpu-node-02.cluster.example.org", ""): {"gpus_total": 8, "gpus_used": 4, "gpu_type": "tesla"},
+            ("gpu-node-03.cluster.example.org", ""): {
+                "state": "DRAINED",
+                "state_flags": "DRAIN",
+                "gpus_used": 0,
+            },
+        },
+    ),
+    (
+        f"{OSC}/owens_nodes.txt",
+        r"\x1e%c\x1f%n\x1f%f",
+        816,
+        {
+            ("o0004", ""): {
+                "cpus_total": 28,
+                "features": "c6320,cpu,eth-owens-rack02h1,ib-i1l1s01,ib-i1,1,1-c01",
+            },
+        },
+    ),
+    (
+        f"{TD}/sinfo_gpus.txt",
+        "nodehost,gres:20,gresused:20",
+        16,
+        {
+            ("cpn-u24-07", ""): {"gpus_total": 2, "gpus_used": 2, "gpu_type": "V100"},
+        },
+    ),
+    (
+        "rivosinc__prometheus-slurm-exporter/sinfo_fallback.txt",
+        '{"s": "%T", "mem": %m, "n": "%n", "l": "%O", "p": "%R", "fmem": "%e", "cstate": "%C", "w": %w}',
+        8,
+        {
+            ("cs156", "hw"): {"state": "COMPLETING", "memory_mb": 770000, "cpus_alloc": 56, "cpus_total": 64},
+            ("cs25", "hw-l"): {"state": "ALLOCATED"},
+        },
+    ),
 ]
 
 
@@ -122,8 +213,9 @@ def test_vpenso_state_suffixes_counted_like_the_raw_text():
 
 
 def test_osc_states_with_reboot_and_planned_flags():
-    df = parse((FIX / OSC / "sinfo_gres.txt").read_bytes(),
-               "nodehost:100,gres:512,gresused:512,statelong").tables["node_states"]
+    df = parse(
+        (FIX / OSC / "sinfo_gres.txt").read_bytes(), "nodehost:100,gres:512,gresused:512,statelong"
+    ).tables["node_states"]
     draining = df.filter(pl.col("state_raw") == "draining@")
     assert draining.height == 2
     assert set(draining["state_flags"]) == {"REBOOT_REQUESTED+DRAIN"}
@@ -178,18 +270,28 @@ def test_aggregated_capture_goes_to_node_groups(path, fmt, rows, nodes):
 
 def test_aggregated_values_checked_by_hand():
     df = parse((FIX / S / "gpus_snapshot.txt").read_bytes(), "Nodes: ,StateLong: ,Gres: ,GresUsed:").tables[
-        "node_groups"]
+        "node_groups"
+    ]
     first = df.row(0, named=True)
-    assert (first["node_count"], first["state"], first["state_flags"], first["gpus_per_node"]) == (4, "MIXED", "PLANNED", 0)
+    assert (first["node_count"], first["state"], first["state_flags"], first["gpus_per_node"]) == (
+        4,
+        "MIXED",
+        "PLANNED",
+        0,
+    )
     ninth = df.row(8, named=True)  # "2 mixed gpu:model_a:4(S:0-3) gpu:model_a:3(IDX:0-2)"
     assert (ninth["node_count"], ninth["gpus_per_node"], ninth["gpus_used_per_node"]) == (2, 4, 3)
-    long = parse((FIX / S / "partitions_gpu_long_gres.txt").read_bytes(),
-                 "Nodes: ,Partition: ,Gres: ,GresUsed:").tables["node_groups"].row(0, named=True)
+    long = (
+        parse((FIX / S / "partitions_gpu_long_gres.txt").read_bytes(), "Nodes: ,Partition: ,Gres: ,GresUsed:")
+        .tables["node_groups"]
+        .row(0, named=True)
+    )
     assert long["partition"] == "a_partition_with_a_very_long_name_above_thirty_chars"
     # gpu:nvidia_a100_80gb:8,mig:nvidia_a100_3g.40gb:7,gpu:nvidia_h100_80gb:4 -> 12 GPUs; MIG slices are not GPUs
     assert (long["gpus_per_node"], long["gpus_used_per_node"]) == (12, 5)
-    mig = parse((FIX / S / "slurm-25.11.1-1/partitions_gpu.txt").read_bytes(),
-                "Nodes: ,Partition: ,Gres: ,GresUsed:").tables["node_groups"]
+    mig = parse(
+        (FIX / S / "slurm-25.11.1-1/partitions_gpu.txt").read_bytes(), "Nodes: ,Partition: ,Gres: ,GresUsed:"
+    ).tables["node_groups"]
     row = one(mig, partition="debuga100")
     assert row["gpus_per_node"] == 0 and row["gpu_type"] == "nvidia_a100_1g.5gb"
     assert one(mig, partition="dgx2", gpus_used_per_node=13)["gpus_per_node"] == 16
@@ -224,29 +326,32 @@ def test_declined_formats_are_refused_with_a_reason(path, fmt):
 # ------------------------------------------------------------------------------------- states
 
 
-@pytest.mark.parametrize(("raw", "state", "flags"), [
-    ("idle", "IDLE", None),
-    ("MIXED+DRAIN", "MIXED", "DRAIN"),
-    ("mixed+drain", "MIXED", "DRAIN"),
-    ("IDLE+CLOUD+POWERED_DOWN", "IDLE", "CLOUD+POWERED_DOWN"),
-    ("idle~", "IDLE", "POWERED_DOWN"),
-    ("down*", "DOWN", "NOT_RESPONDING"),
-    ("idle#", "IDLE", "POWERING_UP"),
-    ("idle!", "IDLE", "POWER_DOWN"),
-    ("idle%", "IDLE", "POWERING_DOWN"),
-    ("allocated$", "ALLOCATED", "MAINTENANCE"),
-    ("mixed@", "MIXED", "REBOOT_REQUESTED"),
-    ("idle^", "IDLE", "REBOOT_ISSUED"),
-    ("mixed-", "MIXED", "PLANNED"),
-    ("drained*", "DRAINED", "NOT_RESPONDING+DRAIN"),
-    ("draining@", "DRAINING", "REBOOT_REQUESTED+DRAIN"),
-    ("drng", "DRAINING", "DRAIN"),
-    ("mix", "MIXED", None),
-    ("alloc", "ALLOCATED", None),
-    ("down*+drain", "DOWN", "NOT_RESPONDING+DRAIN"),
-    ("IDLE*+DRAIN+MAINTENANCE", "IDLE", "NOT_RESPONDING+DRAIN+MAINTENANCE"),
-    ("", None, None),
-])
+@pytest.mark.parametrize(
+    ("raw", "state", "flags"),
+    [
+        ("idle", "IDLE", None),
+        ("MIXED+DRAIN", "MIXED", "DRAIN"),
+        ("mixed+drain", "MIXED", "DRAIN"),
+        ("IDLE+CLOUD+POWERED_DOWN", "IDLE", "CLOUD+POWERED_DOWN"),
+        ("idle~", "IDLE", "POWERED_DOWN"),
+        ("down*", "DOWN", "NOT_RESPONDING"),
+        ("idle#", "IDLE", "POWERING_UP"),
+        ("idle!", "IDLE", "POWER_DOWN"),
+        ("idle%", "IDLE", "POWERING_DOWN"),
+        ("allocated$", "ALLOCATED", "MAINTENANCE"),
+        ("mixed@", "MIXED", "REBOOT_REQUESTED"),
+        ("idle^", "IDLE", "REBOOT_ISSUED"),
+        ("mixed-", "MIXED", "PLANNED"),
+        ("drained*", "DRAINED", "NOT_RESPONDING+DRAIN"),
+        ("draining@", "DRAINING", "REBOOT_REQUESTED+DRAIN"),
+        ("drng", "DRAINING", "DRAIN"),
+        ("mix", "MIXED", None),
+        ("alloc", "ALLOCATED", None),
+        ("down*+drain", "DOWN", "NOT_RESPONDING+DRAIN"),
+        ("IDLE*+DRAIN+MAINTENANCE", "IDLE", "NOT_RESPONDING+DRAIN+MAINTENANCE"),
+        ("", None, None),
+    ],
+)
 def test_state_and_flags(raw, state, flags):
     assert sinfo.parse_state(raw) == (state, flags)
 
@@ -254,9 +359,20 @@ def test_state_and_flags(raw, state, flags):
 # ------------------------------------------------------------------------------------- live format
 
 
-def live_line(node="gpu01", part="gpu*", state="mixed+drain", cpus="8/56/0/64", mem="512000",
-              alloc="64000", gres="gpu:h100:8(S:0-1)", used="gpu:h100:3(IDX:0-2)", feat="h100,ib",
-              user="root(0)", ts="2024-04-30T08:15:00", reason="bad GPU xid 79") -> str:
+def live_line(
+    node="gpu01",
+    part="gpu*",
+    state="mixed+drain",
+    cpus="8/56/0/64",
+    mem="512000",
+    alloc="64000",
+    gres="gpu:h100:8(S:0-1)",
+    used="gpu:h100:3(IDX:0-2)",
+    feat="h100,ib",
+    user="root(0)",
+    ts="2024-04-30T08:15:00",
+    reason="bad GPU xid 79",
+) -> str:
     return US.join([node, part, state, cpus, mem, alloc, gres, used, feat, user, ts, reason])
 
 
@@ -265,13 +381,27 @@ def test_live_command_line():
 
     argv = sinfo.command(load_config(None))
     assert argv[:3] == ["sinfo", "--Node", "--noheader"]
-    assert argv[3] == ("--Format=NodeHost:\x1f,Partition:\x1f,StateComplete:\x1f,CPUsState:\x1f,Memory:\x1f,"
-                       "AllocMem:\x1f,Gres:\x1f,GresUsed:\x1f,Features:\x1f,UserLong:\x1f,Timestamp:\x1f,Reason:")
+    assert argv[3] == (
+        "--Format=NodeHost:\x1f,Partition:\x1f,StateComplete:\x1f,CPUsState:\x1f,Memory:\x1f,"
+        "AllocMem:\x1f,Gres:\x1f,GresUsed:\x1f,Features:\x1f,UserLong:\x1f,Timestamp:\x1f,Reason:"
+    )
 
 
 def test_live_format_row():
-    p = parse(live_line() + "\n" + live_line(part="debug", reason="none", user="Unknown", ts="Unknown",
-                                             state="idle~", gres="(null)", used="(null)") + "\n")
+    p = parse(
+        live_line()
+        + "\n"
+        + live_line(
+            part="debug",
+            reason="none",
+            user="Unknown",
+            ts="Unknown",
+            state="idle~",
+            gres="(null)",
+            used="(null)",
+        )
+        + "\n"
+    )
     assert p.quarantine.height == 0
     df = p.tables["node_states"]
     r = one(df, partition="gpu")
@@ -282,8 +412,13 @@ def test_live_format_row():
     assert (r["reason"], r["reason_user"]) == ("bad GPU xid 79", "root")
     assert r["reason_time"] == datetime(2024, 4, 30, 8, 15, tzinfo=UTC)
     d = one(df, partition="debug")
-    assert (d["state"], d["state_flags"], d["reason"], d["reason_user"], d["reason_time"]) == \
-        ("IDLE", "POWERED_DOWN", None, None, None)
+    assert (d["state"], d["state_flags"], d["reason"], d["reason_user"], d["reason_time"]) == (
+        "IDLE",
+        "POWERED_DOWN",
+        None,
+        None,
+        None,
+    )
     assert (d["gpus_total"], d["gpus_used"]) == (0, 0)
 
 
@@ -293,20 +428,31 @@ def test_separator_inside_a_drain_reason_stays_in_the_reason():
 
 
 def test_reason_time_read_in_the_recorded_zone():
-    df = sinfo.parse(live_line(ts="2024-01-15T10:00:00").encode(), cluster="c", snapshot_time=T0,
-                     tz=ZoneInfo("Europe/Berlin")).tables["node_states"]
+    df = sinfo.parse(
+        live_line(ts="2024-01-15T10:00:00").encode(),
+        cluster="c",
+        snapshot_time=T0,
+        tz=ZoneInfo("Europe/Berlin"),
+    ).tables["node_states"]
     assert df["reason_time"].to_list() == [datetime(2024, 1, 15, 9, 0, tzinfo=UTC)]
 
 
 def test_mig_gres_is_not_counted_as_gpus():
-    df = parse(live_line(gres="gpu:1g.10gb:7,gpu:a100:1", used="gpu:1g.10gb:2(IDX:0-1),gpu:a100:0") + "\n"
-               ).tables["node_states"]
+    df = parse(
+        live_line(gres="gpu:1g.10gb:7,gpu:a100:1", used="gpu:1g.10gb:2(IDX:0-1),gpu:a100:0") + "\n"
+    ).tables["node_states"]
     assert (df["gpus_total"][0], df["gpus_used"][0], df["gpu_type"][0]) == (1, 0, "a100")
 
 
 def test_non_gpu_gres_ignored_and_short_lines_quarantined():
-    data = live_line(gres="gpu:v100:2(S:0-1),pfsdir:scratch:no_consume:0,mps:200") + "\n" + \
-        "gpu02" + US + "gpu\n" + "\n"
+    data = (
+        live_line(gres="gpu:v100:2(S:0-1),pfsdir:scratch:no_consume:0,mps:200")
+        + "\n"
+        + "gpu02"
+        + US
+        + "gpu\n"
+        + "\n"
+    )
     p = parse(data)
     assert p.tables["node_states"]["gpus_total"].to_list() == [2]
     assert p.quarantine["line_no"].to_list() == [2]
@@ -362,32 +508,57 @@ def test_cli_ingest_then_query(tmp_path):
     db = tmp_path / "s.duckdb"
     src = tmp_path / "node_detail.txt"
     src.write_bytes((FIX / S / "slurm-25.05/node_detail_gres.txt").read_bytes())
-    os.utime(src, (1_714_564_800, 1_714_564_800))  # 2024-05-01T12:00:00Z: the snapshot time of a recorded file
+    os.utime(
+        src, (1_714_564_800, 1_714_564_800)
+    )  # 2024-05-01T12:00:00Z: the snapshot time of a recorded file
     runner = CliRunner()
     res = runner.invoke(main, ["--db", str(db), "ingest", "sinfo", str(src), "--format", NODE_DETAIL_8])
     assert res.exit_code == 0, res.output
-    res = runner.invoke(main, ["--db", str(db), "query", "--format", "csv",
-                               "SELECT node, partition, gpus_total, gpus_used, snapshot_time FROM node_states "
-                               "WHERE node = 'a005' AND partition = 'gpu'"])
+    res = runner.invoke(
+        main,
+        [
+            "--db",
+            str(db),
+            "query",
+            "--format",
+            "csv",
+            "SELECT node, partition, gpus_total, gpus_used, snapshot_time FROM node_states "
+            "WHERE node = 'a005' AND partition = 'gpu'",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "a005,gpu,4,2,2024-05-01 12:00:00" in res.output
     again = runner.invoke(main, ["--db", str(db), "ingest", "sinfo", str(src), "--format", NODE_DETAIL_8])
     assert again.exit_code == 0
-    res = runner.invoke(main, ["--db", str(db), "query", "--format", "csv", "SELECT count(*) AS n FROM node_states"])
+    res = runner.invoke(
+        main, ["--db", str(db), "query", "--format", "csv", "SELECT count(*) AS n FROM node_states"]
+    )
     assert res.output.strip().splitlines()[-1] == "23"
 
 
 def test_cli_refuses_a_format_without_nodes(tmp_path):
-    res = CliRunner().invoke(main, ["--db", str(tmp_path / "s.duckdb"), "ingest", "sinfo",
-                                    str(FIX / V / "sinfo_cpus.txt"), "--format", "%C"])
+    res = CliRunner().invoke(
+        main,
+        [
+            "--db",
+            str(tmp_path / "s.duckdb"),
+            "ingest",
+            "sinfo",
+            str(FIX / V / "sinfo_cpus.txt"),
+            "--format",
+            "%C",
+        ],
+    )
     assert res.exit_code != 0
     assert "docs/collectors.md" in res.output
 
 
 # ------------------------------------------------------------------------------------- properties
 
-_ALPHABET = st.sampled_from(list("abcgpu01239*~#!%$@^-+:,()/| \t=\x1f\x1e\x1c²") + ["idle", "mixed", "drain",
-                                                                             "gpu:h100:8", "(null)", "\n"])
+_ALPHABET = st.sampled_from(
+    list("abcgpu01239*~#!%$@^-+:,()/| \t=\x1f\x1e\x1c²")
+    + ["idle", "mixed", "drain", "gpu:h100:8", "(null)", "\n"]
+)
 
 
 def _check_total(data: bytes, fmt: str | None) -> None:
@@ -410,8 +581,10 @@ def _check_total(data: bytes, fmt: str | None) -> None:
 _FORMATS = st.sampled_from([None, NODE_DETAIL_8, "Nodes: ,StateLong: ,Gres: ,GresUsed:", "%n,%T"])
 
 
-@given(st.one_of(st.binary(max_size=300), st.lists(_ALPHABET, max_size=80).map(lambda xs: "".join(xs).encode())),
-       _FORMATS)
+@given(
+    st.one_of(st.binary(max_size=300), st.lists(_ALPHABET, max_size=80).map(lambda xs: "".join(xs).encode())),
+    _FORMATS,
+)
 def test_never_raises_and_every_line_kept_or_quarantined(data, fmt):
     _check_total(data, fmt)
 
@@ -420,7 +593,13 @@ def test_live_line_with_empty_fields():
     p = parse(live_line(feat="", used="", reason="") + "\n")
     assert p.quarantine.height == 0
     r = p.tables["node_states"].row(0, named=True)
-    assert (r["features"], r["gres_used"], r["gpus_used"], r["reason"], r["gpus_total"]) == (None, None, 0, None, 8)
+    assert (r["features"], r["gres_used"], r["gpus_used"], r["reason"], r["gpus_total"]) == (
+        None,
+        None,
+        0,
+        None,
+        8,
+    )
 
 
 def test_a_line_of_separators_only_is_quarantined():
@@ -437,10 +616,18 @@ def test_real_slurm_22_05_sinfo(fixtures):
     assert df.height == 9  # cpu01 once, gpu01-04 in gpu* and debug
     r = one(df, node="gpu03", partition="gpu")
     # the workload drains gpu03 while a job runs: allocated+drain, 3 GPUs in use, its reason and root as user
-    assert (r["state"], r["state_flags"], r["state_raw"], r["gpus_used"]) == ("ALLOCATED", "DRAIN", "allocated+drain", 3)
+    assert (r["state"], r["state_flags"], r["state_raw"], r["gpus_used"]) == (
+        "ALLOCATED",
+        "DRAIN",
+        "allocated+drain",
+        3,
+    )
     assert (r["reason"], r["reason_user"]) == ("slurmbed: ECC errors on GPU 3", "root")
-    raw = next(line for line in (fixtures / "slurm-22.05/sinfo_mid.txt").read_text().splitlines()
-               if line.startswith(f"gpu03{US}gpu*"))
+    raw = next(
+        line
+        for line in (fixtures / "slurm-22.05/sinfo_mid.txt").read_text().splitlines()
+        if line.startswith(f"gpu03{US}gpu*")
+    )
     fields = raw.split(US)
     assert r["cpus_other"] == int(fields[3].split("/")[2])
     assert r["reason_time"] == datetime.fromisoformat(fields[10]).replace(tzinfo=UTC)
@@ -449,8 +636,12 @@ def test_real_slurm_22_05_sinfo(fixtures):
 
 
 def test_numbers_too_large_for_their_column_are_quarantined():
-    p = parse(live_line(cpus="99999999999/0/0/99999999999") + "\n" + live_line(node="g2", gres="gpu:h100:3000000000")
-              + "\n")
+    p = parse(
+        live_line(cpus="99999999999/0/0/99999999999")
+        + "\n"
+        + live_line(node="g2", gres="gpu:h100:3000000000")
+        + "\n"
+    )
     assert p.tables["node_states"].height == 0
     assert [r.split(":")[1].split()[0] for r in p.quarantine["reason"]] == ["cpus_alloc", "gpus_total"]
 

@@ -32,8 +32,10 @@ OSC_FIELDS = (
     "ExcNodes,CoreSpec,Nice,SchedNodes,SCT,WorkDir,tres-alloc,tres-per-node"
 )
 OSC_FORMAT = ",".join(f"{f}:\\x1f" for f in OSC_FIELDS.split(","))
-RIVOS = ('{"a": "%a", "id": %A, "end_time": "%e", "state": "%T", "p": "%P", "cpu": %C, "mem": "%m", '
-         '"array_id": "%K", "r":  "%R"}')
+RIVOS = (
+    '{"a": "%a", "id": %A, "end_time": "%e", "state": "%T", "p": "%P", "cpu": %C, "mem": "%m", '
+    '"array_id": "%K", "r":  "%R"}'
+)
 
 
 def parse(data: bytes | str, fmt: str | None = None, tz: ZoneInfo = UTCZ):
@@ -49,45 +51,111 @@ def job(df: pl.DataFrame, job_id: str) -> dict:
 
 
 CAPTURES = [
-    ("vpenso__prometheus-slurm-exporter/squeue.txt", "%A,%T", 42, {
-        "15451729": {"state": "RUNNING", "job_id_raw": 15451729},
-    }),
-    ("treydock__prometheus-slurm-exporter/squeue.txt", "%i|%T|%r|%P|%V", 17, {
-        "1888": {"state": "RUNNING", "submit_time": datetime(2020, 6, 4, 8, 46, 55, tzinfo=UTC)},
-    }),
-    (f"{S}/squeue_jobs.txt", SQUEUE_O, 9, {
-        "222": {"partition": "cpu,gpu", "state": "PENDING", "user": "carol", "account": "physics", "cpus": 2,
-                "nodes": 1, "gpus": 0},
-        "219": {"state": "SUSPENDED", "user": "dave"},
-    }),
+    (
+        "vpenso__prometheus-slurm-exporter/squeue.txt",
+        "%A,%T",
+        42,
+        {
+            "15451729": {"state": "RUNNING", "job_id_raw": 15451729},
+        },
+    ),
+    (
+        "treydock__prometheus-slurm-exporter/squeue.txt",
+        "%i|%T|%r|%P|%V",
+        17,
+        {
+            "1888": {"state": "RUNNING", "submit_time": datetime(2020, 6, 4, 8, 46, 55, tzinfo=UTC)},
+        },
+    ),
+    (
+        f"{S}/squeue_jobs.txt",
+        SQUEUE_O,
+        9,
+        {
+            "222": {
+                "partition": "cpu,gpu",
+                "state": "PENDING",
+                "user": "carol",
+                "account": "physics",
+                "cpus": 2,
+                "nodes": 1,
+                "gpus": 0,
+            },
+            "219": {"state": "SUSPENDED", "user": "dave"},
+        },
+    ),
     (f"{S}/slurm-24.11.7/squeue_jobs.txt", SQUEUE_O, 15, {"15": {"partition": "debug", "cpus": 4}}),
     (f"{S}/slurm-26.05.2/squeue_jobs.txt", SQUEUE_O, 14, {}),
-    (f"{S}/squeue_jobs_accounts_view.txt",
-     "JobID:20|,Account:20|,State:20|,NumNodes:20|,NumCPUs:20|,tres-alloc:", 13, {
-         "9722": {"account": "account_a", "nodes": 8, "cpus": 32, "gpus": 32},
-         "10501": {"gpus": 2},
-         "10243": {"gpus": 0},
-     }),
-    (f"{S}/squeue_jobs_users_view.txt",
-     "JobID:20|,UserName:20|,State:20|,NumNodes:20|,NumCPUs:20|,tres-alloc:", None, {
-         "10422": {"user": "carol", "state": "RUNNING", "cpus": 288, "gpus": 4},
-     }),
-    ("rug-cit-hpc__hb-jobinfo/squeue.txt", "%i|%E;%R;%C", 10, {
-        "7219441": {"dependency": "afterany:7219440(unfulfilled)", "reason": "Dependency", "cpus": 384},
-        "8322514_33": {"array_job_id": 8322514, "array_task_id": "33", "reason": None, "job_id_raw": None},
-        "8326038": {"reason": "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority "
-                              "partitions"},
-    }),
+    (
+        f"{S}/squeue_jobs_accounts_view.txt",
+        "JobID:20|,Account:20|,State:20|,NumNodes:20|,NumCPUs:20|,tres-alloc:",
+        13,
+        {
+            "9722": {"account": "account_a", "nodes": 8, "cpus": 32, "gpus": 32},
+            "10501": {"gpus": 2},
+            "10243": {"gpus": 0},
+        },
+    ),
+    (
+        f"{S}/squeue_jobs_users_view.txt",
+        "JobID:20|,UserName:20|,State:20|,NumNodes:20|,NumCPUs:20|,tres-alloc:",
+        None,
+        {
+            "10422": {"user": "carol", "state": "RUNNING", "cpus": 288, "gpus": 4},
+        },
+    ),
+    (
+        "rug-cit-hpc__hb-jobinfo/squeue.txt",
+        "%i|%E;%R;%C",
+        10,
+        {
+            "7219441": {"dependency": "afterany:7219440(unfulfilled)", "reason": "Dependency", "cpus": 384},
+            "8322514_33": {
+                "array_job_id": 8322514,
+                "array_task_id": "33",
+                "reason": None,
+                "job_id_raw": None,
+            },
+            "8326038": {
+                "reason": "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority "
+                "partitions"
+            },
+        },
+    ),
     ("rug-cit-hpc__slurm-jobinfo/squeue.txt", "%i|%E;%R", 3, {"18120717": {"reason": "JobHeldUser"}}),
-    ("OSC__ood_core/non_utf8_job_name.txt", OSC_FORMAT, 1, {
-        "29471683_9": {"job_id_raw": 123, "array_job_id": 29471683, "array_task_id": "9", "state": "COMPLETED",
-                       "name": "\ufffd non-utf8", "user": "annie.oakley", "cpus": 40, "timelimit_seconds": 1800,
-                       "gpus": 0, "submit_time": datetime(2024, 6, 26, 14, 1, 13, tzinfo=UTC)},
-    }),
-    ("OSC__ood_core/null_submit_time.txt", OSC_FORMAT, 4, {
-        "6787542": {"state": "RUNNING", "user": "crokosky", "timelimit_seconds": 3600, "partition": "quick"},
-        "6783828": {"state": "TIMEOUT", "reason": "TimeLimit"},
-    }),
+    (
+        "OSC__ood_core/non_utf8_job_name.txt",
+        OSC_FORMAT,
+        1,
+        {
+            "29471683_9": {
+                "job_id_raw": 123,
+                "array_job_id": 29471683,
+                "array_task_id": "9",
+                "state": "COMPLETED",
+                "name": "\ufffd non-utf8",
+                "user": "annie.oakley",
+                "cpus": 40,
+                "timelimit_seconds": 1800,
+                "gpus": 0,
+                "submit_time": datetime(2024, 6, 26, 14, 1, 13, tzinfo=UTC),
+            },
+        },
+    ),
+    (
+        "OSC__ood_core/null_submit_time.txt",
+        OSC_FORMAT,
+        4,
+        {
+            "6787542": {
+                "state": "RUNNING",
+                "user": "crokosky",
+                "timelimit_seconds": 3600,
+                "partition": "quick",
+            },
+            "6783828": {"state": "TIMEOUT", "reason": "TimeLimit"},
+        },
+    ),
 ]
 
 
@@ -107,10 +175,23 @@ def test_capture_parses_without_quarantine(path, fmt, rows, checks):
 
 
 def test_vpenso_states_as_counted_in_the_raw_text():
-    df = parse((FIX / "vpenso__prometheus-slurm-exporter/squeue.txt").read_bytes(), "%A,%T").tables["pending_jobs"]
+    df = parse((FIX / "vpenso__prometheus-slurm-exporter/squeue.txt").read_bytes(), "%A,%T").tables[
+        "pending_jobs"
+    ]
     counts = dict(df.group_by("state").len().iter_rows())
-    assert counts == {"RUNNING": 28, "PENDING": 4, "COMPLETING": 2, "CANCELLED": 1, "COMPLETED": 1,
-                      "CONFIGURING": 1, "FAILED": 1, "NODE_FAIL": 1, "PREEMPTED": 1, "SUSPENDED": 1, "TIMEOUT": 1}
+    assert counts == {
+        "RUNNING": 28,
+        "PENDING": 4,
+        "COMPLETING": 2,
+        "CANCELLED": 1,
+        "COMPLETED": 1,
+        "CONFIGURING": 1,
+        "FAILED": 1,
+        "NODE_FAIL": 1,
+        "PREEMPTED": 1,
+        "SUSPENDED": 1,
+        "TIMEOUT": 1,
+    }
 
 
 def test_osc_job_name_with_an_extra_separator_keeps_the_columns():
@@ -150,9 +231,27 @@ def test_formats_without_job_ids_are_declined(path, fmt):
 
 
 def live(**kw) -> str:
-    v = {"i": "42", "A": "42", "F": "42", "K": "N/A", "u": "alice", "a": "ml", "P": "gpu", "q": "normal",
-         "T": "PENDING", "Q": "1000", "V": "2024-05-01T10:00:00", "S": "N/A", "D": "2", "C": "32",
-         "b": "gres:gpu:4", "l": "1-00:00:00", "E": "(null)", "r": "Priority", "j": "train"}
+    v = {
+        "i": "42",
+        "A": "42",
+        "F": "42",
+        "K": "N/A",
+        "u": "alice",
+        "a": "ml",
+        "P": "gpu",
+        "q": "normal",
+        "T": "PENDING",
+        "Q": "1000",
+        "V": "2024-05-01T10:00:00",
+        "S": "N/A",
+        "D": "2",
+        "C": "32",
+        "b": "gres:gpu:4",
+        "l": "1-00:00:00",
+        "E": "(null)",
+        "r": "Priority",
+        "j": "train",
+    }
     v.update(kw)
     return US.join(v[c] for c in squeue.LIVE_LETTERS)
 
@@ -163,8 +262,28 @@ def test_live_command_line():
     argv = squeue.command(load_config(None))
     assert argv[:5] == ["squeue", "--all", "--array", "--noheader", "--states=all"]
     assert argv[5] == "--format=" + US.join(
-        ["%i", "%A", "%F", "%K", "%u", "%a", "%P", "%q", "%T", "%Q", "%V", "%S", "%D", "%C", "%b", "%l", "%E",
-         "%r", "%j"])
+        [
+            "%i",
+            "%A",
+            "%F",
+            "%K",
+            "%u",
+            "%a",
+            "%P",
+            "%q",
+            "%T",
+            "%Q",
+            "%V",
+            "%S",
+            "%D",
+            "%C",
+            "%b",
+            "%l",
+            "%E",
+            "%r",
+            "%j",
+        ]
+    )
 
 
 def test_live_pending_job_with_gpus_per_node():
@@ -189,15 +308,21 @@ def test_live_arrays_dependency_and_name_with_separator():
     assert (pending["array_job_id"], pending["array_task_id"], pending["job_id_raw"]) == (7, "[5-9%2]", 7)
     assert pending["name"] == f"a{US}b|c"
     task = job(df, "7_3")
-    assert (task["array_job_id"], task["array_task_id"], task["job_id_raw"], task["reason"]) == (7, "3", 11, None)
+    assert (task["array_job_id"], task["array_task_id"], task["job_id_raw"], task["reason"]) == (
+        7,
+        "3",
+        11,
+        None,
+    )
     assert task["start_time"] == datetime(2024, 5, 1, 11, tzinfo=UTC)
     dep = job(df, "8")
     assert (dep["dependency"], dep["reason"], dep["gpus"]) == ("afterok:7_3(unfulfilled)", "Dependency", 0)
 
 
 def test_compact_states_and_local_times():
-    df = parse("1 PD 2024-01-15T10:00:00\n2 CG 2024-01-15T10:00:00\n", "%i %t %V",
-               tz=ZoneInfo("Europe/Berlin")).tables["pending_jobs"]
+    df = parse(
+        "1 PD 2024-01-15T10:00:00\n2 CG 2024-01-15T10:00:00\n", "%i %t %V", tz=ZoneInfo("Europe/Berlin")
+    ).tables["pending_jobs"]
     assert df["state"].to_list() == ["PENDING", "COMPLETING"]
     assert df["submit_time"].to_list() == [datetime(2024, 1, 15, 9, tzinfo=UTC)] * 2
 
@@ -229,21 +354,44 @@ def test_real_slurm_22_05_squeue(fixtures):
 def test_cli_ingest_then_query(tmp_path):
     db = tmp_path / "q.duckdb"
     runner = CliRunner()
-    res = runner.invoke(main, ["--db", str(db), "ingest", "squeue", str(FIX / "rug-cit-hpc__hb-jobinfo/squeue.txt"),
-                               "--format", "%i|%E;%R;%C"])
+    res = runner.invoke(
+        main,
+        [
+            "--db",
+            str(db),
+            "ingest",
+            "squeue",
+            str(FIX / "rug-cit-hpc__hb-jobinfo/squeue.txt"),
+            "--format",
+            "%i|%E;%R;%C",
+        ],
+    )
     assert res.exit_code == 0, res.output
-    res = runner.invoke(main, ["--db", str(db), "query", "--format", "csv",
-                               "SELECT job_id, reason, cpus FROM pending_jobs WHERE dependency IS NOT NULL "
-                               "ORDER BY job_id"])
+    res = runner.invoke(
+        main,
+        [
+            "--db",
+            str(db),
+            "query",
+            "--format",
+            "csv",
+            "SELECT job_id, reason, cpus FROM pending_jobs WHERE dependency IS NOT NULL ORDER BY job_id",
+        ],
+    )
     assert res.exit_code == 0, res.output
-    assert res.output.strip().splitlines()[1:] == ["7219441,Dependency,384", "7635166,Dependency,256",
-                                                   "8094007,Dependency,256"]
+    assert res.output.strip().splitlines()[1:] == [
+        "7219441,Dependency,384",
+        "7635166,Dependency,256",
+        "8094007,Dependency,256",
+    ]
 
 
 # --------------------------------------------------------------------------------- properties
 
-_ALPHABET = st.sampled_from(list("0123456789_[]%-+|;, ()\x1f\x1c\nPDRCGabc:²") + ["PENDING", "N/A", "(null)",
-                                                                           "gres:gpu:2", "2024-05-01T10:00:00"])
+_ALPHABET = st.sampled_from(
+    list("0123456789_[]%-+|;, ()\x1f\x1c\nPDRCGabc:²")
+    + ["PENDING", "N/A", "(null)", "gres:gpu:2", "2024-05-01T10:00:00"]
+)
 
 
 def _check_total(data: bytes, fmt: str | None) -> None:
@@ -261,8 +409,10 @@ def _check_total(data: bytes, fmt: str | None) -> None:
         first = False
 
 
-@given(st.one_of(st.binary(max_size=300), st.lists(_ALPHABET, max_size=80).map(lambda xs: "".join(xs).encode())),
-       st.sampled_from([None, "%i|%E;%R;%C"]))
+@given(
+    st.one_of(st.binary(max_size=300), st.lists(_ALPHABET, max_size=80).map(lambda xs: "".join(xs).encode())),
+    st.sampled_from([None, "%i|%E;%R;%C"]),
+)
 def test_never_raises_and_every_line_kept_or_quarantined(data, fmt):
     _check_total(data, fmt)
 

@@ -36,32 +36,76 @@ def assoc(df: pl.DataFrame, account: str, user: str = "") -> dict:
 
 
 CAPTURES = [
-    (f"{S}/fairshare.txt", SCKYZO_FMT, 10, {
-        ("root", ""): {"depth": 0, "parent": None, "raw_shares": None, "raw_usage": 500000.0, "fairshare": None},
-        ("root", "user1"): {"depth": 1, "parent": "root", "raw_shares": 1, "norm_shares": 0.1, "fairshare": 1.0},
-        ("root", "ci-bot"): {"raw_shares": None, "raw_usage": 25000.0, "fairshare": 0.5},
-        ("account_a", ""): {"depth": 1, "parent": "root", "raw_shares": 1, "norm_usage": 0.2, "fairshare": 0.6},
-        ("account_a", "user3"): {"depth": 2, "parent": "account_a", "raw_shares": None, "norm_shares": 0.25},
-        ("account_b", ""): {"raw_shares": 1000, "fairshare": None},
-        ("account_c", "user5"): {"depth": 2, "parent": "account_c", "fairshare": 0.75},
-    }),
-    (f"{S}/slurm-24.11.7/fairshare.txt", SCKYZO_FMT, 2, {
-        ("user5", ""): {"depth": 0, "parent": None, "raw_usage": 0.0, "norm_usage": None},
-        ("user5", "user5"): {"depth": 1, "parent": "user5", "raw_shares": 1, "fairshare": 1.0},
-    }),
+    (
+        f"{S}/fairshare.txt",
+        SCKYZO_FMT,
+        10,
+        {
+            ("root", ""): {
+                "depth": 0,
+                "parent": None,
+                "raw_shares": None,
+                "raw_usage": 500000.0,
+                "fairshare": None,
+            },
+            ("root", "user1"): {
+                "depth": 1,
+                "parent": "root",
+                "raw_shares": 1,
+                "norm_shares": 0.1,
+                "fairshare": 1.0,
+            },
+            ("root", "ci-bot"): {"raw_shares": None, "raw_usage": 25000.0, "fairshare": 0.5},
+            ("account_a", ""): {
+                "depth": 1,
+                "parent": "root",
+                "raw_shares": 1,
+                "norm_usage": 0.2,
+                "fairshare": 0.6,
+            },
+            ("account_a", "user3"): {
+                "depth": 2,
+                "parent": "account_a",
+                "raw_shares": None,
+                "norm_shares": 0.25,
+            },
+            ("account_b", ""): {"raw_shares": 1000, "fairshare": None},
+            ("account_c", "user5"): {"depth": 2, "parent": "account_c", "fairshare": 0.75},
+        },
+    ),
+    (
+        f"{S}/slurm-24.11.7/fairshare.txt",
+        SCKYZO_FMT,
+        2,
+        {
+            ("user5", ""): {"depth": 0, "parent": None, "raw_usage": 0.0, "norm_usage": None},
+            ("user5", "user5"): {"depth": 1, "parent": "user5", "raw_shares": 1, "fairshare": 1.0},
+        },
+    ),
     (f"{S}/slurm-26.05.2/fairshare.txt", SCKYZO_FMT, 2, {("user6", "user6"): {"norm_shares": 1.0}}),
     # the test bed's account tree (tests/fixtures/slurm-22.05/README.md); usage figures vary per recording
-    ("slurm-22.05/sshare_final.txt", None, 12, {
-        ("root", ""): {"depth": 0, "parent": None, "raw_shares": None, "effectv_usage": 1.0, "level_fs": None},
-        ("root", "root"): {"depth": 1, "parent": "root", "raw_shares": 1, "level_fs": math.inf},
-        ("research", ""): {"depth": 1, "parent": "root", "raw_shares": 60},
-        ("pretraining", ""): {"depth": 2, "parent": "research", "raw_shares": 40},
-        ("pretraining", "sbbob"): {"depth": 3, "parent": "pretraining", "raw_shares": 1},
-        ("vision", ""): {"depth": 2, "parent": "research", "raw_shares": 20},
-        ("vision", "sbbob"): {"depth": 3, "parent": "vision"},
-        ("infra", ""): {"depth": 1, "parent": "root", "raw_shares": 25},
-        ("students", ""): {"depth": 1, "parent": "root", "raw_shares": 15, "grp_tres_mins": None},
-    }),
+    (
+        "slurm-22.05/sshare_final.txt",
+        None,
+        12,
+        {
+            ("root", ""): {
+                "depth": 0,
+                "parent": None,
+                "raw_shares": None,
+                "effectv_usage": 1.0,
+                "level_fs": None,
+            },
+            ("root", "root"): {"depth": 1, "parent": "root", "raw_shares": 1, "level_fs": math.inf},
+            ("research", ""): {"depth": 1, "parent": "root", "raw_shares": 60},
+            ("pretraining", ""): {"depth": 2, "parent": "research", "raw_shares": 40},
+            ("pretraining", "sbbob"): {"depth": 3, "parent": "pretraining", "raw_shares": 1},
+            ("vision", ""): {"depth": 2, "parent": "research", "raw_shares": 20},
+            ("vision", "sbbob"): {"depth": 3, "parent": "vision"},
+            ("infra", ""): {"depth": 1, "parent": "root", "raw_shares": 25},
+            ("students", ""): {"depth": 1, "parent": "root", "raw_shares": 15, "grp_tres_mins": None},
+        },
+    ),
 ]
 
 
@@ -119,20 +163,36 @@ def test_bad_lines_are_quarantined():
 def test_cli_ingest_then_query(tmp_path):
     db = tmp_path / "s.duckdb"
     runner = CliRunner()
-    res = runner.invoke(main, ["--db", str(db), "ingest", "sshare", str(FIX / S / "fairshare.txt"),
-                               "--format", SCKYZO_FMT])
+    res = runner.invoke(
+        main, ["--db", str(db), "ingest", "sshare", str(FIX / S / "fairshare.txt"), "--format", SCKYZO_FMT]
+    )
     assert res.exit_code == 0, res.output
-    res = runner.invoke(main, ["--db", str(db), "query", "--format", "csv",
-                               "SELECT account, \"user\", parent, depth FROM shares WHERE raw_shares IS NULL "
-                               "ORDER BY account, \"user\""])
+    res = runner.invoke(
+        main,
+        [
+            "--db",
+            str(db),
+            "query",
+            "--format",
+            "csv",
+            'SELECT account, "user", parent, depth FROM shares WHERE raw_shares IS NULL '
+            'ORDER BY account, "user"',
+        ],
+    )
     assert res.exit_code == 0, res.output
-    assert res.output.strip().splitlines()[1:] == ["account_a,user3,account_a,2", "root,,,0", "root,ci-bot,root,1"]
+    assert res.output.strip().splitlines()[1:] == [
+        "account_a,user3,account_a,2",
+        "root,,,0",
+        "root,ci-bot,root,1",
+    ]
 
 
 _ALPHABET = st.sampled_from(list(" |\n0123456789.-abc") + ["Account|User|RawShares", "parent", "inf", "root"])
 
 
-@given(st.one_of(st.binary(max_size=300), st.lists(_ALPHABET, max_size=60).map(lambda xs: "".join(xs).encode())))
+@given(
+    st.one_of(st.binary(max_size=300), st.lists(_ALPHABET, max_size=60).map(lambda xs: "".join(xs).encode()))
+)
 def test_never_raises_and_every_line_kept_or_quarantined(data):
     _check_total(data)
 

@@ -73,8 +73,18 @@ class Bed:
     def collect(self, kind: str = "all") -> CollectRun:
         """`slurmscope collect <kind> --once` as a user runs it (a separate process, the real CLI)."""
         at = datetime.now(UTC)
-        argv = [sys.executable, "-c", "from slurmscope.cli import main; main()", "--config", str(self.config),
-                "--db", str(self.db), "collect", kind, "--once"]
+        argv = [
+            sys.executable,
+            "-c",
+            "from slurmscope.cli import main; main()",
+            "--config",
+            str(self.config),
+            "--db",
+            str(self.db),
+            "collect",
+            kind,
+            "--once",
+        ]
         r = subprocess.run(argv, env=self.env(), capture_output=True, text=True, timeout=300, check=False)
         run = CollectRun(r.returncode, r.stderr, at)
         self.collects.append(run)
@@ -89,7 +99,9 @@ class Bed:
             con.close()
 
     def slurm(self, *argv: str) -> str:
-        r = subprocess.run(list(argv), env=self.env(), capture_output=True, text=True, timeout=60, check=False)
+        r = subprocess.run(
+            list(argv), env=self.env(), capture_output=True, text=True, timeout=60, check=False
+        )
         if r.returncode != 0:
             raise RuntimeError(f"{argv}: exit {r.returncode}: {r.stderr.strip()}")
         return r.stdout
@@ -176,8 +188,9 @@ class Fault:
 
 
 def _watermark(bed: Bed) -> datetime | None:
-    rows = bed.query("SELECT position FROM watermarks WHERE cluster = ? AND collector = 'sacct'",
-                     [bed.cluster.CLUSTER])
+    rows = bed.query(
+        "SELECT position FROM watermarks WHERE cluster = ? AND collector = 'sacct'", [bed.cluster.CLUSTER]
+    )
     return rows[0][0] if rows else None
 
 
@@ -188,9 +201,23 @@ def fault(slurmbed: Bed, live: Live) -> Fault:
     last_run = bed.query("SELECT coalesce(max(run_id), 0) FROM collector_runs")[0][0]
     bed.cluster.stop_one("slurmdbd")
     # A job that starts and ends while accounting is down: slurmctld keeps its records until slurmdbd is back.
-    out = bed.slurm("runuser", "-u", "sbdave", "--", "sbatch", "--parsable", "--partition=cpu", "-c", "1",
-                    "-t", "1", "--job-name=during-outage", f"--chdir={bed.cluster.P['work'] / 'sbdave'}",
-                    "--wrap", "sleep 2")
+    out = bed.slurm(
+        "runuser",
+        "-u",
+        "sbdave",
+        "--",
+        "sbatch",
+        "--parsable",
+        "--partition=cpu",
+        "-c",
+        "1",
+        "-t",
+        "1",
+        "--job-name=during-outage",
+        f"--chdir={bed.cluster.P['work'] / 'sbdave'}",
+        "--wrap",
+        "sleep 2",
+    )
     job_id = out.strip().split(";")[0]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -199,15 +226,21 @@ def fault(slurmbed: Bed, live: Live) -> Fault:
             break
         time.sleep(0.5)
     failed = bed.collect()
-    errors = bed.query("SELECT collector, status, error FROM collector_runs WHERE run_id > ? AND status <> 'ok'",
-                       [last_run])
+    errors = bed.query(
+        "SELECT collector, status, error FROM collector_runs WHERE run_id > ? AND status <> 'ok'", [last_run]
+    )
     after_failure = _watermark(bed)
     bed.cluster.start_slurmdbd()
     # slurmctld reconnects and sends what it kept; wait until accounting knows the job.
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
-        r = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], env=bed.env(),
-                           capture_output=True, text=True, check=False)
+        r = subprocess.run(
+            ["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"],
+            env=bed.env(),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if r.returncode == 0 and r.stdout.strip() == "COMPLETED":
             break
         time.sleep(1)
@@ -243,8 +276,16 @@ def fairshare(slurmbed: Bed, fault: Fault) -> FairShare:
     """sshare after every job ended and one full PriorityCalcPeriod passed, with the matching sacct."""
     bed = slurmbed
     fmt = "JobIDRaw,Account,User,State,AllocTRES,ElapsedRaw,Start,End"
-    sacct = bed.slurm("sacct", "--allusers", "--duplicates", "-X", "--parsable2", "--noconvert",
-                      "--starttime=2020-01-01T00:00:00", f"--format={fmt}")
+    sacct = bed.slurm(
+        "sacct",
+        "--allusers",
+        "--duplicates",
+        "-X",
+        "--parsable2",
+        "--noconvert",
+        "--starttime=2020-01-01T00:00:00",
+        f"--format={fmt}",
+    )
     ends = []
     for line in sacct.splitlines()[1:]:
         end = line.split("|")[7]
@@ -254,7 +295,9 @@ def fairshare(slurmbed: Bed, fault: Fault) -> FairShare:
     # Wait for the first fair-share calculation after the last job ended: DebugFlags=Priority makes
     # slurmctld log `_ft_debug` lines at each one (daemons run with TZ=UTC). A full period is the bound.
     deadline = last_end + CALC_PERIOD_SECONDS + 10
-    while time.time() < deadline and not _calc_ran_after(bed.cluster.P["log"] / "slurmctld.log", last_end + 1):
+    while time.time() < deadline and not _calc_ran_after(
+        bed.cluster.P["log"] / "slurmctld.log", last_end + 1
+    ):
         time.sleep(1)
     sshare = bed.slurm("sshare", "-a", "-l", "-P")
     captured = time.time()
@@ -264,5 +307,7 @@ def fairshare(slurmbed: Bed, fault: Fault) -> FairShare:
     # The same moment in the live collector's sacct format, so the pair can be ingested as a fixture.
     argv = bed.capture.sacct_argv(datetime.fromtimestamp(last_end - 86400, UTC), datetime.now(UTC))
     (bed.captures / "sacct_fairshare.txt").write_bytes(bed.slurm(*argv).encode())
-    (bed.captures / "sacct_fairshare.argv").write_text("\n".join(a.replace("\x1f", "\\x1f") for a in argv) + "\n")
+    (bed.captures / "sacct_fairshare.argv").write_text(
+        "\n".join(a.replace("\x1f", "\\x1f") for a in argv) + "\n"
+    )
     return FairShare(sshare, sacct, captured, last_end)

@@ -27,10 +27,16 @@ def _settled(shares: pl.DataFrame) -> bool:
     """True once a PriorityCalcPeriod has run since the last usage change: sshare's own EffectvUsage equals
     its RawUsage over the parent's (RawUsage is printed truncated: allow 2 units over the parent's)."""
     parents = shares.filter(pl.col("user") == "").select(
-        pl.col("account").alias("parent"), pl.col("raw_usage").alias("parent_raw"))
-    rows = shares.filter(pl.col("account") != "root").with_columns(
-        parent=pl.when(pl.col("user") != "").then(pl.col("account")).otherwise(pl.col("parent"))
-    ).join(parents, on="parent").filter(pl.col("parent_raw") > 0)
+        pl.col("account").alias("parent"), pl.col("raw_usage").alias("parent_raw")
+    )
+    rows = (
+        shares.filter(pl.col("account") != "root")
+        .with_columns(
+            parent=pl.when(pl.col("user") != "").then(pl.col("account")).otherwise(pl.col("parent"))
+        )
+        .join(parents, on="parent")
+        .filter(pl.col("parent_raw") > 0)
+    )
     off = (pl.col("effectv_usage") - pl.col("raw_usage") / pl.col("parent_raw")).abs()
     return rows.filter(off > 2.0 / pl.col("parent_raw") + 1e-4).height == 0
 
@@ -44,31 +50,61 @@ def test_sshare_raw_and_effective_usage_and_fair_tree_factor(slurmbed, fairshare
     deadline = time.monotonic() + 150
     while True:
         at = datetime.now(UTC)
-        shares = sshare_collector.parse(bed.slurm("sshare", "-a", "-l", "-P").encode(), cluster=cluster,
-                                        snapshot_time=at, tz=utc)
+        shares = sshare_collector.parse(
+            bed.slurm("sshare", "-a", "-l", "-P").encode(), cluster=cluster, snapshot_time=at, tz=utc
+        )
         if _settled(shares.tables["shares"]) or time.monotonic() > deadline:
             break
         time.sleep(5)
     assert shares.quarantine.height == 0
-    config = config_collector.parse(bed.slurm("scontrol", "show", "config").encode(), cluster=cluster,
-                                    snapshot_time=at, tz=utc)
+    config = config_collector.parse(
+        bed.slurm("scontrol", "show", "config").encode(), cluster=cluster, snapshot_time=at, tz=utc
+    )
     # Every job had ended before `at` (the fixture waited for that), so this collect adds no usage after
     # the reference; it only completes records accounting had not finished receiving.
     recollect = bed.collect("sacct")
     assert recollect.returncode == 0, recollect.stderr
-    cols = ["cluster", "account", "user", "submit_time", "start_time", "end_time", "billing", "cpus", "gpus",
-            "state"]
-    rows = bed.query(f"SELECT {', '.join(chr(34) + c + chr(34) for c in cols)} FROM jobs WHERE cluster = ?",
-                     [cluster])
+    cols = [
+        "cluster",
+        "account",
+        "user",
+        "submit_time",
+        "start_time",
+        "end_time",
+        "billing",
+        "cpus",
+        "gpus",
+        "state",
+    ]
+    rows = bed.query(
+        f"SELECT {', '.join(chr(34) + c + chr(34) for c in cols)} FROM jobs WHERE cluster = ?", [cluster]
+    )
     jobs = pl.DataFrame(rows, schema=fs._frames({})["jobs"].collect_schema(), orient="row").lazy()
-    frames = {"jobs": jobs, "shares": shares.tables["shares"].lazy(),
-              "slurm_config": config.tables["slurm_config"].lazy()}
+    frames = {
+        "jobs": jobs,
+        "shares": shares.tables["shares"].lazy(),
+        "slurm_config": config.tables["slurm_config"].lazy(),
+    }
     mart = fs.compute(frames, {"now": at, "tz": "UTC", "config": {}})["mart_fairshare"]
     agree = fs.sshare_agreement(mart).collect()
     assert agree.height == shares.tables["shares"].height
-    assert agree.filter(pl.col("sshare_raw_usage") > 0).height >= 5, "the workload charged several associations"
+    assert agree.filter(pl.col("sshare_raw_usage") > 0).height >= 5, (
+        "the workload charged several associations"
+    )
     bad = agree.filter(~(pl.col("raw_ok") & pl.col("effectv_ok") & pl.col("fairshare_ok")))
     with pl.Config(tbl_rows=50, tbl_cols=20, tbl_width_chars=250):
-        assert bad.height == 0, str(agree.select(
-            "account", "user", "raw_usage", "sshare_raw_usage", "effectv_usage", "sshare_effectv_usage",
-            "fairshare", "sshare_fairshare", "raw_ok", "effectv_ok", "fairshare_ok"))
+        assert bad.height == 0, str(
+            agree.select(
+                "account",
+                "user",
+                "raw_usage",
+                "sshare_raw_usage",
+                "effectv_usage",
+                "sshare_effectv_usage",
+                "fairshare",
+                "sshare_fairshare",
+                "raw_ok",
+                "effectv_ok",
+                "fairshare_ok",
+            )
+        )

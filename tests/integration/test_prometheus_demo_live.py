@@ -61,11 +61,11 @@ pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 # value at every instant, and t - 1h and t - 6h are instants too (exact increases). Every instant costs ~70
 # DuckDB queries, so the fine part is kept to what the alerts need: the 15m event windows and the longest
 # `for:` (1h).
-SEED = 4   # see the module docstring: the shared demo's seed 7 ends with no fault open
+SEED = 4  # see the module docstring: the shared demo's seed 7 ends with no fault open
 COARSE_STEP = timedelta(minutes=30)
 FINE = timedelta(hours=3)
 STEP = timedelta(minutes=5)
-LAG = timedelta(seconds=30)           # the history's last instant lands this long before Prometheus starts
+LAG = timedelta(seconds=30)  # the history's last instant lands this long before Prometheus starts
 FAILED_STATES = {"FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL"}
 
 # Alerts the 3-day demo cannot raise at all, each with why; test_impossible_alerts_have_no_cause checks the
@@ -74,41 +74,61 @@ IMPOSSIBLE_IN_DEMO = {
     "GpuEccUncorrectable": "the simulator's NVML telemetry writes ecc_uncorrected_total = 0 for every minute",
     "GpuRowRemapFailed": "the simulator's NVML telemetry never sets remapped_failed",
     "GpuCountMismatch": "the simulated inventory lists every GPU of a telemetry node (a GPU that falls off the bus "
-                        "is not removed from it)",
+    "is not removed from it)",
     "SlurmControllerUnreachable": "the simulator writes no `scontrol ping` snapshots (controller_pings is empty)",
     "SlurmCostBurnAboveBudget": "the demo runs the pipelines once, at the end: mart_usage_counters has one "
-                                "updated_at, so the cost counters have a single value and no rate",
+    "updated_at, so the cost counters have a single value and no rate",
     "SlurmscopeCollectorStale": "the demo's ingest runs are recorded at wall-clock time, after the simulated "
-                                "period: no collector run is at or before the rendered instant",
+    "period: no collector run is at or before the rendered instant",
     "SlurmscopeCollectorFailing": "as SlurmscopeCollectorStale: no collector run inside the simulated period",
 }
 
 
 # ---------------------------------------------------------------------------------------------- fixture
 
+
 @dataclass
 class DemoProm:
     port: int
-    end: datetime                  # end of the simulated period (simulated time)
-    shift: timedelta               # simulated time + shift = Prometheus time
-    instants: list[datetime]       # the exported instants (simulated time)
+    end: datetime  # end of the simulated period (simulated time)
+    shift: timedelta  # simulated time + shift = Prometheus time
+    instants: list[datetime]  # the exported instants (simulated time)
     events: list[dict]
-    con: object                    # read-only DuckDB connection to the demo database
+    con: object  # read-only DuckDB connection to the demo database
     cluster: str
     tele_nodes: set[str]
     sinfo_times: list[datetime]
-    telemetry_days: float          # the simulator writes NVML telemetry (and kmsg XIDs) for the last N days
+    telemetry_days: float  # the simulator writes NVML telemetry (and kmsg XIDs) for the last N days
 
 
-def _record_blocks(promtool: str, tmp: Path, port: int, group: list[dict], t0: int, t1: int, name: str) -> None:
+def _record_blocks(
+    promtool: str, tmp: Path, port: int, group: list[dict], t0: int, t1: int, name: str
+) -> None:
     """Backfill recording rules over [t0, t1] from the running Prometheus into tmp/name, every 5 minutes:
     promtool evaluates on its own grid, and 5 minutes (the lookback) is what lets every sample be seen."""
     path = tmp / f"{name}.rules.yaml"
-    path.write_text(yaml.safe_dump({"groups": [{"name": name, "interval": "5m", "rules": group}]}, sort_keys=False,
-                                   width=10_000))
-    res = subprocess.run([promtool, "tsdb", "create-blocks-from", "rules", f"--start={t0}", f"--end={t1}",
-                          f"--url=http://127.0.0.1:{port}", f"--output-dir={tmp / name}", "--quiet", str(path)],
-                         capture_output=True, text=True, timeout=300)
+    path.write_text(
+        yaml.safe_dump(
+            {"groups": [{"name": name, "interval": "5m", "rules": group}]}, sort_keys=False, width=10_000
+        )
+    )
+    res = subprocess.run(
+        [
+            promtool,
+            "tsdb",
+            "create-blocks-from",
+            "rules",
+            f"--start={t0}",
+            f"--end={t1}",
+            f"--url=http://127.0.0.1:{port}",
+            f"--output-dir={tmp / name}",
+            "--quiet",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -125,8 +145,17 @@ def demo_run_faulty(tmp_path_factory) -> DemoRun:
     """`slurmscope demo --gpus 64 --days 3 --seed SEED --no-serve`, the shared demo's size with another seed."""
     base = tmp_path_factory.mktemp("demo_faulty")
     cfg = load_config(None, env={}).with_overrides(cluster={"name": "simcluster"})
-    result = run_demo(cfg, str(base / "demo.duckdb"), gpus=DEMO_GPUS, days=DEMO_DAYS, seed=SEED, port=0,
-                      out_dir=base / "out", serve=False, progress=Progress(stream=io.StringIO()))
+    result = run_demo(
+        cfg,
+        str(base / "demo.duckdb"),
+        gpus=DEMO_GPUS,
+        days=DEMO_DAYS,
+        seed=SEED,
+        port=0,
+        out_dir=base / "out",
+        serve=False,
+        progress=Progress(stream=io.StringIO()),
+    )
     return DemoRun(out_dir=base / "out", db_path=base / "demo.duckdb", result=result)
 
 
@@ -166,8 +195,10 @@ def demo_prom(demo_run_faulty, tmp_path_factory):
         # so that panels reading them have the whole simulated period, not just the minutes since start.
         recording = rules["groups"][0]["rules"]
         names = [r["record"] for r in recording]
-        passes = [[r for r in recording if not any(n in r["expr"] for n in names)],
-                  [r for r in recording if any(n in r["expr"] for n in names)]]
+        passes = [
+            [r for r in recording if not any(n in r["expr"] for n in names)],
+            [r for r in recording if any(n in r["expr"] for n in names)],
+        ]
         t0, t1 = int((instants[0] + shift).timestamp()), int(last.timestamp()) + 1
         for i, group in enumerate(passes):
             proc = _start(prom, tmp, port, {"global": {"scrape_interval": "5s"}})
@@ -175,24 +206,38 @@ def demo_prom(demo_run_faulty, tmp_path_factory):
                 if group:
                     _record_blocks(promtool, tmp, port, group, t0, t1, f"pass{i}")
                 if i == len(passes) - 1:
-                    for_state = _for_state(port, (last - FINE).timestamp(), last.timestamp(), STEP.total_seconds())
+                    for_state = _for_state(
+                        port, (last - FINE).timestamp(), last.timestamp(), STEP.total_seconds()
+                    )
             finally:
                 _stop(proc)
             _move_blocks(tmp / f"pass{i}", tmp / "data")
         (tmp / "for_state.om").write_text(for_state)
         _blocks(promtool, tmp / "for_state.om", tmp / "data")
         for g in rules["groups"]:
-            g["interval"] = "5s"   # instead of 1m, so the test does not wait minutes for an evaluation
+            g["interval"] = "5s"  # instead of 1m, so the test does not wait minutes for an evaluation
         (tmp / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False, width=10_000))
         server = serve_metrics("127.0.0.1", 0, lambda: body)
         agent_port, agent_stop, agent = _start_agent(tmp)
         proc = _start_scraping(prom, tmp, port, "demo", server.server_address[1], agent_port)
         try:
-            sinfo = sorted(datetime.fromtimestamp(int(p.stem), UTC)
-                           for p in (demo_run.sim_dir / "snapshots" / "sinfo").glob("*.txt"))
+            sinfo = sorted(
+                datetime.fromtimestamp(int(p.stem), UTC)
+                for p in (demo_run.sim_dir / "snapshots" / "sinfo").glob("*.txt")
+            )
             tele = {p.name for p in (demo_run.sim_dir / "spool").iterdir() if p.is_dir()}
-            yield DemoProm(port, end, shift, instants, demo_run.events(), con, cluster, tele, sinfo,
-                           float(summary["config"]["telemetry_days"]))
+            yield DemoProm(
+                port,
+                end,
+                shift,
+                instants,
+                demo_run.events(),
+                con,
+                cluster,
+                tele,
+                sinfo,
+                float(summary["config"]["telemetry_days"]),
+            )
         finally:
             _stop(proc)
     finally:
@@ -205,6 +250,7 @@ def demo_prom(demo_run_faulty, tmp_path_factory):
 
 
 # ------------------------------------------------------------------------- expectations, independently
+
 
 def _t(text: str) -> datetime:
     return datetime.fromisoformat(text).replace(tzinfo=UTC)
@@ -222,21 +268,35 @@ def _decide(value: float, threshold: float, rel: float = 0.15) -> bool | None:
 
 @dataclass
 class Expected:
-    on: dict[tuple[str, tuple], datetime | None]      # (alertname, key labels) -> since when it holds (sim time)
-    either: dict[tuple[str, tuple], str]               # borderline: accepted active or not, with why
+    on: dict[tuple[str, tuple], datetime | None]  # (alertname, key labels) -> since when it holds (sim time)
+    either: dict[tuple[str, tuple], str]  # borderline: accepted active or not, with why
 
 
 KEY_LABELS = {
-    "SlurmNodeDown": ("node",), "SlurmNodeDrainedTooLong": ("node",), "SlurmNodeFlapping": ("node",),
-    "GpuXidCritical": ("node", "xid"), "GpuFallenOffBus": ("node",), "GpuThrottlingSustained": ("node", "gpu"),
-    "SlurmJobFailureRateHigh": ("partition",), "SlurmRequeueSpike": ("partition",),
-    "SlurmNodeFaultJobKills": ("partition",), "SlurmWaitTimeP90Drift": ("partition",),
-    "SlurmFairShareStarvation": ("account",), "SlurmBackfillStalled": (), "GpuUtilizationDrift": (),
-    "GpuFleetDrift": ("entity", "signal"), "NodeErrorRateDrift": ("node", "signal"),
-    "SlurmTrendDrift": ("entity_type", "entity", "signal"), "SlurmscopeMetricsStale": (),
-    "GpuEccUncorrectable": ("node", "gpu"), "GpuRowRemapFailed": ("node", "gpu"), "GpuCountMismatch": ("node",),
-    "SlurmControllerUnreachable": (), "SlurmCostBurnAboveBudget": ("account",),
-    "SlurmscopeCollectorStale": ("collector",), "SlurmscopeCollectorFailing": ("collector",),
+    "SlurmNodeDown": ("node",),
+    "SlurmNodeDrainedTooLong": ("node",),
+    "SlurmNodeFlapping": ("node",),
+    "GpuXidCritical": ("node", "xid"),
+    "GpuFallenOffBus": ("node",),
+    "GpuThrottlingSustained": ("node", "gpu"),
+    "SlurmJobFailureRateHigh": ("partition",),
+    "SlurmRequeueSpike": ("partition",),
+    "SlurmNodeFaultJobKills": ("partition",),
+    "SlurmWaitTimeP90Drift": ("partition",),
+    "SlurmFairShareStarvation": ("account",),
+    "SlurmBackfillStalled": (),
+    "GpuUtilizationDrift": (),
+    "GpuFleetDrift": ("entity", "signal"),
+    "NodeErrorRateDrift": ("node", "signal"),
+    "SlurmTrendDrift": ("entity_type", "entity", "signal"),
+    "SlurmscopeMetricsStale": (),
+    "GpuEccUncorrectable": ("node", "gpu"),
+    "GpuRowRemapFailed": ("node", "gpu"),
+    "GpuCountMismatch": ("node",),
+    "SlurmControllerUnreachable": (),
+    "SlurmCostBurnAboveBudget": ("account",),
+    "SlurmscopeCollectorStale": ("collector",),
+    "SlurmscopeCollectorFailing": ("collector",),
 }
 
 
@@ -266,7 +326,7 @@ def expected_at_end(d: DemoProm, now: datetime) -> Expected:
         if e["type"] == "node_down":
             state[e["node"]] = ("down", t)
             node_events.setdefault(e["node"], []).append(t)
-        elif e["type"] == "drained":   # the time sacctmgr's DRAIN event starts
+        elif e["type"] == "drained":  # the time sacctmgr's DRAIN event starts
             state[e["node"]] = ("drain", t)
             node_events.setdefault(e["node"], []).append(t)
         elif e["type"] == "drain" and e["node"] not in state:
@@ -304,7 +364,9 @@ def expected_at_end(d: DemoProm, now: datetime) -> Expected:
     tw = _dur(th.THROTTLE_WINDOW)
     rows = d.con.execute(
         "SELECT node, CAST(gpu_index AS VARCHAR), avg(least(coalesce(throttle_seconds, 0) / 60.0, 1.0))"
-        " FROM gpu_samples WHERE minute > ? AND minute <= ? GROUP BY ALL", [now - tw, end]).fetchall()
+        " FROM gpu_samples WHERE minute > ? AND minute <= ? GROUP BY ALL",
+        [now - tw, end],
+    ).fetchall()
     for node, gpu, share in rows:
         verdict = _decide(share, th.THROTTLE_RATIO)
         if verdict:
@@ -348,48 +410,66 @@ def expected_at_end(d: DemoProm, now: datetime) -> Expected:
             either[("SlurmRequeueSpike", (p,))] = f"{n} requeues in the last hour"
 
     # Fair-share starvation, from the raw squeue and sshare snapshots at the end.
-    pend = dict(d.con.execute(
-        "SELECT account, min(submit_time) FROM pending_jobs WHERE cluster = ? AND state = 'PENDING' AND"
-        " snapshot_time = (SELECT max(snapshot_time) FROM pending_jobs WHERE cluster = ? AND snapshot_time <= ?)"
-        " GROUP BY ALL", [d.cluster, d.cluster, end]).fetchall())
-    shares = {a: (s, u) for a, s, u in d.con.execute(
-        "SELECT account, norm_shares, effectv_usage FROM shares WHERE cluster = ? AND \"user\" = '' AND"
-        " snapshot_time = (SELECT max(snapshot_time) FROM shares WHERE cluster = ? AND snapshot_time <= ?)",
-        [d.cluster, d.cluster, end]).fetchall()}
+    pend = dict(
+        d.con.execute(
+            "SELECT account, min(submit_time) FROM pending_jobs WHERE cluster = ? AND state = 'PENDING' AND"
+            " snapshot_time = (SELECT max(snapshot_time) FROM pending_jobs WHERE cluster = ? AND snapshot_time <= ?)"
+            " GROUP BY ALL",
+            [d.cluster, d.cluster, end],
+        ).fetchall()
+    )
+    shares = {
+        a: (s, u)
+        for a, s, u in d.con.execute(
+            "SELECT account, norm_shares, effectv_usage FROM shares WHERE cluster = ? AND \"user\" = '' AND"
+            " snapshot_time = (SELECT max(snapshot_time) FROM shares WHERE cluster = ? AND snapshot_time <= ?)",
+            [d.cluster, d.cluster, end],
+        ).fetchall()
+    }
     for account, submit in pend.items():
         s, u = shares.get(account, (None, None))
         if s is None or u is None:
             continue
-        if (now - submit).total_seconds() > th.STARVATION_PENDING_SECONDS and u < th.STARVATION_USAGE_OVER_SHARES * s:
+        if (
+            now - submit
+        ).total_seconds() > th.STARVATION_PENDING_SECONDS and u < th.STARVATION_USAGE_OVER_SHARES * s:
             # Since when: the oldest job passed 12 h pending, if the account stayed under half its share
             # in every sshare snapshot from then on (else unknown).
             crossed = submit + timedelta(seconds=th.STARVATION_PENDING_SECONDS)
             over = d.con.execute(
                 "SELECT count(*) FROM shares WHERE cluster = ? AND account = ? AND \"user\" = '' AND snapshot_time"
                 " BETWEEN ? AND ? AND NOT (effectv_usage < ? * norm_shares)",
-                [d.cluster, account, crossed, end, th.STARVATION_USAGE_OVER_SHARES]).fetchone()[0]
+                [d.cluster, account, crossed, end, th.STARVATION_USAGE_OVER_SHARES],
+            ).fetchone()[0]
             on[("SlurmFairShareStarvation", (account,))] = crossed if over == 0 else None
 
     # Backfill: the last cycle time in the latest sdiag, while jobs are pending.
     row = d.con.execute(
         "SELECT bf_last_cycle_when, jobs_pending FROM sched_stats WHERE cluster = ? AND snapshot_time ="
         " (SELECT max(snapshot_time) FROM sched_stats WHERE cluster = ? AND snapshot_time <= ?)",
-        [d.cluster, d.cluster, end]).fetchone()
+        [d.cluster, d.cluster, end],
+    ).fetchone()
     if row and row[0] is not None and (now - row[0]).total_seconds() > th.BACKFILL_STALL_SECONDS and pend:
         on[("SlurmBackfillStalled", ())] = row[0] + timedelta(seconds=th.BACKFILL_STALL_SECONDS)
 
     # GPU utilisation drift, from gpu_samples at the exported instants (what the gauge showed then).
     def util_at(t: datetime) -> list[float]:
-        return [r[0] for r in d.con.execute(
-            "SELECT util_gpu_mean / 100.0 FROM gpu_samples WHERE cluster = ? AND minute <= ? AND"
-            " minute > ? - INTERVAL 15 MINUTE QUALIFY row_number() OVER (PARTITION BY node, gpu_uuid"
-            " ORDER BY minute DESC) = 1", [d.cluster, t, t]).fetchall() if r[0] is not None]
+        return [
+            r[0]
+            for r in d.con.execute(
+                "SELECT util_gpu_mean / 100.0 FROM gpu_samples WHERE cluster = ? AND minute <= ? AND"
+                " minute > ? - INTERVAL 15 MINUTE QUALIFY row_number() OVER (PARTITION BY node, gpu_uuid"
+                " ORDER BY minute DESC) = 1",
+                [d.cluster, t, t],
+            ).fetchall()
+            if r[0] is not None
+        ]
 
     recent = [u for t in d.instants if now - hour <= t <= end for u in util_at(t)]
     before = [u for t in d.instants if now - hour - timedelta(days=1) <= t <= now - hour for u in util_at(t)]
     if recent and before:
         ratio = (sum(recent) / len(recent)) / max(sum(before) / len(before), 1e-9)
-        verdict = _decide(th.UTIL_DRIFT_FACTOR, ratio)   # alert when ratio < factor
+        verdict = _decide(th.UTIL_DRIFT_FACTOR, ratio)  # alert when ratio < factor
         if verdict:
             on[("GpuUtilizationDrift", ())] = None
         elif verdict is None:
@@ -397,8 +477,10 @@ def expected_at_end(d: DemoProm, now: datetime) -> Expected:
 
     # Wait-time p90 drift, from mart_wait_times as the gauge showed it at each exported instant.
     waits = d.con.execute(
-        "SELECT day, \"partition\", account, gpu_class, gpu_model, p90_seconds, jobs FROM mart_wait_times"
-        " WHERE cluster = ?", [d.cluster]).fetchall()
+        'SELECT day, "partition", account, gpu_class, gpu_model, p90_seconds, jobs FROM mart_wait_times'
+        " WHERE cluster = ?",
+        [d.cluster],
+    ).fetchall()
     days = sorted({w[0] for w in waits})
 
     def latest_day(t: datetime):
@@ -413,8 +495,11 @@ def expected_at_end(d: DemoProm, now: datetime) -> Expected:
                 if w[0] == latest_day(t) and w[5] is not None:
                     baseline.setdefault(w[1:5], []).append(w[5])
     for p in sorted({w[1] for w in waits}):
-        cur = [w[5] for w in waits if w[0] == now_day and w[1] == p and w[6] >= th.WAIT_P90_MIN_JOBS
-               and w[5] is not None]
+        cur = [
+            w[5]
+            for w in waits
+            if w[0] == now_day and w[1] == p and w[6] >= th.WAIT_P90_MIN_JOBS and w[5] is not None
+        ]
         base = [sum(v) / len(v) for k, v in baseline.items() if k[0] == p]
         if not cur or not base:
             continue
@@ -428,9 +513,10 @@ def expected_at_end(d: DemoProm, now: datetime) -> Expected:
 
     # Drift alerts page on what the drift pipeline marked breached at its latest run (mart_drift).
     for signal, etype, entity, node in d.con.execute(
-            "SELECT signal, entity_type, entity, coalesce(node, '') FROM mart_drift WHERE cluster = ? AND as_of <= ?"
-            " QUALIFY row_number() OVER (PARTITION BY signal, entity ORDER BY as_of DESC) = 1 AND breached",
-            [d.cluster, end]).fetchall():
+        "SELECT signal, entity_type, entity, coalesce(node, '') FROM mart_drift WHERE cluster = ? AND as_of <= ?"
+        " QUALIFY row_number() OVER (PARTITION BY signal, entity ORDER BY as_of DESC) = 1 AND breached",
+        [d.cluster, end],
+    ).fetchall():
         if etype == "gpu":
             on[("GpuFleetDrift", (entity, signal))] = None
         elif etype == "node" and signal.startswith("node_"):
@@ -448,6 +534,7 @@ def expected_at_end(d: DemoProm, now: datetime) -> Expected:
 
 # ---------------------------------------------------------------------------------------------- tests
 
+
 def test_history_was_loaded(demo_prom):
     """The simulated period is in Prometheus: the first node that went DOWN shows DOWN from the first hourly
     sinfo after it, not in the one before, and now as the event log says (still down or resumed)."""
@@ -457,8 +544,10 @@ def test_history_was_loaded(demo_prom):
     node, at = downs[0]["node"], _t(downs[0]["t"])
     shown = next(s for s in d.sinfo_times if s >= at)
     before = max(s for s in d.sinfo_times if s < at)
-    back = min((_t(e["t"]) for e in d.events if e["type"] == "resume" and e["node"] == node and _t(e["t"]) > at),
-               default=None)
+    back = min(
+        (_t(e["t"]) for e in d.events if e["type"] == "resume" and e["node"] == node and _t(e["t"]) > at),
+        default=None,
+    )
     still_down = back is None or not any(back <= s <= d.end for s in d.sinfo_times)
     q = f'slurmscope_node_down{{node="{node}"}}'
 
@@ -480,11 +569,12 @@ def test_every_rule_is_healthy(demo_prom):
     assert not [(r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"]
 
 
-
 # Panels that legitimately have no data in the 3-day demo, with why (checked: each must really be empty, and
 # test_impossible_alerts_have_no_cause checks the cause in the demo's data).
-_ONE_PIPELINE_RUN = ("the demo runs the pipelines once, at the end of the simulated period, so the usage and "
-                     "cost counters (mart_usage_counters) have one value in the history and no rate over it")
+_ONE_PIPELINE_RUN = (
+    "the demo runs the pipelines once, at the end of the simulated period, so the usage and "
+    "cost counters (mart_usage_counters) have one value in the history and no rate over it"
+)
 NO_DATA_IN_DEMO: dict[tuple[str, str], str] = {
     ("cost", "Spend per hour by account"): _ONE_PIPELINE_RUN,
     ("cost", "GPUs in use by account"): _ONE_PIPELINE_RUN,
@@ -511,7 +601,9 @@ def test_every_dashboard_query_returns_data(demo_prom):
         if instant:
             result = _api(d.port, "query", query=q)["result"]
         else:
-            result = _api(d.port, "query_range", query=q, start=begin, end=last, step=COARSE_STEP.total_seconds())["result"]
+            result = _api(
+                d.port, "query_range", query=q, start=begin, end=last, step=COARSE_STEP.total_seconds()
+            )["result"]
         if not result:
             empty.setdefault((slug, title), []).append(q)
     unexplained = {k: v for k, v in empty.items() if k not in NO_DATA_IN_DEMO}
@@ -559,16 +651,22 @@ def test_impossible_alerts_have_no_cause(demo_prom):
     q = d.con.execute
     assert q("SELECT coalesce(max(ecc_uncorrected_total), 0) FROM gpu_samples").fetchone()[0] == 0
     assert q("SELECT count(*) FROM gpu_samples WHERE remapped_failed").fetchone()[0] == 0
-    mismatch = q("""
+    mismatch = q(
+        """
         WITH inv AS (SELECT node, count(DISTINCT gpu_uuid) AS n FROM gpu_inventory WHERE cluster = $c
                        AND seen_at = (SELECT max(seen_at) FROM gpu_inventory i WHERE i.node = gpu_inventory.node)
                      GROUP BY node),
              gres AS (SELECT node, max(gpus_total) AS n FROM node_states WHERE cluster = $c
                         AND snapshot_time = (SELECT max(snapshot_time) FROM node_states) GROUP BY node)
-        SELECT inv.node FROM inv JOIN gres USING (node) WHERE inv.n < gres.n""", {"c": c}).fetchall()
+        SELECT inv.node FROM inv JOIN gres USING (node) WHERE inv.n < gres.n""",
+        {"c": c},
+    ).fetchall()
     assert mismatch == []
     assert q("SELECT count(*) FROM controller_pings").fetchone()[0] == 0
-    assert q("SELECT count(DISTINCT updated_at) FROM mart_usage_counters WHERE cluster = ?", [c]).fetchone()[0] == 1
+    assert (
+        q("SELECT count(DISTINCT updated_at) FROM mart_usage_counters WHERE cluster = ?", [c]).fetchone()[0]
+        == 1
+    )
     first_run = q("SELECT min(started_at) FROM collector_runs WHERE cluster = ?", [c]).fetchone()[0]
     assert first_run is None or first_run > d.end
     active = {n for n, _ in _active(d.port)}
@@ -580,8 +678,13 @@ def test_impossible_alerts_have_no_cause(demo_prom):
 # condition computed from events.jsonl. Counters sampled every COARSE_STEP on a grid that includes t - 1h
 # and t - 6h give exact increases (Prometheus 2.x range selectors include both ends), so these compare
 # exactly; the event-window (15m) alerts need finer samples than the old history has.
-HISTORY_ALERTS = ("SlurmNodeDown", "SlurmNodeFlapping", "SlurmJobFailureRateHigh", "SlurmNodeFaultJobKills",
-                  "SlurmRequeueSpike")
+HISTORY_ALERTS = (
+    "SlurmNodeDown",
+    "SlurmNodeFlapping",
+    "SlurmJobFailureRateHigh",
+    "SlurmNodeFaultJobKills",
+    "SlurmRequeueSpike",
+)
 
 
 JOB_ALERTS = ("SlurmJobFailureRateHigh", "SlurmNodeFaultJobKills", "SlurmRequeueSpike")
@@ -616,7 +719,7 @@ def expected_over_history(d: DemoProm, grid: list[datetime]) -> tuple[set, set]:
             if sum(1 for n, x in node_ev if n == node and t - six < x <= t) >= th.NODE_FLAP_EVENTS:
                 out.add(("SlurmNodeFlapping", (node,), t))
         if any(t - hour < x <= t for x in first_pair.values()):
-            skip.add(t)   # a series born inside the window: Prometheus extrapolates its first sample
+            skip.add(t)  # a series born inside the window: Prometheus extrapolates its first sample
         for p in {p for p, _, _ in ends}:
             states = [s for q, s, x in ends if q == p and t - hour < x <= t]
             failed = sum(s in FAILED_STATES for s in states)
@@ -644,8 +747,14 @@ def test_alert_conditions_over_the_history(demo_prom):
     by_ts = {int((t + d.shift).timestamp()): t for t in grid}
     exprs = {a.name: a.expr for a in ALERTS}
     for name in HISTORY_ALERTS:
-        res = _api(d.port, "query_range", query=exprs[name], start=(grid[0] + d.shift).timestamp(),
-                   end=(grid[-1] + d.shift).timestamp(), step=step.total_seconds())["result"]
+        res = _api(
+            d.port,
+            "query_range",
+            query=exprs[name],
+            start=(grid[0] + d.shift).timestamp(),
+            end=(grid[-1] + d.shift).timestamp(),
+            step=step.total_seconds(),
+        )["result"]
         for r in res:
             key = tuple(r["metric"].get(n, "") for n in KEY_LABELS[name])
             for ts, _v in r["values"]:
@@ -664,9 +773,10 @@ def test_alert_conditions_over_the_history(demo_prom):
     assert want, "the demo's history no longer implies any of HISTORY_ALERTS; pick another seed or alert"
     assert got - want == set(), f"in Prometheus without a cause in events.jsonl: {sorted(got - want)[:10]}"
     assert want - got == set(), f"implied by events.jsonl but not in Prometheus: {sorted(want - got)[:10]}"
-    print(f"history check: {len(grid)} instants ({len(skip)} skipped for the job alerts), matched:",
-          sorted((n, k, t.isoformat()) for n, k, t in want))
-
+    print(
+        f"history check: {len(grid)} instants ({len(skip)} skipped for the job alerts), matched:",
+        sorted((n, k, t.isoformat()) for n, k, t in want),
+    )
 
 
 def test_agent_is_scraped_and_kept_apart(demo_prom):
@@ -680,6 +790,12 @@ def test_agent_is_scraped_and_kept_apart(demo_prom):
     want = d.con.execute(
         "SELECT sum(power_mean_watts) FROM (SELECT power_mean_watts FROM gpu_samples WHERE cluster = ? AND minute <= ?"
         " AND minute > ? - INTERVAL 15 MINUTE QUALIFY row_number() OVER (PARTITION BY node, gpu_uuid"
-        " ORDER BY minute DESC) = 1)", [d.cluster, d.end, d.end]).fetchone()[0]
-    got = _api(d.port, "query", query=substitute('sum(slurmscope_gpu_power_watts{cluster=~"$cluster", source="central"})'))
+        " ORDER BY minute DESC) = 1)",
+        [d.cluster, d.end, d.end],
+    ).fetchone()[0]
+    got = _api(
+        d.port,
+        "query",
+        query=substitute('sum(slurmscope_gpu_power_watts{cluster=~"$cluster", source="central"})'),
+    )
     assert float(got["result"][0]["value"][1]) == pytest.approx(want)

@@ -36,8 +36,8 @@ from tests.exporter_data import END, EXPECTED_ALERTS, EXPECTED_FIRING, QUIET_ALE
 
 pytestmark = pytest.mark.prometheus
 
-HISTORY = timedelta(hours=26)   # covers the 1d-offset baselines of the drift alerts
-STEP = timedelta(minutes=10)    # the last FINE of history: shorter than the 15m windows of the event alerts
+HISTORY = timedelta(hours=26)  # covers the 1d-offset baselines of the drift alerts
+STEP = timedelta(minutes=10)  # the last FINE of history: shorter than the 15m windows of the event alerts
 FINE = timedelta(hours=3)
 COARSE_STEP = timedelta(minutes=30)  # before that, enough for baselines and drained-for-a-day, and fast
 
@@ -63,9 +63,18 @@ def _api(port: int, path: str, **params) -> dict:
 
 def _start(prom: str, tmp: Path, port: int, config: dict, *extra: str) -> subprocess.Popen:
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-    proc = subprocess.Popen([prom, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
-                             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=30d", *extra],
-                            stdout=subprocess.DEVNULL, stderr=open(tmp / "prometheus.log", "a"))
+    proc = subprocess.Popen(
+        [
+            prom,
+            f"--config.file={tmp / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=30d",
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp / "prometheus.log", "a"),
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -84,8 +93,12 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def _blocks(promtool: str, om: Path, data: Path) -> None:
-    res = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -123,17 +136,23 @@ def _for_state(port: int, first: float, last: float, step: float = STEP.total_se
     return "\n".join(lines) + "\n# EOF\n"
 
 
-def _start_scraping(prom: str, tmp: Path, port: int, job: str, exporter_port: int,
-                    agent_port: int) -> subprocess.Popen:
+def _start_scraping(
+    prom: str, tmp: Path, port: int, job: str, exporter_port: int, agent_port: int
+) -> subprocess.Popen:
     """Prometheus with tmp/rules.yaml, scraping the exporter as `job` and the agent every 5 s; returns once it
     has scraped the exporter three times and evaluated every group once more."""
     config = {
         "global": {"scrape_interval": "5s", "evaluation_interval": "5s"},
         "rule_files": [str(tmp / "rules.yaml")],
         # The backfilled history has no job/instance labels: drop them so scraped samples continue its series.
-        "scrape_configs": [{"job_name": job, "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}],
-                            "metric_relabel_configs": [{"action": "labeldrop", "regex": "job|instance"}]},
-                           {"job_name": "nvml-agent", "static_configs": [{"targets": [f"127.0.0.1:{agent_port}"]}]}],
+        "scrape_configs": [
+            {
+                "job_name": job,
+                "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}],
+                "metric_relabel_configs": [{"action": "labeldrop", "regex": "job|instance"}],
+            },
+            {"job_name": "nvml-agent", "static_configs": [{"targets": [f"127.0.0.1:{agent_port}"]}]},
+        ],
     }
     proc = _start(prom, tmp, port, config, "--rules.alert.for-grace-period=1s")
     deadline = time.monotonic() + 60
@@ -151,17 +170,32 @@ def _start_agent(tmp: Path) -> tuple[int, threading.Event, threading.Thread]:
     from slurmscope.collectors.nvml import run_agent
 
     spec = tmp / "fake-nvml.json"
-    spec.write_text(json.dumps({"gpus": [{"model": "h100", "state": "load", "count": 2}],
-                                "mapping_dir": str(tmp / "map")}))
+    spec.write_text(
+        json.dumps(
+            {"gpus": [{"model": "h100", "state": "load", "count": 2}], "mapping_dir": str(tmp / "map")}
+        )
+    )
     (tmp / "map").mkdir()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     stop = threading.Event()
     cfg = load_config(env={}).with_overrides(cluster={"name": "c1"})  # the central exporter's cluster too
-    thread = threading.Thread(target=run_agent, args=(cfg,), daemon=True, kwargs={
-        "port": port, "spool": str(tmp / "spool"), "interval": 1, "fake": str(spec), "address": "127.0.0.1",
-        "node": "g09", "stop": stop, "kmsg_path": str(tmp / "no-kmsg")})
+    thread = threading.Thread(
+        target=run_agent,
+        args=(cfg,),
+        daemon=True,
+        kwargs={
+            "port": port,
+            "spool": str(tmp / "spool"),
+            "interval": 1,
+            "fake": str(spec),
+            "address": "127.0.0.1",
+            "node": "g09",
+            "stop": stop,
+            "kmsg_path": str(tmp / "no-kmsg"),
+        },
+    )
     thread.start()
     return port, stop, thread
 
@@ -238,7 +272,9 @@ def test_every_dashboard_query_returns_data(prometheus):
             if instant:
                 result = _api(prometheus, "query", query=q)["result"]
             else:
-                result = _api(prometheus, "query_range", query=q, start=now - 3600, end=now, step=60)["result"]
+                result = _api(prometheus, "query_range", query=q, start=now - 3600, end=now, step=60)[
+                    "result"
+                ]
             if not result:
                 empty.append((m.SLUG, title, q))
     assert not empty
@@ -262,7 +298,9 @@ def test_expected_alerts_are_active_and_others_inactive(prometheus):
     assert by_name["GpuCountMismatch"]["labels"]["node"] == "g02"
     assert by_name["SlurmFairShareStarvation"]["labels"]["account"] == "b"
     assert by_name["SlurmscopeCollectorFailing"]["labels"]["collector"] == "sshare"
-    stale = {a["labels"]["collector"] for a in alerts if a["labels"]["alertname"] == "SlurmscopeCollectorStale"}
+    stale = {
+        a["labels"]["collector"] for a in alerts if a["labels"]["alertname"] == "SlurmscopeCollectorStale"
+    }
     assert "sacct" in stale and "sinfo" not in stale  # sshare may join: its last success is ~30 min old
 
 
@@ -279,5 +317,7 @@ def test_agent_is_scraped_and_kept_apart(prometheus):
     # matcher and the utilisation recording rule see those only.
     power = _api(prometheus, "query", query=substitute(f"sum(slurmscope_gpu_power_watts{{{CG}}})"))["result"]
     assert float(power[0]["value"][1]) == 16 * 500.0
-    util = _api(prometheus, "query", query='cluster:slurmscope_gpu_utilization_ratio:avg{cluster="c1"}')["result"]
+    util = _api(prometheus, "query", query='cluster:slurmscope_gpu_utilization_ratio:avg{cluster="c1"}')[
+        "result"
+    ]
     assert float(util[0]["value"][1]) == pytest.approx(0.2)

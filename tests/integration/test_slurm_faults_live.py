@@ -80,13 +80,21 @@ class Rig:
         return self.query("SELECT coalesce(max(run_id), 0) FROM collector_runs")[0][0]
 
     def runs_since(self, run_id: int, collector: str) -> list[tuple]:
-        return self.query("SELECT status, rows, quarantined, error FROM collector_runs WHERE run_id > ? "
-                          "AND collector = ? ORDER BY run_id", [run_id, collector])
+        return self.query(
+            "SELECT status, rows, quarantined, error FROM collector_runs WHERE run_id > ? "
+            "AND collector = ? ORDER BY run_id",
+            [run_id, collector],
+        )
 
     def submit(self, name: str, seconds: int) -> str:
         """A one-CPU job on the cpu partition as sbdave, recorded by the driver."""
-        jid = self.driver.submit(name, "sbdave", ["--partition=cpu", "-c", "1", "-t", "2"], first=seconds,
-                                 expect={"final_state": "COMPLETED", "attempts": 1})
+        jid = self.driver.submit(
+            name,
+            "sbdave",
+            ["--partition=cpu", "-c", "1", "-t", "2"],
+            first=seconds,
+            expect={"final_state": "COMPLETED", "attempts": 1},
+        )
         self.submitted.append(jid)
         return jid
 
@@ -100,7 +108,8 @@ def rig(slurmbed, tmp_path_factory):
     bed = slurmbed
     tmp = tmp_path_factory.mktemp("faults")
     cfg = load_config(bed.config, env={}).with_overrides(
-        database={"path": str(tmp / "faults.duckdb")}, slurm={"timeout_seconds": 20.0})
+        database={"path": str(tmp / "faults.duckdb")}, slurm={"timeout_seconds": 20.0}
+    )
     with pytest.MonkeyPatch.context() as mp:
         for k, v in bed.env().items():  # SLURM_CONF for the in-process collectors
             mp.setenv(k, v)
@@ -135,15 +144,23 @@ def _sacct_has(rig: Rig, jids: list[str]) -> bool:
     ~9 s, and once JobName `allocation` with no Partition, before the full record. Judging the collector
     before that would judge Slurm.
     """
-    r = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "JobID,State,JobName,Partition,End", "-j", ",".join(jids)],
-                       env=rig.bed.env(), capture_output=True, text=True, check=False, timeout=30)
+    r = subprocess.run(
+        ["sacct", "-n", "-X", "-P", "-o", "JobID,State,JobName,Partition,End", "-j", ",".join(jids)],
+        env=rig.bed.env(),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
     if r.returncode != 0:
         return False
     by_id = {j["job_id"]: j for j in rig.driver.jobs.values()}
     got = {f[0]: f[1:] for f in (line.split("|") for line in r.stdout.splitlines()) if len(f) == 5}
     return set(got) == set(jids) and all(
-        got[j][:3] == [by_id[j]["final_state"], by_id[j]["name"], by_id[j]["partition"]] and got[j][3] != "Unknown"
-        for j in jids)
+        got[j][:3] == [by_id[j]["final_state"], by_id[j]["name"], by_id[j]["partition"]]
+        and got[j][3] != "Unknown"
+        for j in jids
+    )
 
 
 def _script(path: Path, text: str) -> Path:
@@ -190,7 +207,10 @@ def _health(body: str) -> dict[tuple[str, str], float]:
     out = {}
     for fam in text_string_to_metric_families(body):
         for s in fam.samples:
-            if s.name in ("slurmscope_collector_success", "slurmscope_collector_last_success_timestamp_seconds"):
+            if s.name in (
+                "slurmscope_collector_success",
+                "slurmscope_collector_last_success_timestamp_seconds",
+            ):
                 out[(s.name, s.labels["collector"])] = s.value
             elif s.name == CTLD_UP:
                 out[(s.name, s.labels["role"])] = s.value
@@ -239,35 +259,61 @@ def _promtool_would_fire(rig: Rig, collector: str, failed_at: datetime) -> None:
     sel = ",".join(f'{k}="{v}"' for k, v in labels.items())
 
     def expected(alert, at_min: int, description: str) -> dict:
-        return {"exp_labels": {"severity": alert.severity, **labels},
-                "exp_annotations": {"summary": alert.summary, "description": description,
-                                    "runbook_url": f"docs/runbooks/{alert.name}.md"}}
+        return {
+            "exp_labels": {"severity": alert.severity, **labels},
+            "exp_annotations": {
+                "summary": alert.summary,
+                "description": description,
+                "runbook_url": f"docs/runbooks/{alert.name}.md",
+            },
+        }
 
     test = {
         "rule_files": [str(RULES)],
         "evaluation_interval": "1m",
-        "tests": [{
-            "interval": "1m",
-            "input_series": [
-                {"series": f"{SUCCESS}{{{sel}}}", "values": " ".join(f"{x:g}" for x in success)},
-                {"series": f"{LAST_OK}{{{sel}}}", "values": " ".join(repr(x) for x in last)},
-            ],
-            "alert_rule_test": [
-                {"eval_time": f"{fire_stale - 1}m", "alertname": stale.name, "exp_alerts": []},
-                {"eval_time": f"{fire_stale}m", "alertname": stale.name, "exp_alerts": [expected(
-                    stale, fire_stale, f"Collector {collector} of cluster {rig.cfg.cluster} last succeeded "
-                    f"{_humanize_duration(60 * fire_stale - v)} ago.")]},
-                {"eval_time": f"{fire_failing - 1}m", "alertname": failing.name, "exp_alerts": []},
-                {"eval_time": f"{fire_failing}m", "alertname": failing.name, "exp_alerts": [expected(
-                    failing, fire_failing, f"The last run of collector {collector} of cluster {rig.cfg.cluster} "
-                    f"failed, and it has not succeeded for {failing.for_}.")]},
-            ],
-        }],
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": f"{SUCCESS}{{{sel}}}", "values": " ".join(f"{x:g}" for x in success)},
+                    {"series": f"{LAST_OK}{{{sel}}}", "values": " ".join(repr(x) for x in last)},
+                ],
+                "alert_rule_test": [
+                    {"eval_time": f"{fire_stale - 1}m", "alertname": stale.name, "exp_alerts": []},
+                    {
+                        "eval_time": f"{fire_stale}m",
+                        "alertname": stale.name,
+                        "exp_alerts": [
+                            expected(
+                                stale,
+                                fire_stale,
+                                f"Collector {collector} of cluster {rig.cfg.cluster} last succeeded "
+                                f"{_humanize_duration(60 * fire_stale - v)} ago.",
+                            )
+                        ],
+                    },
+                    {"eval_time": f"{fire_failing - 1}m", "alertname": failing.name, "exp_alerts": []},
+                    {
+                        "eval_time": f"{fire_failing}m",
+                        "alertname": failing.name,
+                        "exp_alerts": [
+                            expected(
+                                failing,
+                                fire_failing,
+                                f"The last run of collector {collector} of cluster {rig.cfg.cluster} "
+                                f"failed, and it has not succeeded for {failing.for_}.",
+                            )
+                        ],
+                    },
+                ],
+            }
+        ],
     }
     path = rig.tmp / f"alert-{collector}.yaml"
     path.write_text(yaml.safe_dump(test, sort_keys=False))
-    res = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=120,
-                         check=False)
+    res = subprocess.run(
+        [promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=120, check=False
+    )
     assert res.returncode == 0 and "SUCCESS" in res.stdout, res.stdout + res.stderr
 
 
@@ -278,13 +324,16 @@ def test_hanging_sacct_is_killed_recorded_and_keeps_the_watermark(rig):
     real = rig.cfg.slurm_command("sacct")
     pidfile, childfile = rig.tmp / "hang.pid", rig.tmp / "hang-child.pid"
     # Sleeps (in a background child, which a kill of the wrapper alone would leave behind), then execs sacct.
-    wrapper = _script(rig.tmp / "sacct-hang", f"""#!/bin/sh
+    wrapper = _script(
+        rig.tmp / "sacct-hang",
+        f"""#!/bin/sh
 echo $$ > {pidfile}
 sleep 300 &
 echo $! > {childfile}
 wait
 exec {real} "$@"
-""")
+""",
+    )
     cfg = rig.cfg.with_overrides(slurm={"sacct": str(wrapper), "timeout_seconds": 3.0})
     wm, jobs, run0 = rig.watermark(), rig.jobs(), rig.last_run_id()
     before = _scrape(rig, datetime.now(UTC))
@@ -342,8 +391,10 @@ def _garbage_cfg(rig: Rig, mode: str) -> tuple[Config, Path]:
     log = rig.tmp / f"printed-{mode}.bin"
     log.unlink(missing_ok=True)
     # slurm.sacct is one path: a tiny sh shim passes the mode, the real sacct and the log to the python body.
-    shim = _script(rig.tmp / f"sacct-{mode}", f'#!/bin/sh\nexec {body} {mode} {rig.cfg.slurm_command("sacct")} '
-                                               f'{log} "$@"\n')
+    shim = _script(
+        rig.tmp / f"sacct-{mode}",
+        f'#!/bin/sh\nexec {body} {mode} {rig.cfg.slurm_command("sacct")} {log} "$@"\n',
+    )
     return rig.cfg.with_overrides(slurm={"sacct": str(shim)}), log
 
 
@@ -351,8 +402,8 @@ def _printed(log: Path) -> list[bytes]:
     data, out = log.read_bytes(), []
     while data:
         n = int.from_bytes(data[:8], "big")
-        out.append(data[8:8 + n])
-        data = data[8 + n:]
+        out.append(data[8 : 8 + n])
+        data = data[8 + n :]
     return out
 
 
@@ -422,8 +473,10 @@ def test_truncated_sacct_lines_keep_the_good_ones_and_the_watermark(rig):
 def _assert_driver_jobs_stored(rig: Rig) -> None:
     with rig.driver.poller.lock:
         seen = dict(rig.driver.poller.states)
-    stored = rig.query("SELECT job_id, state, \"user\", account, partition, name FROM jobs WHERE cluster = ?",
-                       [rig.cfg.cluster])
+    stored = rig.query(
+        'SELECT job_id, state, "user", account, partition, name FROM jobs WHERE cluster = ?',
+        [rig.cfg.cluster],
+    )
     by_id = {j["job_id"]: j for j in rig.driver.jobs.values()}
     assert set(rig.submitted) == set(by_id)
     mine = [r for r in stored if r[0] in by_id]
@@ -431,7 +484,9 @@ def _assert_driver_jobs_stored(rig: Rig) -> None:
     assert len(mine) == len(rows), "an attempt stored twice"  # each ran once: none doubled
     for jid, j in by_id.items():
         assert seen.get(jid) == j["final_state"], (j["name"], seen.get(jid))  # what the driver saw
-        assert rows.get(jid) == (j["final_state"], j["user"], j["account"], j["partition"], j["name"]), j["name"]
+        assert rows.get(jid) == (j["final_state"], j["user"], j["account"], j["partition"], j["name"]), j[
+            "name"
+        ]
 
 
 # ------------------------------------------------- slurmctld restart and slurmdbd outage under `serve`
@@ -451,8 +506,11 @@ def test_scheduler_rides_out_a_slurmctld_restart_and_a_slurmdbd_outage(rig):
         return service.with_db(lambda con: con.execute(sql, params or []).fetchall())
 
     def statuses_since(t: datetime, kinds: tuple[str, ...]) -> dict[str, set[str]]:
-        rows = q("SELECT collector, status FROM collector_runs WHERE started_at >= ? AND collector IN "
-                 f"({', '.join('?' * len(kinds))})", [t, *kinds])
+        rows = q(
+            "SELECT collector, status FROM collector_runs WHERE started_at >= ? AND collector IN "
+            f"({', '.join('?' * len(kinds))})",
+            [t, *kinds],
+        )
         out: dict[str, set[str]] = {k: set() for k in kinds}
         for c, s in rows:
             out[c].add(s)
@@ -476,8 +534,14 @@ def test_scheduler_rides_out_a_slurmctld_restart_and_a_slurmdbd_outage(rig):
         t_down = datetime.now(UTC)
         cluster.stop_one("slurmctld")
         _wait_until(all_have(t_down, ctl_kinds, ok=False), "sinfo, squeue and sdiag to fail", 90)
-        _wait_until(lambda: q("SELECT count(*) FROM controller_pings WHERE NOT up AND snapshot_time >= ?",
-                              [t_down])[0][0] > 0, "scontrol ping to report the controller DOWN", 30)
+        _wait_until(
+            lambda: (
+                q("SELECT count(*) FROM controller_pings WHERE NOT up AND snapshot_time >= ?", [t_down])[0][0]
+                > 0
+            ),
+            "scontrol ping to report the controller DOWN",
+            30,
+        )
         metrics_down = _health(service.metrics.decode())
         rig.driver.note("start slurmctld")
         t_up = datetime.now(UTC)
@@ -491,8 +555,11 @@ def test_scheduler_rides_out_a_slurmctld_restart_and_a_slurmdbd_outage(rig):
         batch_c = [rig.submit(f"fault-dbd-{i}", 2) for i in range(2)]
         _wait_until(all_have(t_dbd, ("sacct",), ok=False), "sacct to fail", 60)
         wm_during_dbd = rig.watermark(q)
-        dbd_errors = q("SELECT error FROM collector_runs WHERE collector = 'sacct' AND started_at >= ? "
-                       "AND status <> 'ok'", [t_dbd])
+        dbd_errors = q(
+            "SELECT error FROM collector_runs WHERE collector = 'sacct' AND started_at >= ? "
+            "AND status <> 'ok'",
+            [t_dbd],
+        )
         sacct_metrics_down = _health(service.metrics.decode())
         rig.wait_completed(batch_c)
         rig.driver.note("start slurmdbd")
@@ -511,8 +578,11 @@ def test_scheduler_rides_out_a_slurmctld_restart_and_a_slurmdbd_outage(rig):
     sdiag_after = _sdiag(bed)
 
     # while slurmctld was down: each controller collector recorded a failure with the reason
-    errs = rig.query("SELECT collector, error FROM collector_runs WHERE started_at >= ? AND started_at < ? "
-                     "AND status <> 'ok'", [t_down, t_up])
+    errs = rig.query(
+        "SELECT collector, error FROM collector_runs WHERE started_at >= ? AND started_at < ? "
+        "AND status <> 'ok'",
+        [t_down, t_up],
+    )
     for kind in ctl_kinds:
         assert any(c == kind and e for c, e in errs), (kind, errs)
     for kind in ctl_kinds:
@@ -524,13 +594,22 @@ def test_scheduler_rides_out_a_slurmctld_restart_and_a_slurmdbd_outage(rig):
     assert dbd_errors and all(e for (e,) in dbd_errors)
     assert wm_before_ctld is not None and wm_during_dbd is not None
     # the watermark during the outage is still the end of the last good window before the first failure
-    first_fail = rig.query("SELECT min(run_id) FROM collector_runs WHERE collector = 'sacct' AND status <> 'ok' "
-                           "AND started_at >= ?", [t_dbd])[0][0]
-    last_good_end = rig.query("SELECT max(window_end) FROM collector_runs WHERE collector = 'sacct' "
-                              "AND status = 'ok' AND run_id < ?", [first_fail])[0][0]
+    first_fail = rig.query(
+        "SELECT min(run_id) FROM collector_runs WHERE collector = 'sacct' AND status <> 'ok' "
+        "AND started_at >= ?",
+        [t_dbd],
+    )[0][0]
+    last_good_end = rig.query(
+        "SELECT max(window_end) FROM collector_runs WHERE collector = 'sacct' "
+        "AND status = 'ok' AND run_id < ?",
+        [first_fail],
+    )[0][0]
     assert wm_during_dbd == last_good_end
-    held = rig.query("SELECT count(*) FROM collector_runs WHERE collector = 'sacct' AND status <> 'ok' "
-                     "AND started_at >= ? AND started_at < ?", [t_dbd, t_dbd_up])[0][0]
+    held = rig.query(
+        "SELECT count(*) FROM collector_runs WHERE collector = 'sacct' AND status <> 'ok' "
+        "AND started_at >= ? AND started_at < ?",
+        [t_dbd, t_dbd_up],
+    )[0][0]
     assert held >= 1
     assert sacct_metrics_down[(SUCCESS, "sacct")] == 0.0 and metrics_up[(SUCCESS, "sacct")] == 1.0
     assert rig.watermark() > wm_during_dbd
@@ -545,8 +624,12 @@ def test_scheduler_rides_out_a_slurmctld_restart_and_a_slurmdbd_outage(rig):
     # ... the stored snapshots show the drop, and the reset-aware deltas never go negative
     con = connect(rig.db)
     try:
-        stats = pl.from_arrow(con.sql("SELECT * FROM sched_stats WHERE cluster = $c ORDER BY snapshot_time",
-                                      params={"c": rig.cfg.cluster}).to_arrow_table())
+        stats = pl.from_arrow(
+            con.sql(
+                "SELECT * FROM sched_stats WHERE cluster = $c ORDER BY snapshot_time",
+                params={"c": rig.cfg.cluster},
+            ).to_arrow_table()
+        )
     finally:
         con.close()
     naive = stats.select(pl.col("jobs_submitted").diff()).to_series().drop_nulls()
@@ -571,5 +654,3 @@ def _sdiag(bed) -> dict[str, str]:
             out[k.strip()] = v.strip()
     out["Jobs submitted"] = int(out["Jobs submitted"])
     return out
-
-

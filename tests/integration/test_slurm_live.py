@@ -17,13 +17,32 @@ FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL"
 
 
 def _rows_by_raw(bed, raw_ids: list[int]) -> dict[int, list[dict]]:
-    cols = ["job_id", "job_id_raw", "submit_time", "attempt", "state", "reason", "user", "account", "partition",
-            "qos", "exit_code", "gpus", "gpu_type", "elapsed_seconds", "start_time", "sched_by", "priority",
-            "array_job_id", "array_task_id"]
+    cols = [
+        "job_id",
+        "job_id_raw",
+        "submit_time",
+        "attempt",
+        "state",
+        "reason",
+        "user",
+        "account",
+        "partition",
+        "qos",
+        "exit_code",
+        "gpus",
+        "gpu_type",
+        "elapsed_seconds",
+        "start_time",
+        "sched_by",
+        "priority",
+        "array_job_id",
+        "array_task_id",
+    ]
     rows = bed.query(
         f"SELECT {', '.join(chr(34) + c + chr(34) for c in cols)} FROM jobs WHERE cluster = ? "
         f"AND job_id_raw IN ({', '.join('?' * len(raw_ids))}) ORDER BY job_id_raw, submit_time",
-        [bed.cluster.CLUSTER, *raw_ids])
+        [bed.cluster.CLUSTER, *raw_ids],
+    )
     out: dict[int, list[dict]] = defaultdict(list)
     for r in rows:
         out[r[1]].append(dict(zip(cols, r, strict=True)))
@@ -53,7 +72,11 @@ def test_every_submitted_job_is_collected_with_the_state_the_driver_caused(slurm
         assert last["job_id"] == j["job_id"], j["name"]
         assert last["state"] == j["final_state"], (j["name"], attempts)
         assert (last["user"], last["account"], last["partition"], last["qos"]) == (
-            j["user"], j["account"], j["partition"], j["qos"]), j["name"]
+            j["user"],
+            j["account"],
+            j["partition"],
+            j["qos"],
+        ), j["name"]
         if "exit_code" in j:
             assert last["exit_code"] == j["exit_code"], j["name"]
         if j.get("array_job_id"):
@@ -95,17 +118,23 @@ def test_backfilled_job_is_marked_backfill(slurmbed, live):
 
 def test_gpu_seconds_per_account_match_the_drivers_record(slurmbed, live):
     raw_ids = sorted({int(j["job_id_raw"]) for j in _driver_jobs(live)})
-    got = dict(slurmbed.query(
-        f"SELECT account, sum(coalesce(gpus, 0) * coalesce(elapsed_seconds, 0)) FROM jobs "
-        f"WHERE cluster = ? AND state <> 'PENDING' AND job_id_raw IN ({', '.join('?' * len(raw_ids))}) "
-        "GROUP BY account", [slurmbed.cluster.CLUSTER, *raw_ids]))
+    got = dict(
+        slurmbed.query(
+            f"SELECT account, sum(coalesce(gpus, 0) * coalesce(elapsed_seconds, 0)) FROM jobs "
+            f"WHERE cluster = ? AND state <> 'PENDING' AND job_id_raw IN ({', '.join('?' * len(raw_ids))}) "
+            "GROUP BY account",
+            [slurmbed.cluster.CLUSTER, *raw_ids],
+        )
+    )
     expected = live.record["gpu_seconds_by_account"]
     slack = live.record["gpu_seconds_tolerance_by_account"]
     assert sum(expected.values()) > 500  # the workload ran real GPU work (not a vacuous comparison)
     # A job preempted within its first second has Elapsed 0 in sacct and ~0.5 s in the driver's record:
     # both within the slack, so compare every account either side knows.
     for account in set(expected) | set(got):
-        assert got.get(account, 0) == pytest.approx(expected.get(account, 0.0), abs=slack.get(account, 0.0)), account
+        assert got.get(account, 0) == pytest.approx(
+            expected.get(account, 0.0), abs=slack.get(account, 0.0)
+        ), account
 
 
 def test_node_states_and_drain_reasons_match_what_the_driver_did(slurmbed, live):
@@ -113,7 +142,8 @@ def test_node_states_and_drain_reasons_match_what_the_driver_did(slurmbed, live)
     rows = slurmbed.query(
         "SELECT node, state, coalesce(state_flags, ''), reason FROM node_states WHERE cluster = ? "
         "AND snapshot_time = (SELECT max(snapshot_time) FROM node_states WHERE cluster = ?)",
-        [slurmbed.cluster.CLUSTER, slurmbed.cluster.CLUSTER])
+        [slurmbed.cluster.CLUSTER, slurmbed.cluster.CLUSTER],
+    )
     by_node = {r[0]: r[1:] for r in rows}
     assert set(by_node) == {"gpu01", "gpu02", "gpu03", "gpu04", "cpu01"}
     drained, down = rec["drain_node"], rec["down_node"]
@@ -125,20 +155,26 @@ def test_node_states_and_drain_reasons_match_what_the_driver_did(slurmbed, live)
             assert (state, flags) == ("IDLE", ""), node  # the downed node was resumed
     events = slurmbed.query(
         "SELECT node, state, reason, time_end FROM node_events WHERE cluster = ? AND node <> ''",
-        [slurmbed.cluster.CLUSTER])
+        [slurmbed.cluster.CLUSTER],
+    )
     assert (down, "DOWN", rec["nodes"][down]["down_reason"]) in {(n, s, r) for n, s, r, _ in events}
     assert [e[3] is not None for e in events if e[0] == down and e[1] == "DOWN"] == [True]  # ended on resume
     assert [(e[2], e[3]) for e in events if e[0] == drained and e[1] == "DRAIN"] == [
-        (rec["nodes"][drained]["reason"], None)]
+        (rec["nodes"][drained]["reason"], None)
+    ]
 
 
 def test_pending_jobs_carry_their_real_reasons(slurmbed, live):
     pending = [j for j in _driver_jobs(live) if j["final_state"] == "PENDING"]
     assert {j["pending_reason"] for j in pending} == {"JobHeldUser", "Dependency", "BeginTime"}
-    snap = dict((r[0], r[1:]) for r in slurmbed.query(
-        "SELECT job_id, state, reason FROM pending_jobs WHERE cluster = ? "
-        "AND snapshot_time = (SELECT max(snapshot_time) FROM pending_jobs WHERE cluster = ?)",
-        [slurmbed.cluster.CLUSTER, slurmbed.cluster.CLUSTER]))
+    snap = dict(
+        (r[0], r[1:])
+        for r in slurmbed.query(
+            "SELECT job_id, state, reason FROM pending_jobs WHERE cluster = ? "
+            "AND snapshot_time = (SELECT max(snapshot_time) FROM pending_jobs WHERE cluster = ?)",
+            [slurmbed.cluster.CLUSTER, slurmbed.cluster.CLUSTER],
+        )
+    )
     rows = _rows_by_raw(slurmbed, [int(j["job_id_raw"]) for j in pending])
     for j in pending:
         assert snap[j["job_id"]] == ("PENDING", j["pending_reason"]), j["name"]
@@ -170,20 +206,27 @@ def test_incremental_collection_updates_attempts_in_place(slurmbed, live):
 
 
 def test_jobs_the_sacct_window_hides_are_collected(slurmbed, live):
-    hidden = [j for j in _driver_jobs(live) if j["name"] in ("cancel-pending", "held", "after-held", "begin-later")]
+    hidden = [
+        j for j in _driver_jobs(live) if j["name"] in ("cancel-pending", "held", "after-held", "begin-later")
+    ]
     assert len(hidden) == 4
     mid_ids = {r[1] for r in live.mid_jobs}
     for j in hidden:
         assert int(j["job_id_raw"]) in mid_ids, f"{j['name']} missing after the mid-workload collect"
     rows = _rows_by_raw(slurmbed, [int(j["job_id_raw"]) for j in hidden])
     assert {j["name"]: rows[int(j["job_id_raw"])][-1]["state"] for j in hidden} == {
-        "cancel-pending": "CANCELLED", "held": "PENDING", "after-held": "PENDING", "begin-later": "PENDING"}
+        "cancel-pending": "CANCELLED",
+        "held": "PENDING",
+        "after-held": "PENDING",
+        "begin-later": "PENDING",
+    }
 
 
 def test_reservation_is_collected(slurmbed, live):
     res = live.record["reservation"]
-    rows = slurmbed.query("SELECT name, node_list, flags FROM reservations WHERE cluster = ?",
-                          [slurmbed.cluster.CLUSTER])
+    rows = slurmbed.query(
+        "SELECT name, node_list, flags FROM reservations WHERE cluster = ?", [slurmbed.cluster.CLUSTER]
+    )
     assert [(n, nl) for n, nl, _ in rows] == [(res["name"], res["nodes"])]
     assert "MAINT" in rows[0][2]
 
@@ -200,8 +243,10 @@ def test_slurmdbd_outage_fails_collect_and_keeps_the_watermark(fault):
 def test_collect_recovers_after_slurmdbd_returns(slurmbed, fault):
     assert fault.recovered.returncode == 0, fault.recovered.stderr
     assert fault.watermark_after_recovery > fault.watermark_before
-    rows = slurmbed.query("SELECT name, state, \"user\" FROM jobs WHERE cluster = ? AND job_id_raw = ?",
-                          [slurmbed.cluster.CLUSTER, int(fault.job_id)])
+    rows = slurmbed.query(
+        'SELECT name, state, "user" FROM jobs WHERE cluster = ? AND job_id_raw = ?',
+        [slurmbed.cluster.CLUSTER, int(fault.job_id)],
+    )
     assert rows == [("during-outage", "COMPLETED", "sbdave")]
 
 

@@ -23,7 +23,8 @@ def _line(state: str) -> str:
 # Each example replays 80 samples; 150 examples keep this under a few seconds on the shared 2-core box.
 @settings(max_examples=150)
 @given(
-    start=st.floats(5, 50), length=st.floats(0.01, 50),
+    start=st.floats(5, 50),
+    length=st.floats(0.01, 50),
     gaps=st.lists(st.tuples(st.floats(0.05, 3), st.floats(0, 1), st.floats(0, 1)), min_size=80, max_size=80),
 )
 def test_estimated_interval_holds_the_true_one_within_the_stated_uncertainty(start, length, gaps):
@@ -48,7 +49,9 @@ def test_estimated_interval_holds_the_true_one_within_the_stated_uncertainty(sta
 
 def test_a_requeued_job_gets_one_interval_per_attempt():
     poller = workload.Poller()
-    for i, state in enumerate(["PENDING", "RUNNING", "RUNNING", "PENDING", "PENDING", "RUNNING", "COMPLETED"]):
+    for i, state in enumerate(
+        ["PENDING", "RUNNING", "RUNNING", "PENDING", "PENDING", "RUNNING", "COMPLETED"]
+    ):
         poller.observe(_line(state), float(i), i + 0.1)
     ivs = poller.intervals["42"]
     assert [round(a, 2) for a, *_ in ivs] == [0.55, 4.55]  # midpoints of (0, 1.1] and (4, 5.1]

@@ -19,12 +19,46 @@ sys.path.insert(0, str(Path(__file__).parent))
 import cluster  # noqa: E402
 
 US = "\x1f"
-SACCT_FIELDS = ("JobID,JobIDRaw,Cluster,Partition,QOS,Account,User,UID,Submit,Eligible,Start,End,Elapsed,"
-                "Timelimit,State,ExitCode,NNodes,NCPUS,ReqMem,AllocTRES,NodeList,Flags,Priority,Reason,JobName")
-SINFO_FIELDS = ["NodeHost", "Partition", "StateComplete", "CPUsState", "Memory", "AllocMem", "Gres", "GresUsed",
-                "Features", "UserLong", "Timestamp"]
-SQUEUE_FMT = US.join(["%i", "%A", "%F", "%K", "%u", "%a", "%P", "%q", "%T", "%Q", "%V", "%S", "%D", "%C", "%b",
-                      "%l", "%E", "%r", "%j"])
+SACCT_FIELDS = (
+    "JobID,JobIDRaw,Cluster,Partition,QOS,Account,User,UID,Submit,Eligible,Start,End,Elapsed,"
+    "Timelimit,State,ExitCode,NNodes,NCPUS,ReqMem,AllocTRES,NodeList,Flags,Priority,Reason,JobName"
+)
+SINFO_FIELDS = [
+    "NodeHost",
+    "Partition",
+    "StateComplete",
+    "CPUsState",
+    "Memory",
+    "AllocMem",
+    "Gres",
+    "GresUsed",
+    "Features",
+    "UserLong",
+    "Timestamp",
+]
+SQUEUE_FMT = US.join(
+    [
+        "%i",
+        "%A",
+        "%F",
+        "%K",
+        "%u",
+        "%a",
+        "%P",
+        "%q",
+        "%T",
+        "%Q",
+        "%V",
+        "%S",
+        "%D",
+        "%C",
+        "%b",
+        "%l",
+        "%E",
+        "%r",
+        "%j",
+    ]
+)
 EVENT_FIELDS = "Cluster,ClusterNodes,NodeName,TimeStart,TimeEnd,State,Reason,User"
 
 
@@ -33,25 +67,53 @@ def iso(t: datetime) -> str:
 
 
 def sacct_argv(start: datetime, end: datetime) -> list[str]:
-    return ["sacct", "--allusers", "--duplicates", "--parsable2", "--noconvert", f"--delimiter={US}",
-            f"--starttime={iso(start)}", f"--endtime={iso(end)}", f"--format={SACCT_FIELDS}"]
+    return [
+        "sacct",
+        "--allusers",
+        "--duplicates",
+        "--parsable2",
+        "--noconvert",
+        f"--delimiter={US}",
+        f"--starttime={iso(start)}",
+        f"--endtime={iso(end)}",
+        f"--format={SACCT_FIELDS}",
+    ]
 
 
 def sacct_jobs_argv(ids: list[str]) -> list[str]:
-    return ["sacct", "--allusers", "--duplicates", "--parsable2", "--noconvert", f"--delimiter={US}",
-            f"--jobs={','.join(ids)}", f"--format={SACCT_FIELDS}"]
+    return [
+        "sacct",
+        "--allusers",
+        "--duplicates",
+        "--parsable2",
+        "--noconvert",
+        f"--delimiter={US}",
+        f"--jobs={','.join(ids)}",
+        f"--format={SACCT_FIELDS}",
+    ]
 
 
 def commands(start: datetime, end: datetime) -> dict[str, list[str]]:
     return {
         "sacct": sacct_argv(start, end),
-        "sinfo": ["sinfo", "--Node", "--noheader",
-                  "--Format=" + ",".join(f"{f}:{US}" for f in SINFO_FIELDS) + ",Reason:"],
+        "sinfo": [
+            "sinfo",
+            "--Node",
+            "--noheader",
+            "--Format=" + ",".join(f"{f}:{US}" for f in SINFO_FIELDS) + ",Reason:",
+        ],
         "squeue": ["squeue", "--all", "--array", "--noheader", "--states=all", f"--format={SQUEUE_FMT}"],
         "sshare": ["sshare", "--all", "--long", "--parsable2"],
         "sdiag": ["sdiag"],
-        "events": ["sacctmgr", "--parsable2", "show", "event", f"Start={iso(start)}", f"End={iso(end)}",
-                   f"format={EVENT_FIELDS}"],
+        "events": [
+            "sacctmgr",
+            "--parsable2",
+            "show",
+            "event",
+            f"Start={iso(start)}",
+            f"End={iso(end)}",
+            f"format={EVENT_FIELDS}",
+        ],
         "config": ["scontrol", "show", "config"],
         "reservations": ["scontrol", "show", "reservation", "--oneliner"],
         "ping": ["scontrol", "ping"],
@@ -73,8 +135,7 @@ def capture_all(out: Path, tag: str, start: datetime | None = None) -> dict[str,
     written = {}
     cmds = commands(start, end)
     squeue_out = _run(cmds["squeue"])
-    hidden = sorted({line.split(US)[1] for line in squeue_out.decode().splitlines() if US in line},
-                    key=int)
+    hidden = sorted({line.split(US)[1] for line in squeue_out.decode().splitlines() if US in line}, key=int)
     if hidden:
         cmds["sacct_jobs"] = sacct_jobs_argv(hidden)
     for name, argv in cmds.items():

@@ -57,7 +57,16 @@ USERS = {
     "sbdave": ("students", []),
 }
 PACKAGES = ["slurm-wlm", "slurmdbd", "slurm-client", "mariadb-server", "munge"]
-BINARIES = ["slurmctld", "slurmd", "slurmdbd", "munged", "mariadbd", "mariadb-install-db", "sacctmgr", "sbatch"]
+BINARIES = [
+    "slurmctld",
+    "slurmd",
+    "slurmdbd",
+    "munged",
+    "mariadbd",
+    "mariadb-install-db",
+    "sacctmgr",
+    "sbatch",
+]
 
 P = {
     "etc": BED / "etc",
@@ -89,8 +98,9 @@ def log(msg: str) -> None:
 
 
 def run(argv: list[str], check: bool = True, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, check=check, timeout=timeout, env=kw.pop("env", env()),
-                          capture_output=True, text=True, **kw)
+    return subprocess.run(
+        argv, check=check, timeout=timeout, env=kw.pop("env", env()), capture_output=True, text=True, **kw
+    )
 
 
 def missing_requirements() -> list[str]:
@@ -184,12 +194,12 @@ SlurmdUser=root
 AuthType=auth/munge
 AuthInfo=socket={MUNGE_SOCKET},cred_expire=30
 CredType=cred/munge
-StateSaveLocation={P['state']}
-SlurmdSpoolDir={P['spool']}/%n
-SlurmctldPidFile={P['run']}/slurmctld.pid
-SlurmdPidFile={P['run']}/slurmd-%n.pid
-SlurmctldLogFile={P['log']}/slurmctld.log
-SlurmdLogFile={P['log']}/slurmd-%n.log
+StateSaveLocation={P["state"]}
+SlurmdSpoolDir={P["spool"]}/%n
+SlurmctldPidFile={P["run"]}/slurmctld.pid
+SlurmdPidFile={P["run"]}/slurmd-%n.pid
+SlurmctldLogFile={P["log"]}/slurmctld.log
+SlurmdLogFile={P["log"]}/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 DebugFlags=Priority
@@ -249,8 +259,8 @@ DbdAddr=127.0.0.1
 DbdPort={DBD_PORT}
 SlurmUser=root
 DebugLevel=info
-LogFile={P['log']}/slurmdbd.log
-PidFile={P['run']}/slurmdbd.pid
+LogFile={P["log"]}/slurmdbd.log
+PidFile={P["run"]}/slurmdbd.pid
 StorageType=accounting_storage/mysql
 StorageHost=127.0.0.1
 StoragePort={MYSQL_PORT}
@@ -259,8 +269,12 @@ StoragePass={DB_PASS}
 StorageLoc=slurm_acct_db
 """
     cgroup_conf = "CgroupPlugin=autodetect\nIgnoreSystemd=yes\n"
-    for name, text, mode in (("slurm.conf", slurm_conf, 0o644), ("gres.conf", gres_conf, 0o644),
-                             ("slurmdbd.conf", dbd_conf, 0o600), ("cgroup.conf", cgroup_conf, 0o644)):
+    for name, text, mode in (
+        ("slurm.conf", slurm_conf, 0o644),
+        ("gres.conf", gres_conf, 0o644),
+        ("slurmdbd.conf", dbd_conf, 0o600),
+        ("cgroup.conf", cgroup_conf, 0o644),
+    ):
         f = P["etc"] / name
         if not f.exists() or f.read_text() != text:
             f.write_text(text)
@@ -272,7 +286,9 @@ StorageLoc=slurm_acct_db
 def ensure_users() -> None:
     for user, (acct, _) in USERS.items():
         if run(["id", "-u", user], check=False).returncode != 0:
-            run(["useradd", "--no-create-home", "--shell", "/bin/bash", "--comment", f"slurmbed {acct}", user])
+            run(
+                ["useradd", "--no-create-home", "--shell", "/bin/bash", "--comment", f"slurmbed {acct}", user]
+            )
         work = P["work"] / user
         work.mkdir(exist_ok=True)
         shutil.chown(work, user, user)
@@ -286,8 +302,17 @@ def start_munge() -> None:
     if not key.exists():
         key.write_bytes(os.urandom(1024))
     os.chmod(key, 0o400)
-    run(["munged", "--force", f"--socket={MUNGE_SOCKET}", f"--key-file={key}", f"--pid-file={pidf}",
-         f"--log-file={P['log']}/munged.log", f"--seed-file={P['munge']}/munged.seed"])
+    run(
+        [
+            "munged",
+            "--force",
+            f"--socket={MUNGE_SOCKET}",
+            f"--key-file={key}",
+            f"--pid-file={pidf}",
+            f"--log-file={P['log']}/munged.log",
+            f"--seed-file={P['munge']}/munged.seed",
+        ]
+    )
     _wait(lambda: MUNGE_SOCKET.exists() and _pid_alive(pidf), "munged")
 
 
@@ -298,21 +323,48 @@ def start_mariadb() -> None:
     data = P["mysql"] / "data"
     fresh = not (data / "mysql").exists()
     if fresh:
-        run(["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=root",
-             "--auth-root-authentication-method=socket", "--skip-test-db"], timeout=180)
+        run(
+            [
+                "mariadb-install-db",
+                "--no-defaults",
+                f"--datadir={data}",
+                "--user=root",
+                "--auth-root-authentication-method=socket",
+                "--skip-test-db",
+            ],
+            timeout=180,
+        )
     logf = open(P["log"] / "mariadbd.out", "ab")
     subprocess.Popen(
-        ["mariadbd", "--no-defaults", f"--datadir={data}", f"--socket={MYSQL_SOCKET}", f"--port={MYSQL_PORT}",
-         "--bind-address=127.0.0.1", f"--pid-file={pidf}", f"--log-error={P['log']}/mariadbd.log",
-         "--user=root", "--innodb-buffer-pool-size=64M", "--innodb-log-file-size=48M",
-         "--innodb-lock-wait-timeout=900", "--max-connections=100", "--skip-name-resolve"],
-        stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True)
+        [
+            "mariadbd",
+            "--no-defaults",
+            f"--datadir={data}",
+            f"--socket={MYSQL_SOCKET}",
+            f"--port={MYSQL_PORT}",
+            "--bind-address=127.0.0.1",
+            f"--pid-file={pidf}",
+            f"--log-error={P['log']}/mariadbd.log",
+            "--user=root",
+            "--innodb-buffer-pool-size=64M",
+            "--innodb-log-file-size=48M",
+            "--innodb-lock-wait-timeout=900",
+            "--max-connections=100",
+            "--skip-name-resolve",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=logf,
+        stderr=logf,
+        start_new_session=True,
+    )
     _wait(lambda: MYSQL_SOCKET.exists() and _port_open(MYSQL_PORT) and _pid_alive(pidf), "mariadbd", 120)
-    sql = (f"CREATE DATABASE IF NOT EXISTS slurm_acct_db; "
-           f"CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '{DB_PASS}'; "
-           f"CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '{DB_PASS}'; "
-           "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; "
-           "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; FLUSH PRIVILEGES;")
+    sql = (
+        f"CREATE DATABASE IF NOT EXISTS slurm_acct_db; "
+        f"CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '{DB_PASS}'; "
+        f"CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '{DB_PASS}'; "
+        "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; "
+        "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; FLUSH PRIVILEGES;"
+    )
     run(["mariadb", "--no-defaults", f"--socket={MYSQL_SOCKET}", "-uroot", "-e", sql])
 
 
@@ -352,15 +404,34 @@ def setup_accounting() -> None:
     sacctmgr("modify", "qos", "where", "name=normal", "set", "Priority=10", check=False)
     for acct, (parent, share) in ACCOUNTS.items():
         if not _exists("account", acct):
-            sacctmgr("add", "account", acct, f"Cluster={CLUSTER}", f"Parent={parent}", f"Fairshare={share}",
-                     f"Description={acct}", "Organization=slurmbed")
+            sacctmgr(
+                "add",
+                "account",
+                acct,
+                f"Cluster={CLUSTER}",
+                f"Parent={parent}",
+                f"Fairshare={share}",
+                f"Description={acct}",
+                "Organization=slurmbed",
+            )
     for user, (default, others) in USERS.items():
         for acct in [default, *others]:
-            r = run(["sacctmgr", "-n", "-P", "show", "assoc", f"user={user}", f"account={acct}",
-                     "format=user"], check=False)
+            r = run(
+                ["sacctmgr", "-n", "-P", "show", "assoc", f"user={user}", f"account={acct}", "format=user"],
+                check=False,
+            )
             if not r.stdout.strip():
-                sacctmgr("add", "user", user, f"Account={acct}", f"DefaultAccount={default}",
-                         f"Cluster={CLUSTER}", "Fairshare=1", "QOS=normal,high,low", "DefaultQOS=normal")
+                sacctmgr(
+                    "add",
+                    "user",
+                    user,
+                    f"Account={acct}",
+                    f"DefaultAccount={default}",
+                    f"Cluster={CLUSTER}",
+                    "Fairshare=1",
+                    "QOS=normal,high,low",
+                    "DefaultQOS=normal",
+                )
 
 
 def start_slurmctld() -> None:
@@ -376,7 +447,8 @@ def start_slurmds() -> None:
         r = run(["sinfo", "--Node", "--noheader", "-o", "%N %T"], check=False)
         states = dict(line.split()[:2] for line in r.stdout.splitlines() if line.strip())
         return len(states) == len(NODE_PORTS) and all(
-            not any(s.startswith(b) for b in ("unk", "down", "inval", "not_resp")) for s in states.values())
+            not any(s.startswith(b) for b in ("unk", "down", "inval", "not_resp")) for s in states.values()
+        )
 
     _wait(all_up, "all slurmd nodes to register", 90, 1)
 
@@ -477,12 +549,16 @@ def status() -> dict[str, int | None]:
 
 def main(argv: list[str]) -> int:
     cmd = argv[1] if len(argv) > 1 else "status"
-    if cmd in ("start", "stop", "wipe", "stop-dbd", "start-dbd", "stop-ctld", "start-ctld", "restart-ctld") \
-            and "--force" not in argv:
+    if (
+        cmd in ("start", "stop", "wipe", "stop-dbd", "start-dbd", "stop-ctld", "start-ctld", "restart-ctld")
+        and "--force" not in argv
+    ):
         held = acquire_lock(0)
         if held is None:
-            print("slurmbed: a test session is using the bed (lock held); add --force to override",
-                  file=sys.stderr)
+            print(
+                "slurmbed: a test session is using the bed (lock held); add --force to override",
+                file=sys.stderr,
+            )
             return 4
     if cmd == "start":
         start()

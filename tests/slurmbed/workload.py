@@ -35,8 +35,17 @@ WORK = cluster.P["work"]
 DOWN_REASON = "slurmbed: simulated node failure"
 DRAIN_REASON = "slurmbed: ECC errors on GPU 3"
 RESERVATION = "maint-gpu01"
-FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
-                "BOOT_FAIL", "DEADLINE"}
+FINAL_STATES = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "PREEMPTED",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+}
 
 # A job script that records nothing Slurm would not; attempt-aware so a requeued job is short the 2nd time.
 SCRIPT = """#!/bin/bash
@@ -79,8 +88,10 @@ class Poller(threading.Thread):
         time), so a state change lies between the previous sample's tb and this sample's ta: keep the
         middle of that span and half its width as the uncertainty (it grows when the machine is busy)."""
         tb = time.time()
-        out = sh(["squeue", "--all", "--array", "--noheader", "--states=all", "-o", "%i|%A|%T|%r|%N|%S|%e"],
-                 check=False)
+        out = sh(
+            ["squeue", "--all", "--array", "--noheader", "--states=all", "-o", "%i|%A|%T|%r|%N|%S|%e"],
+            check=False,
+        )
         self.observe(out, tb, time.time())
 
     def observe(self, out: str, tb: float, ta: float) -> None:
@@ -140,14 +151,35 @@ class Workload:
         self.events.append({"t": round(time.time(), 3), "what": what, **kw})
         print(f"workload +{time.time() - self.t0:6.1f}s {what} {kw}", file=sys.stderr, flush=True)
 
-    def submit(self, name: str, user: str, args: list[str], *, first: int = 10, again: int = 5, rc: int = 0,
-               fail_task: str = "none", gpus: int = 0, expect: dict) -> str:
+    def submit(
+        self,
+        name: str,
+        user: str,
+        args: list[str],
+        *,
+        first: int = 10,
+        again: int = 5,
+        rc: int = 0,
+        fail_task: str = "none",
+        gpus: int = 0,
+        expect: dict,
+    ) -> str:
         """Submit as `user`; `gpus` is the job's total GPU count (all nodes) per attempt."""
         script = WORK / user / f"{name}.sh"
         script.write_text(SCRIPT.format(first=first, again=again, rc=rc, fail_task=fail_task))
         script.chmod(0o755)
-        out = sh(["sbatch", "--parsable", f"--job-name={name}", f"--chdir={WORK / user}",
-                  f"--output={WORK / user}/%x-%j.out", *args, str(script)], user=user)
+        out = sh(
+            [
+                "sbatch",
+                "--parsable",
+                f"--job-name={name}",
+                f"--chdir={WORK / user}",
+                f"--output={WORK / user}/%x-%j.out",
+                *args,
+                str(script),
+            ],
+            user=user,
+        )
         jid = out.split(";")[0]
         acct = cluster.USERS[user][0]
         for a in args:
@@ -155,8 +187,17 @@ class Workload:
                 acct = a.split("=", 1)[1]
         part = next((a.split("=", 1)[1] for a in args if a.startswith("--partition=")), "gpu")
         qos = next((a.split("=", 1)[1] for a in args if a.startswith("--qos=")), "normal")
-        self.jobs[name] = {"name": name, "job_id": jid, "user": user, "account": acct, "partition": part,
-                           "qos": qos, "gpus": gpus, "args": args, **expect}
+        self.jobs[name] = {
+            "name": name,
+            "job_id": jid,
+            "user": user,
+            "account": acct,
+            "partition": part,
+            "qos": qos,
+            "gpus": gpus,
+            "args": args,
+            **expect,
+        }
         self.note("submit", name=name, job_id=jid)
         return jid
 
@@ -167,56 +208,165 @@ class Workload:
         self.poller.start()
         W = self  # noqa: N806
         # A future maintenance reservation, so that `scontrol show reservation` has something real to show.
-        sh(["scontrol", "create", "reservation", f"ReservationName={RESERVATION}", "StartTime=now+2hours",
-            "Duration=60", "Nodes=gpu01", "Users=root", "Flags=MAINT"])
+        sh(
+            [
+                "scontrol",
+                "create",
+                "reservation",
+                f"ReservationName={RESERVATION}",
+                "StartTime=now+2hours",
+                "Duration=60",
+                "Nodes=gpu01",
+                "Users=root",
+                "Flags=MAINT",
+            ]
+        )
         W.note("reservation", name=RESERVATION)
         g8 = ["--exclusive", "--gres=gpu:8"]
         # --- CPU partition: a backfill scenario on cpu01 (16 CPUs) and a plain failure.
-        cpu_long = W.submit("cpu-long", "sbdave", ["--partition=cpu", "-c", "12", "-t", "2"], first=40,
-                            expect={"final_state": "COMPLETED", "attempts": 1})
+        cpu_long = W.submit(
+            "cpu-long",
+            "sbdave",
+            ["--partition=cpu", "-c", "12", "-t", "2"],
+            first=40,
+            expect={"final_state": "COMPLETED", "attempts": 1},
+        )
         W.running(cpu_long)
-        cpu_big = W.submit("cpu-wide", "sbdave", ["--partition=cpu", "-c", "16", "-t", "1", "--qos=high"],
-                           first=5, expect={"final_state": "COMPLETED", "attempts": 1})
+        cpu_big = W.submit(
+            "cpu-wide",
+            "sbdave",
+            ["--partition=cpu", "-c", "16", "-t", "1", "--qos=high"],
+            first=5,
+            expect={"final_state": "COMPLETED", "attempts": 1},
+        )
         W.poller.wait_for(cpu_big, lambda s: s == "PENDING", "PENDING")
         time.sleep(1.5)
-        W.submit("cpu-backfill", "sbdave", ["--partition=cpu", "-c", "4", "-t", "1", "--nice=10000"], first=20,
-                 expect={"final_state": "COMPLETED", "attempts": 1, "sched_by": "backfill"})
-        W.submit("exit-one", "sbdave", ["--partition=cpu", "-c", "1", "-t", "1"], first=2, rc=1,
-                 expect={"final_state": "FAILED", "attempts": 1, "exit_code": 1})
+        W.submit(
+            "cpu-backfill",
+            "sbdave",
+            ["--partition=cpu", "-c", "4", "-t", "1", "--nice=10000"],
+            first=20,
+            expect={"final_state": "COMPLETED", "attempts": 1, "sched_by": "backfill"},
+        )
+        W.submit(
+            "exit-one",
+            "sbdave",
+            ["--partition=cpu", "-c", "1", "-t", "1"],
+            first=2,
+            rc=1,
+            expect={"final_state": "FAILED", "attempts": 1, "exit_code": 1},
+        )
         # --- GPU: preemption victim pinned to gpu04, training job on two nodes, array.
-        low = W.submit("low-victim", "sbdave", ["--qos=low", "-w", "gpu04", "-t", "5", *g8], first=300,
-                       gpus=8, expect={"final_state": "PREEMPTED", "attempts": 1})
+        low = W.submit(
+            "low-victim",
+            "sbdave",
+            ["--qos=low", "-w", "gpu04", "-t", "5", *g8],
+            first=300,
+            gpus=8,
+            expect={"final_state": "PREEMPTED", "attempts": 1},
+        )
         W.running(low)
-        W.submit("train-2node", "sbalice", ["-N", "2", "-t", "2", *g8], first=40, gpus=16,
-                 expect={"final_state": "COMPLETED", "attempts": 1})
-        arr = W.submit("gpu-array", "sbbob", ["--array=0-3", "--gres=gpu:2", "-c", "4", "-t", "1"], first=15,
-                       fail_task="2", gpus=2, expect={"final_state": "COMPLETED", "attempts": 1, "array": True,
-                                                      "tasks": {"0": "COMPLETED", "1": "COMPLETED",
-                                                                "2": "FAILED", "3": "COMPLETED"}})
-        W.submit("high-preemptor", "sbcarol", ["--qos=high", "-w", "gpu04", "-t", "1", *g8], first=15, gpus=8,
-                 expect={"final_state": "COMPLETED", "attempts": 1})
+        W.submit(
+            "train-2node",
+            "sbalice",
+            ["-N", "2", "-t", "2", *g8],
+            first=40,
+            gpus=16,
+            expect={"final_state": "COMPLETED", "attempts": 1},
+        )
+        arr = W.submit(
+            "gpu-array",
+            "sbbob",
+            ["--array=0-3", "--gres=gpu:2", "-c", "4", "-t", "1"],
+            first=15,
+            fail_task="2",
+            gpus=2,
+            expect={
+                "final_state": "COMPLETED",
+                "attempts": 1,
+                "array": True,
+                "tasks": {"0": "COMPLETED", "1": "COMPLETED", "2": "FAILED", "3": "COMPLETED"},
+            },
+        )
+        W.submit(
+            "high-preemptor",
+            "sbcarol",
+            ["--qos=high", "-w", "gpu04", "-t", "1", *g8],
+            first=15,
+            gpus=8,
+            expect={"final_state": "COMPLETED", "attempts": 1},
+        )
         W.poller.wait_for(low, lambda s: s in FINAL_STATES, "preemption", 120)
         W.note("preempted", job_id=low, state=W.poller.state(low))
         # --- Requeue by the admin: a long first attempt, a short second one.
-        rq = W.submit("admin-requeue", "sbalice", ["--requeue", "--gres=gpu:4", "-c", "4", "-t", "5"],
-                      first=300, again=8, gpus=4, expect={"final_state": "COMPLETED", "attempts": 2,
-                                                          "first_attempt_state": "REQUEUED"})
+        rq = W.submit(
+            "admin-requeue",
+            "sbalice",
+            ["--requeue", "--gres=gpu:4", "-c", "4", "-t", "5"],
+            first=300,
+            again=8,
+            gpus=4,
+            expect={"final_state": "COMPLETED", "attempts": 2, "first_attempt_state": "REQUEUED"},
+        )
         # --- NODE_FAIL: an exclusive --requeue job whose node the admin sets DOWN, resumed later.
-        nf = W.submit("node-fail", "sbbob", ["--requeue", "-t", "5", *g8], first=300, again=8, gpus=8,
-                      expect={"final_state": "COMPLETED", "attempts": 2, "first_attempt_state": "NODE_FAIL"})
+        nf = W.submit(
+            "node-fail",
+            "sbbob",
+            ["--requeue", "-t", "5", *g8],
+            first=300,
+            again=8,
+            gpus=8,
+            expect={"final_state": "COMPLETED", "attempts": 2, "first_attempt_state": "NODE_FAIL"},
+        )
         # Time limit, cancel running, cancel pending (held), pending forever (held, dependency, begin).
-        W.submit("time-limit", "sbcarol", ["--partition=debug", "--gres=gpu:1", "-c", "1", "-t", "1"],
-                 first=600, gpus=1, expect={"final_state": "TIMEOUT", "attempts": 1})
-        cr = W.submit("cancel-running", "sbbob", ["--gres=gpu:2", "-c", "4", "-t", "5"], first=300, gpus=2,
-                      expect={"final_state": "CANCELLED", "attempts": 1})
-        cp = W.submit("cancel-pending", "sbalice", ["--hold", "--gres=gpu:1", "-t", "1"], first=5, gpus=1,
-                      expect={"final_state": "CANCELLED", "attempts": 1, "never_started": True})
-        held = W.submit("held", "sbalice", ["--hold", "--gres=gpu:8", "-t", "10"], first=5, gpus=8,
-                        expect={"final_state": "PENDING", "attempts": 1, "pending_reason": "JobHeldUser"})
-        W.submit("after-held", "sbbob", [f"--dependency=afterok:{held}", "--gres=gpu:1", "-t", "1"], first=5,
-                 gpus=1, expect={"final_state": "PENDING", "attempts": 1, "pending_reason": "Dependency"})
-        W.submit("begin-later", "sbcarol", ["--begin=now+3hours", "--gres=gpu:1", "-t", "1"], first=5, gpus=1,
-                 expect={"final_state": "PENDING", "attempts": 1, "pending_reason": "BeginTime"})
+        W.submit(
+            "time-limit",
+            "sbcarol",
+            ["--partition=debug", "--gres=gpu:1", "-c", "1", "-t", "1"],
+            first=600,
+            gpus=1,
+            expect={"final_state": "TIMEOUT", "attempts": 1},
+        )
+        cr = W.submit(
+            "cancel-running",
+            "sbbob",
+            ["--gres=gpu:2", "-c", "4", "-t", "5"],
+            first=300,
+            gpus=2,
+            expect={"final_state": "CANCELLED", "attempts": 1},
+        )
+        cp = W.submit(
+            "cancel-pending",
+            "sbalice",
+            ["--hold", "--gres=gpu:1", "-t", "1"],
+            first=5,
+            gpus=1,
+            expect={"final_state": "CANCELLED", "attempts": 1, "never_started": True},
+        )
+        held = W.submit(
+            "held",
+            "sbalice",
+            ["--hold", "--gres=gpu:8", "-t", "10"],
+            first=5,
+            gpus=8,
+            expect={"final_state": "PENDING", "attempts": 1, "pending_reason": "JobHeldUser"},
+        )
+        W.submit(
+            "after-held",
+            "sbbob",
+            [f"--dependency=afterok:{held}", "--gres=gpu:1", "-t", "1"],
+            first=5,
+            gpus=1,
+            expect={"final_state": "PENDING", "attempts": 1, "pending_reason": "Dependency"},
+        )
+        W.submit(
+            "begin-later",
+            "sbcarol",
+            ["--begin=now+3hours", "--gres=gpu:1", "-t", "1"],
+            first=5,
+            gpus=1,
+            expect={"final_state": "PENDING", "attempts": 1, "pending_reason": "BeginTime"},
+        )
         sh(["scancel", cp])
         W.note("scancel pending", job_id=cp)
         W.running(rq)
@@ -234,8 +384,14 @@ class Workload:
         # Drain gpu04 while busy: a job on it, then the drain; it finishes and the node stays DRAINED.
         W.poller.wait_for(arr + "_3", lambda s: s in FINAL_STATES, "array end", 120)
         drain_node = next(n for n in reversed(cluster.GPU_NODES) if n != nf_node)
-        busy = W.submit("on-drained-node", "sbcarol", ["-w", drain_node, "--gres=gpu:2", "-c", "4", "-t", "2"],
-                        first=25, gpus=2, expect={"final_state": "COMPLETED", "attempts": 1})
+        busy = W.submit(
+            "on-drained-node",
+            "sbcarol",
+            ["-w", drain_node, "--gres=gpu:2", "-c", "4", "-t", "2"],
+            first=25,
+            gpus=2,
+            expect={"final_state": "COMPLETED", "attempts": 1},
+        )
         W.running(busy)
         sh(["scontrol", "update", f"nodename={drain_node}", "state=drain", f"reason={DRAIN_REASON}"])
         W.note("node drain", node=drain_node)
@@ -260,9 +416,13 @@ class Workload:
 
     def record(self, nf_node: str, drain_node: str) -> dict:
         with self.poller.lock:
-            intervals = {k: [[round(a, 3), round(b, 3)] for a, b, *_ in v] for k, v in self.poller.intervals.items()}
-            uncertainty = {k: [round(us + ue + 1.0, 3) for _, _, us, ue, _ in v]
-                           for k, v in self.poller.intervals.items()}
+            intervals = {
+                k: [[round(a, 3), round(b, 3)] for a, b, *_ in v] for k, v in self.poller.intervals.items()
+            }
+            uncertainty = {
+                k: [round(us + ue + 1.0, 3) for _, _, us, ue, _ in v]
+                for k, v in self.poller.intervals.items()
+            }
             raw = dict(self.poller.raw)
             reasons = dict(self.poller.reasons)
             states = dict(self.poller.states)
@@ -290,17 +450,32 @@ class Workload:
             if job.get("array"):
                 for task, st in job["tasks"].items():
                     jid = f"{job['job_id']}_{task}"
-                    jobs.append({**{k: v for k, v in job.items() if k != "tasks"}, "job_id": jid,
-                                 "array_job_id": job["job_id"], "array_task_id": int(task),
-                                 "job_id_raw": raw.get(jid), "final_state": st,
-                                 "exit_code": 3 if st == "FAILED" else 0,
-                                 "intervals": intervals.get(jid, []), "interval_slack": uncertainty.get(jid, []),
-                                 "last_squeue_state": states.get(jid)})
+                    jobs.append(
+                        {
+                            **{k: v for k, v in job.items() if k != "tasks"},
+                            "job_id": jid,
+                            "array_job_id": job["job_id"],
+                            "array_task_id": int(task),
+                            "job_id_raw": raw.get(jid),
+                            "final_state": st,
+                            "exit_code": 3 if st == "FAILED" else 0,
+                            "intervals": intervals.get(jid, []),
+                            "interval_slack": uncertainty.get(jid, []),
+                            "last_squeue_state": states.get(jid),
+                        }
+                    )
             else:
                 jid = job["job_id"]
-                jobs.append({**job, "job_id_raw": raw.get(jid, jid), "intervals": intervals.get(jid, []),
-                             "interval_slack": uncertainty.get(jid, []),
-                             "last_squeue_state": states.get(jid), "last_squeue_reason": reasons.get(jid)})
+                jobs.append(
+                    {
+                        **job,
+                        "job_id_raw": raw.get(jid, jid),
+                        "intervals": intervals.get(jid, []),
+                        "interval_slack": uncertainty.get(jid, []),
+                        "last_squeue_state": states.get(jid),
+                        "last_squeue_reason": reasons.get(jid),
+                    }
+                )
         gpu_seconds: dict[str, float] = {}
         slack: dict[str, float] = {}
         for j in jobs:
