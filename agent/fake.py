@@ -9,7 +9,7 @@ on that GPU. On top of the captures a spec can force NotSupported/NoPermission/U
 XID events, make a GPU fall off the bus, and place processes (with their /proc cgroup) on GPUs.
 
 Time is injected (`clock`, `sleep`), so tests run instantly and a simulator can run a day in seconds.
-The simulator engineer uses this same module to produce telemetry for the demo.
+The demo runs its live agent on this backend too.
 """
 
 from __future__ import annotations
