@@ -1,6 +1,6 @@
 """Readings of one GPU, their per-minute aggregation, and the device as the agent knows it.
 
-Pure: readings in, records out. A failed field is None and counted, never zero.
+The aggregation is pure: readings in, records out. A field that failed is None and counted, never zero.
 """
 
 from __future__ import annotations
