@@ -25,8 +25,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from slurmscope.collectors.fake_nvml import FakeProcess, fake_from_spec
-from slurmscope.collectors.nvml import Agent
+from slurmscope.agent.agent import Agent
+from slurmscope.agent.fake import FakeProcess, fake_from_spec
 
 
 def in_process(gpus: int, rounds: int, tmp: Path) -> dict:

@@ -30,11 +30,11 @@ if ! "$PY" -c "import pynvml" 2>/dev/null; then
     log "installing nvidia-ml-py"
     "$PY" -m pip install --quiet "nvidia-ml-py~=13.615" 2>&1 | tee -a "$OUT_DIR/run.log" || true
 fi
-if ! "$PY" -c "import slurmscope.collectors.nvml" 2>/dev/null; then
+if ! "$PY" -c "import slurmscope.agent.agent" 2>/dev/null; then
     log "installing slurmscope from $REPO"
     "$PY" -m pip install --quiet "$REPO" 2>&1 | tee -a "$OUT_DIR/run.log" || true
 fi
-"$PY" -c "import pynvml, slurmscope.collectors.nvml" || { log "cannot import pynvml/slurmscope; stopping"; exit 1; }
+"$PY" -c "import pynvml, slurmscope.agent.agent" || { log "cannot import pynvml/slurmscope; stopping"; exit 1; }
 
 if command -v nvidia-smi >/dev/null; then
     nvidia-smi -L > "$OUT_DIR/nvidia-smi-L.txt" 2>&1 || true
@@ -52,7 +52,7 @@ from pathlib import Path
 
 import pynvml as nv
 
-from slurmscope.collectors.nvml import Agent
+from slurmscope.agent.agent import Agent
 
 out = Path(sys.argv[1])
 nv.nvmlInit()

@@ -24,7 +24,8 @@ from urllib.parse import quote
 import duckdb
 import polars as pl
 from slurmscope.collectors.base import Parsed, RunRecord, TableSpec, load, quarantine_frame, record_failure
-from slurmscope.collectors.nvml import parse_iso, read_spool_bytes
+
+from slurmscope.spool import parse_iso, read_spool_bytes
 
 log = logging.getLogger(__name__)
 

@@ -2334,7 +2334,7 @@ class Simulator:
         busy at 85-100% or, like ~30% of jobs in the Seren trace, nearly idle); the degrading GPU runs hotter
         and slower every day."""
         try:
-            from slurmscope.collectors.nvml import write_spool_file
+            from slurmscope.spool import write_spool_file
         except ImportError:  # the NVML agent module is not in this checkout: no telemetry step
             return []
         cfg = self.cfg

@@ -195,7 +195,7 @@ def agent(
     web_config: str | None,
 ) -> None:
     """Per-node NVML agent: GPU telemetry, health events and GPU-to-job attribution."""
-    from slurmscope.collectors.nvml import run_agent
+    from slurmscope.agent.agent import run_agent
 
     app = _context(ctx)
     try:

@@ -314,7 +314,7 @@ def _start_agent(cfg: Config, result: DemoResult, port: int):
     import json
     import threading
 
-    from slurmscope.collectors.nvml import run_agent
+    from slurmscope.agent.agent import run_agent
 
     base = (result.out_dir / "agent").resolve()
     (base / "gpu-jobs").mkdir(parents=True, exist_ok=True)

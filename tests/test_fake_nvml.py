@@ -6,13 +6,13 @@ import inspect
 
 import pynvml
 import pytest
-from slurmscope.collectors.fake_nvml import (
-    BUILTIN_PROFILES,
+from slurmscope.agent.fake import (
     CAPTURES,
     FakeGpu,
     FakeNVML,
     FakeProcess,
     builtin_profile,
+    builtin_profiles,
     fake_from_spec,
     load_capture,
     profile_to_dict,
@@ -32,11 +32,11 @@ def make(clock, *entries, **kw):
 
 
 def test_builtin_profiles_are_exactly_what_the_captures_say(fixtures):
-    """The embedded profiles (used when tests/ is not installed) match a fresh parse of the captures."""
+    """The shipped profiles (package data, for when tests/ is absent) equal a fresh parse of the captures."""
     d = fixtures / "nvidia-smi"
     for model, fname in CAPTURES.items():
         for state in ("idle",) if fname.endswith(".xml") else ("idle", "load"):
-            assert BUILTIN_PROFILES[f"{model}:{state}"] == profile_to_dict(load_capture(d / fname, state))
+            assert builtin_profiles()[f"{model}:{state}"] == profile_to_dict(load_capture(d / fname, state))
 
 
 def test_h100_values_read_by_hand_from_the_capture(fixtures):

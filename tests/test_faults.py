@@ -21,13 +21,15 @@ import uuid
 from pathlib import Path
 
 import pytest
-from slurmscope.collectors.fake_nvml import fake_from_spec
-from slurmscope.collectors.nvml import Agent, _Collector, read_spool_bytes
+from slurmscope.agent.agent import Agent
+from slurmscope.agent.fake import fake_from_spec
+from slurmscope.agent.http import _Collector
 from slurmscope.collectors.nvml_ingest import SCHEMAS, ingest_spool_files
 
 from slurmscope.config import load_config
 from slurmscope.db import applied_versions, connect, migrations
 from slurmscope.scheduler import Service
+from slurmscope.spool import read_spool_bytes
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z, hour aligned
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm-22.05"
@@ -387,7 +389,7 @@ def sacct_lines(first_id: int, n: int) -> bytes:
 
 AGENT = (
     "import logging, sys; logging.basicConfig(level=logging.INFO); from slurmscope.config import load_config;"
-    " from slurmscope.collectors.nvml import run_agent; run_agent(load_config(None, env={}), port=0,"
+    " from slurmscope.agent.agent import run_agent; run_agent(load_config(None, env={}), port=0,"
     " spool=sys.argv[1], interval=1, fake=sys.argv[2], address='127.0.0.1', node='gpu01',"
     " kmsg_path=sys.argv[3], flush_seconds=1)"
 )
@@ -398,7 +400,7 @@ def test_agent_process_starts_on_a_read_only_spool_with_a_journal_left_behind(tm
     import json
     import signal
 
-    from slurmscope.collectors.nvml import SpoolJournal
+    from slurmscope.agent.spool import SpoolJournal
 
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"gpus": [{"model": "h100", "state": "load", "count": 2}]}))
@@ -458,7 +460,7 @@ def test_agent_process_starts_on_a_read_only_spool_with_a_journal_left_behind(tm
 
 
 def test_stop_on_a_full_spool_keeps_the_journal_for_the_next_start(tmp_path, tmpfs):
-    from slurmscope.collectors.nvml import SpoolJournal
+    from slurmscope.agent.spool import SpoolJournal
 
     spool = tmpfs(tmp_path / "spool", "1m")
     node = Node(spool)

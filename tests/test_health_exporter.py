@@ -184,8 +184,9 @@ def test_every_central_gpu_family_carries_source():
 
 def test_agent_series_carry_cluster_and_source(tmp_path):
     from prometheus_client import CollectorRegistry, generate_latest
-    from slurmscope.collectors.fake_nvml import fake_from_spec
-    from slurmscope.collectors.nvml import Agent, _Collector
+    from slurmscope.agent.agent import Agent
+    from slurmscope.agent.fake import fake_from_spec
+    from slurmscope.agent.http import _Collector
 
     t = [1_800_000_000.0]
     fake = fake_from_spec(

@@ -18,27 +18,17 @@ from pathlib import Path
 
 import pynvml
 import pytest
-from slurmscope.collectors.fake_nvml import FIELDS, FakeProcess, fake_from_spec
-from slurmscope.collectors.nvml import (
-    Agent,
-    JobMapping,
-    KmsgReader,
-    MinuteAggregator,
-    Reading,
-    SpoolJournal,
-    list_spool,
-    normalize_bus_id,
-    parse_cgroup_job,
-    parse_kmsg_record,
-    parse_mapping,
-    parse_xid,
-    read_spool_bytes,
-    start_http,
-    utc,
-)
+from slurmscope.agent.agent import Agent
+from slurmscope.agent.attribution import JobMapping, normalize_bus_id, parse_cgroup_job, parse_mapping
+from slurmscope.agent.fake import FIELDS, FakeProcess, fake_from_spec
+from slurmscope.agent.http import start_http
+from slurmscope.agent.kmsg import KmsgReader, parse_kmsg_record, parse_xid
+from slurmscope.agent.sampling import MinuteAggregator, Reading
+from slurmscope.agent.spool import SpoolJournal, list_spool
 from slurmscope.collectors.nvml_ingest import ingest_spool_files, parse_spool
 
 from slurmscope.config import load_config
+from slurmscope.spool import read_spool_bytes, utc
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z, hour aligned
 REPO = Path(__file__).resolve().parents[1]
@@ -358,7 +348,7 @@ def test_not_supported_ecc_is_null_not_zero(tmp_path, con):
 
 def _metrics_lines(agent):
     from prometheus_client import CollectorRegistry, generate_latest
-    from slurmscope.collectors.nvml import _Collector
+    from slurmscope.agent.http import _Collector
 
     reg = CollectorRegistry(auto_describe=False)
     reg.register(_Collector(agent))
@@ -558,7 +548,7 @@ def test_journal_recovery_after_torn_write(tmp_path):
 # --------------------------------------------------------------------------------------------------
 
 AGENT = (
-    "import sys; from slurmscope.config import load_config; from slurmscope.collectors.nvml import run_agent; "
+    "import sys; from slurmscope.config import load_config; from slurmscope.agent.agent import run_agent; "
     "run_agent(load_config(None, env={}), port=0, spool=sys.argv[1], interval=1, fake=sys.argv[2], "
     "address='127.0.0.1', node='gpu01', kmsg_path=sys.argv[3], flush_seconds=1)"
 )
@@ -663,7 +653,7 @@ def test_sigkill_mid_write_then_restart_loses_nothing_written(tmp_path, con):
 
 
 def utc_ts(text: str) -> float:
-    from slurmscope.collectors.nvml import parse_iso
+    from slurmscope.spool import parse_iso
 
     return parse_iso(text).timestamp()
 

@@ -10,7 +10,8 @@ import urllib.error
 import urllib.request
 
 import pytest
-from slurmscope.collectors.nvml import list_spool, start_http
+from slurmscope.agent.http import start_http
+from slurmscope.agent.spool import list_spool
 from slurmscope.collectors.nvml_ingest import AgentClient, collect_agent
 
 from slurmscope.config import load_config

@@ -9,15 +9,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from slurmscope.collectors.fake_nvml import fake_from_spec
-from slurmscope.collectors.nvml import (
-    Agent,
-    MinuteAggregator,
-    Reading,
-    list_spool,
-    start_http,
-    write_spool_file,
-)
+from slurmscope.agent.agent import Agent
+from slurmscope.agent.fake import fake_from_spec
+from slurmscope.agent.http import start_http
+from slurmscope.agent.sampling import MinuteAggregator, Reading
+from slurmscope.agent.spool import list_spool
 from slurmscope.collectors.nvml_ingest import (
     collect_nvml,
     collect_nvml_sources,
@@ -29,6 +25,7 @@ from slurmscope.collectors.nvml_ingest import (
 
 from slurmscope.config import load_config
 from slurmscope.db import connect, migrate
+from slurmscope.spool import write_spool_file
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 

@@ -167,7 +167,7 @@ def _start_scraping(
 
 def _start_agent(tmp: Path) -> tuple[int, threading.Event, threading.Thread]:
     """The node agent of cluster c1 on a fake NVML (two healthy H100s), as `slurmscope agent --fake` runs it."""
-    from slurmscope.collectors.nvml import run_agent
+    from slurmscope.agent.agent import run_agent
 
     spec = tmp / "fake-nvml.json"
     spec.write_text(

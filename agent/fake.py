@@ -9,12 +9,13 @@ on that GPU. On top of the captures a spec can force NotSupported/NoPermission/U
 XID events, make a GPU fall off the bus, and place processes (with their /proc cgroup) on GPUs.
 
 Time is injected (`clock`, `sleep`), so tests run instantly and a simulator can run a day in seconds.
-The simulator engineer uses this same module to produce telemetry for the demo.
+The demo runs its live agent on this backend too.
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import io
 import json
@@ -22,6 +23,7 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -339,8 +341,10 @@ _REASON_BITS = {
 }
 
 
-# Distilled from the captures in tests/fixtures/nvidia-smi (tests/test_fake_nvml.py checks that these are
-# exactly what the parsers above read from those files), so the fake works from an installed package.
+# The captures the shipped profiles (profiles/<model>.json) are distilled from, so that the fake works from
+# an installed package without tests/; tests/test_fake_nvml.py checks that the files are exactly what the
+# parsers above read from these captures, and `python -m slurmscope.agent.fake tests/fixtures/nvidia-smi`
+# writes them again.
 CAPTURES = {
     "h100": "linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt",
     "h100-mig": "linux-x86_64__nvidia-h100-mig__590.48.01.txt",
@@ -358,10 +362,21 @@ def load_capture(path: str | Path, state: str = "idle") -> GpuProfile:
     return profile_from_capture(text, state, source=path.name)
 
 
+@functools.cache
+def builtin_profiles() -> dict[str, dict[str, Any]]:
+    """The shipped profiles as `profile_to_dict` gives them, keyed `model:state`; read once, when first needed."""
+    out = {}
+    for entry in resources.files("slurmscope.agent").joinpath("profiles").iterdir():
+        if entry.name.endswith(".json"):
+            for state, data in json.loads(entry.read_text(encoding="utf-8")).items():
+                out[f"{entry.name[: -len('.json')]}:{state}"] = data
+    return out
+
+
 def builtin_profile(model: str, state: str = "idle") -> GpuProfile:
     """A profile by short name ('h100', 'h100-mig', 'h200', 'l40s', 'a100-mig') and state ('idle'/'load')."""
     key = f"{model}:{state}" if model != "a100-mig" else "a100-mig:idle"
-    data = BUILTIN_PROFILES[key]
+    data = builtin_profiles()[key]
     migs = tuple(MigProfile(**m) for m in data.get("mig_devices", ()))
     fields = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k != "mig_devices"}
     return GpuProfile(**fields, mig_devices=migs)
@@ -856,30 +871,15 @@ def load_spec(path: str | Path) -> dict[str, Any]:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
-# Generated with `python -m slurmscope.collectors.fake_nvml tests/fixtures/nvidia-smi`.
-BUILTIN_PROFILES: dict[str, dict[str, Any]] = json.loads("""{
- "a100-mig:idle": {"clock_event_reasons": 0, "cuda_version": 12020, "driver_version": "535.54.03", "ecc_aggregate": [0, 0], "ecc_enabled": true, "ecc_volatile": [0, 0], "mem_clock_mhz": 1593, "memory_total_bytes": 85899345920, "memory_used_bytes": 52428800, "mig_devices": [{"compute_instance_id": 0, "gpu_instance_id": 3, "memory_total_bytes": 20937965568, "name": "MIG", "uuid": "MIG-c5769fbb-236e-abfd-72b8-18bf32dd2621"}, {"compute_instance_id": 0, "gpu_instance_id": 4, "memory_total_bytes": 20937965568, "name": "MIG", "uuid": "MIG-b756f038-717c-ae9c-2e4c-5981ea5a7cd7"}, {"compute_instance_id": 0, "gpu_instance_id": 5, "memory_total_bytes": 20937965568, "name": "MIG", "uuid": "MIG-72f51101-5ad2-3e0c-bf3d-7fdcd3a17247"}, {"compute_instance_id": 0, "gpu_instance_id": 6, "memory_total_bytes": 20937965568, "name": "MIG", "uuid": "MIG-897fa3c2-a7b8-e67d-d81d-2d55846bee31"}], "mig_mode": 1, "minor_number": 1, "name": "NVIDIA A100-SXM4-80GB", "nvlink_links": 0, "pci_bus_id": "00000000:01:00.0", "pcie_replay": 0, "power_mw": 67030, "remapped_rows": null, "retired_pages": null, "serial": "1650522003820", "sm_clock_mhz": 1275, "source": "a100-sxm4-v12.xml", "temp_gpu": 27, "temp_mem": 44, "util_gpu": null, "util_mem": null, "uuid": "GPU-513536b6-7d19-9063-b049-1e69664bb298"},
- "h100-mig:idle": {"clock_event_reasons": 1, "cuda_version": 13010, "driver_version": "590.48.01", "ecc_aggregate": [0, 0], "ecc_enabled": true, "ecc_volatile": [0, 0], "mem_clock_mhz": 2619, "memory_total_bytes": 85520809984, "memory_used_bytes": 61865984, "mig_devices": [{"compute_instance_id": 0, "gpu_instance_id": 2, "memory_total_bytes": null, "name": "MIG 3g.40gb", "uuid": "MIG-00000000-0000-0000-0000-000000000000"}, {"compute_instance_id": 0, "gpu_instance_id": 3, "memory_total_bytes": null, "name": "MIG 2g.20gb", "uuid": "MIG-00000001-0000-0000-0000-000000000001"}, {"compute_instance_id": 0, "gpu_instance_id": 9, "memory_total_bytes": null, "name": "MIG 1g.10gb", "uuid": "MIG-00000002-0000-0000-0000-000000000002"}, {"compute_instance_id": 0, "gpu_instance_id": 10, "memory_total_bytes": null, "name": "MIG 1g.10gb", "uuid": "MIG-00000003-0000-0000-0000-000000000003"}], "mig_mode": 1, "minor_number": 0, "name": "NVIDIA H100 80GB HBM3", "nvlink_links": 0, "pci_bus_id": "00000000:00:09.0", "pcie_replay": 9, "power_mw": 71150, "remapped_rows": null, "retired_pages": null, "serial": "0000000000000", "sm_clock_mhz": 345, "source": "linux-x86_64__nvidia-h100-mig__590.48.01.txt", "temp_gpu": 42, "temp_mem": 48, "util_gpu": null, "util_mem": null, "uuid": "GPU-00000000-0000-0000-0000-000000000000"},
- "h100-mig:load": {"clock_event_reasons": 0, "cuda_version": 13010, "driver_version": "590.48.01", "ecc_aggregate": [0, 0], "ecc_enabled": true, "ecc_volatile": [0, 0], "mem_clock_mhz": 2619, "memory_total_bytes": 85520809984, "memory_used_bytes": 11665408000, "mig_devices": [{"compute_instance_id": 0, "gpu_instance_id": 2, "memory_total_bytes": null, "name": "MIG 3g.40gb", "uuid": "MIG-00000000-0000-0000-0000-000000000000"}, {"compute_instance_id": 0, "gpu_instance_id": 3, "memory_total_bytes": null, "name": "MIG 2g.20gb", "uuid": "MIG-00000001-0000-0000-0000-000000000001"}, {"compute_instance_id": 0, "gpu_instance_id": 9, "memory_total_bytes": null, "name": "MIG 1g.10gb", "uuid": "MIG-00000002-0000-0000-0000-000000000002"}, {"compute_instance_id": 0, "gpu_instance_id": 10, "memory_total_bytes": null, "name": "MIG 1g.10gb", "uuid": "MIG-00000003-0000-0000-0000-000000000003"}], "mig_mode": 1, "minor_number": 0, "name": "NVIDIA H100 80GB HBM3", "nvlink_links": 0, "pci_bus_id": "00000000:00:09.0", "pcie_replay": 9, "power_mw": 433780, "remapped_rows": null, "retired_pages": null, "serial": "0000000000000", "sm_clock_mhz": 1980, "source": "linux-x86_64__nvidia-h100-mig__590.48.01.txt", "temp_gpu": 53, "temp_mem": 59, "util_gpu": null, "util_mem": null, "uuid": "GPU-00000000-0000-0000-0000-000000000000"},
- "h100:idle": {"clock_event_reasons": 1, "cuda_version": 13010, "driver_version": "590.48.01", "ecc_aggregate": [0, 0], "ecc_enabled": true, "ecc_volatile": [0, 0], "mem_clock_mhz": 2619, "memory_total_bytes": 85520809984, "memory_used_bytes": 0, "mig_devices": [], "mig_mode": 0, "minor_number": 0, "name": "NVIDIA H100 80GB HBM3", "nvlink_links": 18, "pci_bus_id": "00000000:00:09.0", "pcie_replay": 9, "power_mw": 69850, "remapped_rows": [0, 0, false, false], "retired_pages": null, "serial": "0000000000000", "sm_clock_mhz": 345, "source": "linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt", "temp_gpu": 41, "temp_mem": 48, "util_gpu": 0, "util_mem": 0, "uuid": "GPU-00000000-0000-0000-0000-000000000000"},
- "h100:load": {"clock_event_reasons": 0, "cuda_version": 13010, "driver_version": "590.48.01", "ecc_aggregate": [0, 0], "ecc_enabled": true, "ecc_volatile": [0, 0], "mem_clock_mhz": 2619, "memory_total_bytes": 85520809984, "memory_used_bytes": 20780679168, "mig_devices": [], "mig_mode": 0, "minor_number": 0, "name": "NVIDIA H100 80GB HBM3", "nvlink_links": 18, "pci_bus_id": "00000000:00:09.0", "pcie_replay": 9, "power_mw": 631950, "remapped_rows": [0, 0, false, false], "retired_pages": null, "serial": "0000000000000", "sm_clock_mhz": 1980, "source": "linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt", "temp_gpu": 59, "temp_mem": 54, "util_gpu": 100, "util_mem": 11, "uuid": "GPU-00000000-0000-0000-0000-000000000000"},
- "h200:idle": {"clock_event_reasons": 1, "cuda_version": 13010, "driver_version": "590.48.01", "ecc_aggregate": [0, 0], "ecc_enabled": true, "ecc_volatile": [0, 0], "mem_clock_mhz": 3201, "memory_total_bytes": 150754820096, "memory_used_bytes": 0, "mig_devices": [], "mig_mode": 0, "minor_number": 0, "name": "NVIDIA H200", "nvlink_links": 18, "pci_bus_id": "00000000:83:00.0", "pcie_replay": 0, "power_mw": 77710, "remapped_rows": [0, 0, false, false], "retired_pages": null, "serial": "0000000000000", "sm_clock_mhz": 345, "source": "linux-x86_64__nvidia-h200__590.48.01.txt", "temp_gpu": 28, "temp_mem": 32, "util_gpu": 0, "util_mem": 0, "uuid": "GPU-00000000-0000-0000-0000-000000000000"},
- "h200:load": {"clock_event_reasons": 0, "cuda_version": 13010, "driver_version": "590.48.01", "ecc_aggregate": [0, 0], "ecc_enabled": true, "ecc_volatile": [0, 0], "mem_clock_mhz": 3201, "memory_total_bytes": 150754820096, "memory_used_bytes": 33934016512, "mig_devices": [], "mig_mode": 0, "minor_number": 0, "name": "NVIDIA H200", "nvlink_links": 18, "pci_bus_id": "00000000:83:00.0", "pcie_replay": 0, "power_mw": 627400, "remapped_rows": [0, 0, false, false], "retired_pages": null, "serial": "0000000000000", "sm_clock_mhz": 1980, "source": "linux-x86_64__nvidia-h200__590.48.01.txt", "temp_gpu": 52, "temp_mem": 40, "util_gpu": 100, "util_mem": 7, "uuid": "GPU-00000000-0000-0000-0000-000000000000"},
- "l40s:idle": {"clock_event_reasons": 0, "cuda_version": 13020, "driver_version": "595.80", "ecc_aggregate": [0, 0], "ecc_enabled": true, "ecc_volatile": [0, 0], "mem_clock_mhz": 9001, "memory_total_bytes": 48305799168, "memory_used_bytes": 0, "mig_devices": [], "mig_mode": null, "minor_number": 0, "name": "NVIDIA L40S", "nvlink_links": 0, "pci_bus_id": "00000000:01:00.0", "pcie_replay": 0, "power_mw": 144970, "remapped_rows": [0, 0, false, false], "retired_pages": null, "serial": "0000000000000", "sm_clock_mhz": 2520, "source": "linux-x86_64__nvidia-l40s__595.80.txt", "temp_gpu": 63, "temp_mem": null, "util_gpu": 100, "util_mem": 9, "uuid": "GPU-00000000-0000-0000-0000-000000000000"},
- "l40s:load": {"clock_event_reasons": 0, "cuda_version": 13020, "driver_version": "595.80", "ecc_aggregate": [0, 0], "ecc_enabled": true, "ecc_volatile": [0, 0], "mem_clock_mhz": 9001, "memory_total_bytes": 48305799168, "memory_used_bytes": 1294991360, "mig_devices": [], "mig_mode": null, "minor_number": 0, "name": "NVIDIA L40S", "nvlink_links": 0, "pci_bus_id": "00000000:01:00.0", "pcie_replay": 0, "power_mw": 110230, "remapped_rows": [0, 0, false, false], "retired_pages": null, "serial": "0000000000000", "sm_clock_mhz": 2520, "source": "linux-x86_64__nvidia-l40s__595.80.txt", "temp_gpu": 54, "temp_mem": null, "util_gpu": 9, "util_mem": 2, "uuid": "GPU-00000000-0000-0000-0000-000000000000"}
-}""")
-
-
-def _dump_builtin(fixture_dir: Path) -> dict[str, dict[str, Any]]:
-    out = {}
+def _dump_builtin(fixture_dir: Path, out_dir: Path) -> None:
     for model, fname in CAPTURES.items():
         states = ("idle",) if fname.endswith(".xml") else ("idle", "load")
-        for state in states:
-            out[f"{model}:{state}"] = profile_to_dict(load_capture(fixture_dir / fname, state))
-    return out
+        data = {state: profile_to_dict(load_capture(fixture_dir / fname, state)) for state in states}
+        text = json.dumps(data, indent=1, sort_keys=True) + "\n"
+        (out_dir / f"{model}.json").write_text(text, encoding="utf-8")
 
 
 if __name__ == "__main__":  # pragma: no cover - maintenance helper
     import sys
 
-    print(json.dumps(_dump_builtin(Path(sys.argv[1])), indent=1, sort_keys=True))
+    _dump_builtin(Path(sys.argv[1]), Path(__file__).with_name("profiles"))

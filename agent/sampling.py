@@ -1,0 +1,236 @@
+"""Readings of one GPU, their per-minute aggregation, and the device as the agent knows it.
+
+The aggregation is pure: readings in, records out. A field that failed is None and counted, never zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurmscope.agent.attribution import GpuRef
+
+from slurmscope.spool import iso
+
+# Clock-event reasons that mean "the GPU is held back", as opposed to idle (0x1) or an operator's
+# application-clock setting (0x2) or display clocks (0x100).
+THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80  # sw power cap, hw slowdown, sw/hw thermal, power brake
+
+
+@dataclass
+class Reading:
+    """One sample of one GPU; None = not read (error or not due)."""
+
+    time: float
+    util_gpu: float | None = None
+    util_mem: float | None = None
+    mem_used: int | None = None
+    mem_total: int | None = None
+    power_w: float | None = None
+    energy_mj: int | None = None
+    temp_gpu: float | None = None
+    temp_mem: float | None = None
+    sm_clock: float | None = None
+    mem_clock: float | None = None
+    reasons: int | None = None
+    pcie_replay: int | None = None
+    # slow fields (read every slow interval)
+    ecc_corr_vol: int | None = None
+    ecc_unc_vol: int | None = None
+    ecc_corr_agg: int | None = None
+    ecc_unc_agg: int | None = None
+    remapped_pending: bool | None = None
+    remapped_failed: bool | None = None
+    retired_pages: int | None = None
+    nvlink_errors: int | None = None
+    errors: int = 0
+
+
+SLOW_FIELDS = (
+    "ecc_corr_vol",
+    "ecc_unc_vol",
+    "ecc_corr_agg",
+    "ecc_unc_agg",
+    "remapped_pending",
+    "remapped_failed",
+    "retired_pages",
+    "nvlink_errors",
+)
+COUNTERS = {
+    "energy_mj": "energy",
+    "pcie_replay": "pcie_replay_delta",
+    "ecc_corr_vol": "ecc_corrected_delta",
+    "ecc_unc_vol": "ecc_uncorrected_delta",
+    "nvlink_errors": "nvlink_errors_delta",
+}
+
+
+class MinuteAggregator:
+    """Fold one GPU's readings into per-minute records (means, maxima, counter deltas, throttled time).
+
+    Counter deltas are taken reading-to-reading, also across minute boundaries, so no energy falls
+    between minutes; a counter that went backwards (driver reload) contributes nothing for that step.
+    A delta is null only while the counter has never been read successfully (NotSupported stays null).
+    With `flush_seconds` below 60 a minute goes out in several disjoint chunks (same `minute` key) that
+    the loader merges exactly; that bounds what a SIGKILL can lose to one chunk.
+    """
+
+    def __init__(self, identity: dict[str, Any], interval: float, flush_seconds: float = 60.0) -> None:
+        self.identity = identity
+        self.interval = interval
+        self.flush_seconds = min(max(float(flush_seconds), 1.0), 60.0)
+        self.minute: int | None = None
+        self.chunk: int | None = None
+        self.first: float | None = None
+        self.last: float | None = None
+        self.prev: dict[str, int] = {}
+        self.last_time: float | None = None
+        self.last_slow: dict[str, Any] = {}
+        self._reset()
+
+    def _reset(self) -> None:
+        self.n = 0
+        self.sums: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+        self.maxes: dict[str, float] = {}
+        self.deltas: dict[str, int] = {}
+        self.throttle_seconds = 0.0
+        self.reasons_or: int | None = None
+        self.errors = 0
+        self.slow: dict[str, Any] = {}
+        self.first = self.last = None
+
+    def add(self, r: Reading) -> list[dict[str, Any]]:
+        out = []
+        minute = int(r.time // 60) * 60
+        chunk = int(r.time // self.flush_seconds)
+        if self.minute is not None and (minute != self.minute or chunk != self.chunk):
+            rec = self.flush()
+            if rec:
+                out.append(rec)
+        self.minute, self.chunk = minute, chunk
+        self.first = r.time if self.first is None else self.first
+        self.last = r.time
+        self.n += 1
+        self.errors += r.errors
+        for key in ("util_gpu", "util_mem", "power_w", "sm_clock", "mem_clock"):
+            v = getattr(r, key)
+            if v is not None:
+                self.sums[key] = self.sums.get(key, 0.0) + v
+                self.counts[key] = self.counts.get(key, 0) + 1
+        for key in ("util_gpu", "power_w", "mem_used", "temp_gpu", "temp_mem"):
+            v = getattr(r, key)
+            if v is not None:
+                self.maxes[key] = max(self.maxes.get(key, v), v)
+        if r.mem_total is not None:
+            self.maxes["mem_total"] = r.mem_total
+        dt = (
+            self.interval
+            if self.last_time is None
+            else min(max(r.time - self.last_time, 0.0), 2 * self.interval)
+        )
+        self.last_time = r.time
+        if r.reasons is not None:
+            self.reasons_or = (self.reasons_or or 0) | r.reasons
+            if r.reasons & THROTTLE_MASK:
+                self.throttle_seconds += dt
+        for key in COUNTERS:
+            v = getattr(r, key)
+            if v is None:
+                continue
+            prev = self.prev.get(key)
+            self.deltas[key] = self.deltas.get(key, 0) + (v - prev if prev is not None and v >= prev else 0)
+            self.prev[key] = v
+        for key in ("ecc_corr_agg", "ecc_unc_agg", "remapped_pending", "remapped_failed", "retired_pages"):
+            v = getattr(r, key)
+            if v is not None:
+                self.slow[key] = v
+                self.last_slow[key] = v
+        return out
+
+    def flush(self) -> dict[str, Any] | None:
+        """The record of the current (possibly partial) minute; starts a new one."""
+        if self.minute is None or self.n == 0:
+            return None
+
+        def mean(k: str) -> float | None:
+            return round(self.sums[k] / self.counts[k], 4) if self.counts.get(k) else None
+
+        def delta(k: str) -> int | None:
+            if k in self.deltas:
+                return self.deltas[k]
+            return 0 if k in self.prev else None
+
+        slow = {**self.last_slow, **self.slow}
+        energy = delta("energy_mj")
+        rec = {
+            "type": "sample",
+            **self.identity,
+            "minute": iso(self.minute),
+            "samples": self.n,
+            "first_sample": iso(self.first),
+            "last_sample": iso(self.last),
+            "util_gpu_mean": mean("util_gpu"),
+            "util_gpu_max": self.maxes.get("util_gpu"),
+            "util_mem_mean": mean("util_mem"),
+            "mem_used_max_bytes": self.maxes.get("mem_used"),
+            "mem_total_bytes": self.maxes.get("mem_total"),
+            "power_mean_watts": mean("power_w"),
+            "power_max_watts": self.maxes.get("power_w"),
+            "energy_joules": None if energy is None else energy / 1000.0,
+            "temp_gpu_max_celsius": self.maxes.get("temp_gpu"),
+            "temp_mem_max_celsius": self.maxes.get("temp_mem"),
+            "sm_clock_mean_mhz": mean("sm_clock"),
+            "mem_clock_mean_mhz": mean("mem_clock"),
+            "throttle_seconds": None if self.reasons_or is None else round(self.throttle_seconds, 3),
+            "throttle_reasons": self.reasons_or,
+            "pcie_replay_delta": delta("pcie_replay"),
+            "ecc_corrected_delta": delta("ecc_corr_vol"),
+            "ecc_uncorrected_delta": delta("ecc_unc_vol"),
+            "ecc_corrected_total": slow.get("ecc_corr_agg"),
+            "ecc_uncorrected_total": slow.get("ecc_unc_agg"),
+            "remapped_pending": slow.get("remapped_pending"),
+            "remapped_failed": slow.get("remapped_failed"),
+            "retired_pages": slow.get("retired_pages"),
+            "nvlink_errors_delta": delta("nvlink_errors"),
+            "null_fields": self.errors,
+        }
+        self._reset()
+        return rec
+
+
+@dataclass
+class Device:
+    """One GPU as the agent knows it."""
+
+    index: int
+    handle: Any
+    uuid: str
+    name: str | None = None
+    minor: int | None = None
+    bus_id: str | None = None  # normalised
+    bus_id_raw: str | None = None  # as NVML prints it
+    serial: str | None = None
+    mig_mode: bool | None = None
+    migs: list[tuple[str, int, int, str | None]] = field(default_factory=list)  # uuid, gi, ci, name
+    lost: bool = False
+    healthy: bool = True
+    reasons: set[str] = field(default_factory=set)
+    agg: MinuteAggregator | None = None
+    last: Reading | None = None
+    xids: dict[int, int] = field(default_factory=dict)
+    throttle_seconds_total: float = 0.0
+
+    def ref(self) -> GpuRef:
+        return GpuRef(
+            self.uuid, self.index, self.minor, self.bus_id, tuple((u, gi, ci) for u, gi, ci, _ in self.migs)
+        )
+
+    def identity(self) -> dict[str, Any]:
+        return {
+            "gpu_uuid": self.uuid,
+            "gpu_index": self.index,
+            "gpu_minor": self.minor,
+            "pci_bus_id": self.bus_id_raw,
+            "model": self.name,
+        }

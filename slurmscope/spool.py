@@ -1,0 +1,213 @@
+"""The NVML spool format (version 1): what a node agent writes and the central collector reads.
+
+Both sides import this one module, so the writer and the reader cannot drift apart; docs/nvml.md defines
+the format. A file is JSON Lines: a header, one record per line, a footer with the record count and the
+sha256 of every byte before it. A file without its footer is never accepted, so a crash mid-write can
+leave nothing the loader would take as complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+SPOOL_FORMAT = "slurmscope-nvml-spool"
+SPOOL_VERSION = 1
+RECORD_TYPES = ("sample", "event", "job", "inventory")
+
+
+def utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
+
+
+def iso(ts: float | datetime | None) -> str | None:
+    if ts is None:
+        return None
+    dt = ts if isinstance(ts, datetime) else utc(ts)
+    text = dt.astimezone(UTC).isoformat(timespec="microseconds")
+    return text.replace(".000000", "").replace("+00:00", "Z")
+
+
+def parse_iso(text: str) -> datetime:
+    dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if dt.tzinfo is None:
+        raise ValueError(f"time without zone: {text!r}")
+    return dt.astimezone(UTC)
+
+
+def encode_record(record: dict[str, Any]) -> bytes:
+    return (json.dumps(record, separators=(",", ":"), sort_keys=True, allow_nan=False) + "\n").encode()
+
+
+def _safe_node(node: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", node) or "node"
+
+
+def spool_file_name(node: str, opened_at: float) -> str:
+    return f"{_safe_node(node)}_{utc(opened_at):%Y%m%dT%H%M%S}Z.jsonl"
+
+
+def spool_header(node: str, opened_at: float, *, cluster: str | None = None) -> dict[str, Any]:
+    return {
+        "type": "header",
+        "format": SPOOL_FORMAT,
+        "version": SPOOL_VERSION,
+        "node": node,
+        "opened_at": iso(opened_at),
+        "cluster": cluster,
+    }
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_spool_file(
+    directory: str | os.PathLike[str],
+    node: str,
+    records: Iterable[dict[str, Any]],
+    *,
+    opened_at: float | None = None,
+    name: str | None = None,
+    cluster: str | None = None,
+) -> Path:
+    """Write one closed spool file atomically and durably; return its path.
+
+    Header line, one JSON object per record, footer line with the record count and the sha256 of every
+    byte before the footer. The bytes go to a hidden temp file, which is fsynced, renamed into place
+    (never over an existing file) and the directory fsynced: a reader sees the whole file or nothing.
+    The simulator writes its demo telemetry with this same function.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    records = list(records)
+    if opened_at is None:
+        times = [_record_time(r) for r in records]
+        opened_at = min((t for t in times if t is not None), default=0.0)
+    name = name or spool_file_name(node, opened_at)
+    final = directory / name
+    stem = name[: -len(".jsonl")] if name.endswith(".jsonl") else name
+    n = 1
+    while final.exists():
+        final = directory / f"{stem}-{n}.jsonl"
+        n += 1
+    body = bytearray(encode_record(spool_header(node, opened_at, cluster=cluster)))
+    for r in records:
+        body += encode_record(r)
+    footer = {"type": "footer", "records": len(records), "sha256": hashlib.sha256(body).hexdigest()}
+    body += encode_record(footer)
+    tmp = directory / f".tmp-{final.name}.{os.getpid()}"
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(body)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk must not keep a half temp file holding its space
+        raise
+    os.rename(tmp, final)
+    fsync_dir(directory)
+    return final
+
+
+def _record_time(r: dict[str, Any]) -> float | None:
+    for key in ("minute", "event_time", "interval_start", "seen_at"):
+        if r.get(key):
+            try:
+                return parse_iso(r[key]).timestamp()
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+@dataclass
+class SpoolContent:
+    """A spool file checked line by line: `problem` set means the file as a whole is rejected."""
+
+    header: dict[str, Any] | None
+    records: list[tuple[int, dict[str, Any]]]  # (line_no, record)
+    bad_lines: list[tuple[int, bytes, str]]  # (line_no, raw, reason)
+    problem: str | None = None
+    lines: list[bytes] = field(default_factory=list)
+
+
+REQUIRED = {
+    "sample": ("gpu_uuid", "minute"),
+    "event": ("event_time", "event_type"),
+    "job": ("gpu_uuid", "job_id", "interval_start"),
+    "inventory": ("gpu_uuid", "seen_at"),
+}
+TIME_KEYS = ("minute", "event_time", "interval_start", "interval_end", "seen_at")
+
+
+def read_spool_bytes(data: bytes) -> SpoolContent:
+    """Validate a spool file (pure). A missing header/footer, a count or checksum mismatch rejects it."""
+    if not data.endswith(b"\n"):
+        lines = data.split(b"\n")
+        return SpoolContent(None, [], [], "file does not end with a newline (truncated)", lines)
+    lines = data[:-1].split(b"\n")
+    if len(lines) < 2:
+        return SpoolContent(None, [], [], "no header and footer", lines)
+    try:
+        header = json.loads(lines[0])
+        footer = json.loads(lines[-1])
+    except ValueError:
+        return SpoolContent(None, [], [], "header or footer is not JSON", lines)
+    if not isinstance(header, dict) or header.get("type") != "header" or header.get("format") != SPOOL_FORMAT:
+        return SpoolContent(None, [], [], "first line is not a slurmscope spool header", lines)
+    if header.get("version") != SPOOL_VERSION:
+        return SpoolContent(header, [], [], f"unsupported spool version {header.get('version')!r}", lines)
+    if not isinstance(footer, dict) or footer.get("type") != "footer":
+        return SpoolContent(header, [], [], "no footer (file was not closed)", lines)
+    if footer.get("records") != len(lines) - 2:
+        return SpoolContent(
+            header, [], [], f"footer counts {footer.get('records')} records, file has {len(lines) - 2}", lines
+        )
+    body = data[: len(data) - len(lines[-1]) - 1]
+    if footer.get("sha256") != hashlib.sha256(body).hexdigest():
+        return SpoolContent(header, [], [], "checksum mismatch", lines)
+    if not isinstance(header.get("node"), str) or not header["node"]:
+        return SpoolContent(header, [], [], "header names no node", lines)
+    records, bad = [], []
+    for no, raw in enumerate(lines[1:-1], start=2):
+        reason = None
+        try:
+            rec = json.loads(raw)
+        except ValueError as exc:
+            rec, reason = None, f"not JSON: {exc}"
+        if reason is None:
+            reason = check_record(rec)
+        if reason:
+            bad.append((no, raw, reason))
+        else:
+            records.append((no, rec))
+    return SpoolContent(header, records, bad, None, lines)
+
+
+def check_record(rec: Any) -> str | None:
+    if not isinstance(rec, dict):
+        return "record is not an object"
+    kind = rec.get("type")
+    if kind not in REQUIRED:
+        return f"unknown record type {kind!r}"
+    for key in REQUIRED[kind]:
+        if rec.get(key) is None:
+            return f"{kind} record without {key}"
+    for key in TIME_KEYS:
+        if rec.get(key) is not None:
+            try:
+                parse_iso(rec[key])
+            except (TypeError, ValueError):
+                return f"bad time in {key}: {rec[key]!r}"
+    return None
