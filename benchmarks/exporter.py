@@ -168,17 +168,24 @@ def load_test(
 
 
 def body(args: argparse.Namespace) -> dict[str, Any]:
+    if args.db is not None:
+        return measure(args, args.db)
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        return measure(args, args.workdir / "metrics.duckdb", args.workdir)
+    with tempfile.TemporaryDirectory(prefix="bench-metrics-") as tmp:
+        return measure(args, Path(tmp) / "metrics.duckdb", Path(tmp))
+
+
+def measure(args: argparse.Namespace, db: Path, build_in: Path | None = None) -> dict[str, Any]:
+    """Build the database first when `build_in` is given, then render and serve."""
     from slurmscope.config import load_config
     from slurmscope.db import connect
     from slurmscope.exporter import render, serve_metrics
 
     out: dict[str, Any] = {}
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-metrics-"))
-    work.mkdir(parents=True, exist_ok=True)
-    db = args.db
-    if db is None:
-        db = work / "metrics.duckdb"
-        out["build"] = build(db, work / "demo", args.gpus, args.days, args.seed, args.telemetry_hours)
+    if build_in is not None:
+        out["build"] = build(db, build_in / "demo", args.gpus, args.days, args.seed, args.telemetry_hours)
     cfg = load_config(None, env={})
     con = connect(db, read_only=True)
     try:
@@ -248,7 +255,11 @@ def main() -> None:
     ap.add_argument(
         "--db", type=Path, help="reuse this database (built by an earlier run) instead of building"
     )
-    ap.add_argument("--workdir", type=Path, help="where the database is built (default: a new temp dir)")
+    ap.add_argument(
+        "--workdir",
+        type=Path,
+        help="build the database here and keep it (default: a temporary directory, removed)",
+    )
     ap.add_argument("--renders", type=int, default=5)
     ap.add_argument("--scrapes", type=int, default=0, help="sequential scrapes from this process first")
     ap.add_argument("--scrapers", type=int, default=20)
