@@ -135,8 +135,8 @@ def run(
 
 
 def in_child(module: str, *argv: str) -> dict[str, Any]:
-    """Run `python -m module --child ... argv` in a fresh process (its own CPU time and peak RSS) and return
-    the result it printed, or the tail of its stderr under "error"."""
+    """Run `python -m module *argv` (argv including the module's `--child` option) in a fresh process, for
+    its own CPU time and peak RSS; return the result it printed, or the tail of its stderr under "error"."""
     out = subprocess.run(
         [sys.executable, "-m", module, *argv], cwd=REPO, capture_output=True, text=True, check=False
     )

@@ -28,6 +28,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import duckdb
 from slurmscope.pipelines import runner
 
 from benchmarks.harness import in_child, parser, peak_rss_mib, run, timer
@@ -36,7 +37,7 @@ from slurmscope.config import load_config
 from slurmscope.db import connect
 
 
-def _connect(args: argparse.Namespace):
+def _connect(args: argparse.Namespace) -> duckdb.DuckDBPyConnection:
     con = connect(args.db)
     if args.threads:
         con.execute(f"SET threads = {int(args.threads)}")
@@ -46,6 +47,7 @@ def _connect(args: argparse.Namespace):
 
 
 def build(args: argparse.Namespace) -> dict[str, Any]:
+    """A fresh database with the generated history."""
     Path(args.db).unlink(missing_ok=True)
     Path(args.db + ".wal").unlink(missing_ok=True)
     con = _connect(args)
