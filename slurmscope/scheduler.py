@@ -1,14 +1,8 @@
 """`slurmscope serve`: the one DuckDB writer on the head node.
 
-DuckDB lets one process write a file, and no other process may even read it while a writer holds it open.
-So serve opens the database only for the length of one job (collect, pipelines, render) and closes it
-again; `query`, `status` and `report` open it read-only in between (and retry briefly while a write is in
-progress). Database work is serialised by one lock; Slurm commands run outside it (a collector takes the
-lock to read its watermark, runs and parses its command, then takes it again to load), so a command hanging
-until its timeout delays only its own collector.
-
-The /metrics bytes are rendered once after each job and served from memory: a scrape never touches the
-database, runs a Slurm command or a pipeline.
+It opens the database only for the length of one job (collect, pipelines, render), serialised by one lock
+that no Slurm command runs under, and serves /metrics from the bytes rendered after each job; why, in
+docs/architecture.md ("One writer").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Parser bugs found by benchmarks/fuzz_parsers.py, each pinned by the smallest input that showed it.
+"""Parser bugs found by the fuzzers in tests/fuzz/, each pinned by the smallest input that showed it.
 
 Expected values are read off the input by hand: the line as printed, the number as written.
 """

@@ -10,7 +10,9 @@ benchmarks/nvml_real_gpu.sh):
    Prometheus would: CPU (utime+stime from /proc/<pid>/stat, after start-up) over wall time, and peak RSS
    (VmHWM) from /proc/<pid>/status.
 
-    .venv/bin/python benchmarks/bench_agent.py --gpus 8 --rounds 3600 --seconds 60
+    .venv/bin/python -m benchmarks.agent --gpus 8 --rounds 3600 --seconds 120
+
+Budget (issue 5): <= 1 % of one core and <= 80 MB RSS.
 """
 
 from __future__ import annotations
@@ -24,9 +26,12 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from slurmscope.agent.agent import Agent
 from slurmscope.agent.fake import FakeProcess, fake_from_spec
+
+from benchmarks.harness import parser, run
 
 
 def in_process(gpus: int, rounds: int, tmp: Path) -> dict:
@@ -137,19 +142,22 @@ def real_process(gpus: int, seconds: float, tmp: Path, port: int) -> dict:
     }
 
 
+def body(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as d:
+        out = {"in_process": in_process(args.gpus, args.rounds, Path(d))}
+        if not args.skip_process:
+            out["agent_process"] = real_process(args.gpus, args.seconds, Path(d), args.port)
+    return out
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3600)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--port", type=int, default=19401)
     ap.add_argument("--skip-process", action="store_true")
-    args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as d:
-        out = {"in_process": in_process(args.gpus, args.rounds, Path(d))}
-        if not args.skip_process:
-            out["agent_process"] = real_process(args.gpus, args.seconds, Path(d), args.port)
-    print(json.dumps(out, indent=2))
+    run("agent", ap, body)
 
 
 if __name__ == "__main__":

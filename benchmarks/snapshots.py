@@ -1,18 +1,23 @@
 """Parse time of the snapshot collectors' live formats (sinfo, squeue) at large-cluster sizes.
 
-Usage: .venv/bin/python benchmarks/bench_snapshots.py [--nodes 10000] [--partitions 3] [--jobs 100000]
-Prints wall seconds of the vectorised path and of the per-line path (the fallback for odd rows) on
-generated output in the exact live formats, so docs/benchmarks.md can quote both.
+    .venv/bin/python -m benchmarks.snapshots [--nodes 10000] [--partitions 3] [--jobs 100000]
+
+Generated output in the exact live formats (docs/collectors.md), parsed with the vectorised path and with
+the per-line path forced (the fallback for lines with a wrong field count, hostlists or values outside the
+exact shapes): the per-line path is the reference the vectorised one must beat, and both give identical
+frames (the hypothesis properties in tests/test_sinfo.py and tests/test_squeue.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import time
 from datetime import UTC, datetime
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from slurmscope.collectors import sinfo, squeue
+
+from benchmarks.harness import parser, run, timer
 
 US = "\x1f"
 
@@ -75,28 +80,28 @@ def squeue_output(jobs: int) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def timed(fn) -> tuple[float, int]:
-    t = time.perf_counter()
-    parsed = fn()
-    return time.perf_counter() - t, parsed.rows
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--nodes", type=int, default=10000)
-    ap.add_argument("--partitions", type=int, default=3)
-    ap.add_argument("--jobs", type=int, default=100000)
-    args = ap.parse_args()
+def body(args: argparse.Namespace) -> dict[str, Any]:
     kw = dict(cluster="bench", snapshot_time=datetime.now(UTC), tz=ZoneInfo("UTC"), fmt=None, delimiter=None)
     s = sinfo_output(args.nodes, args.partitions)
     q = squeue_output(args.jobs)
+    out: dict[str, Any] = {}
     for vec in (True, False):
-        secs, rows = timed(lambda v=vec: sinfo._parse(s, source="", vectorise=v, **kw))
-        print(
-            f"sinfo  {args.nodes} nodes x {args.partitions} partitions: {rows} rows, vectorise={vec}: {secs:.2f} s"
-        )
-        secs, rows = timed(lambda v=vec: squeue._parse(q, vectorise=v, **kw))
-        print(f"squeue {args.jobs} jobs: {rows} rows, vectorise={vec}: {secs:.2f} s")
+        path = "vectorised" if vec else "per_line"
+        with timer() as t:
+            rows = sinfo._parse(s, source="", vectorise=vec, **kw).rows
+        out[f"sinfo_{path}"] = {**t, "lines": args.nodes * args.partitions, "rows": rows}
+        with timer() as t:
+            rows = squeue._parse(q, vectorise=vec, **kw).rows
+        out[f"squeue_{path}"] = {**t, "lines": args.jobs, "rows": rows}
+    return out
+
+
+def main() -> None:
+    ap = parser(__doc__)
+    ap.add_argument("--nodes", type=int, default=10000)
+    ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--jobs", type=int, default=100000)
+    run("snapshots", ap, body)
 
 
 if __name__ == "__main__":

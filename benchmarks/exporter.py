@@ -1,37 +1,43 @@
-"""`/metrics` of a simulated 10,000-GPU cluster under 20 concurrent scrapers (issue 9: p99 <= 100 ms).
+"""The exporter: render once per run, serve the bytes; render time and size, and scrape latency under load.
 
-    .venv/bin/python benchmarks/bench_metrics.py [--gpus 10000] [--days 2] [--scrapers 20] [--seconds 20]
+    .venv/bin/python -m benchmarks.exporter --workdir /tmp/bm --seconds 10 --renders 3      # build + measure
+    .venv/bin/python -m benchmarks.exporter --db /tmp/bm/metrics.duckdb --seconds 10 --renders 1 --accept-gzip
 
-1. The database: `slurmscope demo --no-serve` at that scale (simulator -> ingest -> pipelines; 10,000 GPUs x
-   2 days builds in about a minute here), plus per-minute GPU telemetry over the last `--telemetry-hours`
-   for every GPU the simulator wrote no telemetry for (it spools a handful of nodes), generated in DuckDB,
-   so the per-GPU families carry one series per GPU, as a fleet of node agents would feed them. `--db` reuses a database built before.
-2. Render: `slurmscope.exporter.render` at the simulation's end, `--renders` times (what serve does after
-   every collector run; a scrape never renders).
+1. The database: `slurmscope demo --no-serve` at `--gpus` x `--days` (simulator -> ingest -> pipelines),
+   plus per-minute GPU telemetry over the last `--telemetry-hours` for every GPU the simulator wrote none
+   for (it spools a handful of nodes), generated in DuckDB, so the per-GPU families carry one series per
+   GPU, as a fleet of node agents would feed them. `--db` reuses a database built before.
+2. Render: `slurmscope.exporter.render` at the last telemetry minute, `--renders` times (what serve does
+   after every collector run; a scrape never renders).
 3. Serve: the rendered bytes from `slurmscope.exporter.serve_metrics` on 127.0.0.1 (ephemeral port), the
-   same server `serve` runs. `--scrapers` client processes each scrape in a closed loop (next request as
-   soon as the last body arrived, a new connection each time) for `--seconds`: a far harsher load than 20
-   Prometheus servers scraping every 15 s. Then a paced run: every scraper once per second, all in step.
-   Then the Prometheus-like run: every scraper once per `--prometheus-interval` (15 s), the scrapers'
-   phases spread evenly over the interval, for 4 intervals (80 scrapes).
+   same server `serve` runs. `--scrapes` sequential scrapes from this process give the bare cost of one;
+   then `--scrapers` client processes each scrape in a closed loop (next request as soon as the last body
+   arrived, a new connection each time) for `--seconds`: a far harsher load than 20 Prometheus servers
+   scraping every 15 s. Then a paced run: every scraper once per second, all in step. Then the
+   Prometheus-like run: every scraper once per `--prometheus-interval` (15 s), the scrapers' phases spread
+   evenly over the interval, for 4 intervals (80 scrapes).
 A single scraper gives the unloaded baseline; the server's CPU per scrape is reported for each run.
 Client processes, not threads, so the clients' own Python does not share the server's GIL. Latency is
-request sent -> whole body read, per scrape. Prints one JSON object.
+request sent -> whole body read, per scrape. `--accept-gzip` makes the scrapers ask for gzip as Prometheus
+does (the server compresses once per render). Goal (issue 9): p99 <= 100 ms with 20 concurrent scrapers.
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
+import contextlib
 import http.client
-import json
 import multiprocessing as mp
-import resource
 import statistics
+import sys
 import tempfile
 import time
+import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import parser, run, timer
 
 TELEMETRY = """
 INSERT INTO gpu_samples (cluster, node, gpu_uuid, minute, gpu_index, gpu_minor, pci_bus_id, model, samples,
@@ -64,9 +70,10 @@ def build(db: Path, out: Path, gpus: int, days: float, seed: int, hours: float) 
     from slurmscope.demo import run_demo
 
     t0 = time.perf_counter()
-    res = run_demo(
-        load_config(None, env={}), str(db), gpus=gpus, days=days, seed=seed, out_dir=out, serve=False
-    )
+    with contextlib.redirect_stdout(sys.stderr):  # the demo's summary; stdout is the record's
+        res = run_demo(
+            load_config(None, env={}), str(db), gpus=gpus, days=days, seed=seed, out_dir=out, serve=False
+        )
     t1 = time.perf_counter()
     end = datetime.fromisoformat(res.summary["end"]).replace(tzinfo=UTC)
     con = connect(db)
@@ -160,84 +167,65 @@ def load_test(
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--gpus", type=int, default=10000)
-    ap.add_argument("--days", type=float, default=2)
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--telemetry-hours", type=float, default=6)
-    ap.add_argument(
-        "--db", type=Path, help="reuse this database (built by an earlier run) instead of building"
-    )
-    ap.add_argument("--workdir", type=Path)
-    ap.add_argument("--renders", type=int, default=5)
-    ap.add_argument("--scrapers", type=int, default=20)
-    ap.add_argument("--seconds", type=float, default=20)
-    ap.add_argument(
-        "--prometheus-interval",
-        type=float,
-        default=15.0,
-        help="also run scrapers once per this many seconds, spread over it (0: skip)",
-    )
-    ap.add_argument(
-        "--backlog-what-if",
-        action="store_true",
-        help="also rerun the closed-loop and paced runs with a listen backlog of 128",
-    )
-    ap.add_argument(
-        "--accept-gzip",
-        action="store_true",
-        help="scrapers send Accept-Encoding: gzip, as Prometheus does (the server compresses once per render)",
-    )
-    ap.add_argument(
-        "--gzip-what-if",
-        action="store_true",
-        help="also serve the body gzip-compressed (as bytes) to measure what compression would save",
-    )
-    args = ap.parse_args()
+def body(args: argparse.Namespace) -> dict[str, Any]:
+    if args.db is not None:
+        return measure(args, args.db)
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        return measure(args, args.workdir / "metrics.duckdb", args.workdir)
+    with tempfile.TemporaryDirectory(prefix="bench-metrics-") as tmp:
+        return measure(args, Path(tmp) / "metrics.duckdb", Path(tmp))
 
+
+def measure(args: argparse.Namespace, db: Path, build_in: Path | None = None) -> dict[str, Any]:
+    """Build the database first when `build_in` is given, then render and serve."""
     from slurmscope.config import load_config
     from slurmscope.db import connect
     from slurmscope.exporter import render, serve_metrics
 
-    out: dict = {"gpus": args.gpus, "days": args.days} if args.db is None else {"db": str(args.db)}
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-metrics-"))
-    work.mkdir(parents=True, exist_ok=True)
-    db = args.db
-    if db is None:
-        db = work / "metrics.duckdb"
-        out["build"] = build(db, work / "demo", args.gpus, args.days, args.seed, args.telemetry_hours)
+    out: dict[str, Any] = {}
+    if build_in is not None:
+        out["build"] = build(db, build_in / "demo", args.gpus, args.days, args.seed, args.telemetry_hours)
     cfg = load_config(None, env={})
     con = connect(db, read_only=True)
     try:
         end = con.execute("SELECT max(minute) FROM gpu_samples").fetchone()[0]
         times = []
         for _ in range(args.renders):
-            t0 = time.perf_counter()
-            body = render(con, cfg, end)
-            times.append(time.perf_counter() - t0)
+            with timer() as t:
+                payload = render(con, cfg, end)
+            times.append(t["wall_s"])
     finally:
         con.close()
-    lines = body.decode().splitlines()
+    lines = payload.decode().splitlines()
     out["render"] = {
         "median_s": round(statistics.median(times), 3),
-        "all_s": [round(t, 3) for t in times],
-        "bytes": len(body),
+        "all_s": times,
+        "bytes": len(payload),
         "series": sum(1 for ln in lines if ln and not ln.startswith("#")),
         "families": sum(1 for ln in lines if ln.startswith("# TYPE")),
         "gpu_series": sum(1 for ln in lines if ln.startswith("slurmscope_gpu_utilization_ratio{")),
     }
-    served = {"body": body}
-    server = serve_metrics("127.0.0.1", 0, lambda: served["body"])
+    server = serve_metrics("127.0.0.1", 0, lambda: payload)
     try:
         port = server.server_address[1]
+        if args.scrapes:
+            url = f"http://127.0.0.1:{port}/metrics"
+            with timer() as t:
+                for _ in range(args.scrapes):
+                    with urllib.request.urlopen(url, timeout=10) as r:
+                        r.read()
+            out["sequential"] = {
+                **t,
+                "scrapes": args.scrapes,
+                "ms_per_scrape": 1000 * t["wall_s"] / args.scrapes,
+            }
         runs = [
             ("single_scraper", 1, 0.0, args.seconds, False),
             ("closed_loop", args.scrapers, 0.0, args.seconds, False),
             ("paced_1s", args.scrapers, 1.0, args.seconds, False),
         ]
         if args.prometheus_interval:
-            # Prometheus-like: each scraper once per interval, the 20 spread evenly over it, 4 intervals.
             runs.append(
                 (
                     "prometheus_interval",
@@ -247,39 +235,47 @@ def main() -> None:
                     True,
                 )
             )
-        for name, n, pace, secs, spread in runs:
+        for name, n, pace, secs, spread in runs if args.seconds else []:
             cpu0 = time.process_time()
             out[name] = load_test(port, n, secs, pace, spread, gzip_ok=args.accept_gzip)
             out[name]["server_cpu_ms_per_scrape"] = round(
                 (time.process_time() - cpu0) * 1000 / max(1, out[name]["scrapes"]), 2
             )
-        if args.backlog_what_if:
-            # socketserver listens with a backlog of 5: 20 simultaneous connects overflow it, the kernel
-            # drops SYNs and the clients retransmit after 1 s (then 3 s). Re-listening raises the backlog.
-            server.socket.listen(128)
-            for name, n, pace, secs, spread in runs[1:3]:
-                cpu0 = time.process_time()
-                out[f"backlog128_{name}"] = load_test(port, n, secs, pace, spread)
-                out[f"backlog128_{name}"]["server_cpu_ms_per_scrape"] = round(
-                    (time.process_time() - cpu0) * 1000 / max(1, out[f"backlog128_{name}"]["scrapes"]), 2
-                )
-        if args.gzip_what_if:
-            # What a gzip-serving exporter would move per scrape: the body compressed once per render.
-            t0 = time.perf_counter()
-            served["body"] = gzip.compress(body, compresslevel=6)
-            out["gzip_what_if"] = {
-                "compress_s": round(time.perf_counter() - t0, 3),
-                "bytes": len(served["body"]),
-            }
-            cpu0 = time.process_time()
-            out["gzip_what_if"]["closed_loop"] = load_test(port, args.scrapers, args.seconds, 0.0)
-            out["gzip_what_if"]["closed_loop"]["server_cpu_ms_per_scrape"] = round(
-                (time.process_time() - cpu0) * 1000 / max(1, out["gzip_what_if"]["closed_loop"]["scrapes"]), 2
-            )
     finally:
         server.shutdown()
-    out["peak_rss_mb_server"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
-    print(json.dumps(out, indent=1, default=str))
+    return out
+
+
+def main() -> None:
+    ap = parser(__doc__)
+    ap.add_argument("--gpus", type=int, default=10000)
+    ap.add_argument("--days", type=float, default=2)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--telemetry-hours", type=float, default=6)
+    ap.add_argument(
+        "--db", type=Path, help="reuse this database (built by an earlier run) instead of building"
+    )
+    ap.add_argument(
+        "--workdir",
+        type=Path,
+        help="build the database here and keep it (default: a temporary directory, removed)",
+    )
+    ap.add_argument("--renders", type=int, default=5)
+    ap.add_argument("--scrapes", type=int, default=0, help="sequential scrapes from this process first")
+    ap.add_argument("--scrapers", type=int, default=20)
+    ap.add_argument("--seconds", type=float, default=20, help="length of each load run (0: no load runs)")
+    ap.add_argument(
+        "--prometheus-interval",
+        type=float,
+        default=15.0,
+        help="also run scrapers once per this many seconds, spread over it (0: skip)",
+    )
+    ap.add_argument(
+        "--accept-gzip",
+        action="store_true",
+        help="scrapers send Accept-Encoding: gzip, as Prometheus does (the server compresses once per render)",
+    )
+    run("exporter", ap, body)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Incremental collection at scale (issue 9): one day of sacct output into a database that already holds a
 long job history, against the same day into an empty database. Goal: ratio <= 2.
 
-    .venv/bin/python benchmarks/bench_collect_incremental.py --history 1000000,3000000,10000000
+    .venv/bin/python -m benchmarks.collect_incremental --history 1000000,3000000,10000000
 
 The history is generated inside DuckDB (INSERT ... SELECT FROM range(): jobs with one batch step each, spread
 over the days before the collected day), so building it costs seconds, not a simulation. The day is
@@ -12,30 +12,31 @@ are the history's last jobs, RUNNING in the history and now COMPLETED: the overl
 collection re-reads, so the upsert path really replaces rows in the big table.
 
 Each measurement loads into a fresh copy of the database (the empty one migrated, the history one copied
-from the built file), so every repetition sees the same state. Prints one JSON object per history size.
+from the built file), so every repetition sees the same state. The ratio of minimums is the less noisy
+figure on a shared machine.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import resource
 import shutil
 import statistics
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from slurmscope.collectors.ingest import ingest_files
 from slurmscope.collectors.sacct import LIVE_FIELDS
 
+from benchmarks.harness import parser, peak_rss_mib, run
 from slurmscope.config import load_config
 from slurmscope.db import connect
 
 CLUSTER = "bench"
 DAY = int(datetime(2026, 11, 1, tzinfo=UTC).timestamp())  # the collected day starts here
-JOBS_PER_DAY = 30_000  # the 10,000-GPU simulated cluster submits ~31,400 jobs a day (bench_metrics' demo)
+JOBS_PER_DAY = 30_000  # the 10,000-GPU simulated cluster submits ~31,400 jobs a day
 
 
 def iso(t: int) -> str:
@@ -176,19 +177,11 @@ def timed_ingest(db: Path, day: Path, cfg) -> tuple[float, float, int]:
     return t1 - t0, t2 - t1, jobs
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument(
-        "--history", default="1000000,3000000,10000000", help="history sizes (jobs), comma-separated"
-    )
-    ap.add_argument("--day-jobs", type=int, default=JOBS_PER_DAY)
-    ap.add_argument("--updates", type=int, default=1500, help="history jobs the day's output finishes")
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--workdir", type=Path, help="where the databases go (default: a temp dir, removed)")
-    args = ap.parse_args()
+def body(args: argparse.Namespace) -> dict[str, Any]:
     cfg = load_config(None, env={})
     work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-incr-"))
     work.mkdir(parents=True, exist_ok=True)
+    out: dict[str, Any] = {}
     try:
         for n in [int(x) for x in args.history.split(",")]:
             day = work / f"sacct-day-{n}.txt"
@@ -210,33 +203,34 @@ def main() -> None:
                 hist_open.append(opened)
                 h.unlink()
             e_med, h_med = statistics.median(empty_s), statistics.median(hist_s)
-            print(
-                json.dumps(
-                    {
-                        "history_jobs": n,
-                        "history": built,
-                        "day_lines": day.read_bytes().count(b"\n") - 1,
-                        "day_jobs": args.day_jobs,
-                        "updates": args.updates,
-                        "empty_s": [round(x, 2) for x in empty_s],
-                        "history_s": [round(x, 2) for x in hist_s],
-                        "history_open_s": [round(x, 2) for x in hist_open],
-                        "empty_median_s": round(e_med, 2),
-                        "history_median_s": round(h_med, 2),
-                        "ratio": round(h_med / e_med, 2),
-                        "ratio_of_minimums": round(
-                            min(hist_s) / min(empty_s), 2
-                        ),  # the less noisy on a shared host
-                        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
-                    }
-                ),
-                flush=True,
-            )
+            out[str(n)] = {
+                "history": built,
+                "day_lines": day.read_bytes().count(b"\n") - 1,
+                "empty_s": [round(x, 2) for x in empty_s],
+                "history_s": [round(x, 2) for x in hist_s],
+                "history_open_s": [round(x, 2) for x in hist_open],
+                "ratio_of_medians": round(h_med / e_med, 2),
+                "ratio_of_minimums": round(min(hist_s) / min(empty_s), 2),
+                "peak_rss_mib_so_far": peak_rss_mib(),
+            }
             base.unlink()
             day.unlink()
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def main() -> None:
+    ap = parser(__doc__)
+    ap.add_argument(
+        "--history", default="1000000,3000000,10000000", help="history sizes (jobs), comma-separated"
+    )
+    ap.add_argument("--day-jobs", type=int, default=JOBS_PER_DAY)
+    ap.add_argument("--updates", type=int, default=1500, help="history jobs the day's output finishes")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--workdir", type=Path, help="where the databases go (default: a temp dir, removed)")
+    run("collect_incremental", ap, body)
 
 
 if __name__ == "__main__":

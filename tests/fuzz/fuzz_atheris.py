@@ -1,10 +1,10 @@
 """Coverage-guided fuzzing of one parser with atheris (libFuzzer for Python): whole inputs, raw bytes.
 
-    nice -n 10 .venv/bin/python benchmarks/fuzz_atheris.py sdiag -runs=100000 -max_len=4096 [corpus_dir]
+    nice -n 10 .venv/bin/python -m tests.fuzz.fuzz_atheris sdiag -runs=100000 -max_len=4096 [corpus_dir]
 
 atheris is an optional extra (`pip install -e .[fuzz]`). The parser module and the shared parsing helpers
 are instrumented, so libFuzzer keeps the inputs that reach new branches and mutates them (the hypothesis
-fuzzer, benchmarks/fuzz_parsers.py, draws blind). Per input: parse() returns, every quarantine entry
+fuzzer, tests/fuzz/fuzz_parsers.py, draws blind). Per input: parse() returns, every quarantine entry
 names a line of the input with that line's text (and bytes when not UTF-8), and an input with a
 non-blank line other than the parser's documented context lines (fuzz_parsers.consumed_whole) gives a row
 or a quarantine entry. A failed check raises, and libFuzzer writes the input
@@ -18,7 +18,8 @@ import sys
 from datetime import UTC, datetime
 
 import atheris
-from fuzz_parsers import consumed_whole  # benchmarks/ is on sys.path when this script runs
+
+from tests.fuzz.fuzz_parsers import consumed_whole
 
 KINDS = ["sacct", "sinfo", "squeue", "sshare", "sdiag", "events", "config", "reservations", "ping"]
 SNAP = datetime(2026, 11, 1, tzinfo=UTC)

@@ -1,32 +1,32 @@
 """sacct ingest speed and memory against DuckDB's own CSV reader on the same generated file.
 
-    .venv/bin/python benchmarks/bench_ingest.py --rows 1000000 [--delimiter '|'] [--repeat 3]
+    .venv/bin/python -m benchmarks.ingest --rows 1000000 [--delimiter '|'] [--repeat 2]
 
 Generates a deterministic sacct --parsable2 file in the live format (header, jobs with their batch steps,
 array tasks, requeued attempts, typed+untyped GPU TRES, and 0.1 % job names containing the delimiter so
-the per-line recovery path is exercised), then runs, each in a fresh subprocess so peak RSS is its own:
+the per-line recovery path is exercised), then runs each step in a fresh process (its own peak RSS):
 
-  duckdb_read_csv  CREATE TABLE AS SELECT * FROM read_csv(all_varchar, no quoting) into a fresh database
+  duckdb_read_csv  CREATE TABLE AS SELECT * FROM read_csv(all_varchar, no quoting) into a fresh database:
+                   the fair reference, a reader that neither types nor recovers lines
   parse            slurmscope.collectors.sacct.parse (split + typed conversion, no database)
   ingest           slurmscope.collectors.ingest.ingest_files into a fresh database (parse, upsert into the
                    keyed jobs/job_steps tables, attempt recompute, run record; one transaction)
 
-and prints a Markdown table (best of --repeat wall-clock seconds, the CPU seconds of that run, which
-matter on a shared machine, and peak RSS in MiB). The goal in issue 2:
-ingest <= 2x duckdb_read_csv, peak RSS <= 2 GiB.
+and keeps the best of --repeat wall times per step (with that run's CPU seconds) and the highest peak
+RSS. Goal (issue 2): ingest <= 2x duckdb_read_csv, peak RSS <= 2 GiB.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import random
-import subprocess
 import sys
 import tempfile
-import textwrap
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import in_child, parser, peak_rss_mib, run, timer
 
 FIELDS = (
     "JobID,JobIDRaw,Cluster,Partition,QOS,Account,User,UID,Submit,Eligible,Start,End,Elapsed,Timelimit,"
@@ -142,89 +142,86 @@ def generate(path: Path, rows: int, delim: str, seed: int = 1) -> int:
     return n
 
 
-CHILD = {
-    "duckdb_read_csv": """
-        import duckdb
-        con = duckdb.connect(DB)
-        con.execute("CREATE TABLE t AS SELECT * FROM read_csv(?, delim=?, header=true, all_varchar=true, "
-                    "quote='', escape='', null_padding=true, ignore_errors=true)", [FILE, DELIM])
-        rows = con.execute("SELECT count(*) FROM t").fetchone()[0]
-        con.close()
-    """,
-    "parse": """
-        from zoneinfo import ZoneInfo
-        from slurmscope.collectors.sacct import parse
-        data = open(FILE, "rb").read()
-        p = parse(data, cluster="bench", tz=ZoneInfo("UTC"), delimiter=DELIM)
-        rows = p.rows
-    """,
-    "ingest": """
-        from pathlib import Path
-        from slurmscope.collectors.ingest import ingest_files
-        from slurmscope.config import load_config
-        from slurmscope.db import connect
-        con = connect(DB)
-        r = ingest_files(con, load_config(None, env={}), "sacct", [Path(FILE)], delimiter=DELIM)
-        rows = r[0].rows
-        con.close()
-    """,
-}
-
-WRAP = """
-import json, resource, time
-FILE, DELIM, DB = {file!r}, {delim!r}, {db!r}
-_ru0 = resource.getrusage(resource.RUSAGE_SELF)
-CPU0 = _ru0.ru_utime + _ru0.ru_stime
-t0 = time.perf_counter()
-{body}
-dt = time.perf_counter() - t0
-ru = resource.getrusage(resource.RUSAGE_SELF)
-print(json.dumps({{"seconds": dt, "rows": rows, "cpu_seconds": ru.ru_utime + ru.ru_stime - CPU0,
-                   "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
-"""
-
-
-def run_child(kind: str, file: Path, delim: str, workdir: Path) -> dict:
-    db = workdir / f"{kind}.duckdb"
+def child(args: argparse.Namespace) -> dict[str, Any]:
+    db = Path(args.db)
     for p in (db, Path(str(db) + ".wal")):
-        if p.exists():
-            p.unlink()
-    code = WRAP.format(file=str(file), delim=delim, db=str(db), body=textwrap.dedent(CHILD[kind]))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+        p.unlink(missing_ok=True)
+    with timer() as t:
+        if args.child == "duckdb_read_csv":
+            import duckdb
+
+            con = duckdb.connect(str(db))
+            con.execute(
+                "CREATE TABLE t AS SELECT * FROM read_csv(?, delim=?, header=true, all_varchar=true, "
+                "quote='', escape='', null_padding=true, ignore_errors=true)",
+                [args.file, args.delimiter],
+            )
+            rows = con.execute("SELECT count(*) FROM t").fetchone()[0]
+            con.close()
+        elif args.child == "parse":
+            from zoneinfo import ZoneInfo
+
+            from slurmscope.collectors.sacct import parse
+
+            data = Path(args.file).read_bytes()
+            rows = parse(data, cluster="bench", tz=ZoneInfo("UTC"), delimiter=args.delimiter).rows
+        else:
+            from slurmscope.collectors.ingest import ingest_files
+
+            from slurmscope.config import load_config
+            from slurmscope.db import connect
+
+            con = connect(db)
+            res = ingest_files(
+                con, load_config(None, env={}), "sacct", [Path(args.file)], delimiter=args.delimiter
+            )
+            rows = res[0].rows
+            con.close()
+    return {**t, "rows": rows, "peak_rss_mib": peak_rss_mib()}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--delimiter", default="|")
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--workdir", type=Path, default=None)
-    args = ap.parse_args()
+STEPS = ("duckdb_read_csv", "parse", "ingest")
+
+
+def body(args: argparse.Namespace) -> dict[str, Any]:
+    if args.child:
+        return child(args)
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         work = Path(tmp)
         file = work / "sacct.txt"
         lines = generate(file, args.rows, args.delimiter)
         size = file.stat().st_size / 2**20
         print(f"generated {lines} data lines, {size:.0f} MiB, delimiter {args.delimiter!r}", file=sys.stderr)
-        results: dict[str, dict] = {}
+        best: dict[str, dict[str, Any]] = {}
         for _ in range(args.repeat):
-            for kind in CHILD:
-                r = run_child(kind, file, args.delimiter, work)
-                best = results.get(kind)
-                if best is None or r["seconds"] < best["seconds"]:
-                    results[kind] = {**r, "maxrss_mib": max(r["maxrss_mib"], (best or r)["maxrss_mib"])}
-        base = results["duckdb_read_csv"]["seconds"]
-        cbase = results["duckdb_read_csv"]["cpu_seconds"]
-        print(
-            f"| step | rows | wall s (best of {args.repeat}) | x duckdb wall | CPU s | x duckdb CPU | peak RSS MiB |"
-        )
-        print("|---|---|---|---|---|---|---|")
-        for kind, r in results.items():
-            print(
-                f"| {kind} | {r['rows']} | {r['seconds']:.2f} | {r['seconds'] / base:.2f} | {r['cpu_seconds']:.2f} "
-                f"| {r['cpu_seconds'] / cbase:.2f} | {r['maxrss_mib']:.0f} |"
-            )
+            for kind in STEPS:
+                r = in_child(
+                    "benchmarks.ingest",
+                    *("--child", kind, "--file", str(file), "--delimiter", args.delimiter),
+                    *("--db", str(work / f"{kind}.duckdb")),
+                )
+                if "error" in r:
+                    raise SystemExit(f"{kind}: {r['error']}")
+                old = best.get(kind)
+                if old is None or r["wall_s"] < old["wall_s"]:
+                    best[kind] = {**r, "peak_rss_mib": max(r["peak_rss_mib"], (old or r)["peak_rss_mib"])}
+    base = best["duckdb_read_csv"]
+    for r in best.values():
+        r["x_duckdb_wall"] = round(r["wall_s"] / base["wall_s"], 2)
+        r["x_duckdb_cpu"] = round(r["cpu_s"] / base["cpu_s"], 2)
+    return {"lines": lines, "file_mib": round(size), "best_of": args.repeat, "steps": best}
+
+
+def main() -> None:
+    ap = parser(__doc__)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--delimiter", default="|")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--child", choices=STEPS, help=argparse.SUPPRESS)
+    ap.add_argument("--file", help=argparse.SUPPRESS)
+    ap.add_argument("--db", help=argparse.SUPPRESS)
+    run("ingest", ap, body)
 
 
 if __name__ == "__main__":

@@ -2,21 +2,22 @@
 
 Synthetic inputs built in memory (no DuckDB, so this times `compute` and its one collect): N nodes with 8
 GPUs each, a sinfo snapshot every 5 minutes, one NVML sample per GPU per minute, a few XIDs, a drained and a
-down node, one GPU throttling. Run: `nice -n 10 .venv/bin/python benchmarks/bench_health.py --nodes 200`.
-Figures: docs/benchmarks.md ("Health verdicts").
+down node, one GPU throttling: an incremental run's day-long window.
+
+    nice -n 10 .venv/bin/python -m benchmarks.health --nodes 200 --hours 24
 """
 
 from __future__ import annotations
 
 import argparse
-import resource
-import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import polars as pl
 from slurmscope.pipelines import health
 from slurmscope.pipelines.runner import Window, pipeline_params
 
+from benchmarks.harness import parser, run, timer
 from slurmscope.config import load_config
 
 START = datetime(2026, 3, 1, tzinfo=UTC)
@@ -117,36 +118,33 @@ def health_sample_columns() -> tuple[str, ...]:
     )
 
 
-def _cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+def body(a: argparse.Namespace) -> dict[str, Any]:
+    f = frames(a.nodes, a.hours, a.snapshot_minutes)
+    n_samples = f["samples"].select(pl.len()).collect().item()
+    params = pipeline_params(load_config(env={}), Window(START, START + timedelta(hours=a.hours), False))
+    with timer() as t:
+        out = health.compute(f, params)
+        node_df, gpu_df = pl.collect_all(
+            [out["mart_node_health"], out["mart_gpu_health"]], engine="streaming"
+        )
+    evals = a.nodes * (a.hours * 60 // a.snapshot_minutes + 1)
+    return {
+        "gpus": a.nodes * 8,
+        "nvml_samples": n_samples,
+        "node_evaluations": evals,
+        "gpu_evaluations": evals * 8,
+        "compute_and_collect": t,
+        "rows": {"mart_node_health": node_df.height, "mart_gpu_health": gpu_df.height},
+        "verdicts": node_df.group_by("status", "reason").len().sort("status").rows(),
+    }
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = parser(__doc__)
     ap.add_argument("--nodes", type=int, default=200)
     ap.add_argument("--hours", type=int, default=24)
     ap.add_argument("--snapshot-minutes", type=int, default=5)
-    a = ap.parse_args()
-    f = frames(a.nodes, a.hours, a.snapshot_minutes)
-    n_samples = f["samples"].select(pl.len()).collect().item()
-    cfg = load_config(env={})
-    params = pipeline_params(cfg, Window(START, START + timedelta(hours=a.hours), False))
-    t0, c0 = time.perf_counter(), _cpu()
-    out = health.compute(f, params)
-    node_df, gpu_df = pl.collect_all([out["mart_node_health"], out["mart_gpu_health"]], engine="streaming")
-    secs, cpu = time.perf_counter() - t0, _cpu() - c0
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    evals = a.nodes * (a.hours * 60 // a.snapshot_minutes + 1)
-    print(
-        f"nodes={a.nodes} gpus={a.nodes * 8} hours={a.hours} sinfo every {a.snapshot_minutes} min:"
-        f" {evals} node evaluations, {evals * 8} GPU evaluations, {n_samples} NVML samples"
-    )
-    print(
-        f"compute+collect {secs:.2f} s wall, {cpu:.2f} CPU-s, peak RSS {rss:.0f} MiB;"
-        f" rows written: mart_node_health={node_df.height} mart_gpu_health={gpu_df.height}"
-    )
-    print(node_df.group_by("status", "reason").len().sort("status").rows())
+    run("health", ap, body)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Fuzz every parser with hypothesis: at least 10^5 inputs per parser, each one accounted for.
 
-    nice -n 10 .venv/bin/python benchmarks/fuzz_parsers.py [--inputs 100000] [--only sacct,sinfo]
+    nice -n 10 .venv/bin/python -m tests.fuzz.fuzz_parsers [--inputs 100000] [--only sacct,sinfo]
         [--json results.json]
 
 Two kinds of hypothesis example, mixed:
