@@ -20,7 +20,6 @@ import polars as pl
 from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
 from slurmscope.collectors.parsing import gpu_count, parse_mem_mb, parse_slurm_time, split_lines
 from slurmscope.collectors.slurm_format import (
-    Field,
     LineFormat,
     fast_path,
     is_blank,
@@ -210,14 +209,7 @@ def line_format(fmt: str | None, delimiter: str | None = None) -> LineFormat:
     """The LineFormat of `fmt` (None = the live format). Raises ValueError when it has no node column."""
     lf = parse_format(fmt or LIVE_FORMAT, LETTERS, LONG_NAMES, FREE_TEXT)
     if delimiter:
-        lf = LineFormat(
-            tuple(
-                Field(f.name, delimiter if i < len(lf.fields) - 1 else None) for i, f in enumerate(lf.fields)
-            ),
-            lf.prefix,
-            lf.trailer,
-            lf.free_text,
-        )
+        lf = lf.with_delimiter(delimiter)
     names = set(lf.names)
     if not names & {"node", "nodelist", "node_count"}:
         raise ValueError(

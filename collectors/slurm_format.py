@@ -64,6 +64,13 @@ class LineFormat:
     def names(self) -> list[str]:
         return [f.name for f in self.fields]
 
+    def with_delimiter(self, delimiter: str) -> LineFormat:
+        """The same columns, separated by `delimiter` whatever the format string shows (`ingest --delimiter`)."""
+        fields = tuple(
+            Field(f.name, delimiter if i < len(self.fields) - 1 else None) for i, f in enumerate(self.fields)
+        )
+        return LineFormat(fields, self.prefix, self.trailer, self.free_text)
+
 
 _ESCAPES = re.compile(r"\\(x[0-9a-fA-F]{2}|t|\\|\|)")
 

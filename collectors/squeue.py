@@ -23,7 +23,6 @@ from slurmscope.collectors.parsing import (
     time_expr,
 )
 from slurmscope.collectors.slurm_format import (
-    Field,
     LineFormat,
     fast_path,
     is_blank,
@@ -145,14 +144,7 @@ def line_format(fmt: str | None, delimiter: str | None = None) -> LineFormat:
     """LineFormat of `fmt` (None = live). Raises ValueError when no column identifies the job."""
     lf = parse_format(fmt or LIVE_FORMAT, LETTERS, LONG_NAMES, FREE_TEXT)
     if delimiter:
-        lf = LineFormat(
-            tuple(
-                Field(f.name, delimiter if i < len(lf.fields) - 1 else None) for i, f in enumerate(lf.fields)
-            ),
-            lf.prefix,
-            lf.trailer,
-            lf.free_text,
-        )
+        lf = lf.with_delimiter(delimiter)
     if not set(lf.names) & {"job_id", "job_id_raw"}:
         raise ValueError(
             f"squeue format {fmt!r} has no job id column (%i/%A, JobID/JobArrayID); pending_jobs is keyed by "
