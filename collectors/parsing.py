@@ -3,7 +3,8 @@
 Slurm prints the same kinds of values in every command (sacct, sinfo, squeue, scontrol, sacctmgr), with
 the same quirks: sentinel words instead of empty times (`Unknown` = not yet, `None` = never, `(null)`),
 epoch seconds when SLURM_TIME_FORMAT=%s, local wall-clock times in recorded files, durations in four
-shapes, GPUs listed twice in TRES strings (typed and untyped), MIG slices that look like GPUs. Getting each rule right once, here, keeps the parsers consistent with one another.
+shapes, GPUs listed twice in TRES strings (typed and untyped), MIG slices that look like GPUs. Getting
+each rule right once, here, keeps the parsers consistent with one another.
 
 Every scalar function is total over its documented inputs: a sentinel gives None, a value that is not in
 any Slurm shape raises ValueError (so a parser can quarantine the line with the message as reason).

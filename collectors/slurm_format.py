@@ -65,7 +65,7 @@ class LineFormat:
         return [f.name for f in self.fields]
 
     def with_delimiter(self, delimiter: str) -> LineFormat:
-        """The same columns, separated by `delimiter` whatever the format string shows (`ingest --delimiter`)."""
+        """The same columns, separated by `delimiter` whatever the format shows (`ingest --delimiter`)."""
         fields = tuple(
             Field(f.name, delimiter if i < len(self.fields) - 1 else None) for i, f in enumerate(self.fields)
         )

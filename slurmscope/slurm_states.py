@@ -54,8 +54,8 @@ JOB_STATE_CODES = {
     "S": "SUSPENDED",
     "TO": "TIMEOUT",
 }
-"""squeue's compact codes (`%t`, StateCompact) and the long names sacct and squeue print (`%T`, State).
-sacct prints a subset of them (no CONFIGURING, COMPLETING, SIGNALING, STAGE_OUT, STOPPED, RESV_DEL_HOLD)."""
+"""squeue's compact codes (`%t`, StateCompact) and the long names squeue and sacct print (`%T`, State).
+sacct's list is the part accounting records: BF CA CD DL F NF OOM PD PR R RQ RS RV S TO."""
 
 JOB_STATE_WORD = r"^([A-Z_]+)"
 """The state word at the start of a State value (regular expression, group 1), for scalar and Polars use."""
@@ -101,7 +101,8 @@ it (a requeued job held or forwarded, a job being resized): the reliability outc
 JOB_FAILED_STATES = ("FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL")
 """Attempts that broke: the program failed, its node failed, it ran out of memory, or its nodes failed to
 boot. Not TIMEOUT (the job ran as asked until the limit the user set), not CANCELLED (someone's choice),
-not PREEMPTED or REQUEUED (the scheduler's choice). The job failure rate alerts on these."""
+not PREEMPTED or REQUEUED (Slurm took the allocation back to run it again). The job failure rate alerts
+on these."""
 
 JOB_FAILED_OR_TIMEOUT_STATES = ("FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "BOOT_FAIL")
 """JOB_FAILED_STATES plus TIMEOUT: the reliability dashboard's failing jobs, where a job that keeps hitting
