@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 from slurmscope.alerts import thresholds as t
 
+from slurmscope.slurm_states import JOB_FAILED_STATES
+
 RUNBOOK_BASE = "docs/runbooks/"
 
 
@@ -53,7 +55,7 @@ def _new_or_increased(metric: str, window: str, by: str) -> str:
 
 
 XID_RE = "|".join(str(x) for x in t.CRITICAL_XIDS)
-FAILED_STATES = "FAILED|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL"
+FAILED_STATES_RE = "|".join(JOB_FAILED_STATES)
 
 RECORDING: tuple[Recording, ...] = (
     Recording(
@@ -62,7 +64,7 @@ RECORDING: tuple[Recording, ...] = (
     ),
     Recording(
         "partition:slurmscope_jobs_failed:ratio_rate1h",
-        f'sum by (cluster, partition) (rate(slurmscope_jobs_ended_total{{state=~"{FAILED_STATES}"}}[1h]))'
+        f'sum by (cluster, partition) (rate(slurmscope_jobs_ended_total{{state=~"{FAILED_STATES_RE}"}}[1h]))'
         " / sum by (cluster, partition) (rate(slurmscope_jobs_ended_total[1h]))",
     ),
     Recording(
@@ -221,7 +223,7 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "SlurmJobFailureRateHigh",
         # Inlined rather than read from the recording rule: rules in other groups may lag one evaluation.
-        f'sum by (cluster, partition) (rate(slurmscope_jobs_ended_total{{state=~"{FAILED_STATES}"}}[1h]))'
+        f'sum by (cluster, partition) (rate(slurmscope_jobs_ended_total{{state=~"{FAILED_STATES_RE}"}}[1h]))'
         " / sum by (cluster, partition) (rate(slurmscope_jobs_ended_total[1h]))"
         f" > {t.JOB_FAILURE_RATIO}"
         " and on (cluster, partition) sum by (cluster, partition) (increase(slurmscope_jobs_ended_total[1h]))"

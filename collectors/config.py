@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 import polars as pl
 from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
 from slurmscope.collectors.parsing import parse_slurm_time, split_lines
-from slurmscope.collectors.sinfo import is_blank
+from slurmscope.collectors.slurm_format import is_blank
 
 from slurmscope.config import Config
 

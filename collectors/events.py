@@ -15,10 +15,11 @@ from zoneinfo import ZoneInfo
 
 import polars as pl
 from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
-from slurmscope.collectors.parsing import expand_hostlist, parse_slurm_time, split_fields, split_lines
-from slurmscope.collectors.sinfo import is_blank
+from slurmscope.collectors.parsing import parse_slurm_time, split_fields, split_lines
+from slurmscope.collectors.slurm_format import is_blank
 
 from slurmscope.config import Config
+from slurmscope.hostlist import expand_hostlist
 
 KIND = "events"
 TABLES = {"node_events": TableSpec("node_events", ("cluster", "node", "time_start"))}

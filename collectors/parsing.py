@@ -1,10 +1,10 @@
-"""Pure helpers every Slurm parser shares: lines, fields, times, durations, TRES/GRES, memory, hostlists.
+"""Pure helpers every Slurm parser shares: lines, fields, times, durations, TRES/GRES, memory.
 
 Slurm prints the same kinds of values in every command (sacct, sinfo, squeue, scontrol, sacctmgr), with
 the same quirks: sentinel words instead of empty times (`Unknown` = not yet, `None` = never, `(null)`),
 epoch seconds when SLURM_TIME_FORMAT=%s, local wall-clock times in recorded files, durations in four
-shapes, GPUs listed twice in TRES strings (typed and untyped), MIG slices that look like GPUs, compressed
-hostlists. Getting each rule right once, here, keeps the parsers consistent with one another.
+shapes, GPUs listed twice in TRES strings (typed and untyped), MIG slices that look like GPUs. Getting
+each rule right once, here, keeps the parsers consistent with one another.
 
 Every scalar function is total over its documented inputs: a sentinel gives None, a value that is not in
 any Slurm shape raises ValueError (so a parser can quarantine the line with the message as reason).
@@ -13,7 +13,8 @@ the scalar version would give None or raise).
 
 Stable API (other parsers import these): split_lines, split_fields, parse_slurm_time, time_expr,
 fast_time_expr, parse_time_columns, parse_duration, duration_expr, parse_duration_columns, parse_tres, gpu_count, is_mig_type, parse_mem_mb, parse_req_mem,
-expand_hostlist, compress_hostlist, parse_exit_code, parse_int, int_expr, NULL_WORDS.
+parse_exit_code, parse_int, int_expr. Hostlists are in slurmscope.hostlist, the words Slurm prints for no
+value (NULL_WORDS) in slurmscope.slurm_states.
 """
 
 from __future__ import annotations
@@ -25,9 +26,7 @@ from zoneinfo import ZoneInfo
 
 import polars as pl
 
-# Words Slurm prints where a value is absent. `Unknown` (time not reached yet), `None` (never, e.g. a
-# job cancelled while pending has Start=None), `(null)` (unset string), `N/A` and `NONE` (squeue, sinfo).
-NULL_WORDS = frozenset({"", "Unknown", "None", "(null)", "N/A", "n/a", "NONE", "none", "(None)", "INVALID"})
+from slurmscope.slurm_states import NULL_WORDS
 
 # ---------------------------------------------------------------------------------------------- lines
 
@@ -556,154 +555,13 @@ def gpu_count(tres_or_gres: str | None) -> tuple[int, str | None, int]:
     return gpus, gpu_type, mig_slices
 
 
-# ------------------------------------------------------------------------------------------ hostlists
-
-_BRACKET = re.compile(r"\[([^\]]*)\]")
-
-
-def _split_top(s: str) -> list[str]:
-    """Split on commas outside brackets."""
-    out, depth, cur = [], 0, []
-    for ch in s:
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth = max(depth - 1, 0)
-        if ch == "," and depth == 0:
-            out.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    out.append("".join(cur))
-    return [p.strip() for p in out if p.strip()]
-
-
-def _expand_range(spec: str) -> list[str]:
-    out: list[str] = []
-    for part in spec.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        lo, dash, hi = part.partition("-")
-        if not dash:
-            if not lo.isdigit():
-                raise ValueError(f"bad hostlist range {spec!r}")
-            out.append(lo)
-            continue
-        if not (lo.isdigit() and hi.isdigit()) or int(hi) < int(lo):
-            raise ValueError(f"bad hostlist range {spec!r}")
-        if int(hi) - int(lo) > 1_000_000:
-            raise ValueError(f"hostlist range too large {spec!r}")
-        width = len(lo) if lo.startswith("0") or len(lo) == len(hi) else 0
-        out.extend(str(i).zfill(width) for i in range(int(lo), int(hi) + 1))
-    return out
-
-
-MAX_HOSTLIST_NAMES = (
-    1_000_000  # far beyond any cluster; a garbled or hostile hostlist must not take all memory
-)
-
-
-def expand_hostlist(s: str | None) -> list[str]:
-    """Node names of a Slurm hostlist: `gpu[001-004,010],cpu-a[1-3]` -> gpu001..gpu004, gpu010, cpu-a1..3.
-
-    Zero padding is kept; several bracket groups in one name (`r[1-2]n[01-02]`) expand as a product.
-    `None assigned`, `(null)` and empty give []. Raises ValueError for unbalanced brackets or bad ranges.
-    """
-    if s is None:
-        return []
-    s = s.strip()
-    if s in NULL_WORDS or s == "None assigned":
-        return []
-    if s.count("[") != s.count("]"):
-        raise ValueError(f"unbalanced brackets in hostlist {s!r}")
-    names: list[str] = []
-    for item in _split_top(s):
-        pieces = [[item]]
-        while True:
-            expanded = []
-            changed = False
-            for group in pieces:
-                for name in group:
-                    m = _BRACKET.search(name)
-                    if not m:
-                        expanded.append(name)
-                        continue
-                    changed = True
-                    for num in _expand_range(m.group(1)):
-                        expanded.append(name[: m.start()] + num + name[m.end() :])
-                    if len(names) + len(expanded) > MAX_HOSTLIST_NAMES:
-                        # several bracket groups multiply: each within its range limit, the product unbounded
-                        raise ValueError(
-                            f"hostlist expands to more than {MAX_HOSTLIST_NAMES:,} names {s[:200]!r}"
-                        )
-            pieces = [expanded]
-            if not changed:
-                break
-        names.extend(pieces[0])
-    return names
-
-
-_TAIL_NUM = re.compile(r"^(.*?)(\d+)$")
-
-
-def compress_hostlist(names: list[str]) -> str:
-    """The inverse of expand_hostlist for one numeric suffix per name: [gpu001, gpu002, gpu004] -> gpu[001-002,004].
-
-    Names are grouped by prefix and digit width (order of first appearance), numbers sorted and merged
-    into ranges; names without a numeric suffix are kept as they are. Duplicates are dropped.
-    """
-    groups: dict[tuple[str, int], set[int]] = {}
-    order: list[tuple[str, int] | str] = []
-    plain_seen: set[str] = set()
-    for name in names:
-        m = _TAIL_NUM.match(name)
-        if not m:
-            if name not in plain_seen:
-                plain_seen.add(name)
-                order.append(name)
-            continue
-        prefix, digits = m.groups()
-        width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
-        key = (prefix, width)
-        if key not in groups:
-            groups[key] = set()
-            order.append(key)
-        groups[key].add(int(digits))
-    out: list[str] = []
-    for key in order:
-        if isinstance(key, str):
-            out.append(key)
-            continue
-        prefix, width = key
-        nums = sorted(groups[key])
-        ranges: list[str] = []
-        start = prev = nums[0]
-        for n in nums[1:] + [None]:
-            if n is not None and n == prev + 1:
-                prev = n
-                continue
-            a, b = str(start).zfill(width), str(prev).zfill(width)
-            ranges.append(a if start == prev else f"{a}-{b}")
-            if n is not None:
-                start = prev = n
-        if len(nums) == 1:
-            out.append(prefix + ranges[0])
-        else:
-            out.append(f"{prefix}[{','.join(ranges)}]")
-    return ",".join(out)
-
-
 def utc_now() -> datetime:
     """The current time, aware, in UTC (one place so tests can see what 'now' means)."""
     return datetime.now(UTC)
 
 
 __all__ = [
-    "NULL_WORDS",
-    "compress_hostlist",
     "duration_expr",
-    "expand_hostlist",
     "fast_time_expr",
     "parse_duration_columns",
     "parse_time_columns",

@@ -29,7 +29,6 @@ import duckdb
 import polars as pl
 from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
 from slurmscope.collectors.parsing import (
-    NULL_WORDS,
     gpu_count,
     int_expr,
     parse_duration_columns,
@@ -42,6 +41,7 @@ from slurmscope.collectors.parsing import (
 )
 
 from slurmscope.config import Config
+from slurmscope.slurm_states import NULL_WORDS, normalise_job_state
 
 KIND = "sacct"
 TABLES = {
@@ -413,9 +413,7 @@ def _state_info(s: str) -> tuple:
     s = s.strip()
     if s in NULL_WORDS:
         return None, None
-    # `CANCELLED by 1234` -> CANCELLED; `RUNNING` -> RUNNING; a truncated `CANCELLED+` -> CANCELLED
-    m = re.match(r"^([A-Z_]+)", s)
-    return (m.group(1) if m else None), s
+    return normalise_job_state(s), s
 
 
 def _exit_info(s: str) -> tuple:

@@ -15,7 +15,6 @@ from zoneinfo import ZoneInfo
 import polars as pl
 from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
 from slurmscope.collectors.parsing import (
-    NULL_WORDS,
     duration_expr,
     gpu_count,
     parse_duration,
@@ -23,8 +22,7 @@ from slurmscope.collectors.parsing import (
     split_lines,
     time_expr,
 )
-from slurmscope.collectors.sinfo import (
-    Field,
+from slurmscope.collectors.slurm_format import (
     LineFormat,
     fast_path,
     is_blank,
@@ -35,6 +33,7 @@ from slurmscope.collectors.sinfo import (
 )
 
 from slurmscope.config import Config
+from slurmscope.slurm_states import JOB_STATE_CODES, NULL_WORDS
 
 KIND = "squeue"
 TABLES = {"pending_jobs": TableSpec("pending_jobs", ("cluster", "snapshot_time", "job_id"))}
@@ -134,33 +133,6 @@ LONG_NAMES = {
 }
 FREE_TEXT = frozenset({"name", "comment"})
 
-# %t / StateCompact codes (man squeue, JOB STATE CODES).
-COMPACT_STATES = {
-    "BF": "BOOT_FAIL",
-    "CA": "CANCELLED",
-    "CD": "COMPLETED",
-    "CF": "CONFIGURING",
-    "CG": "COMPLETING",
-    "DL": "DEADLINE",
-    "F": "FAILED",
-    "NF": "NODE_FAIL",
-    "OOM": "OUT_OF_MEMORY",
-    "PD": "PENDING",
-    "PR": "PREEMPTED",
-    "R": "RUNNING",
-    "RD": "RESV_DEL_HOLD",
-    "RF": "REQUEUE_FED",
-    "RH": "REQUEUE_HOLD",
-    "RQ": "REQUEUED",
-    "RS": "RESIZING",
-    "RV": "REVOKED",
-    "SI": "SIGNALING",
-    "SE": "SPECIAL_EXIT",
-    "SO": "STAGE_OUT",
-    "ST": "STOPPED",
-    "S": "SUSPENDED",
-    "TO": "TIMEOUT",
-}
 _JOB_ID = re.compile(r"^([0-9]+)(?:_([0-9]+|\[[^\]]*\])|\+([0-9]+))?$")
 # Padding stripped around values; one set for the per-line and the vectorised path (Python's str.strip()
 # and Polars' strip_chars() disagree on 0x1C-0x1F and some Unicode spaces).
@@ -172,14 +144,7 @@ def line_format(fmt: str | None, delimiter: str | None = None) -> LineFormat:
     """LineFormat of `fmt` (None = live). Raises ValueError when no column identifies the job."""
     lf = parse_format(fmt or LIVE_FORMAT, LETTERS, LONG_NAMES, FREE_TEXT)
     if delimiter:
-        lf = LineFormat(
-            tuple(
-                Field(f.name, delimiter if i < len(lf.fields) - 1 else None) for i, f in enumerate(lf.fields)
-            ),
-            lf.prefix,
-            lf.trailer,
-            lf.free_text,
-        )
+        lf = lf.with_delimiter(delimiter)
     if not set(lf.names) & {"job_id", "job_id_raw"}:
         raise ValueError(
             f"squeue format {fmt!r} has no job id column (%i/%A, JobID/JobArrayID); pending_jobs is keyed by "
@@ -228,7 +193,7 @@ def _row(v: dict[str, str], cluster: str, snapshot_time: datetime, tz: ZoneInfo)
         array_job_id = None  # %F prints the job's own id for a job that is not an array task
     state = _null(v.get("state"))
     if state is not None:
-        state = COMPACT_STATES.get(state, state.upper())
+        state = JOB_STATE_CODES.get(state, state.upper())
         if not _STATE.match(state):
             raise ValueError(f"not a job state: {state!r}")
     reason = _null(v.get("reason"))
@@ -345,7 +310,7 @@ def _vector_rows(
         .otherwise(raw)
     )
     st = col("state")
-    state = st.replace(COMPACT_STATES).str.to_uppercase()
+    state = st.replace(JOB_STATE_CODES).str.to_uppercase()
     ok = ok & (state.is_null() | state.str.contains(r"^[A-Z_]+$"))
     reason = col("reason")
     if "reason_list" in names:

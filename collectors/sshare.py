@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 import polars as pl
 from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
 from slurmscope.collectors.parsing import split_fields, split_lines
-from slurmscope.collectors.sinfo import is_blank, out_of_range
+from slurmscope.collectors.slurm_format import is_blank, out_of_range
 
 from slurmscope.config import Config
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from slurmscope.dashboards.common import CP, CPA, C, Q, new_dashboard, single, tbl, ts
 
+from slurmscope.slurm_states import JOB_FAILED_OR_TIMEOUT_STATES
+
 SLUG = "reliability"
 TITLE = "Slurm reliability"
 
-FAILED = 'state=~"FAILED|NODE_FAIL|OUT_OF_MEMORY|TIMEOUT|BOOT_FAIL"'
+FAILED = f'state=~"{"|".join(JOB_FAILED_OR_TIMEOUT_STATES)}"'
 
 
 def build():

@@ -13,21 +13,15 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import polars as pl
-from slurmscope.collectors import parsing
+
+from slurmscope.slurm_states import (
+    NODE_GPUS_DOWN_FLAGS,
+    NODE_GPUS_DOWN_STATES,
+    NODE_GPUS_RESERVED_FLAGS,
+    NODE_GPUS_RESERVED_STATES,
+)
 
 UTC_DT = pl.Datetime("us", "UTC")
-
-FAILED_STATES = (
-    "FAILED",
-    "NODE_FAIL",
-    "TIMEOUT",
-    "OUT_OF_MEMORY",
-    "BOOT_FAIL",
-    "DEADLINE",
-    "PREEMPTED",
-    "REQUEUED",
-)
-"""Attempt end states whose GPU time produced no result that the user asked for."""
 
 HOURS_PER_YEAR = 8766.0  # 365.25 days
 
@@ -291,25 +285,6 @@ def with_rate(
 
 # --- node states ---------------------------------------------------------------------------------------
 
-DOWN_STATES = {
-    "DOWN",
-    "DRAIN",
-    "DRAINED",
-    "DRAINING",
-    "FAIL",
-    "FAILING",
-    "NOT_RESPONDING",
-    "NO_RESPOND",
-    "UNKNOWN",
-    "INVAL",
-    "FUTURE",
-    "REBOOT_ISSUED",
-    "REBOOT_REQUESTED",
-}
-DOWN_FLAGS = ("DRAIN", "NOT_RESPONDING", "FAIL", "REBOOT", "INVALID")
-RESERVED_STATES = {"RESERVED", "MAINT", "MAINTENANCE"}
-RESERVED_FLAGS = ("RESERVED", "MAINT")
-
 
 NODE_STATES_SQL = """
     SELECT s.snapshot_time, s.node, p."partition", s.state, s.state_flags, s.gpus_total, s.gpus_used, s.gpu_type
@@ -362,8 +337,10 @@ def node_intervals(node_states: pl.LazyFrame, params: dict[str, Any]) -> pl.Lazy
     nxt = pl.col("snapshot_time").shift(-1).over("node", order_by="snapshot_time")
     end = pl.min_horizontal(nxt.fill_null(now_l), pl.col("snapshot_time") + pl.duration(seconds=gap), now_l)
     flags = pl.col("flags")
-    down = pl.col("state").is_in(list(DOWN_STATES)) | flags.str.contains("|".join(DOWN_FLAGS))
-    reserved = pl.col("state").is_in(list(RESERVED_STATES)) | flags.str.contains("|".join(RESERVED_FLAGS))
+    down = pl.col("state").is_in(NODE_GPUS_DOWN_STATES) | flags.str.contains("|".join(NODE_GPUS_DOWN_FLAGS))
+    reserved = pl.col("state").is_in(NODE_GPUS_RESERVED_STATES) | flags.str.contains(
+        "|".join(NODE_GPUS_RESERVED_FLAGS)
+    )
     alloc = pl.min_horizontal(pl.col("used"), pl.col("total"))
     rest = pl.col("total") - alloc
     return snaps.with_columns(end.alias("until")).with_columns(
@@ -372,21 +349,6 @@ def node_intervals(node_states: pl.LazyFrame, params: dict[str, Any]) -> pl.Lazy
         pl.when(~down & reserved).then(rest).otherwise(0).alias("reserved"),
         pl.when(down | reserved).then(0).otherwise(rest).alias("idle"),
     )
-
-
-# --- hostlists ----------------------------------------------------------------------------------------
-
-
-def expand_hostlist(text: str | None) -> list[str]:
-    """Slurm's compressed hostlist ('gpu[001-003,7],login1') as host names; '' or 'None assigned' → [].
-
-    The collectors' parser (bounded: a stored NodeList like `n[0-999999999]` must not exhaust memory in a
-    pipeline); a list it cannot read stays one opaque name, so the attempt is still counted somewhere.
-    """
-    try:
-        return parsing.expand_hostlist(text)
-    except ValueError:
-        return [text.strip()]
 
 
 # --- small helpers ------------------------------------------------------------------------------------

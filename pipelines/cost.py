@@ -16,7 +16,6 @@ from typing import Any
 
 import polars as pl
 from slurmscope.pipelines.common import (
-    FAILED_STATES,
     NODE_STATES_SQL,
     UTC_DT,
     clip_interval,
@@ -34,6 +33,8 @@ from slurmscope.pipelines.common import (
     with_requeued,
 )
 from slurmscope.pipelines.efficiency import IDLE_UTIL_PERCENT, attribute_intervals, mapped_job_id_raw
+
+from slurmscope.slurm_states import JOB_UNSUCCESSFUL_STATES
 
 NAME = "cost"
 
@@ -174,7 +175,7 @@ def usage(jobs: pl.LazyFrame, now: datetime) -> pl.LazyFrame:
         jobs.filter(pl.col("start_time").is_not_null() & (pl.col("gpus").fill_null(0) > 0))
         .with_columns(usage_interval(now))
         .with_columns(
-            (pl.col("state").is_in(FAILED_STATES) & ~pl.col("running")).alias("failed"),
+            (pl.col("state").is_in(JOB_UNSUCCESSFUL_STATES) & ~pl.col("running")).alias("failed"),
             *[pl.col(c).fill_null("").alias(c) for c in ("account", "user", "partition", "qos")],
             pl.col("gpu_type").fill_null("").alias("gpu_model"),
         )

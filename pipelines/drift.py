@@ -20,8 +20,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import polars as pl
-from slurmscope.pipelines.common import FAILED_STATES, local_day
+from slurmscope.pipelines.common import local_day
 from slurmscope.pipelines.fairshare import to_utc
+
+from slurmscope.slurm_states import JOB_UNSUCCESSFUL_STATES, sql_list
 
 NAME = "drift"
 MART_TABLES: dict[str, str | None] = {"mart_drift": "as_of"}
@@ -31,7 +33,7 @@ HISTORY = (
 )
 JOBS = f"""cluster = $cluster AND coalesce(end_time, $end) >= $start - {HISTORY}
            AND coalesce(start_time, submit_time) < $end"""
-_FAILED = ", ".join(f"'{state}'" for state in FAILED_STATES)
+_FAILED = sql_list(JOB_UNSUCCESSFUL_STATES)
 
 # SQL CTEs `span(lo)`, the earliest start of the attempts read, and `hours(h, day)`: the billing day of each UTC
 # hour (h = epoch hours) from there (at most ~20 years back) to $end in which no zone change falls, so that an
@@ -125,7 +127,7 @@ INPUTS: dict[str, str] = {
     "failures": f"""
         WITH {_HOURS}
         SELECT cluster, coalesce("partition", '') AS "partition", {_day("epoch_us(end_time)", "h")} AS day,
-               count(*) FILTER (WHERE state IN ({_FAILED})) / count(*) AS x
+               count(*) FILTER (WHERE state IN {_FAILED}) / count(*) AS x
         FROM jobs {_hour_join("epoch_us(end_time)", "h")}
         WHERE {JOBS} AND end_time <= $end GROUP BY ALL""",  # noqa: S608 - module constants; values are $parameters
     "waits": f"""

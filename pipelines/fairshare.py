@@ -19,6 +19,8 @@ from typing import Any
 
 import polars as pl
 
+from slurmscope.slurm_states import JOB_ENDED_STATES, JOB_STATE_WORD
+
 NAME = "fairshare"
 MART_TABLES: dict[str, str | None] = {
     "mart_fairshare": "as_of",
@@ -85,23 +87,6 @@ ERA_HALF_LIVES = 60
 MAX_DEPTH = 16
 """Deepest association tree handled (root = 0). Real trees rarely exceed 6 levels."""
 NO_DECAY_ERA = 1e18
-FINISHED_STATES = [
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-    "TIMEOUT",
-    "PREEMPTED",
-    "NODE_FAIL",
-    "OUT_OF_MEMORY",
-    "BOOT_FAIL",
-    "DEADLINE",
-    "REQUEUED",
-    "REVOKED",
-    "SPECIAL_EXIT",
-]
-"""States of an attempt that no longer runs: slurmctld charged it for the last time at its end
-(priority_p_job_end), so without an End in accounting it has nothing left to accrue up to `now`."""
-
 UTC_DT = pl.Datetime("us", "UTC")
 KEY = ["cluster", "account", "user"]
 ROOT = "root"
@@ -441,8 +426,8 @@ def charged_until(now: datetime) -> pl.Expr:
     the next collect brings the End; charging nothing undercounts only that one short window.
     """
     now_ = pl.lit(now, dtype=UTC_DT)
-    state = pl.col("state").str.strip_chars().str.to_uppercase().str.extract(r"^([A-Z_]+)")
-    finished = state.is_in(FINISHED_STATES).fill_null(False)
+    state = pl.col("state").str.strip_chars().str.to_uppercase().str.extract(JOB_STATE_WORD)
+    finished = state.is_in(JOB_ENDED_STATES).fill_null(False)
     return (
         pl.when(pl.col("end_time").is_null() & finished)
         .then(pl.lit(None, dtype=UTC_DT))

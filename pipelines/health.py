@@ -19,6 +19,15 @@ from typing import Any
 import polars as pl
 from slurmscope.pipelines.common import UTC_DT, ensure_columns
 
+from slurmscope.slurm_states import (
+    NODE_HEALTH_DOWN_FLAGS,
+    NODE_HEALTH_DOWN_STATES,
+    NODE_HEALTH_DRAIN_FLAGS,
+    NODE_HEALTH_DRAIN_STATES,
+    NODE_HEALTH_UNAVAILABLE_FLAGS,
+    NODE_HEALTH_UNAVAILABLE_STATES,
+)
+
 NAME = "health"
 
 # A stored run with valid_until < start ended more than a gap before the window, so nothing the window sees
@@ -89,13 +98,6 @@ NODE_DEGRADED = ("gpu_degraded", "slurm_drain", "slurm_unavailable")
 GPU_REASONS = GPU_FAILING + GPU_DEGRADED
 NODE_REASONS = NODE_FAILING + NODE_DEGRADED
 
-SLURM_DOWN_STATES = ("DOWN", "FAIL", "FAILING", "NOT_RESPONDING", "NO_RESPOND", "INVAL")
-SLURM_DOWN_FLAGS = ("NOT_RESPONDING", "FAIL")
-SLURM_DRAIN_STATES = ("DRAIN", "DRAINED", "DRAINING")
-SLURM_DRAIN_FLAGS = ("DRAIN",)
-SLURM_UNAVAILABLE_STATES = ("MAINT", "MAINTENANCE", "UNKNOWN", "FUTURE", "REBOOT_REQUESTED", "REBOOT_ISSUED")
-SLURM_UNAVAILABLE_FLAGS = ("MAINT", "MAINTENANCE", "REBOOT_REQUESTED", "REBOOT_ISSUED")
-
 NODE_SCHEMA = {
     "since": UTC_DT,
     "last_seen": UTC_DT,
@@ -160,11 +162,11 @@ def slurm_class(state: pl.Expr, flags: pl.Expr) -> pl.Expr:
     """'down', 'drain', 'unavailable' or 'up' for a sinfo base state and its flags (down beats drain)."""
     st = state.fill_null("").str.to_uppercase()
     return (
-        pl.when(st.is_in(list(SLURM_DOWN_STATES)) | _flag(flags, SLURM_DOWN_FLAGS))
+        pl.when(st.is_in(list(NODE_HEALTH_DOWN_STATES)) | _flag(flags, NODE_HEALTH_DOWN_FLAGS))
         .then(pl.lit("down"))
-        .when(st.is_in(list(SLURM_DRAIN_STATES)) | _flag(flags, SLURM_DRAIN_FLAGS))
+        .when(st.is_in(list(NODE_HEALTH_DRAIN_STATES)) | _flag(flags, NODE_HEALTH_DRAIN_FLAGS))
         .then(pl.lit("drain"))
-        .when(st.is_in(list(SLURM_UNAVAILABLE_STATES)) | _flag(flags, SLURM_UNAVAILABLE_FLAGS))
+        .when(st.is_in(list(NODE_HEALTH_UNAVAILABLE_STATES)) | _flag(flags, NODE_HEALTH_UNAVAILABLE_FLAGS))
         .then(pl.lit("unavailable"))
         .otherwise(pl.lit("up"))
     )

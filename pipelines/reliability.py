@@ -17,11 +17,13 @@ import polars as pl
 from slurmscope.pipelines.common import (
     UTC_DT,
     ensure_columns,
-    expand_hostlist,
     local_day,
     multi_attempt,
     with_requeued,
 )
+
+from slurmscope.hostlist import expand_hostlist_lenient
+from slurmscope.slurm_states import JOB_NODE_FAULT_STATES, JOB_NOT_ENDED_STATES, NODE_EVENT_FAULT_STATES
 
 NAME = "reliability"
 
@@ -90,15 +92,10 @@ INPUTS: dict[str, str] = {
         WHERE f.cluster = $cluster AND f.fault_time < $start AND $end >= $now GROUP BY ALL""",
 }
 
-FAULT_NODE_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "NO_RESPOND")
-"""A node event counts as a failure when its state names one of these (DRAINING and DRAINED included)."""
 FAULT_GPU_EVENTS = ("xid", "gpu_lost", "ecc")
 APPLICATION_XIDS = (13, 31, 43, 45)
 """XIDs NVIDIA attributes to the application (graphics engine exception, MMU fault, GPU stopped processing,
 preemptive cleanup): the job broke the GPU's work, not the other way round, so they are not node faults."""
-KILLED_STATES = ("NODE_FAIL", "FAILED", "REQUEUED", "BOOT_FAIL")
-"""Attempt end states a node fault can cause."""
-ENDED_STATES_EXCLUDED = ("RUNNING", "PENDING", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "RESIZING")
 
 OUTCOMES_SCHEMA = {
     "day": pl.Date,
@@ -189,7 +186,7 @@ def _ended(jobs: pl.LazyFrame) -> pl.LazyFrame:
         pl.col("account").fill_null(""),
         pl.col("partition").fill_null(""),
         pl.col("state").fill_null("UNKNOWN"),
-    ).filter(pl.col("end_time").is_not_null() & ~pl.col("state").is_in(ENDED_STATES_EXCLUDED))
+    ).filter(pl.col("end_time").is_not_null() & ~pl.col("state").is_in(JOB_NOT_ENDED_STATES))
 
 
 def ended_attempts(jobs: pl.LazyFrame) -> pl.LazyFrame:
@@ -226,7 +223,9 @@ def outcomes_by_node(ended_days: pl.LazyFrame) -> pl.LazyFrame:
     lists = (
         per_list.select(pl.col("node_list").unique())
         .with_columns(
-            pl.col("node_list").map_elements(expand_hostlist, return_dtype=pl.List(pl.String)).alias("node")
+            pl.col("node_list")
+            .map_elements(expand_hostlist_lenient, return_dtype=pl.List(pl.String))
+            .alias("node")
         )
         .with_columns(pl.col("node").list.len().alias("_nodes"))
         .filter(pl.col("_nodes") > 0)
@@ -275,7 +274,7 @@ def requeues(ended_days: pl.LazyFrame, candidate_days: pl.LazyFrame) -> pl.LazyF
 
 
 def failure_events(node_events: pl.LazyFrame) -> pl.LazyFrame:
-    pattern = "|".join(FAULT_NODE_STATES)
+    pattern = "|".join(NODE_EVENT_FAULT_STATES)
     return node_events.filter(pl.col("state").fill_null("").str.to_uppercase().str.contains(pattern))
 
 
@@ -357,7 +356,7 @@ def fault_impact(
     # in [end - grace, end + lead]; the node match below then decides.
     times = f.select(pl.col("fault_time").alias("_near")).unique().sort("_near")
     killed = (
-        _ended(jobs.filter(pl.col("state").is_in(KILLED_STATES)))
+        _ended(jobs.filter(pl.col("state").is_in(JOB_NODE_FAULT_STATES)))
         .with_columns((pl.col("end_time") + pl.duration(seconds=FAULT_LEAD_SECONDS)).alias("_probe"))
         .sort("_probe")
         .join_asof(
@@ -373,7 +372,9 @@ def fault_impact(
     hosts = (
         killed.select(pl.col("node_list").drop_nulls().unique())
         .with_columns(
-            pl.col("node_list").map_elements(expand_hostlist, return_dtype=pl.List(pl.String)).alias("node")
+            pl.col("node_list")
+            .map_elements(expand_hostlist_lenient, return_dtype=pl.List(pl.String))
+            .alias("node")
         )
         .explode("node")
     )

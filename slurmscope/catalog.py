@@ -17,6 +17,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from slurmscope.slurm_states import (
+    JOB_FINISHED_STATES,
+    NODE_METRIC_DOWN_FLAGS,
+    NODE_METRIC_DOWN_STATES,
+    NODE_METRIC_OTHER_STATES,
+    NODE_METRIC_UNAVAILABLE_FLAGS,
+    NODE_METRIC_UNAVAILABLE_STATES,
+    sql_list,
+)
+
 # ruff: noqa: S608 - every query here is composed at import from this module's own constants (table, column
 # and expression literals); values enter only as the $cluster/$now parameters. tests/test_security.py pins
 # the names that may be interpolated into SQL here.
@@ -24,22 +34,20 @@ from typing import Literal
 MetricType = Literal["gauge", "counter", "info"]
 
 # Node states Slurm reports for nodes that cannot run work (sinfo base states and flags).
-UNAVAILABLE_STATES = (
-    "('DOWN','DRAINED','DRAINING','DRAIN','FAIL','FAILING','MAINT','UNKNOWN','FUTURE','INVAL')"
-)
 UNAVAILABLE_FLAG_SQL = (
-    "(coalesce(state_flags, '') SIMILAR TO '.*(DRAIN|NOT_RESPONDING|FAIL|MAINT).*'"
-    f" OR upper(coalesce(state, '')) IN {UNAVAILABLE_STATES})"
+    f"(coalesce(state_flags, '') SIMILAR TO '.*({'|'.join(NODE_METRIC_UNAVAILABLE_FLAGS)}).*'"
+    f" OR upper(coalesce(state, '')) IN {sql_list(NODE_METRIC_UNAVAILABLE_STATES)})"
 )
 # The display state used as the `state` label of node metrics: what an operator calls the node.
 NODE_STATE_SQL = (
-    "CASE WHEN upper(coalesce(state, '')) IN ('DOWN','FAIL','FAILING')"
-    " OR coalesce(state_flags, '') LIKE '%NOT_RESPONDING%' THEN 'down'"
+    f"CASE WHEN upper(coalesce(state, '')) IN {sql_list(NODE_METRIC_DOWN_STATES)}"
+    + "".join(f" OR coalesce(state_flags, '') LIKE '%{flag}%'" for flag in NODE_METRIC_DOWN_FLAGS)
+    + " THEN 'down'"
     " WHEN coalesce(state_flags, '') LIKE '%DRAIN%' OR upper(coalesce(state, '')) LIKE 'DRAIN%' THEN 'drain'"
-    " WHEN upper(coalesce(state, '')) IN ('MAINT','UNKNOWN','FUTURE','INVAL') THEN 'other'"
+    f" WHEN upper(coalesce(state, '')) IN {sql_list(NODE_METRIC_OTHER_STATES)} THEN 'other'"
     " ELSE lower(coalesce(state, 'unknown')) END"
 )
-TERMINAL_STATES = "('COMPLETED','FAILED','CANCELLED','TIMEOUT','NODE_FAIL','OUT_OF_MEMORY','PREEMPTED','BOOT_FAIL','DEADLINE')"
+TERMINAL_STATES = sql_list(JOB_FINISHED_STATES)
 
 
 @dataclass(frozen=True)

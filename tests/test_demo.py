@@ -179,7 +179,7 @@ def test_backfill_never_delays_a_reservation(demo_run):
 
 
 def _nodes(hostlist: str) -> list[str]:
-    from slurmscope.collectors.parsing import expand_hostlist
+    from slurmscope.hostlist import expand_hostlist
 
     return list(expand_hostlist(hostlist))
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 from slurmscope.collectors import events
-from slurmscope.collectors.sinfo import is_blank
+from slurmscope.collectors.slurm_format import is_blank
 
 from slurmscope.cli import main
 from slurmscope.config import load_config

@@ -118,7 +118,8 @@ def test_hostlist_whose_bracket_groups_multiply_past_the_limit_is_refused():
     # atheris: each bracket group within the per-range limit, their product 1.7 million names (over 2 GB in
     # the events parser). One range of 10^6 was already refused; now the product is too.
     from slurmscope.collectors import events
-    from slurmscope.collectors.parsing import MAX_HOSTLIST_NAMES, expand_hostlist
+
+    from slurmscope.hostlist import MAX_HOSTLIST_NAMES, expand_hostlist
 
     assert len(expand_hostlist("a[0-999]b[0-999]")) == 1000 * 1000 == MAX_HOSTLIST_NAMES
     try:

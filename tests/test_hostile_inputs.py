@@ -8,7 +8,9 @@ from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
-from slurmscope.collectors.parsing import expand_hostlist, parse_slurm_time
+from slurmscope.collectors.parsing import parse_slurm_time
+
+from slurmscope.hostlist import expand_hostlist
 
 UTC = timezone.utc
 SNAP = datetime(2026, 11, 1, tzinfo=UTC)

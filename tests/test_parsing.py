@@ -10,9 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from slurmscope.collectors.parsing import (
-    compress_hostlist,
     duration_expr,
-    expand_hostlist,
     gpu_count,
     is_mig_type,
     parse_duration,
@@ -260,51 +258,6 @@ def test_gpu_count_and_tres_never_raise(text: str):
     gpus, _, mig = gpu_count(text)
     assert gpus >= 0 and mig >= 0
     parse_tres(text)
-
-
-# ------------------------------------------------------------------------------------------- hostlists
-
-
-def test_expand_hostlist():
-    assert expand_hostlist("gpu[001-004,010],cpu-a[1-3]") == [
-        "gpu001",
-        "gpu002",
-        "gpu003",
-        "gpu004",
-        "gpu010",
-        "cpu-a1",
-        "cpu-a2",
-        "cpu-a3",
-    ]
-    assert expand_hostlist("cpn-f13-03-[01-02],cpn-f13-04-[01-02]") == [
-        "cpn-f13-03-01",
-        "cpn-f13-03-02",
-        "cpn-f13-04-01",
-        "cpn-f13-04-02",
-    ]
-    assert expand_hostlist("r[1-2]n[01-02]") == ["r1n01", "r1n02", "r2n01", "r2n02"]
-    assert expand_hostlist("node7") == ["node7"]
-    assert expand_hostlist("None assigned") == []
-    assert expand_hostlist("(null)") == []
-    with pytest.raises(ValueError):
-        expand_hostlist("gpu[1-3")
-    with pytest.raises(ValueError):
-        expand_hostlist("gpu[3-1]")
-
-
-def test_compress_hostlist_round_trip():
-    assert compress_hostlist(["gpu001", "gpu002", "gpu003", "gpu004", "gpu010"]) == "gpu[001-004,010]"
-    assert compress_hostlist(["node7"]) == "node7"
-    assert compress_hostlist(["login", "c1", "c2", "c2"]) == "login,c[1-2]"
-    s = "gpu[001-004,010],cpu-a[1-3]"
-    assert compress_hostlist(expand_hostlist(s)) == s
-
-
-@settings(max_examples=300)  # a helper, not a parser: the CI profile's 2,000 examples are for parsers
-@given(st.lists(st.integers(min_value=0, max_value=300), min_size=1, max_size=30))
-def test_compress_expand_inverse(nums):
-    names = [f"n{n:03d}" for n in nums]
-    assert sorted(set(expand_hostlist(compress_hostlist(names)))) == sorted(set(names))
 
 
 def test_column_helpers_equal_the_scalar_parsers():

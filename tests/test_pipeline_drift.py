@@ -10,7 +10,9 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 from slurmscope.pipelines import drift
-from slurmscope.pipelines.common import FAILED_STATES, local_day, split_calendar
+from slurmscope.pipelines.common import local_day, split_calendar
+
+from slurmscope.slurm_states import JOB_UNSUCCESSFUL_STATES
 
 UTC_DT = pl.Datetime("us", "UTC")
 DAY = datetime(2026, 11, 30, tzinfo=UTC)
@@ -294,7 +296,7 @@ def test_daily_values_from_sql_are_those_of_the_polars_reference(con, tz):
         "failures": jobs.lazy()
         .filter(pl.col("end_time") <= now)
         .group_by("partition", local_day(pl.col("end_time"), tz).alias("day"))
-        .agg((pl.col("state").is_in(list(FAILED_STATES)).sum() / pl.len()).alias("x")),
+        .agg((pl.col("state").is_in(list(JOB_UNSUCCESSFUL_STATES)).sum() / pl.len()).alias("x")),
         "waits": jobs.lazy()
         .filter(pl.col("start_time") <= now)
         .group_by("partition", local_day(pl.col("start_time"), tz).alias("day"))

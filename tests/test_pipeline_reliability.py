@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 from slurmscope.pipelines import reliability as rel
-from slurmscope.pipelines.common import UTC_DT, expand_hostlist
+from slurmscope.pipelines.common import UTC_DT
 from slurmscope.pipelines.runner import EPOCH, Window, pipeline_params
 
 from slurmscope.config import load_config
@@ -349,12 +349,6 @@ def test_fault_impact_links_killed_attempts_to_faults():
     assert_frame_equal(got.select(cols), want)
 
 
-def test_expand_hostlist():
-    assert expand_hostlist("g[01-03,7],login1") == ["g01", "g02", "g03", "g7", "login1"]
-    assert expand_hostlist("r[1-2]n[08-09]") == ["r1n08", "r1n09", "r2n08", "r2n09"]
-    assert expand_hostlist("None assigned") == [] and expand_hostlist(None) == []
-
-
 def test_outcomes_by_node_share_a_multi_node_attempts_gpu_hours():
     rows = [
         # 2 nodes x 4 GPUs for 1 h = 8 GPU-h, NODE_FAIL: 1 attempt and 4 GPU-h on each of gpu01 and gpu02
@@ -457,16 +451,6 @@ def test_weekly_outcome_views_sum_the_days():
         con.execute("SELECT week, jobs, gpu_hours FROM mart_job_outcomes_weekly ORDER BY week").fetchall()
         == want
     )
-
-
-def test_stored_node_lists_expand_bounded_and_unreadable_ones_stay_one_name():
-    from slurmscope.pipelines.common import expand_hostlist
-
-    assert expand_hostlist("gpu[001-003,010],login1") == ["gpu001", "gpu002", "gpu003", "gpu010", "login1"]
-    assert expand_hostlist("None assigned") == [] and expand_hostlist(None) == []
-    # would be 10^9 names: the pipeline keeps the attempt under its literal NodeList instead of running out of memory
-    assert expand_hostlist("n[0-999999999]") == ["n[0-999999999]"]
-    assert expand_hostlist("a[0-999]b[0-1000]") == ["a[0-999]b[0-1000]"]
 
 
 # --- windows: what the runner deletes, the next run must write back -------------------------------------------

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from slurmscope.collectors import config as config_parser
 from slurmscope.collectors import ping, reservations
-from slurmscope.collectors.sinfo import is_blank
+from slurmscope.collectors.slurm_format import is_blank
 
 from slurmscope.cli import main
 from slurmscope.config import load_config

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from slurmscope.collectors import sinfo
+from slurmscope.collectors.slurm_format import is_blank
 
 from slurmscope.cli import main
 
@@ -323,39 +324,6 @@ def test_declined_formats_are_refused_with_a_reason(path, fmt):
         parse((FIX / path).read_bytes(), fmt)
 
 
-# ------------------------------------------------------------------------------------- states
-
-
-@pytest.mark.parametrize(
-    ("raw", "state", "flags"),
-    [
-        ("idle", "IDLE", None),
-        ("MIXED+DRAIN", "MIXED", "DRAIN"),
-        ("mixed+drain", "MIXED", "DRAIN"),
-        ("IDLE+CLOUD+POWERED_DOWN", "IDLE", "CLOUD+POWERED_DOWN"),
-        ("idle~", "IDLE", "POWERED_DOWN"),
-        ("down*", "DOWN", "NOT_RESPONDING"),
-        ("idle#", "IDLE", "POWERING_UP"),
-        ("idle!", "IDLE", "POWER_DOWN"),
-        ("idle%", "IDLE", "POWERING_DOWN"),
-        ("allocated$", "ALLOCATED", "MAINTENANCE"),
-        ("mixed@", "MIXED", "REBOOT_REQUESTED"),
-        ("idle^", "IDLE", "REBOOT_ISSUED"),
-        ("mixed-", "MIXED", "PLANNED"),
-        ("drained*", "DRAINED", "NOT_RESPONDING+DRAIN"),
-        ("draining@", "DRAINING", "REBOOT_REQUESTED+DRAIN"),
-        ("drng", "DRAINING", "DRAIN"),
-        ("mix", "MIXED", None),
-        ("alloc", "ALLOCATED", None),
-        ("down*+drain", "DOWN", "NOT_RESPONDING+DRAIN"),
-        ("IDLE*+DRAIN+MAINTENANCE", "IDLE", "NOT_RESPONDING+DRAIN+MAINTENANCE"),
-        ("", None, None),
-    ],
-)
-def test_state_and_flags(raw, state, flags):
-    assert sinfo.parse_state(raw) == (state, flags)
-
-
 # ------------------------------------------------------------------------------------- live format
 
 
@@ -569,7 +537,7 @@ def _check_total(data: bytes, fmt: str | None) -> None:
     assert q <= set(range(1, len(lines) + 1))
     first = True
     for i, line in enumerate(lines, start=1):
-        if sinfo.is_blank(line.decode("utf-8", "replace")):
+        if is_blank(line.decode("utf-8", "replace")):
             continue
         if i not in q:
             alone = parse(line, fmt)

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from slurmscope.collectors import squeue
-from slurmscope.collectors.sinfo import is_blank
+from slurmscope.collectors.slurm_format import is_blank
 
 from slurmscope.cli import main
 

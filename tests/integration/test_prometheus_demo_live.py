@@ -43,6 +43,7 @@ from slurmscope.dashboards.common import panel_queries, substitute
 from slurmscope.config import load_config
 from slurmscope.demo import Progress, run_demo
 from slurmscope.exporter import export_instants, render, serve_metrics
+from slurmscope.slurm_states import JOB_FAILED_STATES
 from tests.demo_fixture import DEMO_DAYS, DEMO_GPUS, DemoRun
 from tests.integration.test_prometheus_live import (
     _api,
@@ -66,7 +67,7 @@ COARSE_STEP = timedelta(minutes=30)
 FINE = timedelta(hours=3)
 STEP = timedelta(minutes=5)
 LAG = timedelta(seconds=30)  # the history's last instant lands this long before Prometheus starts
-FAILED_STATES = {"FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL"}
+FAILED_STATES = set(JOB_FAILED_STATES)  # the job failure alert's states
 
 # Alerts the 3-day demo cannot raise at all, each with why; test_impossible_alerts_have_no_cause checks the
 # reasons hold in the demo's data (so this list fails when the simulator learns to produce the cause).
