@@ -63,6 +63,7 @@ class Agent:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.time,
         flush_seconds: float = 60.0,
+        rotate_seconds: float = 60.0,
     ) -> None:
         if interval < 1:
             raise ValueError("interval must be >= 1 second")
@@ -73,7 +74,8 @@ class Agent:
         self.flush_seconds = flush_seconds
         self.read_cgroup = read_cgroup or self._read_cgroup
         self.kmsg, self.sleep, self.clock = kmsg, sleep, clock
-        self.journal = SpoolJournal(self.spool_dir, node, cluster)
+        self.journal = SpoolJournal(self.spool_dir, node, cluster, rotate_seconds=rotate_seconds)
+        self.inventory_at: float | None = None
         self.attributor = Attributor()
         self.devices: list[Device] = []
         self.initialized = False
@@ -496,25 +498,18 @@ class Agent:
     def tick(self, now: float) -> None:
         """One sampling round at time `now`: sample, aggregate, attribute, read the kernel log, spool."""
         t0 = time.perf_counter()
-        if self.journal.due(now):
-            if self.spool_error is None:  # once per hour, not on every retry of a failing close
-                self._flush_partial_minutes()
-            self._write(now)
-            try:
-                self.journal.close()
-            except OSError as exc:
-                self._spool_failed(exc)
         if self.journal.name is None:
             try:
                 self.journal.open(now)
             except OSError as exc:
                 self._spool_failed(exc)
-            else:
-                if self.initialized:
-                    self.pending.extend(self.inventory_records(now))
         if not self.initialized:
-            if self._init(now):
-                self.pending.extend(self.inventory_records(now))
+            self._init(now)
+        if self.initialized and (
+            self.inventory_at is None or int(now // 3600) != int(self.inventory_at // 3600)
+        ):
+            self.inventory_at = now
+            self.pending.extend(self.inventory_records(now))
         slow = self.last_slow is None or now - self.last_slow >= self.slow_interval - 1e-6
         if slow:
             self.last_slow = now
@@ -553,6 +548,12 @@ class Agent:
                 path.unlink(missing_ok=True)
             if self.kmsg is not None:
                 self.kmsg.commit()
+        if self.journal.due(now):
+            # After this round's write, so the minute that just completed is in the file that closes now.
+            try:
+                self.journal.close()
+            except OSError as exc:
+                self._spool_failed(exc)
         try:
             prune_acked(self.spool_dir)
         except OSError as exc:

@@ -1,6 +1,7 @@
-"""The agent's side of the spool: the hour's journal, the listing it serves, acknowledgements, pruning.
+"""The agent's side of the spool: the current segment's journal, the listing it serves, acks, pruning.
 
-Per-minute aggregates go to an append-only journal (fsynced each flush) that becomes an hourly spool file,
+Per-minute aggregates go to an append-only journal (fsynced each flush) that becomes a closed spool file
+once per rotation period (a minute by default, so the central store is at most about two minutes behind),
 written by `write_spool_file` (temp file, fsync, atomic rename, directory fsync); the format itself lives
 in slurmscope.spool, shared with the central reader.
 """
@@ -25,7 +26,7 @@ from slurmscope.spool import (
 
 
 class SpoolJournal:
-    """The current hour's records: appended to a hidden journal (fsynced per flush), closed hourly.
+    """The current segment's records: appended to a hidden journal (fsynced per flush), closed each period.
 
     Closing writes the file with `write_spool_file` and removes the journal. After a crash, `recover`
     turns each leftover journal (minus a torn last line) into a closed file, so nothing that was fsynced
@@ -34,8 +35,13 @@ class SpoolJournal:
 
     PREFIX = ".journal-"
 
-    def __init__(self, directory: Path, node: str, cluster: str | None = None) -> None:
+    def __init__(
+        self, directory: Path, node: str, cluster: str | None = None, *, rotate_seconds: float = 60.0
+    ) -> None:
+        if rotate_seconds < 1:
+            raise ValueError("rotate_seconds must be >= 1")
         self.directory, self.node, self.cluster = directory, node, cluster
+        self.rotate_seconds = float(rotate_seconds)
         self.opened_at: float | None = None
         self.name: str | None = None
         self.records: list[dict[str, Any]] = []
@@ -53,7 +59,7 @@ class SpoolJournal:
             self.opened_at += 1
             self.name = spool_file_name(self.node, self.opened_at)
         try:
-            self._fh = open(self.path, "ab")  # noqa: SIM115 - kept open for the hour
+            self._fh = open(self.path, "ab")  # noqa: SIM115 - kept open for the segment
             self._fh.write(encode_record(spool_header(self.node, self.opened_at, cluster=self.cluster)))
             self._sync()
             fsync_dir(self.directory)
@@ -91,7 +97,7 @@ class SpoolJournal:
         try:
             if self._fh is None:  # reopened after a failed append or a failed close
                 os.truncate(self.path, self._good)
-                self._fh = open(self.path, "ab")  # noqa: SIM115 - kept open for the hour
+                self._fh = open(self.path, "ab")  # noqa: SIM115 - kept open for the segment
             self._fh.write(b"".join(encode_record(r) for r in records))
             self._sync()
         except OSError:
@@ -105,10 +111,12 @@ class SpoolJournal:
         self.records.extend(records)
 
     def due(self, now: float) -> bool:
-        return self.opened_at is not None and int(now // 3600) != int(self.opened_at // 3600)
+        """A new rotation period (aligned to the epoch, so minutes close on the minute) has begun."""
+        period = self.rotate_seconds
+        return self.opened_at is not None and int(now // period) != int(self.opened_at // period)
 
     def close(self) -> Path | None:
-        """Close the hour: write the spool file, then drop the journal."""
+        """Close the segment: write the spool file, then drop the journal."""
         if self.name is None:
             return None
         self._drop_fh()

@@ -129,6 +129,7 @@ class Env:
         kmsg: KmsgReader | None = None,
         flush: float = 60,
         cluster: str | None = None,
+        rotate: float = 60,
     ):
         self.t = [T0]
         self.tmp = tmp
@@ -148,6 +149,7 @@ class Env:
             kmsg=kmsg,
             clock=self.clock,
             sleep=self.advance,
+            rotate_seconds=rotate,
             flush_seconds=flush,
             cluster=cluster,
         )
@@ -474,8 +476,8 @@ def test_prolog_and_epilog_scripts(tmp_path):
 
 
 def test_http_metrics_spool_listing_download_and_ack(tmp_path):
-    env = Env(tmp_path, [{"model": "h100", "state": "load", "count": 2}], cluster="c7")
-    env.run(3700)  # crosses the hour: one closed file
+    env = Env(tmp_path, [{"model": "h100", "state": "load", "count": 2}], cluster="c7", rotate=3600)
+    env.run(3700)  # hourly rotation here: one closed file
     server = start_http(env.agent, "127.0.0.1", 0)
     base = f"http://127.0.0.1:{server.server_address[1]}"
     try:

@@ -38,7 +38,7 @@ def _status(url: str, *, method: str = "GET", auth: str | None = None, ca=None) 
 
 
 def test_without_credentials_nothing_is_listed_downloaded_or_deleted(tmp_path, tls):
-    env = Env(tmp_path, [{"model": "h100", "state": "load", "count": 2}], cluster="c1")
+    env = Env(tmp_path, [{"model": "h100", "state": "load", "count": 2}], cluster="c1", rotate=3600)
     env.run(3700)  # one closed hourly file
     (name,) = [f["name"] for f in list_spool(env.spool)]
     server = start_http(env.agent, "127.0.0.1", 0, tls)
@@ -63,7 +63,7 @@ def test_without_credentials_nothing_is_listed_downloaded_or_deleted(tmp_path, t
 
 
 def test_central_collection_with_the_configured_credentials_loads_and_acks(tmp_path, tls):
-    env = Env(tmp_path, [{"model": "h100", "state": "load", "count": 2}], cluster="c1")
+    env = Env(tmp_path, [{"model": "h100", "state": "load", "count": 2}], cluster="c1", rotate=3600)
     env.run(3700)
     server = start_http(env.agent, "127.0.0.1", 0, tls)
     url = f"https://localhost:{server.server_address[1]}"

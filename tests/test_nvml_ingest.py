@@ -234,7 +234,7 @@ def _agent(tmp_path: Path, node: str) -> tuple[Agent, list[float]]:
     agent = Agent(
         fake, node=node, spool_dir=tmp_path / node, mapping_dir=None, interval=10, clock=lambda: t[0]
     )
-    while t[0] < T0 + 3700:  # one closed hour, the next hour still open
+    while t[0] < T0 + 3700:  # a closed file per minute; the 61 completed minutes are all closed
         agent.tick(t[0])
         t[0] += 10
     return agent, t
@@ -253,16 +253,15 @@ def test_collect_from_agent_http_and_shared_path_then_prune(tmp_path, con):
         )
         outcomes = collect_nvml_sources(con, cfg)
         assert [o.status for o in outcomes] == ["ok", "ok"]
-        # one closed hour per node at 10 s sampling: 60 minute rows, 360 samples each
+        # every completed minute per node at 10 s sampling: 61 minute rows, 366 samples each
         assert con.execute(
             "SELECT node, count(*), sum(samples) FROM gpu_samples GROUP BY node ORDER BY node"
-        ).fetchall() == [("gpu01", 60, 360), ("gpu02", 60, 360)]
-        # acknowledged: the agent deleted its file, the shared path holds an .ack marker
+        ).fetchall() == [("gpu01", 61, 366), ("gpu02", 61, 366)]
+        # acknowledged: the agent deleted its files, the shared path holds an .ack marker per file
         assert list_spool(tmp_path / "gpu01") == []
-        assert (
-            len(list(Path(tmp_path / "gpu02").glob("*.jsonl.ack"))) == 1
-            and list_spool(tmp_path / "gpu02") == []
-        )
+        closed = [p for p in Path(tmp_path / "gpu02").glob("*.jsonl") if not p.name.startswith(".")]
+        acks = list(Path(tmp_path / "gpu02").glob("*.jsonl.ack"))
+        assert len(closed) == 61 and len(acks) == len(closed) and list_spool(tmp_path / "gpu02") == []
         on_disk.tick(T0 + 3700)  # the agent prunes acknowledged files on its next round
         assert [p.name for p in (tmp_path / "gpu02").iterdir() if not p.name.startswith(".")] == []
         again = collect_nvml(con, cfg)
