@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from slurmscope.collectors.collect import collect
 from slurmscope.collectors.fake_nvml import fake_from_spec
 from slurmscope.collectors.nvml import (
     Agent,
@@ -19,8 +20,6 @@ from slurmscope.collectors.nvml import (
     write_spool_file,
 )
 from slurmscope.collectors.nvml_ingest import (
-    collect_nvml,
-    collect_nvml_sources,
     ingest_bytes,
     ingest_spool_files,
     merge_samples,
@@ -254,8 +253,8 @@ def test_collect_from_agent_http_and_shared_path_then_prune(tmp_path, con):
                 "spool_paths": [str(tmp_path / "gpu02")],
             }
         )
-        outcomes = collect_nvml_sources(con, cfg)
-        assert [o.status for o in outcomes] == ["ok", "ok"]
+        [out] = collect(con, cfg, "nvml")
+        assert (out.collector, out.status, out.error) == ("nvml", "ok", None)
         # one closed hour per node at 10 s sampling: 60 minute rows, 360 samples each
         assert con.execute(
             "SELECT node, count(*), sum(samples) FROM gpu_samples GROUP BY node ORDER BY node"
@@ -268,7 +267,7 @@ def test_collect_from_agent_http_and_shared_path_then_prune(tmp_path, con):
         )
         on_disk.tick(T0 + 3700)  # the agent prunes acknowledged files on its next round
         assert [p.name for p in (tmp_path / "gpu02").iterdir() if not p.name.startswith(".")] == []
-        again = collect_nvml(con, cfg)
+        [again] = collect(con, cfg, "nvml")
         assert (again.collector, again.status, again.rows) == ("nvml", "ok", 0)
     finally:
         server.shutdown()
@@ -279,7 +278,7 @@ def test_unreachable_agent_is_a_recorded_failure_not_a_crash(con):
     cfg = load_config(None, env={}).with_overrides(
         nvml={"agents": ["http://127.0.0.1:9"]}, slurm={"timeout_seconds": 2.0}
     )
-    o = collect_nvml(con, cfg)
+    [o] = collect(con, cfg, "nvml")
     assert o.status == "error" and o.rows == 0 and "127.0.0.1:9" in o.error
     assert con.execute("SELECT status FROM collector_runs WHERE collector = 'nvml'").fetchall() == [
         ("error",)
