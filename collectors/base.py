@@ -12,8 +12,8 @@ The contract of a collector module (one line in collectors/registry.py lists it)
   raises on bad input; what `ingest KIND FILE...` and the live run both call.
 - `command(cfg, *, start=None, end=None) -> list[str]`: the argument list of the live call, run by
   collectors/command.py (timeout, TZ=UTC, never a shell). Or, for a source that is not a command (an HTTP
-  API), `fetch(cfg, window) -> bytes` with window = (start, end), either None; without `fetch` a live run
-  fetches by running `command(...)`.
+  API), `fetch(cfg, window) -> bytes` with window = (start, end), either None, raising OSError
+  (TimeoutError for a timeout) when the source fails; without `fetch` a live run runs `command(...)`.
 - Optional: `check_input(head, fmt, delimiter)` (refuse an unusable file before anything loads) and
   `after_upsert(parsed)` (a hook run inside the load transaction, e.g. recomputing job attempts).
 The NVML spool (`spool=True` in the registry) loads whole files, one transaction each, so it keeps its own
@@ -44,14 +44,6 @@ QUARANTINE_SCHEMA = {
 def quarantine_frame(rows: list[dict] | None = None) -> pl.DataFrame:
     """Quarantine rows: line_no (1-based), raw_text (decoded with replacement), raw_bytes (when not UTF-8)."""
     return pl.DataFrame(rows or [], schema=QUARANTINE_SCHEMA)
-
-
-def decode_line(raw: bytes) -> tuple[str, bytes | None]:
-    """Text of a line, plus its original bytes when they were not valid UTF-8 (kept for quarantine)."""
-    try:
-        return raw.decode("utf-8"), None
-    except UnicodeDecodeError:
-        return raw.decode("utf-8", errors="replace"), raw
 
 
 @dataclass

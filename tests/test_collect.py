@@ -285,3 +285,31 @@ def test_real_slurm_22_05_windows_match_what_the_driver_did(con, env):
     steps = con.execute("SELECT count(*) FROM job_steps WHERE step_id = 'batch'").fetchone()[0]
     ran = sum(j["attempts"] for j in record["jobs"] if j["final_state"] != "PENDING" and j["job_id"] != "16")
     assert steps == ran  # one batch step per attempt that ran
+
+
+def test_a_collector_with_its_own_fetch_runs_no_command(con, env, monkeypatch):
+    """The contract's optional fetch (an HTTP source) replaces the command; a failed fetch is recorded
+    like a failed command. tests/fakes has no sdiag, so running the command would fail."""
+    from slurmscope.collectors import sdiag
+
+    cfg = env[0]
+    windows = []
+
+    def fetch(cfg, window):
+        windows.append(window)
+        return (REAL / "sdiag_final.txt").read_bytes()
+
+    monkeypatch.setattr(sdiag, "fetch", fetch, raising=False)
+    [out] = collect(con, cfg, "sdiag", now=NOW)
+    assert (out.status, out.error) == ("ok", None) and out.rows > 0 and windows == [(None, None)]
+
+    def hang(cfg, window):
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(sdiag, "fetch", hang)
+    [out] = collect(con, cfg, "sdiag", now=NOW)
+    assert (out.status, out.error) == ("timeout", "timed out")
+    runs = con.execute(
+        "SELECT status FROM collector_runs WHERE collector = 'sdiag' ORDER BY run_id"
+    ).fetchall()
+    assert runs == [("ok",), ("timeout",)]
