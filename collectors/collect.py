@@ -52,9 +52,10 @@ def collect_with(
 ) -> list[Outcome]:
     """`collect`, with the database reached only through `db(fn)`, which runs fn(con) and returns its result.
 
-    Slurm commands run between those calls, never inside one: `serve` passes a `db` that takes its write
-    lock, so a command hanging until its timeout (sinfo and squeue retry for the whole timeout while
-    slurmctld is down) keeps the other collectors and the pipelines waiting for nothing.
+    Fetches (Slurm commands, the NVML agents' HTTP pulls) run between those calls, never inside one:
+    `serve` passes a `db` that takes its write lock, so a command hanging until its timeout (sinfo and
+    squeue retry for the whole timeout while slurmctld is down) or a silent agent keeps the other
+    collectors and the pipelines waiting for nothing.
     """
     live = [c for c in COLLECTORS if c.live]
     specs = live if kind == "all" else [c for c in live if c.kind == kind]

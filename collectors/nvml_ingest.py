@@ -5,7 +5,9 @@ quarantined line by line and nothing from it is loaded, because a torn file woul
 complete hour. Each loaded file is recorded in `spool_files` in the same transaction as its rows, so a
 file seen twice loads once. Per-minute samples of the same GPU and minute from two files (an agent that
 restarted mid-minute) are merged: sample counts add, means are weighted, maxima and deltas combine.
-Only after the commit is the agent told it may prune the file.
+Only after the commit is the agent told it may prune the file. A live run is fetch (HTTP or file reads, no
+database), load, acknowledge, so serve holds its write lock only for the load, never while an agent that
+does not answer runs out its timeout.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import urllib.error
 import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -528,7 +529,7 @@ def fetch(cfg: Config, window: tuple[datetime | None, datetime | None]) -> list[
         try:
             pull.client = AgentClient.from_config(cfg)
             _download(pull)
-        except (OSError, urllib.error.URLError, ValueError) as exc:
+        except (OSError, ValueError) as exc:  # urllib's URLError and HTTPError are OSErrors
             pull.error = str(exc)
         pulls.append(pull)
     for directory in cfg.get("nvml", "spool_paths"):
@@ -607,6 +608,6 @@ def acknowledge(pulls: list[Pull]) -> None:
             url = f"{pull.source.rstrip('/')}/spool/{quote(f.name)}/ack?sha256={f.sha256}"
             try:
                 pull.client.fetch(url, method="POST", timeout=pull.timeout)
-            except (OSError, urllib.error.URLError) as exc:
+            except OSError as exc:
                 pull.ack_error = str(exc)
                 break

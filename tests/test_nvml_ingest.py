@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import urllib.error
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from slurmscope.collectors.nvml import (
     write_spool_file,
 )
 from slurmscope.collectors.nvml_ingest import (
+    AgentClient,
     ingest_bytes,
     ingest_spool_files,
     merge_samples,
@@ -272,6 +274,38 @@ def test_collect_from_agent_http_and_shared_path_then_prune(tmp_path, con):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_failed_acknowledgement_is_recorded_and_the_file_is_offered_again(tmp_path, con, monkeypatch):
+    """The file loaded (its transaction committed), so it stays loaded; the agent keeps it, and the next
+    run skips it as already loaded and acknowledges it then."""
+    agent, _ = _agent(tmp_path, "gpu01")
+    server = start_http(agent, "127.0.0.1", 0)
+    real = AgentClient.fetch
+
+    def refuse_acks(self, url, *, method="GET", timeout):
+        if method == "POST":
+            raise urllib.error.URLError("connection reset")
+        return real(self, url, method=method, timeout=timeout)
+
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        cfg = load_config(None, env={}).with_overrides(nvml={"agents": [url]})
+        monkeypatch.setattr(AgentClient, "fetch", refuse_acks)
+        [out] = collect(con, cfg, "nvml")
+        assert out.status == "error" and "acknowledgement failed" in out.error and out.rows > 0
+        assert len(list_spool(tmp_path / "gpu01")) == 1
+        monkeypatch.setattr(AgentClient, "fetch", real)
+        [again] = collect(con, cfg, "nvml")
+        assert (again.status, again.rows) == ("ok", 0)
+        assert list_spool(tmp_path / "gpu01") == []
+    finally:
+        server.shutdown()
+        server.server_close()
+    runs = con.execute(
+        "SELECT status FROM collector_runs WHERE collector = 'nvml' ORDER BY run_id"
+    ).fetchall()
+    assert runs == [("ok",), ("error",)]  # the file's load, the failed acknowledgement; a skip writes none
 
 
 def test_unreachable_agent_is_a_recorded_failure_not_a_crash(con):
