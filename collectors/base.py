@@ -1,8 +1,24 @@
-"""What every collector shares: the parse result, quarantine rows, and the one-transaction loader.
+"""What every collector shares: the contract, the parse result, quarantine rows, and the one-transaction loader.
 
 A collector is fetch (I/O) -> parse (pure: bytes to typed rows, bad lines to quarantine) -> load. `load`
 upserts on the table's natural key and writes the collector_runs row and the quarantine rows in the same
-transaction, so a crash leaves either the whole run or none of it.
+transaction, so a crash leaves either the whole run or none of it. Fetching never happens under the
+database write lock: `serve` holds that lock only for the load, so a source that hangs until its timeout
+delays only itself.
+
+The contract of a collector module (one line in collectors/registry.py lists it):
+- `KIND` (its registry kind) and `TABLES`: each raw table it writes, with its natural key (TableSpec).
+- `parse(data, *, cluster, snapshot_time, tz, fmt=None, delimiter=None, source="") -> Parsed`: pure, never
+  raises on bad input; what `ingest KIND FILE...` and the live run both call.
+- `command(cfg, *, start=None, end=None) -> list[str]`: the argument list of the live call, run by
+  collectors/command.py (timeout, TZ=UTC, never a shell). Or, for a source that is not a command (an HTTP
+  API), `fetch(cfg, window) -> bytes` with window = (start, end), either None, raising OSError
+  (TimeoutError for a timeout) when the source fails; without `fetch` a live run runs `command(...)`.
+- Optional: `check_input(head, fmt, delimiter)` (refuse an unusable file before anything loads) and
+  `after_upsert(parsed)` (a hook run inside the load transaction, e.g. recomputing job attempts).
+The NVML spool (`spool=True` in the registry) loads whole files, one transaction each, so it keeps its own
+loader: `fetch(cfg, window)` pulls the files (HTTP or a shared path, no database), `load(con, cfg, pulls)`
+loads them, and `acknowledge(pulls)` tells each source it may prune what committed.
 """
 
 from __future__ import annotations
@@ -30,12 +46,26 @@ def quarantine_frame(rows: list[dict] | None = None) -> pl.DataFrame:
     return pl.DataFrame(rows or [], schema=QUARANTINE_SCHEMA)
 
 
-def decode_line(raw: bytes) -> tuple[str, bytes | None]:
-    """Text of a line, plus its original bytes when they were not valid UTF-8 (kept for quarantine)."""
-    try:
-        return raw.decode("utf-8"), None
-    except UnicodeDecodeError:
-        return raw.decode("utf-8", errors="replace"), raw
+@dataclass
+class Outcome:
+    """What one collector run did, as `collect` reports it and serve logs it."""
+
+    collector: str
+    status: str  # 'ok' | 'error' | 'timeout'
+    rows: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """One loaded file: a recorded file given to `ingest`, or an NVML spool file."""
+
+    path: str
+    rows: int
+    quarantined: int
+    skipped: bool = False  # a spool file already loaded (same name and checksum)
+    node: str | None = None
+    error: str | None = None
 
 
 @dataclass

@@ -4,7 +4,7 @@ Order matters: sacct runs last so that it can also ask, by job id, for the jobs 
 window hides (held, waiting on a dependency, --begin in the future): those are the ids in the squeue
 snapshot taken moments before, plus jobs still stored as PENDING. A failed or timed-out command records
 its error in collector_runs and leaves data and watermark untouched; one collector failing never stops
-the others, and a missing collector module is reported, not raised.
+the others. The kinds and their order come from collectors/registry.py.
 
 sacct output that exits 0 but is garbage is not a success either: when at least half of its lines are
 quarantined, or it stops mid-line, its good rows and its quarantined lines are stored but the run is
@@ -15,45 +15,31 @@ good ones are quarantined and the watermark moves on, so one unparseable line ca
 
 from __future__ import annotations
 
-import importlib
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from types import ModuleType
 from typing import TypeVar
 
 import duckdb
-from slurmscope.collectors.base import Parsed, RunRecord, get_watermark, load, record_failure, sha256
-from slurmscope.collectors.runner import CommandError, CommandResult, CommandTimeout, run_command
+from slurmscope.collectors import sacct
+from slurmscope.collectors.base import Outcome, Parsed, RunRecord, get_watermark, load, record_failure, sha256
+from slurmscope.collectors.command import CommandError, CommandTimeout, run_command
+from slurmscope.collectors.registry import COLLECTORS, Collector
 
 from slurmscope.config import Config
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# Exit codes that still carry the measurement: `scontrol ping` exits 1 when any controller is DOWN and
-# prints which. Recording that as a failed run stored nothing, so /metrics kept the last "UP" for the
-# whole outage (seen on the test bed with slurmctld stopped) and SlurmControllerUnreachable could not fire.
-DATA_EXIT_CODES: dict[str, frozenset[int]] = {"ping": frozenset({1})}
-
-ORDER = ("config", "ping", "sinfo", "squeue", "sshare", "sdiag", "reservations", "events", "sacct", "nvml")
 JOBS_PER_CALL = 500
-
-
-@dataclass
-class Outcome:
-    collector: str
-    status: str  # 'ok' | 'error' | 'timeout' | 'skipped'
-    rows: int = 0
-    error: str | None = None
 
 
 def collect(
     con: duckdb.DuckDBPyConnection, cfg: Config, kind: str = "all", *, now: datetime | None = None
 ) -> list[Outcome]:
-    """Run one collector kind, or all of them in ORDER; one Outcome per kind."""
+    """Run one live collector kind, or all of them in registry order; one Outcome per kind."""
     return collect_with(lambda fn: fn(con), cfg, kind, now=now)
 
 
@@ -66,47 +52,37 @@ def collect_with(
 ) -> list[Outcome]:
     """`collect`, with the database reached only through `db(fn)`, which runs fn(con) and returns its result.
 
-    Slurm commands run between those calls, never inside one: `serve` passes a `db` that takes its write
-    lock, so a command hanging until its timeout (sinfo and squeue retry for the whole timeout while
-    slurmctld is down) keeps the other collectors and the pipelines waiting for nothing.
+    Fetches (Slurm commands, the NVML agents' HTTP pulls) run between those calls, never inside one:
+    `serve` passes a `db` that takes its write lock, so a command hanging until its timeout (sinfo and
+    squeue retry for the whole timeout while slurmctld is down) or a silent agent keeps the other
+    collectors and the pipelines waiting for nothing.
     """
-    kinds = ORDER if kind == "all" else (kind,)
-    if any(k not in ORDER for k in kinds):
-        raise ValueError(f"unknown collector {kind!r}; expected one of {', '.join(ORDER)} or all")
+    live = [c for c in COLLECTORS if c.live]
+    specs = live if kind == "all" else [c for c in live if c.kind == kind]
+    if not specs:
+        raise ValueError(
+            f"unknown collector {kind!r}; expected one of {', '.join(c.kind for c in live)} or all"
+        )
     outcomes = []
-    for k in kinds:
+    for c in specs:
         at = now or datetime.now(UTC)
         try:
-            if k == "nvml":
-                outcomes.append(db(lambda con: _collect_nvml(con, cfg)))
-            elif k == "sacct":
-                outcomes.append(_collect_sacct(db, cfg, at))
+            if c.spool:
+                outcomes.append(_collect_spool(db, cfg, c))
+            elif c.module is sacct:
+                outcomes.append(_collect_sacct(db, cfg, c, at))
             else:
-                outcomes.append(_collect_snapshot(db, cfg, k, at))
+                outcomes.append(_collect_snapshot(db, cfg, c, at))
         except Exception as exc:  # a bug in one collector must not stop the others
-            log.exception("collector %s failed", k)
+            log.exception("collector %s failed", c.kind)
             msg = f"{type(exc).__name__}: {exc}"
-            run = RunRecord(cluster=cfg.cluster, collector=k, source="live")
+            run = RunRecord(cluster=cfg.cluster, collector=c.kind, source="live")
             try:
                 db(lambda con, run=run, msg=msg: _record(con, run, "error", msg))
             except Exception:  # the database itself is the problem; the outcome still says what failed
-                log.exception("cannot record the failure of %s", k)
-            outcomes.append(Outcome(k, "error", 0, msg))
+                log.exception("cannot record the failure of %s", c.kind)
+            outcomes.append(Outcome(c.kind, "error", 0, msg))
     return outcomes
-
-
-def _module(kind: str) -> ModuleType | str:
-    name = f"slurmscope.collectors.{kind}"
-    try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name == name:
-            return f"collector module {name} is not installed"
-        raise
-    missing = [a for a in ("command", "parse", "TABLES") if not hasattr(module, a)]
-    if missing:
-        return f"collector module {name} lacks {', '.join(missing)}"
-    return module
 
 
 def untrusted_output(data: bytes, rows: int, quarantined: int) -> str | None:
@@ -139,10 +115,9 @@ def _record(con: duckdb.DuckDBPyConnection, run: RunRecord, status: str, error: 
 
 @dataclass
 class _Fetched:
-    """One command's output, parsed and judged, ready to load: made without touching the database."""
+    """One source's output, parsed and judged, ready to load: made without touching the database."""
 
-    kind: str
-    module: ModuleType
+    spec: Collector
     run: RunRecord
     failure: tuple[str, str] | None = None  # (status, message): nothing to load
     parsed: Parsed | None = None
@@ -154,51 +129,60 @@ class _Fetched:
 
 def _fetch(
     cfg: Config,
-    module: ModuleType,
-    kind: str,
-    argv: list[str],
+    spec: Collector,
     at: datetime,
     *,
     window: tuple[datetime | None, datetime | None] = (None, None),
+    argv: list[str] | None = None,
     watermark: datetime | None = None,
     parse_kwargs: dict | None = None,
     check_garbage: bool = False,
 ) -> _Fetched:
+    """Fetch (the module's own `fetch`, else its command; `argv` overrides both), parse and judge."""
     run = RunRecord(
-        cluster=cfg.cluster, collector=kind, source="live", window_start=window[0], window_end=window[1]
+        cluster=cfg.cluster, collector=spec.kind, source="live", window_start=window[0], window_end=window[1]
     )
     t0 = time.monotonic()
+
+    def failed(status: str, message: str) -> _Fetched:
+        return _Fetched(spec, run, failure=(status, message), elapsed=time.monotonic() - t0)
+
+    module = spec.module
     failure: CommandError | None = None
     try:
-        result = run_command(argv, timeout=float(cfg.get("slurm", "timeout_seconds")))
+        if argv is None and hasattr(module, "fetch"):
+            data = module.fetch(cfg, window)
+        else:
+            argv = argv or module.command(cfg, start=window[0], end=window[1])
+            data = run_command(argv, timeout=float(cfg.get("slurm", "timeout_seconds"))).stdout
     except CommandTimeout as exc:
-        return _Fetched(kind, module, run, failure=("timeout", str(exc)), elapsed=time.monotonic() - t0)
+        return failed("timeout", str(exc))
     except CommandError as exc:
-        if exc.returncode not in DATA_EXIT_CODES.get(kind, ()):
-            return _Fetched(kind, module, run, failure=("error", str(exc)), elapsed=time.monotonic() - t0)
-        failure = exc
-        result = CommandResult(tuple(argv), exc.stdout, b"", exc.returncode)
+        if exc.returncode not in spec.data_exit_codes:
+            return failed("error", str(exc))
+        failure, data = exc, exc.stdout
+    except TimeoutError as exc:  # a module's own fetch (HTTP) ran past its timeout
+        return failed("timeout", str(exc))
+    except OSError as exc:
+        return failed("error", str(exc))
     parsed = module.parse(
-        result.stdout,
+        data,
         cluster=cfg.cluster,
         snapshot_time=at,
         tz=UTC,
-        source=f"{kind}:live",
+        source=f"{spec.kind}:live",
         **(parse_kwargs or {}),
     )
     if failure is not None and parsed.rows == 0:  # the exit code meant a real failure this time
-        return _Fetched(kind, module, run, failure=("error", str(failure)), elapsed=time.monotonic() - t0)
-    verdict = (
-        untrusted_output(result.stdout, parsed.rows, parsed.quarantine.height) if check_garbage else None
-    )
+        return failed("error", str(failure))
+    verdict = untrusted_output(data, parsed.rows, parsed.quarantine.height) if check_garbage else None
     if verdict is not None:
         watermark = None
     return _Fetched(
-        kind,
-        module,
+        spec,
         run,
         parsed=parsed,
-        digest=sha256(result.stdout),
+        digest=sha256(data),
         watermark=watermark,
         verdict=verdict,
         elapsed=time.monotonic() - t0,
@@ -206,16 +190,17 @@ def _fetch(
 
 
 def _load(con: duckdb.DuckDBPyConnection, f: _Fetched) -> Outcome:
-    # The run's duration is its command, parse and load, not the wait for the database between them.
+    # The run's duration is its fetch, parse and load, not the wait for the database between them.
     f.run._t0 = time.monotonic() - f.elapsed
+    kind = f.spec.kind
     if f.failure is not None:
         _record(con, f.run, *f.failure)
-        return Outcome(f.kind, f.failure[0], 0, f.failure[1])
-    hook_factory = getattr(f.module, "after_upsert", None)
+        return Outcome(kind, f.failure[0], 0, f.failure[1])
+    hook_factory = getattr(f.spec.module, "after_upsert", None)
     load(
         con,
         f.parsed,
-        f.module.TABLES,
+        f.spec.module.TABLES,
         f.run,
         content_sha=f.digest,
         watermark=f.watermark,
@@ -223,26 +208,15 @@ def _load(con: duckdb.DuckDBPyConnection, f: _Fetched) -> Outcome:
         error=f.verdict,
     )
     if f.verdict is not None:
-        return Outcome(f.kind, "error", f.parsed.rows, f.verdict)
-    return Outcome(f.kind, "ok", f.parsed.rows)
+        return Outcome(kind, "error", f.parsed.rows, f.verdict)
+    return Outcome(kind, "ok", f.parsed.rows)
 
 
-def _collect_snapshot(db: Callable, cfg: Config, kind: str, at: datetime) -> Outcome:
-    module = _module(kind)
-    if isinstance(module, str):
-        db(
-            lambda con: _record(
-                con, RunRecord(cluster=cfg.cluster, collector=kind, source="live"), "error", module
-            )
-        )
-        return Outcome(kind, "error", 0, module)
-    start = end = None
-    if kind == "events":
-        # Events are upserted by (node, time_start): re-reading the whole lookback keeps ongoing events
-        # (no end yet) up to date without a watermark.
-        start = at - timedelta(seconds=float(cfg.get("collect", "events_lookback_seconds")))
-        end = at
-    fetched = _fetch(cfg, module, kind, module.command(cfg, start=start, end=end), at, window=(start, end))
+def _collect_snapshot(db: Callable, cfg: Config, spec: Collector, at: datetime) -> Outcome:
+    window = (None, None)
+    if spec.lookback_setting is not None:
+        window = (at - timedelta(seconds=float(cfg.get("collect", spec.lookback_setting))), at)
+    fetched = _fetch(cfg, spec, at, window=window)
     return db(lambda con: _load(con, fetched))
 
 
@@ -269,21 +243,13 @@ def sacct_windows(
     return out or [(now, now)]
 
 
-def _collect_sacct(db: Callable, cfg: Config, at: datetime) -> Outcome:
-    module = _module("sacct")
-    if isinstance(module, str):
-        db(
-            lambda con: _record(
-                con, RunRecord(cluster=cfg.cluster, collector="sacct", source="live"), "error", module
-            )
-        )
-        return Outcome("sacct", "error", 0, module)
+def _collect_sacct(db: Callable, cfg: Config, spec: Collector, at: datetime) -> Outcome:
     at = at.astimezone(UTC).replace(microsecond=0)
 
     def plan(con: duckdb.DuckDBPyConnection) -> tuple[datetime | None, list[str]]:
         return (
-            get_watermark(con, cfg.cluster, "sacct"),
-            module.valid_job_ids(module.pending_job_ids(con, cfg.cluster)),
+            get_watermark(con, cfg.cluster, spec.kind),
+            sacct.valid_job_ids(sacct.pending_job_ids(con, cfg.cluster)),
         )
 
     # The by-id list is read before this run's windows load: jobs those windows print are current anyway.
@@ -295,58 +261,48 @@ def _collect_sacct(db: Callable, cfg: Config, at: datetime) -> Outcome:
         window=float(cfg.get("collect", "sacct_window_seconds")),
         lookback=float(cfg.get("collect", "sacct_initial_lookback_seconds")),
     )
-    live = {"delimiter": module.LIVE_DELIMITER}
+    live = {"delimiter": sacct.LIVE_DELIMITER}
     rows = 0
     for start, end in windows:
         fetched = _fetch(
-            cfg,
-            module,
-            "sacct",
-            module.command(cfg, start=start, end=end),
-            at,
-            window=(start, end),
-            watermark=end,
-            parse_kwargs=live,
-            check_garbage=True,
+            cfg, spec, at, window=(start, end), watermark=end, parse_kwargs=live, check_garbage=True
         )
         out = db(lambda con, f=fetched: _load(con, f))
         if out.status != "ok":
-            return Outcome("sacct", out.status, rows, out.error)  # later windows wait for the next run
+            return Outcome(spec.kind, out.status, rows, out.error)  # later windows wait for the next run
         rows += out.rows
     for i in range(0, len(ids), JOBS_PER_CALL):
         fetched = _fetch(
             cfg,
-            module,
-            "sacct",
-            module.command_jobs(cfg, ids[i : i + JOBS_PER_CALL]),
+            spec,
             at,
+            argv=sacct.command_jobs(cfg, ids[i : i + JOBS_PER_CALL]),
             parse_kwargs=live,
             check_garbage=True,
         )
         out = db(lambda con, f=fetched: _load(con, f))
         if out.status != "ok":
-            return Outcome("sacct", out.status, rows, "by job id: " + (out.error or ""))
+            return Outcome(spec.kind, out.status, rows, "by job id: " + (out.error or ""))
         rows += out.rows
-    return Outcome("sacct", "ok", rows)
+    return Outcome(spec.kind, "ok", rows)
 
 
-def _collect_nvml(con: duckdb.DuckDBPyConnection, cfg: Config) -> Outcome:
-    try:
-        module = importlib.import_module("slurmscope.collectors.nvml_ingest")
-    except ModuleNotFoundError as exc:
-        if exc.name == "slurmscope.collectors.nvml_ingest":
-            return Outcome(
-                "nvml", "skipped", 0, "NVML spool collector (slurmscope.collectors.nvml_ingest) not installed"
-            )
-        raise
-    fn = getattr(module, "collect_nvml", None)
-    if fn is None:
-        return Outcome("nvml", "skipped", 0, "slurmscope.collectors.nvml_ingest has no collect_nvml")
-    result = fn(con, cfg)
-    if isinstance(result, Outcome):
-        return result
-    if isinstance(result, int):
-        return Outcome("nvml", "ok", result)
-    if isinstance(result, (list, tuple)):
-        return Outcome("nvml", "ok", sum(int(getattr(r, "rows", 0) or 0) for r in result))
-    return Outcome("nvml", "ok", 0)
+def _collect_spool(db: Callable, cfg: Config, spec: Collector) -> Outcome:
+    """Pull the agents' spool files outside the lock, load them inside it, acknowledge after the commit."""
+    module = spec.module
+    pulls = module.fetch(cfg, (None, None))
+    outcome = db(lambda con: module.load(con, cfg, pulls))
+    module.acknowledge(pulls)
+    unacked = [p for p in pulls if p.ack_error is not None and p.error is None]
+    if not unacked:
+        return outcome
+
+    def record(con: duckdb.DuckDBPyConnection) -> None:
+        for p in unacked:
+            run = RunRecord(cluster=cfg.cluster, collector=spec.kind, source=f"nvml:{p.source}")
+            _record(con, run, "error", f"{p.source}: acknowledgement failed: {p.ack_error}")
+
+    db(record)
+    errors = [outcome.error] if outcome.error else []
+    errors += [f"nvml:{p.source}: acknowledgement failed: {p.ack_error}" for p in unacked]
+    return Outcome(spec.kind, "error", outcome.rows, "; ".join(errors))

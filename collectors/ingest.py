@@ -1,55 +1,37 @@
 """Load recorded Slurm (and NVML spool) files: the `slurmscope ingest KIND FILE...` command.
 
 Recorded, simulated and live data pass through the same parsers; this module only reads files, picks
-the parser by kind, and loads each file in its own transaction with its collector_runs row. The source
+the collector by kind (collectors/registry.py), and loads each file in its own transaction with its
+collector_runs row. The source
 of a file is `<kind>:<file name>` and the quarantine is keyed by the file's SHA-256, so ingesting the
 same file twice changes no data row and adds no quarantine row.
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import duckdb
-from slurmscope.collectors.base import RunRecord, load, sha256
+from slurmscope.collectors.base import IngestResult, RunRecord, load, sha256
+from slurmscope.collectors.registry import COLLECTORS, Collector
 
 from slurmscope.config import Config
-
-# Kinds whose parser lives in slurmscope.collectors.<kind>; nvml goes to the spool loader.
-PARSER_KINDS = ("sacct", "sinfo", "squeue", "sshare", "sdiag", "events", "config", "reservations", "ping")
 
 
 class IngestError(Exception):
     """An input that cannot be ingested as asked; the message says what to change."""
 
 
-@dataclass(frozen=True)
-class IngestResult:
-    path: Path
-    rows: int
-    quarantined: int
-
-
-def parser_module(kind: str) -> ModuleType:
-    """The collector module of a kind, imported on demand (nothing is imported at start-up)."""
-    if kind not in PARSER_KINDS:
-        raise IngestError(f"unknown kind {kind!r}; expected one of {', '.join(PARSER_KINDS)} or nvml")
-    name = f"slurmscope.collectors.{kind}"
-    try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name == name:
-            raise IngestError(f"no parser for {kind!r} is installed (module {name} is missing)") from None
-        raise
-    for attr in ("parse", "TABLES"):
-        if not hasattr(module, attr):
-            raise IngestError(f"module {name} has no {attr}; it cannot ingest {kind!r} files")
-    return module
+def ingestable(kind: str) -> Collector:
+    """The registered collector that ingests files of `kind`."""
+    for c in COLLECTORS:
+        if c.ingestable and c.kind == kind:
+            return c
+    known = ", ".join(c.kind for c in COLLECTORS if c.ingestable)
+    raise IngestError(f"unknown kind {kind!r}; expected one of {known}")
 
 
 def resolve_timezone(cfg: Config, timezone: str | None) -> ZoneInfo:
@@ -79,19 +61,12 @@ def ingest_files(
     --format). Lines the parser cannot use are quarantined, not errors.
     """
     paths = [Path(p) for p in paths]
-    if kind == "nvml":
-        try:
-            from slurmscope.collectors.nvml_ingest import ingest_spool_files
-        except ModuleNotFoundError as exc:
-            if exc.name and exc.name.startswith("slurmscope.collectors.nvml_ingest"):
-                raise IngestError(
-                    "no NVML spool loader is installed (slurmscope.collectors.nvml_ingest)"
-                ) from None
-            raise
-        return ingest_spool_files(con, cfg, paths)
+    spec = ingestable(kind)
+    if spec.spool:
+        return spec.module.ingest_spool_files(con, cfg, paths)
     if delimiter == "":
         raise IngestError("--delimiter must not be empty")
-    module = parser_module(kind)
+    module = spec.module
     tz = resolve_timezone(cfg, timezone)
     check = getattr(module, "check_input", None)
     for path in paths:
@@ -131,4 +106,4 @@ def _ingest_one(
         content_sha=digest,
         after_upsert=hook_factory(parsed) if hook_factory else None,
     )
-    return IngestResult(path=path, rows=parsed.rows, quarantined=parsed.quarantine.height)
+    return IngestResult(path=str(path), rows=parsed.rows, quarantined=parsed.quarantine.height)

@@ -5,7 +5,9 @@ quarantined line by line and nothing from it is loaded, because a torn file woul
 complete hour. Each loaded file is recorded in `spool_files` in the same transaction as its rows, so a
 file seen twice loads once. Per-minute samples of the same GPU and minute from two files (an agent that
 restarted mid-minute) are merged: sample counts add, means are weighted, maxima and deltas combine.
-Only after the commit is the agent told it may prune the file.
+Only after the commit is the agent told it may prune the file. A live run is fetch (HTTP or file reads, no
+database), load, acknowledge, so serve holds its write lock only for the load, never while an agent that
+does not answer runs out its timeout.
 """
 
 from __future__ import annotations
@@ -13,19 +15,30 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import urllib.error
 import urllib.request
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import duckdb
 import polars as pl
-from slurmscope.collectors.base import Parsed, RunRecord, TableSpec, load, quarantine_frame, record_failure
+from slurmscope.collectors import base
+from slurmscope.collectors.base import (
+    IngestResult,
+    Outcome,
+    Parsed,
+    RunRecord,
+    TableSpec,
+    quarantine_frame,
+    record_failure,
+)
 
+from slurmscope.config import Config
 from slurmscope.spool import parse_iso, read_spool_bytes
+from slurmscope.webconfig import basic_auth_header, client_context
 
 log = logging.getLogger(__name__)
 
@@ -115,24 +128,6 @@ RECORD_TABLE = {
     "job": "gpu_jobs",
     "inventory": "gpu_inventory",
 }
-
-
-@dataclass
-class IngestResult:
-    path: str
-    rows: int
-    quarantined: int
-    skipped: bool = False  # already loaded (same name and checksum)
-    node: str | None = None
-    error: str | None = None
-
-
-@dataclass
-class Outcome:
-    collector: str
-    status: str
-    rows: int
-    error: str | None = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -386,7 +381,7 @@ def _merge(con: duckdb.DuckDBPyConnection, view: str, sql: str, df: pl.DataFrame
 
 
 def ingest_bytes(
-    con: duckdb.DuckDBPyConnection, cfg: Any, data: bytes, *, file_name: str, path: str | None = None
+    con: duckdb.DuckDBPyConnection, cfg: Config, data: bytes, *, file_name: str, path: str | None = None
 ) -> IngestResult:
     """Load one spool file's bytes (validated, deduplicated by name+checksum) in one transaction."""
     cluster = cfg.cluster
@@ -440,7 +435,7 @@ def ingest_bytes(
                 [cluster, ps.node, file_name, digest, ps.parsed.rows],
             )
 
-    load(
+    base.load(
         con,
         Parsed(tables=tables, quarantine=ps.parsed.quarantine),
         TABLES,
@@ -453,7 +448,7 @@ def ingest_bytes(
 
 
 def ingest_spool_files(
-    con: duckdb.DuckDBPyConnection, cfg: Any, paths: Iterable[str | Path]
+    con: duckdb.DuckDBPyConnection, cfg: Config, paths: Iterable[str | Path]
 ) -> list[IngestResult]:
     """`slurmscope ingest nvml FILE...`: load spool files in name (= time) order."""
     out = []
@@ -463,7 +458,7 @@ def ingest_spool_files(
 
 
 # --------------------------------------------------------------------------------------------------
-# Pulling from agents
+# Pulling from agents: fetch (no database), load (one transaction per file), then acknowledge
 # --------------------------------------------------------------------------------------------------
 
 
@@ -475,9 +470,7 @@ class AgentClient:
     ca_file: str | None = None
 
     @classmethod
-    def from_config(cls, cfg: Any) -> AgentClient:
-        from slurmscope.webconfig import basic_auth_header
-
+    def from_config(cls, cfg: Config) -> AgentClient:
         user = cfg.get("nvml", "agent_username")
         password_file = cfg.get("nvml", "agent_password_file")
         if bool(user) != bool(password_file):
@@ -489,8 +482,6 @@ class AgentClient:
         return cls(authorization=header, ca_file=cfg.get("nvml", "agent_ca_file") or None)
 
     def fetch(self, url: str, *, method: str = "GET", timeout: float) -> bytes:
-        from slurmscope.webconfig import client_context
-
         req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
         if self.authorization:
             req.add_header("Authorization", self.authorization)
@@ -499,89 +490,124 @@ class AgentClient:
             return resp.read()
 
 
-def collect_agent(
-    con: duckdb.DuckDBPyConnection,
-    cfg: Any,
-    base_url: str,
-    *,
-    timeout: float = 30.0,
-    client: AgentClient | None = None,
-) -> list[IngestResult]:
-    """Pull every listed file from one agent, load it, then acknowledge it (so the agent prunes)."""
-    base = base_url.rstrip("/")
-    client = client or AgentClient.from_config(cfg)
-    _http = client.fetch
-    listing = json.loads(_http(f"{base}/spool", timeout=timeout))
-    out = []
+@dataclass(frozen=True)
+class SpoolFile:
+    name: str
+    data: bytes
+    sha256: str
+    shown: str  # where it came from: the agent URL of the file, or its path
+
+
+@dataclass
+class Pull:
+    """One configured source (an agent URL or a shared spool directory) during one run.
+
+    `error` is why the source failed (fetch or load); the files fetched before the failure still load.
+    `committed` are the files whose transaction committed: only those are acknowledged, and an
+    acknowledgement that fails sets `ack_error` (the agent keeps the file; the next run skips it as loaded).
+    """
+
+    source: str
+    client: AgentClient | None = None  # None: a shared spool directory
+    timeout: float = 30.0
+    files: list[SpoolFile] = field(default_factory=list)
+    error: str | None = None
+    committed: list[SpoolFile] = field(default_factory=list)
+    rows: int = 0
+    ack_error: str | None = None
+
+
+def fetch(cfg: Config, window: tuple[datetime | None, datetime | None]) -> list[Pull]:
+    """Every configured agent URL, then every spool path: the files to load, read without the database.
+
+    The window is not used: each spool file names its own hour, and the agent keeps it until acknowledged.
+    """
+    timeout = float(cfg.get("slurm", "timeout_seconds"))
+    pulls = []
+    for url in cfg.get("nvml", "agents"):
+        pull = Pull(url, timeout=timeout)
+        try:
+            pull.client = AgentClient.from_config(cfg)
+            _download(pull)
+        except (OSError, ValueError) as exc:  # urllib's URLError and HTTPError are OSErrors
+            pull.error = str(exc)
+        pulls.append(pull)
+    for directory in cfg.get("nvml", "spool_paths"):
+        pull = Pull(str(directory))
+        try:
+            _read_closed_files(pull, Path(directory))
+        except OSError as exc:
+            pull.error = str(exc)
+        pulls.append(pull)
+    return pulls
+
+
+def _download(pull: Pull) -> None:
+    base = pull.source.rstrip("/")
+    listing = json.loads(pull.client.fetch(f"{base}/spool", timeout=pull.timeout))
     for entry in sorted(listing.get("files", []), key=lambda e: e["name"]):
         name = entry["name"]
-        data = _http(f"{base}/spool/{quote(name)}", timeout=timeout)
+        data = pull.client.fetch(f"{base}/spool/{quote(name)}", timeout=pull.timeout)
         if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
             log.warning("%s/%s changed during download; will retry next run", base, name)
             continue
-        res = ingest_bytes(con, cfg, data, file_name=name, path=f"{base}/spool/{name}")
-        out.append(res)
-        _http(f"{base}/spool/{quote(name)}/ack?sha256={entry['sha256']}", method="POST", timeout=timeout)
-    return out
+        pull.files.append(SpoolFile(name, data, entry["sha256"], f"{base}/spool/{name}"))
 
 
-def collect_path(con: duckdb.DuckDBPyConnection, cfg: Any, directory: str | Path) -> list[IngestResult]:
-    """Shared-filesystem mode: load closed files, then leave `<name>.ack` for the agent to prune."""
-    directory = Path(directory)
-    out = []
+def _read_closed_files(pull: Pull, directory: Path) -> None:
+    """Shared-filesystem mode: the closed files without an `<name>.ack` beside them."""
     for p in sorted(directory.glob("*.jsonl")):
         if p.name.startswith(".") or (directory / f"{p.name}.ack").exists():
             continue
         data = p.read_bytes()
-        out.append(ingest_bytes(con, cfg, data, file_name=p.name, path=str(p)))
-        try:
-            (directory / f"{p.name}.ack").write_text(hashlib.sha256(data).hexdigest() + "\n")
-        except OSError as exc:
-            log.warning("cannot acknowledge %s (%s); it stays and is skipped as already loaded", p, exc)
-    return out
+        pull.files.append(SpoolFile(p.name, data, hashlib.sha256(data).hexdigest(), str(p)))
 
 
-def collect_nvml(con: duckdb.DuckDBPyConnection, cfg: Any) -> Any:
-    """`slurmscope collect nvml`: one Outcome for all sources; status 'error' if any source failed.
+def load(con: duckdb.DuckDBPyConnection, cfg: Config, pulls: list[Pull]) -> Outcome:
+    """Load the fetched files, one transaction each, and record each failed source in collector_runs.
 
-    Sources that answered are loaded even when another failed; per-source results come from
-    `collect_nvml_sources`. The Outcome is collectors.collect's own class when that module is present.
+    One Outcome for all sources: status 'error' if any failed, rows of the sources that did not. A
+    database error stops its own source, not the others.
     """
-    try:
-        from slurmscope.collectors.collect import Outcome as outcome_cls
-    except ImportError:  # pragma: no cover - collect.py ships with the package
-        outcome_cls = Outcome
-    per_source = collect_nvml_sources(con, cfg)
-    failed = [o for o in per_source if o.status != "ok"]
-    rows = sum(o.rows for o in per_source)
+    for pull in pulls:
+        for f in pull.files:
+            try:
+                res = ingest_bytes(con, cfg, f.data, file_name=f.name, path=f.shown)
+            except duckdb.Error as exc:
+                pull.error = str(exc)
+                break
+            pull.committed.append(f)
+            pull.rows += res.rows
+    failed = [p for p in pulls if p.error is not None]
+    for pull in failed:
+        record_failure(
+            con,
+            RunRecord(cluster=cfg.cluster, collector=KIND, source=f"nvml:{pull.source}"),
+            "timeout" if "timed out" in pull.error else "error",
+            f"{pull.source}: {pull.error}",
+        )
+    rows = sum(p.rows for p in pulls if p.error is None)
     if failed:
-        return outcome_cls("nvml", "error", rows, "; ".join(f"{o.collector}: {o.error}" for o in failed))
-    return outcome_cls("nvml", "ok", rows)
+        return Outcome(KIND, "error", rows, "; ".join(f"nvml:{p.source}: {p.error}" for p in failed))
+    return Outcome(KIND, "ok", rows)
 
 
-def collect_nvml_sources(con: duckdb.DuckDBPyConnection, cfg: Any) -> list[Outcome]:
-    """Every configured agent URL and spool path; one Outcome per source."""
-    outcomes = []
-    timeout = float(cfg.get("slurm", "timeout_seconds"))
-    sources = [("agent", u) for u in cfg.get("nvml", "agents")] + [
-        ("path", p) for p in cfg.get("nvml", "spool_paths")
-    ]
-    for kind, src in sources:
-        name = f"nvml:{src}"
-        try:
-            results = (
-                collect_agent(con, cfg, src, timeout=timeout)
-                if kind == "agent"
-                else collect_path(con, cfg, src)
-            )
-        except (OSError, urllib.error.URLError, ValueError, duckdb.Error) as exc:
-            record_failure(
-                con,
-                RunRecord(cluster=cfg.cluster, collector=KIND, source=name),
-                "timeout" if "timed out" in str(exc) else "error",
-                f"{src}: {exc}",
-            )
-            outcomes.append(Outcome(name, "error", 0, str(exc)))
-            continue
-        outcomes.append(Outcome(name, "ok", sum(r.rows for r in results)))
-    return outcomes
+def acknowledge(pulls: list[Pull]) -> None:
+    """Tell each source it may prune the files whose load committed (call after `load`, outside the lock)."""
+    for pull in pulls:
+        for f in pull.committed:
+            if pull.client is None:
+                marker = Path(pull.source) / f"{f.name}.ack"
+                try:
+                    marker.write_text(f.sha256 + "\n")
+                except OSError as exc:
+                    log.warning(
+                        "cannot acknowledge %s (%s); it stays and is skipped as already loaded", f.shown, exc
+                    )
+                continue
+            url = f"{pull.source.rstrip('/')}/spool/{quote(f.name)}/ack?sha256={f.sha256}"
+            try:
+                pull.client.fetch(url, method="POST", timeout=pull.timeout)
+            except OSError as exc:
+                pull.ack_error = str(exc)
+                break

@@ -7,42 +7,41 @@ fix. Each command imports its implementation lazily so `--help` stays fast and n
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from slurmscope.config import Config, ConfigError, load_config
 
-INGEST_KINDS = (
-    "sacct",
-    "sinfo",
-    "squeue",
-    "sshare",
-    "sdiag",
-    "events",
-    "nvml",
-    "config",
-    "reservations",
-    "ping",
-)
-COLLECT_KINDS = (
-    "sacct",
-    "sinfo",
-    "squeue",
-    "sshare",
-    "sdiag",
-    "events",
-    "config",
-    "reservations",
-    "ping",
-    "nvml",
-    "all",
-)
+if TYPE_CHECKING:
+    from slurmscope.collectors.registry import Collector
+
+
+class KindChoice(click.Choice):
+    """The kinds of the collector registry that pass `accepts`, read when click first needs them.
+
+    Importing the registry imports every collector (polars, duckdb): `--help` and `slurmscope agent` on a
+    GPU node must not pay for that, so the list is derived on first use instead of at import.
+    """
+
+    def __init__(self, accepts: Callable[[Collector], bool], *extra: str) -> None:
+        self._accepts = accepts
+        self._extra = extra
+        self.case_sensitive = True
+
+    @functools.cached_property
+    def choices(self) -> tuple[str, ...]:
+        from slurmscope.collectors.registry import COLLECTORS
+
+        return tuple(c.kind for c in COLLECTORS if self._accepts(c)) + self._extra
 
 
 @dataclass
@@ -107,7 +106,7 @@ def _connect(app: Context, *, read_only: bool = False):
 
 
 @main.command()
-@click.argument("kind", type=click.Choice(INGEST_KINDS))
+@click.argument("kind", type=KindChoice(lambda c: c.ingestable))
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option(
     "--format", "fmt", help="Field list of a headerless capture (sacct --format, sinfo/squeue -o/-O)."
@@ -147,7 +146,7 @@ def ingest(
 
 
 @main.command()
-@click.argument("kind", required=False, default="all", type=click.Choice(COLLECT_KINDS))
+@click.argument("kind", required=False, default="all", type=KindChoice(lambda c: c.live, "all"))
 @click.option("--once", is_flag=True, help="Run once and exit (the only mode outside `serve`).")
 @click.pass_context
 def collect(ctx: click.Context, kind: str, once: bool) -> None:
@@ -160,7 +159,7 @@ def collect(ctx: click.Context, kind: str, once: bool) -> None:
         outcomes = run_collect(con, app.config, kind)
     finally:
         con.close()
-    failed = [o for o in outcomes if o.status not in ("ok", "skipped")]
+    failed = [o for o in outcomes if o.status != "ok"]
     for o in outcomes:
         click.echo(
             f"{o.collector}: {o.status} rows={o.rows}" + (f" error={o.error}" if o.error else ""), err=True

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from slurmscope.config import Config
 
-SNAPSHOT_KINDS = ("sinfo", "squeue", "sshare", "sdiag", "reservations")
 BATCH = 48  # snapshot files per load transaction
 
 
@@ -91,9 +90,9 @@ def ingest_snapshots(
     import polars as pl
 
     from slurmscope.collectors.base import Parsed, RunRecord, load, sha256
-    from slurmscope.collectors.ingest import parser_module
+    from slurmscope.collectors.ingest import ingestable
 
-    module = parser_module(kind)
+    module = ingestable(kind).module
     tz = cfg.timezone
     rows = quarantined = 0
     for start in range(0, len(paths), BATCH):
@@ -189,6 +188,7 @@ def run_demo(
 
 def _ingest(con, cfg: Config, result: DemoResult, prog: Progress) -> None:
     from slurmscope.collectors.ingest import ingest_files
+    from slurmscope.collectors.registry import COLLECTORS
 
     sim = result.sim_dir
     bar = prog.stage("ingest sacct+events")
@@ -198,10 +198,11 @@ def _ingest(con, cfg: Config, result: DemoResult, prog: Progress) -> None:
     res = ingest_files(con, cfg, "events", [sim / "events.txt"], timezone="UTC")
     result.ingested["events"] = (1, sum(r.rows for r in res), sum(r.quarantined for r in res))
     bar(2, 2)
+    # The simulator writes a snapshots/<kind> folder for each snapshot kind it simulates.
     kinds = [
-        (k, sorted((sim / "snapshots" / k).glob("*.txt"), key=lambda p: int(p.stem)))
-        for k in SNAPSHOT_KINDS
-        if (sim / "snapshots" / k).is_dir()
+        (c.kind, sorted((sim / "snapshots" / c.kind).glob("*.txt"), key=lambda p: int(p.stem)))
+        for c in COLLECTORS
+        if c.ingestable and (sim / "snapshots" / c.kind).is_dir()
     ]
     total = sum(len(p) for _k, p in kinds)
     bar = prog.stage("ingest snapshots")

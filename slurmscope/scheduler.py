@@ -1,7 +1,7 @@
 """`slurmscope serve`: the one DuckDB writer on the head node.
 
 It opens the database only for the length of one job (collect, pipelines, render), serialised by one lock
-that no Slurm command runs under, and serves /metrics from the bytes rendered after each job; why, in
+that no Slurm command or agent pull runs under, and serves /metrics from the bytes rendered after each job; why, in
 docs/architecture.md ("One writer").
 """
 
@@ -21,26 +21,13 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from slurmscope.collectors.collect import collect_with
+from slurmscope.collectors.registry import COLLECTORS, collector
 from slurmscope.config import Config
 from slurmscope.db import connect
 
 log = logging.getLogger("slurmscope.serve")
 
-# Collector intervals in seconds: node and queue state move fast, accounting in 5-minute windows.
-DEFAULT_INTERVALS: dict[str, int] = {
-    "sinfo": 60,
-    "squeue": 60,
-    "ping": 60,
-    "nvml": 60,
-    "sacct": 300,
-    "sshare": 300,
-    "sdiag": 300,
-    "events": 300,
-    "reservations": 300,
-    "config": 3600,
-}
-# Collectors whose new rows change the marts; after they succeed the pipelines run incrementally.
-FEEDS_PIPELINES = {"sacct", "sshare", "sdiag", "events", "nvml", "sinfo"}
 MISFIRE_GRACE_SECONDS = 30
 
 
@@ -92,8 +79,6 @@ class Service:
                 con.close()
 
     def run_collector(self, kind: str) -> None:
-        from slurmscope.collectors.collect import collect_with
-
         try:
             # The Slurm command runs between two turns at the lock, not inside one (collect_with).
             outcomes = collect_with(self.with_db, self.config, kind)
@@ -102,9 +87,10 @@ class Service:
             log.exception("collector %s crashed", kind)
             return
         for o in outcomes:
-            level = logging.INFO if o.status in ("ok", "skipped") else logging.WARNING
+            level = logging.INFO if o.status == "ok" else logging.WARNING
             log.log(level, "collector %s: %s rows=%s %s", o.collector, o.status, o.rows, o.error or "")
-            if o.status == "ok" and o.collector in FEEDS_PIPELINES and o.rows:
+            # New rows from a collector that feeds the marts: the pipelines run incrementally next.
+            if o.status == "ok" and collector(o.collector).feeds_pipelines and o.rows:
                 self.dirty = True
 
     def run_pipelines(self, *, full: bool = False) -> None:
@@ -155,8 +141,11 @@ class Service:
 
 
 def build_scheduler(service: Service, intervals: dict[str, int] | None = None) -> BackgroundScheduler:
-    """One BackgroundScheduler, in-memory job store rebuilt from config at every start, UTC."""
-    intervals = intervals or DEFAULT_INTERVALS
+    """One BackgroundScheduler, in-memory job store rebuilt from config at every start, UTC.
+
+    Without `intervals`, every live collector of the registry at its own interval.
+    """
+    intervals = intervals or {c.kind: c.interval_seconds for c in COLLECTORS if c.live}
     # One thread per job (they mostly wait on the write lock), so none misses its slot waiting for a thread.
     sched = BackgroundScheduler(
         executors={"default": ThreadPoolExecutor(max_workers=len(intervals) + 4)},

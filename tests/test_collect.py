@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 from slurmscope.collectors import collect as collect_mod
-from slurmscope.collectors.base import get_watermark
+from slurmscope.collectors.base import Outcome, get_watermark
 from slurmscope.collectors.collect import collect, sacct_windows
+from slurmscope.collectors.registry import COLLECTORS
 from slurmscope.collectors.sacct import LIVE_FIELDS
 
 from slurmscope.config import load_config
@@ -208,35 +209,6 @@ def test_jobs_hidden_by_the_window_are_fetched_by_id(con, env):
     assert sorted(_arg([a for a in calls() if _arg(a, "--jobs")][-1], "--jobs").split(",")) == ["77", "78"]
 
 
-def test_missing_collector_module_is_reported_not_raised(con, env, monkeypatch):
-    cfg = env[0]
-    real = collect_mod.importlib.import_module
-
-    def fake_import(name, *a, **kw):
-        if name == "slurmscope.collectors.sdiag":
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return real(name, *a, **kw)
-
-    monkeypatch.setattr(collect_mod.importlib, "import_module", fake_import)
-    [out] = collect(con, cfg, "sdiag", now=NOW)
-    assert out.status == "error" and "slurmscope.collectors.sdiag is not installed" in out.error
-    assert con.execute("SELECT collector, status FROM collector_runs").fetchall() == [("sdiag", "error")]
-
-
-def test_missing_nvml_module_is_skipped(con, env, monkeypatch):
-    cfg = env[0]
-    real = collect_mod.importlib.import_module
-
-    def fake_import(name, *a, **kw):
-        if name == "slurmscope.collectors.nvml_ingest":
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return real(name, *a, **kw)
-
-    monkeypatch.setattr(collect_mod.importlib, "import_module", fake_import)
-    [out] = collect(con, cfg, "nvml", now=NOW)
-    assert out.status == "skipped"
-
-
 def test_all_runs_every_kind_in_order_and_sacct_after_squeue(con, env, monkeypatch):
     cfg, set_output, calls, _ = env
     set_output(output(job("1", "RUNNING")))
@@ -244,17 +216,17 @@ def test_all_runs_every_kind_in_order_and_sacct_after_squeue(con, env, monkeypat
     monkeypatch.setattr(
         collect_mod,
         "_collect_snapshot",
-        lambda con, cfg, k, at: ran.append(k) or collect_mod.Outcome(k, "ok"),
+        lambda db, cfg, c, at: ran.append(c.kind) or Outcome(c.kind, "ok"),
     )
     monkeypatch.setattr(
-        collect_mod,
-        "_collect_nvml",
-        lambda con, cfg: ran.append("nvml") or collect_mod.Outcome("nvml", "skipped"),
+        collect_mod, "_collect_spool", lambda db, cfg, c: ran.append(c.kind) or Outcome(c.kind, "ok")
     )
     outs = collect(con, cfg, "all", now=NOW)
-    assert [o.collector for o in outs] == list(collect_mod.ORDER)
-    assert ran == [k for k in collect_mod.ORDER if k != "sacct"]
-    assert outs[collect_mod.ORDER.index("sacct")].status == "ok"
+    order = [c.kind for c in COLLECTORS]
+    assert [o.collector for o in outs] == order
+    assert ran == [k for k in order if k != "sacct"]
+    assert order.index("squeue") < order.index("sacct")
+    assert outs[order.index("sacct")].status == "ok"
 
 
 REAL = Path(__file__).parent / "fixtures" / "slurm-22.05"
@@ -313,3 +285,31 @@ def test_real_slurm_22_05_windows_match_what_the_driver_did(con, env):
     steps = con.execute("SELECT count(*) FROM job_steps WHERE step_id = 'batch'").fetchone()[0]
     ran = sum(j["attempts"] for j in record["jobs"] if j["final_state"] != "PENDING" and j["job_id"] != "16")
     assert steps == ran  # one batch step per attempt that ran
+
+
+def test_a_collector_with_its_own_fetch_runs_no_command(con, env, monkeypatch):
+    """The contract's optional fetch (an HTTP source) replaces the command; a failed fetch is recorded
+    like a failed command. tests/fakes has no sdiag, so running the command would fail."""
+    from slurmscope.collectors import sdiag
+
+    cfg = env[0]
+    windows = []
+
+    def fetch(cfg, window):
+        windows.append(window)
+        return (REAL / "sdiag_final.txt").read_bytes()
+
+    monkeypatch.setattr(sdiag, "fetch", fetch, raising=False)
+    [out] = collect(con, cfg, "sdiag", now=NOW)
+    assert (out.status, out.error) == ("ok", None) and out.rows > 0 and windows == [(None, None)]
+
+    def hang(cfg, window):
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(sdiag, "fetch", hang)
+    [out] = collect(con, cfg, "sdiag", now=NOW)
+    assert (out.status, out.error) == ("timeout", "timed out")
+    runs = con.execute(
+        "SELECT status FROM collector_runs WHERE collector = 'sdiag' ORDER BY run_id"
+    ).fetchall()
+    assert runs == [("ok",), ("timeout",)]

@@ -3,12 +3,12 @@ and the values that survive mean what Slurm meant."""
 
 from __future__ import annotations
 
-import importlib
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
 from slurmscope.collectors.parsing import parse_slurm_time
+from slurmscope.collectors.registry import COLLECTORS
 
 from slurmscope.hostlist import expand_hostlist
 
@@ -145,7 +145,7 @@ def test_hostlist_bomb_is_refused():
         expand_hostlist("n[0-999999999]")
 
 
-OTHER_KINDS = ["sinfo", "squeue", "sshare", "sdiag", "events", "config", "reservations", "ping"]
+OTHER_PARSERS = {c.kind: c.module for c in COLLECTORS if c.ingestable and not c.spool and c.kind != "sacct"}
 GARBAGE = [
     b"",
     b"\x00" * 1000,
@@ -159,11 +159,12 @@ GARBAGE = [
 ]
 
 
-@pytest.mark.parametrize("kind", OTHER_KINDS)
+@pytest.mark.parametrize("kind", sorted(OTHER_PARSERS))
 @pytest.mark.parametrize("blob", range(len(GARBAGE)))
 def test_other_parsers_never_raise_on_hostile_bytes(kind, blob):
-    module = importlib.import_module(f"slurmscope.collectors.{kind}")
-    parsed = module.parse(GARBAGE[blob], cluster="c", snapshot_time=SNAP, tz=UTC, source="hostile")
+    parsed = OTHER_PARSERS[kind].parse(
+        GARBAGE[blob], cluster="c", snapshot_time=SNAP, tz=UTC, source="hostile"
+    )
     nonblank = [ln for ln in GARBAGE[blob].splitlines() if ln.strip(b" \t\r\x00")]
     if nonblank:
         assert accounted(parsed) >= 1, "a non-empty input must leave rows or quarantine behind"

@@ -1,7 +1,7 @@
 """The agent's spool endpoints delete data on POST: with a web config they need TLS and basic auth.
 
 A real HTTPS client (urllib with a verifying context) against the agent's server on loopback, and the
-central `collect_agent` with the configured credentials and CA, end to end: listing, download, load, ack.
+central `collect nvml` with the configured credentials and CA, end to end: listing, download, load, ack.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import urllib.request
 import pytest
 from slurmscope.agent.http import start_http
 from slurmscope.agent.spool import list_spool
-from slurmscope.collectors.nvml_ingest import AgentClient, collect_agent
+from slurmscope.collectors.collect import collect
+from slurmscope.collectors.nvml_ingest import AgentClient
 
 from slurmscope.config import load_config
 from slurmscope.db import connect
@@ -69,19 +70,16 @@ def test_central_collection_with_the_configured_credentials_loads_and_acks(tmp_p
     url = f"https://localhost:{server.server_address[1]}"
     con = connect(tmp_path / "db.duckdb")
     try:
-        bare = load_config(env={}).with_overrides(cluster={"name": "c1"})
-        with pytest.raises(urllib.error.HTTPError) as err:
-            collect_agent(con, bare, url, client=AgentClient(ca_file=str(tmp_path / "cert.pem")))
-        assert err.value.code == 401
-        cfg = bare.with_overrides(
-            nvml={
-                "agent_username": "prom",
-                "agent_password_file": str(tmp_path / "password"),
-                "agent_ca_file": str(tmp_path / "cert.pem"),
-            }
+        bare = load_config(env={}).with_overrides(
+            cluster={"name": "c1"}, nvml={"agents": [url], "agent_ca_file": str(tmp_path / "cert.pem")}
         )
-        results = collect_agent(con, cfg, url)
-        assert len(results) == 1 and results[0].rows > 0
+        [out] = collect(con, bare, "nvml")
+        assert out.status == "error" and "HTTP Error 401" in out.error
+        cfg = bare.with_overrides(
+            nvml={"agent_username": "prom", "agent_password_file": str(tmp_path / "password")}
+        )
+        [out] = collect(con, cfg, "nvml")
+        assert out.status == "ok" and out.rows > 0
         assert list_spool(env.spool) == []  # acknowledged, so the agent deleted it
         assert con.execute("SELECT count(*) FROM gpu_samples").fetchone()[0] > 0
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import urllib.error
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,9 @@ from slurmscope.agent.fake import fake_from_spec
 from slurmscope.agent.http import start_http
 from slurmscope.agent.sampling import MinuteAggregator, Reading
 from slurmscope.agent.spool import list_spool
+from slurmscope.collectors.collect import collect
 from slurmscope.collectors.nvml_ingest import (
-    collect_nvml,
-    collect_nvml_sources,
+    AgentClient,
     ingest_bytes,
     ingest_spool_files,
     merge_samples,
@@ -251,8 +252,8 @@ def test_collect_from_agent_http_and_shared_path_then_prune(tmp_path, con):
                 "spool_paths": [str(tmp_path / "gpu02")],
             }
         )
-        outcomes = collect_nvml_sources(con, cfg)
-        assert [o.status for o in outcomes] == ["ok", "ok"]
+        [out] = collect(con, cfg, "nvml")
+        assert (out.collector, out.status, out.error) == ("nvml", "ok", None)
         # every completed minute per node at 10 s sampling: 61 minute rows, 366 samples each
         assert con.execute(
             "SELECT node, count(*), sum(samples) FROM gpu_samples GROUP BY node ORDER BY node"
@@ -264,18 +265,50 @@ def test_collect_from_agent_http_and_shared_path_then_prune(tmp_path, con):
         assert len(closed) == 61 and len(acks) == len(closed) and list_spool(tmp_path / "gpu02") == []
         on_disk.tick(T0 + 3700)  # the agent prunes acknowledged files on its next round
         assert [p.name for p in (tmp_path / "gpu02").iterdir() if not p.name.startswith(".")] == []
-        again = collect_nvml(con, cfg)
+        [again] = collect(con, cfg, "nvml")
         assert (again.collector, again.status, again.rows) == ("nvml", "ok", 0)
     finally:
         server.shutdown()
         server.server_close()
 
 
+def test_a_failed_acknowledgement_is_recorded_and_the_file_is_offered_again(tmp_path, con, monkeypatch):
+    """The file loaded (its transaction committed), so it stays loaded; the agent keeps it, and the next
+    run skips it as already loaded and acknowledges it then."""
+    agent, _ = _agent(tmp_path, "gpu01")
+    server = start_http(agent, "127.0.0.1", 0)
+    real = AgentClient.fetch
+
+    def refuse_acks(self, url, *, method="GET", timeout):
+        if method == "POST":
+            raise urllib.error.URLError("connection reset")
+        return real(self, url, method=method, timeout=timeout)
+
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        cfg = load_config(None, env={}).with_overrides(nvml={"agents": [url]})
+        monkeypatch.setattr(AgentClient, "fetch", refuse_acks)
+        [out] = collect(con, cfg, "nvml")
+        assert out.status == "error" and "acknowledgement failed" in out.error and out.rows > 0
+        assert len(list_spool(tmp_path / "gpu01")) == 1
+        monkeypatch.setattr(AgentClient, "fetch", real)
+        [again] = collect(con, cfg, "nvml")
+        assert (again.status, again.rows) == ("ok", 0)
+        assert list_spool(tmp_path / "gpu01") == []
+    finally:
+        server.shutdown()
+        server.server_close()
+    runs = con.execute(
+        "SELECT status FROM collector_runs WHERE collector = 'nvml' ORDER BY run_id"
+    ).fetchall()
+    assert runs == [("ok",), ("error",)]  # the file's load, the failed acknowledgement; a skip writes none
+
+
 def test_unreachable_agent_is_a_recorded_failure_not_a_crash(con):
     cfg = load_config(None, env={}).with_overrides(
         nvml={"agents": ["http://127.0.0.1:9"]}, slurm={"timeout_seconds": 2.0}
     )
-    o = collect_nvml(con, cfg)
+    [o] = collect(con, cfg, "nvml")
     assert o.status == "error" and o.rows == 0 and "127.0.0.1:9" in o.error
     assert con.execute("SELECT status FROM collector_runs WHERE collector = 'nvml'").fetchall() == [
         ("error",)

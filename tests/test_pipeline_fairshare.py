@@ -317,8 +317,8 @@ CAPTURED = datetime(2026, 12, 2, 13, 50, 16, tzinfo=UTC)  # mtime of the capture
 def real_frames(at: datetime) -> dict[str, pl.LazyFrame]:
     from zoneinfo import ZoneInfo
 
-    from slurmscope.collectors import config as config_collector
     from slurmscope.collectors import sacct as sacct_collector
+    from slurmscope.collectors import slurm_config as config_collector
     from slurmscope.collectors import sshare as sshare_collector
 
     utc = ZoneInfo("UTC")

@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
-from slurmscope.collectors import config as config_parser
 from slurmscope.collectors import ping, reservations
+from slurmscope.collectors import slurm_config as config_parser
 from slurmscope.collectors.slurm_format import is_blank
 
 from slurmscope.cli import main

@@ -13,9 +13,10 @@ from datetime import timezone
 from pathlib import Path
 
 import pytest
+from slurmscope.collectors.registry import COLLECTORS
 
 from slurmscope.config import load_config
-from slurmscope.scheduler import DEFAULT_INTERVALS, MISFIRE_GRACE_SECONDS, Service, build_scheduler
+from slurmscope.scheduler import MISFIRE_GRACE_SECONDS, Service, build_scheduler
 
 SLURMSCOPE = [sys.executable, "-m", "slurmscope.cli"]
 
@@ -26,7 +27,7 @@ def test_scheduler_jobs_are_single_instance_coalesced_utc(tmp_path):
     sched.start(paused=True)  # job defaults are applied when the scheduler adds the pending jobs
     jobs = {j.id: j for j in sched.get_jobs()}
     sched.shutdown(wait=False)
-    assert {f"collect-{k}" for k in DEFAULT_INTERVALS} <= set(jobs)
+    assert {f"collect-{c.kind}" for c in COLLECTORS if c.live} <= set(jobs)
     assert {"pipelines-incremental", "pipelines-full", "report-monthly"} <= set(jobs)
     for j in jobs.values():
         assert j.max_instances == 1 and j.coalesce is True and j.misfire_grace_time == MISFIRE_GRACE_SECONDS
@@ -181,3 +182,40 @@ def test_a_hanging_slurm_command_does_not_hold_the_write_lock(tmp_path):
     finally:
         con.close()
     assert status == "timeout" and "timed out after 8 s" in error
+
+
+def test_a_hanging_nvml_agent_does_not_hold_the_write_lock(tmp_path):
+    """An agent that accepts the connection and never answers: its pull waits out the timeout while
+    another job gets the database at once, and the failure is recorded afterwards."""
+    import threading
+
+    from slurmscope.db import connect
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # the kernel completes the handshake; nobody ever reads or answers
+    try:
+        cfg = load_config(env={}).with_overrides(
+            cluster={"name": "t"},
+            slurm={"timeout_seconds": 8},
+            nvml={"agents": [f"http://127.0.0.1:{silent.getsockname()[1]}"]},
+        )
+        service = Service(cfg, str(tmp_path / "db.duckdb"))
+        service.with_db(lambda con: None)  # create and migrate the database
+        collector = threading.Thread(target=service.run_collector, args=("nvml",))
+        collector.start()
+        time.sleep(1.0)  # the pull is now waiting for the agent's answer
+        t0 = time.monotonic()
+        service.with_db(lambda con: con.execute("SELECT 1").fetchone())
+        assert time.monotonic() - t0 < 5 and collector.is_alive()
+        collector.join(60)
+    finally:
+        silent.close()
+    con = connect(tmp_path / "db.duckdb", read_only=True)
+    try:
+        status, error = con.execute(
+            "SELECT status, error FROM collector_runs WHERE collector = 'nvml'"
+        ).fetchone()
+    finally:
+        con.close()
+    assert status == "timeout" and "timed out" in error

@@ -19,9 +19,8 @@ from datetime import UTC, datetime
 
 import atheris
 
-from tests.fuzz.fuzz_parsers import consumed_whole
+from tests.fuzz.fuzz_parsers import consumed_whole, parsers
 
-KINDS = ["sacct", "sinfo", "squeue", "sshare", "sdiag", "events", "config", "reservations", "ping"]
 SNAP = datetime(2026, 11, 1, tzinfo=UTC)
 BLANK = b" \t\r\n\x0b\x0c"
 
@@ -50,17 +49,17 @@ def checker(kind: str, module):
 
 
 def main() -> None:
-    if len(sys.argv) < 2 or sys.argv[1] not in KINDS:
-        sys.exit(f"usage: {sys.argv[0]} {{{','.join(KINDS)}}} [libFuzzer options]")
-    kind = sys.argv.pop(1)
     # Libraries first, uninstrumented: atheris' bytecode rewriting of polars made a plain DataFrame build
-    # fail (AttributeError in polars' own series construction), a false finding. Only our code is traced.
+    # fail (AttributeError in polars' own series construction), a false finding. Only our code is traced:
+    # the registry imports every collector, and with them the shared parsing helpers.
     for lib in ("polars", "duckdb", "pyarrow", "zoneinfo", "tomllib", "slurmscope.config", "slurmscope.db"):
         importlib.import_module(lib)
     with atheris.instrument_imports(include=["slurmscope"]):
-        importlib.import_module("slurmscope.collectors.parsing")
-        module = importlib.import_module(f"slurmscope.collectors.{kind}")
-    atheris.Setup(sys.argv, checker(kind, module))
+        modules = parsers()
+    if len(sys.argv) < 2 or sys.argv[1] not in modules:
+        sys.exit(f"usage: {sys.argv[0]} {{{','.join(modules)}}} [libFuzzer options]")
+    kind = sys.argv.pop(1)
+    atheris.Setup(sys.argv, checker(kind, modules[kind]))
     atheris.Fuzz()
 
 

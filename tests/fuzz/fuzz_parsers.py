@@ -31,7 +31,6 @@ Failures are recorded (first few with the input) and the run goes on. Not part o
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import math
 import random
@@ -46,7 +45,6 @@ from datetime import datetime, timezone
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-KINDS = ["sacct", "sinfo", "squeue", "sshare", "sdiag", "events", "config", "reservations", "ping"]
 SNAP = datetime(2026, 11, 1, tzinfo=timezone.utc)
 US = "\x1f"
 SACCT_HEADER = "JobID|JobIDRaw|Partition|Account|User|Submit|Start|End|Elapsed|State|ExitCode|NCPUS|AllocTRES|NodeList|JobName"
@@ -356,8 +354,19 @@ def _sdiag_units(parsed) -> dict:
     return out
 
 
+def parsers() -> dict:
+    """kind -> module of every registered collector that parses Slurm text (not the NVML spool).
+
+    Imported on call, not at import: fuzz_atheris.py imports this file before it instruments the parsers.
+    """
+    from slurmscope.collectors.registry import COLLECTORS
+
+    return {c.kind: c.module for c in COLLECTORS if c.ingestable and not c.spool}
+
+
 def specs() -> dict[str, Spec]:
-    from slurmscope.collectors import config, events, reservations, sdiag, sinfo, squeue, sshare
+    from slurmscope.collectors import events, reservations, sdiag, sinfo, squeue, sshare
+    from slurmscope.collectors import slurm_config as config
 
     sinfo_names = sinfo.line_format(None).names
     squeue_names = squeue.line_format(None).names
@@ -568,7 +577,8 @@ def consumed_whole(kind: str, raw: bytes) -> bool:
     """A line the parser reads as context and documents as giving no row (a column-title header, a config
     section title or "as of" line, sshare's dashed rule, sdiag's rule of stars, "No reservations in the
     system"), by the parser's own test where it has one. An input of only such lines may give nothing."""
-    from slurmscope.collectors import config, events, reservations, sshare
+    from slurmscope.collectors import events, reservations, sshare
+    from slurmscope.collectors import slurm_config as config
 
     text = raw.decode("utf-8", errors="replace").removesuffix("\r")
     s = text.strip(" \t\r\n\f\v")
@@ -746,7 +756,7 @@ def unverified_counts(
 
 
 def fuzz(kind: str, target: int, round_examples: int = 500) -> dict:
-    module = importlib.import_module(f"slurmscope.collectors.{kind}")
+    module = parsers()[kind]
     spec = specs()[kind]
     tally = Tally()
     whole = st.one_of(
@@ -801,7 +811,7 @@ def main() -> int:
     ap.add_argument(
         "--inputs", type=int, default=100_000, help="inputs per parser (whole inputs + verified lines)"
     )
-    ap.add_argument("--only", default=",".join(KINDS))
+    ap.add_argument("--only", default=",".join(parsers()))
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
     results = []

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 import polars as pl
 import pytest
-from slurmscope.collectors import config as config_collector
+from slurmscope.collectors import slurm_config as config_collector
 from slurmscope.collectors import sshare as sshare_collector
 from slurmscope.pipelines import fairshare as fs
 

@@ -29,7 +29,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from slurmscope.alerts.rules import ALERTS
-from slurmscope.collectors.collect import Outcome, collect
+from slurmscope.collectors.base import Outcome
+from slurmscope.collectors.collect import collect
 from slurmscope.pipelines.backfill import DELTA_COUNTERS, sched_deltas
 
 from slurmscope.config import Config, load_config

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Capture the output of every live command line in /work/notes/COMMANDS.md from the slurmbed cluster.
 
-    python3 tests/slurmbed/capture.py DIR TAG
+    .venv/bin/python tests/slurmbed/capture.py DIR TAG
 
 Writes DIR/<command>_<TAG>.txt (raw bytes, exactly as printed with TZ=UTC) and DIR/<command>_<TAG>.argv
 (the argument list, one per line; the unit separator shown as \\x1f). These files are the real-Slurm
@@ -15,109 +15,26 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from slurmscope.collectors import sacct
+from slurmscope.collectors.registry import COLLECTORS
+
+from slurmscope.config import load_config
+
 sys.path.insert(0, str(Path(__file__).parent))
 import cluster  # noqa: E402
 
 US = "\x1f"
-SACCT_FIELDS = (
-    "JobID,JobIDRaw,Cluster,Partition,QOS,Account,User,UID,Submit,Eligible,Start,End,Elapsed,"
-    "Timelimit,State,ExitCode,NNodes,NCPUS,ReqMem,AllocTRES,NodeList,Flags,Priority,Reason,JobName"
-)
-SINFO_FIELDS = [
-    "NodeHost",
-    "Partition",
-    "StateComplete",
-    "CPUsState",
-    "Memory",
-    "AllocMem",
-    "Gres",
-    "GresUsed",
-    "Features",
-    "UserLong",
-    "Timestamp",
-]
-SQUEUE_FMT = US.join(
-    [
-        "%i",
-        "%A",
-        "%F",
-        "%K",
-        "%u",
-        "%a",
-        "%P",
-        "%q",
-        "%T",
-        "%Q",
-        "%V",
-        "%S",
-        "%D",
-        "%C",
-        "%b",
-        "%l",
-        "%E",
-        "%r",
-        "%j",
-    ]
-)
-EVENT_FIELDS = "Cluster,ClusterNodes,NodeName,TimeStart,TimeEnd,State,Reason,User"
 
 
-def iso(t: datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
-
-
+# The collectors' own argument lists, with the default configuration (commands found on PATH).
 def sacct_argv(start: datetime, end: datetime) -> list[str]:
-    return [
-        "sacct",
-        "--allusers",
-        "--duplicates",
-        "--parsable2",
-        "--noconvert",
-        f"--delimiter={US}",
-        f"--starttime={iso(start)}",
-        f"--endtime={iso(end)}",
-        f"--format={SACCT_FIELDS}",
-    ]
-
-
-def sacct_jobs_argv(ids: list[str]) -> list[str]:
-    return [
-        "sacct",
-        "--allusers",
-        "--duplicates",
-        "--parsable2",
-        "--noconvert",
-        f"--delimiter={US}",
-        f"--jobs={','.join(ids)}",
-        f"--format={SACCT_FIELDS}",
-    ]
+    return sacct.command(load_config(env={}), start=start, end=end)
 
 
 def commands(start: datetime, end: datetime) -> dict[str, list[str]]:
-    return {
-        "sacct": sacct_argv(start, end),
-        "sinfo": [
-            "sinfo",
-            "--Node",
-            "--noheader",
-            "--Format=" + ",".join(f"{f}:{US}" for f in SINFO_FIELDS) + ",Reason:",
-        ],
-        "squeue": ["squeue", "--all", "--array", "--noheader", "--states=all", f"--format={SQUEUE_FMT}"],
-        "sshare": ["sshare", "--all", "--long", "--parsable2"],
-        "sdiag": ["sdiag"],
-        "events": [
-            "sacctmgr",
-            "--parsable2",
-            "show",
-            "event",
-            f"Start={iso(start)}",
-            f"End={iso(end)}",
-            f"format={EVENT_FIELDS}",
-        ],
-        "config": ["scontrol", "show", "config"],
-        "reservations": ["scontrol", "show", "reservation", "--oneliner"],
-        "ping": ["scontrol", "ping"],
-    }
+    """kind -> argv of every live collector that runs a Slurm command, in collection order."""
+    cfg = load_config(env={})
+    return {c.kind: c.module.command(cfg, start=start, end=end) for c in COLLECTORS if c.live and not c.spool}
 
 
 def _run(argv: list[str]) -> bytes:
@@ -137,7 +54,7 @@ def capture_all(out: Path, tag: str, start: datetime | None = None) -> dict[str,
     squeue_out = _run(cmds["squeue"])
     hidden = sorted({line.split(US)[1] for line in squeue_out.decode().splitlines() if US in line}, key=int)
     if hidden:
-        cmds["sacct_jobs"] = sacct_jobs_argv(hidden)
+        cmds["sacct_jobs"] = sacct.command_jobs(load_config(env={}), hidden)
     for name, argv in cmds.items():
         data = squeue_out if name == "squeue" else _run(argv)
         p = out / f"{name}_{tag}.txt"

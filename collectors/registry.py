@@ -1,0 +1,74 @@
+"""Every collector, once: the CLI's kind lists, serve's schedule, the fuzzers and the demo derive from here.
+
+The order is the collection order of `collect all`: sacct runs after squeue, because it also asks by job id
+for the pending jobs that squeue saw and its -S/-E window hides (collectors/collect.py); the NVML spool
+comes last because it does not depend on Slurm at all. Modules are imported explicitly, so a reader (or a
+tool) can follow a kind to its code; importing this module builds the tuple and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+
+from slurmscope.collectors import (
+    events,
+    nvml_ingest,
+    ping,
+    reservations,
+    sacct,
+    sdiag,
+    sinfo,
+    slurm_config,
+    squeue,
+    sshare,
+)
+
+
+@dataclass(frozen=True)
+class Collector:
+    """One source. `module` follows the contract in collectors/base.py.
+
+    `live`: run by `collect` and scheduled by `serve` every `interval_seconds`. `ingestable`: accepted by
+    `ingest KIND FILE...`. `feeds_pipelines`: new rows change the marts, so serve runs the pipelines after
+    a successful run. `spool`: the module loads whole NVML spool files with its own loader (fetch, load,
+    acknowledge) instead of `parse` and base.load. `data_exit_codes`: non-zero exits whose output is still
+    the measurement. `lookback_setting`: the [collect] key whose seconds bound each live run's window.
+    """
+
+    kind: str
+    module: ModuleType
+    interval_seconds: int
+    live: bool = True
+    ingestable: bool = True
+    feeds_pipelines: bool = False
+    spool: bool = False
+    data_exit_codes: frozenset[int] = frozenset()
+    lookback_setting: str | None = None
+
+
+# Node and queue state move fast (1 min), accounting comes in 5-minute windows, the controller's settings
+# hardly ever change. `scontrol ping` exits 1 when any controller is DOWN and prints which: recording that
+# as a failed run stored nothing, so /metrics kept the last "UP" for the whole outage (seen on the test bed
+# with slurmctld stopped) and SlurmControllerUnreachable could not fire. Events are upserted by (node,
+# time_start): re-reading the whole lookback keeps ongoing events (no end yet) current without a watermark.
+COLLECTORS: tuple[Collector, ...] = (
+    Collector("config", slurm_config, 3600),
+    Collector("ping", ping, 60, data_exit_codes=frozenset({1})),
+    Collector("sinfo", sinfo, 60, feeds_pipelines=True),
+    Collector("squeue", squeue, 60),
+    Collector("sshare", sshare, 300, feeds_pipelines=True),
+    Collector("sdiag", sdiag, 300, feeds_pipelines=True),
+    Collector("reservations", reservations, 300),
+    Collector("events", events, 300, feeds_pipelines=True, lookback_setting="events_lookback_seconds"),
+    Collector("sacct", sacct, 300, feeds_pipelines=True),
+    Collector("nvml", nvml_ingest, 60, feeds_pipelines=True, spool=True),
+)
+
+
+def collector(kind: str) -> Collector:
+    """The registered collector of `kind`; ValueError names the known kinds."""
+    for c in COLLECTORS:
+        if c.kind == kind:
+            return c
+    raise ValueError(f"unknown collector {kind!r}; expected one of {', '.join(c.kind for c in COLLECTORS)}")
