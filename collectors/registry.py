@@ -13,7 +13,7 @@ from types import ModuleType
 
 from slurmscope.collectors import (
     events,
-    nvml_ingest,
+    nvml,
     ping,
     reservations,
     sacct,
@@ -62,7 +62,7 @@ COLLECTORS: tuple[Collector, ...] = (
     Collector("reservations", reservations, 300),
     Collector("events", events, 300, feeds_pipelines=True, lookback_setting="events_lookback_seconds"),
     Collector("sacct", sacct, 300, feeds_pipelines=True),
-    Collector("nvml", nvml_ingest, 60, feeds_pipelines=True, spool=True),
+    Collector("nvml", nvml, 60, feeds_pipelines=True, spool=True),
 )
 
 

@@ -230,7 +230,7 @@ def _telemetry(con, cfg: Config, result: DemoResult, prog: Progress) -> None:
         bar(1, 1)
         prog.note("no simulated telemetry in this run")
         return
-    from slurmscope.collectors.nvml_ingest import ingest_spool_files as load
+    from slurmscope.collectors.nvml import ingest_spool_files as load
 
     rows = quar = 0
     for i in range(0, len(files), 50):

@@ -24,7 +24,7 @@ import pytest
 from slurmscope.agent.agent import Agent
 from slurmscope.agent.fake import fake_from_spec
 from slurmscope.agent.http import _Collector
-from slurmscope.collectors.nvml_ingest import SCHEMAS, ingest_spool_files
+from slurmscope.collectors.nvml import SCHEMAS, ingest_spool_files
 
 from slurmscope.config import load_config
 from slurmscope.db import applied_versions, connect, migrations
@@ -93,7 +93,10 @@ def fill(directory: Path) -> Path:
 
 
 class Node:
-    """Fake NVML (2 H100 under load) + agent on an injected clock; `run` ticks every 10 s."""
+    """Fake NVML (2 H100 under load) + agent on an injected clock; `run` ticks every 10 s.
+
+    Hourly spool segments: these faults hit one long journal and the close that ends it.
+    """
 
     def __init__(self, spool: Path, start: float = T0):
         self.t = [start]
@@ -108,6 +111,7 @@ class Node:
             interval=10,
             clock=lambda: self.t[0],
             sleep=self.advance,
+            rotate_seconds=3600,
         )
 
     def advance(self, s: float) -> None:

@@ -25,7 +25,7 @@ from slurmscope.agent.http import start_http
 from slurmscope.agent.kmsg import KmsgReader, parse_kmsg_record, parse_xid
 from slurmscope.agent.sampling import MinuteAggregator, Reading
 from slurmscope.agent.spool import SpoolJournal, list_spool
-from slurmscope.collectors.nvml_ingest import ingest_spool_files, parse_spool
+from slurmscope.collectors.nvml import ingest_spool_files, parse_spool
 
 from slurmscope.config import load_config
 from slurmscope.spool import read_spool_bytes, utc
@@ -677,3 +677,26 @@ def test_old_driver_without_clocks_event_reasons_falls_back(tmp_path):
     env.run(60)
     (rec,) = [r for r in env.finish() if r["type"] == "sample"]
     assert rec["throttle_reasons"] == 0x4 and rec["throttle_seconds"] == 60.0
+
+
+def test_a_completed_minute_is_in_a_closed_spool_file_by_the_next_round(tmp_path):
+    """The central store can only be as fresh as the newest closed file: with the default one-minute
+    segments, the round that completes a minute also closes the file holding it (not an hour later)."""
+    env = Env(tmp_path, [{"model": "h100", "state": "load"}])
+    env.run(60)  # rounds at +0 .. +50 s: minute 0 still open
+    assert list_spool(env.spool) == []
+    env.run(10)  # the +60 s round completes minute 0 and closes its segment
+    (listed,) = list_spool(env.spool)
+    parsed = read_spool_bytes((env.spool / listed["name"]).read_bytes())
+    assert parsed.problem is None
+    minutes = [r["minute"] for _, r in parsed.records if r["type"] == "sample"]
+    assert minutes == ["2027-01-15T08:00:00Z"]
+    env.run(600)
+    assert len(list_spool(env.spool)) == 11  # one closed segment per completed minute
+    inventories = [
+        r
+        for f in list_spool(env.spool)
+        for _, r in read_spool_bytes((env.spool / f["name"]).read_bytes()).records
+        if r["type"] == "inventory"
+    ]
+    assert len(inventories) == 1  # once per hour, not once per segment

@@ -13,7 +13,7 @@ import pytest
 from slurmscope.agent.http import start_http
 from slurmscope.agent.spool import list_spool
 from slurmscope.collectors.collect import collect
-from slurmscope.collectors.nvml_ingest import AgentClient
+from slurmscope.collectors.nvml import AgentClient
 
 from slurmscope.config import load_config
 from slurmscope.db import connect

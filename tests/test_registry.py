@@ -53,9 +53,8 @@ def test_serve_schedules_every_live_collector_at_its_interval(tmp_path):
     }
 
 
-def test_the_fuzzers_fuzz_every_text_parser(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    import fuzz_parsers
+def test_the_fuzzers_fuzz_every_text_parser():
+    from tests.fuzz import fuzz_parsers
 
     assert fuzz_parsers.parsers() == {c.kind: c.module for c in COLLECTORS if c.ingestable and not c.spool}
     assert set(fuzz_parsers.specs()) == set(fuzz_parsers.parsers())

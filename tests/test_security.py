@@ -95,7 +95,7 @@ SQL_INTERPOLATION_ALLOWED: dict[str, set[str]] = {
     # upsert: table name from the collectors' TableSpec constants; columns double-quoted by _quote
     "collectors/base.py": {"_quote(c)", "col_sql", "exists", "key_sql", "match", "set_sql", "spec.name"},
     # column lists from the module's SCHEMAS constants
-    "collectors/nvml_ingest.py": {"', '.join(_JOB_COLS)", "', '.join(sets)", "cols"},
+    "collectors/nvml.py": {"', '.join(_JOB_COLS)", "', '.join(sets)", "cols"},
     # HISTORY "INTERVAL 61 DAY"; the rest are SQL fragments built at import from module constants, and the
     # builders' parameters, which every call passes as literals (column expressions and table aliases)
     "pipelines/drift.py": {
