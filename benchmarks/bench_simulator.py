@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from slurmscope.collectors.simulator import simulate
+from slurmscope.simulator import simulate
 
 
 def main() -> None:
