@@ -13,6 +13,7 @@ import os
 import random
 import shutil
 from pathlib import Path
+from typing import TextIO
 
 from . import faults, scheduler, workload
 from .calibration import CLASSES
@@ -50,8 +51,12 @@ class Sim:
     """Everything one run changes as it goes: the clock and event heap, the cluster and its queues, the
     fair-share state, the counters sdiag prints, and the output not yet streamed to disk."""
 
-    def __init__(self, cfg: SimConfig) -> None:
+    sacct_fh: TextIO
+    ev_fh: TextIO
+
+    def __init__(self, cfg: SimConfig, out_dir: Path) -> None:
         self.cfg = cfg
+        self.out_dir = out_dir
         self.rng = random.Random(cfg.seed)
         self.t0 = cfg.start
         self.t_end = cfg.start + int(cfg.days * 86400)
@@ -107,8 +112,8 @@ class Sim:
 
 def run(cfg: SimConfig, out_dir: Path) -> Sim:
     """Simulate the whole period, streaming sacct.txt, events.jsonl and snapshots into `out_dir`."""
-    sim = Sim(cfg)
-    sim.out_dir = out_dir = Path(out_dir)
+    out_dir = Path(out_dir)
+    sim = Sim(cfg, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     # A rerun into the same directory must not leave an older run's snapshots or spool files behind
     # (they would be ingested with this run's data): these two folders belong to the simulator.

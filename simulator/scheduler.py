@@ -289,9 +289,6 @@ def set_free(n: Node, free: int) -> None:
         heapq.heappush(p.heaps[0], (-free, n.idx))
 
 
-# ------------------------------------------------------------------ start / end
-
-
 def start(sim: Sim, j: Job, nodes: list[Node], how: str) -> None:
     t = sim.now
     j.start = t
@@ -444,9 +441,6 @@ def enqueue(sim: Sim, j: Job, at_submit: bool) -> None:
             return
     queue_insert(p, j.priority, j.raw, j)
     p.touch()
-
-
-# ------------------------------------------------------------------ scheduling passes
 
 
 def main_pass(sim: Sim, p: Partition) -> None:
@@ -651,11 +645,9 @@ def _reserve(sim: Sim, p: Partition, j: object, shape: object, reserved: list, h
     )
 
 
-# ------------------------------------------------------------------ faults, drains, reservation
-
-
 def node_drained(sim: Sim, n: Node) -> None:
-    """The node's last job ended: it is DRAINED now (the time sacctmgr's DRAIN event starts)."""
+    """The node's last job ended: it is DRAINED now (the time sacctmgr's DRAIN event starts), and the
+    repair the fault planned for it starts."""
     rep = sim.drain_repair.pop(n.idx, None)
     if rep is not None:
         sim.node_events.append([n.name, sim.now, None, "DRAIN", n.reason, USERS_SYS[n.reason_user]])
@@ -664,6 +656,7 @@ def node_drained(sim: Sim, n: Node) -> None:
 
 
 def resv_event(sim: Sim, what: str) -> None:
+    """The advance reservation starts or ends; at its end its nodes are open to every job."""
     r = sim.cluster.resv
     if what == "start":
         ground_truth.log(sim, sim.now, "reservation_start", name=r.name)
@@ -677,6 +670,7 @@ def resv_event(sim: Sim, what: str) -> None:
 
 
 def resv_pass(sim: Sim) -> None:
+    """Jobs for the advance reservation start once it has begun and enough of its nodes are free."""
     keep = []
     for j in sim.waiting_resv:
         if sim.now >= j.resv.start:

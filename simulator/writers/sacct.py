@@ -223,6 +223,3 @@ def pending_array_record(sim: Sim, a: ArrayRec) -> None:
         )
     )
     sim.records.append(line)
-
-
-# ------------------------------------------------------------------ output: snapshots
