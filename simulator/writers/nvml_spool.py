@@ -1,4 +1,8 @@
-"""spool/<node>/<node>_<opened>Z.jsonl: per-GPU per-minute NVML aggregates in the node agent's spool format."""
+"""spool/<node>/<node>_<opened>Z.jsonl: per-GPU per-minute NVML aggregates in the node agent's spool format.
+
+Written with the agent's own spool writer, so the central collector reads simulated and real spool files
+through one path.
+"""
 
 from __future__ import annotations
 
