@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from slurmscope.collectors.simulator import simulate
+from slurmscope.simulator import simulate
 
 from benchmarks.harness import parser, run, timer
 

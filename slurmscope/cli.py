@@ -327,7 +327,7 @@ def alerts_build(out_dir: str) -> None:
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False))
 def simulate(gpus: int, days: float, seed: int, out_dir: str) -> None:
     """Simulate an AI training cluster and write Slurm-format outputs plus a ground-truth event log."""
-    from slurmscope.collectors.simulator import simulate as run_simulate
+    from slurmscope.simulator import simulate as run_simulate
 
     summary = run_simulate(gpus=gpus, days=days, seed=seed, out_dir=Path(out_dir))
     click.echo(json.dumps(summary, indent=2, default=str))

@@ -147,8 +147,8 @@ def run_demo(
     sim_options: dict | None = None,
 ) -> DemoResult:
     """Build everything into `out_dir` (and the database at `db_path`); serve /metrics unless serve=False."""
-    from slurmscope.collectors.simulator import simulate
     from slurmscope.db import connect
+    from slurmscope.simulator import simulate
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

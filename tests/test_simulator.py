@@ -8,17 +8,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from slurmscope.collectors.simulator import (
-    SACCT_FIELDS,
-    SimConfig,
-    Simulator,
-    calibration,
-    duration,
-    hostlist,
-    limit_str,
-    simulate,
-    ts,
-)
+from slurmscope.simulator import simulate
+from slurmscope.simulator.calibration import calibration
+from slurmscope.simulator.slurmtext import duration, hostlist, limit_str, ts
+from slurmscope.simulator.writers.sacct import SACCT_FIELDS
 
 
 def _files(d: Path) -> list[Path]:
@@ -77,9 +70,7 @@ def test_sacct_header_fields_and_steps(small):
 @pytest.fixture(scope="module")
 def faulty(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("sim-faulty")
-    sim = Simulator(SimConfig(gpus=128, days=8, seed=3, fault_rate=40.0, write_snapshots=False))
-    sim.run(out)
-    sim.write()
+    simulate(gpus=128, days=8, seed=3, out_dir=out, fault_rate=40.0, write_snapshots=False)
     return out
 
 

@@ -1,0 +1,1 @@
+"""One module per output format of the simulator."""
