@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from slurmscope.config import ConfigError, load_config
@@ -153,3 +156,14 @@ def test_environment_values_are_parsed_and_validated_like_the_file():
         load_config(env={"SLURMSCOPE_EXPORTER_PORT": "70000"})
     with pytest.raises(ConfigError, match="billing.rates is a table; set it in the config file"):
         load_config(env={"SLURMSCOPE_BILLING_RATES": "1"})
+
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+@pytest.mark.parametrize("doc", sorted(DOCS.glob("*.md")), ids=lambda p: p.name)
+def test_toml_examples_in_the_docs_load(tmp_path, doc):
+    for i, block in enumerate(re.findall(r"```toml\n(.*?)```", doc.read_text(encoding="utf-8"), re.S)):
+        p = tmp_path / f"example{i}.toml"
+        p.write_text(block)
+        load_config(p, env={})
