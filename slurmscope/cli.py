@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from slurmscope.config import Config, ConfigError, load_config
+from slurmscope.config import Config, ConfigError, check_listen, load_config
 
 INGEST_KINDS = (
     "sacct",
@@ -266,7 +266,6 @@ def pipelines_run(
 @click.pass_context
 def serve(ctx: click.Context, port: int | None, address: str | None) -> None:
     """Long-running service: scheduled collectors and pipelines, and /metrics."""
-    from slurmscope.config import check_listen
     from slurmscope.scheduler import serve as run_serve
 
     app = _context(ctx)
