@@ -21,6 +21,8 @@ from slurmscope.slurm_states import (
     NODE_GPUS_RESERVED_STATES,
 )
 
+from slurmscope.config import ConfigError
+
 UTC_DT = pl.Datetime("us", "UTC")
 
 HOURS_PER_YEAR = 8766.0  # 365.25 days
@@ -250,10 +252,11 @@ def hourly_rate(entry: Any, *, where: str = "billing.rates") -> float:
     raise ValueError(f"{where}: expected a number or a table, got {entry!r}")
 
 
-def price_book(billing: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, float], float]:
-    """(rate by lower-case GPU model, rate by partition, default rate) from the billing config section.
+def price_book(billing: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, float], float | None]:
+    """(rate by lower-case GPU model, rate by partition, default rate or None) from the billing section.
 
-    Keys of `billing.rates` are GPU models, or `partition:<name>` for a partition rate (which wins).
+    Keys of `billing.rates` are GPU models, `partition:<name>` for a partition rate (which wins), or
+    `default` for every model without an entry of its own.
     """
     models: dict[str, float] = {}
     parts: dict[str, float] = {}
@@ -263,7 +266,7 @@ def price_book(billing: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, 
             parts[key.split(":", 1)[1]] = rate
         else:
             models[key.lower()] = rate
-    return models, parts, float(billing.get("default_rate_per_gpu_hour", 0.0))
+    return models, parts, models.pop("default", None)
 
 
 def with_rate(
@@ -274,13 +277,33 @@ def with_rate(
     partition: str = "partition",
     out: str = "rate_per_gpu_hour",
 ) -> pl.LazyFrame:
-    """Attach the $/GPU-hour: partition rate, else GPU model rate, else the default."""
+    """Attach the $/GPU-hour: partition rate, else GPU model rate, else the default.
+
+    Without `billing.rates.default`, a row none of them prices fails the collect with a ConfigError naming
+    the models: a GPU model missing from the price book must not be charged nothing.
+    """
     models, parts, default = price_book(billing)
     model_rate = (
         pl.col(model).str.to_lowercase().replace_strict(models, default=None, return_dtype=pl.Float64)
     )
     part_rate = pl.col(partition).replace_strict(parts, default=None, return_dtype=pl.Float64)
-    return lf.with_columns(pl.coalesce(part_rate, model_rate, pl.lit(default, dtype=pl.Float64)).alias(out))
+    rate = pl.coalesce(part_rate, model_rate, pl.lit(default, dtype=pl.Float64))
+    if default is None:
+        rate = pl.struct(pl.col(model).alias("model"), rate.alias("rate")).map_batches(
+            _priced, return_dtype=pl.Float64
+        )
+    return lf.with_columns(rate.alias(out))
+
+
+def _priced(rows: pl.Series) -> pl.Series:
+    frame = rows.struct.unnest()
+    missing = frame.filter(pl.col("rate").is_null())["model"].unique().to_list()
+    if missing:
+        names = ", ".join(sorted(m or "(untyped gres/gpu)" for m in missing))
+        keys = ", ".join(sorted(f"billing.rates.{m.lower()}" for m in missing if m))
+        add = f"{keys} (or billing.rates.default)" if keys else "billing.rates.default"
+        raise ConfigError(f"no rate for GPU model(s) {names} seen in the data: add {add} to the config file")
+    return frame["rate"]
 
 
 # --- node states ---------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from zoneinfo import ZoneInfo
 import duckdb
 import polars as pl
 
-from slurmscope.config import Config
+from slurmscope.config import Config, ConfigError
 from slurmscope.db import transaction
 
 log = logging.getLogger(__name__)
@@ -327,6 +327,8 @@ def run_pipelines(
                 for table, rows in run_pipeline(con, cfg, module, part).items():
                     written[table] = rows  # the last slice's count: earlier slices' rows are rewritten
             results.update(written)
+        except ConfigError:
+            raise  # a setting to fix (a GPU model missing from the price book): no pipeline result is right
         except Exception as exc:
             log.exception("pipeline %s failed", name)
             results[name] = -1

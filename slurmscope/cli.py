@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from slurmscope.config import Config, ConfigError, load_config
+from slurmscope.config import Config, ConfigError, check_listen, load_config
 
 if TYPE_CHECKING:
     from slurmscope.collectors.registry import Collector
@@ -93,10 +93,18 @@ def main(
 LOCK_WAIT_SECONDS = 30.0
 
 
-def _connect(app: Context, *, read_only: bool = False):
-    """Open the database, waiting while `serve` holds the write lock for one of its short jobs."""
+def _connect(app: Context, *, read_only: bool = False, create: bool = True):
+    """Open the database, waiting while `serve` holds the write lock for one of its short jobs.
+
+    Only commands that bring data in create a missing file: for the others a mistyped --db would otherwise
+    give an empty database and a run that "succeeds" on nothing.
+    """
     from slurmscope.db import connect_waiting
 
+    if not create and app.db_path != ":memory:" and not Path(app.db_path).exists():
+        raise click.ClickException(
+            f"database {app.db_path} does not exist (run a collector or `slurmscope demo` first)"
+        )
     try:
         return connect_waiting(app.db_path, read_only=read_only, wait_seconds=LOCK_WAIT_SECONDS)
     except FileNotFoundError as exc:
@@ -237,7 +245,7 @@ def pipelines_run(
             ) from None
         now = now if now.tzinfo else now.replace(tzinfo=timezone.utc)
     app = _context(ctx)
-    con = _connect(app)
+    con = _connect(app, create=False)
     try:
         results = run_pipelines(con, app.config, since=since, full=full, only=only or None, now=now)
     except ValueError as exc:
@@ -252,7 +260,7 @@ def pipelines_run(
 
 
 @main.command()
-@click.option("--port", type=int, help="Port for /metrics (default from config).")
+@click.option("--port", type=click.IntRange(1, 65535), help="Port for /metrics (default from config).")
 @click.option("--address", help="Bind address (default 127.0.0.1).")
 @click.pass_context
 def serve(ctx: click.Context, port: int | None, address: str | None) -> None:
@@ -260,11 +268,27 @@ def serve(ctx: click.Context, port: int | None, address: str | None) -> None:
     from slurmscope.scheduler import serve as run_serve
 
     app = _context(ctx)
+    address = address or app.config.get("exporter", "address")
+    port = port if port is not None else app.config.get("exporter", "port")
+    try:
+        check_listen(address, port, "pass --port or --address, or set exporter.port / exporter.address")
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
     run_serve(app.config, app.db_path, address=address, port=port)
 
 
+def _month(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    from slurmscope.report import parse_month
+
+    try:
+        parse_month(value)
+    except ValueError:
+        raise click.BadParameter(f"expects YYYY-MM with a month from 01 to 12, got {value!r}") from None
+    return value
+
+
 @main.command()
-@click.option("--month", required=True, help="YYYY-MM")
+@click.option("--month", required=True, callback=_month, help="YYYY-MM")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False))
 @click.option("--format", "formats", default="html,csv", show_default=True)
 @click.pass_context
@@ -337,7 +361,13 @@ def simulate(gpus: int, days: float, seed: int, out_dir: str) -> None:
 @click.option("--gpus", type=int, default=512, show_default=True)
 @click.option("--days", type=float, default=30, show_default=True)
 @click.option("--seed", type=int, default=42, show_default=True)
-@click.option("--port", type=int, default=9400, show_default=True)
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65534),
+    default=9400,
+    show_default=True,
+    help="Port for /metrics; the demo's node agent takes the next one.",
+)
 @click.option("--out", "out_dir", default="demo", show_default=True, type=click.Path(file_okay=False))
 @click.option("--no-serve", is_flag=True, help="Exit after building instead of serving /metrics.")
 @click.pass_context
@@ -348,16 +378,19 @@ def demo(
     from slurmscope.demo import run_demo
 
     app = _context(ctx)
-    run_demo(
-        app.config,
-        app.db_path,
-        gpus=gpus,
-        days=days,
-        seed=seed,
-        port=port,
-        out_dir=Path(out_dir),
-        serve=not no_serve,
-    )
+    try:
+        run_demo(
+            app.config,
+            app.db_path,
+            gpus=gpus,
+            days=days,
+            seed=seed,
+            port=port,
+            out_dir=Path(out_dir),
+            serve=not no_serve,
+        )
+    except ConfigError as exc:  # the port is taken, or the price book misses a simulated GPU model
+        raise click.ClickException(str(exc)) from None
 
 
 @main.command()
@@ -368,19 +401,37 @@ def demo(
 @click.pass_context
 def query(ctx: click.Context, sql: str, fmt: str) -> None:
     """Run one SQL statement on a read-only connection and print the result."""
+    import duckdb
+
     app = _context(ctx)
     con = _connect(app, read_only=True)
     try:
+        con.execute(QUERY_LOCKDOWN)
         cur = con.execute(sql)
         if cur.description is None:
             return
         cols = [d[0] for d in cur.description]
         rows = cur.fetchall()
-    except Exception as exc:  # duckdb.Error subclasses: bad SQL, or a write on a read-only database
-        raise click.ClickException(f"query failed: {exc}") from None
+    except duckdb.Error as exc:
+        first = str(exc).splitlines()[0]
+        if isinstance(exc, duckdb.PermissionException) or any(m in first for m in REFUSED):
+            raise click.ClickException(f"query is read-only: {first}; use `slurmscope export`") from None
+        raise click.ClickException(f"query failed: {first}") from None
     finally:
         con.close()
     _print_rows(cols, rows, fmt)
+
+
+QUERY_LOCKDOWN = """
+SET enable_external_access = false;
+SET autoinstall_known_extensions = false;
+SET autoload_known_extensions = false;
+SET lock_configuration = true;
+"""
+"""`query` reads the database and nothing else: no COPY TO, no host files, no extensions, no network, and no
+SET to undo this (setting names as in duckdb 2.0)."""
+REFUSED = ("attached in read-only mode", "the configuration has been locked")
+"""Messages of statements the read-only connection refuses (DuckDB's InvalidInputException)."""
 
 
 def _print_rows(cols: list[str], rows: list[tuple], fmt: str) -> None:

@@ -2,18 +2,26 @@
 
 Every key has a documented default (docs/configuration.md) so that slurmscope runs with no file at all.
 Errors name the file, the key and what was expected, because an operator editing a TOML file on a head
-node at 3 a.m. needs to know exactly which line to fix.
+node at 3 a.m. needs to know exactly which line to fix. Every key, nested tables included, has a spec in
+SCHEMA: a value that would only fail later (or, worse, be read as zero) is refused at load.
 """
 
 from __future__ import annotations
 
 import copy
+import difflib
+import errno
+import ipaddress
+import math
 import os
+import re
+import socket
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 
@@ -21,106 +29,396 @@ class ConfigError(ValueError):
     """A config file or override that cannot be used; the message names file, key and expectation."""
 
 
-DEFAULTS: dict[str, Any] = {
-    "cluster": {
-        "name": "default",
-        "timezone": "UTC",
-    },
-    "database": {
-        "path": "slurmscope.duckdb",
-    },
-    "slurm": {
-        "bin_dir": "",
-        "sacct": "sacct",
-        "sinfo": "sinfo",
-        "squeue": "squeue",
-        "sshare": "sshare",
-        "sdiag": "sdiag",
-        "sacctmgr": "sacctmgr",
-        "scontrol": "scontrol",
-        "timeout_seconds": 60.0,
-    },
-    "collect": {
-        "sacct_window_seconds": 86400,
-        "sacct_overlap_seconds": 3600,
-        "sacct_initial_lookback_seconds": 7 * 86400,
-        "events_lookback_seconds": 30 * 86400,
-    },
-    "nvml": {
-        "interval_seconds": 10.0,
-        "slow_interval_seconds": 60.0,
-        "spool_dir": "/var/spool/slurmscope",
-        "mapping_dir": "/run/slurmscope/gpu-jobs",
-        "port": 9401,
-        "agents": [],
-        "spool_paths": [],
-        "web_config_file": "",
-        "agent_username": "",
-        "agent_password_file": "",
-        "agent_ca_file": "",
-    },
-    "exporter": {
-        "address": "127.0.0.1",
-        "port": 9400,
-        "user_labels": False,
-        "web_config_file": "",
-    },
-    "fairshare": {
-        "decay_half_life_seconds": 7 * 86400,
-        "usage_reset_period": "NONE",
-        "charge": "billing",
-        "algorithm": "fair_tree",
-    },
-    "billing": {
-        "timezone": "UTC",
-        "currency": "usd",
-        "idle_cost": "separate",
-        "default_rate_per_gpu_hour": 2.0,
-        "rates": {},
-        "close_after_days": 5,
-        "reissue_months": [],
-        "energy_usd_per_kwh": 0.0,
-        "pue": 1.0,
-    },
-    "pipelines": {
-        "incremental_lookback_seconds": 2 * 86400,
-        "occupancy_bucket_seconds": 900,
-        "node_snapshot_max_gap_seconds": 3600,
-        "full_slice_days": 30,
-    },
-    "reliability": {
-        "checkpoint_cost_seconds": 300.0,
-        "fault_grace_seconds": 600,
-        "job_sizes": [1, 2, 4, 8, 16, 32, 64, 128],
-    },
-    "drift": {
-        "gpu_z_threshold": 4.0,
-        "error_z_threshold": 4.0,
-        "trend_z_threshold": 3.5,
-        "baseline_days": 28,
-        "min_baseline_days": 7,
-        "util_bin_percent": 10.0,
-        "min_gpu_minutes": 30,
-        "min_fleet_gpus": 3,
-        "idle_util_percent": 5.0,
-        "fairshare_starved_ratio": 0.5,
-        "fairshare_over_served_ratio": 2.0,
-    },
-    "report": {
-        "pseudonymise_users": False,
-    },
-    "health": {  # node and GPU health verdicts (pipelines/health.py, docs/pipelines.md#health)
-        "event_window_seconds": 3600,
-        "critical_xids": [48, 63, 64, 74, 79, 92, 94, 95, 119, 120],
-        "application_xids": [13, 31, 43, 45],
-        "throttle_ratio": 0.25,
-        "throttle_window_seconds": 900,
-        "temp_degraded_celsius": 85.0,
-        "temp_failing_celsius": 95.0,
-        "sample_max_age_seconds": 900,
-        "gpu_forget_seconds": 86400,
-    },
+@dataclass(frozen=True)
+class _At:
+    """Where a value came from: the file (or environment variable) and its full dotted key."""
+
+    source: str
+    key: str
+    env: bool = False  # environment values are strings to parse; TOML values must already have the type
+
+    def child(self, name: str) -> _At:
+        part = name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else f'"{name}"'
+        return _At(self.source, f"{self.key}.{part}" if self.key else part, self.env)
+
+    def item(self, index: int) -> _At:
+        return _At(self.source, f"{self.key}[{index}]", self.env)
+
+    def error(self, expected: str, value: Any) -> ConfigError:
+        shown = str(value).lower() if isinstance(value, bool) else repr(value)  # as TOML writes it
+        return ConfigError(f"{self.source}: key '{self.key}' expects {expected}, got {shown}")
+
+    def unknown(self, name: str, known: Mapping[str, Any]) -> ConfigError:
+        key = self.child(name).key
+        close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}?" if close else f"known keys: {', '.join(sorted(known))}"
+        return ConfigError(f"{self.source}: unknown key '{key}'; {hint}")
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+@dataclass(frozen=True)
+class Num:
+    """A number; an int default makes it an integer key. Bounds are inclusive unless `positive`."""
+
+    default: int | float
+    low: float = 0
+    high: float | None = None
+    positive: bool = False
+    label: str = ""
+
+    @property
+    def integer(self) -> bool:
+        return isinstance(self.default, int)
+
+    def expected(self) -> str:
+        kind = "an integer" if self.integer else "a number"
+        low, high = _number(self.low), None if self.high is None else _number(self.high)
+        if self.positive:
+            kind += f" > {low}" + (f" and <= {high}" if high else "")
+        else:
+            kind += f" from {low} to {high}" if high else f" >= {low}"
+        return f"{self.label} ({kind})" if self.label else kind
+
+    def parse(self, value: Any, at: _At) -> int | float:
+        if at.env and isinstance(value, str):
+            try:
+                value = int(value) if self.integer else float(value)
+            except ValueError:
+                raise at.error(self.expected(), value) from None
+        kinds = int if self.integer else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value):
+            raise at.error(self.expected(), value)
+        if value < self.low or (self.positive and value <= self.low):
+            raise at.error(self.expected(), value)
+        if self.high is not None and value > self.high:
+            raise at.error(self.expected(), value)
+        return value if self.integer else float(value)
+
+
+def _port(default: int) -> Num:
+    return Num(default, low=1, high=65535, label="a TCP port")
+
+
+TRUE, FALSE = {"true", "1", "yes"}, {"false", "0", "no"}
+
+
+@dataclass(frozen=True)
+class Bool:
+    default: bool
+
+    def expected(self) -> str:
+        return "true or false"
+
+    def parse(self, value: Any, at: _At) -> bool:
+        if at.env and isinstance(value, str) and value.lower() in TRUE | FALSE:
+            return value.lower() in TRUE
+        if not isinstance(value, bool):
+            raise at.error(self.expected(), value)
+        return value
+
+
+def _one_of(choices: tuple[str, ...]) -> str:
+    quoted = [repr(c) for c in choices]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+
+
+@dataclass(frozen=True)
+class Str:
+    """A string, optionally one of `choices` (case-insensitive with `fold_case`) or passing `check`."""
+
+    default: str
+    choices: tuple[str, ...] = ()
+    fold_case: bool = False
+    check: Callable[[str], bool] | None = None
+    what: str = "a string"
+
+    def expected(self) -> str:
+        return _one_of(self.choices) if self.choices else self.what
+
+    def parse(self, value: Any, at: _At) -> str:
+        if not isinstance(value, str):
+            raise at.error(self.expected(), value)
+        if self.choices and (value.upper() if self.fold_case else value) not in self.choices:
+            raise at.error(self.expected(), value)
+        if self.check is not None and not self.check(value):
+            raise at.error(self.expected(), value)
+        return value
+
+
+@dataclass(frozen=True)
+class List:
+    """A TOML array whose every element passes `item`; from the environment, a comma-separated string."""
+
+    default: list[Any]
+    item: Num | Str
+
+    def expected(self) -> str:
+        return f"a list, each {self.item.expected()}"
+
+    def parse(self, value: Any, at: _At) -> list[Any]:
+        if at.env and isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list):
+            raise at.error(self.expected(), value)
+        return [self.item.parse(v, at.item(i)) for i, v in enumerate(value)]
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table with a fixed set of keys; keys the file leaves out keep their defaults."""
+
+    fields: dict[str, Any]
+
+    @property
+    def default(self) -> dict[str, Any]:
+        return {k: copy.deepcopy(spec.default) for k, spec in self.fields.items()}
+
+    def parse(self, value: Any, at: _At) -> dict[str, Any]:
+        if not isinstance(value, Mapping):
+            raise at.error("a table", value)
+        out = self.default
+        for key, item in value.items():
+            if key not in self.fields:
+                raise at.unknown(key, self.fields)
+            out[key] = self.fields[key].parse(item, at.child(key))
+        return out
+
+
+RATE_FIELDS: dict[str, Num] = {
+    "rate": Num(0.0),
+    "purchase_usd": Num(0.0),
+    "lifetime_years": Num(5.0, positive=True),
+    "power_kw": Num(0.0),
+    "usd_per_kwh": Num(0.0),
+    "pue": Num(1.0, low=1),
+    "overhead_usd_per_year": Num(0.0),
+    "gpus_per_unit": Num(1, low=1),
 }
+RATE_EXPECTED = (
+    "a $/GPU-hour number (2.5), {rate = 2.5} or an amortised cost {purchase_usd = 30000, lifetime_years = 5, "
+    "power_kw = 0.7, usd_per_kwh = 0.12, pue = 1.3, overhead_usd_per_year = 500, gpus_per_unit = 1}"
+)
+
+
+def _rate_entry(value: Any, at: _At) -> float | dict[str, float]:
+    """One price-book entry, checked so that pipelines.common.hourly_rate can never price it at 0 by accident."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return Num(0.0, label="a $/GPU-hour").parse(value, at)
+    if not isinstance(value, Mapping):
+        raise at.error(RATE_EXPECTED, value)
+    for key in value:
+        if key not in RATE_FIELDS:
+            raise at.unknown(key, RATE_FIELDS)
+    entry = {key: RATE_FIELDS[key].parse(item, at.child(key)) for key, item in value.items()}
+    if "rate" in entry and len(entry) > 1:
+        others = ", ".join(k for k in entry if k != "rate")
+        raise ConfigError(
+            f"{at.source}: key '{at.key}' gives both rate and {others}: "
+            "use either rate or the amortised cost (purchase_usd, ...)"
+        )
+    if "rate" not in entry and "purchase_usd" not in entry:
+        raise ConfigError(
+            f"{at.source}: key '{at.key}' needs rate (a $/GPU-hour) or purchase_usd (an amortised cost), "
+            f"got {dict(value)!r}"
+        )
+    return entry
+
+
+@dataclass(frozen=True)
+class PriceBook:
+    """`billing.rates`: GPU model, `partition:<name>` or `default` -> rate.
+
+    A file's table replaces the built-in one as a whole: a site that writes a price book gets exactly that
+    price book, and a model it forgot is an error at pipeline run instead of being charged the demo rate.
+    """
+
+    default: dict[str, Any]
+
+    def parse(self, value: Any, at: _At) -> dict[str, Any]:
+        if not isinstance(value, Mapping):
+            raise at.error("a table of <GPU model> = <rate>", value)
+        out: dict[str, Any] = {}
+        seen: dict[str, str] = {}
+        for key, entry in value.items():
+            where = at.child(key)
+            if key.startswith("partition:") and not key.removeprefix("partition:"):
+                raise ConfigError(f"{at.source}: key '{where.key}' names no partition (partition:<name>)")
+            if key.lower() in seen:
+                raise ConfigError(
+                    f"{at.source}: keys '{at.child(seen[key.lower()]).key}' and '{where.key}' name the same "
+                    "GPU model (models are case-insensitive)"
+                )
+            seen[key.lower()] = key
+            out[key] = _rate_entry(entry, where)
+        return out
+
+
+def _is_zone(name: str) -> bool:
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return False
+    return True
+
+
+HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+
+
+def _is_host(name: str) -> bool:
+    """An IPv4/IPv6 address or an RFC 1123 host name."""
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        pass
+    labels = name.removesuffix(".").split(".")
+    return 0 < len(name) <= 253 and all(HOST_LABEL.fullmatch(label) for label in labels)
+
+
+def _is_url(text: str) -> bool:
+    try:
+        parts = urlsplit(text)
+        port = parts.port  # ValueError when out of range or not a number
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and _is_host(parts.hostname or "") and port != 0
+
+
+def _is_month(text: str) -> bool:
+    match = re.fullmatch(r"(\d{4})-(\d{2})", text)
+    return bool(match) and 1 <= int(match.group(2)) <= 12
+
+
+SLURM_COMMANDS = ("sacct", "sinfo", "squeue", "sshare", "sdiag", "sacctmgr", "scontrol")
+ZONE = Str("UTC", check=_is_zone, what="an IANA time zone such as 'Europe/Berlin'")
+DAY = 86400  # the longest health window: pipelines/health.py reads one day of events and samples back
+
+SCHEMA = Table(
+    {
+        "cluster": Table(
+            {
+                "name": Str("default", check=bool, what="a non-empty string"),
+                "timezone": ZONE,
+            }
+        ),
+        "database": Table({"path": Str("slurmscope.duckdb", check=bool, what="a file path")}),
+        "slurm": Table(
+            {
+                "bin_dir": Str(""),
+                **{name: Str(name, check=bool, what="a command name or path") for name in SLURM_COMMANDS},
+                "timeout_seconds": Num(60.0, positive=True),
+            }
+        ),
+        "collect": Table(
+            {
+                "sacct_window_seconds": Num(86400, low=1),
+                "sacct_overlap_seconds": Num(3600),
+                "sacct_initial_lookback_seconds": Num(7 * 86400),
+                "events_lookback_seconds": Num(30 * 86400),
+            }
+        ),
+        "nvml": Table(
+            {
+                "interval_seconds": Num(10.0, low=1),
+                "slow_interval_seconds": Num(60.0, low=1),
+                "spool_dir": Str("/var/spool/slurmscope", check=bool, what="a directory"),
+                "mapping_dir": Str("/run/slurmscope/gpu-jobs", check=bool, what="a directory"),
+                "port": _port(9401),
+                "agents": List([], Str("", check=_is_url, what="an agent URL such as 'http://gpu-001:9401'")),
+                "spool_paths": List([], Str("", check=bool, what="a directory")),
+                "web_config_file": Str(""),
+                "agent_username": Str(""),
+                "agent_password_file": Str(""),
+                "agent_ca_file": Str(""),
+            }
+        ),
+        "exporter": Table(
+            {
+                "address": Str(
+                    "127.0.0.1", check=_is_host, what="an IP address or host name (0.0.0.0: all interfaces)"
+                ),
+                "port": _port(9400),
+                "user_labels": Bool(False),
+                "web_config_file": Str(""),
+            }
+        ),
+        "fairshare": Table(
+            {
+                "decay_half_life_seconds": Num(7 * 86400),
+                "usage_reset_period": Str(
+                    "NONE",
+                    choices=("NONE", "NOW", "DAILY", "WEEKLY", "MONTHLY", "QUARTERLY", "YEARLY"),
+                    fold_case=True,
+                ),
+                "charge": Str("billing", choices=("billing", "gpu_seconds")),
+                "algorithm": Str("fair_tree", choices=("fair_tree", "classic")),
+            }
+        ),
+        "billing": Table(
+            {
+                "timezone": ZONE,
+                "currency": Str("usd", check=bool, what="a currency code"),
+                "idle_cost": Str("separate", choices=("separate", "spread")),
+                "rates": PriceBook({"default": 2.0}),
+                "close_after_days": Num(5),
+                "reissue_months": List([], Str("", check=_is_month, what="a month 'YYYY-MM'")),
+                "energy_usd_per_kwh": Num(0.0),
+                "pue": Num(1.0, low=1),
+            }
+        ),
+        "pipelines": Table(
+            {
+                "incremental_lookback_seconds": Num(2 * 86400),
+                "occupancy_bucket_seconds": Num(900, low=1),
+                "node_snapshot_max_gap_seconds": Num(3600, low=1),
+                "full_slice_days": Num(30),
+            }
+        ),
+        "reliability": Table(
+            {
+                "checkpoint_cost_seconds": Num(300.0),
+                "fault_grace_seconds": Num(600),
+                "job_sizes": List([1, 2, 4, 8, 16, 32, 64, 128], Num(1, low=1)),
+            }
+        ),
+        "drift": Table(
+            {
+                "gpu_z_threshold": Num(4.0),
+                "error_z_threshold": Num(4.0),
+                "trend_z_threshold": Num(3.5),
+                "baseline_days": Num(28, low=1, high=59),
+                "min_baseline_days": Num(7, high=59),
+                "util_bin_percent": Num(10.0, positive=True, high=100),
+                "min_gpu_minutes": Num(30),
+                "min_fleet_gpus": Num(3),
+                "idle_util_percent": Num(5.0, high=100),
+                "fairshare_starved_ratio": Num(0.5),
+                "fairshare_over_served_ratio": Num(2.0),
+            }
+        ),
+        "report": Table({"pseudonymise_users": Bool(False)}),
+        "health": Table(  # node and GPU health verdicts (pipelines/health.py, docs/pipelines.md#health)
+            {
+                "event_window_seconds": Num(3600, high=DAY),
+                "critical_xids": List([48, 63, 64, 74, 79, 92, 94, 95, 119, 120], Num(1, low=0)),
+                "application_xids": List([13, 31, 43, 45], Num(1, low=0)),
+                "throttle_ratio": Num(0.25, high=1),
+                "throttle_window_seconds": Num(900, high=DAY),
+                "temp_degraded_celsius": Num(85.0),
+                "temp_failing_celsius": Num(95.0),
+                "sample_max_age_seconds": Num(900, high=DAY),
+                "gpu_forget_seconds": Num(86400, high=DAY),
+            }
+        ),
+    }
+)
+"""Every key with its default, type and range; docs/configuration.md is the same table in words."""
+
+ENV_NOT_CONFIG = {"SLURMSCOPE_CONFIG", "SLURMSCOPE_DB"}
+MOVED = {"billing.default_rate_per_gpu_hour": "billing.rates.default"}
 
 
 @dataclass(frozen=True)
@@ -160,79 +458,28 @@ class Config:
         return Config(source=self.source, raw=raw)
 
 
-def _merge(base: dict[str, Any], extra: Mapping[str, Any], source: str, prefix: str = "") -> None:
-    for key, value in extra.items():
-        dotted = f"{prefix}{key}"
-        if key not in base:
-            # Free-form tables (rates, price book entries) accept any key.
-            if prefix.rstrip(".") in FREE_FORM:
-                base[key] = value
-                continue
-            raise ConfigError(f"{source}: unknown key '{dotted}'")
-        default = base[key]
-        if isinstance(default, dict):
-            if not isinstance(value, Mapping):
-                raise ConfigError(f"{source}: key '{dotted}' must be a table, got {type(value).__name__}")
-            _merge(default, value, source, dotted + ".")
-        else:
-            base[key] = _coerce(value, default, source, dotted)
+def _moved(data: Mapping[str, Any], source: str) -> None:
+    for old, new in MOVED.items():
+        section, key = old.split(".")
+        if isinstance(data.get(section), Mapping) and key in data[section]:
+            raise ConfigError(f"{source}: unknown key '{old}'; it is now {new}")
 
 
-FREE_FORM = {"billing.rates"}
-
-
-def _coerce(value: Any, default: Any, source: str, key: str) -> Any:
-    expected = type(default)
-    if isinstance(default, bool):
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in {"true", "false", "1", "0", "yes", "no"}:
-            return value.lower() in {"true", "1", "yes"}
-        raise ConfigError(f"{source}: key '{key}' expects true or false, got {value!r}")
-    if isinstance(default, (int, float)):
-        try:
-            number = float(value) if isinstance(default, float) else int(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{source}: key '{key}' expects a number, got {value!r}") from None
-        if number < 0:
-            raise ConfigError(f"{source}: key '{key}' expects a number >= 0, got {value!r}")
-        return number
-    if isinstance(default, list):
-        if isinstance(value, str):
-            return [v.strip() for v in value.split(",") if v.strip()]
-        if not isinstance(value, list):
-            raise ConfigError(f"{source}: key '{key}' expects a list, got {value!r}")
-        return value
-    if not isinstance(value, expected):
-        raise ConfigError(f"{source}: key '{key}' expects a {expected.__name__}, got {value!r}")
-    return value
-
-
-def _validate(raw: dict[str, Any], source: str) -> None:
-    for key in ("cluster.timezone", "billing.timezone"):
-        section, name = key.split(".")
-        try:
-            ZoneInfo(raw[section][name])
-        except (ZoneInfoNotFoundError, ValueError):
+def _environment(raw: dict[str, Any], env: Mapping[str, str]) -> None:
+    for name, value in sorted(env.items()):
+        if not name.startswith("SLURMSCOPE_") or name in ENV_NOT_CONFIG:
+            continue
+        rest = name[len("SLURMSCOPE_") :].lower()
+        section, _, key = rest.partition("_")
+        spec = SCHEMA.fields.get(section)
+        spec = spec.fields.get(key) if isinstance(spec, Table) else None
+        if spec is None:
             raise ConfigError(
-                f"{source}: key '{key}' expects an IANA time zone such as 'Europe/Berlin', "
-                f"got {raw[section][name]!r}"
-            ) from None
-    if not raw["cluster"]["name"]:
-        raise ConfigError(f"{source}: key 'cluster.name' expects a non-empty string")
-    if raw["fairshare"]["charge"] not in {"billing", "gpu_seconds"}:
-        raise ConfigError(f"{source}: key 'fairshare.charge' expects 'billing' or 'gpu_seconds'")
-    if raw["fairshare"]["algorithm"] not in {"fair_tree", "classic"}:
-        raise ConfigError(f"{source}: key 'fairshare.algorithm' expects 'fair_tree' or 'classic'")
-    if raw["billing"]["idle_cost"] not in {"separate", "spread"}:
-        raise ConfigError(
-            f"{source}: key 'billing.idle_cost' expects 'separate' or 'spread', "
-            f"got {raw['billing']['idle_cost']!r}"
-        )
-    if raw["billing"]["pue"] < 1:
-        raise ConfigError(f"{source}: key 'billing.pue' expects a number >= 1, got {raw['billing']['pue']!r}")
-    if raw["nvml"]["interval_seconds"] < 1:
-        raise ConfigError(f"{source}: key 'nvml.interval_seconds' expects a number >= 1")
+                f"environment: {name} names no config key (expected SLURMSCOPE_<SECTION>_<KEY>)"
+            )
+        if not isinstance(spec, (Num, Bool, Str, List)):
+            raise ConfigError(f"environment: {name}: {section}.{key} is a table; set it in the config file")
+        raw[section][key] = spec.parse(value, _At(f"environment {name}", f"{section}.{key}", env=True))
 
 
 def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Config:
@@ -241,7 +488,7 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
     Without an explicit path, ./slurmscope.toml is read when it exists.
     """
     env = os.environ if env is None else env
-    raw = copy.deepcopy(DEFAULTS)
+    raw = SCHEMA.default
     source = "built-in defaults"
     if path is None and Path("slurmscope.toml").exists():
         path = "slurmscope.toml"
@@ -252,21 +499,31 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
                 data = tomllib.load(fh)
         except FileNotFoundError:
             raise ConfigError(f"{source}: file not found") from None
+        except (IsADirectoryError, PermissionError) as exc:
+            raise ConfigError(f"{source}: cannot read: {exc.strerror}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{source}: not valid TOML: {exc}") from None
-        _merge(raw, data, source)
-    for name, value in sorted(env.items()):
-        if not name.startswith("SLURMSCOPE_") or name in ENV_NOT_CONFIG:
-            continue
-        rest = name[len("SLURMSCOPE_") :].lower()
-        section, _, key = rest.partition("_")
-        if section not in raw or not isinstance(raw[section], dict) or key not in raw[section]:
-            raise ConfigError(
-                f"environment: {name} names no config key (expected SLURMSCOPE_<SECTION>_<KEY>)"
-            )
-        raw[section][key] = _coerce(value, raw[section][key], f"environment {name}", f"{section}.{key}")
-    _validate(raw, source)
+        _moved(data, source)
+        raw = SCHEMA.parse(data, _At(source, ""))
+    _environment(raw, env)
     return Config(source=source, raw=raw)
 
 
-ENV_NOT_CONFIG = {"SLURMSCOPE_CONFIG", "SLURMSCOPE_DB"}
+def check_listen(address: str, port: int, hint: str) -> None:
+    """Fail now, in one line, when `address:port` cannot be bound, rather than after a long build.
+
+    Binds the way http.server does (IPv4, SO_REUSEADDR) and lets go again; `hint` says what to change.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((address, port))
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(f"port {port} on {address} is in use: {reason}; {hint}") from None
+        raise ConfigError(f"cannot listen on {address}:{port}: {reason}; {hint}") from None
+    except OverflowError as exc:
+        raise ConfigError(f"cannot listen on {address}:{port}: {exc}; {hint}") from None
+    finally:
+        sock.close()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from slurmscope.config import Config
+from slurmscope.config import Config, check_listen
 
 BATCH = 48  # snapshot files per load transaction
 
@@ -150,6 +150,9 @@ def run_demo(
     from slurmscope.db import connect
     from slurmscope.simulator import simulate
 
+    if serve:  # fail now, not after the build
+        check_listen(cfg.get("exporter", "address"), port, "pass --port")
+        check_listen("127.0.0.1", port + 1, "the demo's node agent uses --port + 1; pass another --port")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     prog = progress or Progress()

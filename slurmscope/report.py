@@ -789,6 +789,11 @@ def build_report(
     if unknown:
         raise ValueError(f"--format expects html and/or csv, got {sorted(unknown)}")
     data = collect_data(con, cfg.cluster, first)
+    if not (data.users or data.capacity or data.daily):
+        raise ValueError(
+            f"no data for {first:%Y-%m} in cluster {cfg.cluster!r}: nothing charged and no capacity in the marts "
+            "(run `slurmscope pipelines run`, or choose another --month)"
+        )
     users_out = data.users
     if cfg.get("report", "pseudonymise_users"):
         users_out = [{**u, "user": pseudonym(u["user"], cfg.cluster)} for u in data.users]

@@ -157,7 +157,7 @@ def test_daily_failed_requeued_running_and_partition_rate():
             ),
         ]
     )
-    p = params(ts("2026-02-02 02:00"), rates={"partition:cheap": 1.0}, default_rate_per_gpu_hour=2.0)
+    p = params(ts("2026-02-02 02:00"), rates={"partition:cheap": 1.0, "default": 2.0})
     got = cost.daily(jobs, p).collect().sort("day", "account")
     want = pl.DataFrame(
         [
@@ -400,9 +400,7 @@ def monthly_rows(con):
 
 
 def test_frozen_month_unchanged_by_late_data_and_reissue_is_versioned(con):
-    cfg = load_config(env={}).with_overrides(
-        billing={"close_after_days": 0, "default_rate_per_gpu_hour": 2.0}
-    )
+    cfg = load_config(env={}).with_overrides(billing={"close_after_days": 0, "rates": {"default": 2.0}})
     insert_job(con, 1, ts("2026-01-10 00:00"), ts("2026-01-10 00:00"), ts("2026-01-10 10:00"), gpus=1)
     run_pipelines(con, cfg, now=ts("2026-02-10 00:00"), only=["cost"])
     first = monthly_rows(con)
@@ -490,7 +488,7 @@ def test_capacity_reconciles_for_many_days(con):
 
 
 def test_running_job_accrues_and_counters_never_decrease(con):
-    cfg = load_config(env={}).with_overrides(billing={"default_rate_per_gpu_hour": 1.0})
+    cfg = load_config(env={}).with_overrides(billing={"rates": {"default": 1.0}})
     insert_job(con, 5, ts("2026-02-01 00:00"), ts("2026-02-01 00:00"), None, gpus=2, state="RUNNING")
     counters = "SELECT gpu_seconds_total, cost_usd_total, gpu_seconds_correction FROM mart_usage_counters"
     run_pipelines(con, cfg, now=ts("2026-02-01 01:00"), only=["cost"])
@@ -530,9 +528,7 @@ def test_monthly_invoice_rows_sum_to_the_rounded_total():
 
 
 def test_incremental_run_freezes_a_month_that_closed_outside_its_window(con):
-    cfg = load_config(env={}).with_overrides(
-        billing={"close_after_days": 5, "default_rate_per_gpu_hour": 1.0}
-    )
+    cfg = load_config(env={}).with_overrides(billing={"close_after_days": 5, "rates": {"default": 1.0}})
     insert_job(con, 1, ts("2026-01-30 00:00"), ts("2026-01-30 00:00"), ts("2026-01-30 02:00"), gpus=1)
     insert_job(con, 2, ts("2026-02-02 00:00"), ts("2026-02-02 00:00"), ts("2026-02-02 03:00"), gpus=1)
     run_pipelines(con, cfg, now=ts("2026-02-01 00:00"), only=["cost"])

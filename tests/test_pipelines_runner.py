@@ -284,8 +284,10 @@ def test_cli_exits_non_zero_when_a_pipeline_fails(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
     from slurmscope.cli import main
+    from slurmscope.db import connect
 
     db = str(tmp_path / "cli.duckdb")
+    connect(db).close()  # pipelines run refuses a database that does not exist
     monkeypatch.setattr(runner, "PIPELINES", ["cost"])
     ok = CliRunner().invoke(main, ["--db", db, "pipelines", "run", "--full"], env={})
     assert ok.exit_code == 0, ok.output
