@@ -787,6 +787,7 @@ def run_agent(
         read_cgroup=read_cgroup,
         kmsg=kmsg,
         flush_seconds=flush_seconds,
+        rotate_seconds=float(cfg.get("nvml", "spool_rotate_seconds")),
     )
     try:
         recovered = agent.recover()

@@ -324,6 +324,7 @@ SCHEMA = Table(
             {
                 "interval_seconds": Num(10.0, low=1),
                 "slow_interval_seconds": Num(60.0, low=1),
+                "spool_rotate_seconds": Num(60.0, low=1, high=3600),
                 "spool_dir": Str("/var/spool/slurmscope", check=bool, what="a directory"),
                 "mapping_dir": Str("/run/slurmscope/gpu-jobs", check=bool, what="a directory"),
                 "port": _port(9401),
