@@ -14,14 +14,13 @@ from zoneinfo import ZoneInfo
 
 import polars as pl
 
+from slurmscope.config import ConfigError
 from slurmscope.slurm_states import (
     NODE_GPUS_DOWN_FLAGS,
     NODE_GPUS_DOWN_STATES,
     NODE_GPUS_RESERVED_FLAGS,
     NODE_GPUS_RESERVED_STATES,
 )
-
-from slurmscope.config import ConfigError
 
 UTC_DT = pl.Datetime("us", "UTC")
 
