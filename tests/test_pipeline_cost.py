@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
@@ -220,10 +221,10 @@ def test_daily_failed_requeued_running_and_partition_rate():
 
 def daily_by_split_calendar(jobs: pl.LazyFrame, p: dict) -> pl.DataFrame:
     """The billing rule itself: every attempt through split_calendar, then summed per day and key."""
-    a = cost.attempts(jobs, p["now"]).with_columns(
-        clip_interval("use_start", "use_end", p["start"], p["now"])
+    a = cost.attempts(jobs, p.now).with_columns(
+        clip_interval("use_start", "use_end", p.start, p.now)
     )
-    parts = split_calendar(a, "use_start", "use_end", p["tz"]).with_columns(
+    parts = split_calendar(a, "use_start", "use_end", p.tz).with_columns(
         (pl.col("overlap_seconds") * pl.col("gpus")).alias("gs")
     )
     gs = pl.col("gs")
@@ -233,7 +234,7 @@ def daily_by_split_calendar(jobs: pl.LazyFrame, p: dict) -> pl.DataFrame:
             gs.sum().alias("gpu_seconds"),
             *[gs.filter(pl.col(f)).sum().alias(f"{f}_gpu_seconds") for f in cost.FLAGS],
         )
-        .filter(pl.col("day") >= p["start_date"])
+        .filter(pl.col("day") >= p.start_date)
         .sort("day", *cost.KEYS)
         .collect()
     )
@@ -715,7 +716,7 @@ def test_cost_per_useful_gpu_hour_idle_dollars_and_energy_per_account(since):
     )
     p = params(ts("2026-02-03 01:00"), rates={"h100": 3.6}, energy_usd_per_kwh=0.15, pue=1.5)
     if since:
-        p = {**p, "start": ts(since), "start_date": date(2026, 2, 2)}
+        p = replace(p, start=ts(since), start_date=date(2026, 2, 2))
     d = cost.daily(jobs, p)
     got = cost.cost_efficiency(d, jobs, gpu_jobs, samples, p).collect().sort("account")
     # a: sampled 180 (g0) + 60 + 30 (g1) = 270 GPU-s = $0.27; idle (< 5 %) 60 + 30 = 90 s = $0.09;
