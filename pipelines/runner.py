@@ -11,8 +11,9 @@ Pipeline module contract (see docs/pipelines.md):
     MART_TABLES: dict[str, str | None]   # mart -> window column (DATE or TIMESTAMPTZ); None = whole table
     INPUTS: dict[str, str]               # alias -> SELECT with named parameters ($cluster, $start, $end,
                                          #   $start_date, $start_month); the runner adds nothing to it
-    def compute(frames: dict[str, pl.LazyFrame], params: dict) -> dict[str, pl.LazyFrame]
+    def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.LazyFrame]
     optional: WIDEN_SQL: str  # a SELECT of one DATE (billing-zone day) the window must start at or before
+    optional: CALENDAR_SQL: str  # a SELECT of the first and last instant the INPUTS cut into billing days
 """
 
 from __future__ import annotations

@@ -221,9 +221,7 @@ def test_daily_failed_requeued_running_and_partition_rate():
 
 def daily_by_split_calendar(jobs: pl.LazyFrame, p: dict) -> pl.DataFrame:
     """The billing rule itself: every attempt through split_calendar, then summed per day and key."""
-    a = cost.attempts(jobs, p.now).with_columns(
-        clip_interval("use_start", "use_end", p.start, p.now)
-    )
+    a = cost.attempts(jobs, p.now).with_columns(clip_interval("use_start", "use_end", p.start, p.now))
     parts = split_calendar(a, "use_start", "use_end", p.tz).with_columns(
         (pl.col("overlap_seconds") * pl.col("gpus")).alias("gs")
     )

@@ -9,11 +9,12 @@ from zoneinfo import ZoneInfo
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
-from slurmscope.config import load_config
 from slurmscope.pipelines import drift, runner
 from slurmscope.pipelines.calendar import local_day
 from slurmscope.pipelines.common import FAILED_STATES, split_calendar
 from slurmscope.pipelines.runner import EPOCH, Window, pipeline_params
+
+from slurmscope.config import load_config
 
 UTC_DT = pl.Datetime("us", "UTC")
 DAY = datetime(2026, 11, 30, tzinfo=UTC)

@@ -6,9 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import polars as pl
 from polars.testing import assert_frame_equal
-from slurmscope.config import load_config
 from slurmscope.pipelines import efficiency as eff
 from slurmscope.pipelines.runner import EPOCH, Window, pipeline_params
+
+from slurmscope.config import load_config
 
 UTC_DT = pl.Datetime("us", "UTC")
 T = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
@@ -79,10 +80,10 @@ def run() -> dict[str, pl.DataFrame]:
     return {k: v.collect() for k, v in out.items()}
 
 
-
 def params(**drift):
     cfg = load_config(env={}).with_overrides(drift=drift)
     return pipeline_params(cfg, Window(EPOCH, NOW, True))
+
 
 def test_job_efficiency_per_attempt():
     got = run()["mart_job_efficiency"].sort("job_id_raw").drop("alloc_start")

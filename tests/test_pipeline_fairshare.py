@@ -9,12 +9,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
-from slurmscope.config import load_config
 from slurmscope.pipelines import fairshare as fs
 from slurmscope.pipelines.calendar import UTC_DT
 from slurmscope.pipelines.fairshare.decay import decay_rate, parse_slurm_duration
 from slurmscope.pipelines.fairshare.rows import sshare_agreement
 from slurmscope.pipelines.runner import EPOCH, Window, pipeline_params
+
+from slurmscope.config import load_config
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 SNAP = T0 + timedelta(hours=2)

@@ -6,10 +6,11 @@ from datetime import UTC, datetime
 
 import polars as pl
 import pytest
-from slurmscope.config import load_config
 from slurmscope.pipelines import fairshare as fs
 from slurmscope.pipelines.fairshare.schema import inputs
 from slurmscope.pipelines.runner import EPOCH, Window, pipeline_params
+
+from slurmscope.config import load_config
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 UTC_DT = pl.Datetime("us", "UTC")
