@@ -15,6 +15,7 @@ where the zone jumps over midnight, the instant of the jump (so a skipped day st
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -26,6 +27,8 @@ HOUR_US = 3_600_000_000
 DAY_US = 86_400_000_000
 MAX_SPAN_HOURS = 1_000_000
 """Longest span (114 years) a DayLookup tabulates; instants further apart (junk dates) are converted one by one."""
+BLOCK_HOURS = 8192
+"""Tables cover whole blocks of 8192 hours (341 days), so the slices of a full rebuild share one."""
 MARGIN_US = 2 * DAY_US
 """Hours tabulated beyond the instants asked for: a day's start lies within 14 h of its UTC midnight."""
 
@@ -103,12 +106,17 @@ def lookup(tz: str, lo_us: int | None, hi_us: int | None) -> DayLookup:
     """The DayLookup for instants from `lo_us` to `hi_us` (epoch microseconds; None: no instant)."""
     if tz == "UTC" or lo_us is None or hi_us is None:
         return DayLookup(tz)
-    first, last = (lo_us - MARGIN_US) // HOUR_US, (hi_us + MARGIN_US) // HOUR_US
+    first = (lo_us - MARGIN_US) // HOUR_US // BLOCK_HOURS * BLOCK_HOURS
+    last = ((hi_us + MARGIN_US) // HOUR_US // BLOCK_HOURS + 1) * BLOCK_HOURS - 1
     if last - first >= MAX_SPAN_HOURS:
         return DayLookup(tz)
+    return DayLookup(tz, first, _hour_table(tz, first, last))
+
+
+@functools.lru_cache(maxsize=16)
+def _hour_table(tz: str, first: int, last: int) -> pl.DataFrame:
     hours = pl.LazyFrame({"h": pl.int_range(first, last + 1, dtype=pl.Int64, eager=True)})
-    table = hour_offsets(tz, hours).sort("h").collect()
-    return DayLookup(tz, first, table.select("o0", "o1", "switch"))
+    return hour_offsets(tz, hours).sort("h").collect().select("o0", "o1", "switch")
 
 
 def lookup_of(tz: str, instants: pl.LazyFrame) -> DayLookup:

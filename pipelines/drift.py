@@ -48,9 +48,10 @@ def _day(us: str, hour: str) -> str:
 
 
 def _hour_join(us: str, hour: str) -> str:
-    """SQL: the `billing_hours` row of the instant `us`, by the same rounded-down division."""
+    """SQL: the `billing_hours` row of the instant `us`, by the same rounded-down division. A LEFT JOIN (every
+    instant has its row): DuckDB plans the inner join of a registered table twice as slowly."""
     h = f"(({us}) - (({us}) % {HOUR_US} + {HOUR_US}) % {HOUR_US}) // {HOUR_US}"
-    return f"JOIN billing_hours {hour} ON {hour}.h = {h}"
+    return f"LEFT JOIN billing_hours {hour} ON {hour}.h = {h}"
 
 
 INPUTS: dict[str, str] = {
@@ -91,7 +92,7 @@ INPUTS: dict[str, str] = {
         ), pieces AS (
             SELECT p.account, p.day, p.gpus, CASE WHEN p.first = p.last THEN p.e - p.s
                    ELSE least(p.e, m1.start_us) - greatest(p.s, m0.start_us) END AS us
-            FROM parts p JOIN billing_days m0 ON m0.day = p.day JOIN billing_days m1 ON m1.day = p.day + 1
+            FROM parts p LEFT JOIN billing_days m0 ON m0.day = p.day LEFT JOIN billing_days m1 ON m1.day = p.day + 1
         )  -- an exact integer sum: the same GPU-hours whatever order the rows come in
         SELECT $cluster AS cluster, account, day, CAST(sum(us * CAST(gpus AS HUGEINT)) AS DOUBLE) / 3.6e9 AS x
         FROM pieces WHERE us > 0 GROUP BY ALL""",  # noqa: S608 - module constants; values are $parameters
