@@ -137,7 +137,7 @@ def _starts(days: pl.Series, tz: str) -> pl.Series:
     skipped = midnight.filter(starts.is_null() & days.is_not_null()).unique()
     if skipped.len() == 0:
         return starts
-    # the jump over a midnight M falls within 15 h of M - 0 (offsets stay within -12 h and +14 h)
+    # the jump over a midnight M lies within 15 h of M read as UTC (offsets stay within -12 h and +14 h)
     walls = pl.DataFrame({"wall": skipped.dt.epoch("us")})
     hours = walls.select(
         h=pl.int_ranges(pl.col("wall") // HOUR_US - 15, pl.col("wall") // HOUR_US + 16, dtype=pl.Int64)

@@ -586,7 +586,7 @@ def cost_efficiency(
     """mart_cost_efficiency_daily: per billing day and account, the charged GPU-seconds and dollars (from the
     daily rows `d`) beside what NVML says the GPUs did while the account's attempts held them.
 
-    Each whole-GPU mapping interval (gpu_jobs) goes to its attempt (efficiency.attribute_intervals), is
+    Each whole-GPU mapping interval (gpu_jobs) goes to its attempt (common.attribute_intervals), is
     clipped to [window start, now), cut into UTC minutes and joined to that GPU's minute sample. A sampled
     held second costs the attempt's $/GPU-hour / 3600; it is idle when the minute's mean utilisation is under
     drift.idle_util_percent, and it counts util_gpu_mean / 100 of a useful second. Energy is the minute's
