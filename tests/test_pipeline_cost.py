@@ -337,6 +337,27 @@ def test_daily_days_of_short_attempts_around_a_midnight_off_the_quarter_hour():
     assert got == [(date(1972, 1, 5), 30.0), (date(1972, 1, 6), 10.0)]
 
 
+def test_daily_dst_at_midnight_and_a_skipped_day_follow_the_billing_day_of_each_instant():
+    """Havana skips 00:00-01:00 on 12 March 2023 (its day starts at 05:00 UTC): 04:00-05:00 UTC is 11 March,
+    23:00 CST. Apia skipped 30 December 2011: an attempt across it is charged once, to the days it ran in."""
+
+    def one(zone: str, start: str, end: str) -> list[tuple]:
+        row = (1, ts(start), "a", "u", "gpu", "normal", "COMPLETED", ts(start), ts(end), 1, "h100")
+        p = params(ts(end) + timedelta(days=2), timezone=zone)
+        got = cost.daily(jobs_frame([row]), p).collect().sort("day")
+        return got.select("day", "gpu_seconds").rows()
+
+    assert one("America/Havana", "2023-03-12 04:00", "2023-03-12 06:00") == [
+        (date(2023, 3, 11), 3600.0),
+        (date(2023, 3, 12), 3600.0),
+    ]
+    # Apia: 29 Dec ended at 10:00 UTC (-10:00), 31 Dec began there (+14:00)
+    assert one("Pacific/Apia", "2011-12-30 09:00", "2011-12-30 11:00") == [
+        (date(2011, 12, 29), 3600.0),
+        (date(2011, 12, 31), 3600.0),
+    ]
+
+
 def test_largest_remainder_thirds_sum_to_total():
     lf = pl.LazyFrame({"m": [1, 1, 1], "acct": ["a", "b", "c"], "amt": [10 / 3] * 3})
     got = largest_remainder_cents(lf, "amt", ["m"], ["acct"]).collect().sort("acct")

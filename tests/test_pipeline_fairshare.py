@@ -459,3 +459,17 @@ def test_runner_writes_are_idempotent_incremental_and_pick_up_late_jobs(con):
     lam = -math.log(1 - 0.693 / (7 * 86400))
     added = 2 * (1 - math.exp(-lam * 1000)) / lam * math.exp(-lam * (6.5 * 86400 - 1000))
     assert after - before == pytest.approx(added, rel=1e-6)
+
+
+def test_day_table_in_a_zone_that_skips_midnight():
+    """Havana skips 00:00-01:00 on 12 March 2023, so that day starts at 05:00 UTC: an attempt from 04:00 to
+    06:00 UTC is charged an hour on 11 March (23:00 CST) and an hour on 12 March, each decayed to its day's
+    end (no decay here: the charge is the raw usage)."""
+    start = datetime(2023, 3, 12, 4, tzinfo=UTC)
+    frames = {"jobs": jobs([("a", "u", start, 2 * 3600, 1.0)])}
+    p = params(start + timedelta(days=2), tz="America/Havana", decay_half_life_seconds=0.0)
+    daily = fs.compute(frames, p)["mart_fairshare_daily"].collect().sort("day")
+    assert daily.select("day", "charge", "raw").rows() == [
+        (datetime(2023, 3, 11).date(), 3600.0, 3600.0),
+        (datetime(2023, 3, 12).date(), 3600.0, 3600.0),
+    ]
