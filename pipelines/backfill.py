@@ -9,19 +9,18 @@ definitions and their approximations.
 
 from __future__ import annotations
 
-from typing import Any
-
 import polars as pl
+from slurmscope.pipelines.calendar import lookup_of
 from slurmscope.pipelines.common import (
     NODE_STATES_SQL,
     UTC_DT,
     clip_interval,
     ensure_columns,
     gpu_class,
-    local_day,
     node_intervals,
     usage_interval,
 )
+from slurmscope.pipelines.params import Params
 
 NAME = "backfill"
 
@@ -130,18 +129,19 @@ def _norm(jobs: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def _start_day(lf: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
+def _start_day(lf: pl.LazyFrame, params: Params) -> pl.LazyFrame:
     """Billing-zone day of each started attempt's start, from the window's first day on."""
+    days = lookup_of(params.tz, lf.select(pl.col("start_time").dt.epoch("us").alias("us")))
     return (
         lf.filter(pl.col("start_time").is_not_null())
-        .with_columns(local_day(pl.col("start_time"), params["tz"]).alias("day"))
-        .filter(pl.col("day") >= pl.lit(params["start_date"]))
+        .with_columns(days.day_of(pl.col("start_time")).alias("day"))
+        .filter(pl.col("day") >= pl.lit(params.start_date))
     )
 
 
-def backfill_daily(jobs: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
+def backfill_daily(jobs: pl.LazyFrame, params: Params) -> pl.LazyFrame:
     """Attempts by start day, partition and sched_by; GPU-hours of the whole attempt (to now if running)."""
-    j = _start_day(_norm(jobs), params).with_columns(usage_interval(params["now"]))
+    j = _start_day(_norm(jobs), params).with_columns(usage_interval(params.now))
     hours = (pl.col("use_end") - pl.col("use_start")).dt.total_microseconds() / 1e6 * pl.col("gpus") / 3600.0
     out = (
         j.group_by("day", "partition", "sched_by")
@@ -173,7 +173,7 @@ def _sorted_percentile(values: pl.Expr, nulls: pl.Expr, q: float) -> pl.Expr:
     )
 
 
-def wait_times(jobs: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
+def wait_times(jobs: pl.LazyFrame, params: Params) -> pl.LazyFrame:
     """Wait = start − eligible (submit when eligible is unknown), seconds, by start day; linear percentiles."""
     j = _start_day(_norm(jobs), params).with_columns(
         ((pl.col("start_time") - pl.coalesce("eligible_time", "submit_time")).dt.total_microseconds() / 1e6)
@@ -199,7 +199,7 @@ def wait_times(jobs: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
     return ensure_columns(out, WAIT_SCHEMA)
 
 
-def sched_deltas(stats: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
+def sched_deltas(stats: pl.LazyFrame, params: Params) -> pl.LazyFrame:
     """Counter increase between consecutive sdiag snapshots.
 
     sdiag counters restart at midnight UTC and when slurmctld restarts. A restart between two snapshots is
@@ -243,7 +243,7 @@ def sched_deltas(stats: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
         ((pl.col("snapshot_time") - pl.col("prev_snapshot_time")).dt.total_microseconds() / 1e6).alias(
             "interval_seconds"
         ),
-    ).filter(pl.col("snapshot_time") >= pl.lit(params["start"], dtype=UTC_DT))
+    ).filter(pl.col("snapshot_time") >= pl.lit(params.start, dtype=UTC_DT))
     return ensure_columns(out, DELTA_SCHEMA)
 
 
@@ -347,7 +347,7 @@ def _pending_cover(pending: pl.LazyFrame, keys: list[str], bucket: int) -> pl.La
     )
 
 
-def occupancy(jobs: pl.LazyFrame, node_states: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
+def occupancy(jobs: pl.LazyFrame, node_states: pl.LazyFrame, params: Params) -> pl.LazyFrame:
     """mart_occupancy per bucket, partition and GPU model.
 
     available = GPUs of nodes neither down/drained nor reserved (a node in several partitions counts in
@@ -355,8 +355,8 @@ def occupancy(jobs: pl.LazyFrame, node_states: pl.LazyFrame, params: dict[str, A
     which a pending GPU attempt of that partition (same model, or untyped) asked for no more GPUs than the
     bucket's mean idle GPUs (partition totals: node packing is not modelled).
     """
-    bucket = int(params["config"]["pipelines"]["occupancy_bucket_seconds"])
-    start, now = params["start"], params["now"]
+    bucket = int(params.pipelines.occupancy_bucket_seconds)
+    start, now = params.start, params.now
     now_l = pl.lit(now, dtype=UTC_DT)
     keys = ["partition", "gpu_model"]
     j = _norm(jobs).filter(pl.col("gpus") > 0)
@@ -437,7 +437,7 @@ def occupancy(jobs: pl.LazyFrame, node_states: pl.LazyFrame, params: dict[str, A
     return ensure_columns(occ, OCC_SCHEMA)
 
 
-def compute(frames: dict[str, pl.LazyFrame], params: dict[str, Any]) -> dict[str, pl.LazyFrame]:
+def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.LazyFrame]:
     return {
         "mart_backfill_daily": backfill_daily(frames["jobs"], params),
         "mart_sched_deltas": sched_deltas(frames["sched_stats"], params),

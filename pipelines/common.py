@@ -8,11 +8,12 @@ monthly and capacity rows reconcile.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import date, datetime
+from datetime import datetime
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import polars as pl
+from slurmscope.pipelines.calendar import UTC_DT, day_start, local_day
+from slurmscope.pipelines.params import Billing, Params
 
 from slurmscope.config import ConfigError
 from slurmscope.slurm_states import (
@@ -22,24 +23,7 @@ from slurmscope.slurm_states import (
     NODE_GPUS_RESERVED_STATES,
 )
 
-UTC_DT = pl.Datetime("us", "UTC")
-
 HOURS_PER_YEAR = 8766.0  # 365.25 days
-
-
-def local_midnight_utc(day: pl.Expr, tz: str) -> pl.Expr:
-    """UTC instant of midnight starting the calendar `day` (a Date) in `tz`.
-
-    Zones whose DST jump happens at midnight have no 00:00 on that day: the day then starts at the first
-    instant that exists, which `non_existent='null'` plus one hour approximates closely enough for billing
-    (the hour is lost, not charged twice).
-    """
-    naive = day.cast(pl.Datetime("us"))
-    local = naive.dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
-    shifted = (naive + pl.duration(hours=1)).dt.replace_time_zone(
-        tz, ambiguous="earliest", non_existent="null"
-    )
-    return pl.coalesce(local, shifted - pl.duration(hours=1)).dt.convert_time_zone("UTC")
 
 
 def split_calendar(
@@ -54,8 +38,8 @@ def split_calendar(
     """
     s, e = pl.col(start), pl.col(end)
     lf = lf.filter(s.is_not_null() & e.is_not_null() & (e > s))
-    first = s.dt.convert_time_zone(tz).dt.date()
-    last = (e - pl.duration(microseconds=1)).dt.convert_time_zone(tz).dt.date()
+    first = local_day(s, tz)
+    last = local_day(e - pl.duration(microseconds=1), tz)
     if every == "1mo":
         first, last = first.dt.month_start(), last.dt.month_start()
     elif every != "1d":
@@ -70,8 +54,8 @@ def split_calendar(
     )
     # Period bounds once per distinct period, then joined: time-zone arithmetic per row is slow.
     bounds = multi.select(pl.col(out).unique()).with_columns(
-        local_midnight_utc(pl.col(out), tz).alias("_period_start"),
-        local_midnight_utc(pl.col(out).dt.offset_by(every), tz).alias("_period_end"),
+        day_start(pl.col(out), tz).alias("_period_start"),
+        day_start(pl.col(out).dt.offset_by(every), tz).alias("_period_end"),
     )
     multi = multi.join(bounds, on=out, how="left")
     overlap = pl.min_horizontal(e, pl.col("_period_end")) - pl.max_horizontal(s, pl.col("_period_start"))
@@ -81,11 +65,6 @@ def split_calendar(
         .drop("_period_start", "_period_end")
     )
     return pl.concat([single, multi], how="vertical").drop("_last")
-
-
-def local_day(ts: pl.Expr, tz: str) -> pl.Expr:
-    """Calendar day (Date) in `tz` of an instant."""
-    return ts.dt.convert_time_zone(tz).dt.date()
 
 
 def split_buckets(
@@ -155,6 +134,52 @@ def multi_attempt(jobs: pl.LazyFrame) -> pl.LazyFrame:
     ids = jobs.select(pl.col("job_id_raw").sort())
     repeated = ids.filter(pl.col("job_id_raw") == pl.col("job_id_raw").shift(1)).unique()
     return jobs.join(repeated, on="job_id_raw", how="semi")
+
+
+MATCH_TOLERANCE = "1h"
+"""A mapping interval belongs to the attempt of its job whose Start is nearest, within this tolerance."""
+
+
+def mapped_job_id_raw(job_id: pl.Expr) -> pl.Expr:
+    """The sacct JobIDRaw a gpu_jobs.job_id (SLURM_JOB_ID) belongs to: its leading digits (the jobs INPUT's
+    semi-join extracts the same)."""
+    return job_id.str.extract(r"^(\d+)").cast(pl.Int64)
+
+
+def attribute_intervals(gpu_jobs: pl.LazyFrame, jobs: pl.LazyFrame, now: datetime) -> pl.LazyFrame:
+    """Each whole-GPU mapping interval with the job attempt it belongs to.
+
+    gpu_jobs.job_id is SLURM_JOB_ID (= sacct JobIDRaw); a requeued job has one attempt per Start, so the
+    interval goes to the attempt whose Start is nearest its own start. An open interval ends at the
+    attempt's End, else at `now`.
+    """
+    now_lit = pl.lit(now, dtype=UTC_DT)
+    g = gpu_jobs.with_columns(job_id_raw=mapped_job_id_raw(pl.col("job_id"))).drop("job_id")
+    j = jobs.select(
+        "cluster",
+        "job_id_raw",
+        "job_id",
+        "attempt",
+        "submit_time",
+        "start_time",
+        "end_time",
+        "account",
+        "user",
+        pl.col("gpus").alias("alloc_gpus"),
+    )
+    out = g.sort("interval_start").join_asof(
+        j.sort("start_time"),
+        left_on="interval_start",
+        right_on="start_time",
+        by=["cluster", "job_id_raw"],
+        strategy="nearest",
+        tolerance=MATCH_TOLERANCE,
+        check_sortedness=False,
+    )
+    end = pl.coalesce("interval_end", "end_time", now_lit)
+    return out.with_columns(interval_end=pl.min_horizontal(end, now_lit)).filter(
+        pl.col("interval_end") > pl.col("interval_start")
+    )
 
 
 def gpu_seconds(overlap: str = "overlap_seconds", gpus: str = "gpus") -> pl.Expr:
@@ -251,7 +276,7 @@ def hourly_rate(entry: Any, *, where: str = "billing.rates") -> float:
     raise ValueError(f"{where}: expected a number or a table, got {entry!r}")
 
 
-def price_book(billing: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, float], float | None]:
+def price_book(billing: Billing) -> tuple[dict[str, float], dict[str, float], float | None]:
     """(rate by lower-case GPU model, rate by partition, default rate or None) from the billing section.
 
     Keys of `billing.rates` are GPU models, `partition:<name>` for a partition rate (which wins), or
@@ -259,7 +284,7 @@ def price_book(billing: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, 
     """
     models: dict[str, float] = {}
     parts: dict[str, float] = {}
-    for key, entry in (billing.get("rates") or {}).items():
+    for key, entry in billing.rates.items():
         rate = hourly_rate(entry, where=f"billing.rates.{key}")
         if key.startswith("partition:"):
             parts[key.split(":", 1)[1]] = rate
@@ -270,7 +295,7 @@ def price_book(billing: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, 
 
 def with_rate(
     lf: pl.LazyFrame,
-    billing: Mapping[str, Any],
+    billing: Billing,
     *,
     model: str = "gpu_model",
     partition: str = "partition",
@@ -319,14 +344,14 @@ NODE_STATES_SQL = """
 """sinfo snapshots one row per node (DuckDB does the de-duplication of multi-partition nodes much faster)."""
 
 
-def node_intervals(node_states: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
+def node_intervals(node_states: pl.LazyFrame, params: Params) -> pl.LazyFrame:
     """One row per node per sinfo snapshot, standing until the next snapshot (at most the max gap, or now),
     with GPUs split into allocated / down / reserved / idle.
 
     Rows may repeat a node per partition (sinfo -N) or come one per node with the partitions already
     joined (NODE_STATES_SQL); both give the same intervals."""
-    gap = int(params["config"]["pipelines"]["node_snapshot_max_gap_seconds"])
-    now_l = pl.lit(params["now"], dtype=UTC_DT)
+    gap = int(params.pipelines.node_snapshot_max_gap_seconds)
+    now_l = pl.lit(params.now, dtype=UTC_DT)
     # A node listed in several partitions (sinfo -N repeats it) is one node: its partitions are joined
     # by ',' (membership taken over the frame, since it changes rarely), its GPUs counted once.
     parts = node_states.group_by("node").agg(
@@ -376,11 +401,6 @@ def node_intervals(node_states: pl.LazyFrame, params: dict[str, Any]) -> pl.Lazy
 # --- small helpers ------------------------------------------------------------------------------------
 
 
-def local_date(ts: datetime, tz: str) -> date:
-    """Calendar date of an instant in `tz`."""
-    return ts.astimezone(ZoneInfo(tz)).date()
-
-
 def empty(schema: Mapping[str, pl.DataType]) -> pl.LazyFrame:
     return pl.LazyFrame(schema=dict(schema))
 
@@ -392,3 +412,29 @@ def ensure_columns(lf: pl.LazyFrame, schema: Mapping[str, pl.DataType]) -> pl.La
 
 def names(items: Iterable[str]) -> list[str]:
     return sorted(set(items))
+
+
+def with_columns_of(frame: pl.LazyFrame | None, schema: Mapping[str, pl.DataType]) -> pl.LazyFrame:
+    """`frame` with any column of `schema` it lacks added as nulls and its timestamps in UTC (an empty frame
+    when it is None), so that a database without some source still computes."""
+    if frame is None:
+        return empty(schema)
+    have = frame.collect_schema()
+    missing = [pl.lit(None, dtype).alias(name) for name, dtype in schema.items() if name not in have]
+    return frame.with_columns(*missing, *to_utc(have)) if missing or to_utc(have) else frame
+
+
+def to_utc(schema: Mapping[str, pl.DataType]) -> list[pl.Expr]:
+    """Timestamps in the one zone the pipelines compare them in (a DuckDB session in another zone, or
+    'Etc/UTC', would otherwise fail every comparison with a UTC literal)."""
+    out = []
+    for name, dtype in schema.items():
+        if isinstance(dtype, pl.Datetime) and dtype.time_zone != "UTC":
+            col = pl.col(name).cast(pl.Datetime("us", dtype.time_zone))
+            col = (
+                col.dt.replace_time_zone("UTC")
+                if dtype.time_zone is None
+                else col.dt.convert_time_zone("UTC")
+            )
+            out.append(col.alias(name))
+    return out

@@ -10,20 +10,25 @@ dollars, cost per useful GPU-hour, energy). docs/pipelines.md#cost has the formu
 
 from __future__ import annotations
 
-import functools
-from datetime import UTC, date, datetime, timedelta
-from typing import Any
+from datetime import date, datetime, timedelta
 
 import polars as pl
+from slurmscope.pipelines.calendar import (
+    UTC_DT,
+    DayLookup,
+    day_start,
+    day_starts,
+    epoch_us,
+    local_date,
+    lookup,
+)
 from slurmscope.pipelines.common import (
     NODE_STATES_SQL,
-    UTC_DT,
+    attribute_intervals,
     clip_interval,
     ensure_columns,
     largest_remainder_cents,
-    local_date,
-    local_day,
-    local_midnight_utc,
+    mapped_job_id_raw,
     multi_attempt,
     node_intervals,
     split_buckets,
@@ -32,7 +37,7 @@ from slurmscope.pipelines.common import (
     with_rate,
     with_requeued,
 )
-from slurmscope.pipelines.efficiency import IDLE_UTIL_PERCENT, attribute_intervals, mapped_job_id_raw
+from slurmscope.pipelines.params import Params
 
 from slurmscope.slurm_states import JOB_UNSUCCESSFUL_STATES
 
@@ -161,7 +166,7 @@ COUNTER_SCHEMA = {
 
 def month_closed_at(month: pl.Expr, tz: str, close_after_days: int) -> pl.Expr:
     """UTC instant from which a billing month counts as closed."""
-    return local_midnight_utc(month.dt.offset_by("1mo"), tz) + pl.duration(days=close_after_days)
+    return day_start(month.dt.offset_by("1mo"), tz) + pl.duration(days=close_after_days)
 
 
 def attempts(jobs: pl.LazyFrame, now: datetime) -> pl.LazyFrame:
@@ -188,68 +193,24 @@ FLAGS = ["failed", "requeued", "running"]
 
 
 def day_bounds(first: date, last: date, tz: str) -> pl.DataFrame:
-    """Each billing day from `first` to `last` with its [_ps, _pe) in UTC microseconds, computed as
-    split_calendar computes them, and `_odd`: how many days up to this one lack proper bounds (a day the zone
-    skipped, or none)."""
-    days = pl.DataFrame({"day": pl.date_range(first, last, "1d", eager=True)})
-    b = days.with_columns(
-        local_midnight_utc(pl.col("day"), tz).dt.epoch("us").alias("_ps"),
-        local_midnight_utc(pl.col("day").dt.offset_by("1d"), tz).dt.epoch("us").alias("_pe"),
-    )
+    """Each billing day from `first` to `last` with its [_ps, _pe) in UTC microseconds, as split_calendar
+    bounds it, and `_odd`: how many days up to this one lack proper bounds (a day the zone skipped)."""
+    starts = day_starts(first, last + timedelta(days=1), tz)
+    us = starts["start"].dt.epoch("us")
+    b = pl.DataFrame({"day": starts["day"][:-1], "_ps": us[:-1], "_pe": us[1:]})
     odd = pl.col("_ps").is_null() | pl.col("_pe").is_null() | (pl.col("_pe") <= pl.col("_ps"))
     return b.with_columns(odd.cast(pl.Int32).cum_sum().alias("_odd"))
 
 
-QUARTER_US = 15 * 60 * 10**6
-MAX_QUARTERS = 3 * 366 * 96
-"""Longest span (3 years of quarter hours) for which quarter_days builds its table; longer windows (the first
-slice of a full rebuild starts at 1970) convert each instant instead."""
+def billing_days(frame: pl.LazyFrame, column: str, params: Params) -> DayLookup:
+    """The billing days of instants from the first `column` of `frame` (or the window's start, if later)
+    to now: the span of every instant cost cuts into days, since they are clipped to the window."""
+    first = frame.select(pl.col(column).min()).collect().item()
+    lo = None if first is None else epoch_us(max(first, params.start))
+    return lookup(params.tz, lo, epoch_us(params.now))
 
 
-def epoch_us(ts: datetime) -> int:
-    return (ts - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
-
-
-@functools.lru_cache(maxsize=16)
-def quarter_days(lo: datetime, hi: datetime, tz: str) -> tuple[int, pl.Series] | None:
-    """(start of the first quarter in µs, billing day of each UTC quarter hour from `lo` to `hi`), where every
-    quarter hour lies in one billing day at one UTC offset, so each instant in it has that day: an attempt's
-    day is then looked up by position instead of converting it to the zone (the split's slowest step).
-
-    None where some quarter does not (offsets or midnights off the quarter hour, as in Monrovia until 1972;
-    two offset changes within 15 minutes would also pass unseen, no zone has had them), or the span is long.
-    """
-    base = epoch_us(lo) // QUARTER_US * QUARTER_US
-    n = (epoch_us(hi) - base) // QUARTER_US + 1
-    if n > MAX_QUARTERS:
-        return None
-    c = (pl.int_range(n, dtype=pl.Int64, eager=True) * QUARTER_US + base).cast(UTC_DT).alias("c")
-    last = pl.col("c") + pl.duration(microseconds=QUARTER_US - 1)
-
-    def wall(x: pl.Expr) -> pl.Expr:
-        return x.dt.convert_time_zone(tz).dt.replace_time_zone(None)
-
-    q = pl.DataFrame(c).select(
-        local_day(pl.col("c"), tz).alias("day"),
-        (
-            (local_day(last, tz) == local_day(pl.col("c"), tz))
-            & ((wall(last) - wall(pl.col("c"))).dt.total_microseconds() == QUARTER_US - 1)
-        ).alias("one"),
-    )
-    return (base, q["day"]) if q["one"].all() else None
-
-
-def billing_day(us: pl.Expr, params: dict[str, Any]) -> pl.Expr:
-    """Billing day of instants given in µs since 1970, inside [window start, now): from quarter_days' table
-    where it has one, else converted one by one."""
-    quarters = quarter_days(params["start"], params["now"], params["tz"])
-    if quarters is None:
-        return local_day(us.cast(UTC_DT), params["tz"])
-    base, by_quarter = quarters
-    return pl.lit(by_quarter).gather((us - base) // QUARTER_US)
-
-
-def day_gpu_microseconds(a: pl.LazyFrame, params: dict[str, Any], flags: list[str]) -> pl.LazyFrame:
+def day_gpu_microseconds(a: pl.LazyFrame, params: Params, flags: list[str], days: DayLookup) -> pl.LazyFrame:
     """(day, KEYS, `flags`, `v`): GPU-microseconds of the attempts `a` (clipped `use_start`/`use_end`, `gpus`)
     in each billing day, the same overlap split_calendar gives them, without a row per (attempt, day).
 
@@ -261,8 +222,8 @@ def day_gpu_microseconds(a: pl.LazyFrame, params: dict[str, Any], flags: list[st
     Integer microseconds make the sums exact whatever their order. Day bounds are looked up by position in a
     table of the window's days (a join per attempt and bound cost more than the rest of the split).
     """
-    tz, now = params["tz"], params["now"]
-    first = local_date(params["start"], tz) - timedelta(days=1)
+    tz, now = params.tz, params.now
+    first = local_date(params.start, tz) - timedelta(days=1)
     table = day_bounds(first, local_date(now, tz) + timedelta(days=1), tz)
     s, e, f, last, g = pl.col("_s_us"), pl.col("_e_us"), pl.col("F"), pl.col("L"), pl.col("g")
     a = a.filter(pl.col("use_end") > pl.col("use_start")).select(
@@ -272,7 +233,7 @@ def day_gpu_microseconds(a: pl.LazyFrame, params: dict[str, Any], flags: list[st
         pl.col("use_end").dt.epoch("us").alias("_e_us"),
         pl.col("gpus").cast(pl.Int64).alias("g"),
     )
-    a = a.with_columns(billing_day(s, params).alias("F"), billing_day(e - 1, params).alias("L"))
+    a = a.with_columns(days.day(s).alias("F"), days.day(e - 1).alias("L"))
     origin = (first - date(1970, 1, 1)).days
 
     def at(day: pl.Expr, column: str) -> pl.Expr:
@@ -329,17 +290,18 @@ def day_gpu_microseconds(a: pl.LazyFrame, params: dict[str, Any], flags: list[st
     return days.filter(day.is_not_null()).select("day", *KEYS, *flags, v.alias("v")).filter(pl.col("v") > 0)
 
 
-def daily(jobs: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
+def daily(jobs: pl.LazyFrame, params: Params) -> pl.LazyFrame:
     """mart_cost_daily rows for days from the window's start (billing zone) up to now.
 
     Requeued GPU-seconds come from the jobs with several attempts alone (a few per cent of the attempts):
     flagging every attempt took a group-by of all job ids and a join over all attempts."""
-    billing, now = params["config"]["billing"], params["now"]
-    clip = clip_interval("use_start", "use_end", params["start"], now)
-    from_start = pl.col("day") >= pl.lit(params["start_date"])
+    billing, now = params.billing, params.now
+    clip = clip_interval("use_start", "use_end", params.start, now)
+    from_start = pl.col("day") >= pl.lit(params.start_date)
     v, zero = pl.col("v"), pl.lit(0, dtype=pl.Int64)
+    days = billing_days(jobs, "start_time", params)
     out = (
-        day_gpu_microseconds(usage(jobs, now).with_columns(clip), params, ["failed", "running"])
+        day_gpu_microseconds(usage(jobs, now).with_columns(clip), params, ["failed", "running"], days)
         .filter(from_start)
         .group_by("day", *KEYS)
         .agg(
@@ -352,7 +314,7 @@ def daily(jobs: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
     )
     requeued = attempts(multi_attempt(jobs), now).filter(pl.col("requeued"))
     requeued = (
-        day_gpu_microseconds(requeued.with_columns(clip), params, [])
+        day_gpu_microseconds(requeued.with_columns(clip), params, [], days)
         .filter(from_start)
         .group_by("day", *KEYS)
         .agg(v.sum().alias("requeued_gpu_seconds"))
@@ -375,8 +337,8 @@ def daily(jobs: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
     return ensure_columns(out, DAILY_SCHEMA)
 
 
-def spreads(params: dict[str, Any]) -> bool:
-    return params["config"]["billing"].get("idle_cost", "separate") == "spread"
+def spreads(params: Params) -> bool:
+    return params.billing.idle_cost == "spread"
 
 
 def unallocated_daily(cap: pl.LazyFrame) -> pl.LazyFrame:
@@ -389,7 +351,7 @@ def unallocated_daily(cap: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def spread_daily(d: pl.LazyFrame, unallocated: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
+def spread_daily(d: pl.LazyFrame, unallocated: pl.LazyFrame, params: Params) -> pl.LazyFrame:
     """`spread_cost_usd` of each daily row: the day's unallocated capacity cost × the row's share of the day's
     GPU-seconds (billing.idle_cost = "spread"); 0 when idle cost is reported separately."""
     if not spreads(params):
@@ -411,7 +373,7 @@ def spread_daily(d: pl.LazyFrame, unallocated: pl.LazyFrame, params: dict[str, A
 def monthly(
     daily_rows: pl.LazyFrame,
     prev: pl.LazyFrame,
-    params: dict[str, Any],
+    params: Params,
     unallocated: pl.LazyFrame | None = None,
 ) -> pl.LazyFrame:
     """mart_cost_monthly: open months recomputed; closed months frozen; listed closed months re-issued.
@@ -424,9 +386,9 @@ def monthly(
     month's GPU-hours. Usage and spread are each rounded by largest remainder, so the rows add up to the
     rounded usage total plus the unallocated capacity cost (already whole cents).
     """
-    billing = params["config"]["billing"]
-    tz, now = params["tz"], params["now"]
-    reissue = [datetime.strptime(m, "%Y-%m").date() for m in billing.get("reissue_months", [])]
+    billing = params.billing
+    tz, now = params.tz, params.now
+    reissue = [datetime.strptime(m, "%Y-%m").date() for m in billing.reissue_months]
     now_l = pl.lit(now, dtype=UTC_DT)
     rows = daily_rows.select(
         "day", "account", "user", pl.col("gpu_seconds").cast(pl.Float64), pl.col("cost_usd").cast(pl.Float64)
@@ -485,8 +447,8 @@ def monthly(
         pl.when(month_hours > 0).then(pl.col("gpu_hours") / month_hours).otherwise(0.0).alias("share"),
         # Closed as of the window's end: a slice of a full rebuild must not freeze a month it saw only in part.
         (
-            pl.lit(params["end"], dtype=UTC_DT)
-            >= month_closed_at(pl.col("month"), tz, int(billing.get("close_after_days", 0)))
+            pl.lit(params.end, dtype=UTC_DT)
+            >= month_closed_at(pl.col("month"), tz, int(billing.close_after_days))
         ).alias("closed"),
     ).drop("cents", "amount", "spread_cents", "spread_amount")
     prev = prev.with_columns(pl.col("version").cast(pl.Int32), pl.col("issued_at").cast(UTC_DT))
@@ -527,22 +489,22 @@ def monthly(
     return pl.concat([ensure_columns(f, MONTHLY_SCHEMA) for f in (kept, open_rows, reissued)], how="vertical")
 
 
-def capacity(node_states: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
+def capacity(node_states: pl.LazyFrame, params: Params) -> pl.LazyFrame:
     """mart_capacity_daily: GPU-seconds and cost of capacity and its four parts; cents by largest remainder
     within each row, so allocated + idle + down + reserved equals capacity to the cent.
 
     sinfo snapshots every node at once, so the nodes of a partition and model share their intervals: their
     GPUs are summed per interval before the day split (~1,000 intervals per snapshot time down to a few)."""
-    billing = params["config"]["billing"]
+    billing = params.billing
     counts = ["total", *CAPACITY_PARTS]
     iv = (
         node_intervals(node_states, params)
-        .with_columns(clip_interval("snapshot_time", "until", params["start"], params["now"]))
+        .with_columns(clip_interval("snapshot_time", "until", params.start, params.now))
         .group_by("snapshot_time", "until", "partition", "gpu_model")
         .agg(pl.col(counts).sum())
     )
     # Cached: split_calendar reads its input twice (one-day and longer rows), which computed the intervals twice.
-    parts = split_calendar(iv.cache(), "snapshot_time", "until", params["tz"], every="1d", out="day")
+    parts = split_calendar(iv.cache(), "snapshot_time", "until", params.tz, every="1d", out="day")
     sums = (
         parts.group_by("day", "partition", "gpu_model")
         .agg(
@@ -555,7 +517,7 @@ def capacity(node_states: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
                 for p in CAPACITY_PARTS
             ],
         )
-        .filter(pl.col("day") >= pl.lit(params["start_date"]))
+        .filter(pl.col("day") >= pl.lit(params.start_date))
     )
     sums = with_rate(sums, billing)
     keys = ["day", "partition", "gpu_model"]
@@ -587,7 +549,7 @@ def capacity(node_states: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
 
 
 def counters(
-    window_daily: pl.LazyFrame, before: pl.LazyFrame, prev: pl.LazyFrame, params: dict[str, Any]
+    window_daily: pl.LazyFrame, before: pl.LazyFrame, prev: pl.LazyFrame, params: Params
 ) -> pl.LazyFrame:
     """mart_usage_counters: all history up to now (days before the window from the mart, the window just
     computed), never lower than what was reported before; any shortfall goes to the *_correction columns."""
@@ -614,31 +576,31 @@ def counters(
     ).with_columns(
         (pl.col("gpu_seconds") - pl.col("gpu_seconds_total")).alias("gpu_seconds_correction"),
         (pl.col("cost_usd") - pl.col("cost_usd_total")).alias("cost_usd_correction"),
-        pl.lit(params["now"], dtype=UTC_DT).alias("updated_at"),
+        pl.lit(params.now, dtype=UTC_DT).alias("updated_at"),
     )
     return ensure_columns(out, COUNTER_SCHEMA)
 
 
 def cost_efficiency(
-    d: pl.LazyFrame, jobs: pl.LazyFrame, gpu_jobs: pl.LazyFrame, samples: pl.LazyFrame, params: dict[str, Any]
+    d: pl.LazyFrame, jobs: pl.LazyFrame, gpu_jobs: pl.LazyFrame, samples: pl.LazyFrame, params: Params
 ) -> pl.LazyFrame:
     """mart_cost_efficiency_daily: per billing day and account, the charged GPU-seconds and dollars (from the
     daily rows `d`) beside what NVML says the GPUs did while the account's attempts held them.
 
-    Each whole-GPU mapping interval (gpu_jobs) goes to its attempt (efficiency.attribute_intervals), is
+    Each whole-GPU mapping interval (gpu_jobs) goes to its attempt (common.attribute_intervals), is
     clipped to [window start, now), cut into UTC minutes and joined to that GPU's minute sample. A sampled
     held second costs the attempt's $/GPU-hour / 3600; it is idle when the minute's mean utilisation is under
     drift.idle_util_percent, and it counts util_gpu_mean / 100 of a useful second. Energy is the minute's
     energy-counter delta (else its mean power × 60 s) × held / 60.
     """
-    billing = params["config"]["billing"]
-    threshold = float(params["config"].get("drift", {}).get("idle_util_percent", IDLE_UTIL_PERCENT))
-    price_kwh = float(billing.get("energy_usd_per_kwh", 0.0)) * float(billing.get("pue", 1.0))
-    cluster = pl.lit(params["cluster"])
+    billing = params.billing
+    threshold = float(params.drift.idle_util_percent)
+    price_kwh = float(billing.energy_usd_per_kwh) * float(billing.pue)
+    cluster = pl.lit(params.cluster)
     # Only jobs with a mapping interval can match one (attribute_intervals joins by job id), and every attempt
     # of such a job stays, so the requeue flags are those of the whole frame.
     mapped = gpu_jobs.select(mapped_job_id_raw(pl.col("job_id")).alias("job_id_raw")).unique()
-    att = attempts(jobs.join(mapped, on="job_id_raw", how="semi"), params["now"])
+    att = attempts(jobs.join(mapped, on="job_id_raw", how="semi"), params.now)
     j = att.select(
         cluster.alias("cluster"),
         "job_id_raw",
@@ -651,10 +613,10 @@ def cost_efficiency(
         "user",
         "gpus",
     )
-    iv = attribute_intervals(gpu_jobs.with_columns(cluster.alias("cluster")), j, params["now"])
+    iv = attribute_intervals(gpu_jobs.with_columns(cluster.alias("cluster")), j, params.now)
     iv = (
         iv.filter(pl.col("submit_time").is_not_null())
-        .with_columns(clip_interval("interval_start", "interval_end", params["start"], params["now"]))
+        .with_columns(clip_interval("interval_start", "interval_end", params.start, params.now))
         .join(
             att.select("job_id_raw", "submit_time", "partition", "gpu_model"),
             on=["job_id_raw", "submit_time"],
@@ -670,7 +632,7 @@ def cost_efficiency(
         pl.col("energy_joules") * pl.col("held") / 60.0, pl.col("power_mean_watts") * pl.col("held")
     )
     zero = pl.lit(0.0)
-    day = billing_day(pl.col("minute").dt.epoch("us"), params)
+    day = billing_days(gpu_jobs, "interval_start", params).day(pl.col("minute").dt.epoch("us"))
     used = (
         m.with_columns(day.alias("day"))
         .group_by("day", "account")
@@ -725,7 +687,7 @@ def cost_efficiency(
             (pl.col("energy_joules") / JOULES_PER_KWH * price_kwh).alias("energy_cost_usd"),
         )
     )
-    return ensure_columns(out.filter(pl.col("day") >= pl.lit(params["start_date"])), EFFICIENCY_SCHEMA)
+    return ensure_columns(out.filter(pl.col("day") >= pl.lit(params.start_date)), EFFICIENCY_SCHEMA)
 
 
 def _frame(frames: dict[str, pl.LazyFrame], name: str, schema: dict[str, pl.DataType]) -> pl.LazyFrame:
@@ -733,7 +695,7 @@ def _frame(frames: dict[str, pl.LazyFrame], name: str, schema: dict[str, pl.Data
     return frames[name] if name in frames else pl.LazyFrame(schema=schema)
 
 
-def compute(frames: dict[str, pl.LazyFrame], params: dict[str, Any]) -> dict[str, pl.LazyFrame]:
+def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.LazyFrame]:
     # Capacity feeds its mart and the spread of every daily row; the daily rows feed four marts: cached, so
     # the one collect computes each once (without, the spread made the cost pipeline ~10x slower).
     cap = capacity(frames["node_states"], params).cache()

@@ -16,12 +16,14 @@ The floor keeps a perfectly flat history (MAD 0) from turning any blip into an i
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from dataclasses import asdict
+from datetime import datetime
 from typing import Any
 
 import polars as pl
-from slurmscope.pipelines.common import local_day
-from slurmscope.pipelines.fairshare import to_utc
+from slurmscope.pipelines.calendar import DAY_US, HOUR_US, UTC_DT, day_start, local_day
+from slurmscope.pipelines.common import with_columns_of
+from slurmscope.pipelines.params import Params
 
 from slurmscope.slurm_states import JOB_UNSUCCESSFUL_STATES, sql_list
 
@@ -35,50 +37,25 @@ JOBS = f"""cluster = $cluster AND coalesce(end_time, $end) >= $start - {HISTORY}
            AND coalesce(start_time, submit_time) < $end"""
 _FAILED = sql_list(JOB_UNSUCCESSFUL_STATES)
 
-# SQL CTEs `span(lo)`, the earliest start of the attempts read, and `hours(h, day)`: the billing day of each UTC
-# hour (h = epoch hours) from there (at most ~20 years back) to $end in which no zone change falls, so that an
-# instant's day is one hash lookup; other hours have day NULL and their instants are converted one by one.
-_HOURS = f"""span AS (
-            SELECT min(coalesce(start_time, submit_time)) AS lo FROM jobs WHERE {JOBS}
-        ), hours AS (
-            SELECT h, CASE WHEN d0 = d1 AND o0 = o1 THEN d0 END AS day FROM (
-                SELECT h, CAST(timezone($tz, t0) AS DATE) AS d0, CAST(timezone($tz, t1) AS DATE) AS d1,
-                       timezone($tz, t0) - timezone('UTC', t0) AS o0, timezone($tz, t1) - timezone('UTC', t1) AS o1
-                FROM (SELECT h, make_timestamptz(h * 3600000000) AS t0,
-                             make_timestamptz(h * 3600000000 + 3599999999) AS t1
-                      FROM range((SELECT greatest(epoch_us(lo), epoch_us($end) - 20 * 8766 * 3600000000, 0)
-                                         // 3600000000 FROM span),
-                                 epoch_us($end) // 3600000000 + 1) r(h)))
-        )"""  # noqa: S608 - module constants; values are $parameters
+CALENDAR_SQL = f"""
+    SELECT least(min(coalesce(start_time, submit_time)), min(end_time)), $end FROM jobs WHERE {JOBS}"""  # noqa: S608 - module constants; values are $parameters
+"""The instants whose billing day the jobs queries look up in the runner's `billing_hours` / `billing_days`."""
 
 
 def _day(us: str, hour: str) -> str:
-    """SQL: the billing-zone calendar day (common.local_day) of the instant `us` (epoch microseconds), `hour`
-    being its `hours` row joined by `_hour_join`."""
-    return f"coalesce({hour}.day, CAST(timezone($tz, make_timestamptz({us})) AS DATE))"
+    """SQL: the billing day (calendar.DayLookup.day) of the instant `us` (epoch microseconds), `hour` being
+    its `billing_hours` row joined by `_hour_join`; the division rounds down before 1970 too."""
+    local = f"({us} + CASE WHEN {us} >= {hour}.switch THEN {hour}.o1 ELSE {hour}.o0 END)"
+    return f"DATE '1970-01-01' + CAST(({local} - ({local} % {DAY_US} + {DAY_US}) % {DAY_US}) // {DAY_US} AS INTEGER)"
 
 
 def _hour_join(us: str, hour: str) -> str:
-    return f"LEFT JOIN hours {hour} ON {hour}.h = CASE WHEN {us} >= 0 THEN ({us}) // 3600000000 END"
+    """SQL: the `billing_hours` row of the instant `us`, by the same rounded-down division. A LEFT JOIN (every
+    instant has its row): DuckDB plans the inner join of a registered table twice as slowly."""
+    h = f"(({us}) - (({us}) % {HOUR_US} + {HOUR_US}) % {HOUR_US}) // {HOUR_US}"
+    return f"LEFT JOIN billing_hours {hour} ON {hour}.h = {h}"
 
 
-# SQL CTE `midnights(day, midnight)`: common.local_midnight_utc (in epoch microseconds) of each day in `days` and
-# the day after, with its semantics in any zone: the earliest instant whose wall clock is the day's 00:00, else
-# that of 01:00 minus an hour, else NULL. A wall time's instants are wall - offset for the offsets in force a day
-# before, at and a day after ICU's reading of it; the ones that read back as that wall time are its instants.
-_MIDNIGHTS = """walls AS (
-            SELECT day, h, CAST(day AS TIMESTAMP) + to_hours(h) AS wall
-            FROM (SELECT DISTINCT day FROM (SELECT day FROM days UNION ALL SELECT day + 1 FROM days)), range(2) t(h)
-        ), instants AS (
-            SELECT day, h, min(c) AS inst FROM (
-                SELECT day, h, wall, timezone('UTC', wall - (timezone($tz, p) - timezone('UTC', p))) AS c
-                FROM walls, LATERAL (SELECT timezone($tz, wall) + to_hours(24 * o) AS p FROM range(-1, 2) r(o))
-            ) WHERE timezone($tz, c) = wall GROUP BY ALL
-        ), midnights AS (
-            SELECT day, epoch_us(coalesce(min(inst) FILTER (WHERE h = 0),
-                                          min(inst) FILTER (WHERE h = 1) - INTERVAL 1 HOUR)) AS midnight
-            FROM instants GROUP BY day
-        )"""
 INPUTS: dict[str, str] = {
     "gpu_samples": """
         SELECT cluster, node, gpu_uuid, minute, model, util_gpu_mean, temp_gpu_max_celsius,
@@ -104,7 +81,7 @@ INPUTS: dict[str, str] = {
     # Attempts never reach Polars: DuckDB reduces them to the few thousand (entity, billing day) values the
     # trends score. $tz is the billing zone; $end is the run's now (drift is not SLICEABLE).
     "gpu_hours": f"""
-        WITH {_HOURS}, a AS (  -- [s, e) in epoch microseconds
+        WITH a AS (  -- [s, e) in epoch microseconds
             SELECT coalesce(account, '') AS account, gpus, epoch_us(start_time) AS s,
                    epoch_us(least(coalesce(end_time, $end), $end)) AS e
             FROM jobs WHERE {JOBS} AND gpus > 0 AND start_time IS NOT NULL
@@ -114,24 +91,19 @@ INPUTS: dict[str, str] = {
             WHERE e > s
         ), parts AS (  -- common.split_calendar: a row per attempt and billing day it overlaps
             SELECT *, first + CAST(unnest(range(last - first + 1)) AS INTEGER) AS day FROM k
-        ), days AS (  -- every day an attempt can overlap
-            SELECT lo + CAST(unnest(range(CAST(timezone($tz, $end) AS DATE) - lo + 1)) AS INTEGER) AS day
-            FROM (SELECT CAST(timezone($tz, lo) AS DATE) AS lo FROM span)
-        ), {_MIDNIGHTS}, pieces AS (
+        ), pieces AS (
             SELECT p.account, p.day, p.gpus, CASE WHEN p.first = p.last THEN p.e - p.s
-                   ELSE least(p.e, m1.midnight) - greatest(p.s, m0.midnight) END AS us
-            FROM parts p LEFT JOIN midnights m0 ON m0.day = p.day LEFT JOIN midnights m1 ON m1.day = p.day + 1
+                   ELSE least(p.e, m1.start_us) - greatest(p.s, m0.start_us) END AS us
+            FROM parts p LEFT JOIN billing_days m0 ON m0.day = p.day LEFT JOIN billing_days m1 ON m1.day = p.day + 1
         )  -- an exact integer sum: the same GPU-hours whatever order the rows come in
         SELECT $cluster AS cluster, account, day, CAST(sum(us * CAST(gpus AS HUGEINT)) AS DOUBLE) / 3.6e9 AS x
         FROM pieces WHERE us > 0 GROUP BY ALL""",  # noqa: S608 - module constants; values are $parameters
     "failures": f"""
-        WITH {_HOURS}
         SELECT cluster, coalesce("partition", '') AS "partition", {_day("epoch_us(end_time)", "h")} AS day,
                count(*) FILTER (WHERE state IN {_FAILED}) / count(*) AS x
         FROM jobs {_hour_join("epoch_us(end_time)", "h")}
         WHERE {JOBS} AND end_time <= $end GROUP BY ALL""",  # noqa: S608 - module constants; values are $parameters
     "waits": f"""
-        WITH {_HOURS}
         SELECT cluster, coalesce("partition", '') AS "partition", {_day("epoch_us(start_time)", "h")} AS day,
                median((epoch_us(start_time) - epoch_us(coalesce(eligible_time, submit_time))) // 1000000) AS x
         FROM jobs {_hour_join("epoch_us(start_time)", "h")}
@@ -142,7 +114,6 @@ INPUTS: dict[str, str] = {
         GROUP BY ALL""",  # noqa: S608 - HISTORY and column lists are module constants; values are $parameters
 }
 
-UTC_DT = pl.Datetime("us", "UTC")
 SCHEMA = {
     "cluster": pl.String,
     "as_of": UTC_DT,
@@ -158,16 +129,6 @@ SCHEMA = {
     "method": pl.String,
     "detail": pl.String,
 }
-DEFAULTS = {
-    "gpu_z_threshold": 4.0,
-    "error_z_threshold": 4.0,
-    "trend_z_threshold": 3.5,
-    "baseline_days": 28,
-    "min_baseline_days": 7,
-    "util_bin_percent": 10.0,
-    "min_gpu_minutes": 30,
-    "min_fleet_gpus": 3,
-}
 MAD_TO_SIGMA = 1.4826
 # (signal, column, direction: +1 higher is worse, -1 lower is worse, 0 either way, scale floor, unit)
 GPU_METRICS = [
@@ -177,30 +138,14 @@ GPU_METRICS = [
 ]
 
 
-def _get(params: Any, name: str, default: Any = None) -> Any:
-    if isinstance(params, dict):
-        return params.get(name, default)
-    return getattr(params, name, default)
-
-
-def settings(params: Any) -> dict[str, Any]:
-    cfg = _get(params, "config") or {}
-    cfg = getattr(cfg, "raw", cfg)
-    merged = {**DEFAULTS, **cfg.get("drift", {})}
-    merged["now"] = _get(params, "now") or datetime.now(UTC)
-    start = None if _get(params, "full") else _get(params, "start")
-    merged["start"] = start
-    merged["tz"] = _get(params, "tz") or "UTC"
-    return merged
-
-
-def _with(frame: pl.LazyFrame | None, schema: dict[str, pl.DataType]) -> pl.LazyFrame:
-    if frame is None:
-        return pl.LazyFrame(schema=schema)
-    have = frame.collect_schema()
-    return frame.with_columns(
-        *[pl.lit(None, t).alias(c) for c, t in schema.items() if c not in have], *to_utc(have)
-    )
+def settings(params: Params) -> dict[str, Any]:
+    """The drift config section with the run's now, billing zone and window start (None: a full run)."""
+    return {
+        **asdict(params.drift),
+        "now": params.now,
+        "start": None if params.full else params.start,
+        "tz": params.tz,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -209,13 +154,7 @@ def _with(frame: pl.LazyFrame | None, schema: dict[str, pl.DataType]) -> pl.Lazy
 
 def day_as_of(day: pl.Expr, tz: str, now: datetime) -> pl.Expr:
     """A day's rows are as of its end (local midnight); today's as of `now`."""
-    end = (
-        (day + pl.duration(days=1))
-        .cast(pl.Datetime("us"))
-        .dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
-        .dt.convert_time_zone("UTC")
-    )
-    return pl.min_horizontal(end, pl.lit(now, dtype=UTC_DT))
+    return pl.min_horizontal(day_start(day + pl.duration(days=1), tz), pl.lit(now, dtype=UTC_DT))
 
 
 def first_day(st: dict[str, Any]) -> pl.Expr:
@@ -624,11 +563,11 @@ def fleet_skew(inventory: pl.LazyFrame, node_states: pl.LazyFrame, st: dict[str,
     return pl.concat(out)
 
 
-def compute(frames: dict[str, pl.LazyFrame], params: Any) -> dict[str, pl.LazyFrame]:
+def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.LazyFrame]:
     """mart_drift: every signal row of every family for the window."""
     st = settings(params)
     s, d = pl.String, UTC_DT
-    samples = _with(
+    samples = with_columns_of(
         frames.get("gpu_samples"),
         {
             "cluster": s,
@@ -642,7 +581,7 @@ def compute(frames: dict[str, pl.LazyFrame], params: Any) -> dict[str, pl.LazyFr
             "sm_clock_mean_mhz": pl.Float64,
         },
     )
-    errors = _with(
+    errors = with_columns_of(
         frames.get("gpu_errors"),
         {
             "cluster": s,
@@ -652,7 +591,7 @@ def compute(frames: dict[str, pl.LazyFrame], params: Any) -> dict[str, pl.LazyFr
             "ecc_uncorrected": pl.Int64,
         },
     )
-    events = _with(
+    events = with_columns_of(
         frames.get("gpu_events"),
         {
             "cluster": s,
@@ -662,7 +601,7 @@ def compute(frames: dict[str, pl.LazyFrame], params: Any) -> dict[str, pl.LazyFr
             "xid": pl.Int32,
         },
     )
-    inventory = _with(
+    inventory = with_columns_of(
         frames.get("gpu_inventory"),
         {
             "cluster": s,
@@ -674,7 +613,7 @@ def compute(frames: dict[str, pl.LazyFrame], params: Any) -> dict[str, pl.LazyFr
             "cuda_version": s,
         },
     )
-    node_states = _with(
+    node_states = with_columns_of(
         frames.get("node_states"),
         {
             "cluster": s,
@@ -683,10 +622,18 @@ def compute(frames: dict[str, pl.LazyFrame], params: Any) -> dict[str, pl.LazyFr
             "gpus_total": pl.Int32,
         },
     )
-    gpu = _with(frames.get("gpu_hours"), {"cluster": s, "account": s, "day": pl.Date, "x": pl.Float64})
-    failure = _with(frames.get("failures"), {"cluster": s, "partition": s, "day": pl.Date, "x": pl.Float64})
-    wait = _with(frames.get("waits"), {"cluster": s, "partition": s, "day": pl.Date, "x": pl.Float64})
-    cost = _with(frames.get("cost"), {"cluster": s, "day": pl.Date, "account": s, "cost_usd": pl.Float64})
+    gpu = with_columns_of(
+        frames.get("gpu_hours"), {"cluster": s, "account": s, "day": pl.Date, "x": pl.Float64}
+    )
+    failure = with_columns_of(
+        frames.get("failures"), {"cluster": s, "partition": s, "day": pl.Date, "x": pl.Float64}
+    )
+    wait = with_columns_of(
+        frames.get("waits"), {"cluster": s, "partition": s, "day": pl.Date, "x": pl.Float64}
+    )
+    cost = with_columns_of(
+        frames.get("cost"), {"cluster": s, "day": pl.Date, "account": s, "cost_usd": pl.Float64}
+    )
     out = pl.concat(
         [
             gpu_vs_fleet(samples, st),

@@ -9,12 +9,10 @@ several jobs, or two GPUs of one job, are each counted once per minute they were
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any
-
 import polars as pl
-from slurmscope.pipelines.common import split_buckets
-from slurmscope.pipelines.fairshare import to_utc
+from slurmscope.pipelines.calendar import UTC_DT, local_day
+from slurmscope.pipelines.common import attribute_intervals, split_buckets, with_columns_of
+from slurmscope.pipelines.params import Params
 
 NAME = "efficiency"
 MART_TABLES: dict[str, str | None] = {"mart_job_efficiency": "alloc_end", "mart_idle_gpus_daily": "day"}
@@ -50,12 +48,6 @@ INPUTS: dict[str, str] = {
                                AND interval_start < $end)""",
 }
 
-IDLE_UTIL_PERCENT = 5.0
-"""Default: a GPU-minute whose mean utilisation is below this is idle (drift.idle_util_percent)."""
-MATCH_TOLERANCE = "1h"
-"""A mapping interval belongs to the attempt of its job whose Start is nearest, within this tolerance."""
-
-UTC_DT = pl.Datetime("us", "UTC")
 JOB_SCHEMA = {
     "cluster": pl.String,
     "job_id": pl.String,
@@ -87,69 +79,6 @@ IDLE_SCHEMA = {
     "idle_share": pl.Float64,
     "zero_util_jobs": pl.Int64,
 }
-
-
-def _get(params: Any, name: str, default: Any = None) -> Any:
-    if isinstance(params, dict):
-        return params.get(name, default)
-    return getattr(params, name, default)
-
-
-def _threshold(params: Any) -> float:
-    cfg = _get(params, "config") or {}
-    cfg = getattr(cfg, "raw", cfg)
-    return float(cfg.get("drift", {}).get("idle_util_percent", IDLE_UTIL_PERCENT))
-
-
-def _with(frame: pl.LazyFrame | None, schema: dict[str, pl.DataType]) -> pl.LazyFrame:
-    if frame is None:
-        return pl.LazyFrame(schema=schema)
-    have = frame.collect_schema()
-    return frame.with_columns(
-        *[pl.lit(None, t).alias(c) for c, t in schema.items() if c not in have], *to_utc(have)
-    )
-
-
-def mapped_job_id_raw(job_id: pl.Expr) -> pl.Expr:
-    """The sacct JobIDRaw a gpu_jobs.job_id (SLURM_JOB_ID) belongs to: its leading digits (the jobs INPUT's
-    semi-join extracts the same)."""
-    return job_id.str.extract(r"^(\d+)").cast(pl.Int64)
-
-
-def attribute_intervals(gpu_jobs: pl.LazyFrame, jobs: pl.LazyFrame, now: datetime) -> pl.LazyFrame:
-    """Each whole-GPU mapping interval with the job attempt it belongs to.
-
-    gpu_jobs.job_id is SLURM_JOB_ID (= sacct JobIDRaw); a requeued job has one attempt per Start, so the
-    interval goes to the attempt whose Start is nearest its own start. An open interval ends at the
-    attempt's End, else at `now`.
-    """
-    now_lit = pl.lit(now, dtype=UTC_DT)
-    g = gpu_jobs.with_columns(job_id_raw=mapped_job_id_raw(pl.col("job_id"))).drop("job_id")
-    j = jobs.select(
-        "cluster",
-        "job_id_raw",
-        "job_id",
-        "attempt",
-        "submit_time",
-        "start_time",
-        "end_time",
-        "account",
-        "user",
-        pl.col("gpus").alias("alloc_gpus"),
-    )
-    out = g.sort("interval_start").join_asof(
-        j.sort("start_time"),
-        left_on="interval_start",
-        right_on="start_time",
-        by=["cluster", "job_id_raw"],
-        strategy="nearest",
-        tolerance=MATCH_TOLERANCE,
-        check_sortedness=False,
-    )
-    end = pl.coalesce("interval_end", "end_time", now_lit)
-    return out.with_columns(interval_end=pl.min_horizontal(end, now_lit)).filter(
-        pl.col("interval_end") > pl.col("interval_start")
-    )
 
 
 def gpu_minutes(intervals: pl.LazyFrame, samples: pl.LazyFrame, threshold: float) -> pl.LazyFrame:
@@ -206,7 +135,7 @@ def job_efficiency(minutes: pl.LazyFrame, threshold: float) -> pl.LazyFrame:
 
 def idle_daily(minutes: pl.LazyFrame, jobs_eff: pl.LazyFrame, tz: str) -> pl.LazyFrame:
     """Allocated and idle GPU-hours per local day, account and user; zero-util jobs by their end day."""
-    day = pl.col("minute").dt.convert_time_zone(tz).dt.date().alias("day")
+    day = local_day(pl.col("minute"), tz).alias("day")
     keys = ["cluster", "day", "account", "user"]
     daily = (
         minutes.filter(pl.col("submit_time").is_not_null())
@@ -220,7 +149,7 @@ def idle_daily(minutes: pl.LazyFrame, jobs_eff: pl.LazyFrame, tz: str) -> pl.Laz
     )
     zero = (
         jobs_eff.filter(pl.col("zero_util"))
-        .with_columns(day=pl.col("alloc_end").dt.convert_time_zone(tz).dt.date())
+        .with_columns(day=local_day(pl.col("alloc_end"), tz))
         .group_by(keys)
         .agg(pl.len().cast(pl.Int64).alias("zero_util_jobs"))
     )
@@ -232,12 +161,11 @@ def idle_daily(minutes: pl.LazyFrame, jobs_eff: pl.LazyFrame, tz: str) -> pl.Laz
     )
 
 
-def compute(frames: dict[str, pl.LazyFrame], params: Any) -> dict[str, pl.LazyFrame]:
+def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.LazyFrame]:
     """mart_job_efficiency (per attempt with mapped GPUs) and mart_idle_gpus_daily."""
-    now = _get(params, "now") or datetime.now(UTC)
-    tz = _get(params, "tz") or "UTC"
-    threshold = _threshold(params)
-    gpu_jobs = _with(
+    now, tz = params.now, params.tz
+    threshold = float(params.drift.idle_util_percent)
+    gpu_jobs = with_columns_of(
         frames.get("gpu_jobs"),
         {
             "cluster": pl.String,
@@ -248,7 +176,7 @@ def compute(frames: dict[str, pl.LazyFrame], params: Any) -> dict[str, pl.LazyFr
             "interval_end": UTC_DT,
         },
     )
-    samples = _with(
+    samples = with_columns_of(
         frames.get("gpu_samples"),
         {
             "cluster": pl.String,
@@ -270,7 +198,7 @@ def compute(frames: dict[str, pl.LazyFrame], params: Any) -> dict[str, pl.LazyFr
         "mem_used_max_bytes",
         "energy_joules",
     )
-    jobs = _with(
+    jobs = with_columns_of(
         frames.get("jobs"),
         {
             "cluster": pl.String,

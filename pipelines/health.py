@@ -13,11 +13,13 @@ rules, their order and their thresholds (config section `health`) are in docs/pi
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
 import polars as pl
 from slurmscope.pipelines.common import UTC_DT, ensure_columns
+from slurmscope.pipelines.params import Health, Params
 
 from slurmscope.slurm_states import (
     NODE_HEALTH_DOWN_FLAGS,
@@ -128,9 +130,9 @@ GPU_SCHEMA = {
 }
 
 
-def settings(config: dict[str, Any]) -> dict[str, Any]:
+def settings(health: Health) -> dict[str, Any]:
     """The `health` config section with every time window capped to what the inputs read."""
-    h = dict(config["health"])
+    h = asdict(health)
     for key in (
         "event_window_seconds",
         "throttle_window_seconds",
@@ -541,7 +543,7 @@ def evaluations(
     samples: pl.LazyFrame,
     events: pl.LazyFrame,
     inventory: pl.LazyFrame,
-    params: dict[str, Any],
+    params: Params,
     gap_seconds: float,
 ) -> pl.LazyFrame:
     """The instants a node is judged at, each with the sinfo snapshot in force then (`samples` prepared).
@@ -552,7 +554,7 @@ def evaluations(
     snapshot before the window (`nodes` has each node's latest) only stands for the node at the window's
     first instants.
     """
-    start, end = pl.lit(params["start"], dtype=UTC_DT), pl.lit(params["end"], dtype=UTC_DT)
+    start, end = pl.lit(params.start, dtype=UTC_DT), pl.lit(params.end, dtype=UTC_DT)
     cols = ("state", "state_flags", "reason", "gpus_total")
     snaps = nodes.select("node", "snapshot_time", *cols)
     # A snapshot's own instant is judged on that snapshot (`nodes` has one row per node and snapshot), so only
@@ -579,9 +581,9 @@ def evaluations(
     return pl.concat([own, extra.select("node", "t", *cols)], how="vertical")
 
 
-def compute(frames: dict[str, pl.LazyFrame], params: dict[str, Any]) -> dict[str, pl.LazyFrame]:
-    h = settings(params["config"])
-    gap = float(params["config"]["pipelines"]["node_snapshot_max_gap_seconds"])
+def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.LazyFrame]:
+    h = settings(params.health)
+    gap = float(params.pipelines.node_snapshot_max_gap_seconds)
     samples = prepare_samples(frames["samples"], h).cache()  # read by the instants and by the GPU rules
     nodes = evaluations(frames["nodes"], samples, frames["events"], frames["inventory"], params, gap)
     instants = nodes.select("t", "node")
@@ -596,10 +598,10 @@ def compute(frames: dict[str, pl.LazyFrame], params: dict[str, Any]) -> dict[str
     node_change = ["status", "reasons", "slurm_reason"]
     node_runs = ensure_columns(runs(node.select("t", *node_cols), ["node"], node_change, gap), NODE_SCHEMA)
     if "node_seeds" in frames:  # absent when a caller computes one window alone (benchmarks/bench_health.py)
-        node_runs = stitch(node_runs, frames["node_seeds"], ["node"], node_change, params["start"], gap)
+        node_runs = stitch(node_runs, frames["node_seeds"], ["node"], node_change, params.start, gap)
     if "gpu_seeds" in frames:
         gpu_runs = stitch(
-            gpu_runs, frames["gpu_seeds"], ["node", "gpu_uuid"], ["status", "reasons"], params["start"], gap
+            gpu_runs, frames["gpu_seeds"], ["node", "gpu_uuid"], ["status", "reasons"], params.start, gap
         )
     return {
         "mart_node_health": node_runs.sort("node", "since"),

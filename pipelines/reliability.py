@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import math
 from datetime import timedelta
-from typing import Any
 
 import polars as pl
+from slurmscope.pipelines.calendar import local_day
 from slurmscope.pipelines.common import (
     UTC_DT,
     ensure_columns,
-    local_day,
     multi_attempt,
     with_requeued,
 )
+from slurmscope.pipelines.params import Params
 
 from slurmscope.hostlist import expand_hostlist_lenient
 from slurmscope.slurm_states import JOB_NODE_FAULT_STATES, JOB_NOT_ENDED_STATES, NODE_EVENT_FAULT_STATES
@@ -195,10 +195,10 @@ def ended_attempts(jobs: pl.LazyFrame) -> pl.LazyFrame:
     return _ended(with_requeued(jobs))
 
 
-def by_end_day(ended: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
+def by_end_day(ended: pl.LazyFrame, params: Params) -> pl.LazyFrame:
     """Billing-zone day of each attempt's end (an end at midnight belongs to the day before: [start, end))."""
-    day = local_day(pl.col("end_time") - pl.duration(microseconds=1), params["tz"])
-    return ended.with_columns(day.alias("day")).filter(pl.col("day") >= pl.lit(params["start_date"]))
+    day = local_day(pl.col("end_time") - pl.duration(microseconds=1), params.tz)
+    return ended.with_columns(day.alias("day")).filter(pl.col("day") >= pl.lit(params.start_date))
 
 
 def outcomes(ended_days: pl.LazyFrame) -> pl.LazyFrame:
@@ -278,10 +278,10 @@ def failure_events(node_events: pl.LazyFrame) -> pl.LazyFrame:
     return node_events.filter(pl.col("state").fill_null("").str.to_uppercase().str.contains(pattern))
 
 
-def node_reliability(node_events: pl.LazyFrame, nodes: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
+def node_reliability(node_events: pl.LazyFrame, nodes: pl.LazyFrame, params: Params) -> pl.LazyFrame:
     """Per node over its observed life: failures, down time, MTBF = up time / failures, MTTR = mean length
     of the failures that ended."""
-    now_l = pl.lit(params["now"], dtype=UTC_DT)
+    now_l = pl.lit(params.now, dtype=UTC_DT)
     ev = failure_events(node_events).with_columns(
         (
             (
@@ -316,9 +316,9 @@ def node_reliability(node_events: pl.LazyFrame, nodes: pl.LazyFrame, params: dic
     return ensure_columns(j, NODE_SCHEMA)
 
 
-def faults(node_events: pl.LazyFrame, gpu_events: pl.LazyFrame, params: dict[str, Any]) -> pl.LazyFrame:
-    start_l = pl.lit(params["start"], dtype=UTC_DT)
-    now_l = pl.lit(params["now"], dtype=UTC_DT)
+def faults(node_events: pl.LazyFrame, gpu_events: pl.LazyFrame, params: Params) -> pl.LazyFrame:
+    start_l = pl.lit(params.start, dtype=UTC_DT)
+    now_l = pl.lit(params.now, dtype=UTC_DT)
     n = failure_events(node_events).select(
         "node",
         pl.col("time_start").alias("fault_time"),
@@ -342,7 +342,7 @@ def faults(node_events: pl.LazyFrame, gpu_events: pl.LazyFrame, params: dict[str
 
 
 def fault_impact(
-    jobs: pl.LazyFrame, node_events: pl.LazyFrame, gpu_events: pl.LazyFrame, params: dict[str, Any]
+    jobs: pl.LazyFrame, node_events: pl.LazyFrame, gpu_events: pl.LazyFrame, params: Params
 ) -> pl.LazyFrame:
     """Each killed attempt linked to the latest fault on one of its nodes at or before its end.
 
@@ -350,7 +350,7 @@ def fault_impact(
     [fault − FAULT_LEAD_SECONDS (60 s), fault + reliability.fault_grace_seconds] in a state a fault causes
     (NODE_FAIL, FAILED, REQUEUED, BOOT_FAIL). One row per attempt, so summing gpu_hours_lost never counts an attempt twice.
     """
-    grace = int(params["config"]["reliability"]["fault_grace_seconds"])
+    grace = int(params.reliability.fault_grace_seconds)
     f = faults(node_events, gpu_events, params)
     # Cheap time prefilter before the hostlist expansion: keep attempts with some fault (any node)
     # in [end - grace, end + lead]; the node match below then decides.
@@ -443,12 +443,12 @@ def goodput(
     lost_before: pl.LazyFrame,
     window_faults: pl.LazyFrame,
     jobs: pl.LazyFrame,
-    params: dict[str, Any],
+    params: Params,
 ) -> pl.LazyFrame:
     """Per partition and job size N: node MTBF = node up-seconds / failures in the partition; MTBI = MTBF / N
     (independent node failures); Young–Daly interval and expected loss; measured share of GPU-hours lost."""
-    rel = params["config"]["reliability"]
-    c = float(rel["checkpoint_cost_seconds"])
+    rel = params.reliability
+    c = float(rel.checkpoint_cost_seconds)
     per_part = (
         node_rel.with_columns(pl.col("partition").str.split(","))
         .explode("partition")
@@ -462,7 +462,7 @@ def goodput(
             pl.when(pl.col("failures") > 0).then(pl.col("up") / pl.col("failures")).alias("node_mtbf_seconds")
         )
     )
-    sizes = pl.LazyFrame({"nodes": [int(n) for n in rel["job_sizes"]]}, schema={"nodes": pl.Int64})
+    sizes = pl.LazyFrame({"nodes": [int(n) for n in rel.job_sizes]}, schema={"nodes": pl.Int64})
     seen = job_sizes.select(pl.col("partition"), pl.col("nodes").cast(pl.Int64))
     grid = pl.concat([per_part.select("partition").join(sizes, how="cross"), seen], how="vertical").unique()
     sizes_agg = (
@@ -518,13 +518,13 @@ def goodput(
     return ensure_columns(g, GOODPUT_SCHEMA)
 
 
-def compute(frames: dict[str, pl.LazyFrame], params: dict[str, Any]) -> dict[str, pl.LazyFrame]:
+def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.LazyFrame]:
     jobs = pl.concat([frames["jobs"], frames["retries"]], how="vertical")
     ended, candidates = _ended(jobs), requeue_candidates(jobs)
-    if params["now"] > params["end"]:
+    if params.now > params.end:
         # A slice of a full rebuild that ends before now: the days after its end are deleted and rebuilt by the
         # next slices (which read every attempt ending in them), so attempts ending later are not summed here.
-        in_slice = pl.col("end_time") <= pl.lit(params["end"], dtype=UTC_DT)
+        in_slice = pl.col("end_time") <= pl.lit(params.end, dtype=UTC_DT)
         ended, candidates = ended.filter(in_slice), candidates.filter(in_slice)
     days = by_end_day(ended, params).cache()  # the three daily marts share it
     nrel = node_reliability(frames["node_events"], frames["nodes"], params)

@@ -11,8 +11,9 @@ Pipeline module contract (see docs/pipelines.md):
     MART_TABLES: dict[str, str | None]   # mart -> window column (DATE or TIMESTAMPTZ); None = whole table
     INPUTS: dict[str, str]               # alias -> SELECT with named parameters ($cluster, $start, $end,
                                          #   $start_date, $start_month); the runner adds nothing to it
-    def compute(frames: dict[str, pl.LazyFrame], params: dict) -> dict[str, pl.LazyFrame]
+    def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.LazyFrame]
     optional: WIDEN_SQL: str  # a SELECT of one DATE (billing-zone day) the window must start at or before
+    optional: CALENDAR_SQL: str  # a SELECT of the first and last instant the INPUTS cut into billing days
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import importlib
 import logging
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from types import ModuleType
@@ -29,6 +31,8 @@ from zoneinfo import ZoneInfo
 
 import duckdb
 import polars as pl
+from slurmscope.pipelines import calendar
+from slurmscope.pipelines.params import Params, from_config
 
 from slurmscope.config import Config, ConfigError
 from slurmscope.db import transaction
@@ -105,24 +109,12 @@ def default_start(
     return start
 
 
-def pipeline_params(cfg: Config, window: Window) -> dict[str, Any]:
-    tz = cfg.get("billing", "timezone")
-    start_local = window.start.astimezone(ZoneInfo(tz))
-    return {
-        "cluster": cfg.cluster,
-        "now": window.now or window.end,
-        "start": window.start,
-        "end": window.end,
-        "full": window.full,
-        "tz": tz,
-        "start_date": start_local.date(),
-        "start_month": start_local.date().replace(day=1),
-        "config": cfg.raw,
-    }
+def pipeline_params(cfg: Config, window: Window) -> Params:
+    return from_config(cfg, window.start, window.end, window.now or window.end, window.full)
 
 
-def _read(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> pl.LazyFrame:
-    used = {name: params[name] for name in set(_PARAM.findall(sql)) if name in params}
+def _read(con: duckdb.DuckDBPyConnection, sql: str, values: Mapping[str, Any]) -> pl.LazyFrame:
+    used = {name: values[name] for name in set(_PARAM.findall(sql)) if name in values}
     con.complete()  # a caller's half-read execute() result would block the relation API
     table = con.sql(sql, params=used).to_arrow_table()
     lf = pl.from_arrow(table).lazy()
@@ -134,6 +126,28 @@ def _read(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> p
     return lf.with_columns(pl.col(c).dt.convert_time_zone("UTC") for c in tz_cols) if tz_cols else lf
 
 
+def read_inputs(
+    con: duckdb.DuckDBPyConnection, module: ModuleType, params: Params
+) -> dict[str, pl.LazyFrame]:
+    """The pipeline's INPUTS. With a CALENDAR_SQL (the earliest and latest instant whose billing day its
+    queries look up), they can join `billing_hours` (h, o0, o1, switch: calendar.DayLookup's table) and
+    `billing_days` (day, start_us: each day's first instant) over that span, so that DuckDB cuts days as
+    the calendar module does."""
+    values = params.sql()
+    span = getattr(module, "CALENDAR_SQL", None)
+    if span is None:
+        return {alias: _read(con, sql, values) for alias, sql in module.INPUTS.items()}
+    lo, hi = _read(con, span, values).collect().row(0)
+    hours, days = calendar.sql_tables(params.tz, lo, hi)
+    con.register("billing_hours", hours.to_arrow())
+    con.register("billing_days", days.to_arrow())
+    try:
+        return {alias: _read(con, sql, values) for alias, sql in module.INPUTS.items()}
+    finally:
+        con.unregister("billing_hours")
+        con.unregister("billing_days")
+
+
 def _column_types(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
     rows = con.execute(
         "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
@@ -142,10 +156,10 @@ def _column_types(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
     return dict(rows)
 
 
-def _lower_bound(col: str, col_type: str, window: Window, params: dict[str, Any]) -> Any:
+def _lower_bound(col: str, col_type: str, window: Window, params: Params) -> Any:
     """First value of `col` inside the window: a `month` DATE column holds first-of-month dates."""
     if col_type == "DATE":
-        return params["start_month"] if col == "month" else params["start_date"]
+        return params.start_month if col == "month" else params.start_date
     return window.start
 
 
@@ -155,23 +169,23 @@ def _write(
     col: str | None,
     df: pl.DataFrame,
     window: Window,
-    params: dict[str, Any],
+    params: Params,
 ) -> int:
     """Delete the window of `table` for this cluster and insert `df` (rows outside the window are dropped)."""
     types = _column_types(con, table)
     if not types:
         raise RuntimeError(f"mart table {table} does not exist (missing migration?)")
     if "cluster" not in df.columns:
-        df = df.with_columns(pl.lit(params["cluster"]).alias("cluster"))
+        df = df.with_columns(pl.lit(params.cluster).alias("cluster"))
     unknown = [c for c in df.columns if c not in types]
     if unknown:
         raise RuntimeError(f"{table}: compute returned columns not in the table: {unknown}")
     qcol = '"' + (col or "") + '"'
     if col is None or window.full:
-        con.execute(f"DELETE FROM {table} WHERE cluster = ?", [params["cluster"]])  # noqa: S608 - mart table and column from the pipeline registry (MART_TABLES); values are ? parameters
+        con.execute(f"DELETE FROM {table} WHERE cluster = ?", [params.cluster])  # noqa: S608 - mart table and column from the pipeline registry (MART_TABLES); values are ? parameters
     else:
         bound = _lower_bound(col, types[col], window, params)
-        con.execute(f"DELETE FROM {table} WHERE cluster = ? AND {qcol} >= ?", [params["cluster"], bound])  # noqa: S608 - mart table and column from the pipeline registry (MART_TABLES); values are ? parameters
+        con.execute(f"DELETE FROM {table} WHERE cluster = ? AND {qcol} >= ?", [params.cluster, bound])  # noqa: S608 - mart table and column from the pipeline registry (MART_TABLES); values are ? parameters
         if df.height:
             lit = pl.lit(bound) if types[col] == "DATE" else pl.lit(bound, dtype=pl.Datetime("us", "UTC"))
             df = df.filter(pl.col(col) >= lit)
@@ -193,7 +207,7 @@ def run_pipeline(
     tz = ZoneInfo(cfg.get("billing", "timezone"))
     widen = getattr(module, "WIDEN_SQL", None)
     if widen and not window.full:  # e.g. cost: back to the first month not yet frozen
-        day = _read(con, widen, pipeline_params(cfg, window)).collect()
+        day = _read(con, widen, pipeline_params(cfg, window).sql()).collect()
         if day.height and day.item(0, 0) is not None:
             first = day.item(0, 0)
             window = Window(
@@ -211,7 +225,7 @@ def run_pipeline(
             window.now,
         )
     params = pipeline_params(cfg, window)
-    frames = {alias: _read(con, sql, params) for alias, sql in module.INPUTS.items()}
+    frames = read_inputs(con, module, params)
     outputs = module.compute(frames, params)
     missing = set(module.MART_TABLES) - set(outputs)
     if missing:

@@ -418,6 +418,9 @@ SCHEMA = Table(
 )
 """Every key with its default, type and range; docs/configuration.md is the same table in words."""
 
+DEFAULTS: dict[str, Any] = SCHEMA.default
+"""The built-in value of every key: what a run reads where the file says nothing."""
+
 ENV_NOT_CONFIG = {"SLURMSCOPE_CONFIG", "SLURMSCOPE_DB"}
 MOVED = {"billing.default_rate_per_gpu_hour": "billing.rates.default"}
 

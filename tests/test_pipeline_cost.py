@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
@@ -220,10 +221,8 @@ def test_daily_failed_requeued_running_and_partition_rate():
 
 def daily_by_split_calendar(jobs: pl.LazyFrame, p: dict) -> pl.DataFrame:
     """The billing rule itself: every attempt through split_calendar, then summed per day and key."""
-    a = cost.attempts(jobs, p["now"]).with_columns(
-        clip_interval("use_start", "use_end", p["start"], p["now"])
-    )
-    parts = split_calendar(a, "use_start", "use_end", p["tz"]).with_columns(
+    a = cost.attempts(jobs, p.now).with_columns(clip_interval("use_start", "use_end", p.start, p.now))
+    parts = split_calendar(a, "use_start", "use_end", p.tz).with_columns(
         (pl.col("overlap_seconds") * pl.col("gpus")).alias("gs")
     )
     gs = pl.col("gs")
@@ -233,7 +232,7 @@ def daily_by_split_calendar(jobs: pl.LazyFrame, p: dict) -> pl.DataFrame:
             gs.sum().alias("gpu_seconds"),
             *[gs.filter(pl.col(f)).sum().alias(f"{f}_gpu_seconds") for f in cost.FLAGS],
         )
-        .filter(pl.col("day") >= p["start_date"])
+        .filter(pl.col("day") >= p.start_date)
         .sort("day", *cost.KEYS)
         .collect()
     )
@@ -336,6 +335,27 @@ def test_daily_days_of_short_attempts_around_a_midnight_off_the_quarter_hour():
     p = pipeline_params(cfg, Window(ts("1972-01-01 00:44:30"), ts("1972-01-10 00:00"), False))
     got = cost.daily(jobs, p).collect().sort("day").select("day", "gpu_seconds").rows()
     assert got == [(date(1972, 1, 5), 30.0), (date(1972, 1, 6), 10.0)]
+
+
+def test_daily_dst_at_midnight_and_a_skipped_day_follow_the_billing_day_of_each_instant():
+    """Havana skips 00:00-01:00 on 12 March 2023 (its day starts at 05:00 UTC): 04:00-05:00 UTC is 11 March,
+    23:00 CST. Apia skipped 30 December 2011: an attempt across it is charged once, to the days it ran in."""
+
+    def one(zone: str, start: str, end: str) -> list[tuple]:
+        row = (1, ts(start), "a", "u", "gpu", "normal", "COMPLETED", ts(start), ts(end), 1, "h100")
+        p = params(ts(end) + timedelta(days=2), timezone=zone)
+        got = cost.daily(jobs_frame([row]), p).collect().sort("day")
+        return got.select("day", "gpu_seconds").rows()
+
+    assert one("America/Havana", "2023-03-12 04:00", "2023-03-12 06:00") == [
+        (date(2023, 3, 11), 3600.0),
+        (date(2023, 3, 12), 3600.0),
+    ]
+    # Apia: 29 Dec ended at 10:00 UTC (-10:00), 31 Dec began there (+14:00)
+    assert one("Pacific/Apia", "2011-12-30 09:00", "2011-12-30 11:00") == [
+        (date(2011, 12, 29), 3600.0),
+        (date(2011, 12, 31), 3600.0),
+    ]
 
 
 def test_largest_remainder_thirds_sum_to_total():
@@ -711,7 +731,7 @@ def test_cost_per_useful_gpu_hour_idle_dollars_and_energy_per_account(since):
     )
     p = params(ts("2026-02-03 01:00"), rates={"h100": 3.6}, energy_usd_per_kwh=0.15, pue=1.5)
     if since:
-        p = {**p, "start": ts(since), "start_date": date(2026, 2, 2)}
+        p = replace(p, start=ts(since), start_date=date(2026, 2, 2))
     d = cost.daily(jobs, p)
     got = cost.cost_efficiency(d, jobs, gpu_jobs, samples, p).collect().sort("account")
     # a: sampled 180 (g0) + 60 + 30 (g1) = 270 GPU-s = $0.27; idle (< 5 %) 60 + 30 = 90 s = $0.09;

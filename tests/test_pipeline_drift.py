@@ -9,9 +9,12 @@ from zoneinfo import ZoneInfo
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
-from slurmscope.pipelines import drift
-from slurmscope.pipelines.common import local_day, split_calendar
+from slurmscope.pipelines import drift, runner
+from slurmscope.pipelines.calendar import local_day
+from slurmscope.pipelines.common import split_calendar
+from slurmscope.pipelines.runner import EPOCH, Window, pipeline_params
 
+from slurmscope.config import load_config
 from slurmscope.slurm_states import JOB_UNSUCCESSFUL_STATES
 
 UTC_DT = pl.Datetime("us", "UTC")
@@ -37,9 +40,14 @@ def samples(rows: list[tuple]) -> pl.LazyFrame:
     )
 
 
+def params(now: datetime = NOW, start: datetime | None = DAY, tz: str = "UTC", **cfg):
+    """A window from `start` (None: a full run) to `now` on cluster "c" with the drift section `cfg`."""
+    conf = load_config(env={}).with_overrides(cluster={"name": "c"}, billing={"timezone": tz}, drift=cfg)
+    return pipeline_params(conf, Window(start or EPOCH, now, start is None))
+
+
 def run(frames: dict, **cfg) -> pl.DataFrame:
-    params = {"now": NOW, "tz": "UTC", "start": DAY, "config": {"drift": cfg}}
-    return drift.compute(frames, params)["mart_drift"].collect()
+    return drift.compute(frames, params(**cfg))["mart_drift"].collect()
 
 
 def test_gpu_temperature_robust_z_by_hand():
@@ -159,16 +167,8 @@ def insert_jobs(con, rows: list[dict]) -> None:
     con.unregister("_jobs")
 
 
-def read_inputs(con, params: dict) -> dict[str, pl.LazyFrame]:
-    from slurmscope.pipelines.runner import _read
-
-    sql_params = {
-        "cluster": "c",
-        "end": params["now"],
-        "tz": params["tz"],
-        "start": params["start"] or datetime(1970, 1, 1, tzinfo=UTC),
-    }
-    return {alias: _read(con, sql, sql_params) for alias, sql in drift.INPUTS.items()}
+def read_inputs(con, p) -> dict[str, pl.LazyFrame]:
+    return runner.read_inputs(con, drift, p)
 
 
 def test_failure_rate_trend_against_trailing_baseline(con):
@@ -194,8 +194,8 @@ def test_failure_rate_trend_against_trailing_baseline(con):
                 }
             )
     insert_jobs(con, rows)
-    params = {"now": NOW, "tz": "UTC", "start": DAY, "config": {"drift": {"baseline_days": 7}}}
-    out = drift.compute(read_inputs(con, params), params)["mart_drift"].collect()
+    p = params(baseline_days=7)
+    out = drift.compute(read_inputs(con, p), p)["mart_drift"].collect()
     fr = out.filter(pl.col("signal") == "partition_failure_rate")
     assert fr.select("value", "baseline", "breached").rows() == [(0.5, 0.1, True)]
     assert fr["score"].item() == pytest.approx(20.0)
@@ -275,7 +275,7 @@ def test_daily_values_from_sql_are_those_of_the_polars_reference(con, tz):
     now = datetime(2025, 12, 20, 7, 30, tzinfo=UTC)
     rows = random_attempts(3000, seed=len(tz), tz=tz)
     insert_jobs(con, rows)
-    frames = read_inputs(con, {"now": now, "tz": tz, "start": None})
+    frames = read_inputs(con, params(now=now, start=None, tz=tz))
     jobs = (
         pl.DataFrame(
             rows,

@@ -7,6 +7,9 @@ from datetime import UTC, datetime, timedelta
 import polars as pl
 from polars.testing import assert_frame_equal
 from slurmscope.pipelines import efficiency as eff
+from slurmscope.pipelines.runner import EPOCH, Window, pipeline_params
+
+from slurmscope.config import load_config
 
 UTC_DT = pl.Datetime("us", "UTC")
 T = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
@@ -73,8 +76,13 @@ def frames() -> dict[str, pl.LazyFrame]:
 
 
 def run() -> dict[str, pl.DataFrame]:
-    out = eff.compute(frames(), {"now": NOW, "tz": "UTC", "config": {}})
+    out = eff.compute(frames(), params())
     return {k: v.collect() for k, v in out.items()}
+
+
+def params(**drift):
+    cfg = load_config(env={}).with_overrides(drift=drift)
+    return pipeline_params(cfg, Window(EPOCH, NOW, True))
 
 
 def test_job_efficiency_per_attempt():
@@ -131,7 +139,7 @@ def test_idle_gpu_hours_daily_by_account_and_user():
 def test_threshold_from_config():
     # At 0.5 %: nothing of job 10 is idle (g2's means are 2 % and 1 %); g3's 0 % minutes still are
     # (mean 0 < 0.5), but its 1 % peak now reaches the threshold, so job 11 is no longer zero_util.
-    out = eff.compute(frames(), {"now": NOW, "tz": "UTC", "config": {"drift": {"idle_util_percent": 0.5}}})
+    out = eff.compute(frames(), params(idle_util_percent=0.5))
     got = out["mart_job_efficiency"].collect().sort("job_id_raw")
     assert got["idle_gpu_seconds"].to_list() == [0.0, 150.0]
     assert got["zero_util"].to_list() == [False, False]
@@ -220,10 +228,10 @@ def test_jobs_input_reads_only_the_mapped_jobs_and_changes_no_row(con):
     )
     now = base + timedelta(days=1)
     params = pipeline_params(cfg, Window(datetime(1970, 1, 1, tzinfo=UTC), now, True))
-    frames = {alias: _read(con, sql, params) for alias, sql in eff.INPUTS.items()}
+    frames = {alias: _read(con, sql, params.sql()) for alias, sql in eff.INPUTS.items()}
     read = frames["jobs"].collect()
     assert sorted(zip(read["job_id_raw"], read["attempt"], strict=True)) == [(2, 1), (2, 2), (4, 1)]
-    every = {**frames, "jobs": _read(con, "SELECT * FROM jobs WHERE cluster = 'default'", params)}
+    every = {**frames, "jobs": _read(con, "SELECT * FROM jobs WHERE cluster = 'default'", params.sql())}
     narrow = {k: v.collect() for k, v in eff.compute(frames, params).items()}
     wide = {k: v.collect() for k, v in eff.compute(every, params).items()}
     assert narrow["mart_job_efficiency"].height == 3

@@ -10,6 +10,12 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 from slurmscope.pipelines import fairshare as fs
+from slurmscope.pipelines.calendar import UTC_DT
+from slurmscope.pipelines.fairshare.decay import decay_rate, parse_slurm_duration
+from slurmscope.pipelines.fairshare.rows import sshare_agreement
+from slurmscope.pipelines.runner import EPOCH, Window, pipeline_params
+
+from slurmscope.config import load_config
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 SNAP = T0 + timedelta(hours=2)
@@ -31,7 +37,7 @@ def jobs(rows: list[tuple]) -> pl.LazyFrame:
             "cpus": [1] * len(rows),
             "gpus": [0] * len(rows),
         },
-        schema_overrides={"submit_time": fs.UTC_DT, "start_time": fs.UTC_DT, "end_time": fs.UTC_DT},
+        schema_overrides={"submit_time": UTC_DT, "start_time": UTC_DT, "end_time": UTC_DT},
     )
 
 
@@ -47,13 +53,20 @@ def tree(rows: list[tuple], at: datetime = SNAP) -> pl.LazyFrame:
             "parent": [r[2] for r in rows],
             "raw_shares": [r[3] for r in rows],
         },
-        schema_overrides={"snapshot_time": fs.UTC_DT, "raw_shares": pl.Int64},
+        schema_overrides={"snapshot_time": UTC_DT, "raw_shares": pl.Int64},
     )
 
 
-def run(frames: dict, **kw) -> dict[str, pl.DataFrame]:
-    s = fs.Settings(now=kw.pop("now", NOW), **{"half_life_seconds": 0.0, **kw})
-    out = fs.compute(frames, s)
+def params(now: datetime, tz: str = "UTC", **fairshare):
+    cfg = load_config(env={}).with_overrides(billing={"timezone": tz}, fairshare=fairshare)
+    return pipeline_params(cfg, Window(EPOCH, now, True))
+
+
+def run(
+    frames: dict, now: datetime = NOW, half_life_seconds: float = 0.0, reset_period: str = "NONE"
+) -> dict[str, pl.DataFrame]:
+    p = params(now, decay_half_life_seconds=half_life_seconds, usage_reset_period=reset_period)
+    out = fs.compute(frames, p)
     return {k: v.collect() for k, v in out.items()}
 
 
@@ -166,7 +179,7 @@ def test_classic_algorithm_selected_by_priority_flags():
     # b: UE = .25 + (1 - .25)*.5 = .625; u2: .625.  FairShare = 2^(-UE/S).
     cfg = pl.LazyFrame(
         {"cluster": ["c"], "snapshot_time": [T0], "key": ["PriorityFlags"], "value": ["NO_FAIR_TREE"]},
-        schema_overrides={"snapshot_time": fs.UTC_DT},
+        schema_overrides={"snapshot_time": UTC_DT},
     )
     frames = {
         "jobs": jobs([("a", "u1", T0, 300, 1), ("b", "u2", T0, 100, 1)]),
@@ -276,12 +289,12 @@ def test_finished_attempt_without_end_is_not_charged_until_now():
 
 def test_slurm_duration_parsing():
     df = pl.DataFrame({"v": ["7-00:00:00", "00:05:00", "1-02:03:04", "30", None]})
-    got = df.select(fs.parse_slurm_duration(pl.col("v")).alias("s"))["s"].to_list()
+    got = df.select(parse_slurm_duration(pl.col("v")).alias("s"))["s"].to_list()
     assert got == [7 * 86400.0, 300.0, 86400 + 7200 + 180 + 4.0, 1800.0, None]
 
 
 def test_decay_factor_is_slurms_approximation():
-    lam = pl.select(fs.decay_rate(pl.lit(100.0))).item()
+    lam = pl.select(decay_rate(pl.lit(100.0))).item()
     assert math.exp(-lam) == pytest.approx(1 - 0.693 / 100, rel=1e-12)
 
 
@@ -345,13 +358,9 @@ def real_frames(at: datetime) -> dict[str, pl.LazyFrame]:
 
 def agreement(at: datetime) -> pl.DataFrame:
     # config says 60 s and classic: scontrol show config (7 days, Fair Tree) must win
-    params = {
-        "now": at,
-        "tz": "UTC",
-        "config": {"fairshare": {"decay_half_life_seconds": 60, "algorithm": "classic"}},
-    }
-    mart = fs.compute(real_frames(at), params)["mart_fairshare"]
-    agree = fs.sshare_agreement(mart).collect()
+    p = params(at, decay_half_life_seconds=60, algorithm="classic")
+    mart = fs.compute(real_frames(at), p)["mart_fairshare"]
+    agree = sshare_agreement(mart).collect()
     assert agree.height == 12, "every association sshare printed has a computed row at the same instant"
     return agree
 
@@ -450,3 +459,17 @@ def test_runner_writes_are_idempotent_incremental_and_pick_up_late_jobs(con):
     lam = -math.log(1 - 0.693 / (7 * 86400))
     added = 2 * (1 - math.exp(-lam * 1000)) / lam * math.exp(-lam * (6.5 * 86400 - 1000))
     assert after - before == pytest.approx(added, rel=1e-6)
+
+
+def test_day_table_in_a_zone_that_skips_midnight():
+    """Havana skips 00:00-01:00 on 12 March 2023, so that day starts at 05:00 UTC: an attempt from 04:00 to
+    06:00 UTC is charged an hour on 11 March (23:00 CST) and an hour on 12 March, each decayed to its day's
+    end (no decay here: the charge is the raw usage)."""
+    start = datetime(2023, 3, 12, 4, tzinfo=UTC)
+    frames = {"jobs": jobs([("a", "u", start, 2 * 3600, 1.0)])}
+    p = params(start + timedelta(days=2), tz="America/Havana", decay_half_life_seconds=0.0)
+    daily = fs.compute(frames, p)["mart_fairshare_daily"].collect().sort("day")
+    assert daily.select("day", "charge", "raw").rows() == [
+        (datetime(2023, 3, 11).date(), 3600.0, 3600.0),
+        (datetime(2023, 3, 12).date(), 3600.0, 3600.0),
+    ]

@@ -7,6 +7,10 @@ from datetime import UTC, datetime
 import polars as pl
 import pytest
 from slurmscope.pipelines import fairshare as fs
+from slurmscope.pipelines.fairshare.schema import inputs
+from slurmscope.pipelines.runner import EPOCH, Window, pipeline_params
+
+from slurmscope.config import load_config
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 UTC_DT = pl.Datetime("us", "UTC")
@@ -33,13 +37,18 @@ def shares() -> pl.LazyFrame:
     )
 
 
+def params(tz: str):
+    cfg = load_config(env={}).with_overrides(billing={"timezone": tz})
+    return pipeline_params(cfg, Window(EPOCH, NOW, True))
+
+
 @pytest.mark.parametrize("tz", ["UTC", "Europe/Berlin"])
 @pytest.mark.parametrize("with_jobs_frame", [False, True])
 def test_no_attempts_gives_zero_usage_and_no_days(tz: str, with_jobs_frame: bool):
     frames = {"shares": shares()}
     if with_jobs_frame:  # what the runner reads for an empty window: the columns, no rows
-        frames["jobs"] = pl.LazyFrame(schema=fs._frames({})["jobs"].collect_schema())
-    out = {k: v.collect() for k, v in fs.compute(frames, {"now": NOW, "tz": tz, "config": {}}).items()}
+        frames["jobs"] = pl.LazyFrame(schema=inputs({})["jobs"].collect_schema())
+    out = {k: v.collect() for k, v in fs.compute(frames, params(tz)).items()}
     assert out["mart_fairshare_daily"].height == 0
     assert out["mart_fairshare_submits"].height == 0
     computed = out["mart_fairshare"].filter(pl.col("source") == "computed")

@@ -305,7 +305,7 @@ def test_each_node_instant_is_judged_once_on_the_snapshot_in_force():
     }
     got = health.evaluations(
         frames["nodes"],
-        health.prepare_samples(frames["samples"], health.settings(conf.raw)),
+        health.prepare_samples(frames["samples"], health.settings(params.health)),
         frames["events"],
         frames["inventory"],
         params,

@@ -19,6 +19,11 @@ import pytest
 from slurmscope.collectors import slurm_config as config_collector
 from slurmscope.collectors import sshare as sshare_collector
 from slurmscope.pipelines import fairshare as fs
+from slurmscope.pipelines.fairshare.rows import sshare_agreement
+from slurmscope.pipelines.fairshare.schema import inputs
+from slurmscope.pipelines.runner import EPOCH, Window, pipeline_params
+
+from slurmscope.config import load_config
 
 pytestmark = pytest.mark.slurm
 
@@ -79,14 +84,14 @@ def test_sshare_raw_and_effective_usage_and_fair_tree_factor(slurmbed, fairshare
     rows = bed.query(
         f"SELECT {', '.join(chr(34) + c + chr(34) for c in cols)} FROM jobs WHERE cluster = ?", [cluster]
     )
-    jobs = pl.DataFrame(rows, schema=fs._frames({})["jobs"].collect_schema(), orient="row").lazy()
+    jobs = pl.DataFrame(rows, schema=inputs({})["jobs"].collect_schema(), orient="row").lazy()
     frames = {
         "jobs": jobs,
         "shares": shares.tables["shares"].lazy(),
         "slurm_config": config.tables["slurm_config"].lazy(),
     }
-    mart = fs.compute(frames, {"now": at, "tz": "UTC", "config": {}})["mart_fairshare"]
-    agree = fs.sshare_agreement(mart).collect()
+    mart = fs.compute(frames, pipeline_params(load_config(env={}), Window(EPOCH, at, True)))["mart_fairshare"]
+    agree = sshare_agreement(mart).collect()
     assert agree.height == shares.tables["shares"].height
     assert agree.filter(pl.col("sshare_raw_usage") > 0).height >= 5, (
         "the workload charged several associations"
