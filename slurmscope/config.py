@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -108,6 +109,9 @@ DEFAULTS: dict[str, Any] = {
     },
     "report": {
         "pseudonymise_users": False,
+    },
+    "alerts": {  # runbook_url = runbook_base_url + <AlertName>.md (docs/configuration.md)
+        "runbook_base_url": "file:///opt/slurmscope/docs/runbooks/",
     },
     "health": {  # node and GPU health verdicts (pipelines/health.py, docs/pipelines.md#health)
         "event_window_seconds": 3600,
@@ -231,6 +235,11 @@ def _validate(raw: dict[str, Any], source: str) -> None:
         )
     if raw["billing"]["pue"] < 1:
         raise ConfigError(f"{source}: key 'billing.pue' expects a number >= 1, got {raw['billing']['pue']!r}")
+    if not re.fullmatch(r"[a-zA-Z][a-zA-Z0-9+.-]*://\S*/", raw["alerts"]["runbook_base_url"]):
+        raise ConfigError(
+            f"{source}: key 'alerts.runbook_base_url' expects an absolute URL ending in '/', "
+            f"got {raw['alerts']['runbook_base_url']!r}"
+        )
     if raw["nvml"]["interval_seconds"] < 1:
         raise ConfigError(f"{source}: key 'nvml.interval_seconds' expects a number >= 1")
 
