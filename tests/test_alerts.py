@@ -56,6 +56,7 @@ def test_runbook_urls_are_absolute_under_the_base():
 
 
 def test_runbook_base_comes_from_config_and_is_validated(tmp_path):
+    assert load_config(env={}).get("alerts", "runbook_base_url") == DEFAULT_RUNBOOK_BASE
     p = tmp_path / "s.toml"
     p.write_text(
         '[alerts]\nrunbook_base_url = "https://git.example.org/hpc/slurmscope/-/blob/v0.1.0/docs/runbooks/"\n'
