@@ -80,6 +80,16 @@ def test_collector_intervals_are_those_serve_schedules():
     assert scheduled == {k: i for i, kinds in thresholds.COLLECTOR_INTERVALS.items() for k in kinds}
 
 
+def test_scrape_jobs_the_rules_select_are_those_deployment_documents():
+    """SlurmscopeExporterDown and SlurmscopeAgentDown match on `job`: a renamed scrape job would silence them."""
+    page = (ROOT / "docs" / "deployment.md").read_text(encoding="utf-8")
+    jobs = set(re.findall(r"job_name:\s*[\"']?([\w.-]+)", page))
+    assert {thresholds.EXPORTER_JOB, thresholds.AGENT_JOB} <= jobs, jobs
+    for a in ALERTS:
+        for job in re.findall(r'\bjob="([^"]+)"', a.expr):
+            assert job in jobs, (a.name, job)
+
+
 def test_every_alert_has_a_quiet_and_a_firing_case():
     cases: dict[str, list] = {}
     for path in sorted((ALERTS_DIR / "tests").glob("*.yaml")):
