@@ -6,7 +6,8 @@ names live (`source="agent"`) that the central exporter also serves from the ing
 (`source="central"`), both with `cluster`: every rule on a slurmscope_gpu_* family selects source="central"
 (the series with history, present whether or not Prometheus scrapes the agents), so the two are never added.
 Alerts carry a severity label, a static summary, a description templated with the labels and value, and a
-runbook_url to docs/runbooks/<AlertName>.md. Dashboards read the recording rules where one exists.
+runbook_url: docs/runbooks/<AlertName>.md under an absolute base (config alerts.runbook_base_url), because
+Alertmanager and chat tools show the link out of context. Dashboards read the recording rules where one exists.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ from dataclasses import dataclass, field
 from slurmscope.alerts import thresholds as t
 
 from slurmscope.slurm_states import JOB_FAILED_STATES
-
-RUNBOOK_BASE = "docs/runbooks/"
 
 
 @dataclass(frozen=True)
@@ -36,10 +35,6 @@ class Alert:
     description: str
     group: str
     labels: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def runbook_url(self) -> str:
-        return f"{RUNBOOK_BASE}{self.name}.md"
 
 
 def _new_or_increased(metric: str, window: str, by: str) -> str:
@@ -108,6 +103,24 @@ RECORDING: tuple[Recording, ...] = (
         "sum by (cluster, partition, kind) (rate(slurmscope_occupancy_gpu_seconds_total[1h]))",
     ),
 )
+
+
+def _collector_stale() -> str:
+    """Seconds since each collector's last success, beyond the limit of its own interval."""
+    age = "time() - slurmscope_collector_last_success_timestamp_seconds"
+    intervals = sorted(t.COLLECTOR_INTERVALS)
+    listed = "|".join(k for i in intervals[:-1] for k in t.COLLECTOR_INTERVALS[i])
+    selectors = [f'collector=~"{"|".join(t.COLLECTOR_INTERVALS[i])}"' for i in intervals[:-1]]
+    selectors.append(f'collector!~"{listed}"')
+    return " or ".join(
+        f"({age}{{{sel}}} > {_stale_seconds(i)})" for sel, i in zip(selectors, intervals, strict=True)
+    )
+
+
+def _stale_seconds(interval: int) -> int:
+    """How long a collector run every `interval` seconds may go without a success."""
+    return max(t.COLLECTOR_STALE_RUNS * interval, t.COLLECTOR_STALE_MIN_SECONDS)
+
 
 _WAIT_P90 = (
     f'max by (cluster, partition) (slurmscope_job_wait_seconds{{percentile="90"}}'
@@ -360,7 +373,7 @@ ALERTS: tuple[Alert, ...] = (
     # ---- the pipeline itself ----
     Alert(
         "SlurmscopeCollectorStale",
-        f"time() - slurmscope_collector_last_success_timestamp_seconds > {t.COLLECTOR_STALE_SECONDS}",
+        _collector_stale(),
         t.COLLECTOR_STALE_FOR,
         "warning",
         "A slurmscope collector has not succeeded recently.",
@@ -387,11 +400,69 @@ ALERTS: tuple[Alert, ...] = (
         "The metrics of {{ $labels.instance }} were rendered {{ $value | humanizeDuration }} ago.",
         "slurmscope",
     ),
+    Alert(
+        "SlurmscopePipelineStale",
+        f"time() - slurmscope_pipeline_last_success_timestamp_seconds > {t.PIPELINE_STALE_SECONDS}",
+        t.PIPELINE_STALE_FOR,
+        "warning",
+        "A slurmscope pipeline has not succeeded recently.",
+        "Pipeline {{ $labels.pipeline }} of cluster {{ $labels.cluster }} last succeeded "
+        "{{ $value | humanizeDuration }} ago.",
+        "slurmscope",
+    ),
+    Alert(
+        "SlurmscopeExporterDown",
+        # up == 0 names the target; absent() also fires when service discovery lost every target. The
+        # exporter's own series is matched without `job`, which sites may relabel away.
+        f'up{{job="{t.EXPORTER_JOB}"}} == 0'
+        f' or (absent(slurmscope_exporter_render_timestamp_seconds) unless on () up{{job="{t.EXPORTER_JOB}"}} == 0)',
+        t.EXPORTER_DOWN_FOR,
+        "critical",
+        "Prometheus gets no metrics from the slurmscope exporter.",
+        f"Job {t.EXPORTER_JOB}: "
+        "{{ with $labels.instance }}target {{ . }} is down{{ else }}no target serves slurmscope metrics{{ end }}"
+        "; every slurmscope dashboard and alert is blind.",
+        "slurmscope",
+    ),
+    Alert(
+        "SlurmscopeAgentDown",
+        f'up{{job="{t.AGENT_JOB}"}} == 0',
+        t.AGENT_DOWN_FOR,
+        "warning",
+        "A slurmscope node agent cannot be scraped.",
+        "Prometheus has not scraped the node agent {{ $labels.instance }} for "
+        f"{t.AGENT_DOWN_FOR}: that node's real-time GPU metrics and alerts are missing.",
+        "slurmscope",
+    ),
+    Alert(
+        "SlurmscopeAgentsDown",
+        f'count by (job) (up{{job="{t.AGENT_JOB}"}} == 0) / count by (job) (up{{job="{t.AGENT_JOB}"}})'
+        f" > {t.AGENTS_DOWN_RATIO}"
+        f' and count by (job) (up{{job="{t.AGENT_JOB}"}} == 0) >= {t.AGENTS_DOWN_MIN}',
+        t.AGENTS_DOWN_FOR,
+        "critical",
+        "Many slurmscope node agents cannot be scraped.",
+        "{{ $value | humanizePercentage }} of the node agents of job {{ $labels.job }} are down "
+        f"(more than {round(t.AGENTS_DOWN_RATIO * 100)}%).",
+        "slurmscope",
+    ),
+    Alert(
+        "SlurmscopeRuleEvaluationFailing",
+        "sum by (job, instance, rule_group)"
+        f' (increase(prometheus_rule_evaluation_failures_total{{rule_group=~".*;slurmscope[.].*"}}[{t.RULE_FAILURES_WINDOW}]))'
+        " > 0",
+        t.RULE_FAILURES_FOR,
+        "critical",
+        "Prometheus fails to evaluate slurmscope rules.",
+        "Prometheus {{ $labels.instance }} failed {{ $value }} evaluation(s) of rule group "
+        f"{{{{ $labels.rule_group }}}} in the last {t.RULE_FAILURES_WINDOW}.",
+        "slurmscope",
+    ),
 )
 
 
-def rule_groups() -> dict:
-    """The rule file as a mapping (Prometheus rule-file format)."""
+def rule_groups(runbook_base: str) -> dict:
+    """The rule file as a mapping (Prometheus rule-file format); runbook URLs are runbook_base + <name>.md."""
     groups = [
         {
             "name": "slurmscope.recording",
@@ -417,7 +488,7 @@ def rule_groups() -> dict:
                         "annotations": {
                             "summary": a.summary,
                             "description": a.description,
-                            "runbook_url": a.runbook_url,
+                            "runbook_url": f"{runbook_base}{a.name}.md",
                         },
                     }
                     for a in ALERTS

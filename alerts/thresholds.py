@@ -80,10 +80,47 @@ UTIL_DRIFT_FOR = "30m"
 # NVML seeing fewer GPUs than GRES promises: a GPU fell off the bus or a driver failed to load.
 GPU_MISMATCH_FOR = "10m"
 
-# Collectors run every 1-5 minutes; 30 minutes without a success means dashboards show stale data.
-COLLECTOR_STALE_SECONDS = 1800
+# Collector intervals in seconds, as `serve` schedules them (each collector's interval in the collector
+# registry, collectors/registry.py; tests/test_alerts.py checks these against serve's jobs). A collector is
+# stale after missing COLLECTOR_STALE_RUNS runs in a row, and never before COLLECTOR_STALE_MIN_SECONDS: a
+# slurmctld restart with a few 60-s command timeouts can hold the 1-minute collectors for ten minutes. That
+# is 15 minutes for node and queue state, 30 for accounting, 6 hours for the controller's configuration.
+# A collector not listed is judged by the longest interval.
+COLLECTOR_INTERVALS: dict[int, tuple[str, ...]] = {
+    60: ("ping", "sinfo", "squeue", "nvml"),
+    300: ("sacct", "sshare", "sdiag", "events", "reservations"),
+    3600: ("config",),
+}
+COLLECTOR_STALE_RUNS = 6
+COLLECTOR_STALE_MIN_SECONDS = 900
 COLLECTOR_STALE_FOR = "5m"
 COLLECTOR_FAILING_FOR = "15m"
+
+# Pipelines run a minute after every collector run that loaded rows (sinfo loads rows every minute) and
+# again in the nightly full rebuild: an hour without a successful run of one pipeline means it fails or
+# hangs, and its dashboards and alerts freeze at that hour.
+PIPELINE_STALE_SECONDS = 3600
+PIPELINE_STALE_FOR = "10m"
+
+# The Prometheus scrape jobs of docs/deployment.md: the central exporter and the node agents.
+EXPORTER_JOB = "slurmscope"
+AGENT_JOB = "slurmscope-agent"
+
+# The exporter scraped every minute: five failed scrapes in a row is not a `serve` restart (seconds).
+EXPORTER_DOWN_FOR = "5m"
+
+# An agent restarts in seconds (Restart=always); a node reboot takes 5-10 minutes.
+AGENT_DOWN_FOR = "10m"
+# One lost agent is a ticket; a tenth of the fleet (and at least two agents) at once is a network,
+# DNS, certificate or rollout problem, and the real-time GPU alerts are blind there: that pages.
+AGENTS_DOWN_RATIO = 0.1
+AGENTS_DOWN_MIN = 2
+AGENTS_DOWN_FOR = "5m"
+
+# Any failed evaluation of a slurmscope rule group over 15 minutes: its alerts cannot fire and its
+# recording rules (the dashboards) have gaps. A one-off failure (a query timeout) clears within the window.
+RULE_FAILURES_WINDOW = "5m"
+RULE_FAILURES_FOR = "15m"
 
 # Every slurmctld down for 2 minutes: longer than a controller failover takes (SlurmctldTimeout 120 s).
 CONTROLLER_DOWN_FOR = "2m"

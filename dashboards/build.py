@@ -1,5 +1,7 @@
 """`slurmscope dashboards build --out DIR`: dashboard JSON and Grafana provisioning files.
 
+Two forms of every dashboard from the same builders: dashboards/ (fixed datasource uid, for the provisioning
+files next to them) and import/ (for Grafana's UI import: the datasource is chosen in the import dialog).
 The output is deterministic (sorted keys, fixed uids and datasource uid) so the committed copy in
 dashboards/generated/ can be compared byte for byte with what the code generates (tests do).
 """
@@ -18,7 +20,7 @@ from slurmscope.dashboards import (
     reliability,
     scheduler,
 )
-from slurmscope.dashboards.common import DATASOURCE_NAME, DATASOURCE_UID, to_json
+from slurmscope.dashboards.common import DATASOURCE_NAME, DATASOURCE_UID, import_form, to_json
 
 MODULES = (overview, nodes, jobs, fairshare, scheduler, reliability, cost, efficiency)
 
@@ -56,6 +58,7 @@ providers:
 def generate() -> dict[str, str]:
     """Relative path -> file content for every generated file."""
     files = {f"dashboards/{m.SLUG}.json": to_json(m.build()) for m in MODULES}
+    files.update({f"import/{m.SLUG}.json": import_form(files[f"dashboards/{m.SLUG}.json"]) for m in MODULES})
     files["provisioning/datasources/slurmscope.yaml"] = DATASOURCE_YAML
     files["provisioning/dashboards/slurmscope.yaml"] = PROVIDER_YAML
     return files

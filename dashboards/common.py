@@ -1,7 +1,10 @@
 """Shared defaults for every dashboard: datasource, template variables, panel helpers, JSON encoding.
 
 Every dashboard reads one Prometheus datasource whose uid is fixed by the provisioning file, so the JSON
-works unchanged on any Grafana that uses dashboards/generated/provisioning. Every query filters on the
+works unchanged on any Grafana that uses dashboards/generated/provisioning. Grafana's UI import into an
+existing Grafana knows no such uid: `import_form` turns the same JSON into the shape Grafana's own "export
+for sharing externally" writes (an `__inputs` entry DS_PROMETHEUS that the import dialog asks for, and a
+datasource template variable that every panel and query variable reads). Every query filters on the
 template variables cluster, partition and account through regex matchers (`=~"$var"`), whose "All"
 value is `.+` for cluster and `.*` for the others, so a dashboard works for one cluster or many. Panels read recording rules where one exists
 (alerts/rules.py) so the dashboards and the alerts agree on what a number means.
@@ -19,6 +22,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import (
     DashboardCursorSync,
     DataSourceRef,
+    VariableOption,
     VariableRefresh,
     VariableSort,
 )
@@ -27,6 +31,11 @@ DATASOURCE_UID = "slurmscope-prometheus"
 DATASOURCE_NAME = "slurmscope Prometheus"
 DATASOURCE = DataSourceRef(type_val="prometheus", uid=DATASOURCE_UID)
 TAGS = ["slurmscope", "slurm"]
+# The UI-import form: the import dialog's input, and the variable the panels read instead of the fixed uid.
+IMPORT_INPUT = "DS_PROMETHEUS"
+DATASOURCE_VARIABLE = "datasource"
+GRAFANA_VERSION = "11.6.0"  # the schema of grafana-foundation-sdk 11.6.0, pinned in pyproject.toml
+PANEL_PLUGINS = {"stat": "Stat", "table": "Table", "timeseries": "Time series"}
 
 # Matchers every query uses; the dashboards substitute nothing else.
 C = 'cluster=~"$cluster"'
@@ -158,19 +167,67 @@ def to_json(board: dash.Dashboard) -> str:
     return json.dumps(data, sort_keys=True, indent=2) + "\n"
 
 
-def panel_queries(board_json: dict) -> list[tuple[str, str, bool]]:
-    """(panel title, expr, instant) of every query of every panel, rows included."""
+def import_form(provisioning_json: str) -> str:
+    """The dashboard for Grafana's Dashboards > New > Import: same panels and queries, datasource chosen there."""
+    data = json.loads(provisioning_json)
+    fixed = {"type": DATASOURCE.type_val, "uid": DATASOURCE_UID}
+    variable_ref = {"type": DATASOURCE.type_val, "uid": f"${{{DATASOURCE_VARIABLE}}}"}
+
+    def swap(node):
+        if isinstance(node, dict):
+            return variable_ref if node == fixed else {k: swap(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [swap(v) for v in node]
+        return node
+
+    data = swap(data)
+    chosen = f"${{{IMPORT_INPUT}}}"
+    variable = (
+        dash.DatasourceVariable(DATASOURCE_VARIABLE)
+        .label("Data source")
+        .type(DATASOURCE.type_val)
+        .current(VariableOption(selected=True, text=chosen, value=chosen))
+    )
+    data["templating"]["list"].insert(0, json.loads(json.dumps(variable.build(), cls=JSONEncoder)))
+    data["__inputs"] = [
+        {
+            "name": IMPORT_INPUT,
+            "label": "Prometheus",
+            "description": "The Prometheus that scrapes slurmscope and loads its recording rules",
+            "type": "datasource",
+            "pluginId": "prometheus",
+            "pluginName": "Prometheus",
+        }
+    ]
+    panel_types = sorted({p["type"] for p in _all_panels(data)})
+    data["__requires"] = [
+        {"type": "grafana", "id": "grafana", "name": "Grafana", "version": GRAFANA_VERSION},
+        {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"},
+        *({"type": "panel", "id": t, "name": PANEL_PLUGINS[t], "version": ""} for t in panel_types),
+    ]
+    return json.dumps(data, sort_keys=True, indent=2) + "\n"
+
+
+def _all_panels(board_json: dict) -> list[dict]:
     out = []
 
     def walk(panels):
         for p in panels or []:
-            for t in p.get("targets") or []:
-                if t.get("expr"):
-                    out.append((p.get("title", ""), t["expr"], bool(t.get("instant"))))
+            out.append(p)
             walk(p.get("panels"))
 
     walk(board_json.get("panels"))
     return out
+
+
+def panel_queries(board_json: dict) -> list[tuple[str, str, bool]]:
+    """(panel title, expr, instant) of every query of every panel, rows included."""
+    return [
+        (p.get("title", ""), t["expr"], bool(t.get("instant")))
+        for p in _all_panels(board_json)
+        for t in p.get("targets") or []
+        if t.get("expr")
+    ]
 
 
 VARIABLE = re.compile(r"\$(cluster|partition|account|__rate_interval|__interval|__range)\b")

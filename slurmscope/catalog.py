@@ -786,7 +786,7 @@ CATALOG: tuple[Metric, ...] = (
                             AND day <= CAST($now AS DATE))""",
         requires=("mart_fairshare_drift",),
     ),
-    # ---- controller and collectors --------------------------------------------------------------------
+    # ---- controller, collectors and pipelines ------------------------------------------------------
     Metric(
         name="slurmscope_controller_up",
         type="gauge",
@@ -832,6 +832,17 @@ CATALOG: tuple[Metric, ...] = (
         query="SELECT cluster, collector, max(epoch(coalesce(finished_at, started_at))) AS value FROM collector_runs"
         " WHERE cluster = $cluster AND status = 'ok' AND coalesce(finished_at, started_at) <= $now GROUP BY ALL",
         requires=("collector_runs",),
+    ),
+    Metric(
+        name="slurmscope_pipeline_last_success_timestamp_seconds",
+        type="gauge",
+        unit="seconds",
+        help="The `now` of the pipeline's last successful run (incremental or full).",
+        labels=("cluster", "pipeline"),
+        source="pipeline_runs",
+        query="SELECT cluster, pipeline, max(epoch(run_at)) AS value FROM pipeline_runs"
+        " WHERE cluster = $cluster AND status = 'ok' AND run_at <= $now GROUP BY ALL",
+        requires=("pipeline_runs",),
     ),
     # ---- efficiency and drift (marts) ------------------------------------------------------------------
     Metric(

@@ -336,11 +336,22 @@ def alerts() -> None:
 
 @alerts.command("build")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False))
-def alerts_build(out_dir: str) -> None:
+@click.option(
+    "--runbook-base",
+    metavar="URL",
+    help="Absolute URL the runbook links start with (default: config alerts.runbook_base_url).",
+)
+@click.pass_context
+def alerts_build(ctx: click.Context, out_dir: str, runbook_base: str | None) -> None:
     """Write the rule files (and their promtool tests)."""
     from slurmscope.alerts.build import build_all
 
-    for path in build_all(Path(out_dir)):
+    base = runbook_base or _context(ctx).config.get("alerts", "runbook_base_url")
+    try:
+        written = build_all(Path(out_dir), base)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--runbook-base") from None
+    for path in written:
         click.echo(str(path))
 
 

@@ -287,6 +287,10 @@ def _is_url(text: str) -> bool:
     return parts.scheme in ("http", "https") and _is_host(parts.hostname or "") and port != 0
 
 
+def _is_base_url(text: str) -> bool:
+    return bool(re.fullmatch(r"[a-zA-Z][a-zA-Z0-9+.-]*://\S*/", text))
+
+
 def _is_month(text: str) -> bool:
     match = re.fullmatch(r"(\d{4})-(\d{2})", text)
     return bool(match) and 1 <= int(match.group(2)) <= 12
@@ -401,6 +405,15 @@ SCHEMA = Table(
             }
         ),
         "report": Table({"pseudonymise_users": Bool(False)}),
+        "alerts": Table(  # runbook_url = runbook_base_url + <AlertName>.md (docs/configuration.md)
+            {
+                "runbook_base_url": Str(
+                    "file:///opt/slurmscope/docs/runbooks/",
+                    check=_is_base_url,
+                    what="an absolute URL ending in '/'",
+                )
+            }
+        ),
         "health": Table(  # node and GPU health verdicts (pipelines/health.py, docs/pipelines.md#health)
             {
                 "event_window_seconds": Num(3600, high=DAY),

@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from slurmscope.alerts.build import RULES_FILE, render_rules
+from slurmscope.alerts import thresholds
+from slurmscope.alerts.build import DEFAULT_RUNBOOK_BASE, RULES_FILE, render_rules
 from slurmscope.alerts.rules import ALERTS, RECORDING
+
+from slurmscope.config import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 ALERTS_DIR = ROOT / "alerts"
@@ -31,13 +34,60 @@ def test_alert_conventions():
         assert re.fullmatch(r"\d+[smh]", a.for_), a.name
         assert a.severity in {"critical", "warning", "info"}
         assert "{{" not in a.summary and a.summary.endswith(".")
-        assert "{{ $labels." in a.description or "{{ $value" in a.description
-        assert a.runbook_url == f"docs/runbooks/{a.name}.md"
-        runbook = (ROOT / a.runbook_url).read_text(encoding="utf-8")
+        assert re.search(r"\{\{[^}]*(\$labels\.|\$value)", a.description), a.name
+        runbook = (ROOT / "docs" / "runbooks" / f"{a.name}.md").read_text(encoding="utf-8")
         for section in ("## Meaning", "## Impact", "## Diagnosis", "## Mitigation"):
             assert section in runbook, (a.name, section)
     for r in RECORDING:
         assert re.fullmatch(r"[a-z_]+:slurmscope_[a-z0-9_]+:[a-z0-9_]+", r.record), r.record
+
+
+def test_runbook_urls_are_absolute_under_the_base():
+    rules = [r for g in yaml.safe_load(render_rules())["groups"] for r in g["rules"] if "alert" in r]
+    assert DEFAULT_RUNBOOK_BASE.startswith("file:///")
+    assert {r["annotations"]["runbook_url"] for r in rules} == {
+        f"{DEFAULT_RUNBOOK_BASE}{a.name}.md" for a in ALERTS
+    }
+    other = yaml.safe_load(render_rules("https://wiki.example.org/slurmscope/runbooks/"))
+    urls = {r["annotations"]["runbook_url"] for g in other["groups"] for r in g["rules"] if "alert" in r}
+    assert "https://wiki.example.org/slurmscope/runbooks/SlurmNodeDown.md" in urls
+    with pytest.raises(ValueError, match="absolute URL"):
+        render_rules("docs/runbooks/")
+
+
+def test_runbook_base_comes_from_config_and_is_validated(tmp_path):
+    assert load_config(env={}).get("alerts", "runbook_base_url") == DEFAULT_RUNBOOK_BASE
+    p = tmp_path / "s.toml"
+    p.write_text(
+        '[alerts]\nrunbook_base_url = "https://git.example.org/hpc/slurmscope/-/blob/v0.1.0/docs/runbooks/"\n'
+    )
+    assert load_config(p, env={}).get("alerts", "runbook_base_url").startswith("https://git.example.org/")
+    p.write_text('[alerts]\nrunbook_base_url = "docs/runbooks/"\n')
+    with pytest.raises(ConfigError, match="alerts.runbook_base_url.*absolute URL"):
+        load_config(p, env={})
+
+
+def test_collector_intervals_are_those_serve_schedules():
+    """The stale thresholds are per collector interval; they must follow the schedule if it changes."""
+    from slurmscope.scheduler import Service, build_scheduler
+
+    sched = build_scheduler(Service(config=load_config(env={}), db_path="unused.duckdb"))
+    scheduled = {
+        job.id.removeprefix("collect-"): int(job.trigger.interval.total_seconds())
+        for job in sched.get_jobs()
+        if job.id.startswith("collect-")
+    }
+    assert scheduled == {k: i for i, kinds in thresholds.COLLECTOR_INTERVALS.items() for k in kinds}
+
+
+def test_scrape_jobs_the_rules_select_are_those_deployment_documents():
+    """SlurmscopeExporterDown and SlurmscopeAgentDown match on `job`: a renamed scrape job would silence them."""
+    page = (ROOT / "docs" / "deployment.md").read_text(encoding="utf-8")
+    jobs = set(re.findall(r"job_name:\s*[\"']?([\w.-]+)", page))
+    assert {thresholds.EXPORTER_JOB, thresholds.AGENT_JOB} <= jobs, jobs
+    for a in ALERTS:
+        for job in re.findall(r'\bjob="([^"]+)"', a.expr):
+            assert job in jobs, (a.name, job)
 
 
 def test_every_alert_has_a_quiet_and_a_firing_case():
@@ -68,6 +118,19 @@ def test_cli_builds_rules_and_tests(tmp_path):
     )
 
 
+def test_cli_runbook_base_moves_rules_and_their_tests(tmp_path):
+    from slurmscope.cli import main
+
+    base = "https://wiki.example.org/runbooks/"
+    res = CliRunner().invoke(main, ["alerts", "build", "--out", str(tmp_path), "--runbook-base", base])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / RULES_FILE).read_text() == render_rules(base)
+    cases = (tmp_path / "tests" / "nodes.yaml").read_text()
+    assert f"runbook_url: {base}SlurmNodeDown.md" in cases and DEFAULT_RUNBOOK_BASE not in cases
+    res = CliRunner().invoke(main, ["alerts", "build", "--out", str(tmp_path), "--runbook-base", "runbooks/"])
+    assert res.exit_code == 2 and "absolute URL" in res.output
+
+
 @pytest.mark.prometheus
 def test_promtool_check_and_test_rules(tmp_path):
     promtool = shutil.which("promtool")
@@ -75,7 +138,7 @@ def test_promtool_check_and_test_rules(tmp_path):
         pytest.skip("promtool not installed")
     from slurmscope.alerts.build import build_all
 
-    build_all(tmp_path)
+    build_all(tmp_path, "https://wiki.example.org/runbooks/")
     res = subprocess.run(
         [promtool, "check", "rules", str(tmp_path / RULES_FILE)], capture_output=True, text=True, timeout=60
     )

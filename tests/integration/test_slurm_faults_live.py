@@ -15,6 +15,7 @@ process, through collectors/collect.py and the scheduler `slurmscope serve` runs
 from __future__ import annotations
 
 import math
+import re
 import shutil
 import stat
 import subprocess
@@ -28,6 +29,7 @@ import polars as pl
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
+from slurmscope.alerts.build import DEFAULT_RUNBOOK_BASE
 from slurmscope.alerts.rules import ALERTS
 from slurmscope.collectors.base import Outcome
 from slurmscope.collectors.collect import collect
@@ -248,7 +250,11 @@ def _promtool_would_fire(rig: Rig, collector: str, failed_at: datetime) -> None:
     assert set(success) == {0.0} and len(set(last)) == 1 and last[0] < 0  # last success is before the failure
     stale = next(a for a in ALERTS if a.name == "SlurmscopeCollectorStale")
     failing = next(a for a in ALERTS if a.name == "SlurmscopeCollectorFailing")
-    threshold = float(stale.expr.rsplit(">", 1)[1])
+    threshold = next(  # the limit of the collector's interval class
+        float(m.group(2))
+        for m in re.finditer(r'collector=~"([^"]+)"\} > (\d+)', stale.expr)
+        if collector in m.group(1).split("|")
+    )
     for_min = {a.name: int(a.for_.rstrip("m")) for a in (stale, failing)}
     v = last[0]
     # time() - v > threshold from the first whole minute m0 past it; the alert fires `for:` later.
@@ -265,7 +271,7 @@ def _promtool_would_fire(rig: Rig, collector: str, failed_at: datetime) -> None:
             "exp_annotations": {
                 "summary": alert.summary,
                 "description": description,
-                "runbook_url": f"docs/runbooks/{alert.name}.md",
+                "runbook_url": f"{DEFAULT_RUNBOOK_BASE}{alert.name}.md",
             },
         }
 
