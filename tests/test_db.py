@@ -1,11 +1,25 @@
 from __future__ import annotations
 
+import dataclasses
+import gzip
+import shutil
+from datetime import date
+from pathlib import Path
+
 import duckdb
 import polars as pl
 import pytest
 from slurmscope.collectors.base import Parsed, RunRecord, TableSpec, load, quarantine_frame, upsert
 
-from slurmscope.db import applied_versions, connect, migrate, migrations, transaction
+from slurmscope import db
+from slurmscope.db import applied_versions, connect, definitions, migrate, migrations, transaction
+
+BANDED = Path(__file__).parent / "fixtures" / "db"
+SCHEMA_SQL = """
+SELECT table_name, table_type, column_name, ordinal_position, data_type, is_nullable, column_default
+FROM information_schema.tables JOIN information_schema.columns USING (table_catalog, table_schema, table_name)
+WHERE table_catalog = current_database() ORDER BY ALL
+"""
 
 
 def test_fresh_database_has_every_migration_recorded(con):
@@ -42,6 +56,70 @@ def test_database_made_by_migration_1_upgrades_in_place(db_path):
     assert c.execute("SELECT count(*) FROM watermarks").fetchone()[0] == 1
     assert migrate(c) == []
     c.close()
+
+
+def _banded(tmp_path: Path, name: str) -> Path:
+    path = tmp_path / f"{name}.duckdb"
+    with gzip.open(BANDED / f"{name}.duckdb.gz", "rb") as src, open(path, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return path
+
+
+@pytest.mark.parametrize("name", ["banded-0042", "banded-0022"])
+def test_database_made_by_the_banded_numbering_upgrades_in_place(tmp_path, name):
+    """0001, 0005, 0010, ..., 0042 as recorded by the last release with them: each becomes its version in
+    the plain sequence, the rest applies, and the schema ends as a fresh database's, rows kept."""
+    path = _banded(tmp_path, name)
+    fresh = connect(tmp_path / "fresh.duckdb")
+    expected = fresh.execute(SCHEMA_SQL).fetchall()
+    fresh.close()
+    con = connect(path)
+    try:
+        assert con.execute("SELECT version, name FROM schema_migrations ORDER BY 1").fetchall() == [
+            (m.version, m.name) for m in migrations()
+        ]
+        assert con.execute(SCHEMA_SQL).fetchall() == expected
+        assert con.execute("SELECT count(*) FROM watermarks").fetchone()[0] == 1
+        assert con.execute("SELECT * FROM metric_collector_success('c', now())").fetchall() == []
+        if name == "banded-0042":
+            assert con.execute("SELECT week, jobs, gpu_hours FROM mart_job_outcomes_weekly").fetchall() == [
+                (date(2025, 1, 6), 2, 3.5)
+            ]
+        assert migrate(con) == []
+    finally:
+        con.close()
+
+
+def _objects(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, str], str | None]:
+    return {k: v for k, v in db._defined_objects(con).items() if (v or "").startswith(db.CHECKSUM)}
+
+
+def test_every_view_and_metric_macro_is_created_with_its_file_checksum(con):
+    shipped = {obj: d.checksum for d in definitions() for obj in d.objects}
+    assert _objects(con) == shipped
+    assert ("VIEW", "mart_job_outcomes_weekly") in shipped
+    assert ("MACRO TABLE", "metric_node_down") in shipped
+
+
+def test_a_changed_definition_is_recreated_and_a_dropped_one_removed(con, monkeypatch):
+    shipped = definitions()
+    assert db.sync_definitions(con) == []
+    node_down = next(d for d in shipped if d.name == "metrics/node_down.sql")
+    changed = dataclasses.replace(node_down, sql=node_down.sql.replace("ELSE 0 END", "ELSE 7 END"))
+    kept = tuple(
+        changed if d is node_down else d for d in shipped if d.name != "views/mart_job_outcomes_weekly.sql"
+    )
+    monkeypatch.setattr(db, "definitions", lambda: kept)
+    assert db.sync_definitions(con) == ["metrics/node_down.sql"]
+    objects = _objects(con)
+    assert ("VIEW", "mart_job_outcomes_weekly") not in objects
+    assert objects[("MACRO TABLE", "metric_node_down")] == changed.checksum
+    con.execute(
+        'INSERT INTO node_states (cluster, snapshot_time, node, "partition", state)'
+        " VALUES ('c', TIMESTAMPTZ '2025-01-01 00:00:00+00', 'n1', 'gpu', 'IDLE')"
+    )
+    assert con.execute("SELECT node, value FROM metric_node_down('c', now())").fetchall() == [("n1", 7)]
+    assert db.sync_definitions(con) == []
 
 
 def test_read_only_connection_refuses_writes(db_path):
