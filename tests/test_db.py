@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import importlib
+import pkgutil
 import shutil
 from datetime import date
 from pathlib import Path
@@ -197,3 +199,122 @@ def test_quarantine_reingest_is_a_noop(con):
         )
     assert con.execute("SELECT count(*) FROM quarantine").fetchone()[0] == 1
     assert con.execute("SELECT count(*) FROM collector_runs").fetchone()[0] == 2
+
+
+# ---- Polars schema dicts that restate a table ----------------------------------------------------------
+
+# DuckDB column type -> the Polars dtype a frame loaded into it carries. DECIMAL(18,2) (invoiced amounts)
+# takes a Float64 column: DuckDB rounds it on insert.
+DUCKDB_POLARS = {
+    "VARCHAR": pl.String(),
+    "BIGINT": pl.Int64(),
+    "INTEGER": pl.Int32(),
+    "DOUBLE": pl.Float64(),
+    "DECIMAL(18,2)": pl.Float64(),
+    "BOOLEAN": pl.Boolean(),
+    "DATE": pl.Date(),
+    "TIMESTAMP WITH TIME ZONE": pl.Datetime("us", "UTC"),
+    "BLOB": pl.Binary(),
+}
+MART = ("cluster",)  # the pipeline runner adds the cluster column to every mart frame
+# constant -> (table, columns its writer adds before the load)
+SCHEMA_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "collectors.base.QUARANTINE_SCHEMA": (
+        "quarantine",
+        ("cluster", "source", "content_sha256", "ingested_at"),
+    ),
+    "collectors.config.SLURM_CONFIG_SCHEMA": ("slurm_config", ()),
+    "collectors.events.NODE_EVENTS_SCHEMA": ("node_events", ()),
+    "collectors.nvml_ingest.SCHEMAS['gpu_samples']": ("gpu_samples", MART),
+    "collectors.nvml_ingest.SCHEMAS['gpu_events']": ("gpu_events", MART),
+    "collectors.nvml_ingest.SCHEMAS['gpu_jobs']": ("gpu_jobs", MART),
+    "collectors.nvml_ingest.SCHEMAS['gpu_inventory']": ("gpu_inventory", MART),
+    "collectors.ping.CONTROLLER_PINGS_SCHEMA": ("controller_pings", ()),
+    "collectors.reservations.RESERVATIONS_SCHEMA": ("reservations", ()),
+    "collectors.sdiag.SCHED_STATS_SCHEMA": ("sched_stats", ()),
+    "collectors.sinfo.NODE_STATES_SCHEMA": ("node_states", ()),
+    "collectors.sinfo.NODE_GROUPS_SCHEMA": ("node_groups", ()),
+    "collectors.squeue.PENDING_JOBS_SCHEMA": ("pending_jobs", ()),
+    "collectors.sshare.SHARES_SCHEMA": ("shares", ()),
+    "pipelines.backfill.DAILY_SCHEMA": ("mart_backfill_daily", MART),
+    "pipelines.backfill.WAIT_SCHEMA": ("mart_wait_times", MART),
+    "pipelines.backfill.DELTA_SCHEMA": ("mart_sched_deltas", MART),
+    "pipelines.backfill.OCC_SCHEMA": ("mart_occupancy", MART),
+    "pipelines.cost.DAILY_SCHEMA": ("mart_cost_daily", MART),
+    "pipelines.cost.MONTHLY_SCHEMA": ("mart_cost_monthly", MART),
+    "pipelines.cost.CAPACITY_SCHEMA": ("mart_capacity_daily", MART),
+    "pipelines.cost.EFFICIENCY_SCHEMA": ("mart_cost_efficiency_daily", MART),
+    "pipelines.cost.COUNTER_SCHEMA": ("mart_usage_counters", MART),
+    "pipelines.drift.SCHEMA": ("mart_drift", ()),
+    "pipelines.efficiency.JOB_SCHEMA": ("mart_job_efficiency", ()),
+    "pipelines.efficiency.IDLE_SCHEMA": ("mart_idle_gpus_daily", ()),
+    "pipelines.fairshare.FAIRSHARE_SCHEMA": ("mart_fairshare", ()),
+    "pipelines.fairshare.DAILY_SCHEMA": ("mart_fairshare_daily", ()),
+    "pipelines.fairshare.SUBMITS_SCHEMA": ("mart_fairshare_submits", ()),
+    "pipelines.fairshare.DRIFT_SCHEMA": ("mart_fairshare_drift", ()),
+    "pipelines.health.NODE_SCHEMA": ("mart_node_health", MART),
+    "pipelines.health.GPU_SCHEMA": ("mart_gpu_health", MART),
+    "pipelines.reliability.OUTCOMES_SCHEMA": ("mart_job_outcomes_daily", MART),
+    "pipelines.reliability.NODE_OUTCOMES_SCHEMA": ("mart_job_outcomes_node_daily", MART),
+    "pipelines.reliability.REQUEUE_SCHEMA": ("mart_requeues_daily", MART),
+    "pipelines.reliability.NODE_SCHEMA": ("mart_node_reliability", MART),
+    "pipelines.reliability.FAULT_SCHEMA": ("mart_fault_impact", MART),
+    "pipelines.reliability.GOODPUT_SCHEMA": ("mart_goodput", MART),
+}
+# Built from the parser's field maps in sorted order; sched_stats loads by column name.
+ORDER_FREE = {"collectors.sdiag.SCHED_STATS_SCHEMA"}
+
+
+def _is_dtype(v: object) -> bool:
+    return isinstance(v, pl.DataType) or (isinstance(v, type) and issubclass(v, pl.DataType))
+
+
+def _schema_dicts() -> dict[str, dict[str, object]]:
+    """Every module-level dict of Polars dtypes (or dict of them, per table) in collectors/ and pipelines/."""
+    found = {}
+    for pkg in ("collectors", "pipelines"):
+        root = importlib.import_module(f"slurmscope.{pkg}")
+        for info in pkgutil.walk_packages(root.__path__, f"slurmscope.{pkg}."):
+            mod = importlib.import_module(info.name)
+            short = info.name.removeprefix("slurmscope.")
+            for name, value in vars(mod).items():
+                if not isinstance(value, dict) or not value:
+                    continue
+                if all(_is_dtype(v) for v in value.values()):
+                    found[f"{short}.{name}"] = value
+                elif all(
+                    isinstance(v, dict) and v and all(map(_is_dtype, v.values())) for v in value.values()
+                ):
+                    found.update({f"{short}.{name}[{k!r}]": v for k, v in value.items()})
+    return found
+
+
+def test_every_schema_dict_is_checked_against_its_table():
+    assert sorted(_schema_dicts()) == sorted(SCHEMA_TABLES)
+
+
+@pytest.fixture(scope="module")
+def migrated():
+    c = connect(":memory:")
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize("constant", sorted(SCHEMA_TABLES))
+def test_schema_dict_matches_its_table(migrated, constant):
+    table, added = SCHEMA_TABLES[constant]
+    columns = migrated.execute(
+        "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ?"
+        " ORDER BY ordinal_position",
+        [table],
+    ).fetchall()
+    assert columns, f"{table} is not in the migrated schema"
+    schema = _schema_dicts()[constant]
+    restated = [c for c, _ in columns if c not in added]
+    if constant in ORDER_FREE:
+        assert sorted(schema) == sorted(restated)
+    else:
+        assert list(schema) == restated
+    types = dict(columns)
+    for col, dtype in schema.items():
+        assert DUCKDB_POLARS[types[col]] == dtype, (col, types[col], dtype)
