@@ -31,8 +31,9 @@ DEFINITION_FOLDERS = ("views", "metrics")  # in creation order: metric queries m
 DEFINED = re.compile(r"^CREATE OR REPLACE (VIEW|MACRO) (\w+)(?:\([^)]*\))? AS\s+(TABLE\b)?", re.MULTILINE)
 CHECKSUM = "slurmscope sha256:"
 
-# Before release 0.1 migrations were numbered in bands per team; databases migrated then record these
-# names, which become the plain sequence's versions in place (the files' content is unchanged).
+# Migrations were first numbered in bands per team (0001, 0005, 0010, ..., 0042). Databases migrated then
+# record these names; they take the plain sequence's versions in place. The DDL is the same, except that
+# 0041's two views now live in sql/views (CREATE OR REPLACE there takes over the existing ones).
 BANDED_NAMES = {
     "0005_node_groups.sql": 2,
     "0010_marts_cost.sql": 3,

@@ -3,16 +3,19 @@
 -- Nodes that cannot run work: sinfo base states and flags.
 CREATE OR REPLACE MACRO slurm_node_unavailable(state, state_flags) AS
     (coalesce(state_flags, '') SIMILAR TO '.*(DRAIN|NOT_RESPONDING|FAIL|MAINT).*'
-     OR upper(coalesce(state, '')) IN ('DOWN','DRAINED','DRAINING','DRAIN','FAIL','FAILING','MAINT','UNKNOWN','FUTURE','INVAL'));
+     OR upper(coalesce(state,
+         '')) IN ('DOWN','DRAINED','DRAINING','DRAIN','FAIL','FAILING','MAINT','UNKNOWN','FUTURE','INVAL'));
 
 -- The display state used as the `state` label of node metrics: what an operator calls the node.
 CREATE OR REPLACE MACRO slurm_node_state(state, state_flags) AS
     CASE WHEN upper(coalesce(state, '')) IN ('DOWN','FAIL','FAILING')
               OR coalesce(state_flags, '') LIKE '%NOT_RESPONDING%' THEN 'down'
-         WHEN coalesce(state_flags, '') LIKE '%DRAIN%' OR upper(coalesce(state, '')) LIKE 'DRAIN%' THEN 'drain'
+         WHEN coalesce(state_flags, '') LIKE '%DRAIN%'
+             OR upper(coalesce(state, '')) LIKE 'DRAIN%' THEN 'drain'
          WHEN upper(coalesce(state, '')) IN ('MAINT','UNKNOWN','FUTURE','INVAL') THEN 'other'
          ELSE lower(coalesce(state, 'unknown')) END;
 
 -- Job states after which an attempt no longer runs.
 CREATE OR REPLACE MACRO slurm_job_terminal_states() AS
-    ['COMPLETED','FAILED','CANCELLED','TIMEOUT','NODE_FAIL','OUT_OF_MEMORY','PREEMPTED','BOOT_FAIL','DEADLINE'];
+    ['COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT', 'NODE_FAIL', 'OUT_OF_MEMORY', 'PREEMPTED', 'BOOT_FAIL',
+     'DEADLINE'];

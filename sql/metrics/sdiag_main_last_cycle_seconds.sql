@@ -2,4 +2,5 @@
 CREATE OR REPLACE MACRO metric_sdiag_main_last_cycle_seconds(cluster_name, now) AS TABLE
     SELECT cluster, main_last_cycle_us / 1e6 AS value
     FROM sched_stats
-    WHERE cluster = cluster_name AND snapshot_time = (SELECT max(snapshot_time) FROM sched_stats WHERE cluster = cluster_name AND snapshot_time <= now) AND main_last_cycle_us IS NOT NULL;
+    WHERE cluster = cluster_name AND snapshot_time = (SELECT max(snapshot_time) FROM sched_stats
+        WHERE cluster = cluster_name AND snapshot_time <= now) AND main_last_cycle_us IS NOT NULL;
