@@ -36,7 +36,7 @@ from slurmscope.slurm_states import NULL_WORDS, parse_node_state
 KIND = "sinfo"
 TABLES = {
     "node_states": TableSpec("node_states", ("cluster", "snapshot_time", "node", "partition")),
-    # Only from recorded aggregated captures (no node names); see sql/0005_node_groups.sql.
+    # Only from recorded aggregated captures (no node names); see sql/0002_node_groups.sql.
     "node_groups": TableSpec("node_groups", ("cluster", "snapshot_time", "group_no")),
 }
 

@@ -3,21 +3,50 @@
 The schema lives in sql/NNNN_name.sql; this module only applies those files in order and records each
 one in `schema_migrations`, inside the same transaction as the DDL, so a crash mid-migration leaves the
 database at the previous version rather than half-upgraded.
+
+Views (sql/views/*.sql) and the metric queries (sql/metrics/*.sql, table macros) hold no data, so they are
+not migrations: after the migrations, every definition whose file changed is re-created, all in one
+transaction. Each object carries its file's checksum as its DuckDB comment, which is how an unchanged one
+is skipped and one no longer shipped is found and dropped; the checksum of all the files together is the
+comment of `schema_migrations`, so that opening an up-to-date database costs one catalog lookup (listing
+the macros, duckdb_functions(), takes ~70 ms).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 from importlib import resources
 from pathlib import Path
 
 import duckdb
 
 MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+DEFINITION_FOLDERS = ("views", "metrics")  # in creation order: metric queries may read views
+DEFINED = re.compile(r"^CREATE OR REPLACE (VIEW|MACRO) (\w+)(?:\([^)]*\))? AS\s+(TABLE\b)?", re.MULTILINE)
+CHECKSUM = "slurmscope sha256:"
+
+# Migrations were first numbered in bands per team (0001, 0005, 0010, ..., 0042). Databases migrated then
+# record these names; they take the plain sequence's versions in place. The DDL is the same, except that
+# 0041's two views now live in sql/views (CREATE OR REPLACE there takes over the existing ones).
+BANDED_NAMES = {
+    "0005_node_groups.sql": 2,
+    "0010_marts_cost.sql": 3,
+    "0011_marts_reliability.sql": 4,
+    "0012_marts_backfill.sql": 5,
+    "0020_marts_fairshare.sql": 6,
+    "0021_marts_efficiency.sql": 7,
+    "0022_marts_drift.sql": 8,
+    "0030_gpu_jobs_mig_key.sql": 9,
+    "0040_health.sql": 10,
+    "0041_cost_reliability.sql": 11,
+    "0042_fairshare_daily.sql": 12,
+}
 
 
 @dataclass(frozen=True)
@@ -43,6 +72,84 @@ def migrations(upto: int | None = None) -> list[Migration]:
     return found
 
 
+@dataclass(frozen=True)
+class Definition:
+    """One file of sql/views or sql/metrics and the objects (kind, name) its statements create."""
+
+    name: str
+    sql: str
+    objects: tuple[tuple[str, str], ...]
+
+    @property
+    def checksum(self) -> str:
+        return CHECKSUM + hashlib.sha256(self.sql.encode("utf-8")).hexdigest()
+
+
+@cache
+def definitions() -> tuple[Definition, ...]:
+    """Every view and metric-query file shipped in slurmscope.sql, in creation order (read once per process)."""
+    found = []
+    for folder in DEFINITION_FOLDERS:
+        entries = sorted(
+            (
+                e
+                for e in resources.files("slurmscope.sql").joinpath(folder).iterdir()
+                if e.name.endswith(".sql")
+            ),
+            key=lambda e: e.name,
+        )
+        for entry in entries:
+            sql = entry.read_text(encoding="utf-8")
+            objects = tuple(
+                ("MACRO TABLE" if table else kind, name) for kind, name, table in DEFINED.findall(sql)
+            )
+            if not objects:
+                raise RuntimeError(f"slurmscope.sql/{folder}/{entry.name} creates no view or macro")
+            found.append(Definition(f"{folder}/{entry.name}", sql, objects))
+    return tuple(found)
+
+
+def _defined_objects(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, str], str | None]:
+    """(kind, name) -> comment of the views and macros in the main schema."""
+    rows = con.execute(
+        "SELECT 'VIEW', view_name, comment FROM duckdb_views()"
+        " WHERE NOT internal AND NOT temporary AND schema_name = 'main' AND database_name = current_database()"
+        " UNION ALL SELECT CASE function_type WHEN 'table_macro' THEN 'MACRO TABLE' ELSE 'MACRO' END,"
+        " function_name, comment FROM duckdb_functions()"
+        " WHERE function_type IN ('macro', 'table_macro') AND NOT internal AND schema_name = 'main'"
+        " AND database_name = current_database()"
+    ).fetchall()
+    return {(kind, name): comment for kind, name, comment in rows}
+
+
+def sync_definitions(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Re-create the views and macros whose file changed, drop those no longer shipped; return the files run."""
+    shipped = definitions()
+    total = CHECKSUM + hashlib.sha256("".join(d.checksum for d in shipped).encode("ascii")).hexdigest()
+    recorded = con.execute(
+        "SELECT comment FROM duckdb_tables() WHERE table_name = 'schema_migrations' AND schema_name = 'main'"
+        " AND database_name = current_database()"
+    ).fetchone()
+    if recorded and recorded[0] == total:
+        return []
+    current = _defined_objects(con)
+    stale = [
+        obj
+        for obj, comment in current.items()
+        if (comment or "").startswith(CHECKSUM) and not any(obj in d.objects for d in shipped)
+    ]
+    changed = [d for d in shipped if any(current.get(obj, "") != d.checksum for obj in d.objects)]
+    with transaction(con):
+        for kind, name in stale:
+            con.execute(f"DROP {kind} IF EXISTS {name}")  # noqa: S608 - a name read from the catalog
+        for d in changed:
+            con.execute(d.sql)
+            for kind, name in d.objects:
+                con.execute(f"COMMENT ON {kind} {name} IS '{d.checksum}'")  # noqa: S608 - names from shipped files
+        con.execute(f"COMMENT ON TABLE schema_migrations IS '{total}'")
+    return [d.name for d in changed]
+
+
 def applied_versions(con: duckdb.DuckDBPyConnection) -> list[int]:
     exists = con.execute(
         "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'"
@@ -59,6 +166,7 @@ def migrate(con: duckdb.DuckDBPyConnection, upto: int | None = None) -> list[int
         " version INTEGER PRIMARY KEY, name VARCHAR NOT NULL,"
         " applied_at TIMESTAMPTZ NOT NULL DEFAULT current_timestamp)"
     )
+    _renumber_banded(con)
     done = set(applied_versions(con))
     applied = []
     for m in migrations(upto):
@@ -68,7 +176,26 @@ def migrate(con: duckdb.DuckDBPyConnection, upto: int | None = None) -> list[int
             con.execute(m.sql)
             con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", [m.version, m.name])
         applied.append(m.version)
+    if upto is None:
+        sync_definitions(con)
     return applied
+
+
+def _renumber_banded(con: duckdb.DuckDBPyConnection) -> None:
+    """Record migrations applied under the banded numbering by their version in the plain sequence."""
+    rows = con.execute(
+        "SELECT version, name, applied_at FROM schema_migrations WHERE list_contains(?, name)",
+        [list(BANDED_NAMES)],
+    ).fetchall()
+    if not rows:
+        return
+    names = {m.version: m.name for m in migrations()}
+    with transaction(con):
+        con.execute("DELETE FROM schema_migrations WHERE list_contains(?, name)", [list(BANDED_NAMES)])
+        con.executemany(
+            "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+            [(BANDED_NAMES[name], names[BANDED_NAMES[name]], at) for _, name, at in rows],
+        )
 
 
 def connect(

@@ -30,7 +30,7 @@ from prometheus_client.core import Metric as Family
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from slurmscope.catalog import CATALOG, GPU_LATEST_QUERY, GPU_LATEST_VIEW, Metric
+from slurmscope.catalog import CATALOG, Metric
 from slurmscope.config import Config
 from slurmscope.webconfig import BasicAuth, WebConfig, load_web_config, server_context
 
@@ -45,7 +45,6 @@ FAMILY_UP = Metric(
     help="1 when the family's source query ran at the last render; 0 when its table is missing or the query failed.",
     labels=("family",),
     source="the exporter itself",
-    query="",
     requires=(),
 )
 RENDER_TIME = Metric(
@@ -55,7 +54,6 @@ RENDER_TIME = Metric(
     help="The instant the served metrics describe (the last render).",
     labels=(),
     source="the exporter itself",
-    query="",
     requires=(),
 )
 INTERNAL = (FAMILY_UP, RENDER_TIME)
@@ -96,22 +94,9 @@ def snapshot(
     that a history recorded at another time can be replayed as if it ended at another instant.
     """
     tables = _tables(con)
-    params = {"cluster": cfg.cluster, "now": now}
     snap = Snapshot(now=now)
     metrics = metrics if metrics is not None else enabled_metrics(cfg)
-    registered = False
-    if "gpu_samples" in tables and any("gpu_samples" in m.requires for m in metrics):
-        try:
-            con.register(GPU_LATEST_VIEW, con.sql(GPU_LATEST_QUERY, params=params).to_arrow_table())
-            registered = True
-        except duckdb.Error as exc:
-            log.warning("latest GPU samples: query failed: %s", exc)
-            tables.discard("gpu_samples")
-    try:
-        _run_queries(con, snap, metrics, tables, params, shift_seconds)
-    finally:
-        if registered:
-            con.unregister(GPU_LATEST_VIEW)
+    _run_queries(con, snap, metrics, tables, [cfg.cluster, now], shift_seconds)
     return snap
 
 
@@ -120,7 +105,7 @@ def _run_queries(
     snap: Snapshot,
     metrics: list[Metric],
     tables: set[str],
-    params: dict[str, Any],
+    params: list[Any],
     shift_seconds: float,
 ) -> None:
     for metric in metrics:
@@ -128,7 +113,7 @@ def _run_queries(
             snap.up[metric.name] = False
             continue
         try:
-            cur = con.execute(metric.query, {k: v for k, v in params.items() if f"${k}" in metric.query})
+            cur = con.execute(f"SELECT * FROM {metric.macro}(?, ?)", params)  # noqa: S608 - a catalog name
             cols = [d[0] for d in cur.description]
             rows = cur.fetchall()
         except duckdb.Error as exc:

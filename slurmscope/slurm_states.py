@@ -320,3 +320,37 @@ def sql_list(states: Iterable[str]) -> str:
     if any(not re.fullmatch(r"[A-Z_]+", w) for w in words):
         raise ValueError(f"not Slurm state words: {words!r}")
     return "(" + ",".join(f"'{w}'" for w in words) + ")"
+
+
+def sql_macros() -> str:
+    """sql/metrics/_slurm_states.sql: the metric queries' state sets as DuckDB macros, rendered from this
+    module so that SQL files never spell a state list of their own (tests/test_slurm_states.py checks the
+    committed file; `python -m slurmscope.slurm_states > sql/metrics/_slurm_states.sql` regenerates it)."""
+    unavailable_flags = "|".join(NODE_METRIC_UNAVAILABLE_FLAGS)
+    down_flags = "".join(
+        f"\n              OR coalesce(state_flags, '') LIKE '%{flag}%'" for flag in NODE_METRIC_DOWN_FLAGS
+    )
+    terminal = ", ".join(f"'{s}'" for s in JOB_FINISHED_STATES)
+    return f"""-- Generated from slurmscope/slurm_states.py by `python -m slurmscope.slurm_states`; do not edit.
+-- Slurm state sets the metric queries share (scalar macros, inlined where they are called).
+
+-- Nodes that cannot run work: sinfo base states and flags (NODE_METRIC_UNAVAILABLE_*).
+CREATE OR REPLACE MACRO slurm_node_unavailable(state, state_flags) AS
+    (coalesce(state_flags, '') SIMILAR TO '.*({unavailable_flags}).*'
+     OR upper(coalesce(state, '')) IN {sql_list(NODE_METRIC_UNAVAILABLE_STATES)});
+
+-- The display state used as the `state` label of node metrics (NODE_METRIC_DOWN_*, NODE_METRIC_OTHER_STATES).
+CREATE OR REPLACE MACRO slurm_node_state(state, state_flags) AS
+    CASE WHEN upper(coalesce(state, '')) IN {sql_list(NODE_METRIC_DOWN_STATES)}{down_flags} THEN 'down'
+         WHEN coalesce(state_flags, '') LIKE '%DRAIN%' OR upper(coalesce(state, '')) LIKE 'DRAIN%' THEN 'drain'
+         WHEN upper(coalesce(state, '')) IN {sql_list(NODE_METRIC_OTHER_STATES)} THEN 'other'
+         ELSE lower(coalesce(state, 'unknown')) END;
+
+-- Job states after which an attempt no longer runs (JOB_FINISHED_STATES).
+CREATE OR REPLACE MACRO slurm_job_terminal_states() AS
+    [{terminal}];
+"""
+
+
+if __name__ == "__main__":
+    print(sql_macros(), end="")

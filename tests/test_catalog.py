@@ -51,3 +51,12 @@ def test_every_query_runs_on_the_migrated_schema(con):
 def test_metrics_doc_is_generated_from_the_catalog():
     committed = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
     assert committed == render_markdown(INTERNAL), "run: python -m slurmscope.catalog > docs/metrics.md"
+
+
+def test_every_family_has_its_query_file_and_every_query_file_a_family():
+    """sql/metrics/<name>.sql defines metric_<name>; files starting with `_` hold the macros they share."""
+    files = {p.stem: p.read_text(encoding="utf-8") for p in (ROOT / "sql" / "metrics").glob("*.sql")}
+    families = {m.name.removeprefix("slurmscope_"): m for m in CATALOG}
+    assert {name for name in files if not name.startswith("_")} == set(families)
+    for name, m in families.items():
+        assert f"CREATE OR REPLACE MACRO {m.macro}(cluster_name, now) AS TABLE" in files[name], name

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -17,6 +18,8 @@ from slurmscope.catalog import CATALOG, by_name
 from slurmscope.config import load_config
 from slurmscope.exporter import render, snapshot
 from tests.exporter_data import END, build
+
+METRIC_SQL = Path(__file__).resolve().parents[1] / "sql" / "metrics"
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +180,8 @@ def test_demo_verdicts_agree_with_the_simulator(demo_run):
 def test_every_central_gpu_family_carries_source():
     for m in CATALOG:
         if m.name.startswith("slurmscope_gpu_") and not m.name.startswith("slurmscope_gpu_seconds"):
-            assert "source" in m.labels and "'central' AS source" in m.query, m.name
+            query = (METRIC_SQL / f"{m.name.removeprefix('slurmscope_')}.sql").read_text()
+            assert "source" in m.labels and "'central' AS source" in query, m.name
         else:
             assert "source" not in m.labels, m.name
 

@@ -209,15 +209,15 @@ def test_two_mig_instances_of_one_gpu_for_one_job(tmp_path, con, cfg):
     assert con.execute("SELECT count(*) FROM gpu_jobs").fetchone()[0] == 2
 
 
-def test_migration_0030_keeps_existing_rows(tmp_path):
+def test_migration_0009_keeps_existing_rows(tmp_path):
     con = connect(tmp_path / "old.duckdb", migrate_schema=False)
     try:
-        migrate(con, upto=29)
+        migrate(con, upto=8)
         con.execute(
             "INSERT INTO gpu_jobs (cluster, node, gpu_uuid, job_id, interval_start, mig_instance) "
             "VALUES ('c', 'n', 'GPU-a', '1', TIMESTAMPTZ '2027-01-15 08:00:00+00', NULL)"
         )
-        assert 30 in migrate(con)
+        assert 9 in migrate(con)
         assert con.execute("SELECT job_id, mig_instance FROM gpu_jobs").fetchall() == [("1", "")]
     finally:
         con.close()

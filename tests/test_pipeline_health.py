@@ -377,7 +377,7 @@ def test_nodes_input_has_each_nodes_latest_snapshot_before_the_window(con):
 
 
 def test_outputs_match_the_mart_tables(con):
-    """Every column compute returns exists in sql/0040_health.sql with a compatible type (the runner checks)."""
+    """Every column compute returns exists in sql/0010_health.sql with a compatible type (the runner checks)."""
     cols = {
         t: {
             r[0]

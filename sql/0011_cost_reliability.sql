@@ -42,14 +42,4 @@ CREATE TABLE mart_job_outcomes_node_daily (
     gpu_hours     DOUBLE NOT NULL         -- elapsed x GPUs / nodes of those attempts
 );
 -- unique key (kept by the runner's delete-then-insert): cluster, day, node, state
-
--- Weeks (Monday-start, billing-zone days) are unions of days, so the weekly outcomes are views, never stale.
-CREATE VIEW mart_job_outcomes_weekly AS
-SELECT cluster, date_trunc('week', day)::DATE AS week, "partition", account, state,
-       sum(jobs)::BIGINT AS jobs, sum(gpu_hours) AS gpu_hours
-FROM mart_job_outcomes_daily GROUP BY ALL;
-
-CREATE VIEW mart_job_outcomes_node_weekly AS
-SELECT cluster, date_trunc('week', day)::DATE AS week, node, state,
-       sum(jobs)::BIGINT AS jobs, sum(gpu_hours) AS gpu_hours
-FROM mart_job_outcomes_node_daily GROUP BY ALL;
+-- The weekly outcomes over these days are views: sql/views/mart_job_outcomes_*weekly.sql.

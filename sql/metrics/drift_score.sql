@@ -1,0 +1,5 @@
+-- slurmscope_drift_score (gauge): mart_drift (latest as_of <= now per signal and entity)
+CREATE OR REPLACE MACRO metric_drift_score(cluster_name, now) AS TABLE
+    SELECT cluster, signal, entity_type, entity, coalesce(node, '') AS node, score AS value
+                     FROM mart_drift WHERE cluster = cluster_name AND as_of <= now
+                     QUALIFY row_number() OVER (PARTITION BY signal, entity ORDER BY as_of DESC) = 1;

@@ -1,0 +1,5 @@
+-- slurmscope_gpu_seconds_total (counter): mart_usage_counters
+CREATE OR REPLACE MACRO metric_gpu_seconds_total(cluster_name, now) AS TABLE
+    SELECT cluster, account, "partition", gpu_model, gpu_seconds_total AS value
+    FROM mart_usage_counters
+    WHERE cluster = cluster_name AND updated_at <= now;
