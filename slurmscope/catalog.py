@@ -779,7 +779,27 @@ def render_markdown(extra: tuple[Metric, ...] = ()) -> str:
     return "\n".join(lines) + "\n"
 
 
-if __name__ == "__main__":
-    from slurmscope.exporter import INTERNAL
+# The exporter's own families, rendered with every scrape (not from a query).
+FAMILY_UP = Metric(
+    name="slurmscope_exporter_family_up",
+    type="gauge",
+    unit="",
+    help="1 when the family's source query ran at the last render; 0 when its table is missing or the query failed.",
+    labels=("family",),
+    source="the exporter itself",
+    requires=(),
+)
+RENDER_TIME = Metric(
+    name="slurmscope_exporter_render_timestamp_seconds",
+    type="gauge",
+    unit="seconds",
+    help="The instant the served metrics describe (the last render).",
+    labels=(),
+    source="the exporter itself",
+    requires=(),
+)
+INTERNAL = (FAMILY_UP, RENDER_TIME)
 
+
+if __name__ == "__main__":
     print(render_markdown(INTERNAL), end="")

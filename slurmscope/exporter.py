@@ -30,7 +30,7 @@ from prometheus_client.core import Metric as Family
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from slurmscope.catalog import CATALOG, Metric
+from slurmscope.catalog import CATALOG, FAMILY_UP, INTERNAL, RENDER_TIME, Metric
 from slurmscope.config import Config
 from slurmscope.webconfig import BasicAuth, WebConfig, load_web_config, server_context
 
@@ -38,25 +38,6 @@ log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-FAMILY_UP = Metric(
-    name="slurmscope_exporter_family_up",
-    type="gauge",
-    unit="",
-    help="1 when the family's source query ran at the last render; 0 when its table is missing or the query failed.",
-    labels=("family",),
-    source="the exporter itself",
-    requires=(),
-)
-RENDER_TIME = Metric(
-    name="slurmscope_exporter_render_timestamp_seconds",
-    type="gauge",
-    unit="seconds",
-    help="The instant the served metrics describe (the last render).",
-    labels=(),
-    source="the exporter itself",
-    requires=(),
-)
-INTERNAL = (FAMILY_UP, RENDER_TIME)
 
 Sample = tuple[tuple[str, ...], float]
 
