@@ -126,11 +126,12 @@ def sync_definitions(con: duckdb.DuckDBPyConnection) -> list[str]:
     """Re-create the views and macros whose file changed, drop those no longer shipped; return the files run."""
     shipped = definitions()
     total = CHECKSUM + hashlib.sha256("".join(d.checksum for d in shipped).encode("ascii")).hexdigest()
+    # fetchall, not fetchone: a result left unread would make the caller's next con.sql() fail
     recorded = con.execute(
         "SELECT comment FROM duckdb_tables() WHERE table_name = 'schema_migrations' AND schema_name = 'main'"
         " AND database_name = current_database()"
-    ).fetchone()
-    if recorded and recorded[0] == total:
+    ).fetchall()
+    if recorded and recorded[0][0] == total:
         return []
     current = _defined_objects(con)
     stale = [

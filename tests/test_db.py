@@ -324,3 +324,14 @@ def test_schema_dict_matches_its_table(migrated, constant):
     types = dict(columns)
     for col, dtype in schema.items():
         assert DUCKDB_POLARS[types[col]] == dtype, (col, types[col], dtype)
+
+
+def test_a_writer_connection_is_ready_for_the_relation_api(tmp_path):
+    """connect() must leave no unread result behind, or the caller's first con.sql() fails
+    (seen in the live fault test once the definition sync ran on every writer connect)."""
+    connect(tmp_path / "db.duckdb").close()
+    con = connect(tmp_path / "db.duckdb")
+    try:
+        assert con.sql("SELECT count(*) FROM schema_migrations").to_arrow_table().num_rows == 1
+    finally:
+        con.close()
