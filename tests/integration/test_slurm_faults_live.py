@@ -34,6 +34,7 @@ from slurmscope.alerts.rules import ALERTS
 from slurmscope.collectors.base import Outcome
 from slurmscope.collectors.collect import collect
 from slurmscope.pipelines.backfill import DELTA_COUNTERS, sched_deltas
+from slurmscope.pipelines.runner import Window, pipeline_params
 
 from slurmscope.config import Config, load_config
 from slurmscope.db import connect
@@ -641,7 +642,9 @@ def test_scheduler_rides_out_a_slurmctld_restart_and_a_slurmdbd_outage(rig):
         con.close()
     naive = stats.select(pl.col("jobs_submitted").diff()).to_series().drop_nulls()
     assert naive.min() < 0, "no sdiag snapshot on both sides of the restart"
-    deltas = sched_deltas(stats.lazy(), {"start": stats["snapshot_time"].min()}).collect()
+    first = stats["snapshot_time"].min()
+    window = Window(first, datetime.now(UTC), False)
+    deltas = sched_deltas(stats.lazy(), pipeline_params(rig.cfg, window)).collect()
     assert deltas["reset"].sum() >= 1
     for col in DELTA_COUNTERS:
         values = deltas[col].drop_nulls()
