@@ -18,8 +18,9 @@ from slurmscope.collectors.ingest import IngestError, ingest_files
 from slurmscope.cli import main
 from slurmscope.config import load_config
 from slurmscope.db import connect
+from tests.paths import FIXTURES
 
-FIX = Path(__file__).parent / "fixtures"
+FIX = FIXTURES
 XDMOD_FORMAT = (
     "jobid,jobidraw,cluster,partition,qos,account,group,gid,user,uid,submit,eligible,start,end,elapsed,"
     "exitcode,state,nnodes,ncpus,reqcpus,reqmem,reqtres,alloctres,timelimit,nodelist,jobname"

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 import pytest
 from click.testing import CliRunner
 
 from slurmscope.cli import main
+from tests.paths import ROOT
 
-DOC = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
+DOC = (ROOT / "docs" / "cli.md").read_text()
 
 
 def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -18,8 +17,9 @@ from slurmscope.catalog import CATALOG, by_name
 from slurmscope.config import load_config
 from slurmscope.exporter import render, snapshot
 from tests.exporter_data import END, build
+from tests.paths import ROOT
 
-METRIC_SQL = Path(__file__).resolve().parents[1] / "sql" / "metrics"
+METRIC_SQL = ROOT / "sql" / "metrics"
 
 
 @pytest.fixture(scope="module")
@@ -230,11 +230,10 @@ def test_agent_series_carry_cluster_and_source(tmp_path):
 
 def test_reason_lists_are_documented():
     """The bounded `reason` values: every one the pipeline can give is named in the metric help and the docs."""
-    from pathlib import Path
 
     from slurmscope.pipelines import health
 
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "pipelines.md").read_text(encoding="utf-8")
+    doc = (ROOT / "docs" / "pipelines.md").read_text(encoding="utf-8")
     section = doc[doc.index("## Health") :]
     for family, reasons in (
         ("slurmscope_node_health_info", health.NODE_REASONS),

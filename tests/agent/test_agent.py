@@ -29,9 +29,10 @@ from slurmscope.collectors.nvml import ingest_spool_files, parse_spool
 
 from slurmscope.config import load_config
 from slurmscope.spool import read_spool_bytes, utc
+from tests.paths import ROOT
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z, hour aligned
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 
 
 # --------------------------------------------------------------------------------------------------

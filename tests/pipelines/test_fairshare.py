@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import polars as pl
 import pytest
@@ -16,6 +15,7 @@ from slurmscope.pipelines.fairshare.rows import sshare_agreement
 from slurmscope.pipelines.runner import EPOCH, Window, pipeline_params
 
 from slurmscope.config import load_config
+from tests.paths import FIXTURES
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 SNAP = T0 + timedelta(hours=2)
@@ -323,7 +323,7 @@ def test_drift_starved_account_and_since():
 # `sacct` (live collector command line) and `sshare -a -l -P` of the same capture, taken 6 s after the last
 # job ended, and `scontrol show config` (PriorityDecayHalfLife 7 days, PriorityCalcPeriod 1 min).
 
-REAL = Path(__file__).parent / "fixtures" / "slurm-22.05-fairshare"
+REAL = FIXTURES / "slurm-22.05-fairshare"
 CAPTURED = datetime(2026, 12, 2, 13, 50, 16, tzinfo=UTC)  # mtime of the capture (capture.py, 'final')
 
 

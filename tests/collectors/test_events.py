@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import polars as pl
@@ -15,8 +14,9 @@ from slurmscope.collectors.slurm_format import is_blank
 
 from slurmscope.cli import main
 from slurmscope.config import load_config
+from tests.paths import FIXTURES
 
-FIX = Path(__file__).parent / "fixtures"
+FIX = FIXTURES
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
 

@@ -20,8 +20,7 @@ from slurmscope.pipelines import runner
 
 from slurmscope.config import load_config
 from slurmscope.db import connect
-
-from .demo_fixture import DEMO_DAYS
+from tests.demo_fixture import DEMO_DAYS
 
 AS_SEEN_AT = """
 INSERT INTO jobs SELECT * REPLACE (

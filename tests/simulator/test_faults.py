@@ -30,9 +30,10 @@ from slurmscope.config import load_config
 from slurmscope.db import applied_versions, connect, migrations
 from slurmscope.scheduler import Service
 from slurmscope.spool import read_spool_bytes
+from tests.paths import FIXTURES
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z, hour aligned
-FIXTURES = Path(__file__).parent / "fixtures" / "slurm-22.05"
+FIXTURES = FIXTURES / "slurm-22.05"
 
 
 # --------------------------------------------------------------------------------------------------

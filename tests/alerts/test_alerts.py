@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
@@ -15,8 +14,9 @@ from slurmscope.alerts.build import DEFAULT_RUNBOOK_BASE, RULES_FILE, render_rul
 from slurmscope.alerts.rules import ALERTS, RECORDING
 
 from slurmscope.config import ConfigError, load_config
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = ROOT
 ALERTS_DIR = ROOT / "alerts"
 
 

@@ -6,7 +6,6 @@ import json
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
@@ -23,8 +22,9 @@ from slurmscope.dashboards.common import (
 
 from slurmscope.catalog import CATALOG
 from slurmscope.exporter import INTERNAL
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = ROOT
 GENERATED = ROOT / "dashboards" / "generated"
 KNOWN = (
     {m.name for m in CATALOG}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
-from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import polars as pl
@@ -16,8 +15,9 @@ from slurmscope.collectors import sshare
 from slurmscope.collectors.slurm_format import is_blank
 
 from slurmscope.cli import main
+from tests.paths import FIXTURES
 
-FIX = Path(__file__).parent / "fixtures"
+FIX = FIXTURES
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 S = "SckyzO__slurm_exporter"
 SCKYZO_FMT = "Account,User,RawShares,NormShares,RawUsage,NormUsage,FairShare"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -13,8 +12,9 @@ from hypothesis import strategies as st
 from slurmscope.collectors import sdiag
 
 from slurmscope.cli import main
+from tests.paths import FIXTURES
 
-FIX = Path(__file__).parent / "fixtures"
+FIX = FIXTURES
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
 

@@ -4,14 +4,14 @@ SQL that lists states (generated here, or checked here where it lives in a .sql 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from slurmscope import slurm_states as ss
 from slurmscope.slurm_states import normalise_job_state, parse_node_state, sql_list
+from tests.paths import ROOT
 
-SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+SQL_DIR = ROOT / "sql"
 JOB_SETS = {n: v for n, v in vars(ss).items() if n.startswith("JOB_") and n.endswith("_STATES")}
 NODE_SETS = {n: v for n, v in vars(ss).items() if n.startswith("NODE_") and n.endswith(("_STATES", "_FLAGS"))}
 

@@ -17,8 +17,9 @@ from slurmscope.collectors.base import Parsed, RunRecord, TableSpec, load, quara
 
 from slurmscope import db
 from slurmscope.db import applied_versions, connect, definitions, migrate, migrations, transaction
+from tests.paths import FIXTURES
 
-BANDED = Path(__file__).parent / "fixtures" / "db"
+BANDED = FIXTURES / "db"
 SCHEMA_SQL = """
 SELECT table_name, table_type, column_name, ordinal_position, data_type, is_nullable, column_default
 FROM information_schema.tables JOIN information_schema.columns USING (table_catalog, table_schema, table_name)

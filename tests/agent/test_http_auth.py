@@ -18,7 +18,7 @@ from slurmscope.collectors.nvml import AgentClient
 from slurmscope.config import load_config
 from slurmscope.db import connect
 from slurmscope.webconfig import basic_auth_header, client_context
-from tests.test_nvml_agent import Env
+from tests.agent.test_agent import Env
 
 
 @pytest.fixture

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from slurmscope.catalog import CATALOG, render_markdown
 from slurmscope.exporter import INTERNAL
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = ROOT
 UNITS = {"seconds", "bytes", "joules", "watts", "celsius", "ratio", "usd"}
 
 

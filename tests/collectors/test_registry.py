@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from slurmscope.collectors.base import TableSpec
@@ -14,8 +13,9 @@ from slurmscope.collectors.registry import COLLECTORS, collector
 from slurmscope.cli import main
 from slurmscope.config import load_config
 from slurmscope.scheduler import Service, build_scheduler
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = ROOT
 KINDS = [c.kind for c in COLLECTORS]
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from slurmscope.db import applied_versions, connect, migrations
+from tests.paths import FAKES, FIXTURES
 
-FIX = Path(__file__).parent / "fixtures"
+FIX = FIXTURES
 XDMOD_FORMAT = (
     "jobid,jobidraw,cluster,partition,qos,account,group,gid,user,uid,submit,eligible,start,end,"
     "elapsed,exitcode,state,nnodes,ncpus,reqcpus,reqmem,reqtres,alloctres,timelimit,nodelist,jobname"
@@ -139,7 +140,7 @@ def test_kill_during_ingest_then_rerun_equals_uninterrupted(tmp_path):
     assert killed >= 4, "the kill points should mostly land inside the run"
 
 
-FAKES = Path(__file__).parent / "fakes"
+FAKES = FAKES
 NOW = "2026-12-01T00:00:00"
 
 

@@ -1,11 +1,11 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from slurmscope.config import ConfigError, load_config
+from tests.paths import ROOT
 
 
 def test_defaults_without_a_file(tmp_path, monkeypatch):
@@ -158,7 +158,7 @@ def test_environment_values_are_parsed_and_validated_like_the_file():
         load_config(env={"SLURMSCOPE_BILLING_RATES": "1"})
 
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = ROOT / "docs"
 
 
 @pytest.mark.parametrize("doc", sorted(DOCS.glob("*.md")), ids=lambda p: p.name)

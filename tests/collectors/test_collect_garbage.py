@@ -9,7 +9,6 @@ import os
 import random
 import sys
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from slurmscope.collectors.base import get_watermark
@@ -17,8 +16,9 @@ from slurmscope.collectors.collect import collect, untrusted_output
 from slurmscope.collectors.sacct import LIVE_FIELDS
 
 from slurmscope.config import load_config
+from tests.paths import FAKES
 
-FAKES = Path(__file__).parent / "fakes"
+FAKES = FAKES
 US = "\x1f"
 NOW = datetime(2024, 5, 10, 12, 0, tzinfo=UTC)
 HEADER = US.join(LIVE_FIELDS.split(","))

@@ -6,7 +6,6 @@ import json
 import os
 import sys
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from slurmscope.collectors import collect as collect_mod
@@ -16,8 +15,9 @@ from slurmscope.collectors.registry import COLLECTORS
 from slurmscope.collectors.sacct import LIVE_FIELDS
 
 from slurmscope.config import load_config
+from tests.paths import FAKES, FIXTURES
 
-FAKES = Path(__file__).parent / "fakes"
+FAKES = FAKES
 US = "\x1f"
 NOW = datetime(2024, 5, 10, 12, 0, tzinfo=UTC)
 SUB = "2024-05-10T09:00:00"
@@ -229,7 +229,7 @@ def test_all_runs_every_kind_in_order_and_sacct_after_squeue(con, env, monkeypat
     assert outs[order.index("sacct")].status == "ok"
 
 
-REAL = Path(__file__).parent / "fixtures" / "slurm-22.05"
+REAL = FIXTURES / "slurm-22.05"
 
 
 def test_real_slurm_22_05_windows_match_what_the_driver_did(con, env):
