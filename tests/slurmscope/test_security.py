@@ -71,8 +71,8 @@ PRODUCT_DIRS = ["slurmscope", "collectors", "pipelines", "dashboards", "alerts"]
 SQL_INTERPOLATION_ALLOWED: dict[str, set[str]] = {
     # views and macros the migration runner drops: kinds and names read from its own catalog query
     "slurmscope/db.py": {"kind", "name"},
-    # the metric's table macro, named after the catalog entry (sql/metrics)
-    "slurmscope/exporter.py": {"metric.macro"},
+    # the metric's table macro, named after the catalog entry or its shared query (sql/metrics)
+    "slurmscope/exporter.py": {"metric.macro", "macro"},
     # sql/metrics/_slurm_states.sql rendered from the module's own constant state sets (sql_list checks words)
     "slurmscope/slurm_states.py": {
         "unavailable_flags",
