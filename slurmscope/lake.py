@@ -303,6 +303,7 @@ def export(
 
     A month whose new file has the checksum the manifest already lists is left as it is (byte-stable).
     """
+    con = con.cursor()  # its own result slot: a caller's unfinished result must not block the stream below
     now = now or datetime.now(timezone.utc)
     now_month = now.astimezone(timezone.utc).strftime("%Y-%m")
     since = since or _default_since(now.astimezone(timezone.utc))
@@ -359,7 +360,7 @@ def export(
                 if column is not None:
                     col = _q(column)
                     sql = f"SELECT min({col}), max({col}) FROM {_q(table)} WHERE cluster = ? AND {where}"  # noqa: S608 - names from TABLES and the catalog, quoted; values are parameters
-                    lo, hi = con.execute(sql, [cluster, *params]).fetchone()
+                    lo, hi = con.execute(sql, [cluster, *params]).fetchall()[0]
                 target.fs.move(tmp, final)
                 entry = {
                     "table": table,
