@@ -348,7 +348,8 @@ def export(
             rel = con.sql(sql, params=[cluster, *params])
             tmp = write_partition_file(target, part.rel_dir, rel.to_arrow_reader(ROW_GROUP_ROWS))
             sha, size = _sha256(target, tmp)
-            meta = pq.read_metadata(target.fs.open_input_file(tmp))
+            with target.fs.open_input_file(tmp) as fh:
+                meta = pq.read_metadata(fh)
             rows = meta.num_rows
             old = listed.get((table, cluster, month))
             final = target.path(part.rel_path)
