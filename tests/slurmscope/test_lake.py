@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -42,6 +43,45 @@ def duckdb_query(name: str, lake_dir: Path) -> list[tuple]:
     con = duckdb.connect()
     con.execute("SET TimeZone = 'America/Los_Angeles'")  # the queries must not depend on the session zone
     return con.execute(sql).fetchall()
+
+
+def spark_query(name: str, lake_dir: Path, spark) -> list[tuple]:
+    for statement in doc_queries()[("spark", "setup")].split(";"):
+        if statement.strip():
+            spark.sql(statement.replace("'lake/", f"'{lake_dir}/"))
+    return [tuple(r) for r in spark.sql(doc_queries()[("spark", name)]).collect()]
+
+
+@pytest.fixture(scope="module")
+def spark_session():
+    """Spark in local mode on one core (the machine is shared), no UI, one shuffle partition."""
+    if not shutil.which("java"):
+        pytest.skip("no java on PATH: scripts/system-deps.sh installs Debian's openjdk-17-jre-headless")
+    from pyspark.sql import SparkSession  # the test extra installs pyspark: missing is a failure
+
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .appName("slurmscope-lake-test")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .config("spark.driver.memory", "1g")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    yield spark
+    spark.stop()
+
+
+ENGINES = ["duckdb", "polars", pytest.param("spark", marks=pytest.mark.spark)]
+
+
+def run_query(engine: str, name: str, lake_dir: Path, request) -> list[tuple]:
+    if engine == "duckdb":
+        return duckdb_query(name, lake_dir)
+    if engine == "polars":
+        return polars_query(name, lake_dir)
+    return spark_query(name, lake_dir, request.getfixturevalue("spark_session"))
 
 
 def polars_query(name: str, lake_dir: Path) -> list[tuple]:
@@ -355,9 +395,9 @@ def _same(rows: list[tuple], truth: list[tuple]) -> None:
         assert len(r) == len(t) and all(_close(a, b) for a, b in zip(r, t, strict=True)), (r, t)
 
 
-@pytest.mark.parametrize("engine", ["duckdb", "polars"])
-def test_cost_per_account_month_equals_the_report(engine, demo_run, demo_lake):
-    rows = (duckdb_query if engine == "duckdb" else polars_query)("cost_per_account_month", demo_lake)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_cost_per_account_month_equals_the_report(engine, demo_run, demo_lake, request):
+    rows = run_query(engine, "cost_per_account_month", demo_lake, request)
     con = demo_run.connect()
     truth = []
     for (month,) in con.execute("SELECT DISTINCT month FROM mart_cost_monthly ORDER BY 1").fetchall():
@@ -368,9 +408,9 @@ def test_cost_per_account_month_equals_the_report(engine, demo_run, demo_lake):
     assert all(isinstance(r[4], Decimal) for r in rows)  # cents, not floats
 
 
-@pytest.mark.parametrize("engine", ["duckdb", "polars"])
-def test_failures_per_partition_equal_the_outcomes_mart(engine, demo_run, demo_lake):
-    rows = (duckdb_query if engine == "duckdb" else polars_query)("failures_per_partition", demo_lake)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_failures_per_partition_equal_the_outcomes_mart(engine, demo_run, demo_lake, request):
+    rows = run_query(engine, "failures_per_partition", demo_lake, request)
     truth = (
         demo_run.connect()
         .execute(
@@ -383,9 +423,9 @@ def test_failures_per_partition_equal_the_outcomes_mart(engine, demo_run, demo_l
     assert rows == truth and sum(r[4] for r in rows) > 0
 
 
-@pytest.mark.parametrize("engine", ["duckdb", "polars"])
-def test_fairshare_per_association_equals_the_mart(engine, demo_run, demo_lake):
-    rows = (duckdb_query if engine == "duckdb" else polars_query)("fairshare_per_association", demo_lake)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_fairshare_per_association_equals_the_mart(engine, demo_run, demo_lake, request):
+    rows = run_query(engine, "fairshare_per_association", demo_lake, request)
     truth = (
         demo_run.connect()
         .execute(
