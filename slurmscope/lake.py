@@ -304,6 +304,7 @@ def export(
     A month whose new file has the checksum the manifest already lists is left as it is (byte-stable).
     """
     con = con.cursor()  # its own result slot: a caller's unfinished result must not block the stream below
+    con.execute("SET TimeZone = 'UTC'")  # Arrow timestamps carry the session zone: keep the bytes stable
     now = now or datetime.now(timezone.utc)
     now_month = now.astimezone(timezone.utc).strftime("%Y-%m")
     since = since or _default_since(now.astimezone(timezone.utc))

@@ -362,6 +362,28 @@ def test_kill_9_mid_export_leaves_a_readable_lake_without_the_half_month(tmp_pat
     assert lake.verify(str(out)) == []
 
 
+def test_row_groups_and_an_unknown_mart(tmp_path, monkeypatch):
+    con = _db(tmp_path)
+    for jid in (5, 6, 7):
+        con.execute(
+            "INSERT INTO jobs (cluster, job_id, job_id_raw, submit_time) VALUES ('alpha', ?, ?, TIMESTAMPTZ '2026-11-20 00:00:00+00')",
+            [str(jid), jid],
+        )
+    con.execute("SET TimeZone = 'Asia/Tokyo'")  # a caller's session zone changes neither months nor bytes
+    monkeypatch.setattr(lake, "ROW_GROUP_ROWS", 2)
+    out = tmp_path / "lake"
+    lake.export(con, str(out), now=NOW, tables=["jobs"])
+    meta = pq.read_metadata(out / "jobs/cluster=alpha/month=2026-11/data.parquet")
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [2, 2, 1]
+    assert (
+        pq.read_schema(out / "jobs/cluster=alpha/month=2026-11/data.parquet").field("submit_time").type.tz
+        == "UTC"
+    )
+    con.execute("CREATE TABLE mart_new_thing (cluster VARCHAR, day DATE)")
+    with pytest.raises(lake.ExportError, match="mart_new_thing"):
+        lake.export(con, str(out), now=NOW)
+
+
 def test_file_url_target_and_cli(demo_run, tmp_path):
     out = tmp_path / "via-url"
     result = CliRunner().invoke(
