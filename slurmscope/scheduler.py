@@ -128,6 +128,17 @@ class Service:
         except Exception:
             log.exception("monthly report %s failed", label)
 
+    def run_export(self) -> None:
+        from slurmscope.lake import export
+
+        out = self.config.get("lake", "export_dir")
+        try:
+            done = self.with_db(lambda con: export(con, out, now=self.clock()), read_only=True)
+            written = sum(w.status == "written" for w in done)
+            log.info("export to %s: %s partition(s) written, %s unchanged", out, written, len(done) - written)
+        except Exception:
+            log.exception("export to %s failed", out)
+
     def render_now(self) -> None:
         try:
             self.with_db(self._render)
@@ -180,6 +191,15 @@ def build_scheduler(service: Service, intervals: dict[str, int] | None = None) -
         id="report-monthly",
         name="monthly report",
     )
+    if service.config.get("lake", "export_dir"):
+        sched.add_job(
+            service.run_export,
+            IntervalTrigger(
+                seconds=service.config.get("lake", "export_interval_seconds"), timezone=timezone.utc
+            ),
+            id="lake-export",
+            name="Parquet lake export",
+        )
     return sched
 
 
