@@ -20,6 +20,7 @@ Why it is shaped like this:
 from __future__ import annotations
 
 import io
+import json
 import re
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -459,7 +460,15 @@ def parse(
     without a usable key (job id, Submit) and steps whose allocation line is not in the same output.
     """
     if slurm_json.is_json(data[:4096]):
-        return parse_stream(io.BytesIO(data), cluster=cluster, source=source)
+        out = _parse_json(io.BytesIO(data), cluster=cluster, source=source)
+        if isinstance(out, str):  # declined or not JSON: every line says why, as for unreadable text
+            rows = [
+                {"line_no": no, "raw_text": text, "raw_bytes": raw, "reason": out}
+                for no, text, raw in split_lines(data)
+                if text.strip(BLANK)
+            ]
+            return Parsed(tables={}, quarantine=quarantine_frame(rows))
+        return out
     try:
         return _parse(data, cluster=cluster, tz=tz, fmt=fmt, delimiter=delimiter, source=source)
     except Exception as exc:  # a parser bug must not lose the input: quarantine every line, say why
@@ -503,6 +512,17 @@ def parse_stream(
     version that is not read, or that is not JSON at all, quarantines one line saying so. The quarantine's
     line numbers count the rendered records (a job, then each of its steps), in document order.
     """
+    out = _parse_json(fh, cluster=cluster, source=source)
+    if isinstance(out, str):
+        return Parsed(
+            tables={},
+            quarantine=quarantine_frame([{"line_no": 1, "raw_text": "", "raw_bytes": None, "reason": out}]),
+        )
+    return out
+
+
+def _parse_json(fh: IO[bytes], *, cluster: str, source: str) -> Parsed | str:
+    """The rows of a Slurm JSON document, or why the whole document is declined."""
     jobs_parts: list[pl.DataFrame] = []
     steps_parts: list[pl.DataFrame] = []
     q_parts: list[pl.DataFrame] = []
@@ -512,6 +532,7 @@ def parse_stream(
     meta: dict | None = None
     problem: str | None = None
     errors: list = []
+    bad: list[dict] = []
 
     def flush() -> None:
         nonlocal lines, offset
@@ -547,7 +568,18 @@ def parse_stream(
             elif key == "jobs[]":
                 if not isinstance(value, dict):
                     continue
-                lines += slurm_json.job_lines(value)
+                try:
+                    lines += slurm_json.job_lines(value)
+                except Exception as exc:  # one malformed record must not lose the others
+                    bad.append(
+                        {
+                            "line_no": offset + len(lines) + 1,
+                            "raw_text": json.dumps(value)[:4000],
+                            "raw_bytes": None,
+                            "reason": f"unreadable job record: {type(exc).__name__}: {exc}",
+                        }
+                    )
+                    lines.append("")  # keeps the numbering; blank lines carry no record
                 n_jobs += 1
                 if n_jobs % JSON_JOBS_PER_SLICE == 0:
                     flush()
@@ -555,15 +587,10 @@ def parse_stream(
             problem = slurm_json.check_version(slurm_json.version(meta))
         if problem is None and meta is None:
             problem = "Slurm JSON without a meta member: its data parser version is unknown"
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         problem = f"not Slurm JSON: {exc}"
     if problem is not None:
-        return Parsed(
-            tables={},
-            quarantine=quarantine_frame(
-                [{"line_no": 1, "raw_text": "", "raw_bytes": None, "reason": problem}]
-            ),
-        )
+        return problem
     flush()
     if errors and not jobs_parts:
         why = "; ".join(
@@ -582,7 +609,9 @@ def parse_stream(
                 ]
             )
         )
-    q = pl.concat(q_parts) if q_parts else quarantine_frame()
+    if bad:
+        q_parts.append(quarantine_frame(bad))
+    q = pl.concat(q_parts).sort("line_no") if q_parts else quarantine_frame()
     if not jobs_parts:
         return Parsed(tables={}, quarantine=q)
     jobs = pl.concat(jobs_parts, how="vertical_relaxed")

@@ -2,7 +2,7 @@
 # Debian packages the integration tests need: a real Slurm 22.05 (slurmctld, slurmd, slurmdbd, MariaDB,
 # munge), Prometheus 2.42 with promtool, and headless Chromium. Installs only what is missing; needs root.
 set -euo pipefail
-pkgs=(slurm-wlm slurmdbd slurm-client mariadb-server munge prometheus chromium)
+pkgs=(slurm-wlm slurmdbd slurmrestd slurm-client mariadb-server munge prometheus chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

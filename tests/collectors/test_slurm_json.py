@@ -234,3 +234,20 @@ def test_ingest_sacct_detects_json_and_loads_the_text_rows(tmp_path: Path) -> No
     q = f"SELECT {cols} FROM jobs ORDER BY job_id_raw, submit_time"  # noqa: S608 - fixed text
     assert con_t.execute(q).fetchall() == con_j.execute(q).fetchall()
     assert con_j.execute("SELECT count(*) FROM jobs").fetchone()[0] == 18
+
+
+def test_a_malformed_job_record_is_quarantined_alone() -> None:
+    doc = json.loads((BED / "sacct_jobs_json_final.json").read_bytes())
+    doc["jobs"].insert(1, {"job_id": 99, "time": "not an object"})
+    p = sacct.parse(json.dumps(doc).encode(), cluster="c")
+    assert p.tables["jobs"]["job_id_raw"].to_list() == [17, 18, 19]
+    assert p.quarantine.height == 1 and "unreadable job record" in p.quarantine["reason"][0]
+    assert '"job_id": 99' in p.quarantine["raw_text"][0]
+
+
+def test_declined_bytes_quarantine_every_line() -> None:
+    data = b"{ not json\nsecond line\n\nthird\n"
+    p = sacct.parse(data, cluster="c")
+    assert p.quarantine["line_no"].to_list() == [1, 2, 4]
+    assert set(p.quarantine["reason"]) == {p.quarantine["reason"][0]}
+    assert p.quarantine["reason"][0].startswith("not Slurm JSON")
