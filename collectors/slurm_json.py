@@ -285,19 +285,24 @@ def _tres_count(items: Any, typ: str) -> int | None:
     return None
 
 
-# sacct's own names for the scheduling flags (src/common/slurmdb_defs.c, slurmdb_job_flags_str).
-_FLAGS = {
-    "STARTED_ON_SUBMIT": "SchedSubmit",
-    "STARTED_ON_SCHEDULE": "SchedMain",
-    "STARTED_ON_BACKFILL": "SchedBackfill",
-    "START_RECEIVED": "StartReceived",
-}
+# sacct's own names for the scheduling flags (src/common/slurmdb_defs.c, slurmdb_job_flags_str): it prints
+# one scheduler, the first of submit, main, backfill that is set, then StartReceived. A requeued attempt's
+# JSON can carry two (22.05, test bed: STARTED_ON_SCHEDULE and STARTED_ON_BACKFILL, text `SchedMain`).
+_SCHED_FLAGS = (
+    ("STARTED_ON_SUBMIT", "SchedSubmit"),
+    ("STARTED_ON_SCHEDULE", "SchedMain"),
+    ("STARTED_ON_BACKFILL", "SchedBackfill"),
+)
 
 
 def _flags(v: Any) -> str:
     if isinstance(v, str):
         v = [v]
-    return ",".join(_FLAGS[f] for f in v or [] if f in _FLAGS)
+    flags = set(v or [])
+    out = [next((name for flag, name in _SCHED_FLAGS if flag in flags), None)]
+    if "START_RECEIVED" in flags:
+        out.append("StartReceived")
+    return ",".join(f for f in out if f)
 
 
 def _req_mem(job: dict) -> str:

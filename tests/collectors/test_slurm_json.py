@@ -57,8 +57,9 @@ def _same_rows(text: sacct.Parsed, js: sacct.Parsed) -> dict[str, pl.DataFrame]:
     return diffs
 
 
-def test_sacct_json_gives_the_text_rows_of_the_same_moment() -> None:
-    diffs = _same_rows(_text("sacct_text_final.txt"), _json(BED / "sacct_json_final.json"))
+@pytest.mark.parametrize("tag", ["final", "requeue"])
+def test_sacct_json_gives_the_text_rows_of_the_same_moment(tag: str) -> None:
+    diffs = _same_rows(_text(f"sacct_text_{tag}.txt"), _json(BED / f"sacct_json_{tag}.json"))
     jobs = diffs["jobs"]
     # the only state_raw difference is the canceller's uid, which JSON does not print
     changed = jobs.filter(pl.col("state_raw") != pl.col("state_raw_json"))
@@ -72,21 +73,26 @@ def test_sacct_json_gives_the_text_rows_of_the_same_moment() -> None:
     )
 
 
-def test_jobs_a_window_hides_json_and_text() -> None:
-    diffs = _same_rows(_text("sacct_jobs_text_final.txt"), _json(BED / "sacct_jobs_json_final.json"))
+@pytest.mark.parametrize("tag", ["final", "requeue"])
+def test_jobs_a_window_hides_json_and_text(tag: str) -> None:
+    diffs = _same_rows(_text(f"sacct_jobs_text_{tag}.txt"), _json(BED / f"sacct_jobs_json_{tag}.json"))
     assert diffs["jobs"]["job_id_raw"].to_list() == [17, 18, 19]
     assert diffs["jobs"]["flags_json"].to_list() == [None, None, None]
 
 
-def test_rest_response_is_the_sacct_json_rows() -> None:
-    a, b = _json(BED / "sacct_json_final.json"), _json(BED / "rest_jobs_final.json")
+@pytest.mark.parametrize("tag", ["final", "requeue"])
+def test_rest_response_is_the_sacct_json_rows(tag: str) -> None:
+    a, b = _json(BED / f"sacct_json_{tag}.json"), _json(BED / f"rest_jobs_{tag}.json")
     for table in ("jobs", "job_steps"):
         assert a.tables[table].sort(KEYS[table]).equals(b.tables[table].sort(KEYS[table]))
 
 
-def test_values_against_the_workload_record() -> None:
-    record = json.loads((BED / "workload_record.json").read_text())
-    jobs = _json(BED / "sacct_json_final.json").tables["jobs"]
+@pytest.mark.parametrize(
+    ("tag", "record_file"), [("final", "workload_record"), ("requeue", "workload_record_requeue")]
+)
+def test_values_against_the_workload_record(tag: str, record_file: str) -> None:
+    record = json.loads((BED / f"{record_file}.json").read_text())
+    jobs = _json(BED / f"sacct_json_{tag}.json").tables["jobs"]
     for want in record["jobs"]:
         if want.get("array"):
             continue
@@ -251,3 +257,15 @@ def test_declined_bytes_quarantine_every_line() -> None:
     assert p.quarantine["line_no"].to_list() == [1, 2, 4]
     assert set(p.quarantine["reason"]) == {p.quarantine["reason"][0]}
     assert p.quarantine["reason"][0].startswith("not Slurm JSON")
+
+
+def test_a_requeued_attempt_with_two_scheduler_flags_is_read_as_sacct_prints_it() -> None:
+    """Seen on the bed: node-fail's 2nd attempt has STARTED_ON_SCHEDULE and STARTED_ON_BACKFILL in JSON,
+    `SchedMain` in sacct's text (which prints the first of submit, main, backfill)."""
+    doc = json.loads((BED / "sacct_json_requeue.json").read_bytes())
+    flags = [j["flags"] for j in doc["jobs"] if j["job_id"] == 13]
+    assert ["STARTED_ON_SCHEDULE", "STARTED_ON_BACKFILL"] in [f[1:] for f in flags]
+    jobs = _json(BED / "sacct_json_requeue.json").tables["jobs"].filter(pl.col("job_id_raw") == 13)
+    text = _text("sacct_text_requeue.txt").tables["jobs"].filter(pl.col("job_id_raw") == 13)
+    assert jobs.sort("submit_time")["sched_by"].to_list() == text.sort("submit_time")["sched_by"].to_list()
+    assert text.sort("submit_time")["sched_by"].to_list() == ["backfill", "main"]
