@@ -324,6 +324,16 @@ SCHEMA = Table(
                 "bin_dir": Str(""),
                 **{name: Str(name, check=bool, what="a command name or path") for name in SLURM_COMMANDS},
                 "timeout_seconds": Num(60.0, positive=True),
+                "source": Str("cli", choices=("cli", "rest")),
+                "rest_socket": Str(""),
+                "rest_url": Str(
+                    "",
+                    check=lambda u: u == "" or _is_url(u),
+                    what="an http(s) URL such as 'http://slurmrestd:6820'",
+                ),
+                "rest_user": Str(""),
+                "rest_token_file": Str(""),
+                "rest_api_version": Str("v0.0.38", choices=("v0.0.38", "v0.0.41", "v0.0.44")),
             }
         ),
         "collect": Table(

@@ -22,7 +22,7 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from slurmscope.collectors.collect import collect_with
-from slurmscope.collectors.registry import COLLECTORS, collector
+from slurmscope.collectors.registry import active, collector
 from slurmscope.config import Config
 from slurmscope.db import connect
 
@@ -156,7 +156,9 @@ def build_scheduler(service: Service, intervals: dict[str, int] | None = None) -
 
     Without `intervals`, every live collector of the registry at its own interval.
     """
-    intervals = intervals or {c.kind: c.interval_seconds for c in COLLECTORS if c.live}
+    intervals = intervals or {
+        c.kind: c.interval_seconds for c in active(service.config.get("slurm", "source"))
+    }
     # One thread per job (they mostly wait on the write lock), so none misses its slot waiting for a thread.
     sched = BackgroundScheduler(
         executors={"default": ThreadPoolExecutor(max_workers=len(intervals) + 4)},
