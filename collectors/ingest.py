@@ -83,6 +83,27 @@ def ingest_files(
     return [_ingest_one(con, cfg, kind, module, path, fmt, delimiter, tz) for path in paths]
 
 
+class _HashingReader:
+    """A binary file whose bytes are hashed as the parser reads them, so a streamed file is read once."""
+
+    def __init__(self, fh) -> None:
+        self._fh = fh
+        self._h = hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        block = self._fh.read(size)
+        self._h.update(block)
+        return block
+
+    def drain(self) -> None:
+        """Hash what the parser left unread (a document may stop early), so the digest is the file's."""
+        while self.read(1 << 20):
+            pass
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
+
+
 def _ingest_one(
     con, cfg: Config, kind: str, module: ModuleType, path: Path, fmt, delimiter, tz: ZoneInfo
 ) -> IngestResult:
@@ -100,14 +121,12 @@ def _ingest_one(
             "delimiter": delimiter,
         }
         if streams is not None and streams(head):
-            # JSON is read as a stream (gigabytes for a month of sacct --json): never held whole
-            h = hashlib.sha256()
-            with open(path, "rb") as fh:
-                while block := fh.read(1 << 20):
-                    h.update(block)
-            digest = h.hexdigest()
-            with open(path, "rb") as fh:
+            # JSON is read as a stream (gigabytes for a month of sacct --json): never held whole, read once
+            with open(path, "rb") as raw:
+                fh = _HashingReader(raw)
                 parsed = module.parse_stream(fh, source=source, **kwargs)
+                fh.drain()
+            digest = fh.hexdigest()
         else:
             data = path.read_bytes()
             digest = sha256(data)

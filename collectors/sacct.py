@@ -385,6 +385,16 @@ def _quarantine(data: bytes, rows: list[dict]) -> pl.DataFrame:
     return quarantine_frame(rows)
 
 
+def _quarantine_every_line(data: bytes, reason: str) -> Parsed:
+    """No rows: every non-blank line is kept in quarantine with the one reason the whole input failed."""
+    rows = [
+        {"line_no": no, "raw_text": text, "raw_bytes": raw, "reason": reason}
+        for no, text, raw in split_lines(data)
+        if text.strip(BLANK)
+    ]
+    return Parsed(tables={}, quarantine=quarantine_frame(rows))
+
+
 def _col(df: pl.DataFrame, name: str) -> pl.Expr:
     return pl.col(name) if name in df.columns else pl.lit(None, dtype=pl.String)
 
@@ -462,27 +472,12 @@ def parse(
     if slurm_json.is_json(data[:4096]):
         out = _parse_json(io.BytesIO(data), cluster=cluster, source=source)
         if isinstance(out, str):  # declined or not JSON: every line says why, as for unreadable text
-            rows = [
-                {"line_no": no, "raw_text": text, "raw_bytes": raw, "reason": out}
-                for no, text, raw in split_lines(data)
-                if text.strip(BLANK)
-            ]
-            return Parsed(tables={}, quarantine=quarantine_frame(rows))
+            return _quarantine_every_line(data, out)
         return out
     try:
         return _parse(data, cluster=cluster, tz=tz, fmt=fmt, delimiter=delimiter, source=source)
     except Exception as exc:  # a parser bug must not lose the input: quarantine every line, say why
-        rows = [
-            {
-                "line_no": no,
-                "raw_text": text,
-                "raw_bytes": raw,
-                "reason": f"parser error: {type(exc).__name__}: {exc}",
-            }
-            for no, text, raw in split_lines(data)
-            if text.strip(BLANK)
-        ]
-        return Parsed(tables={}, quarantine=quarantine_frame(rows))
+        return _quarantine_every_line(data, f"parser error: {type(exc).__name__}: {exc}")
 
 
 # Jobs per slice of rendered JSON: each slice goes through the text parser on its own (steps follow their
@@ -627,12 +622,7 @@ def _parse(data: bytes, *, cluster: str, tz, fmt, delimiter, source) -> Parsed:
     delim = delimiter or "|"
     fields, header_no, trailing, problem = layout(data, fmt, delimiter)
     if problem is not None or not fields:
-        rows = [
-            {"line_no": no, "raw_text": text, "raw_bytes": raw, "reason": problem or "no sacct fields"}
-            for no, text, raw in split_lines(data)
-            if text.strip(BLANK)
-        ]
-        return Parsed(tables={}, quarantine=quarantine_frame(rows))
+        return _quarantine_every_line(data, problem or "no sacct fields")
     lines_df = _read_lines(data).filter(pl.col("line").str.strip_chars(BLANK) != "")
     if header_no is not None:
         lines_df = lines_df.filter(pl.col("line_no") != header_no)
