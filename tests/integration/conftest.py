@@ -289,13 +289,24 @@ def fairshare(slurmbed: Bed, fault: Fault) -> FairShare:
             f"--format={fmt}",
         )
 
-    # A job still queued or running is charged by slurmctld but has no End in sacct yet: the pair is only
-    # comparable once the queue is empty and sacct reads the same before and after sshare.
+    def open_ended(text: str) -> list[str]:
+        rows = [line.split("|") for line in text.splitlines()[1:]]
+        return [r[0] for r in rows if r[6] not in ("Unknown", "None", "") and r[7] in ("Unknown", "None", "")]
+
+    # slurmctld charges a job as it runs; sacct learns its End later (the outage job reaches slurmdbd
+    # after the reconnect, sometimes COMPLETED before its End). The pair is comparable only once no job
+    # runs (the held, dependent and begin-later jobs stay pending and are never charged), every started job
+    # has an End, and sacct reads the same before and after sshare.
     deadline = time.monotonic() + 120
-    while bed.slurm("squeue", "--noheader", "-o", "%i").strip():
-        assert time.monotonic() < deadline, "jobs still in the queue before the fair-share capture"
+    while True:
+        queued = bed.slurm(
+            "squeue", "--noheader", "-t", "RUNNING,COMPLETING,CONFIGURING,SUSPENDED", "-o", "%i"
+        ).strip()
+        sacct = sacct_now()
+        if not queued and not open_ended(sacct):
+            break
+        assert time.monotonic() < deadline, f"running {queued!r}, no End in sacct for {open_ended(sacct)}"
         time.sleep(1)
-    sacct = sacct_now()
     ends = []
     for line in sacct.splitlines()[1:]:
         end = line.split("|")[7]
