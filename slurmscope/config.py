@@ -405,6 +405,7 @@ SCHEMA = Table(
             }
         ),
         "report": Table({"pseudonymise_users": Bool(False)}),
+        "grafana": Table({"provisioning_dir": Str("")}),  # read by `doctor` only (docs/dashboards.md)
         "alerts": Table(  # runbook_url = runbook_base_url + <AlertName>.md (docs/configuration.md)
             {
                 "runbook_base_url": Str(
