@@ -572,12 +572,20 @@ def check_prometheus_rules(prometheus: str | None, http: Http) -> Result:
         "run `slurmscope alerts build --out /etc/prometheus/slurmscope`, list it under rule_files "
         "(docs/deployment.md) and reload Prometheus"
     )
-    if missing:
+    if len(missing) == len(records | alerts):
+        return Result(
+            "prometheus.rules",
+            FAIL,
+            f"none of slurmscope.rules.yaml is loaded ({len(records)} recording rules, {len(alerts)} alerts, "
+            f"e.g. {sorted(records)[0]}, {sorted(alerts)[0]})",
+            fix,
+        )
+    if missing:  # a partial load (an old rule file, a group that failed to parse): every name matters
         kinds = []
         if set(missing) & records:
-            kinds.append("recording rules " + _names(sorted(set(missing) & records)))
+            kinds.append("recording rules " + ", ".join(sorted(set(missing) & records)))
         if set(missing) & alerts:
-            kinds.append("alerts " + _names(sorted(set(missing) & alerts)))
+            kinds.append("alerts " + ", ".join(sorted(set(missing) & alerts)))
         return Result("prometheus.rules", FAIL, "not loaded: " + "; ".join(kinds), fix)
     broken = sorted(n for n in records | alerts if loaded[n].get("health") == "err")
     if broken:

@@ -321,6 +321,17 @@ def test_prometheus_rules_names_the_missing_ones():
     )
     assert r.status == FAIL
     assert r.detail == f"not loaded: recording rules {gone_record}; alerts {gone_alert}"
+    r = doctor.check_prometheus_rules("http://p:9090", _rules_api(["unrelated:rule"]))
+    assert r.status == FAIL and r.detail.startswith(
+        f"none of slurmscope.rules.yaml is loaded ({len(records)} recording rules, {len(alerts)} alerts"
+    )
+    broken = _rules_api(records | alerts)
+    body = json.loads(broken("u").body)
+    body["data"]["groups"][0]["rules"][0].update(health="err", lastError="many-to-many matching not allowed")
+    r = doctor.check_prometheus_rules(
+        "http://p:9090", lambda url, **kw: Response(200, {}, json.dumps(body).encode())
+    )
+    assert r.status == FAIL and "many-to-many matching not allowed" in r.detail
     assert doctor.check_prometheus_rules(None, _rules_api([])).status == SKIP
 
 
