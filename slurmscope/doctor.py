@@ -289,7 +289,10 @@ def check_munge(cfg: Config, run: Runner, slurm_conf: dict[str, str]) -> Result:
     if auth and not auth.endswith("/munge"):
         return Result("munge", SKIP, f"AuthType = {auth}: Slurm does not use munge here")
     timeout = float(cfg.get("slurm", "timeout_seconds"))
-    made = run(["munge", "-n"], timeout, None)
+    # AuthInfo=socket=PATH,... (slurm.conf(5)): a site's munged on another socket than the default
+    socket = re.search(r"(?:^|,)socket=([^,]+)", slurm_conf.get("AuthInfo", ""))
+    where = ["--socket", socket.group(1)] if socket else []
+    made = run(["munge", "-n", *where], timeout, None)
     if not made.ok:
         if made.error and made.error.startswith("cannot run"):
             return Result(
@@ -301,7 +304,7 @@ def check_munge(cfg: Config, run: Runner, slurm_conf: dict[str, str]) -> Result:
             f"munge -n: {made.why()}",
             "start munged (systemctl start munge); its socket must be readable by this user",
         )
-    decoded = run(["unmunge"], timeout, made.stdout)
+    decoded = run(["unmunge", *where], timeout, made.stdout)
     if not decoded.ok:
         why = decoded.why()
         fix = "copy the cluster's /etc/munge/munge.key here (owner munge, mode 0400) and restart munged"

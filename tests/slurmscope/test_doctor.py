@@ -153,6 +153,10 @@ def test_munge_round_trip_feeds_the_credential_to_unmunge():
     run = Answers(munge=Ran(0, b"MUNGE:cred:"), unmunge=Ran(0, b"STATUS: Success (0)\n"))
     assert doctor.check_munge(cfg(), run, {"AuthType": "auth/munge"}).status == PASS
     assert run.calls[1][0] == ["unmunge"] and run.calls[1][2] == b"MUNGE:cred:"
+    conf, _ = doctor.slurm_config(cfg(), Answers(scontrol_show=Ran(0, CONFIG)))
+    doctor.check_munge(cfg(), run, conf)  # the bed's munged listens where AuthInfo says
+    bed_socket = ["--socket", "/tmp/slurmscope-slurmbed/munge/munge.socket"]
+    assert [c[0] for c in run.calls[2:]] == [["munge", "-n", *bed_socket], ["unmunge", *bed_socket]]
 
 
 def test_munge_failures_name_their_fix():
