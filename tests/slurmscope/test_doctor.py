@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import urllib.error
 from collections import namedtuple
 from email.utils import formatdate
@@ -206,6 +208,32 @@ def test_database_migration_state(tmp_path):
     con.close()
     r = doctor.check_database(str(path))
     assert r.status == FAIL and "[9999]" in r.detail
+
+
+def test_database_held_by_a_running_writer_passes_on_permissions(tmp_path):
+    """serve holds DuckDB's file lock during a job: doctor must neither wait for it nor call it broken."""
+    path = tmp_path / "db.duckdb"
+    connect(path).close()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb,sys; c=duckdb.connect({str(path)!r}); print('ready', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        r = doctor.check_database(str(path))
+        assert (r.status, r.detail) == (
+            PASS,
+            f"{path} is writable and held by a running writer (serve); migration state not read",
+        )
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write any file")
