@@ -208,10 +208,10 @@ def check_slurm_commands(cfg: Config, run: Runner) -> list[Result]:
     down = [f"{host} ({role})" for role, host, state in pings if state.upper() == "DOWN"]
     up = [host for _, host, state in pings if state.upper() == "UP"]
     if ran.error or not pings:
+        text = ran.stdout.decode("utf-8", "replace").strip()
+        why = f"no 'Slurmctld(...) at HOST is UP' line in {text[:200]!r}" if ran.ok else ran.why()
         results.append(
-            Result(
-                "slurm.scontrol_ping", FAIL, f"{cmd[0]} ping: {ran.why()}", _command_fix(cfg, "scontrol", ran)
-            )
+            Result("slurm.scontrol_ping", FAIL, f"{cmd[0]} ping: {why}", _command_fix(cfg, "scontrol", ran))
         )
     elif not up:
         results.append(

@@ -176,6 +176,17 @@ def test_munge_failures_name_their_fix():
 
 def test_slurmrestd_is_skipped_without_a_rest_source():
     assert doctor.check_rest(cfg(), lambda *a, **k: pytest.fail("no request")).status == SKIP
+    seen = []
+    rest = cfg(rest={"url": "http://ctl:6820/"})  # a section this version's schema does not have yet
+    assert doctor.check_rest(rest, lambda url, **kw: seen.append(url) or Response(401)).status == PASS
+    assert seen == ["http://ctl:6820/openapi/v3"]
+    assert doctor.check_rest(rest, lambda url, **kw: Response(502)).status == FAIL
+
+
+def test_an_answer_that_is_not_a_ping_fails():
+    run = Answers(sinfo=OK, sacct=OK, scontrol_ping=Ran(0, b"slurm_load_ctl_conf: nonsense\n"))
+    r = by_name(doctor.check_slurm_commands(cfg(), run))["slurm.scontrol_ping"]
+    assert r.status == FAIL and "no 'Slurmctld(...) at HOST is UP' line" in r.detail
 
 
 # --- database and disk -------------------------------------------------------------------------------
