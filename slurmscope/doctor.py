@@ -37,8 +37,8 @@ SKEW_LIMIT_SECONDS = 5.0
 """Largest head-to-agent clock difference accepted. Spool minutes and GPU-to-job rows are matched to
 Slurm's job start and end times to the minute (docs/nvml.md); an HTTP Date header has one-second
 resolution, so 5 s leaves room for it and the round trip while still catching an unsynchronised clock
-long before it breaks authentication: a munge credential lives 300 s unless `munge --ttl` (munge(1))
-says otherwise, and munge is what the Slurm daemons on every node authenticate with."""
+long before it breaks authentication: a munge credential lives 300 s (MUNGE_DEFAULT_TTL, munge_defs.h)
+unless `munge --ttl` says otherwise (munge(1)), and the Slurm daemons of every node authenticate with it."""
 
 MIN_FREE_BYTES = 1 << 30
 """Free space below which the database folder fails: DuckDB's write-ahead log and a checkpoint after a
