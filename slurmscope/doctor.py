@@ -472,11 +472,11 @@ def check_clock(cfg: Config, http: Http, clock: Clock) -> list[Result]:
             results.append(Result(name, SKIP, f"agent unreachable: {getattr(exc, 'reason', exc)}"))
             continue
         after = clock()
-        date = resp.headers.get("date")
-        if not date:
-            results.append(Result(name, SKIP, "the agent sent no Date header"))
+        try:
+            agent_time = email.utils.parsedate_to_datetime(resp.headers["date"]).timestamp()
+        except (KeyError, TypeError, ValueError):
+            results.append(Result(name, SKIP, f"no usable Date header: {resp.headers.get('date')!r}"))
             continue
-        agent_time = email.utils.parsedate_to_datetime(date).timestamp()
         # Date is truncated to the second: the agent's clock read somewhere in [agent_time, agent_time + 1)
         low, high = agent_time - after, agent_time + 1 - before
         skew = 0.0 if low <= 0 <= high else (low if low > 0 else high)

@@ -310,6 +310,8 @@ def test_clock_skew_from_the_date_header():
     assert r.status == PASS
     [r] = doctor.check_clock(c, lambda url, **kw: Response(200, {}), lambda: now)
     assert r.status == SKIP
+    [r] = doctor.check_clock(c, lambda url, **kw: Response(200, {"date": "yesterday"}), lambda: now)
+    assert (r.status, r.detail) == (SKIP, "no usable Date header: 'yesterday'")
 
 
 def test_real_agent_over_tls_with_basic_auth(tmp_path, tls_web_config):
