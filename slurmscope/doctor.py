@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import email.utils
 import ipaddress
+import json
 import os
 import re
 import shutil
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from slurmscope.collectors import sacct_rest
 from slurmscope.config import Config
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
@@ -269,19 +271,39 @@ def check_accounting(cfg: Config, slurm_conf: dict[str, str], error: str | None)
     )
 
 
-def check_rest(cfg: Config, http: Http) -> Result:
-    """slurmrestd as a source: this version reads Slurm through its commands only."""
-    rest = cfg.raw.get("rest")
-    if not isinstance(rest, Mapping) or not rest.get("url"):
-        return Result("slurm.rest", SKIP, "no slurmrestd source configured")
-    url = str(rest["url"]).rstrip("/")
+def check_rest(cfg: Config, get: Callable[[Config, str], bytes] = sacct_rest.get) -> Result:
+    """slurmrestd as the job source: one authenticated `ping` through the collector's own client.
+
+    The ping goes over the configured socket or URL with the configured token, at the configured API
+    version, so a wrong socket path, an expired JWT or a plugin slurmrestd was not started with fails here
+    and not at the next collect.
+    """
+    if cfg.get("slurm", "source") != "rest":
+        return Result("slurm.rest", SKIP, "slurm.source is 'cli': jobs are read with sacct")
+    version = cfg.get("slurm", "rest_api_version")
+    where = cfg.get("slurm", "rest_socket") or cfg.get("slurm", "rest_url") or "(no socket or URL)"
     try:
-        resp = http(url + "/openapi/v3", timeout=float(cfg.get("slurm", "timeout_seconds")))
+        body = get(cfg, f"/slurm/{version}/ping")
     except OSError as exc:
-        return Result("slurm.rest", FAIL, f"{url}: {exc}", "start slurmrestd or fix rest.url")
-    if resp.status >= 500:
-        return Result("slurm.rest", FAIL, f"{url}: HTTP {resp.status}", "check slurmrestd's log")
-    return Result("slurm.rest", PASS, f"{url} answers (HTTP {resp.status})")
+        return Result(
+            "slurm.rest",
+            FAIL,
+            f"{where}: {exc}",
+            f"start slurmrestd serving {version} (slurm.rest_api_version), or fix slurm.rest_socket, "
+            "slurm.rest_url or slurm.rest_token_file",
+        )
+    try:
+        pings = json.loads(body).get("pings")
+    except (ValueError, AttributeError):
+        pings = None
+    if not isinstance(pings, list):
+        return Result(
+            "slurm.rest",
+            FAIL,
+            f"{where}: /slurm/{version}/ping is not a ping answer",
+            "point slurm.rest_* at slurmrestd",
+        )
+    return Result("slurm.rest", PASS, f"{where} answers {version} ping ({len(pings)} controller(s))")
 
 
 def check_munge(cfg: Config, run: Runner, slurm_conf: dict[str, str]) -> Result:
@@ -686,7 +708,7 @@ def run_checks(
     """Every check, in the order an operator would fix them."""
     results = check_slurm_commands(cfg, run)
     slurm_conf, conf_error = slurm_config(cfg, run)
-    results.append(check_rest(cfg, http))
+    results.append(check_rest(cfg))
     results.append(check_munge(cfg, run, slurm_conf))
     results.append(check_accounting(cfg, slurm_conf, conf_error))
     results.append(check_database(db_path))

@@ -174,13 +174,24 @@ def test_munge_failures_name_their_fix():
     assert doctor.check_munge(cfg(), Answers(), {"AuthType": "auth/jwt"}).status == SKIP
 
 
-def test_slurmrestd_is_skipped_without_a_rest_source():
-    assert doctor.check_rest(cfg(), lambda *a, **k: pytest.fail("no request")).status == SKIP
+def test_slurmrestd_is_checked_only_when_it_is_the_source():
+    assert doctor.check_rest(cfg(), lambda *a: pytest.fail("no request")).status == SKIP
+    rest = cfg(slurm={"source": "rest", "rest_socket": "/run/slurmrestd.sock", "rest_api_version": "v0.0.41"})
     seen = []
-    rest = cfg(rest={"url": "http://ctl:6820/"})  # a section this version's schema does not have yet
-    assert doctor.check_rest(rest, lambda url, **kw: seen.append(url) or Response(401)).status == PASS
-    assert seen == ["http://ctl:6820/openapi/v3"]
-    assert doctor.check_rest(rest, lambda url, **kw: Response(502)).status == FAIL
+    answer = b'{"pings": [{"hostname": "ctl", "pinged": "UP"}], "errors": []}'
+    r = doctor.check_rest(rest, lambda c, path: seen.append(path) or answer)
+    assert (r.status, seen) == (PASS, ["/slurm/v0.0.41/ping"]) and "/run/slurmrestd.sock" in r.detail
+
+
+def test_slurmrestd_refusing_the_token_fails_with_its_words():
+    rest = cfg(slurm={"source": "rest", "rest_url": "http://ctl:6820", "rest_token_file": "/t"})
+
+    def refused(c, path):
+        raise OSError(f"slurmrestd {path}: HTTP 401 Unauthorized: Authentication failure")
+
+    r = doctor.check_rest(rest, refused)
+    assert r.status == FAIL and "401" in r.detail and "rest_token_file" in r.fix
+    assert doctor.check_rest(rest, lambda c, p: b"<html>proxy</html>").status == FAIL
 
 
 def test_an_answer_that_is_not_a_ping_fails():
