@@ -435,6 +435,28 @@ def demo(
 
 
 @main.command()
+@click.option(
+    "--prometheus",
+    metavar="URL",
+    help="Prometheus to check for the rules and scrape targets (e.g. http://prometheus:9090).",
+)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.pass_context
+def doctor(ctx: click.Context, prometheus: str | None, fmt: str) -> None:
+    """Check this installation (Slurm, munge, database, agents, exporter, Prometheus, Grafana); say each fix."""
+    from slurmscope.doctor import as_json, as_text, failed, run_checks
+
+    app = _context(ctx)
+    results = run_checks(app.config, app.db_path, prometheus=prometheus)
+    if fmt == "json":
+        click.echo(json.dumps(as_json(results), indent=1))
+    else:
+        click.echo(as_text(results), nl=False)
+    if failed(results):
+        ctx.exit(1)
+
+
+@main.command()
 @click.argument("sql")
 @click.option(
     "--format", "fmt", type=click.Choice(["csv", "json", "table"]), default="table", show_default=True

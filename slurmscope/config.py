@@ -425,6 +425,7 @@ SCHEMA = Table(
             }
         ),
         "report": Table({"pseudonymise_users": Bool(False)}),
+        "grafana": Table({"provisioning_dir": Str("")}),  # read by `doctor` only (docs/dashboards.md)
         "lake": Table(  # `serve`'s scheduled `export` (slurmscope/lake.py, docs/lake.md); off while export_dir is ''
             {
                 "export_dir": Str(

@@ -17,6 +17,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from slurmscope import doctor
+from slurmscope.config import load_config
+from slurmscope.doctor import FAIL, PASS
+
 pytestmark = pytest.mark.slurm
 
 NAMED = {"uid", "exit_code", "signal", "state_raw", "flags", "source", "ingested_at"}
@@ -57,6 +61,12 @@ def test_rest_source_gives_the_cli_rows(slurmbed, live, tmp_path) -> None:
     try:
         cli, _ = _collect(bed, tmp_path, "cli", 'source = "cli"\n')
         rest, _ = _collect(bed, tmp_path, "rest", f'source = "rest"\nrest_socket = "{sock}"\n')
+        # `slurmscope doctor` pings the same slurmrestd with the same client, and names a wrong socket
+        live_cfg = load_config(tmp_path / "rest.toml", env={})
+        ok = doctor.check_rest(live_cfg)
+        assert ok.status == PASS and str(sock) in ok.detail, ok
+        wrong = doctor.check_rest(live_cfg.with_overrides(slurm={"rest_socket": str(tmp_path / "nope.sock")}))
+        assert wrong.status == FAIL and "nope.sock" in wrong.detail, wrong
     finally:
         bed.cluster.stop_slurmrestd()
     runs = rest.execute(
