@@ -89,9 +89,11 @@ def metric_families(agent: Agent) -> list[Any]:
         g("slurmscope_gpu_info", "GPU identity; value 1.", ("driver_version", "cuda_version")).add_metric(
             labels + [d["driver"], d["cuda"]], 1
         )
-        g("slurmscope_gpu_healthy", "0 after a critical XID, a lost GPU or a failed row remap.").add_metric(
-            labels, 1 if d["healthy"] else 0
-        )
+        g(
+            "slurmscope_gpu_healthy",
+            "0 while lost or after a failed row remap, or within health.event_window_seconds of an XID whose"
+            " action (NVIDIA's XID catalogue) is reset_gpu, reboot_node or contact_support.",
+        ).add_metric(labels, 1 if d["healthy"] else 0)
         g("slurmscope_gpu_lost", "1 while NVML reports the GPU lost.").add_metric(
             labels, 1 if d["lost"] else 0
         )

@@ -219,6 +219,7 @@ class Device:
     agg: MinuteAggregator | None = None
     last: Reading | None = None
     xids: dict[int, int] = field(default_factory=dict)
+    failing_xid: tuple[int, float] | None = None  # the latest XID whose action is failing, and when
     throttle_seconds_total: float = 0.0
 
     def ref(self) -> GpuRef:

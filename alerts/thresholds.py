@@ -19,10 +19,8 @@ NODE_FLAP_EVENTS = 3
 NODE_FLAP_WINDOW = "6h"
 NODE_FLAP_FOR = "5m"
 
-# XIDs that mean the GPU or its memory is broken or the job died with it (NVIDIA's XID catalogue: 48 DBE,
-# 63/64 row remap, 74 NVLink, 79 fallen off the bus, 92 high SBE rate, 94/95 contained/uncontained ECC,
-# 119/120 GSP errors). Application XIDs such as 13, 31 and 43 are not paged on.
-CRITICAL_XIDS = (48, 63, 64, 74, 79, 92, 94, 95, 119, 120)
+# Which XIDs page is not a threshold: NVIDIA's XID catalogue decides (slurmscope/xid.py, alerts/rules.py
+# xid_alerts, config health.xid_actions).
 # Event alerts look back this far: long enough to survive a few missed scrapes, short enough to clear.
 EVENT_WINDOW = "15m"
 EVENT_FOR = "1m"

@@ -664,8 +664,9 @@ CATALOG: tuple[Metric, ...] = (
         type="info",
         unit="",
         help="Why the GPU has its verdict: `reason` is the first rule that holds ('' when ok), from a fixed"
-        " list (fallen_off_bus, row_remap_failed, uncorrectable_ecc, xid_critical, overheating,"
-        " row_remap_pending, xid_other, throttling, hot, telemetry_stale).",
+        " list (fallen_off_bus, row_remap_failed, uncorrectable_ecc, xid_contact_support, xid_reboot_node,"
+        " xid_reset_gpu, overheating, row_remap_pending, xid_investigate, throttling, hot, telemetry_stale;"
+        " xid_* name the action of NVIDIA's XID catalogue).",
         labels=("cluster", "node", "gpu", "gpu_model", "status", "reason", "source"),
         source="mart_gpu_health (run in force at now)",
         requires=("mart_gpu_health",),
