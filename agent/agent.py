@@ -31,7 +31,7 @@ from slurmscope.agent.sampling import SLOW_FIELDS, THROTTLE_MASK, Device, Minute
 from slurmscope.agent.spool import SpoolJournal, prune_acked
 
 from slurmscope import xid as xids
-from slurmscope.spool import iso
+from slurmscope.spool import CLOCK_EVENT_CAUSES, iso
 
 log = logging.getLogger(__name__)
 
@@ -550,8 +550,13 @@ class Agent:
                     if getattr(r, key) is None:
                         setattr(r, key, getattr(dev.last, key))
             dev.last = r
-            if r.reasons is not None and r.reasons & THROTTLE_MASK:
-                dev.throttle_seconds_total += self.interval
+            if r.reasons is not None:
+                if r.reasons & THROTTLE_MASK:
+                    dev.throttle_seconds_total += self.interval
+                for cause, bit in CLOCK_EVENT_CAUSES.items():
+                    if r.reasons & bit:
+                        total = dev.clock_event_seconds_total
+                        total[cause] = total.get(cause, 0.0) + self.interval
         if self.initialized:
             active, finished = self._mappings()
             procs = self._processes() if slow else None
@@ -718,6 +723,7 @@ class Agent:
                     "xids": dict(d.xids),
                     "mig": bool(d.mig_mode),
                     "throttle_total": d.throttle_seconds_total,
+                    "clock_events": dict(d.clock_event_seconds_total),
                     "driver": self.driver_version or "",
                     "cuda": self.cuda_version or "",
                 }

@@ -253,9 +253,9 @@ _ALERTS: tuple[Alert | None, ...] = (
         f'avg_over_time(slurmscope_gpu_throttle_ratio{{source="central"}}[{t.THROTTLE_WINDOW}]) > {t.THROTTLE_RATIO}',
         t.THROTTLE_FOR,
         "warning",
-        "A GPU is throttling its clocks for a sustained period.",
+        "A GPU is throttled by hardware for a sustained period.",
         "GPU {{ $labels.gpu }} on node {{ $labels.node }} of cluster {{ $labels.cluster }} spent "
-        f"{{{{ $value | humanizePercentage }}}} of the last {t.THROTTLE_WINDOW} throttled (thermal or power).",
+        f"{{{{ $value | humanizePercentage }}}} of the last {t.THROTTLE_WINDOW} in hardware slowdown (HW slowdown, thermal or power brake).",
         "gpu",
     ),
     Alert(

@@ -395,7 +395,7 @@ def gpu_detail() -> pl.Expr:
                     pl.format("{} C", pl.col("temp_gpu_max_celsius").round(1))
                 ),
                 pl.when(has("throttling")).then(
-                    pl.format("throttled {}%", (pl.col("throttle_ratio") * 100).round(0))
+                    pl.format("HW throttled {}%", (pl.col("throttle_ratio") * 100).round(0))
                 ),
                 pl.when(has("telemetry_stale")).then(
                     pl.lit("last sample ") + pl.col("last_minute").dt.strftime(fmt)

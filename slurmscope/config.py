@@ -450,7 +450,7 @@ SCHEMA = Table(
             {
                 "event_window_seconds": Num(3600, high=DAY),
                 "xid_actions": XidActions({}),
-                "throttle_ratio": Num(0.25, high=1),
+                "throttle_ratio": Num(0.1, high=1),
                 "throttle_window_seconds": Num(900, high=DAY),
                 "temp_degraded_celsius": Num(85.0),
                 "temp_failing_celsius": Num(95.0),

@@ -2,7 +2,7 @@
 
 Each case builds one sinfo snapshot (or a few) of node n1 at T with the NVML rows the rule looks at, and
 checks the verdict docs/pipelines.md#health says it must give. The thresholds are the config defaults
-(event window 3600 s, throttle > 0.25 over 900 s, hot >= 85 C, overheating >= 95 C, stale after 900 s).
+(event window 3600 s, hardware throttling > 0.1 over 900 s, hot >= 85 C, overheating >= 95 C, stale after 900 s).
 """
 
 from __future__ import annotations
@@ -210,14 +210,18 @@ def test_uncorrectable_ecc_from_delta_or_from_the_counter_rising():
 
 
 def test_throttling_over_the_window_mean():
-    # last 15 samples (the 900 s window ending at T) throttled 30 s of 60: mean 0.5 > 0.25
+    # throttle_seconds counts hardware causes only (HW slowdown, HW thermal, HW power brake).
+    # last 15 samples (the 900 s window ending at T) throttled 30 s of 60: mean 0.5 > 0.1
     s = healthy(20)[:5] + healthy(15, thr=30.0)
     assert node_at([snap()], s)[1] == ("degraded", "throttling", "throttling")
-    # throttled exactly a quarter: not above the threshold
-    s = healthy(20)[:5] + healthy(15, thr=15.0)
+    # throttled exactly a tenth (6 s a minute): not above the threshold
+    s = healthy(20)[:5] + healthy(15, thr=6.0)
     assert node_at([snap()], s)[1] == ("ok", "", "")
-    # fully throttled, but only for 3 of the 15 minutes: 0.2
+    # fully throttled for 3 of the 15 minutes: 0.2 > 0.1 (ok under the old 0.25, set while the power cap counted)
     s = healthy(20)[:17] + healthy(3, thr=60.0)
+    assert node_at([snap()], s)[1] == ("degraded", "throttling", "throttling")
+    # one minute of 15 fully throttled: 0.067
+    s = healthy(20)[:19] + healthy(1, thr=60.0)
     assert node_at([snap()], s)[1] == ("ok", "", "")
 
 

@@ -176,3 +176,15 @@ def test_an_operator_override_moves_agent_verdict_and_alerts_together(tmp_path, 
     assert _verdict(events, overrides)[0] == verdict
     assert bool(got_healthy) == healthy
     assert _alerts_for(code, overrides) == ({alert} if alert else set())
+
+
+def test_the_runbook_lists_each_class_with_the_catalogues_codes():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "runbooks" / "GpuXid.md").read_text(
+        encoding="utf-8"
+    )
+    for action in xid.Action:
+        section = page[page.index(f"\n## {action}\n") :]
+        listed = section[section.index("Codes: ") + len("Codes: ") :]
+        listed = listed[: listed.index("\n\n")]
+        codes = tuple(int(c) for c in re.findall(r"\b\d+\b", listed.split(", and every")[0]))
+        assert codes == xid.codes_of(action), action
