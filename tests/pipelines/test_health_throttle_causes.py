@@ -29,18 +29,16 @@ MINUTES = 15
 def fleet(tmp_path, con):
     """GPU 0 at its power cap for 15 minutes; GPU 1 in HW slowdown for 3 of them (20 %); GPU 2 both."""
     t = [T0]
+    gpus = [
+        {"model": "h100", "state": "load", "clock_events": [[0, 901, 0x4]]},
+        {"model": "h100", "state": "load", "clock_events": [[300, 480, 0x8]]},  # minutes 5, 6 and 7
+        {"model": "h100", "state": "load", "clock_events": [[0, 901, 0x4], [300, 480, 0x4 | 0x8]]},
+    ]
     fake = fake_from_spec(
-        {"gpus": [{"model": "h100", "state": "load", "count": 3}], "start": T0},
-        clock=lambda: t[0],
-        sleep=lambda s: t.__setitem__(0, t[0] + s),
+        {"gpus": gpus, "start": T0}, clock=lambda: t[0], sleep=lambda s: t.__setitem__(0, t[0] + s)
     )
     agent = Agent(fake, node="gpu01", spool_dir=tmp_path / "spool", mapping_dir=None, clock=lambda: t[0])
     while t[0] < T0 + MINUTES * 60:
-        minute = int((t[0] - T0) // 60)
-        hw = 0x8 if minute in (5, 6, 7) else 0
-        fake.gpus[0].values["clock_event_reasons"] = 0x4
-        fake.gpus[1].values["clock_event_reasons"] = hw
-        fake.gpus[2].values["clock_event_reasons"] = 0x4 | hw
         agent.tick(t[0])
         t[0] += agent.interval
     agent.tick(t[0])  # 08:15:00 closes the last minute
@@ -50,7 +48,7 @@ def fleet(tmp_path, con):
     ingest_spool_files(con, cfg, sorted((tmp_path / "spool").glob("*.jsonl")))
     end = datetime.fromtimestamp(t[0], UTC)
     con.execute(
-        "INSERT INTO node_states (cluster, snapshot_time, node, \"partition\", state, gpus_total)"
+        'INSERT INTO node_states (cluster, snapshot_time, node, "partition", state, gpus_total)'
         " VALUES ('c1', ?, 'gpu01', 'gpu', 'ALLOCATED', 3)",
         [end],
     )
