@@ -378,7 +378,7 @@ def alerts_build(ctx: click.Context, out_dir: str, runbook_base: str | None) -> 
 
     base = runbook_base or _context(ctx).config.get("alerts", "runbook_base_url")
     try:
-        written = build_all(Path(out_dir), base)
+        written = build_all(Path(out_dir), base, _context(ctx).config.get("health", "xid_actions"))
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--runbook-base") from None
     for path in written:
