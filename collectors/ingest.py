@@ -9,13 +9,17 @@ same file twice changes no data row and adds no quarantine row.
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import lzma
+import zlib
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import duckdb
-from slurmscope.collectors.base import IngestResult, RunRecord, load, sha256
+from slurmscope.collectors.base import IngestResult, Parsed, RunRecord, load, sha256
 from slurmscope.collectors.registry import COLLECTORS, Collector
 
 from slurmscope.config import Config
@@ -23,6 +27,74 @@ from slurmscope.config import Config
 
 class IngestError(Exception):
     """An input that cannot be ingested as asked; the message says what to change."""
+
+
+# Compressed inputs by magic bytes: (magic, name, opener); opener None = refused by name.
+COMPRESSED = (
+    (b"\x1f\x8b", "gzip", gzip.open),
+    (b"\xfd7zXZ\x00", "xz", lzma.open),
+    (b"BZh", "bzip2", bz2.open),  # + block size digit and the pi block magic, checked below
+    (b"\x28\xb5\x2f\xfd", "zstd", None),
+    (b"PK\x03\x04", "zip", None),
+    (b"7z\xbc\xaf\x27\x1c", "7z", None),
+)
+REFUSED_HINT = {
+    "zstd": "this Python has no zstd decoder; decompress it first (zstd -d FILE) and ingest the result",
+    "zip": "a zip archive holds files, not one output; unpack it (unzip FILE) and ingest each file",
+    "7z": "a 7z archive holds files, not one output; unpack it (7z x FILE) and ingest each file",
+}
+
+
+def _compression(head: bytes) -> tuple[str, object] | None:
+    for magic, name, opener in COMPRESSED:
+        if head.startswith(magic):
+            if name == "bzip2" and not (len(head) >= 10 and head[3:4].isdigit() and head[4:10] == b"1AY&SY"):
+                continue
+            return name, opener
+    return None
+
+
+def read_input(path: Path, limit: int | None = None) -> bytes:
+    """The bytes of a recorded file, decompressed when it is gzip, xz or bzip2 (found by magic bytes).
+
+    Operators keep old captures compressed; reading the compressed bytes as text would quarantine every
+    line, or worse, find "no header". Formats without a decoder in the standard library (zstd) and
+    archives (zip, 7z) are refused by name with the command that unpacks them.
+    """
+    try:
+        with open(path, "rb") as fh:
+            found = _compression(fh.read(16))
+            if found is None:
+                fh.seek(0)
+                return fh.read(limit) if limit is not None else fh.read()
+    except OSError as exc:
+        raise IngestError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    name, opener = found
+    if opener is None:
+        raise IngestError(f"{path}: {name}-compressed input: {REFUSED_HINT[name]}")
+    try:
+        with opener(path, "rb") as fh:  # type: ignore[operator]
+            return fh.read(limit) if limit is not None else fh.read()
+    except (OSError, EOFError, lzma.LZMAError, zlib.error) as exc:
+        raise IngestError(f"{path}: damaged {name} input: {exc}") from None
+
+
+def garbage_verdict(data: bytes, rows: int, quarantined: int) -> str | None:
+    """Why a recorded file is not a successful ingest (docs/ingest.md, quarantine threshold), or None.
+
+    The same threshold as the live collection: when at least half of the record lines are quarantined
+    the file is not what the kind expects (another format, another command, random bytes). Loading its
+    few "good" rows would store misread values, and an `ok` run would tell the exporter all is well.
+    """
+    if not quarantined or quarantined < rows:
+        return None
+    hint = ""
+    if data.lstrip()[:1] in (b"{", b"["):
+        hint = " (it looks like --json output, which this kind does not read: docs/collectors.md)"
+    return (
+        f"mostly garbage: {quarantined} of {rows + quarantined} lines quarantined{hint}; no rows loaded,"
+        " the lines are in the quarantine table"
+    )
 
 
 def ingestable(kind: str) -> Collector:
@@ -70,11 +142,7 @@ def ingest_files(
     tz = resolve_timezone(cfg, timezone)
     check = getattr(module, "check_input", None)
     for path in paths:
-        try:
-            with open(path, "rb") as fh:
-                head = fh.read(65536)
-        except OSError as exc:
-            raise IngestError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        head = read_input(path, 65536)
         if check is not None:
             problem = check(head, fmt, delimiter)
             if problem:
@@ -86,18 +154,33 @@ def _ingest_one(
     con, cfg: Config, kind: str, module: ModuleType, path: Path, fmt, delimiter, tz: ZoneInfo
 ) -> IngestResult:
     source = f"{kind}:{path.name}"
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise IngestError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    data = read_input(path)
+    warnings: list[str] = []
+    if not data.strip():
+        warnings.append("empty input: 0 rows")
     snapshot = datetime.fromtimestamp(path.stat().st_mtime, UTC).replace(microsecond=0)
     digest = sha256(data)
     parsed = module.parse(
         data, cluster=cfg.cluster, snapshot_time=snapshot, tz=tz, fmt=fmt, delimiter=delimiter, source=source
     )
+    verdict = garbage_verdict(data, parsed.rows, parsed.quarantine.height)
     del data  # the raw text is not needed for loading; a large dump should not be held twice
     hook_factory = getattr(module, "after_upsert", None)
     run = RunRecord(cluster=cfg.cluster, collector=kind, source=source)
+    if verdict is not None:
+        load(
+            con,
+            Parsed(quarantine=parsed.quarantine),
+            module.TABLES,
+            run,
+            content_sha=digest,
+            error=verdict,
+            status="failed",
+            warning="; ".join(warnings) or None,
+        )
+        return IngestResult(
+            path=str(path), rows=0, quarantined=parsed.quarantine.height, error=verdict, status="failed"
+        )
     load(
         con,
         parsed,
@@ -105,5 +188,8 @@ def _ingest_one(
         run,
         content_sha=digest,
         after_upsert=hook_factory(parsed) if hook_factory else None,
+        warning="; ".join(warnings) or None,
     )
-    return IngestResult(path=str(path), rows=parsed.rows, quarantined=parsed.quarantine.height)
+    return IngestResult(
+        path=str(path), rows=parsed.rows, quarantined=parsed.quarantine.height, warnings=tuple(warnings)
+    )

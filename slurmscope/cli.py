@@ -151,6 +151,13 @@ def ingest(
         con.close()
     for r in results:
         click.echo(f"{r.path}: {r.rows} rows loaded, {r.quarantined} quarantined", err=True)
+        for w in r.warnings:
+            click.echo(f"{r.path}: warning: {w}", err=True)
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        raise click.ClickException(
+            "; ".join(f"{r.path}: {r.error}" for r in failed) + " (run recorded as failed)"
+        )
 
 
 @main.command()
