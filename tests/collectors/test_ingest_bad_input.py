@@ -122,3 +122,12 @@ def test_truncated_gzip_is_refused_as_damaged(tmp_path):
     f.write_bytes(gzip.compress((FIX / "sacct_final.txt").read_bytes())[:200])
     res = ingest(tmp_path / "s.duckdb", "sacct", str(f), "--delimiter", "\x1f")
     assert res.exit_code != 0 and "damaged gzip" in res.output
+
+
+@pytest.mark.parametrize("kind, name", [("sinfo", "sinfo_out.json"), ("squeue", "squeue_out.json")])
+def test_real_json_of_another_site_is_a_failed_run(tmp_path, kind, name):
+    # rivosinc's real Slurm 21.08.5 `sinfo --json` / `squeue --json` (tests/fixtures/PROVENANCE.md)
+    db = tmp_path / "s.duckdb"
+    res = ingest(db, kind, str(FIX.parent / "rivosinc__prometheus-slurm-exporter" / name))
+    assert res.exit_code != 0 and "--json" in res.output
+    assert [r[1] for r in runs(db)] == ["failed"]
