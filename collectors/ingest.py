@@ -125,6 +125,7 @@ def ingest_files(
     fmt: str | None = None,
     delimiter: str | None = None,
     timezone: str | None = None,
+    at: str | datetime | None = None,
 ) -> list[IngestResult]:
     """Parse and load each file; one transaction (data, quarantine, run record) per file.
 
@@ -140,6 +141,7 @@ def ingest_files(
         raise IngestError("--delimiter must not be empty")
     module = spec.module
     tz = resolve_timezone(cfg, timezone)
+    at_time = resolve_at(at, tz)
     check = getattr(module, "check_input", None)
     for path in paths:
         head = read_input(path, 65536)
@@ -147,18 +149,77 @@ def ingest_files(
             problem = check(head, fmt, delimiter)
             if problem:
                 raise IngestError(f"{path}: {problem}")
-    return [_ingest_one(con, cfg, kind, module, path, fmt, delimiter, tz) for path in paths]
+    return [_ingest_one(con, cfg, kind, module, path, fmt, delimiter, tz, at_time) for path in paths]
+
+
+def resolve_at(at: str | datetime | None, tz: ZoneInfo) -> datetime | None:
+    """`--at`: ISO 8601 (`2026-12-03T17:29:57`, read in the --timezone without an offset) or epoch seconds."""
+    if at is None or isinstance(at, datetime):
+        return at if at is None or at.tzinfo else at.replace(tzinfo=tz)
+    text = at.strip()
+    try:
+        if text.isdigit():
+            return datetime.fromtimestamp(int(text), UTC)
+        t = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    except (ValueError, OverflowError, OSError):
+        raise IngestError(
+            f"--at {at!r} is not a time: give ISO 8601 (2026-12-03T17:29:57, optionally with an offset) "
+            "or epoch seconds"
+        ) from None
+    return t if t.tzinfo else t.replace(tzinfo=tz)
+
+
+def is_snapshot(module: ModuleType) -> bool:
+    """Whether the kind's rows are keyed by their snapshot time (sinfo, squeue, sshare, sdiag, ...)."""
+    return any("snapshot_time" in spec.key for spec in module.TABLES.values())
+
+
+def snapshot_time(
+    module: ModuleType, path: Path, data: bytes, tz: ZoneInfo, at: datetime | None, warnings: list[str]
+) -> datetime:
+    """When the recorded output was taken: what it prints itself, else `--at`, else the file's mtime.
+
+    A copy, a checkout or an archive resets the modification time, so two snapshots copied at once would
+    collapse into one and a copy made a day later moves the snapshot (fair-share decay then looks wrong):
+    the content's own time comes first (the date line of `sinfo -l`/`squeue -l`, sdiag's own time), and
+    the mtime is used only with a warning.
+    """
+    reader = getattr(module, "snapshot_from", None)
+    own = reader(data, tz) if reader is not None else None
+    if own is not None:
+        if at is not None and abs((own - at).total_seconds()) >= 1:
+            warnings.append(
+                f"--at {at.isoformat()} ignored: the output prints its own time {own.isoformat()}"
+            )
+        return own
+    if at is not None:
+        return at
+    mtime = datetime.fromtimestamp(path.stat().st_mtime, UTC).replace(microsecond=0)
+    if is_snapshot(module):
+        warnings.append(
+            f"snapshot time is the file's modification time {mtime.isoformat()} (the output prints no time of"
+            " its own); give the capture time with --at"
+        )
+    return mtime
 
 
 def _ingest_one(
-    con, cfg: Config, kind: str, module: ModuleType, path: Path, fmt, delimiter, tz: ZoneInfo
+    con,
+    cfg: Config,
+    kind: str,
+    module: ModuleType,
+    path: Path,
+    fmt,
+    delimiter,
+    tz: ZoneInfo,
+    at: datetime | None = None,
 ) -> IngestResult:
     source = f"{kind}:{path.name}"
     data = read_input(path)
     warnings: list[str] = []
     if not data.strip():
         warnings.append("empty input: 0 rows")
-    snapshot = datetime.fromtimestamp(path.stat().st_mtime, UTC).replace(microsecond=0)
+    snapshot = snapshot_time(module, path, data, tz, at, warnings)
     digest = sha256(data)
     parsed = module.parse(
         data, cluster=cfg.cluster, snapshot_time=snapshot, tz=tz, fmt=fmt, delimiter=delimiter, source=source
