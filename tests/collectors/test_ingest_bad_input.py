@@ -56,6 +56,9 @@ def test_random_bytes_fail_the_run_and_the_exit(tmp_path):
     assert quarantined > 0 and "quarantined" in error
     assert count(db, "node_states") == 0
     assert count(db, "quarantine") == quarantined  # kept to be looked at
+    st = CliRunner().invoke(main, ["--db", str(db), "status", "--format", "csv"], catch_exceptions=False)
+    [row] = [ln for ln in st.output.splitlines() if ln.startswith("sinfo,")]
+    assert row.split(",")[1] == "failed"  # `status` no longer says ok
 
 
 def test_json_output_is_a_failed_run_that_says_json(tmp_path):
