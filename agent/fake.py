@@ -342,7 +342,7 @@ _REASON_BITS = {
 
 
 # The captures the shipped profiles (profiles/<model>.json) are distilled from, so that the fake works from
-# an installed package without tests/; tests/test_fake_nvml.py checks that the files are exactly what the
+# an installed package without tests/; tests/agent/test_fake.py checks that the files are exactly what the
 # parsers above read from these captures, and `python -m slurmscope.agent.fake tests/fixtures/nvidia-smi`
 # writes them again.
 CAPTURES = {

@@ -81,7 +81,7 @@ UTIL_DRIFT_FOR = "30m"
 GPU_MISMATCH_FOR = "10m"
 
 # Collector intervals in seconds, as `serve` schedules them (each collector's interval in the collector
-# registry, collectors/registry.py; tests/test_alerts.py checks these against serve's jobs). A collector is
+# registry, collectors/registry.py; tests/alerts/test_alerts.py checks these against serve's jobs). A collector is
 # stale after missing COLLECTOR_STALE_RUNS runs in a row, and never before COLLECTOR_STALE_MIN_SECONDS: a
 # slurmctld restart with a few 60-s command timeouts can hold the 1-minute collectors for ten minutes. That
 # is 15 minutes for node and queue state, 30 for accounting, 6 hours for the controller's configuration.

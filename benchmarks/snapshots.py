@@ -5,7 +5,7 @@
 Generated output in the exact live formats (docs/collectors.md), parsed with the vectorised path and with
 the per-line path forced (the fallback for lines with a wrong field count, hostlists or values outside the
 exact shapes): the per-line path is the reference the vectorised one must beat, and both give identical
-frames (the hypothesis properties in tests/test_sinfo.py and tests/test_squeue.py).
+frames (the hypothesis properties in tests/collectors/test_sinfo.py and tests/collectors/test_squeue.py).
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import hashlib
 import lzma
 import zlib
 from datetime import UTC, datetime
@@ -54,8 +55,8 @@ def _compression(head: bytes) -> tuple[str, object] | None:
     return None
 
 
-def read_input(path: Path, limit: int | None = None) -> bytes:
-    """The bytes of a recorded file, decompressed when it is gzip, xz or bzip2 (found by magic bytes).
+def open_input(path: Path):
+    """A recorded file opened for binary reading, decompressing gzip, xz or bzip2 (found by magic bytes).
 
     Operators keep old captures compressed; reading the compressed bytes as text would quarantine every
     line, or worse, find "no header". Formats without a decoder in the standard library (zstd) and
@@ -64,19 +65,27 @@ def read_input(path: Path, limit: int | None = None) -> bytes:
     try:
         with open(path, "rb") as fh:
             found = _compression(fh.read(16))
-            if found is None:
-                fh.seek(0)
-                return fh.read(limit) if limit is not None else fh.read()
+        if found is None:
+            return open(path, "rb")
     except OSError as exc:
         raise IngestError(f"{path}: cannot read: {exc.strerror or exc}") from None
     name, opener = found
     if opener is None:
         raise IngestError(f"{path}: {name}-compressed input: {REFUSED_HINT[name]}")
+    return opener(path, "rb")  # type: ignore[operator]
+
+
+def read_input(path: Path, limit: int | None = None) -> bytes:
+    """The (decompressed) bytes of a recorded file, the first `limit` of them when given."""
+    fh = open_input(path)
     try:
-        with opener(path, "rb") as fh:  # type: ignore[operator]
+        with fh:
             return fh.read(limit) if limit is not None else fh.read()
     except (OSError, EOFError, lzma.LZMAError, zlib.error) as exc:
-        raise IngestError(f"{path}: damaged {name} input: {exc}") from None
+        kind = {gzip.GzipFile: "gzip", lzma.LZMAFile: "xz", bz2.BZ2File: "bzip2"}.get(type(fh))
+        if kind is not None:
+            raise IngestError(f"{path}: damaged {kind} input: {exc}") from None
+        raise IngestError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
 def garbage_verdict(data: bytes, rows: int, quarantined: int) -> str | None:
@@ -203,6 +212,27 @@ def snapshot_time(
     return mtime
 
 
+class _HashingReader:
+    """A binary file whose bytes are hashed as the parser reads them, so a streamed file is read once."""
+
+    def __init__(self, fh) -> None:
+        self._fh = fh
+        self._h = hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        block = self._fh.read(size)
+        self._h.update(block)
+        return block
+
+    def drain(self) -> None:
+        """Hash what the parser left unread (a document may stop early), so the digest is the file's."""
+        while self.read(1 << 20):
+            pass
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
+
+
 def _ingest_one(
     con,
     cfg: Config,
@@ -215,17 +245,46 @@ def _ingest_one(
     at: datetime | None = None,
 ) -> IngestResult:
     source = f"{kind}:{path.name}"
-    data = read_input(path)
+    streams = getattr(module, "streams", None)
     warnings: list[str] = []
-    if not data.strip():
-        warnings.append("empty input: 0 rows")
-    snapshot = snapshot_time(module, path, data, tz, at, warnings)
-    digest = sha256(data)
-    parsed = module.parse(
-        data, cluster=cfg.cluster, snapshot_time=snapshot, tz=tz, fmt=fmt, delimiter=delimiter, source=source
-    )
-    verdict = garbage_verdict(data, parsed.rows, parsed.quarantine.height)
-    del data  # the raw text is not needed for loading; a large dump should not be held twice
+    head = read_input(path, limit=65536)
+    if streams is not None and streams(head):
+        # JSON is read as a stream (gigabytes for a month of sacct --json): never held whole, read once
+        snapshot = snapshot_time(module, path, head, tz, at, warnings)
+        try:
+            with open_input(path) as raw:
+                fh = _HashingReader(raw)
+                parsed = module.parse_stream(
+                    fh,
+                    cluster=cfg.cluster,
+                    snapshot_time=snapshot,
+                    tz=tz,
+                    fmt=fmt,
+                    delimiter=delimiter,
+                    source=source,
+                )
+                fh.drain()
+        except (OSError, EOFError, lzma.LZMAError, zlib.error) as exc:
+            raise IngestError(f"{path}: cannot read or decompress: {exc}") from None
+        digest = fh.hexdigest()
+        verdict = garbage_verdict(b"", parsed.rows, parsed.quarantine.height)
+    else:
+        data = read_input(path)
+        if not data.strip():
+            warnings.append("empty input: 0 rows")
+        snapshot = snapshot_time(module, path, data, tz, at, warnings)
+        digest = sha256(data)
+        parsed = module.parse(
+            data,
+            cluster=cfg.cluster,
+            snapshot_time=snapshot,
+            tz=tz,
+            fmt=fmt,
+            delimiter=delimiter,
+            source=source,
+        )
+        verdict = garbage_verdict(data, parsed.rows, parsed.quarantine.height)
+        del data  # the raw text is not needed for loading; a large dump should not be held twice
     hook_factory = getattr(module, "after_upsert", None)
     run = RunRecord(cluster=cfg.cluster, collector=kind, source=source)
     if verdict is not None:

@@ -327,6 +327,36 @@ def report(ctx: click.Context, month: str, out_dir: str, formats: str) -> None:
         click.echo(str(path))
 
 
+@main.command()
+@click.option(
+    "--out", "out", required=True, help="Lake directory, or an object-store URL (s3://bucket/prefix)."
+)
+@click.option(
+    "--since", callback=lambda c, p, v: v and _month(c, p, v), help="YYYY-MM: re-export from this month."
+)
+@click.pass_context
+def export(ctx: click.Context, out: str, since: str | None) -> None:
+    """Parquet lake of the raw tables and marts, per cluster and month (docs/lake.md)."""
+    from slurmscope.lake import ExportError
+    from slurmscope.lake import export as run_export
+
+    app = _context(ctx)
+    con = _connect(app, read_only=True, create=False)
+
+    def show(w) -> None:
+        p = w.partition
+        click.echo(f"{p.table}\t{p.cluster}\t{p.month}\t{w.rows}\t{w.status}")
+
+    try:
+        done = run_export(con, out, since=since, on_partition=show)
+    except (ExportError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        con.close()
+    written = sum(w.status == "written" for w in done)
+    click.echo(f"export: {written} partition(s) written, {len(done) - written} unchanged, in {out}", err=True)
+
+
 @main.group()
 def dashboards() -> None:
     """Grafana dashboards as code."""

@@ -296,6 +296,16 @@ def _is_month(text: str) -> bool:
     return bool(match) and 1 <= int(match.group(2)) <= 12
 
 
+LAKE_SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
+
+
+def _is_lake_target(text: str) -> bool:
+    """'' (no scheduled export), a path, or a URL whose scheme pyarrow's filesystem layer opens."""
+    if "://" not in text:
+        return True
+    return urlsplit(text).scheme in LAKE_SCHEMES and bool(urlsplit(text).netloc or urlsplit(text).path)
+
+
 SLURM_COMMANDS = ("sacct", "sinfo", "squeue", "sshare", "sdiag", "sacctmgr", "scontrol")
 ZONE = Str("UTC", check=_is_zone, what="an IANA time zone such as 'Europe/Berlin'")
 DAY = 86400  # the longest health window: pipelines/health.py reads one day of events and samples back
@@ -314,6 +324,16 @@ SCHEMA = Table(
                 "bin_dir": Str(""),
                 **{name: Str(name, check=bool, what="a command name or path") for name in SLURM_COMMANDS},
                 "timeout_seconds": Num(60.0, positive=True),
+                "source": Str("cli", choices=("cli", "rest")),
+                "rest_socket": Str(""),
+                "rest_url": Str(
+                    "",
+                    check=lambda u: u == "" or _is_url(u),
+                    what="an http(s) URL such as 'http://slurmrestd:6820'",
+                ),
+                "rest_user": Str(""),
+                "rest_token_file": Str(""),
+                "rest_api_version": Str("v0.0.38", choices=("v0.0.38", "v0.0.41", "v0.0.44")),
             }
         ),
         "collect": Table(
@@ -405,6 +425,16 @@ SCHEMA = Table(
             }
         ),
         "report": Table({"pseudonymise_users": Bool(False)}),
+        "lake": Table(  # `serve`'s scheduled `export` (slurmscope/lake.py, docs/lake.md); off while export_dir is ''
+            {
+                "export_dir": Str(
+                    "",
+                    check=_is_lake_target,
+                    what="a directory or an object-store URL such as 's3://bucket/lake'",
+                ),
+                "export_interval_seconds": Num(3600, low=60),
+            }
+        ),
         "alerts": Table(  # runbook_url = runbook_base_url + <AlertName>.md (docs/configuration.md)
             {
                 "runbook_base_url": Str(

@@ -324,7 +324,7 @@ def sql_list(states: Iterable[str]) -> str:
 
 def sql_macros() -> str:
     """sql/metrics/_slurm_states.sql: the metric queries' state sets as DuckDB macros, rendered from this
-    module so that SQL files never spell a state list of their own (tests/test_slurm_states.py checks the
+    module so that SQL files never spell a state list of their own (tests/slurmscope/test_slurm_states.py checks the
     committed file; `python -m slurmscope.slurm_states > sql/metrics/_slurm_states.sql` regenerates it)."""
     unavailable_flags = "|".join(NODE_METRIC_UNAVAILABLE_FLAGS)
     down_flags = "".join(

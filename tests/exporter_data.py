@@ -384,7 +384,7 @@ def build_marts(con: duckdb.DuckDBPyConnection) -> None:
     """,
     )
     # Health verdicts: not typed out by hand but computed by the health pipeline from the raw rows above (its
-    # rules are unit-tested on their own in tests/test_pipeline_health.py).
+    # rules are unit-tested on their own in tests/pipelines/test_health.py).
     from slurmscope.pipelines.runner import run_pipelines
 
     from slurmscope.config import load_config

@@ -276,16 +276,26 @@ def fairshare(slurmbed: Bed, fault: Fault) -> FairShare:
     """sshare after every job ended and one full PriorityCalcPeriod passed, with the matching sacct."""
     bed = slurmbed
     fmt = "JobIDRaw,Account,User,State,AllocTRES,ElapsedRaw,Start,End"
-    sacct = bed.slurm(
-        "sacct",
-        "--allusers",
-        "--duplicates",
-        "-X",
-        "--parsable2",
-        "--noconvert",
-        "--starttime=2020-01-01T00:00:00",
-        f"--format={fmt}",
-    )
+
+    def sacct_now() -> str:
+        return bed.slurm(
+            "sacct",
+            "--allusers",
+            "--duplicates",
+            "-X",
+            "--parsable2",
+            "--noconvert",
+            "--starttime=2020-01-01T00:00:00",
+            f"--format={fmt}",
+        )
+
+    # A job still queued or running is charged by slurmctld but has no End in sacct yet: the pair is only
+    # comparable once the queue is empty and sacct reads the same before and after sshare.
+    deadline = time.monotonic() + 120
+    while bed.slurm("squeue", "--noheader", "-o", "%i").strip():
+        assert time.monotonic() < deadline, "jobs still in the queue before the fair-share capture"
+        time.sleep(1)
+    sacct = sacct_now()
     ends = []
     for line in sacct.splitlines()[1:]:
         end = line.split("|")[7]
@@ -301,6 +311,7 @@ def fairshare(slurmbed: Bed, fault: Fault) -> FairShare:
         time.sleep(1)
     sshare = bed.slurm("sshare", "-a", "-l", "-P")
     captured = time.time()
+    assert sacct_now() == sacct, "a job ran between the sacct and sshare captures"
     bed.captures.mkdir(parents=True, exist_ok=True)
     (bed.captures / "sshare_final.txt").write_text(sshare)
     (bed.captures / "sshare_final.argv").write_text("sshare\n-a\n-l\n-P\n")
