@@ -84,14 +84,44 @@ FREE_TEXT = frozenset(
     }
 )
 
-# sacct field names that mean the same thing under another name.
+# sacct field names that are another name for the same print (sacct.c's field table maps them to one
+# PRINT_ type): renamed on reading, so a list naming both reads them once.
 ALIASES = {
-    "alloccpus": "ncpus",
-    "allocnodes": "nnodes",
     "jobidraw": "jobidraw",
     "nodes": "nodelist",
     "name": "jobname",
     "timelimitraw": "timelimitraw",
+}
+# Pairs that are not one print but mean the same quantity: (authoritative, other). The other is read only
+# when the authoritative field is absent (docs/ingest.md, "Alias and duplicate columns").
+# - NCPUS, AllocCPUS: one print in Slurm (PRINT_ALLOC_CPUS for both in src/sacct/sacct.c), so equal.
+# - NNodes, AllocNodes: NNodes (PRINT_NNODES) is the allocated count once the job started and the
+#   requested count before; AllocNodes (PRINT_ALLOC_NODES) is 0 for a job never allocated (seen on the
+#   22.05 test bed: job 5 of tests/fixtures/slurm-22.05/human has NNodes 4, AllocNodes 0). Read alone, an
+#   AllocNodes of 0 is stored as NULL (unknown request), not as a job on 0 nodes.
+ALIAS_PAIRS = (("ncpus", "alloccpus"), ("nnodes", "allocnodes"))
+
+# `sacct --format=ALL` of Slurm 22.05 (the header line it prints, captured on the test bed:
+# tests/fixtures/slurm-22.05/human/human_sacct_all.txt): what `ingest sacct --format ALL` names.
+ALL_FIELDS = {
+    "22.05": tuple(
+        (
+            "Account AdminComment AllocCPUS AllocNodes AllocTRES AssocID AveCPU AveCPUFreq AveDiskRead "
+            "AveDiskWrite AvePages AveRSS AveVMSize BlockID Cluster Comment Constraints ConsumedEnergy "
+            "ConsumedEnergyRaw Container CPUTime CPUTimeRAW DBIndex DerivedExitCode Elapsed ElapsedRaw "
+            "Eligible End ExitCode Flags GID Group JobID JobIDRaw JobName Layout MaxDiskRead MaxDiskReadNode "
+            "MaxDiskReadTask MaxDiskWrite MaxDiskWriteNode MaxDiskWriteTask MaxPages MaxPagesNode "
+            "MaxPagesTask MaxRSS MaxRSSNode MaxRSSTask MaxVMSize MaxVMSizeNode MaxVMSizeTask McsLabel MinCPU "
+            "MinCPUNode MinCPUTask NCPUS NNodes NodeList NTasks Partition Priority QOS QOSRAW Reason "
+            "ReqCPUFreq ReqCPUFreqGov ReqCPUFreqMax ReqCPUFreqMin ReqCPUS ReqMem ReqNodes ReqTRES "
+            "Reservation ReservationId Reserved ResvCPU ResvCPURAW Start State Submit SubmitLine Suspended "
+            "SystemComment SystemCPU Timelimit TimelimitRaw TotalCPU TRESUsageInAve TRESUsageInMax "
+            "TRESUsageInMaxNode TRESUsageInMaxTask TRESUsageInMin TRESUsageInMinNode TRESUsageInMinTask "
+            "TRESUsageInTot TRESUsageOutAve TRESUsageOutMax TRESUsageOutMaxNode TRESUsageOutMaxTask "
+            "TRESUsageOutMin TRESUsageOutMinNode TRESUsageOutMinTask TRESUsageOutTot UID User UserCPU WCKey "
+            "WCKeyID WorkDir "
+        ).split()
+    ),
 }
 
 HEADER_REQUIRED = ("jobid", "submit")
@@ -165,6 +195,18 @@ def layout(
         if line.strip(BLANK):
             first_no, first = i, line
             break
+    all_release = None
+    if fmt and fmt.strip().upper() in ("ALL", "ALL:22.05"):
+        all_release = "22.05"
+        fmt = ",".join(ALL_FIELDS[all_release])
+    elif fmt and fmt.strip().upper().startswith("ALL"):
+        return (
+            [],
+            None,
+            False,
+            f"--format {fmt.strip()}: only Slurm 22.05's ALL list is known (--format ALL); for another "
+            "release give the field list itself (the header sacct --format=ALL prints, or sacct --helpformat)",
+        )
     if fmt:
         fields = [normalise_field(f) for f in fmt.split(",") if f.strip()]
         header_no = None
@@ -206,9 +248,38 @@ def layout(
                 "capture with those fields in --format"
             ),
         )
-    if len(set(fields)) != len(fields):
-        return fields, header_no, trailing, "the field list names a field twice"
-    return fields, header_no, trailing, None
+    if all_release and first is not None and header_no is None:
+        k = first.count(delim) + 1 - (1 if trailing else 0)
+        if k != len(fields):
+            return (
+                fields,
+                header_no,
+                trailing,
+                f"--format ALL is Slurm {all_release}'s list of {len(fields)} fields, but the first line has "
+                f"{k}: the dump comes from another release; give its field list with --format (the header "
+                "its sacct --format=ALL prints)",
+            )
+    return resolve_duplicates(fields), header_no, trailing, None
+
+
+def resolve_duplicates(fields: list[str]) -> list[str]:
+    """Field names with repeats and alias pairs settled, one column per position still.
+
+    A name seen again (`TRESUsageOutTot` twice, or `Name` and `JobName`) keeps its first column: later
+    ones become `name#2`, ... which no rule reads (the free-text count still sees them). Of an alias pair
+    (ALIAS_PAIRS) the authoritative one is read; the other, present alone, stands in for it.
+    """
+    seen: dict[str, int] = {}
+    out = []
+    for f in fields:
+        seen[f] = seen.get(f, 0) + 1
+        out.append(f if seen[f] == 1 else f"{f}#{seen[f]}")
+    return out
+
+
+def base_field(name: str) -> str:
+    """`jobname#2` -> `jobname`: the field a repeated column names."""
+    return name.split("#", 1)[0]
 
 
 def detect_delimiter(text: str) -> str:
@@ -325,7 +396,7 @@ def _split_lines(
     if trailing:
         good_mask = good_mask & pl.col("line").str.ends_with(delim)
     lines_df = lines_df.with_columns(good_mask.alias("_good"))
-    free = [i for i, f in enumerate(fields) if f in FREE_TEXT]
+    free = [i for i, f in enumerate(fields) if base_field(f) in FREE_TEXT]
     free_idx = free[0] if len(free) == 1 else None
     fixed: dict[int, str] = {}
     quarantined: list[dict] = []
@@ -812,8 +883,12 @@ def _typed(
         if "cluster" in has
         else pl.lit(cluster)
     )
-    nodes = int_expr(_col(df, "nnodes"), pl.Int64)
-    cpus = int_expr(_col(df, "ncpus"), pl.Int64)
+    pick = {auth: auth if auth in has or other not in has else other for auth, other in ALIAS_PAIRS}
+    node_field, cpu_field = pick["nnodes"], pick["ncpus"]
+    nodes = int_expr(_col(df, node_field), pl.Int64)
+    if node_field == "allocnodes":  # 0 = never allocated, not a request for 0 nodes (ALIAS_PAIRS)
+        nodes = pl.when(nodes == 0).then(None).otherwise(nodes)
+    cpus = int_expr(_col(df, cpu_field), pl.Int64)
     same = pl.col  # columns already typed above keep their name
 
     common: dict[str, pl.Expr] = {
@@ -844,8 +919,8 @@ def _typed(
         "start_time": "start",
         "end_time": "end",
         "elapsed_seconds": "elapsed",
-        "nodes": "nnodes",
-        "cpus": "ncpus",
+        "nodes": node_field,
+        "cpus": cpu_field,
         "gpus": tres_field,
         "alloc_tres": tres_field,
         "node_list": "nodelist",

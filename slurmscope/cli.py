@@ -123,6 +123,11 @@ def _connect(app: Context, *, read_only: bool = False, create: bool = True):
 @click.option(
     "--timezone", "tz", help="Zone of the times in the files (default: the configured cluster zone)."
 )
+@click.option(
+    "--at",
+    "at",
+    help="When the snapshot was taken (ISO 8601 or epoch seconds), for outputs that print no time of their own.",
+)
 @click.pass_context
 def ingest(
     ctx: click.Context,
@@ -131,6 +136,7 @@ def ingest(
     fmt: str | None,
     delimiter: str | None,
     tz: str | None,
+    at: str | None,
 ) -> None:
     """Load recorded Slurm or NVML output files into the database."""
     import duckdb
@@ -141,7 +147,7 @@ def ingest(
     con = _connect(app)
     try:
         results = ingest_files(
-            con, app.config, kind, [Path(f) for f in files], fmt=fmt, delimiter=delimiter, timezone=tz
+            con, app.config, kind, [Path(f) for f in files], fmt=fmt, delimiter=delimiter, timezone=tz, at=at
         )
     except IngestError as exc:
         raise click.ClickException(str(exc)) from None
@@ -151,6 +157,13 @@ def ingest(
         con.close()
     for r in results:
         click.echo(f"{r.path}: {r.rows} rows loaded, {r.quarantined} quarantined", err=True)
+        for w in r.warnings:
+            click.echo(f"{r.path}: warning: {w}", err=True)
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        raise click.ClickException(
+            "; ".join(f"{r.path}: {r.error}" for r in failed) + " (run recorded as failed)"
+        )
 
 
 @main.command()
