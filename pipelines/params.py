@@ -19,6 +19,9 @@ class Billing:
     timezone: str
     currency: str
     idle_cost: str
+    charge_by: str
+    bill_down: bool
+    tres_billing_weights: dict[str, str]
     rates: dict[str, Any]
     close_after_days: int
     reissue_months: list[str]

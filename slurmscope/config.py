@@ -256,6 +256,52 @@ class PriceBook:
         return out
 
 
+_WEIGHT = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_/:.-]*)\s*=\s*([0-9]*\.?[0-9]+)([KMGTP]?)\s*$", re.I)
+
+
+def parse_billing_weights(text: str) -> dict[str, float] | None:
+    """Slurm's TRESBillingWeights string (`CPU=0.25,Mem=0.25G,GRES/gpu=2.0`) as TRES name (lower case) ->
+    weight per unit; a Mem weight with a unit suffix is per that unit (slurm.conf(5)); None when malformed."""
+    out: dict[str, float] = {}
+    for item in text.split(","):
+        m = _WEIGHT.match(item)
+        if not m:
+            return None
+        name, value, unit = m.group(1).lower(), float(m.group(2)), m.group(3).upper()
+        if unit and name != "mem":
+            return None
+        out[name] = value
+    return out
+
+
+@dataclass(frozen=True)
+class BillingWeights:
+    """`billing.tres_billing_weights`: partition -> its TRESBillingWeights string as in slurm.conf.
+
+    charge_by = "billing_tres" turns a job's billing TRES into GPU-equivalents with the partition's GRES/gpu
+    weight, so each entry must weigh GPUs: an entry that does not would price every job of it at nothing.
+    """
+
+    default: dict[str, str]
+
+    def parse(self, value: Any, at: _At) -> dict[str, str]:
+        if not isinstance(value, Mapping):
+            raise at.error('a table of <partition> = "<TRESBillingWeights>"', value)
+        out: dict[str, str] = {}
+        for key, text in value.items():
+            where = at.child(key)
+            expected = (
+                "a TRESBillingWeights string naming GRES/gpu, such as 'CPU=0.25,Mem=0.25G,GRES/gpu=2.0'"
+            )
+            weights = parse_billing_weights(text) if isinstance(text, str) else None
+            if not weights or not any(k == "gres/gpu" or k.startswith("gres/gpu:") for k in weights):
+                raise where.error(expected, text)
+            if any(w <= 0 for k, w in weights.items() if k.startswith("gres/gpu")):
+                raise where.error(expected + " with a GPU weight > 0", text)
+            out[key] = text
+        return out
+
+
 def _is_zone(name: str) -> bool:
     try:
         ZoneInfo(name)
@@ -367,6 +413,9 @@ SCHEMA = Table(
                 "timezone": ZONE,
                 "currency": Str("usd", check=bool, what="a currency code"),
                 "idle_cost": Str("separate", choices=("separate", "spread")),
+                "charge_by": Str("gpu", choices=("gpu", "billing_tres")),
+                "bill_down": Bool(False),
+                "tres_billing_weights": BillingWeights({}),
                 "rates": PriceBook({"default": 2.0}),
                 "close_after_days": Num(5),
                 "reissue_months": List([], Str("", check=_is_month, what="a month 'YYYY-MM'")),
