@@ -3,9 +3,12 @@
 Billing rules first, because finance checks them: an attempt is charged for the overlap of [start, end or
 now) with each billing-zone day, at the $/GPU-hour of its partition or GPU model; months are sums of days;
 invoice cents are rounded by largest remainder so rows add up to the rounded month total; a closed month is
-frozen and only a listed re-issue adds a new version. Unallocated capacity is reported apart or, with
-billing.idle_cost = "spread", charged by usage; NVML samples give the usage-weighted view (allocated-but-idle
-dollars, cost per useful GPU-hour, energy). docs/pipelines.md#cost has the formulas.
+frozen and only a listed re-issue adds a new version. An attempt pays its GPUs or, with billing.charge_by =
+"billing_tres", the GPU-equivalents of its billing TRES. Unallocated capacity is the unallocated line or,
+with billing.idle_cost = "spread", charged within its partition and GPU model by cost (down only with
+billing.bill_down, a reservation's reserved GPUs to its accounts); powered-off nodes are not capacity. NVML
+samples give the usage-weighted view (allocated-but-idle dollars, cost per useful GPU-hour, energy).
+docs/pipelines.md#cost has the formulas and worked examples.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from slurmscope.pipelines.common import (
 from slurmscope.pipelines.params import Billing, Params
 
 from slurmscope.config import parse_billing_weights
+from slurmscope.hostlist import expand_hostlist_lenient
 from slurmscope.slurm_states import JOB_UNSUCCESSFUL_STATES
 
 NAME = "cost"
@@ -53,6 +57,7 @@ MART_TABLES: dict[str, str | None] = {
     "mart_usage_counters": None,
     "mart_cost_efficiency_daily": "day",
     "mart_cost_unallocated_monthly": "month",
+    "mart_cost_reservation_daily": "day",
 }
 
 WIDEN_SQL = """
@@ -84,6 +89,15 @@ INPUTS: dict[str, str] = {
         SELECT day, "partition", gpu_model, idle_cost_usd::DOUBLE AS idle_usd, down_cost_usd::DOUBLE AS down_usd,
                reserved_cost_usd::DOUBLE AS reserved_usd
         FROM mart_capacity_daily WHERE cluster = $cluster AND day >= $start_month AND day < $start_date""",
+    # Reservations that may overlap the window (their nodes' reserved GPUs go to their accounts).
+    "reservations": """
+        SELECT name, start_time, end_time, node_list, accounts FROM reservations
+        WHERE cluster = $cluster AND start_time < $end
+          AND (end_time IS NULL OR end_time > $start - INTERVAL 1 DAY)""",
+    "reservation_month_before": """
+        SELECT day, "partition", gpu_model, reservation, account, cost_usd::DOUBLE AS cost_usd
+        FROM mart_cost_reservation_daily
+        WHERE cluster = $cluster AND day >= $start_month AND day < $start_date""",
     "prev_unallocated": """
         SELECT month, "partition", gpu_model, idle_cost_usd::DOUBLE AS idle_cost_usd,
                down_cost_usd::DOUBLE AS down_cost_usd, reserved_cost_usd::DOUBLE AS reserved_cost_usd,
@@ -421,6 +435,87 @@ def spreads(params: Params) -> bool:
     return params.billing.idle_cost == "spread"
 
 
+RESERVATION_SCHEMA = {
+    "day": pl.Date,
+    "partition": pl.String,
+    "gpu_model": pl.String,
+    "reservation": pl.String,
+    "account": pl.String,
+    "cost_usd": pl.Float64,
+}
+
+
+def reservation_accounts(reservations: pl.LazyFrame) -> pl.LazyFrame:
+    """(reservation, node, start, end, account): each node of a reservation that names accounts, once per
+    account. `Accounts=-a,b` (everyone but) names nobody to charge, nor does a users-only reservation."""
+    res = reservations.collect()
+    rows = []
+    for r in res.iter_rows(named=True):
+        accounts = [a.strip() for a in (r["accounts"] or "").split(",") if a.strip()]
+        if not accounts or any(a.startswith("-") for a in accounts):
+            continue
+        for node in expand_hostlist_lenient(r["node_list"]):
+            rows.extend((r["name"], node, r["start_time"], r["end_time"], a, len(accounts)) for a in accounts)
+    schema = {
+        "reservation": pl.String,
+        "node": pl.String,
+        "r_start": UTC_DT,
+        "r_end": UTC_DT,
+        "account": pl.String,
+        "n_accounts": pl.Int64,
+    }
+    return pl.LazyFrame(rows, schema=schema, orient="row")
+
+
+def reservation_daily(
+    node_states: pl.LazyFrame, reservations: pl.LazyFrame, cap: pl.LazyFrame, params: Params
+) -> pl.LazyFrame:
+    """mart_cost_reservation_daily: the reserved GPUs of a reservation's nodes, while it stands, charged to
+    its accounts (equal parts) with billing.idle_cost = "spread"; empty otherwise.
+
+    A node's reserved GPUs (node_intervals: RESERVED/MAINT, not down, not allocated) overlapping
+    [StartTime, EndTime) of a reservation naming accounts are priced at the scope's rate and cut into billing
+    days. Per day and scope the total is capped at the capacity row's reserved cents and rounded to cents by
+    largest remainder, so it never exceeds what capacity holds; the rest of reserved stays in the pool."""
+    if not spreads(params):
+        return pl.LazyFrame(schema=RESERVATION_SCHEMA)
+    now_l = pl.lit(params.now, dtype=UTC_DT)
+    iv = (
+        node_intervals(node_states, params)
+        .filter(pl.col("reserved") > 0)
+        .with_columns(clip_interval("snapshot_time", "until", params.start, params.now))
+        .join(reservation_accounts(reservations), on="node")
+        .with_columns(
+            pl.max_horizontal("snapshot_time", "r_start").alias("_s"),
+            pl.min_horizontal("until", pl.col("r_end").fill_null(now_l)).alias("_e"),
+        )
+        .filter(pl.col("_e") > pl.col("_s"))
+    )
+    parts = split_calendar(iv, "_s", "_e", params.tz, every="1d", out="day").filter(
+        pl.col("day") >= pl.lit(params.start_date)
+    )
+    keys = ["day", "partition", "gpu_model"]
+    raw = with_rate(
+        parts.group_by(*keys, "reservation", "account").agg(
+            (pl.col("reserved") * pl.col("overlap_seconds") / pl.col("n_accounts")).sum().alias("gs")
+        ),
+        params.billing,
+    ).with_columns((pl.col("gs") / 3600.0 * pl.col("rate_per_gpu_hour")).alias("amount"))
+    limit = cap.select(*keys, pl.col("reserved_cost_usd").cast(pl.Float64).alias("_cap"))
+    total = pl.col("amount").sum().over(keys)
+    # The cap is whole cents, so a total under it still rounds to at most the cap.
+    capped = raw.join(limit, on=keys).with_columns(
+        pl.when(total > pl.col("_cap"))
+        .then(pl.col("amount") * pl.col("_cap") / total)
+        .otherwise(pl.col("amount"))
+        .alias("amount")
+    )
+    out = largest_remainder_cents(capped, "amount", keys, ["reservation", "account"]).with_columns(
+        (pl.col("cents") / 100.0).alias("cost_usd")
+    )
+    return ensure_columns(out, RESERVATION_SCHEMA)
+
+
 POOL_COLUMNS = (
     ("day", pl.Date),
     ("partition", pl.String),
@@ -443,7 +538,9 @@ def unallocated_pools(cap: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def spread_rows(rows: pl.LazyFrame, pools: pl.LazyFrame, params: Params) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+def spread_rows(
+    rows: pl.LazyFrame, pools: pl.LazyFrame, params: Params, reserved: pl.LazyFrame | None = None
+) -> tuple[pl.LazyFrame, pl.LazyFrame]:
     """(`rows` with `spread_day_usd` and `spread_month_usd`, the unallocated line per month and scope).
 
     A capacity row's scope is its partition set and GPU model: a usage row (day, account, user, partition,
@@ -454,11 +551,23 @@ def spread_rows(rows: pl.LazyFrame, pools: pl.LazyFrame, params: Params) -> tupl
     rounded to cents. The pool, idle left + reserved (+ down with billing.bill_down), goes to the scope's rows
     of the same day by cost; a scope-day without usage goes to the scope's rows of the month by cost; a scope
     nobody used that month keeps it, as does down capacity without bill_down and everything when
-    billing.idle_cost = "separate". Pools are whole cents, so spread + kept = pools to the cent.
+    billing.idle_cost = "separate". Reserved dollars already charged to a reservation's accounts (`reserved`,
+    mart_cost_reservation_daily) leave the pool. Pools are whole cents, so spread + kept = pools to the cent.
     """
     spread, bill_down = spreads(params), bool(params.billing.bill_down)
     month = pl.col("day").dt.month_start()
     r = rows.with_row_index("_r")
+    if reserved is not None:
+        by_res = reserved.group_by("day", "partition", "gpu_model").agg(
+            pl.col("cost_usd").sum().alias("_res")
+        )
+        pools = (
+            pools.join(by_res, on=["day", "partition", "gpu_model"], how="left")
+            .with_columns(
+                (pl.col("reserved_usd") - pl.col("_res").fill_null(0.0)).round(2).alias("reserved_usd")
+            )
+            .drop("_res")
+        )
     scopes = pools.with_columns(pl.col("partition").alias("_scope")).with_columns(
         pl.col("partition").str.split(",").alias("_member")
     )
@@ -540,12 +649,14 @@ def _kept(p: pl.LazyFrame, *, bill_down: bool, spread: bool) -> pl.LazyFrame:
     )
 
 
-def spread_daily(d: pl.LazyFrame, pools: pl.LazyFrame, params: Params) -> pl.LazyFrame:
+def spread_daily(
+    d: pl.LazyFrame, pools: pl.LazyFrame, params: Params, reserved: pl.LazyFrame | None = None
+) -> pl.LazyFrame:
     """`spread_cost_usd` of each daily row: its share of its scopes' unallocated dollars of that day
     (spread_rows; billing.idle_cost = "spread"); 0 when idle cost is reported separately."""
     if not spreads(params):
         return d.with_columns(pl.lit(0.0).alias("spread_cost_usd"))
-    out, _ = spread_rows(with_gpu_cost(d.drop("spread_cost_usd", strict=False)), pools, params)
+    out, _ = spread_rows(with_gpu_cost(d.drop("spread_cost_usd", strict=False)), pools, params, reserved)
     return out.rename({"spread_day_usd": "spread_cost_usd"}).drop("spread_month_usd", "gpu_cost_usd")
 
 
@@ -554,6 +665,7 @@ def monthly(
     prev: pl.LazyFrame,
     params: Params,
     pools: pl.LazyFrame | None = None,
+    reserved: pl.LazyFrame | None = None,
 ) -> pl.LazyFrame:
     """mart_cost_monthly: open months recomputed; closed months frozen; listed closed months re-issued.
 
@@ -561,7 +673,8 @@ def monthly(
     cover whole months from the window's first month (the days before the window come from the marts, see
     INPUTS["month_before"]). With billing.idle_cost = "spread" a row's cost is its usage plus its spread
     (spread_rows: by scope and cost, each day's pools, then the days nobody in the scope used by the month),
-    recomputed here so that a re-issue after a change of mode is whole. Usage and spread are each rounded by
+    recomputed here so that a re-issue after a change of mode is whole; a reservation's charges
+    (`reserved`, mart_cost_reservation_daily) are rows of its accounts with user "". Usage and spread are each rounded by
     largest remainder, so the rows add up to the rounded usage total plus the spread pools (whole cents).
     """
     billing = params.billing
@@ -570,10 +683,23 @@ def monthly(
     now_l = pl.lit(now, dtype=UTC_DT)
     rows = _month_rows(daily_rows)
     if spreads(params) and pools is not None:
-        rows, _ = spread_rows(rows, pools, params)
+        rows, _ = spread_rows(rows, pools, params, reserved)
         rows = rows.with_columns(
             (pl.col("spread_day_usd") + pl.col("spread_month_usd")).alias("spread_cost_usd")
         )
+        if reserved is not None:
+            held = reserved.select(
+                "day",
+                "account",
+                pl.lit("").alias("user"),
+                pl.lit(0.0).alias("gpu_seconds"),
+                pl.lit(0.0).alias("cost_usd"),
+                pl.col("cost_usd").cast(pl.Float64).alias("spread_cost_usd"),
+            )
+            rows = pl.concat(
+                [rows.select("day", "account", "user", "gpu_seconds", "cost_usd", "spread_cost_usd"), held],
+                how="vertical",
+            )
     else:
         rows = rows.with_columns(pl.lit(0.0).alias("spread_cost_usd"))
     new = (
@@ -655,11 +781,12 @@ def unallocated_monthly(
     prev: pl.LazyFrame,
     prev_monthly: pl.LazyFrame,
     params: Params,
+    reserved: pl.LazyFrame | None = None,
 ) -> pl.LazyFrame:
     """mart_cost_unallocated_monthly: per month and scope, the capacity dollars no invoice row carries
     (spread_rows), so that Σ invoices + Σ this = usage + unallocated capacity, to the cent. A frozen month
     keeps the line it was issued with unless it is listed for re-issue, like its invoice."""
-    _, kept = spread_rows(_month_rows(daily_rows), pools, params)
+    _, kept = spread_rows(_month_rows(daily_rows), pools, params, reserved)
     reissue = [datetime.strptime(m, "%Y-%m").date() for m in params.billing.reissue_months]
     frozen = prev_monthly.filter(pl.col("frozen")).select("month").unique()
     frozen = frozen.filter(~pl.col("month").is_in(reissue))
@@ -885,7 +1012,12 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
     # the one collect computes each once (without, the spread made the cost pipeline ~10x slower).
     cap = capacity(frames["node_states"], params).cache()
     pools = unallocated_pools(cap)
-    d = spread_daily(daily(frames["jobs"], params), pools, params).cache()
+    res_schema = {"name": pl.String, "start_time": UTC_DT, "end_time": UTC_DT}
+    res_schema |= {"node_list": pl.String, "accounts": pl.String}
+    res = reservation_daily(
+        frames["node_states"], _frame(frames, "reservations", res_schema), cap, params
+    ).cache()
+    d = spread_daily(daily(frames["jobs"], params), pools, params, res).cache()
     cols = ("day", "account", "user", "partition", "gpu_model", "gpu_seconds", "cost_usd", "gpu_cost_usd")
     floats = {"gpu_seconds": pl.Float64, "cost_usd": pl.Float64, "gpu_cost_usd": pl.Float64}
     before = _frame(
@@ -909,6 +1041,10 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
         how="vertical",
     ).cache()
     prev_unallocated = _frame(frames, "prev_unallocated", UNALLOCATED_SCHEMA)
+    res_before = ensure_columns(
+        _frame(frames, "reservation_month_before", RESERVATION_SCHEMA), RESERVATION_SCHEMA
+    )
+    month_res = pl.concat([res_before, res], how="vertical").cache()
     gpu_jobs = _frame(
         frames,
         "gpu_jobs",
@@ -935,10 +1071,11 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
     return {
         "mart_cost_daily": ensure_columns(d, DAILY_SCHEMA),
         "mart_capacity_daily": cap,
-        "mart_cost_monthly": monthly(month_days, frames["prev_monthly"], params, month_pools),
+        "mart_cost_monthly": monthly(month_days, frames["prev_monthly"], params, month_pools, month_res),
         "mart_cost_unallocated_monthly": unallocated_monthly(
-            month_days, month_pools, prev_unallocated, frames["prev_monthly"], params
+            month_days, month_pools, prev_unallocated, frames["prev_monthly"], params, month_res
         ),
+        "mart_cost_reservation_daily": res,
         "mart_usage_counters": counters(d, frames["daily_before"], frames["prev_counters"], params),
         "mart_cost_efficiency_daily": cost_efficiency(d, frames["jobs"], gpu_jobs, samples, params),
     }

@@ -26,3 +26,17 @@ CREATE TABLE mart_cost_unallocated_monthly (
     blocked_cost_usd      DECIMAL(18,2) NOT NULL  -- idle dollars already charged through billing TRES (not kept)
 );
 -- unique key (kept by the runner's delete-then-insert): cluster, month, "partition", gpu_model
+
+-- Reserved GPUs of a reservation's nodes charged to the accounts it names (equal parts), per billing day and
+-- scope, with idle_cost = "spread"; capped at mart_capacity_daily.reserved_cost_usd of the scope-day. These
+-- dollars are invoice rows of the account with user '' and leave the scope's spread pool.
+CREATE TABLE mart_cost_reservation_daily (
+    cluster               VARCHAR NOT NULL,
+    day                   DATE NOT NULL,
+    "partition"           VARCHAR NOT NULL,
+    gpu_model             VARCHAR NOT NULL,
+    reservation           VARCHAR NOT NULL,
+    account               VARCHAR NOT NULL,
+    cost_usd              DECIMAL(18,2) NOT NULL
+);
+-- unique key (kept by the runner's delete-then-insert): cluster, day, "partition", gpu_model, reservation, account

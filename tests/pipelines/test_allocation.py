@@ -245,7 +245,8 @@ def test_typed_gpu_weight_wins_over_the_plain_one(con):
 @pytest.mark.parametrize("bill_down", [False, True])
 def test_invoices_plus_unallocated_line_equal_capacity_to_the_cent(con, idle_cost, charge_by, bill_down):
     # Two days, $3/GPU-h H100 and $1.5 A100; a node in two partitions; three users a third of an hour each
-    # (thirds of cents to round); a DOWN, a RESERVED and a powered-off node; an A100 scope used on day 1 only.
+    # (thirds of cents to round); a DOWN, a RESERVED and a powered-off node; an A100 scope used on day 1 only;
+    # a reservation for two accounts over part of the reserved node's time.
     c = load_config(env={}).with_overrides(
         billing={
             "rates": {"h100": 3.0, "a100": 1.5},
@@ -267,6 +268,7 @@ def test_invoices_plus_unallocated_line_equal_capacity_to_the_cent(con, idle_cos
             job(con, 10 * day + i + 1, 1, user=user, account="ab"[i % 2], start=s, hours=1 / 3, billing=4.0)
         if day == 0:
             job(con, 99, 1, user="w", account="c", gpu_type="a100", billing=2.0)
+    reservation(con, "train", "n4", "b,c", start=T0 + HOUR / 3, end=T0 + timedelta(days=1, minutes=10))
     run(con, c, now=T0 + timedelta(days=1, hours=1))
     total, capacity = reconciles(con)
     # Capacity per day: H100 gpu 4 GPUs + n3 2 = 6 x $3 = $18, gpu,debug 2 x $3 = $6, A100 2 x $1.5 = $3.
@@ -290,3 +292,78 @@ def test_new_billing_keys_are_validated(tmp_path):
         f'[billing]\ncharge_by = "billing_tres"\n[billing.tres_billing_weights]\ngpu = "{WEIGHTS}"\n'
     )
     assert load_config(path, env={}).raw["billing"]["tres_billing_weights"] == {"gpu": WEIGHTS}
+
+
+# --- reserved idle charged to the reservation's accounts --------------------------------------------------
+
+
+def reservation(con, name, nodes, accounts, start=T0, end=T0 + HOUR / 2):
+    con.execute(
+        "INSERT INTO reservations (cluster, name, start_time, end_time, node_list, node_count, accounts, seen_at)"
+        " VALUES ('default', ?, ?, ?, ?, 1, ?, ?)",
+        [name, start, end, nodes, accounts, start],
+    )
+
+
+def test_reserved_idle_goes_to_the_reservations_accounts(con):
+    # n1 2 H100 at $2, x (account a) holds 1 for an hour; n4 2 H100 RESERVED for the hour ($4). Reservation
+    # "train" holds n4 for its first half hour for accounts b and c: 2 GPUs x 0.5 h x $2 = $2, $1 each
+    # (invoice rows with user ""). The other $2 of reserved and n1's idle $2 go to the scope's users: x.
+    node(con, "n1", "MIXED", 1, 2)
+    node(con, "n4", "RESERVED", 0, 2)
+    job(con, 1, 1, user="x")
+    reservation(con, "train", "n[4]", "b,c")
+    reservation(
+        con, "others", "n4", "-a", start=T0 + HOUR / 2, end=T0 + HOUR
+    )  # everyone but a: nobody to bill
+    run(con, cfg(idle_cost="spread"))
+    assert invoice(con) == [
+        ("a", "x", Decimal("6.00"), Decimal("4.00")),
+        ("b", "", Decimal("1.00"), Decimal("1.00")),
+        ("c", "", Decimal("1.00"), Decimal("1.00")),
+    ]
+    got = con.execute(
+        'SELECT "partition", gpu_model, reservation, account, cost_usd FROM mart_cost_reservation_daily ORDER BY ALL'
+    ).fetchall()
+    assert got == [
+        ("gpu", "h100", "train", "b", Decimal("1.00")),
+        ("gpu", "h100", "train", "c", Decimal("1.00")),
+    ]
+    assert reconciles(con) == (Decimal("8.00"), Decimal("8.00"))
+
+    run(con, cfg())  # separate: nobody is charged unallocated capacity, reservations included
+    assert con.execute("SELECT count(*) FROM mart_cost_reservation_daily").fetchone()[0] == 0
+    assert kept(con) == [("gpu", "h100", Decimal("2.00"), 0, Decimal("4.00"), 0)]
+
+
+def test_a_reservation_nobody_in_its_scope_used_still_pays_and_the_rest_stays_unallocated(con):
+    # Only n4 (2 H100, RESERVED, 1 h = $4); "train" for account b over the whole hour: b pays $4, nothing kept.
+    # A down node beside it stays unallocated ($4).
+    node(con, "n4", "RESERVED", 0, 2)
+    node(con, "n3", "DOWN", 0, 2)
+    reservation(con, "train", "n4", "b", end=T0 + 2 * HOUR)
+    run(con, cfg(idle_cost="spread"))
+    assert invoice(con) == [("b", "", Decimal("4.00"), Decimal("4.00"))]
+    assert kept(con) == [("gpu", "h100", 0, Decimal("4.00"), 0, 0)]
+    assert reconciles(con) == (Decimal("8.00"), Decimal("8.00"))
+
+
+def test_an_incremental_run_gives_the_invoice_and_line_of_a_full_rebuild(con):
+    # Days before the window come from the marts (usage by scope, pools, reservation charges): rebuilding
+    # from the second day must not change a cent.
+    c = cfg(idle_cost="spread", charge_by="billing_tres", tres_billing_weights={"gpu": WEIGHTS})
+    for day in (0, 1):
+        t = T0 + timedelta(days=day)
+        node(con, "n1", "MIXED", 1, 4, t=t)
+        node(con, "n2", "IDLE", 0, 2, gpu_type="a100", t=t)
+        node(con, "n4", "RESERVED", 0, 2, t=t)
+        job(con, day + 1, 1, user="xy"[day], start=t + timedelta(minutes=10), hours=0.5, billing=6.0)
+    job(con, 9, 1, user="w", account="c", gpu_type="a100", start=T0 + timedelta(days=1), hours=0.25)
+    reservation(con, "train", "n4", "b", start=T0 + HOUR / 2, end=T0 + timedelta(days=1, minutes=30))
+    now = T0 + timedelta(days=1, hours=1)
+    run(con, c, now=now)
+    full, line = invoice(con), kept(con)
+    run_pipelines(con, c, now=now, only=["cost"], since="2026-02-04")
+    assert invoice(con) == full
+    assert kept(con) == line
+    assert ("b", "") in {r[:2] for r in full}  # the reservation's charge, from the mart on the second run
