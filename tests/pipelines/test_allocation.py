@@ -367,3 +367,19 @@ def test_an_incremental_run_gives_the_invoice_and_line_of_a_full_rebuild(con):
     assert invoice(con) == full
     assert kept(con) == line
     assert ("b", "") in {r[:2] for r in full}  # the reservation's charge, from the mart on the second run
+
+
+def test_report_shows_the_unallocated_line_and_powered_off_hours(con):
+    from datetime import date
+
+    from slurmscope.report import collect_data, render_html
+
+    two_models(con)
+    node(con, "c1", "IDLE", 0, 4, flags="CLOUD+POWERED_DOWN")
+    run(con, cfg())
+    d = collect_data(con, "default", date(2026, 2, 1))
+    html = render_html(d, d.users)
+    # Charged $3 (x $2, y $1); idle H100 $2 + A100 $1 charged to nobody; 4 powered-off GPUs for an hour.
+    assert "Charged to accounts (USD)</td><td>3.00" in html
+    assert "Unallocated, charged to nobody (USD)</td><td>3.00" in html
+    assert "GPU-hours powered off (not capacity)</td><td>4.0" in html
