@@ -58,6 +58,7 @@ MART_TABLES: dict[str, str | None] = {
     "mart_cost_efficiency_daily": "day",
     "mart_cost_unallocated_monthly": "month",
     "mart_cost_reservation_daily": "day",
+    "mart_budget_monthly": "month",
 }
 
 WIDEN_SQL = """
@@ -443,6 +444,82 @@ RESERVATION_SCHEMA = {
     "account": pl.String,
     "cost_usd": pl.Float64,
 }
+
+
+BUDGET_SCHEMA = {
+    "month": pl.Date,
+    "account": pl.String,
+    "budget_usd": pl.Float64,
+    "budget_gpu_hours": pl.Float64,
+    "spent_usd": pl.Float64,
+    "spent_gpu_hours": pl.Float64,
+    "elapsed_ratio": pl.Float64,
+    "forecast_usd": pl.Float64,
+    "forecast_gpu_hours": pl.Float64,
+    "as_of": UTC_DT,
+}
+FORECAST_MIN_DAYS = 1.0
+"""No month-end forecast before this many days of the month have passed: an hour's burn times 720 is noise."""
+
+
+def budgets(invoices: pl.LazyFrame, params: Params) -> pl.LazyFrame:
+    """mart_budget_monthly: per month of the window (and the month of now) and budgeted account (config
+    `budgets`), what its invoice rows (latest version) have spent and the month-end forecast.
+
+    Forecast = spent / elapsed share of the billing month (a straight burn-down at the month's mean rate so
+    far, running attempts included up to now), from FORECAST_MIN_DAYS into the month; = spent once the month
+    has ended. Accounts without a budget get no row."""
+    if not params.budgets:
+        return pl.LazyFrame(schema=BUDGET_SCHEMA)
+    tz, now = params.tz, params.now
+    acct = pl.LazyFrame(
+        {
+            "account": list(params.budgets),
+            "budget_usd": [b.get("usd_per_month") for b in params.budgets.values()],
+            "budget_gpu_hours": [b.get("gpu_hours_per_month") for b in params.budgets.values()],
+        },
+        schema={"account": pl.String, "budget_usd": pl.Float64, "budget_gpu_hours": pl.Float64},
+    )
+    latest = invoices.filter(pl.col("version") == pl.col("version").max().over("month"))
+    spent = latest.group_by("month", "account").agg(
+        pl.col("cost_usd").cast(pl.Float64).sum().alias("spent_usd"),
+        pl.col("gpu_hours").sum().alias("spent_gpu_hours"),
+    )
+    months = pl.concat(
+        [
+            latest.select("month").unique(),
+            pl.LazyFrame({"month": [local_date(now, tz).replace(day=1)]}, schema={"month": pl.Date}),
+        ],
+        how="vertical",
+    ).unique()
+    start = day_start(pl.col("month"), tz)
+    end = day_start(pl.col("month").dt.offset_by("1mo"), tz)
+    now_l = pl.lit(now, dtype=UTC_DT)
+    length = (end - start).dt.total_seconds()
+    elapsed = (pl.min_horizontal(now_l, end) - start).dt.total_seconds().clip(lower_bound=0)
+    ratio = (elapsed / length).alias("elapsed_ratio")
+    early = elapsed < FORECAST_MIN_DAYS * 86400
+
+    def forecast(col: str) -> pl.Expr:
+        return (
+            pl.when(pl.col("elapsed_ratio") >= 1)
+            .then(pl.col(col))
+            .when(early)
+            .then(None)
+            .otherwise(pl.col(col) / pl.col("elapsed_ratio"))
+        )
+
+    out = (
+        months.join(acct, how="cross")
+        .join(spent, on=["month", "account"], how="left")
+        .with_columns(pl.col("spent_usd", "spent_gpu_hours").fill_null(0.0), ratio)
+        .with_columns(
+            forecast("spent_usd").alias("forecast_usd"),
+            forecast("spent_gpu_hours").alias("forecast_gpu_hours"),
+            now_l.alias("as_of"),
+        )
+    )
+    return ensure_columns(out, BUDGET_SCHEMA)
 
 
 def reservation_accounts(reservations: pl.LazyFrame) -> pl.LazyFrame:
@@ -1045,6 +1122,7 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
         _frame(frames, "reservation_month_before", RESERVATION_SCHEMA), RESERVATION_SCHEMA
     )
     month_res = pl.concat([res_before, res], how="vertical").cache()
+    invoices = monthly(month_days, frames["prev_monthly"], params, month_pools, month_res).cache()
     gpu_jobs = _frame(
         frames,
         "gpu_jobs",
@@ -1071,7 +1149,8 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
     return {
         "mart_cost_daily": ensure_columns(d, DAILY_SCHEMA),
         "mart_capacity_daily": cap,
-        "mart_cost_monthly": monthly(month_days, frames["prev_monthly"], params, month_pools, month_res),
+        "mart_cost_monthly": invoices,
+        "mart_budget_monthly": budgets(invoices, params),
         "mart_cost_unallocated_monthly": unallocated_monthly(
             month_days, month_pools, prev_unallocated, frames["prev_monthly"], params, month_res
         ),

@@ -302,6 +302,39 @@ class BillingWeights:
         return out
 
 
+BUDGET_FIELDS: dict[str, Num] = {
+    "usd_per_month": Num(0.0, positive=True),
+    "gpu_hours_per_month": Num(0.0, positive=True),
+}
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """`budgets`: account -> {usd_per_month, gpu_hours_per_month} (either or both, each > 0).
+
+    An account without an entry has no budget (no burn-down, no budget alert), never a budget of 0."""
+
+    default: dict[str, dict[str, float]]
+
+    def parse(self, value: Any, at: _At) -> dict[str, dict[str, float]]:
+        if not isinstance(value, Mapping):
+            raise at.error("a table of <account> = { usd_per_month = ..., gpu_hours_per_month = ... }", value)
+        out: dict[str, dict[str, float]] = {}
+        for account, entry in value.items():
+            where = at.child(account)
+            if not isinstance(entry, Mapping):
+                raise where.error("a table { usd_per_month = 5000 } or { gpu_hours_per_month = 2000 }", entry)
+            for key in entry:
+                if key not in BUDGET_FIELDS:
+                    raise where.unknown(key, BUDGET_FIELDS)
+            if not entry:
+                raise ConfigError(
+                    f"{at.source}: key '{where.key}' needs usd_per_month or gpu_hours_per_month"
+                )
+            out[account] = {k: float(BUDGET_FIELDS[k].parse(v, where.child(k))) for k, v in entry.items()}
+        return out
+
+
 def _is_zone(name: str) -> bool:
     try:
         ZoneInfo(name)
@@ -454,6 +487,7 @@ SCHEMA = Table(
             }
         ),
         "report": Table({"pseudonymise_users": Bool(False)}),
+        "budgets": Budgets({}),
         "alerts": Table(  # runbook_url = runbook_base_url + <AlertName>.md (docs/configuration.md)
             {
                 "runbook_base_url": Str(

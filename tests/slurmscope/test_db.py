@@ -250,6 +250,7 @@ SCHEMA_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "pipelines.cost.COUNTER_SCHEMA": ("mart_usage_counters", MART),
     "pipelines.cost.UNALLOCATED_SCHEMA": ("mart_cost_unallocated_monthly", MART),
     "pipelines.cost.RESERVATION_SCHEMA": ("mart_cost_reservation_daily", MART),
+    "pipelines.cost.BUDGET_SCHEMA": ("mart_budget_monthly", MART),
     "pipelines.drift.SCHEMA": ("mart_drift", ()),
     "pipelines.efficiency.JOB_SCHEMA": ("mart_job_efficiency", ()),
     "pipelines.efficiency.IDLE_SCHEMA": ("mart_idle_gpus_daily", ()),
