@@ -84,3 +84,29 @@ def test_budget_keys_are_validated(tmp_path):
         path.write_text(text)
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             load_config(path, env={})
+
+
+def test_exporter_serves_budget_spent_and_forecast_ratios_for_the_month_of_now(con):
+    from slurmscope.exporter import snapshot
+
+    seed(con)
+    now = FEB + timedelta(days=7)
+    run_pipelines(con, cfg(), now=now, only=["cost"], full=True)
+    snap = snapshot(con, cfg(), now)
+    budget = sorted(snap.samples["slurmscope_account_budget_usd"])
+    spent = sorted(snap.samples["slurmscope_account_budget_spent_ratio"])
+    forecast = sorted(snap.samples["slurmscope_account_budget_forecast_ratio"])
+    assert budget == [(("default", "a"), 1000.0), (("default", "d"), 50.0)]
+    # a: $200 of $1000 = 0.2, forecast $800 = 0.8; b: 3 of 10 GPU-h = 0.3, forecast 12 = 1.2; d: 0 of both.
+    assert spent == [
+        (("default", "a", "usd"), 0.2),
+        (("default", "b", "gpu_hours"), pytest.approx(0.3)),
+        (("default", "d", "gpu_hours"), 0.0),
+        (("default", "d", "usd"), 0.0),
+    ]
+    assert forecast == [
+        (("default", "a", "usd"), 0.8),
+        (("default", "b", "gpu_hours"), pytest.approx(1.2)),
+        (("default", "d", "gpu_hours"), 0.0),
+        (("default", "d", "usd"), 0.0),
+    ]
