@@ -67,7 +67,8 @@ EXPECTED_FIRING = EXPECTED_ALERTS - {
 }
 QUIET_ALERTS = {
     "SlurmControllerUnreachable",
-    "SlurmCostBurnAboveBudget",
+    "SlurmAccountBudgetSpent",
+    "SlurmAccountBudgetForecastOver",
     "SlurmscopeMetricsStale",
     "SlurmTrendDrift",
 }
