@@ -12,10 +12,12 @@ Alertmanager and chat tools show the link out of context. Dashboards read the re
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from slurmscope.alerts import thresholds as t
 
+from slurmscope import xid as xids
 from slurmscope.slurm_states import JOB_FAILED_STATES
 
 
@@ -49,7 +51,54 @@ def _new_or_increased(metric: str, window: str, by: str) -> str:
     )
 
 
-XID_RE = "|".join(str(x) for x in t.CRITICAL_XIDS)
+XID_ALERTS = {
+    xids.Action.RESET_GPU: ("GpuXidResetGpu", "critical", "drain the node and reset the GPU"),
+    xids.Action.REBOOT_NODE: ("GpuXidRebootNode", "critical", "drain and reboot the node"),
+    xids.Action.CONTACT_SUPPORT: (
+        "GpuXidContactSupport",
+        "critical",
+        "drain the node and contact NVIDIA support",
+    ),
+    xids.Action.INVESTIGATE: ("GpuXidInvestigate", "warning", "investigate before deciding"),
+}
+"""One alert per resolution class of NVIDIA's XID catalogue (slurmscope/xid.py) that takes the GPU out of
+service or needs a look; `ignore` and `restart_app` page no one (the GPU stays usable; a job that dies of it
+is the job's or reliability's business)."""
+
+
+def _codes_re(codes: tuple[int, ...]) -> str:
+    return "|".join(str(c) for c in codes)
+
+
+def xid_alerts(overrides: Mapping[int, str] | None = None) -> tuple[Alert, ...]:
+    """The XID alerts, their code lists read from the catalogue with health.xid_actions applied.
+
+    The `xid` label already is the code (at most a few hundred values), so a class is a regex over it; a code
+    the catalogue does not list is `investigate`, matched as "none of the other classes' codes"."""
+    out = []
+    for action, (name, severity, todo) in XID_ALERTS.items():
+        if action == xids.Action.INVESTIGATE:
+            others = sorted(c for c, a in xids.actions(overrides).items() if a != action)
+            selector = f'source="central", xid!~"{_codes_re(tuple(others))}"'
+        else:
+            selector = f'source="central", xid=~"{_codes_re(xids.codes_of(action, overrides))}"'
+        out.append(
+            Alert(
+                name,
+                _new_or_increased(
+                    f"slurmscope_gpu_xid_events_total{{{selector}}}", t.EVENT_WINDOW, "cluster, node, xid"
+                ),
+                t.EVENT_FOR,
+                severity,
+                f"A GPU reported an XID whose NVIDIA resolution is {action}.",
+                "Node {{ $labels.node }} of cluster {{ $labels.cluster }} reported XID {{ $labels.xid }} "
+                f"{{{{ $value }}}} time(s) in the last {t.EVENT_WINDOW}; NVIDIA's XID catalogue says: {todo}.",
+                "gpu",
+            )
+        )
+    return tuple(out)
+
+
 FAILED_STATES_RE = "|".join(JOB_FAILED_STATES)
 
 RECORDING: tuple[Recording, ...] = (
@@ -128,7 +177,7 @@ _WAIT_P90 = (
     f" slurmscope_job_wait_started_jobs >= {t.WAIT_P90_MIN_JOBS})"
 )
 
-ALERTS: tuple[Alert, ...] = (
+_ALERTS: tuple[Alert | None, ...] = (
     # ---- nodes ----
     Alert(
         "SlurmNodeDown",
@@ -162,20 +211,7 @@ ALERTS: tuple[Alert, ...] = (
         "nodes",
     ),
     # ---- GPU health ----
-    Alert(
-        "GpuXidCritical",
-        _new_or_increased(
-            f'slurmscope_gpu_xid_events_total{{source="central", xid=~"{XID_RE}"}}',
-            t.EVENT_WINDOW,
-            "cluster, node, xid",
-        ),
-        t.EVENT_FOR,
-        "critical",
-        "A GPU reported a critical XID error.",
-        "Node {{ $labels.node }} of cluster {{ $labels.cluster }} reported XID {{ $labels.xid }} "
-        f"{{{{ $value }}}} time(s) in the last {t.EVENT_WINDOW}.",
-        "gpu",
-    ),
+    None,  # the XID alerts, generated from the catalogue (xid_alerts)
     Alert(
         "GpuEccUncorrectable",
         _new_or_increased(
@@ -217,9 +253,9 @@ ALERTS: tuple[Alert, ...] = (
         f'avg_over_time(slurmscope_gpu_throttle_ratio{{source="central"}}[{t.THROTTLE_WINDOW}]) > {t.THROTTLE_RATIO}',
         t.THROTTLE_FOR,
         "warning",
-        "A GPU is throttling its clocks for a sustained period.",
+        "A GPU is throttled by hardware for a sustained period.",
         "GPU {{ $labels.gpu }} on node {{ $labels.node }} of cluster {{ $labels.cluster }} spent "
-        f"{{{{ $value | humanizePercentage }}}} of the last {t.THROTTLE_WINDOW} throttled (thermal or power).",
+        f"{{{{ $value | humanizePercentage }}}} of the last {t.THROTTLE_WINDOW} in hardware slowdown (HW slowdown, thermal or power brake).",
         "gpu",
     ),
     Alert(
@@ -473,8 +509,20 @@ ALERTS: tuple[Alert, ...] = (
 )
 
 
-def rule_groups(runbook_base: str) -> dict:
+def alerts(xid_actions: Mapping[int, str] | None = None) -> tuple[Alert, ...]:
+    """Every alert, the XID ones with the operator's health.xid_actions applied."""
+    out: list[Alert] = []
+    for a in _ALERTS:
+        out.extend(xid_alerts(xid_actions) if a is None else (a,))
+    return tuple(out)
+
+
+ALERTS: tuple[Alert, ...] = alerts()
+
+
+def rule_groups(runbook_base: str, xid_actions: Mapping[int, str] | None = None) -> dict:
     """The rule file as a mapping (Prometheus rule-file format); runbook URLs are runbook_base + <name>.md."""
+    every = alerts(xid_actions)
     groups = [
         {
             "name": "slurmscope.recording",
@@ -483,7 +531,7 @@ def rule_groups(runbook_base: str) -> dict:
         }
     ]
     order: list[str] = []
-    for a in ALERTS:
+    for a in every:
         if a.group not in order:
             order.append(a.group)
     for g in order:
@@ -503,7 +551,7 @@ def rule_groups(runbook_base: str) -> dict:
                             "runbook_url": f"{runbook_base}{a.name}.md",
                         },
                     }
-                    for a in ALERTS
+                    for a in every
                     if a.group == g
                 ],
             }

@@ -9,6 +9,7 @@ same file twice changes no data row and adds no quarantine row.
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
@@ -82,20 +83,57 @@ def ingest_files(
     return [_ingest_one(con, cfg, kind, module, path, fmt, delimiter, tz) for path in paths]
 
 
+class _HashingReader:
+    """A binary file whose bytes are hashed as the parser reads them, so a streamed file is read once."""
+
+    def __init__(self, fh) -> None:
+        self._fh = fh
+        self._h = hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        block = self._fh.read(size)
+        self._h.update(block)
+        return block
+
+    def drain(self) -> None:
+        """Hash what the parser left unread (a document may stop early), so the digest is the file's."""
+        while self.read(1 << 20):
+            pass
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
+
+
 def _ingest_one(
     con, cfg: Config, kind: str, module: ModuleType, path: Path, fmt, delimiter, tz: ZoneInfo
 ) -> IngestResult:
     source = f"{kind}:{path.name}"
+    streams = getattr(module, "streams", None)
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as fh:
+            head = fh.read(65536)
+        snapshot = datetime.fromtimestamp(path.stat().st_mtime, UTC).replace(microsecond=0)
+        kwargs = {
+            "cluster": cfg.cluster,
+            "snapshot_time": snapshot,
+            "tz": tz,
+            "fmt": fmt,
+            "delimiter": delimiter,
+        }
+        if streams is not None and streams(head):
+            # JSON is read as a stream (gigabytes for a month of sacct --json): never held whole, read once
+            with open(path, "rb") as raw:
+                fh = _HashingReader(raw)
+                parsed = module.parse_stream(fh, source=source, **kwargs)
+                fh.drain()
+            digest = fh.hexdigest()
+        else:
+            data = path.read_bytes()
+            digest = sha256(data)
+            parsed = module.parse(data, source=source, **kwargs)
+            del data  # the raw text is not needed for loading; a large dump should not be held twice
     except OSError as exc:
         raise IngestError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    snapshot = datetime.fromtimestamp(path.stat().st_mtime, UTC).replace(microsecond=0)
-    digest = sha256(data)
-    parsed = module.parse(
-        data, cluster=cfg.cluster, snapshot_time=snapshot, tz=tz, fmt=fmt, delimiter=delimiter, source=source
-    )
-    del data  # the raw text is not needed for loading; a large dump should not be held twice
     hook_factory = getattr(module, "after_upsert", None)
     run = RunRecord(cluster=cfg.cluster, collector=kind, source=source)
     load(

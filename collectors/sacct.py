@@ -20,13 +20,16 @@ Why it is shaped like this:
 from __future__ import annotations
 
 import io
+import json
 import re
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from typing import IO
 from zoneinfo import ZoneInfo
 
 import duckdb
 import polars as pl
+from slurmscope.collectors import slurm_json
 from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
 from slurmscope.collectors.parsing import (
     gpu_count,
@@ -237,6 +240,8 @@ def _looks_trailing(text: str, delim: str, n: int, header_no: int | None) -> boo
 
 def check_input(data: bytes, fmt: str | None = None, delimiter: str | None = None) -> str | None:
     """Why `data` cannot be ingested as sacct output (None when it can); ingest reports it to the user."""
+    if slurm_json.is_json(data):
+        return slurm_json.check_version(slurm_json.sniff_version(data))
     if not delimiter and not fmt:
         delimiter = detect_delimiter(data[:65536].decode("utf-8", errors="replace"))
     return layout(data, fmt, delimiter)[3]
@@ -380,6 +385,16 @@ def _quarantine(data: bytes, rows: list[dict]) -> pl.DataFrame:
     return quarantine_frame(rows)
 
 
+def _quarantine_every_line(data: bytes, reason: str) -> Parsed:
+    """No rows: every non-blank line is kept in quarantine with the one reason the whole input failed."""
+    rows = [
+        {"line_no": no, "raw_text": text, "raw_bytes": raw, "reason": reason}
+        for no, text, raw in split_lines(data)
+        if text.strip(BLANK)
+    ]
+    return Parsed(tables={}, quarantine=quarantine_frame(rows))
+
+
 def _col(df: pl.DataFrame, name: str) -> pl.Expr:
     return pl.col(name) if name in df.columns else pl.lit(None, dtype=pl.String)
 
@@ -454,20 +469,151 @@ def parse(
     fields are recovered when one free-text field can absorb the surplus, else quarantined; so are lines
     without a usable key (job id, Submit) and steps whose allocation line is not in the same output.
     """
+    if slurm_json.is_json(data[:4096]):
+        out = _parse_json(io.BytesIO(data), cluster=cluster, source=source)
+        if isinstance(out, str):  # declined or not JSON: every line says why, as for unreadable text
+            return _quarantine_every_line(data, out)
+        return out
     try:
         return _parse(data, cluster=cluster, tz=tz, fmt=fmt, delimiter=delimiter, source=source)
     except Exception as exc:  # a parser bug must not lose the input: quarantine every line, say why
-        rows = [
-            {
-                "line_no": no,
-                "raw_text": text,
-                "raw_bytes": raw,
-                "reason": f"parser error: {type(exc).__name__}: {exc}",
-            }
-            for no, text, raw in split_lines(data)
-            if text.strip(BLANK)
-        ]
-        return Parsed(tables={}, quarantine=quarantine_frame(rows))
+        return _quarantine_every_line(data, f"parser error: {type(exc).__name__}: {exc}")
+
+
+# Jobs per slice of rendered JSON: each slice goes through the text parser on its own (steps follow their
+# job within a slice), so a month of `sacct --json` never exists as Python objects at once.
+JSON_JOBS_PER_SLICE = 20_000
+
+
+def streams(head: bytes) -> bool:
+    """True for input that `parse_stream` reads from an open file instead of whole bytes (JSON)."""
+    return slurm_json.is_json(head)
+
+
+def parse_stream(
+    fh: IO[bytes],
+    *,
+    cluster: str,
+    snapshot_time: datetime | None = None,
+    tz: ZoneInfo | None = None,
+    fmt: str | None = None,
+    delimiter: str | None = None,
+    source: str = "",
+) -> Parsed:
+    """`sacct --json` or a slurmrestd `/slurmdb/v0.0.XX/jobs` response -> the rows `parse` gives for its text.
+
+    Each job is printed back as its sacct line (collectors/slurm_json.py) and typed by the text parser, so
+    both forms share one set of rules; times are epoch seconds, so `tz` does not apply. A document of a
+    version that is not read, or that is not JSON at all, quarantines one line saying so. The quarantine's
+    line numbers count the rendered records (a job, then each of its steps), in document order.
+    """
+    out = _parse_json(fh, cluster=cluster, source=source)
+    if isinstance(out, str):
+        return Parsed(
+            tables={},
+            quarantine=quarantine_frame([{"line_no": 1, "raw_text": "", "raw_bytes": None, "reason": out}]),
+        )
+    return out
+
+
+def _parse_json(fh: IO[bytes], *, cluster: str, source: str) -> Parsed | str:
+    """The rows of a Slurm JSON document, or why the whole document is declined."""
+    jobs_parts: list[pl.DataFrame] = []
+    steps_parts: list[pl.DataFrame] = []
+    q_parts: list[pl.DataFrame] = []
+    lines: list[str] = []
+    n_jobs = 0
+    offset = 0
+    meta: dict | None = None
+    problem: str | None = None
+    errors: list = []
+    bad: list[dict] = []
+
+    def flush() -> None:
+        nonlocal lines, offset
+        if not lines:
+            return
+        text = ("\n".join(lines) + "\n").encode()
+        p = _parse(
+            text,
+            cluster=cluster,
+            tz=UTC,
+            fmt=slurm_json.FIELDS,
+            delimiter=slurm_json.DELIMITER,
+            source=source,
+        )
+        if "jobs" in p.tables:
+            drop = slurm_json.UNRELIABLE.get(slurm_json.version(meta) or "", ())
+            jobs_parts.append(p.tables["jobs"].drop(drop, strict=False))
+            steps_parts.append(p.tables["job_steps"].drop(drop, strict=False))
+        if p.quarantine.height:
+            q_parts.append(p.quarantine.with_columns(pl.col("line_no") + offset))
+        offset += len(lines)
+        lines = []
+
+    try:
+        for key, value in slurm_json.iter_document(fh, "jobs"):
+            if key == "meta" and isinstance(value, dict):
+                meta = value
+                problem = slurm_json.check_version(slurm_json.version(meta))
+                if problem:
+                    break
+            elif key == "errors" and value:
+                errors = value
+            elif key == "jobs[]":
+                if not isinstance(value, dict):
+                    continue
+                try:
+                    lines += slurm_json.job_lines(value)
+                except Exception as exc:  # one malformed record must not lose the others
+                    bad.append(
+                        {
+                            "line_no": offset + len(lines) + 1,
+                            "raw_text": json.dumps(value)[:4000],
+                            "raw_bytes": None,
+                            "reason": f"unreadable job record: {type(exc).__name__}: {exc}",
+                        }
+                    )
+                    lines.append("")  # keeps the numbering; blank lines carry no record
+                n_jobs += 1
+                if n_jobs % JSON_JOBS_PER_SLICE == 0:
+                    flush()
+        if problem is None and meta is not None:
+            problem = slurm_json.check_version(slurm_json.version(meta))
+        if problem is None and meta is None:
+            problem = "Slurm JSON without a meta member: its data parser version is unknown"
+    except (ValueError, RecursionError) as exc:
+        problem = f"not Slurm JSON: {exc}"
+    if problem is not None:
+        return problem
+    flush()
+    if errors and not jobs_parts:
+        why = "; ".join(
+            str(e.get("error") or e.get("description") or e) if isinstance(e, dict) else str(e)
+            for e in errors
+        )
+        q_parts.append(
+            quarantine_frame(
+                [
+                    {
+                        "line_no": 0,
+                        "raw_text": "",
+                        "raw_bytes": None,
+                        "reason": f"Slurm reported errors: {why}"[:4000],
+                    }
+                ]
+            )
+        )
+    if bad:
+        q_parts.append(quarantine_frame(bad))
+    q = pl.concat(q_parts).sort("line_no") if q_parts else quarantine_frame()
+    if not jobs_parts:
+        return Parsed(tables={}, quarantine=q)
+    jobs = pl.concat(jobs_parts, how="vertical_relaxed")
+    attempt = output_attempts(jobs)
+    jobs = jobs.with_columns(attempt.alias("attempt"), (attempt - 1).alias("restarts"))
+    steps = pl.concat(steps_parts, how="vertical_relaxed")
+    return Parsed(tables={"jobs": jobs, "job_steps": steps}, quarantine=q)
 
 
 def _parse(data: bytes, *, cluster: str, tz, fmt, delimiter, source) -> Parsed:
@@ -476,12 +622,7 @@ def _parse(data: bytes, *, cluster: str, tz, fmt, delimiter, source) -> Parsed:
     delim = delimiter or "|"
     fields, header_no, trailing, problem = layout(data, fmt, delimiter)
     if problem is not None or not fields:
-        rows = [
-            {"line_no": no, "raw_text": text, "raw_bytes": raw, "reason": problem or "no sacct fields"}
-            for no, text, raw in split_lines(data)
-            if text.strip(BLANK)
-        ]
-        return Parsed(tables={}, quarantine=quarantine_frame(rows))
+        return _quarantine_every_line(data, problem or "no sacct fields")
     lines_df = _read_lines(data).filter(pl.col("line").str.strip_chars(BLANK) != "")
     if header_no is not None:
         lines_df = lines_df.filter(pl.col("line_no") != header_no)

@@ -89,14 +89,24 @@ def _run_queries(
     params: list[Any],
     shift_seconds: float,
 ) -> None:
+    shared: dict[str, tuple[list[str], dict[str, list[tuple]]] | None] = {}
     for metric in metrics:
         if any(t not in tables for t in metric.requires):
             snap.up[metric.name] = False
             continue
         try:
-            cur = con.execute(f"SELECT * FROM {metric.macro}(?, ?)", params)  # noqa: S608 - a catalog name
-            cols = [d[0] for d in cur.description]
-            rows = cur.fetchall()
+            if metric.shared_query:
+                if metric.macro not in shared:  # run once per render; a failure is remembered, not retried
+                    shared[metric.macro] = _by_family(con, metric.macro, params)
+                if shared[metric.macro] is None:
+                    snap.up[metric.name] = False
+                    continue
+                cols, by_family = shared[metric.macro]
+                rows = by_family.get(metric.name, [])
+            else:
+                cur = con.execute(f"SELECT * FROM {metric.macro}(?, ?)", params)  # noqa: S608 - a catalog name
+                cols = [d[0] for d in cur.description]
+                rows = cur.fetchall()
         except duckdb.Error as exc:
             log.warning("metric %s: source query failed: %s", metric.name, exc)
             snap.up[metric.name] = False
@@ -122,6 +132,23 @@ def _run_queries(
             out.append((labels, value))
         snap.samples[metric.name] = out
         snap.up[metric.name] = True
+
+
+def _by_family(
+    con: duckdb.DuckDBPyConnection, macro: str, params: list[Any]
+) -> tuple[list[str], dict[str, list[tuple]]] | None:
+    """Run a shared macro once and split its rows by their `family` column; None when it failed."""
+    try:
+        cur = con.execute(f"SELECT * FROM {macro}(?, ?)", params)  # noqa: S608 - a catalog name
+    except duckdb.Error as exc:
+        log.warning("shared query %s failed: %s", macro, exc)
+        return None
+    cols = [d[0] for d in cur.description]
+    fi = cols.index("family")
+    out: dict[str, list[tuple]] = {}
+    for row in cur.fetchall():
+        out.setdefault(row[fi], []).append(row)
+    return cols, out
 
 
 def _family(metric: Metric) -> Family:

@@ -147,3 +147,8 @@ def test_promtool_check_and_test_rules(tmp_path):
     res = subprocess.run([promtool, "test", "rules", *tests], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.count("SUCCESS") == len(tests)
+
+
+def test_the_throttle_alert_and_the_health_verdict_use_one_threshold():
+    """Both count hardware clock-event causes only; a GPU the verdict calls throttling is the one paged on."""
+    assert load_config(env={}).get("health", "throttle_ratio") == thresholds.THROTTLE_RATIO

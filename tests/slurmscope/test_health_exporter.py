@@ -180,7 +180,7 @@ def test_demo_verdicts_agree_with_the_simulator(demo_run):
 def test_every_central_gpu_family_carries_source():
     for m in CATALOG:
         if m.name.startswith("slurmscope_gpu_") and not m.name.startswith("slurmscope_gpu_seconds"):
-            query = (METRIC_SQL / f"{m.name.removeprefix('slurmscope_')}.sql").read_text()
+            query = (METRIC_SQL / f"{m.macro.removeprefix('metric_')}.sql").read_text()
             assert "source" in m.labels and "'central' AS source" in query, m.name
         else:
             assert "source" not in m.labels, m.name

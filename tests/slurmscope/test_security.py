@@ -71,8 +71,8 @@ PRODUCT_DIRS = ["slurmscope", "collectors", "pipelines", "dashboards", "alerts"]
 SQL_INTERPOLATION_ALLOWED: dict[str, set[str]] = {
     # views and macros the migration runner drops: kinds and names read from its own catalog query
     "slurmscope/db.py": {"kind", "name"},
-    # the metric's table macro, named after the catalog entry (sql/metrics)
-    "slurmscope/exporter.py": {"metric.macro"},
+    # the metric's table macro, named after the catalog entry or its shared query (sql/metrics)
+    "slurmscope/exporter.py": {"metric.macro", "macro"},
     # sql/metrics/_slurm_states.sql rendered from the module's own constant state sets (sql_list checks words)
     "slurmscope/slurm_states.py": {
         "unavailable_flags",
@@ -108,6 +108,9 @@ SQL_INTERPOLATION_ALLOWED: dict[str, set[str]] = {
     "pipelines/reliability.py": {"_JOB_COLS", "FAULT_LEAD_SECONDS"},  # a column list literal; an int constant
     # mart table and window column from the pipeline registry (MART_TABLES), checked against the catalog
     "pipelines/runner.py": {"cols", "qcol", "table"},
+    # lake export: table names from TABLES (checked against information_schema), columns from the catalog,
+    # all double-quoted by _q; expr, where and order are built from those quoted names; values are parameters
+    "slurmscope/lake.py": {"_q(table)", "expr", "order", "where", "col"},
 }
 
 
