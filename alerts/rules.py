@@ -353,14 +353,26 @@ _ALERTS: tuple[Alert | None, ...] = (
     ),
     # ---- cost and efficiency ----
     Alert(
-        "SlurmCostBurnAboveBudget",
-        f"sum by (cluster, account) (rate(slurmscope_cost_usd_total[{t.COST_BURN_WINDOW}])) * 3600"
-        f" > {t.COST_BURN_USD_PER_HOUR}",
-        t.COST_BURN_FOR,
+        "SlurmAccountBudgetSpent",
+        "max by (cluster, account, budget) (slurmscope_account_budget_spent_ratio)"
+        f" >= {t.BUDGET_SPENT_RATIO}",
+        t.BUDGET_SPENT_FOR,
         "warning",
-        "An account is burning GPU budget faster than allowed.",
-        'Account {{ $labels.account }} of cluster {{ $labels.cluster }} is spending {{ $value | printf "%.2f" }} '
-        f"USD per hour, above the {t.COST_BURN_USD_PER_HOUR} USD/hour budget.",
+        "An account has spent most of its monthly budget.",
+        "Account {{ $labels.account }} of cluster {{ $labels.cluster }} has spent "
+        "{{ $value | humanizePercentage }} of its monthly {{ $labels.budget }} budget "
+        f"(alert from {round(t.BUDGET_SPENT_RATIO * 100)}%).",
+        "cost",
+    ),
+    Alert(
+        "SlurmAccountBudgetForecastOver",
+        "max by (cluster, account, budget) (slurmscope_account_budget_forecast_ratio)"
+        f" > {t.BUDGET_FORECAST_RATIO}",
+        t.BUDGET_FORECAST_FOR,
+        "warning",
+        "An account is on course to exceed its monthly budget.",
+        "At this month's rate so far, account {{ $labels.account }} of cluster {{ $labels.cluster }} will "
+        "spend {{ $value | humanizePercentage }} of its monthly {{ $labels.budget }} budget by month end.",
         "cost",
     ),
     Alert(

@@ -68,11 +68,16 @@ STARVATION_PENDING_SECONDS = 12 * 3600
 STARVATION_USAGE_OVER_SHARES = 0.5
 STARVATION_FOR = "30m"
 
-# The default burn budget per account: $50/hour is 25 GPUs at the default $2/GPU-hour around the clock.
-# Monthly budgets are judged from DuckDB (reports); this catches a runaway burn within hours.
-COST_BURN_USD_PER_HOUR = 50
-COST_BURN_WINDOW = "1h"
-COST_BURN_FOR = "30m"
+# Budgets are per account, in config `budgets` (served as slurmscope_account_budget_*_ratio): the alerts
+# compare ratios, so one rule serves every account whatever its budget. 80 % spent leaves a fifth of the
+# month's money for the owner to decide; the cost pipeline runs every few minutes, so 15 minutes is several
+# runs agreeing, not one run's blip.
+BUDGET_SPENT_RATIO = 0.8
+BUDGET_SPENT_FOR = "15m"
+# The month-end forecast (spent / elapsed share of the month, none in the month's first day) over the
+# budget for an hour: a burst of one afternoon early in the month moves it a lot, an hour of it is a trend.
+BUDGET_FORECAST_RATIO = 1.0
+BUDGET_FORECAST_FOR = "1h"
 
 # Cluster GPU utilisation in the last hour below 60 % of its average of the day before: a driver,
 # filesystem or network regression that makes every job slower shows up here first.

@@ -19,6 +19,7 @@ from slurmscope.config import ConfigError
 from slurmscope.slurm_states import (
     NODE_GPUS_DOWN_FLAGS,
     NODE_GPUS_DOWN_STATES,
+    NODE_GPUS_POWERED_DOWN_FLAGS,
     NODE_GPUS_RESERVED_FLAGS,
     NODE_GPUS_RESERVED_STATES,
 )
@@ -388,6 +389,7 @@ def node_intervals(node_states: pl.LazyFrame, params: Params) -> pl.LazyFrame:
     reserved = pl.col("state").is_in(NODE_GPUS_RESERVED_STATES) | flags.str.contains(
         "|".join(NODE_GPUS_RESERVED_FLAGS)
     )
+    off = flags.str.contains("|".join(NODE_GPUS_POWERED_DOWN_FLAGS))
     alloc = pl.min_horizontal(pl.col("used"), pl.col("total"))
     rest = pl.col("total") - alloc
     return snaps.with_columns(end.alias("until")).with_columns(
@@ -395,6 +397,8 @@ def node_intervals(node_states: pl.LazyFrame, params: Params) -> pl.LazyFrame:
         pl.when(down).then(rest).otherwise(0).alias("down"),
         pl.when(~down & reserved).then(rest).otherwise(0).alias("reserved"),
         pl.when(down | reserved).then(0).otherwise(rest).alias("idle"),
+        # The part of `idle` on a powered-off node (NODE_GPUS_POWERED_DOWN_FLAGS): not capacity to cost.
+        pl.when(down | reserved | ~off).then(0).otherwise(rest).alias("powered_down"),
     )
 
 

@@ -3,9 +3,12 @@
 Billing rules first, because finance checks them: an attempt is charged for the overlap of [start, end or
 now) with each billing-zone day, at the $/GPU-hour of its partition or GPU model; months are sums of days;
 invoice cents are rounded by largest remainder so rows add up to the rounded month total; a closed month is
-frozen and only a listed re-issue adds a new version. Unallocated capacity is reported apart or, with
-billing.idle_cost = "spread", charged by usage; NVML samples give the usage-weighted view (allocated-but-idle
-dollars, cost per useful GPU-hour, energy). docs/pipelines.md#cost has the formulas.
+frozen and only a listed re-issue adds a new version. An attempt pays its GPUs or, with billing.charge_by =
+"billing_tres", the GPU-equivalents of its billing TRES. Unallocated capacity is the unallocated line or,
+with billing.idle_cost = "spread", charged within its partition and GPU model by cost (down only with
+billing.bill_down, a reservation's reserved GPUs to its accounts); powered-off nodes are not capacity. NVML
+samples give the usage-weighted view (allocated-but-idle dollars, cost per useful GPU-hour, energy).
+docs/pipelines.md#cost has the formulas and worked examples.
 """
 
 from __future__ import annotations
@@ -37,8 +40,10 @@ from slurmscope.pipelines.common import (
     with_rate,
     with_requeued,
 )
-from slurmscope.pipelines.params import Params
+from slurmscope.pipelines.params import Billing, Params
 
+from slurmscope.config import parse_billing_weights
+from slurmscope.hostlist import expand_hostlist_lenient
 from slurmscope.slurm_states import JOB_UNSUCCESSFUL_STATES
 
 NAME = "cost"
@@ -51,6 +56,9 @@ MART_TABLES: dict[str, str | None] = {
     "mart_cost_monthly": "month",
     "mart_usage_counters": None,
     "mart_cost_efficiency_daily": "day",
+    "mart_cost_unallocated_monthly": "month",
+    "mart_cost_reservation_daily": "day",
+    "mart_budget_monthly": "month",
 }
 
 WIDEN_SQL = """
@@ -61,7 +69,7 @@ INPUTS: dict[str, str] = {
     # Attempts that may overlap the window, plus pending later attempts (to tell which were requeued).
     "jobs": """
         SELECT job_id_raw, submit_time, account, "user", "partition", qos, state, start_time, end_time,
-               gpus, gpu_type
+               gpus, gpu_type, billing
         FROM jobs
         WHERE cluster = $cluster AND (end_time IS NULL OR end_time >= $start)
           AND (start_time IS NULL OR start_time < $end)""",
@@ -72,13 +80,30 @@ INPUTS: dict[str, str] = {
         FROM mart_cost_monthly WHERE cluster = $cluster AND month >= $start_month""",
     # Days of the window's first month before the window: the month total needs them.
     "month_before": """
-        SELECT day, account, "user", gpu_seconds, cost_usd FROM mart_cost_daily
+        SELECT day, account, "user", "partition", gpu_model, gpu_seconds, cost_usd,
+               gpu_seconds * coalesce(cost_usd / nullif(coalesce(billed_gpu_seconds, gpu_seconds), 0), 0)
+                   AS gpu_cost_usd
+        FROM mart_cost_daily
         WHERE cluster = $cluster AND day >= $start_month AND day < $start_date""",
     # Unallocated capacity cost of those days: a day without usage has nobody to spread it over that day.
     "capacity_month_before": """
-        SELECT day, sum(idle_cost_usd + down_cost_usd + reserved_cost_usd)::DOUBLE AS unallocated_usd
-        FROM mart_capacity_daily WHERE cluster = $cluster AND day >= $start_month AND day < $start_date
-        GROUP BY day""",
+        SELECT day, "partition", gpu_model, idle_cost_usd::DOUBLE AS idle_usd, down_cost_usd::DOUBLE AS down_usd,
+               reserved_cost_usd::DOUBLE AS reserved_usd
+        FROM mart_capacity_daily WHERE cluster = $cluster AND day >= $start_month AND day < $start_date""",
+    # Reservations that may overlap the window (their nodes' reserved GPUs go to their accounts).
+    "reservations": """
+        SELECT name, start_time, end_time, node_list, accounts FROM reservations
+        WHERE cluster = $cluster AND start_time < $end
+          AND (end_time IS NULL OR end_time > $start - INTERVAL 1 DAY)""",
+    "reservation_month_before": """
+        SELECT day, "partition", gpu_model, reservation, account, cost_usd::DOUBLE AS cost_usd
+        FROM mart_cost_reservation_daily
+        WHERE cluster = $cluster AND day >= $start_month AND day < $start_date""",
+    "prev_unallocated": """
+        SELECT month, "partition", gpu_model, idle_cost_usd::DOUBLE AS idle_cost_usd,
+               down_cost_usd::DOUBLE AS down_cost_usd, reserved_cost_usd::DOUBLE AS reserved_cost_usd,
+               blocked_cost_usd::DOUBLE AS blocked_cost_usd
+        FROM mart_cost_unallocated_monthly WHERE cluster = $cluster AND month >= $start_month""",
     "daily_before": """
         SELECT account, "partition", gpu_model, sum(gpu_seconds) AS gpu_seconds, sum(cost_usd) AS cost_usd
         FROM mart_cost_daily WHERE cluster = $cluster AND day < $start_date GROUP BY ALL""",
@@ -110,6 +135,7 @@ DAILY_SCHEMA = {
     "requeued_cost_usd": pl.Float64,
     "running_gpu_seconds": pl.Float64,
     "spread_cost_usd": pl.Float64,
+    "billed_gpu_seconds": pl.Float64,
 }
 MONTHLY_SCHEMA = {
     "month": pl.Date,
@@ -132,6 +158,7 @@ CAPACITY_SCHEMA = {
     **{f"{p}_gpu_seconds": pl.Float64 for p in CAPACITY_PARTS},
     "capacity_cost_usd": pl.Float64,
     **{f"{p}_cost_usd": pl.Float64 for p in CAPACITY_PARTS},
+    "powered_down_gpu_seconds": pl.Float64,
 }
 EFFICIENCY_SCHEMA = {
     "day": pl.Date,
@@ -150,7 +177,17 @@ EFFICIENCY_SCHEMA = {
     "energy_cost_usd": pl.Float64,
 }
 UNALLOCATED_PARTS = ("idle", "down", "reserved")
-"""Capacity minus allocation: what billing.idle_cost = "spread" charges to the accounts."""
+"""Capacity minus allocation: what billing.idle_cost = "spread" may charge to the accounts (down only with
+billing.bill_down); what it does not charge stays in mart_cost_unallocated_monthly."""
+UNALLOCATED_SCHEMA = {
+    "month": pl.Date,
+    "partition": pl.String,
+    "gpu_model": pl.String,
+    "idle_cost_usd": pl.Float64,
+    "down_cost_usd": pl.Float64,
+    "reserved_cost_usd": pl.Float64,
+    "blocked_cost_usd": pl.Float64,
+}
 JOULES_PER_KWH = 3.6e6
 COUNTER_SCHEMA = {
     "account": pl.String,
@@ -210,7 +247,9 @@ def billing_days(frame: pl.LazyFrame, column: str, params: Params) -> DayLookup:
     return lookup(params.tz, lo, epoch_us(params.now))
 
 
-def day_gpu_microseconds(a: pl.LazyFrame, params: Params, flags: list[str], days: DayLookup) -> pl.LazyFrame:
+def day_gpu_microseconds(
+    a: pl.LazyFrame, params: Params, flags: list[str], days: DayLookup, gpus: pl.Expr | None = None
+) -> pl.LazyFrame:
     """(day, KEYS, `flags`, `v`): GPU-microseconds of the attempts `a` (clipped `use_start`/`use_end`, `gpus`)
     in each billing day, the same overlap split_calendar gives them, without a row per (attempt, day).
 
@@ -219,7 +258,8 @@ def day_gpu_microseconds(a: pl.LazyFrame, params: Params, flags: list[str], days
     when its bounds are proper, that is what split_calendar's min(end, day end) − max(start, day start) comes
     to, and it is linear, so attempts that share (KEYS, flags, F, L) are summed before the days are spread.
     An attempt near a day without proper bounds keeps its own interval and gets split_calendar's formula.
-    Integer microseconds make the sums exact whatever their order. Day bounds are looked up by position in a
+    Integer microseconds make the sums exact whatever their order (`gpus`, a float count such as billed
+    GPU-equivalents, gives float sums instead). Day bounds are looked up by position in a
     table of the window's days (a join per attempt and bound cost more than the rest of the split).
     """
     tz, now = params.tz, params.now
@@ -231,7 +271,7 @@ def day_gpu_microseconds(a: pl.LazyFrame, params: Params, flags: list[str], days
         *flags,
         pl.col("use_start").dt.epoch("us").alias("_s_us"),
         pl.col("use_end").dt.epoch("us").alias("_e_us"),
-        pl.col("gpus").cast(pl.Int64).alias("g"),
+        (pl.col("gpus").cast(pl.Int64) if gpus is None else gpus).alias("g"),
     )
     a = a.with_columns(days.day(s).alias("F"), days.day(e - 1).alias("L"))
     origin = (first - date(1970, 1, 1)).days
@@ -290,46 +330,89 @@ def day_gpu_microseconds(a: pl.LazyFrame, params: Params, flags: list[str], days
     return days.filter(day.is_not_null()).select("day", *KEYS, *flags, v.alias("v")).filter(pl.col("v") > 0)
 
 
+def gpu_equivalents(billing: Billing) -> pl.Expr:
+    """GPUs an attempt is charged for: its GPUs, or with billing.charge_by = "billing_tres" its billing TRES
+    (sacct AllocTRES `billing=`, Slurm's TRESBillingWeights arithmetic) over its partition's GRES/gpu weight
+    (`GRES/gpu:<model>` first), never fewer than its GPUs. An attempt without a billing TRES or whose
+    partition has no entry in billing.tres_billing_weights is charged its GPUs."""
+    gpus = pl.col("gpus").cast(pl.Float64)
+    if billing.charge_by != "billing_tres":
+        return gpus
+    typed: dict[str, float] = {}
+    plain: dict[str, float] = {}
+    for partition, text in billing.tres_billing_weights.items():
+        for name, w in (parse_billing_weights(text) or {}).items():
+            if name == "gres/gpu":
+                plain[partition] = w
+            elif name.startswith("gres/gpu:"):
+                typed[f"{partition}\x00{name.removeprefix('gres/gpu:')}"] = w
+    key = pl.col("partition").fill_null("") + "\x00" + pl.col("gpu_type").fill_null("").str.to_lowercase()
+    weight = pl.coalesce(
+        key.replace_strict(typed, default=None, return_dtype=pl.Float64),
+        pl.col("partition").replace_strict(plain, default=None, return_dtype=pl.Float64),
+    )
+    billed = pl.col("billing").cast(pl.Float64) / weight
+    return pl.when(billed.is_not_null()).then(pl.max_horizontal(billed, gpus)).otherwise(gpus)
+
+
 def daily(jobs: pl.LazyFrame, params: Params) -> pl.LazyFrame:
     """mart_cost_daily rows for days from the window's start (billing zone) up to now.
 
     Requeued GPU-seconds come from the jobs with several attempts alone (a few per cent of the attempts):
-    flagging every attempt took a group-by of all job ids and a join over all attempts."""
+    flagging every attempt took a group-by of all job ids and a join over all attempts. With
+    billing.charge_by = "billing_tres" a second pass weighs each attempt by gpu_equivalents: the billed
+    GPU-seconds the dollars are computed from."""
     billing, now = params.billing, params.now
+    if "billing" not in jobs.collect_schema().names():
+        jobs = jobs.with_columns(pl.lit(None, dtype=pl.Float64).alias("billing"))
     clip = clip_interval("use_start", "use_end", params.start, now)
     from_start = pl.col("day") >= pl.lit(params.start_date)
     v, zero = pl.col("v"), pl.lit(0, dtype=pl.Int64)
     days = billing_days(jobs, "start_time", params)
-    out = (
-        day_gpu_microseconds(usage(jobs, now).with_columns(clip), params, ["failed", "running"], days)
-        .filter(from_start)
-        .group_by("day", *KEYS)
-        .agg(
-            v.sum().alias("gpu_seconds"),
-            *[
-                pl.when(pl.col(flag)).then(v).otherwise(zero).sum().alias(f"{flag}_gpu_seconds")
-                for flag in ("failed", "running")
-            ],
+    by_tres = billing.charge_by == "billing_tres"
+    used = usage(jobs, now).with_columns(clip)
+    requeued = attempts(multi_attempt(jobs), now).filter(pl.col("requeued")).with_columns(clip)
+
+    def passes(gpus: pl.Expr | None, prefix: str) -> pl.LazyFrame:
+        z = zero if gpus is None else pl.lit(0.0)
+        out = (
+            day_gpu_microseconds(used, params, ["failed", "running"], days, gpus)
+            .filter(from_start)
+            .group_by("day", *KEYS)
+            .agg(
+                v.sum().alias(f"{prefix}gpu_seconds"),
+                *[
+                    pl.when(pl.col(flag)).then(v).otherwise(z).sum().alias(f"{flag}_{prefix}gpu_seconds")
+                    for flag in ("failed", "running")
+                ],
+            )
         )
-    )
-    requeued = attempts(multi_attempt(jobs), now).filter(pl.col("requeued"))
-    requeued = (
-        day_gpu_microseconds(requeued.with_columns(clip), params, [], days)
-        .filter(from_start)
-        .group_by("day", *KEYS)
-        .agg(v.sum().alias("requeued_gpu_seconds"))
-    )
-    columns = ["gpu_seconds", *[f"{flag}_gpu_seconds" for flag in FLAGS]]
-    out = (
-        out.join(requeued, on=["day", *KEYS], how="left")
-        .with_columns(
-            pl.col("requeued_gpu_seconds").fill_null(0),
+        rq = (
+            day_gpu_microseconds(requeued, params, [], days, gpus)
+            .filter(from_start)
+            .group_by("day", *KEYS)
+            .agg(v.sum().alias(f"requeued_{prefix}gpu_seconds"))
         )
-        .with_columns(pl.col(columns) / 1e6)
-    )
+        columns = [f"{prefix}gpu_seconds", *[f"{flag}_{prefix}gpu_seconds" for flag in FLAGS]]
+        return (
+            out.join(rq, on=["day", *KEYS], how="left")
+            .with_columns(pl.col(f"requeued_{prefix}gpu_seconds").fill_null(0))
+            .with_columns(pl.col(columns).cast(pl.Float64) / 1e6)
+        )
+
+    out = passes(None, "")
+    if by_tres:
+        billed = passes(gpu_equivalents(billing), "billed_")
+        out = out.join(billed, on=["day", *KEYS], how="left").with_columns(
+            pl.col("^.*billed_gpu_seconds$").fill_null(0.0)
+        )
+    else:
+        out = out.with_columns(
+            *[pl.col(f"{p}gpu_seconds").alias(f"{p}billed_gpu_seconds") for p in ("", "failed_", "requeued_")]
+        )
     out = with_rate(out, billing).with_columns(
         *[
-            (pl.col(f"{p}gpu_seconds") / 3600.0 * pl.col("rate_per_gpu_hour")).alias(f"{p}cost_usd")
+            (pl.col(f"{p}billed_gpu_seconds") / 3600.0 * pl.col("rate_per_gpu_hour")).alias(f"{p}cost_usd")
             for p in ("", "failed_", "requeued_")
         ],
         pl.lit(0.0).alias("spread_cost_usd"),  # set by spread_daily, which needs the day's capacity
@@ -337,83 +420,363 @@ def daily(jobs: pl.LazyFrame, params: Params) -> pl.LazyFrame:
     return ensure_columns(out, DAILY_SCHEMA)
 
 
+def with_gpu_cost(rows: pl.LazyFrame) -> pl.LazyFrame:
+    """`gpu_cost_usd`: the part of cost_usd the row's GPUs alone come to (all of it when charged by GPU)."""
+    names = rows.collect_schema().names()
+    if "gpu_cost_usd" in names:
+        return rows
+    if "billed_gpu_seconds" not in names:
+        return rows.with_columns(pl.col("cost_usd").cast(pl.Float64).alias("gpu_cost_usd"))
+    billed = pl.coalesce(pl.col("billed_gpu_seconds"), pl.col("gpu_seconds"))
+    ratio = pl.when(billed > 0).then(pl.col("gpu_seconds") / billed).otherwise(1.0)
+    return rows.with_columns((pl.col("cost_usd") * ratio).cast(pl.Float64).alias("gpu_cost_usd"))
+
+
 def spreads(params: Params) -> bool:
     return params.billing.idle_cost == "spread"
 
 
-def unallocated_daily(cap: pl.LazyFrame) -> pl.LazyFrame:
-    """Per billing day: dollars of capacity not allocated (idle + down + reserved cents of mart_capacity_daily)."""
-    return cap.group_by("day").agg(
-        pl.sum_horizontal(*[pl.col(f"{p}_cost_usd") for p in UNALLOCATED_PARTS])
-        .sum()
-        .cast(pl.Float64)
-        .alias("unallocated_usd")
+RESERVATION_SCHEMA = {
+    "day": pl.Date,
+    "partition": pl.String,
+    "gpu_model": pl.String,
+    "reservation": pl.String,
+    "account": pl.String,
+    "cost_usd": pl.Float64,
+}
+
+
+BUDGET_SCHEMA = {
+    "month": pl.Date,
+    "account": pl.String,
+    "budget_usd": pl.Float64,
+    "budget_gpu_hours": pl.Float64,
+    "spent_usd": pl.Float64,
+    "spent_gpu_hours": pl.Float64,
+    "elapsed_ratio": pl.Float64,
+    "forecast_usd": pl.Float64,
+    "forecast_gpu_hours": pl.Float64,
+    "as_of": UTC_DT,
+}
+FORECAST_MIN_DAYS = 1.0
+"""No month-end forecast before this many days of the month have passed: an hour's burn times 720 is noise."""
+
+
+def budgets(invoices: pl.LazyFrame, params: Params) -> pl.LazyFrame:
+    """mart_budget_monthly: per month of the window (and the month of now) and budgeted account (config
+    `budgets`), what its invoice rows (latest version) have spent and the month-end forecast.
+
+    Forecast = spent / elapsed share of the billing month (a straight burn-down at the month's mean rate so
+    far, running attempts included up to now), from FORECAST_MIN_DAYS into the month; = spent once the month
+    has ended. Accounts without a budget get no row."""
+    if not params.budgets:
+        return pl.LazyFrame(schema=BUDGET_SCHEMA)
+    tz, now = params.tz, params.now
+    acct = pl.LazyFrame(
+        {
+            "account": list(params.budgets),
+            "budget_usd": [b.get("usd_per_month") for b in params.budgets.values()],
+            "budget_gpu_hours": [b.get("gpu_hours_per_month") for b in params.budgets.values()],
+        },
+        schema={"account": pl.String, "budget_usd": pl.Float64, "budget_gpu_hours": pl.Float64},
+    )
+    latest = invoices.filter(pl.col("version") == pl.col("version").max().over("month"))
+    spent = latest.group_by("month", "account").agg(
+        pl.col("cost_usd").cast(pl.Float64).sum().alias("spent_usd"),
+        pl.col("gpu_hours").sum().alias("spent_gpu_hours"),
+    )
+    months = pl.concat(
+        [
+            latest.select("month").unique(),
+            pl.LazyFrame({"month": [local_date(now, tz).replace(day=1)]}, schema={"month": pl.Date}),
+        ],
+        how="vertical",
+    ).unique()
+    start = day_start(pl.col("month"), tz)
+    end = day_start(pl.col("month").dt.offset_by("1mo"), tz)
+    now_l = pl.lit(now, dtype=UTC_DT)
+    length = (end - start).dt.total_seconds()
+    elapsed = (pl.min_horizontal(now_l, end) - start).dt.total_seconds().clip(lower_bound=0)
+    ratio = (elapsed / length).alias("elapsed_ratio")
+    early = elapsed < FORECAST_MIN_DAYS * 86400
+
+    def forecast(col: str) -> pl.Expr:
+        return (
+            pl.when(pl.col("elapsed_ratio") >= 1)
+            .then(pl.col(col))
+            .when(early)
+            .then(None)
+            .otherwise(pl.col(col) / pl.col("elapsed_ratio"))
+        )
+
+    out = (
+        months.join(acct, how="cross")
+        .join(spent, on=["month", "account"], how="left")
+        .with_columns(pl.col("spent_usd", "spent_gpu_hours").fill_null(0.0), ratio)
+        .with_columns(
+            forecast("spent_usd").alias("forecast_usd"),
+            forecast("spent_gpu_hours").alias("forecast_gpu_hours"),
+            now_l.alias("as_of"),
+        )
+    )
+    return ensure_columns(out, BUDGET_SCHEMA)
+
+
+def reservation_accounts(reservations: pl.LazyFrame) -> pl.LazyFrame:
+    """(reservation, node, start, end, account): each node of a reservation that names accounts, once per
+    account. `Accounts=-a,b` (everyone but) names nobody to charge, nor does a users-only reservation."""
+    res = reservations.collect()
+    rows = []
+    for r in res.iter_rows(named=True):
+        accounts = [a.strip() for a in (r["accounts"] or "").split(",") if a.strip()]
+        if not accounts or any(a.startswith("-") for a in accounts):
+            continue
+        for node in expand_hostlist_lenient(r["node_list"]):
+            rows.extend((r["name"], node, r["start_time"], r["end_time"], a, len(accounts)) for a in accounts)
+    schema = {
+        "reservation": pl.String,
+        "node": pl.String,
+        "r_start": UTC_DT,
+        "r_end": UTC_DT,
+        "account": pl.String,
+        "n_accounts": pl.Int64,
+    }
+    return pl.LazyFrame(rows, schema=schema, orient="row")
+
+
+def reservation_daily(
+    node_states: pl.LazyFrame, reservations: pl.LazyFrame, cap: pl.LazyFrame, params: Params
+) -> pl.LazyFrame:
+    """mart_cost_reservation_daily: the reserved GPUs of a reservation's nodes, while it stands, charged to
+    its accounts (equal parts) with billing.idle_cost = "spread"; empty otherwise.
+
+    A node's reserved GPUs (node_intervals: RESERVED/MAINT, not down, not allocated) overlapping
+    [StartTime, EndTime) of a reservation naming accounts are priced at the scope's rate and cut into billing
+    days. Per day and scope the total is capped at the capacity row's reserved cents and rounded to cents by
+    largest remainder, so it never exceeds what capacity holds; the rest of reserved stays in the pool."""
+    if not spreads(params):
+        return pl.LazyFrame(schema=RESERVATION_SCHEMA)
+    now_l = pl.lit(params.now, dtype=UTC_DT)
+    iv = (
+        node_intervals(node_states, params)
+        .filter(pl.col("reserved") > 0)
+        .with_columns(clip_interval("snapshot_time", "until", params.start, params.now))
+        .join(reservation_accounts(reservations), on="node")
+        .with_columns(
+            pl.max_horizontal("snapshot_time", "r_start").alias("_s"),
+            pl.min_horizontal("until", pl.col("r_end").fill_null(now_l)).alias("_e"),
+        )
+        .filter(pl.col("_e") > pl.col("_s"))
+    )
+    parts = split_calendar(iv, "_s", "_e", params.tz, every="1d", out="day").filter(
+        pl.col("day") >= pl.lit(params.start_date)
+    )
+    keys = ["day", "partition", "gpu_model"]
+    raw = with_rate(
+        parts.group_by(*keys, "reservation", "account").agg(
+            (pl.col("reserved") * pl.col("overlap_seconds") / pl.col("n_accounts")).sum().alias("gs")
+        ),
+        params.billing,
+    ).with_columns((pl.col("gs") / 3600.0 * pl.col("rate_per_gpu_hour")).alias("amount"))
+    limit = cap.select(*keys, pl.col("reserved_cost_usd").cast(pl.Float64).alias("_cap"))
+    total = pl.col("amount").sum().over(keys)
+    # The cap is whole cents, so a total under it still rounds to at most the cap.
+    capped = raw.join(limit, on=keys).with_columns(
+        pl.when(total > pl.col("_cap"))
+        .then(pl.col("amount") * pl.col("_cap") / total)
+        .otherwise(pl.col("amount"))
+        .alias("amount")
+    )
+    out = largest_remainder_cents(capped, "amount", keys, ["reservation", "account"]).with_columns(
+        (pl.col("cents") / 100.0).alias("cost_usd")
+    )
+    return ensure_columns(out, RESERVATION_SCHEMA)
+
+
+POOL_COLUMNS = (
+    ("day", pl.Date),
+    ("partition", pl.String),
+    ("gpu_model", pl.String),
+    ("idle_usd", pl.Float64),
+    ("down_usd", pl.Float64),
+    ("reserved_usd", pl.Float64),
+)
+"""unallocated_pools' columns (pairs, not a schema dict: no mart table has them)."""
+
+
+def unallocated_pools(cap: pl.LazyFrame) -> pl.LazyFrame:
+    """Per billing day, partition (set) and GPU model: the idle, down and reserved cents of mart_capacity_daily,
+    the pools each scope's unallocated dollars come from."""
+    return cap.select(
+        "day",
+        "partition",
+        "gpu_model",
+        *[pl.col(f"{p}_cost_usd").cast(pl.Float64).alias(f"{p}_usd") for p in UNALLOCATED_PARTS],
     )
 
 
-def spread_daily(d: pl.LazyFrame, unallocated: pl.LazyFrame, params: Params) -> pl.LazyFrame:
-    """`spread_cost_usd` of each daily row: the day's unallocated capacity cost × the row's share of the day's
-    GPU-seconds (billing.idle_cost = "spread"); 0 when idle cost is reported separately."""
+def spread_rows(
+    rows: pl.LazyFrame, pools: pl.LazyFrame, params: Params, reserved: pl.LazyFrame | None = None
+) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """(`rows` with `spread_day_usd` and `spread_month_usd`, the unallocated line per month and scope).
+
+    A capacity row's scope is its partition set and GPU model: a usage row (day, account, user, partition,
+    gpu_model, cost_usd, gpu_cost_usd) belongs to every scope whose set holds its partition and whose model
+    is its own, so A100 users never carry idle H100s (OpenCost's shareIdle, by cost, within the scope).
+    Dollars a usage row already paid beyond its GPUs (billing TRES: cost_usd − gpu_cost_usd) paid for GPUs
+    sinfo calls idle, so they come off the scope's idle first (split over the row's scopes by their idle),
+    rounded to cents. The pool, idle left + reserved (+ down with billing.bill_down), goes to the scope's rows
+    of the same day by cost; a scope-day without usage goes to the scope's rows of the month by cost; a scope
+    nobody used that month keeps it, as does down capacity without bill_down and everything when
+    billing.idle_cost = "separate". Reserved dollars already charged to a reservation's accounts (`reserved`,
+    mart_cost_reservation_daily) leave the pool. Pools are whole cents, so spread + kept = pools to the cent.
+    """
+    spread, bill_down = spreads(params), bool(params.billing.bill_down)
+    month = pl.col("day").dt.month_start()
+    r = rows.with_row_index("_r")
+    if reserved is not None:
+        by_res = reserved.group_by("day", "partition", "gpu_model").agg(
+            pl.col("cost_usd").sum().alias("_res")
+        )
+        pools = (
+            pools.join(by_res, on=["day", "partition", "gpu_model"], how="left")
+            .with_columns(
+                (pl.col("reserved_usd") - pl.col("_res").fill_null(0.0)).round(2).alias("reserved_usd")
+            )
+            .drop("_res")
+        )
+    scopes = pools.with_columns(pl.col("partition").alias("_scope")).with_columns(
+        pl.col("partition").str.split(",").alias("_member")
+    )
+    members = scopes.explode("_member").select("day", "_scope", "_member", "gpu_model", "idle_usd")
+    pairs = r.select(
+        "_r",
+        "day",
+        "partition",
+        "gpu_model",
+        "cost_usd",
+        (pl.col("cost_usd") - pl.col("gpu_cost_usd")).alias("_b"),
+    ).join(members, left_on=["day", "partition", "gpu_model"], right_on=["day", "_member", "gpu_model"])
+    idle_of_row = pl.col("idle_usd").sum().over("_r")
+    share = (
+        pl.when(idle_of_row > 0).then(pl.col("idle_usd") / idle_of_row).otherwise(1.0 / pl.len().over("_r"))
+    )
+    key = ["day", "_scope", "gpu_model"]
+    per_scope = pairs.group_by(key).agg(
+        (pl.col("_b").clip(lower_bound=0.0) * share).sum().alias("_blocked"),
+        pl.col("cost_usd").sum().alias("_w"),
+    )
+    p = (
+        scopes.join(per_scope, on=key, how="left")
+        .with_columns(pl.col("_w").fill_null(0.0), pl.col("_blocked").fill_null(0.0))
+        .with_columns(
+            pl.min_horizontal((pl.col("_blocked") * 100).round() / 100, pl.col("idle_usd")).alias("_blocked")
+        )
+        .with_columns(
+            (pl.col("idle_usd") - pl.col("_blocked")).alias("_idle"),
+            month.alias("month"),
+        )
+    )
+    if not spread:
+        kept = p.with_columns(pl.lit(False).alias("_used_month"))
+        out = r.with_columns(pl.lit(0.0).alias("spread_day_usd"), pl.lit(0.0).alias("spread_month_usd"))
+        return out.drop("_r"), _kept(kept, bill_down=False, spread=False)
+    pool = pl.col("_idle") + pl.col("reserved_usd") + (pl.col("down_usd") if bill_down else pl.lit(0.0))
+    p = p.with_columns(pool.alias("_pool"))
+    day_part = (
+        pairs.join(p.select(*key, "_pool", "_w").filter(pl.col("_w") > 0), on=key)
+        .group_by("_r")
+        .agg((pl.col("_pool") * pl.col("cost_usd") / pl.col("_w")).sum().alias("spread_day_usd"))
+    )
+    mkey = ["month", "_scope", "gpu_model"]
+    month_w = (
+        pairs.with_columns(month.alias("month")).group_by(mkey).agg(pl.col("cost_usd").sum().alias("_wm"))
+    )
+    unspread = p.filter(pl.col("_w") <= 0).group_by(mkey).agg(pl.col("_pool").sum().alias("_um"))
+    month_part = (
+        pairs.with_columns(month.alias("month"))
+        .join(month_w.filter(pl.col("_wm") > 0), on=mkey)
+        .join(unspread, on=mkey)
+        .group_by("_r")
+        .agg((pl.col("_um") * pl.col("cost_usd") / pl.col("_wm")).sum().alias("spread_month_usd"))
+    )
+    out = (
+        r.join(day_part, on="_r", how="left")
+        .join(month_part, on="_r", how="left")
+        .with_columns(pl.col("spread_day_usd", "spread_month_usd").fill_null(0.0))
+        .drop("_r")
+    )
+    used = month_w.filter(pl.col("_wm") > 0).select(*mkey, pl.lit(True).alias("_used_month"))
+    kept = p.join(used, on=mkey, how="left").with_columns(pl.col("_used_month").fill_null(False))
+    return out, _kept(kept, bill_down=bill_down, spread=True)
+
+
+def _kept(p: pl.LazyFrame, *, bill_down: bool, spread: bool) -> pl.LazyFrame:
+    """The unallocated line: per month and scope, the pool dollars nobody was charged (spread_rows)."""
+    charged = pl.col("_used_month") if spread else pl.lit(False)
+    return (
+        p.group_by("month", pl.col("_scope").alias("partition"), "gpu_model")
+        .agg(
+            pl.when(charged).then(0.0).otherwise(pl.col("_idle")).sum().alias("idle_cost_usd"),
+            pl.when(charged & bill_down).then(0.0).otherwise(pl.col("down_usd")).sum().alias("down_cost_usd"),
+            pl.when(charged).then(0.0).otherwise(pl.col("reserved_usd")).sum().alias("reserved_cost_usd"),
+            pl.col("_blocked").sum().alias("blocked_cost_usd"),
+        )
+        .with_columns((pl.col("^.*_cost_usd$") * 100).round() / 100)
+    )
+
+
+def spread_daily(
+    d: pl.LazyFrame, pools: pl.LazyFrame, params: Params, reserved: pl.LazyFrame | None = None
+) -> pl.LazyFrame:
+    """`spread_cost_usd` of each daily row: its share of its scopes' unallocated dollars of that day
+    (spread_rows; billing.idle_cost = "spread"); 0 when idle cost is reported separately."""
     if not spreads(params):
         return d.with_columns(pl.lit(0.0).alias("spread_cost_usd"))
-    day_gs = pl.col("gpu_seconds").sum().over("day")
-    return (
-        d.drop("spread_cost_usd", strict=False)
-        .join(unallocated, on="day", how="left")
-        .with_columns(
-            pl.when(day_gs > 0)
-            .then(pl.col("unallocated_usd").fill_null(0.0) * pl.col("gpu_seconds") / day_gs)
-            .otherwise(0.0)
-            .alias("spread_cost_usd")
-        )
-        .drop("unallocated_usd")
-    )
+    out, _ = spread_rows(with_gpu_cost(d.drop("spread_cost_usd", strict=False)), pools, params, reserved)
+    return out.rename({"spread_day_usd": "spread_cost_usd"}).drop("spread_month_usd", "gpu_cost_usd")
 
 
 def monthly(
     daily_rows: pl.LazyFrame,
     prev: pl.LazyFrame,
     params: Params,
-    unallocated: pl.LazyFrame | None = None,
+    pools: pl.LazyFrame | None = None,
+    reserved: pl.LazyFrame | None = None,
 ) -> pl.LazyFrame:
     """mart_cost_monthly: open months recomputed; closed months frozen; listed closed months re-issued.
 
-    `daily_rows` (and `unallocated`, each day's unallocated capacity dollars) must cover whole months from
-    the window's first month (the days before the window come from the marts, see INPUTS["month_before"]).
-    With billing.idle_cost = "spread" a row's cost is its usage plus its spread: each day's unallocated cost
-    by the row's share of that day's GPU-seconds (the daily rows' spread_cost_usd, recomputed here so that a
-    re-issue after a change of mode is whole), plus the cost of days nobody used by the row's share of the
-    month's GPU-hours. Usage and spread are each rounded by largest remainder, so the rows add up to the
-    rounded usage total plus the unallocated capacity cost (already whole cents).
+    `daily_rows` (and `pools`, each day's unallocated capacity dollars per scope, unallocated_pools) must
+    cover whole months from the window's first month (the days before the window come from the marts, see
+    INPUTS["month_before"]). With billing.idle_cost = "spread" a row's cost is its usage plus its spread
+    (spread_rows: by scope and cost, each day's pools, then the days nobody in the scope used by the month),
+    recomputed here so that a re-issue after a change of mode is whole; a reservation's charges
+    (`reserved`, mart_cost_reservation_daily) are rows of its accounts with user "". Usage and spread are each rounded by
+    largest remainder, so the rows add up to the rounded usage total plus the spread pools (whole cents).
     """
     billing = params.billing
     tz, now = params.tz, params.now
     reissue = [datetime.strptime(m, "%Y-%m").date() for m in billing.reissue_months]
     now_l = pl.lit(now, dtype=UTC_DT)
-    rows = daily_rows.select(
-        "day", "account", "user", pl.col("gpu_seconds").cast(pl.Float64), pl.col("cost_usd").cast(pl.Float64)
-    )
-    spread = spreads(params) and unallocated is not None
-    if spread:
-        un = unallocated.group_by("day").agg(pl.col("unallocated_usd").sum())
-        day_gs = (
-            rows.group_by("day").agg(pl.col("gpu_seconds").sum().alias("day_gs")).filter(pl.col("day_gs") > 0)
+    rows = _month_rows(daily_rows)
+    if spreads(params) and pools is not None:
+        rows, _ = spread_rows(rows, pools, params, reserved)
+        rows = rows.with_columns(
+            (pl.col("spread_day_usd") + pl.col("spread_month_usd")).alias("spread_cost_usd")
         )
-        rows = (
-            rows.join(un, on="day", how="left")
-            .join(day_gs, on="day", how="left")
-            .with_columns(
-                pl.when(pl.col("day_gs") > 0)
-                .then(pl.col("unallocated_usd").fill_null(0.0) * pl.col("gpu_seconds") / pl.col("day_gs"))
-                .otherwise(0.0)
-                .alias("spread_cost_usd")
+        if reserved is not None:
+            held = reserved.select(
+                "day",
+                "account",
+                pl.lit("").alias("user"),
+                pl.lit(0.0).alias("gpu_seconds"),
+                pl.lit(0.0).alias("cost_usd"),
+                pl.col("cost_usd").cast(pl.Float64).alias("spread_cost_usd"),
             )
-        )
-        unspread = (
-            un.join(day_gs, on="day", how="anti")
-            .group_by(pl.col("day").dt.month_start().alias("month"))
-            .agg(pl.col("unallocated_usd").sum().alias("unspread"))
-        )
+            rows = pl.concat(
+                [rows.select("day", "account", "user", "gpu_seconds", "cost_usd", "spread_cost_usd"), held],
+                how="vertical",
+            )
     else:
         rows = rows.with_columns(pl.lit(0.0).alias("spread_cost_usd"))
     new = (
@@ -426,19 +789,6 @@ def monthly(
         )
     )
     month_hours = pl.col("gpu_hours").sum().over("month")
-    if spread:
-        new = (
-            new.join(unspread, on="month", how="left")
-            .with_columns(
-                (
-                    pl.col("spread_amount")
-                    + pl.when(month_hours > 0)
-                    .then(pl.col("unspread").fill_null(0.0) * pl.col("gpu_hours") / month_hours)
-                    .otherwise(0.0)
-                ).alias("spread_amount")
-            )
-            .drop("unspread")
-        )
     new = largest_remainder_cents(new, "amount", ["month"], ["account", "user"])
     new = largest_remainder_cents(new, "spread_amount", ["month"], ["account", "user"], out="spread_cents")
     new = new.with_columns(
@@ -489,6 +839,39 @@ def monthly(
     return pl.concat([ensure_columns(f, MONTHLY_SCHEMA) for f in (kept, open_rows, reissued)], how="vertical")
 
 
+def _month_rows(daily_rows: pl.LazyFrame) -> pl.LazyFrame:
+    daily_rows = with_gpu_cost(daily_rows)
+    names = daily_rows.collect_schema().names()
+    return daily_rows.select(
+        "day",
+        "account",
+        "user",
+        *[pl.col(c).fill_null("") for c in ("partition", "gpu_model") if c in names],
+        *[pl.lit("").alias(c) for c in ("partition", "gpu_model") if c not in names],
+        *[pl.col(c).cast(pl.Float64) for c in ("gpu_seconds", "cost_usd", "gpu_cost_usd")],
+    )
+
+
+def unallocated_monthly(
+    daily_rows: pl.LazyFrame,
+    pools: pl.LazyFrame,
+    prev: pl.LazyFrame,
+    prev_monthly: pl.LazyFrame,
+    params: Params,
+    reserved: pl.LazyFrame | None = None,
+) -> pl.LazyFrame:
+    """mart_cost_unallocated_monthly: per month and scope, the capacity dollars no invoice row carries
+    (spread_rows), so that Σ invoices + Σ this = usage + unallocated capacity, to the cent. A frozen month
+    keeps the line it was issued with unless it is listed for re-issue, like its invoice."""
+    _, kept = spread_rows(_month_rows(daily_rows), pools, params, reserved)
+    reissue = [datetime.strptime(m, "%Y-%m").date() for m in params.billing.reissue_months]
+    frozen = prev_monthly.filter(pl.col("frozen")).select("month").unique()
+    frozen = frozen.filter(~pl.col("month").is_in(reissue))
+    new = kept.join(frozen, on="month", how="anti")
+    old = prev.join(frozen, on="month", how="semi")
+    return pl.concat([ensure_columns(f, UNALLOCATED_SCHEMA) for f in (old, new)], how="vertical")
+
+
 def capacity(node_states: pl.LazyFrame, params: Params) -> pl.LazyFrame:
     """mart_capacity_daily: GPU-seconds and cost of capacity and its four parts; cents by largest remainder
     within each row, so allocated + idle + down + reserved equals capacity to the cent.
@@ -496,10 +879,15 @@ def capacity(node_states: pl.LazyFrame, params: Params) -> pl.LazyFrame:
     sinfo snapshots every node at once, so the nodes of a partition and model share their intervals: their
     GPUs are summed per interval before the day split (~1,000 intervals per snapshot time down to a few)."""
     billing = params.billing
-    counts = ["total", *CAPACITY_PARTS]
+    counts = ["total", *CAPACITY_PARTS, "powered_down"]
     iv = (
         node_intervals(node_states, params)
-        .with_columns(clip_interval("snapshot_time", "until", params.start, params.now))
+        .with_columns(
+            *clip_interval("snapshot_time", "until", params.start, params.now),
+            # Powered-off GPUs (slurm_states.NODE_GPUS_POWERED_DOWN_FLAGS) are neither idle nor capacity.
+            (pl.col("total") - pl.col("powered_down")).alias("total"),
+            (pl.col("idle") - pl.col("powered_down")).alias("idle"),
+        )
         .group_by("snapshot_time", "until", "partition", "gpu_model")
         .agg(pl.col(counts).sum())
     )
@@ -514,7 +902,7 @@ def capacity(node_states: pl.LazyFrame, params: Params) -> pl.LazyFrame:
             .alias("capacity_gpu_seconds"),
             *[
                 (pl.col(p) * pl.col("overlap_seconds")).sum().cast(pl.Float64).alias(f"{p}_gpu_seconds")
-                for p in CAPACITY_PARTS
+                for p in (*CAPACITY_PARTS, "powered_down")
             ],
         )
         .filter(pl.col("day") >= pl.lit(params.start_date))
@@ -522,7 +910,7 @@ def capacity(node_states: pl.LazyFrame, params: Params) -> pl.LazyFrame:
     sums = with_rate(sums, billing)
     keys = ["day", "partition", "gpu_model"]
     long = sums.unpivot(
-        index=[*keys, "rate_per_gpu_hour", "capacity_gpu_seconds"],
+        index=[*keys, "rate_per_gpu_hour", "capacity_gpu_seconds", "powered_down_gpu_seconds"],
         on=[f"{p}_gpu_seconds" for p in CAPACITY_PARTS],
         variable_name="part",
         value_name="gs",
@@ -533,6 +921,7 @@ def capacity(node_states: pl.LazyFrame, params: Params) -> pl.LazyFrame:
         long.group_by(keys)
         .agg(
             pl.col("capacity_gpu_seconds").first(),
+            pl.col("powered_down_gpu_seconds").first(),
             *[
                 pl.col("gs").filter(pl.col("part") == f"{p}_gpu_seconds").sum().alias(f"{p}_gpu_seconds")
                 for p in CAPACITY_PARTS
@@ -699,25 +1088,41 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
     # Capacity feeds its mart and the spread of every daily row; the daily rows feed four marts: cached, so
     # the one collect computes each once (without, the spread made the cost pipeline ~10x slower).
     cap = capacity(frames["node_states"], params).cache()
-    unallocated = unallocated_daily(cap)
-    d = spread_daily(daily(frames["jobs"], params), unallocated, params).cache()
-    cols = ("day", "account", "user", "gpu_seconds", "cost_usd")
+    pools = unallocated_pools(cap)
+    res_schema = {"name": pl.String, "start_time": UTC_DT, "end_time": UTC_DT}
+    res_schema |= {"node_list": pl.String, "accounts": pl.String}
+    res = reservation_daily(
+        frames["node_states"], _frame(frames, "reservations", res_schema), cap, params
+    ).cache()
+    d = spread_daily(daily(frames["jobs"], params), pools, params, res).cache()
+    cols = ("day", "account", "user", "partition", "gpu_model", "gpu_seconds", "cost_usd", "gpu_cost_usd")
+    floats = {"gpu_seconds": pl.Float64, "cost_usd": pl.Float64, "gpu_cost_usd": pl.Float64}
+    before = _frame(
+        frames,
+        "month_before",
+        {
+            "day": pl.Date,
+            "account": pl.String,
+            "user": pl.String,
+            "gpu_seconds": pl.Float64,
+            "cost_usd": pl.Float64,
+        },
+    )
     month_days = pl.concat(
-        [
-            frames["month_before"].select(*cols).cast({"gpu_seconds": pl.Float64, "cost_usd": pl.Float64}),
-            d.select(*cols),
-        ],
+        [_month_rows(before).select(*cols).cast(floats), _month_rows(d).select(*cols).cast(floats)],
         how="vertical",
-    )
-    month_unallocated = pl.concat(
-        [
-            _frame(frames, "capacity_month_before", {"day": pl.Date, "unallocated_usd": pl.Float64}).select(
-                "day", pl.col("unallocated_usd").cast(pl.Float64)
-            ),
-            unallocated,
-        ],
+    ).cache()
+    pools_before = _frame(frames, "capacity_month_before", dict(POOL_COLUMNS))
+    month_pools = pl.concat(
+        [ensure_columns(pools_before, dict(POOL_COLUMNS)), ensure_columns(pools, dict(POOL_COLUMNS))],
         how="vertical",
+    ).cache()
+    prev_unallocated = _frame(frames, "prev_unallocated", UNALLOCATED_SCHEMA)
+    res_before = ensure_columns(
+        _frame(frames, "reservation_month_before", RESERVATION_SCHEMA), RESERVATION_SCHEMA
     )
+    month_res = pl.concat([res_before, res], how="vertical").cache()
+    invoices = monthly(month_days, frames["prev_monthly"], params, month_pools, month_res).cache()
     gpu_jobs = _frame(
         frames,
         "gpu_jobs",
@@ -742,9 +1147,14 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
         },
     )
     return {
-        "mart_cost_daily": d,
+        "mart_cost_daily": ensure_columns(d, DAILY_SCHEMA),
         "mart_capacity_daily": cap,
-        "mart_cost_monthly": monthly(month_days, frames["prev_monthly"], params, month_unallocated),
+        "mart_cost_monthly": invoices,
+        "mart_budget_monthly": budgets(invoices, params),
+        "mart_cost_unallocated_monthly": unallocated_monthly(
+            month_days, month_pools, prev_unallocated, frames["prev_monthly"], params, month_res
+        ),
+        "mart_cost_reservation_daily": res,
         "mart_usage_counters": counters(d, frames["daily_before"], frames["prev_counters"], params),
         "mart_cost_efficiency_daily": cost_efficiency(d, frames["jobs"], gpu_jobs, samples, params),
     }

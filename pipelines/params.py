@@ -6,7 +6,7 @@ lives in one place; a pipeline reads `params.drift.baseline_days`, never a fallb
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import date, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -19,6 +19,9 @@ class Billing:
     timezone: str
     currency: str
     idle_cost: str
+    charge_by: str
+    bill_down: bool
+    tres_billing_weights: dict[str, str]
     rates: dict[str, Any]
     close_after_days: int
     reissue_months: list[str]
@@ -111,6 +114,7 @@ class Params:
     drift: Drift
     fairshare: Fairshare
     health: Health
+    budgets: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def sql(self) -> dict[str, Any]:
         """The named parameters an INPUTS query may use."""
@@ -138,4 +142,5 @@ def from_config(cfg: Config, start: datetime, end: datetime, now: datetime, full
         start_date=start_local.date(),
         start_month=start_local.date().replace(day=1),
         **{name: section(cls, cfg.raw[name]) for name, cls in SECTIONS.items()},
+        budgets=dict(cfg.raw.get("budgets", {})),
     )

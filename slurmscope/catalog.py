@@ -336,6 +336,36 @@ CATALOG: tuple[Metric, ...] = (
         source="mart_cost_efficiency_daily (month of now, days <= today)",
         requires=("mart_cost_efficiency_daily",),
     ),
+    # ---- budgets (mart_budget_monthly, config `budgets`) -------------------------------------------------
+    Metric(
+        name="slurmscope_account_budget_usd",
+        type="gauge",
+        unit="usd",
+        help="Monthly budget of the account (config budgets.<account>.usd_per_month); absent without one.",
+        labels=("cluster", "account"),
+        source="mart_budget_monthly (month of now)",
+        requires=("mart_budget_monthly",),
+    ),
+    Metric(
+        name="slurmscope_account_budget_spent_ratio",
+        type="gauge",
+        unit="ratio",
+        help="Share of the account's monthly budget spent so far this billing month, per budget kind (usd or"
+        " gpu_hours); 1 = all of it.",
+        labels=("cluster", "account", "budget"),
+        source="mart_budget_monthly (month of now)",
+        requires=("mart_budget_monthly",),
+    ),
+    Metric(
+        name="slurmscope_account_budget_forecast_ratio",
+        type="gauge",
+        unit="ratio",
+        help="Month-end forecast (spent / elapsed share of the month) over the account's monthly budget, per"
+        " budget kind; absent in the month's first day.",
+        labels=("cluster", "account", "budget"),
+        source="mart_budget_monthly (month of now)",
+        requires=("mart_budget_monthly",),
+    ),
     # ---- occupancy and backfill (marts) ---------------------------------------------------------------
     Metric(
         name="slurmscope_occupancy_gpu_seconds_total",

@@ -258,6 +258,85 @@ class PriceBook:
         return out
 
 
+_WEIGHT = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_/:.-]*)\s*=\s*([0-9]*\.?[0-9]+)([KMGTP]?)\s*$", re.I)
+
+
+def parse_billing_weights(text: str) -> dict[str, float] | None:
+    """Slurm's TRESBillingWeights string (`CPU=0.25,Mem=0.25G,GRES/gpu=2.0`) as TRES name (lower case) ->
+    weight per unit; a Mem weight with a unit suffix is per that unit (slurm.conf(5)); None when malformed."""
+    out: dict[str, float] = {}
+    for item in text.split(","):
+        m = _WEIGHT.match(item)
+        if not m:
+            return None
+        name, value, unit = m.group(1).lower(), float(m.group(2)), m.group(3).upper()
+        if unit and name != "mem":
+            return None
+        out[name] = value
+    return out
+
+
+@dataclass(frozen=True)
+class BillingWeights:
+    """`billing.tres_billing_weights`: partition -> its TRESBillingWeights string as in slurm.conf.
+
+    charge_by = "billing_tres" turns a job's billing TRES into GPU-equivalents with the partition's GRES/gpu
+    weight, so each entry must weigh GPUs: an entry that does not would price every job of it at nothing.
+    """
+
+    default: dict[str, str]
+
+    def parse(self, value: Any, at: _At) -> dict[str, str]:
+        if not isinstance(value, Mapping):
+            raise at.error('a table of <partition> = "<TRESBillingWeights>"', value)
+        out: dict[str, str] = {}
+        for key, text in value.items():
+            where = at.child(key)
+            expected = (
+                "a TRESBillingWeights string naming GRES/gpu, such as 'CPU=0.25,Mem=0.25G,GRES/gpu=2.0'"
+            )
+            weights = parse_billing_weights(text) if isinstance(text, str) else None
+            if not weights or not any(k == "gres/gpu" or k.startswith("gres/gpu:") for k in weights):
+                raise where.error(expected, text)
+            if any(w <= 0 for k, w in weights.items() if k.startswith("gres/gpu")):
+                raise where.error(expected + " with a GPU weight > 0", text)
+            out[key] = text
+        return out
+
+
+BUDGET_FIELDS: dict[str, Num] = {
+    "usd_per_month": Num(0.0, positive=True),
+    "gpu_hours_per_month": Num(0.0, positive=True),
+}
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """`budgets`: account -> {usd_per_month, gpu_hours_per_month} (either or both, each > 0).
+
+    An account without an entry has no budget (no burn-down, no budget alert), never a budget of 0."""
+
+    default: dict[str, dict[str, float]]
+
+    def parse(self, value: Any, at: _At) -> dict[str, dict[str, float]]:
+        if not isinstance(value, Mapping):
+            raise at.error("a table of <account> = { usd_per_month = ..., gpu_hours_per_month = ... }", value)
+        out: dict[str, dict[str, float]] = {}
+        for account, entry in value.items():
+            where = at.child(account)
+            if not isinstance(entry, Mapping):
+                raise where.error("a table { usd_per_month = 5000 } or { gpu_hours_per_month = 2000 }", entry)
+            for key in entry:
+                if key not in BUDGET_FIELDS:
+                    raise where.unknown(key, BUDGET_FIELDS)
+            if not entry:
+                raise ConfigError(
+                    f"{at.source}: key '{where.key}' needs usd_per_month or gpu_hours_per_month"
+                )
+            out[account] = {k: float(BUDGET_FIELDS[k].parse(v, where.child(k))) for k, v in entry.items()}
+        return out
+
+
 @dataclass(frozen=True)
 class XidActions:
     """`health.xid_actions`: XID code -> action, replacing NVIDIA's resolution for that code (slurmscope.xid).
@@ -419,6 +498,9 @@ SCHEMA = Table(
                 "timezone": ZONE,
                 "currency": Str("usd", check=bool, what="a currency code"),
                 "idle_cost": Str("separate", choices=("separate", "spread")),
+                "charge_by": Str("gpu", choices=("gpu", "billing_tres")),
+                "bill_down": Bool(False),
+                "tres_billing_weights": BillingWeights({}),
                 "rates": PriceBook({"default": 2.0}),
                 "close_after_days": Num(5),
                 "reissue_months": List([], Str("", check=_is_month, what="a month 'YYYY-MM'")),
@@ -457,6 +539,7 @@ SCHEMA = Table(
             }
         ),
         "report": Table({"pseudonymise_users": Bool(False)}),
+        "budgets": Budgets({}),
         "grafana": Table({"provisioning_dir": Str("")}),  # read by `doctor` only (docs/dashboards.md)
         "lake": Table(  # `serve`'s scheduled `export` (slurmscope/lake.py, docs/lake.md); off while export_dir is ''
             {

@@ -79,6 +79,8 @@ class ReportData:
     sampled_allocated_gpu_hours: float | None = None
     version: int | None = None
     spread_cost_usd: Decimal = Decimal(0)  # unallocated capacity in the charges (billing.idle_cost = spread)
+    unallocated_cost_usd: Decimal | None = None  # capacity dollars charged to nobody (the unallocated line)
+    powered_down_gpu_hours: float | None = None  # powered-off GPUs, outside capacity
     frozen: bool | None = None
 
     @property
@@ -197,6 +199,19 @@ def collect_data(con: duckdb.DuckDBPyConnection, cluster: str, month: date) -> R
         (a for a in by_acct.values() if a["gpu_hours"] or a["cost_usd"]),
         key=lambda a: (-a["cost_usd"], a["account"]),
     )
+    if _has_table(con, "mart_cost_unallocated_monthly"):
+        line = con.execute(
+            "SELECT sum(idle_cost_usd + down_cost_usd + reserved_cost_usd), count(*)"
+            " FROM mart_cost_unallocated_monthly WHERE cluster = ? AND month = ?",
+            [cluster, month],
+        ).fetchone()
+        d.unallocated_cost_usd = Decimal(line[0]) if line[1] else None
+        off = con.execute(
+            "SELECT sum(powered_down_gpu_seconds) / 3600 FROM mart_capacity_daily"
+            " WHERE cluster = ? AND day >= ? AND day < ?",
+            [cluster, month, nxt],
+        ).fetchone()[0]
+        d.powered_down_gpu_hours = float(off) if off else None
     d.capacity = _rows(
         con,
         """
@@ -632,6 +647,16 @@ def render_html(d: ReportData, users_out: list[dict]) -> str:
                 ["GPU-hours reserved", _fmt(t["reserved_gpu_hours"])],
                 ["Capacity cost (USD)", _fmt(t["capacity_cost_usd"])],
                 ["Charged to accounts (USD)", _fmt(t["charged_cost_usd"])],
+                *(
+                    [["Unallocated, charged to nobody (USD)", _fmt(d.unallocated_cost_usd)]]
+                    if d.unallocated_cost_usd is not None
+                    else []
+                ),
+                *(
+                    [["GPU-hours powered off (not capacity)", _fmt(d.powered_down_gpu_hours)]]
+                    if d.powered_down_gpu_hours
+                    else []
+                ),
                 *(
                     [["of which unallocated capacity spread over accounts (USD)", _fmt(d.spread_cost_usd)]]
                     if d.spread_cost_usd

@@ -242,6 +242,13 @@ maintenance, usable only by whom it names (down wins over reserved)."""
 NODE_GPUS_RESERVED_FLAGS = ("RESERVED", "MAINT")
 """Flag substrings with the same effect (MAINT covers MAINTENANCE)."""
 
+NODE_GPUS_POWERED_DOWN_FLAGS = ("POWERED_DOWN", "POWERING_DOWN")
+"""Flags of a node that power saving has switched off or is switching off (sinfo `~` and `%`; a CLOUD node
+in this state is not even provisioned): its free GPUs are not idle capacity anyone could be billed for, so
+the cost split takes them out of capacity (down and reserved win over it: those need an operator). Not
+POWER_DOWN (`!`, still on until its jobs end) nor POWERING_UP (`#`, booting for a job). The backfill holes
+still count them, since Slurm powers such a node up to start a job (https://slurm.schedmd.com/power_save.html)."""
+
 # Health verdict (mart_node_health): down beats drain beats unavailable. Flags are matched as whole words
 # of the '+'-joined flags, so POWERED_DOWN is not DOWN.
 

@@ -67,7 +67,8 @@ EXPECTED_FIRING = EXPECTED_ALERTS - {
 }
 QUIET_ALERTS = {
     "SlurmControllerUnreachable",
-    "SlurmCostBurnAboveBudget",
+    "SlurmAccountBudgetSpent",
+    "SlurmAccountBudgetForecastOver",
     "SlurmscopeMetricsStale",
     "SlurmTrendDrift",
 }
@@ -326,7 +327,7 @@ def build_marts(con: duckdb.DuckDBPyConnection) -> None:
         """
         INSERT INTO mart_capacity_daily
         SELECT $cluster, CAST(d AS DATE), 'gpu', 'h100', 32 * 86400, 13 * 86400, 11 * 86400, 8 * 86400, 0,
-               1536, 624, 528, 384, 0
+               1536, 624, 528, 384, 0, 0
         FROM generate_series($start, $end, INTERVAL 1 DAY) g(d)
     """,
     )

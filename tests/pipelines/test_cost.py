@@ -178,6 +178,7 @@ def test_daily_failed_requeued_running_and_partition_rate():
                 4.0,
                 0.0,
                 0.0,
+                10800.0,
             ),
             # 4 GPU-h x $1 per day, all accrued by a running attempt (last column: spread, 0 when "separate")
             (
@@ -195,6 +196,7 @@ def test_daily_failed_requeued_running_and_partition_rate():
                 0.0,
                 14400.0,
                 0.0,
+                14400.0,
             ),
             (
                 date(2026, 2, 2),
@@ -211,6 +213,7 @@ def test_daily_failed_requeued_running_and_partition_rate():
                 0.0,
                 14400.0,
                 0.0,
+                14400.0,
             ),
         ],
         schema=cost.DAILY_SCHEMA,
@@ -623,7 +626,9 @@ def test_spread_of_a_day_nobody_used_goes_by_the_months_usage(con):
     t0 = three_users_one_hour(con)
     # 4 Feb: n1 DOWN for an hour, no job: $2 of down capacity with nobody to charge that day.
     insert_node(con, t0 + timedelta(days=1), "DOWN", 0)
-    cfg = load_config(env={}).with_overrides(billing={"rates": {"h100": 1.0}, "idle_cost": "spread"})
+    cfg = load_config(env={}).with_overrides(
+        billing={"rates": {"h100": 1.0}, "idle_cost": "spread", "bill_down": True}
+    )
     run_pipelines(con, cfg, now=t0 + timedelta(days=1, hours=1), only=["cost"])
     # Unallocated $1 (3 Feb, by that day's usage) + $2 (4 Feb, by the month's: thirds) = $1 each; usage as above.
     assert invoice(con) == [

@@ -44,7 +44,7 @@ def _seed(db: Path) -> None:
     for day in (date(2026, 11, 1), date(2026, 11, 2)):
         con.execute(
             "INSERT INTO mart_capacity_daily VALUES ('c1', ?, 'gpu', 'h100', 691200, 400000, 200000, "
-            "51200, 40000, 1536.00, 888.89, 444.44, 113.78, 88.89)",
+            "51200, 40000, 1536.00, 888.89, 444.44, 113.78, 88.89, 0)",
             [day],
         )
         for acct, secs in (("pretraining", 300000.0), ("vision", 100000.0)):
