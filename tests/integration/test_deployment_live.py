@@ -214,8 +214,8 @@ def deploy(slurmbed, tmp: Path, *, tls: bool) -> Deployment:
             web["basic_auth_users"] = hashes
             etc = Path(config["exporter"]["web_config_file"]).parent
             (etc / "web-config.yml").write_text(yaml.safe_dump(web))
-            for f in (crt, key):
-                shutil.copy(f, etc / web["tls_server_config"][f.suffix[1:] + "_file"])
+            for field, f in (("cert_file", crt), ("key_file", key)):
+                shutil.copy(f, etc / web["tls_server_config"][field])
             shutil.copy(crt, config["nvml"]["agent_ca_file"])
             Path(config["nvml"]["agent_password_file"]).write_text(
                 passwords[config["nvml"]["agent_username"]]
@@ -311,8 +311,11 @@ def stop(d: Deployment) -> dict[str, int | None]:
     return codes
 
 
-def _targets_up(d: Deployment) -> tuple[bool, list]:
-    active = _api(d, "targets")["activeTargets"]
+def _targets_up(d: Deployment) -> tuple[bool, list | str]:
+    try:
+        active = _api(d, "targets")["activeTargets"]
+    except OSError as exc:  # Prometheus still starting
+        return False, str(exc)
     ok = len(active) == 3 and all(t["health"] == "up" for t in active)
     return ok, active if ok else [(t["scrapeUrl"], t["health"], t["lastError"]) for t in active]
 
