@@ -19,6 +19,7 @@ from pathlib import Path
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from slurmscope.collectors.collect import collect_with
@@ -112,12 +113,10 @@ class Service:
             self.dirty = True
             log.exception("pipelines failed")
 
-    def run_monthly_report(self) -> None:
+    def run_monthly_report(self, month: str | None = None) -> None:
         from slurmscope.report import build_report
 
-        now = self.clock()
-        year, month = (now.year, now.month - 1) if now.month > 1 else (now.year - 1, 12)
-        label = f"{year:04d}-{month:02d}"
+        label = month or _month_before(self.clock())
         try:
             self.with_db(
                 lambda con: build_report(
@@ -127,6 +126,31 @@ class Service:
             )
         except Exception:
             log.exception("monthly report %s failed", label)
+
+    def missed_report_month(self) -> str | None:
+        """The month whose report fell due while serve was not running, or None.
+
+        The job store is in memory, so a 04:00-on-the-1st run missed by a stopped serve is not remembered;
+        instead the latest due report is made at start when it is not on disk and the database was already
+        collecting before it fell due (a fresh installation has no month to report). Within the misfire
+        grace the cron job runs it itself. Only the latest month: older gaps are an operator's call.
+        """
+        now = self.clock()
+        due = now.replace(day=1, hour=REPORT_HOUR, minute=0, second=0, microsecond=0)
+        if now < due:
+            due = _first_of_month_before(due)
+        if (now - due).total_seconds() <= MISFIRE_GRACE_SECONDS:
+            return None
+        label = _month_before(due)
+        if (self.report_dir / label / "report.html").exists():
+            return None
+        if self.db_path == ":memory:" or not Path(self.db_path).exists():
+            return None
+        first = self.with_db(
+            lambda con: con.execute("SELECT min(started_at) FROM collector_runs").fetchone()[0],
+            read_only=True,
+        )
+        return label if first is not None and first < due else None
 
     def run_export(self) -> None:
         from slurmscope.lake import export
@@ -149,6 +173,18 @@ class Service:
         from slurmscope.exporter import render
 
         self.metrics = render(con, self.config, self.clock())
+
+
+REPORT_HOUR = 4
+
+
+def _first_of_month_before(t: datetime) -> datetime:
+    return t.replace(year=t.year - 1, month=12) if t.month == 1 else t.replace(month=t.month - 1)
+
+
+def _month_before(t: datetime) -> str:
+    before = _first_of_month_before(t.replace(day=1))
+    return f"{before.year:04d}-{before.month:02d}"
 
 
 def build_scheduler(service: Service, intervals: dict[str, int] | None = None) -> BackgroundScheduler:
@@ -189,10 +225,24 @@ def build_scheduler(service: Service, intervals: dict[str, int] | None = None) -
     )
     sched.add_job(
         service.run_monthly_report,
-        CronTrigger(day=1, hour=4, timezone=timezone.utc),
+        CronTrigger(day=1, hour=REPORT_HOUR, timezone=timezone.utc),
         id="report-monthly",
         name="monthly report",
     )
+    try:
+        missed = service.missed_report_month()
+    except Exception:
+        log.exception("cannot tell whether a monthly report was missed")
+        missed = None
+    if missed:
+        log.warning("monthly report %s was missed while serve was not running: making it now", missed)
+        sched.add_job(
+            service.run_monthly_report,
+            DateTrigger(run_date=service.clock(), timezone=timezone.utc),
+            args=[missed],
+            id="report-catch-up",
+            name=f"missed monthly report {missed}",
+        )
     if service.config.get("lake", "export_dir"):
         sched.add_job(
             service.run_export,

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from datetime import timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -219,3 +219,61 @@ def test_a_hanging_nvml_agent_does_not_hold_the_write_lock(tmp_path):
     finally:
         con.close()
     assert status == "timeout" and "timed out" in error
+
+
+def _store(path: Path, first_run: str) -> None:
+    """A database whose first collector run started at `first_run` (UTC)."""
+    from slurmscope.db import connect
+
+    con = connect(path)
+    con.execute(
+        "INSERT INTO collector_runs (cluster, collector, started_at, status) VALUES ('t', 'sacct', ?, 'ok')",
+        [datetime.fromisoformat(first_run).replace(tzinfo=timezone.utc)],
+    )
+    con.close()
+
+
+def _at(iso: str):
+    t = datetime.fromisoformat(iso).replace(tzinfo=timezone.utc)
+    return lambda: t
+
+
+@pytest.mark.parametrize(
+    ("first_run", "now", "missed"),
+    [
+        ("2026-10-20T00:00", "2026-11-03T10:00", "2026-10"),  # down over 1 Nov 04:00: October is made
+        ("2026-09-15T00:00", "2026-11-01T03:00", "2026-09"),  # November's not due yet; October's run, 1 Oct
+        ("2026-11-02T00:00", "2026-11-03T10:00", None),  # installed after it fell due: nothing to report
+        ("2026-10-20T00:00", "2026-11-01T04:00:20", None),  # within the misfire grace the cron runs it
+        ("2026-12-20T00:00", "2027-01-05T00:00", "2026-12"),  # across the year
+    ],
+)
+def test_missed_monthly_report_is_the_latest_due_one_collected_for(tmp_path, first_run, now, missed):
+    _store(tmp_path / "db.duckdb", first_run)
+    service = Service(load_config(env={}), str(tmp_path / "db.duckdb"), clock=_at(now), report_dir=tmp_path)
+    assert service.missed_report_month() == missed
+
+
+def test_missed_monthly_report_is_made_at_start_and_not_again(demo_run, tmp_path):
+    """The demo's November, with serve collecting since 20 November and down over 1 December 04:00."""
+    import shutil
+
+    db = tmp_path / "db.duckdb"
+    shutil.copyfile(demo_run.db_path, db)
+    _store(db, "2026-11-20T00:00")
+    cfg = load_config(env={}).with_overrides(cluster={"name": "simcluster"})
+    reports = tmp_path / "reports"
+    service = Service(cfg, str(db), clock=_at("2026-12-05T10:00"), report_dir=reports)
+    sched = build_scheduler(service, {"sacct": 300})
+    job = sched.get_job("report-catch-up")
+    assert job is not None and job.args == ("2026-11",)
+    job.func(*job.args)
+    assert (reports / "2026-11" / "report.html").is_file()
+    assert service.missed_report_month() is None
+    assert build_scheduler(service, {"sacct": 300}).get_job("report-catch-up") is None
+
+
+def test_no_catch_up_without_a_database(tmp_path):
+    service = Service(load_config(env={}), str(tmp_path / "none.duckdb"), clock=_at("2026-11-03T10:00"))
+    assert service.missed_report_month() is None
+    assert not (tmp_path / "none.duckdb").exists()
