@@ -3,8 +3,12 @@
 Recording rules are named level:metric:operations (the level is the labels kept besides `cluster`, which is
 always kept so that one Prometheus can watch several clusters). The node agents serve some slurmscope_gpu_*
 names live (`source="agent"`) that the central exporter also serves from the ingested spool
-(`source="central"`), both with `cluster`: every rule on a slurmscope_gpu_* family selects source="central"
-(the series with history, present whether or not Prometheus scrapes the agents), so the two are never added.
+(`source="central"`), both with `cluster`. The one rule (docs/architecture.md, "Agent and central GPU
+series"): every selector of a slurmscope_gpu_* family names exactly one source, so the two are never added.
+The real-time GPU alerts (group slurmscope.gpu-realtime, evaluated every 15 s like the agents' scrape) read
+`source="agent"`; the central GPU alerts read `source="central"` and, where a real-time alert covers the same
+fault, stay quiet for nodes whose agent Prometheus scrapes (`unless on (cluster, node) agent_nvml_up == 1`),
+so one fault pages once: live when the agent is scraped, from the spool when it is not.
 Alerts carry a severity label, a static summary, a description templated with the labels and value, and a
 runbook_url: docs/runbooks/<AlertName>.md under an absolute base (config alerts.runbook_base_url), because
 Alertmanager and chat tools show the link out of context. Dashboards read the recording rules where one exists.
@@ -49,6 +53,16 @@ def _new_or_increased(metric: str, window: str, by: str) -> str:
     )
 
 
+def _unless_agent_scraped(expr: str) -> str:
+    """A central alert that a real-time alert duplicates: quiet on nodes whose agent Prometheus scrapes now.
+
+    The agent's copy of a fault reaches Prometheus minutes before the spool's; a node whose agent is not
+    scraped (no Prometheus access to the nodes, or the agent down for longer than the 5-min staleness) is
+    covered by the central alert alone.
+    """
+    return f"({expr}) unless on (cluster, node) (slurmscope_agent_nvml_up == 1)"
+
+
 XID_RE = "|".join(str(x) for x in t.CRITICAL_XIDS)
 FAILED_STATES_RE = "|".join(JOB_FAILED_STATES)
 
@@ -89,6 +103,10 @@ RECORDING: tuple[Recording, ...] = (
     Recording(
         "cluster:slurmscope_gpu_utilization_ratio:avg",
         'avg by (cluster) (slurmscope_gpu_utilization_ratio{source="central"})',
+    ),
+    Recording(
+        "cluster:slurmscope_gpu_power_watts:sum",
+        'sum by (cluster) (slurmscope_gpu_power_watts{source="agent"})',
     ),
     Recording(
         "partition:slurmscope_job_wait_seconds_p90:max",
@@ -164,10 +182,12 @@ ALERTS: tuple[Alert, ...] = (
     # ---- GPU health ----
     Alert(
         "GpuXidCritical",
-        _new_or_increased(
-            f'slurmscope_gpu_xid_events_total{{source="central", xid=~"{XID_RE}"}}',
-            t.EVENT_WINDOW,
-            "cluster, node, xid",
+        _unless_agent_scraped(
+            _new_or_increased(
+                f'slurmscope_gpu_xid_events_total{{source="central", xid=~"{XID_RE}"}}',
+                t.EVENT_WINDOW,
+                "cluster, node, xid",
+            )
         ),
         t.EVENT_FOR,
         "critical",
@@ -202,8 +222,10 @@ ALERTS: tuple[Alert, ...] = (
     ),
     Alert(
         "GpuFallenOffBus",
-        _new_or_increased(
-            'slurmscope_gpu_lost_events_total{source="central"}', t.EVENT_WINDOW, "cluster, node"
+        _unless_agent_scraped(
+            _new_or_increased(
+                'slurmscope_gpu_lost_events_total{source="central"}', t.EVENT_WINDOW, "cluster, node"
+            )
         ),
         t.EVENT_FOR,
         "critical",
@@ -231,6 +253,31 @@ ALERTS: tuple[Alert, ...] = (
         "Node {{ $labels.node }} of cluster {{ $labels.cluster }}: NVML sees {{ $value }} GPU(s), fewer than its "
         "GRES configuration.",
         "gpu",
+    ),
+    # ---- GPU health, real time: the node agents' own series (scraped every 15 s) ----
+    Alert(
+        "GpuXidCriticalLive",
+        _new_or_increased(
+            f'slurmscope_gpu_xid_errors_total{{source="agent", xid=~"{XID_RE}"}}',
+            t.EVENT_WINDOW,
+            "cluster, node, xid",
+        ),
+        t.REALTIME_EVENT_FOR,
+        "critical",
+        "A GPU reported a critical XID error (live, from the node agent).",
+        "Node {{ $labels.node }} of cluster {{ $labels.cluster }} reported XID {{ $labels.xid }} "
+        f"{{{{ $value }}}} time(s) in the last {t.EVENT_WINDOW}.",
+        "gpu-realtime",
+    ),
+    Alert(
+        "GpuFallenOffBusLive",
+        'max by (cluster, node, gpu) (slurmscope_gpu_lost{source="agent"}) == 1',
+        t.REALTIME_EVENT_FOR,
+        "critical",
+        "A GPU fell off the bus (live, from the node agent).",
+        "GPU {{ $labels.gpu }} on node {{ $labels.node }} of cluster {{ $labels.cluster }} no longer answers "
+        "NVML (GPU is lost).",
+        "gpu-realtime",
     ),
     # ---- jobs ----
     Alert(
@@ -461,6 +508,12 @@ ALERTS: tuple[Alert, ...] = (
 )
 
 
+# The real-time group is evaluated as often as Prometheus scrapes the agents (docs/deployment.md): a
+# 1-minute group would add up to a minute to the 60-s budget from XID to firing (docs/nvml.md).
+REALTIME_GROUP = "gpu-realtime"
+REALTIME_INTERVAL = "15s"
+
+
 def rule_groups(runbook_base: str) -> dict:
     """The rule file as a mapping (Prometheus rule-file format); runbook URLs are runbook_base + <name>.md."""
     groups = [
@@ -478,7 +531,7 @@ def rule_groups(runbook_base: str) -> dict:
         groups.append(
             {
                 "name": f"slurmscope.{g}",
-                "interval": "1m",
+                "interval": REALTIME_INTERVAL if g == REALTIME_GROUP else "1m",
                 "rules": [
                     {
                         "alert": a.name,
