@@ -262,7 +262,7 @@ ALERTS: tuple[Alert, ...] = (
             t.EVENT_WINDOW,
             "cluster, node, xid",
         ),
-        t.REALTIME_EVENT_FOR,
+        t.EVENT_FOR,
         "critical",
         "A GPU reported a critical XID error (live, from the node agent).",
         "Node {{ $labels.node }} of cluster {{ $labels.cluster }} reported XID {{ $labels.xid }} "
@@ -272,7 +272,7 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "GpuFallenOffBusLive",
         'max by (cluster, node, gpu) (slurmscope_gpu_lost{source="agent"}) == 1',
-        t.REALTIME_EVENT_FOR,
+        t.EVENT_FOR,
         "critical",
         "A GPU fell off the bus (live, from the node agent).",
         "GPU {{ $labels.gpu }} on node {{ $labels.node }} of cluster {{ $labels.cluster }} no longer answers "
@@ -508,10 +508,12 @@ ALERTS: tuple[Alert, ...] = (
 )
 
 
-# The real-time group is evaluated as often as Prometheus scrapes the agents (docs/deployment.md): a
-# 1-minute group would add up to a minute to the 60-s budget from XID to firing (docs/nvml.md).
+# The GPU groups are evaluated as often as Prometheus scrapes the agents (docs/deployment.md): a 1-minute
+# group would add up to a minute to the budgets from XID to firing, 60 s live and 3 min through the
+# central store (docs/nvml.md). The other groups read series that change once a minute or slower.
 REALTIME_GROUP = "gpu-realtime"
 REALTIME_INTERVAL = "15s"
+GROUP_INTERVALS = {REALTIME_GROUP: REALTIME_INTERVAL, "gpu": REALTIME_INTERVAL}
 
 
 def rule_groups(runbook_base: str) -> dict:
@@ -531,7 +533,7 @@ def rule_groups(runbook_base: str) -> dict:
         groups.append(
             {
                 "name": f"slurmscope.{g}",
-                "interval": REALTIME_INTERVAL if g == REALTIME_GROUP else "1m",
+                "interval": GROUP_INTERVALS.get(g, "1m"),
                 "rules": [
                     {
                         "alert": a.name,

@@ -34,6 +34,8 @@ class Collector:
     a successful run. `spool`: the module loads whole NVML spool files with its own loader (fetch, load,
     acknowledge) instead of `parse` and base.load. `data_exit_codes`: non-zero exits whose output is still
     the measurement. `lookback_setting`: the [collect] key whose seconds bound each live run's window.
+    `phase_seconds`: serve runs it this many seconds after each epoch-aligned interval boundary rather
+    than whenever it started (None: from its start).
     """
 
     kind: str
@@ -45,6 +47,7 @@ class Collector:
     spool: bool = False
     data_exit_codes: frozenset[int] = frozenset()
     lookback_setting: str | None = None
+    phase_seconds: int | None = None
 
 
 # Node and queue state move fast (1 min), accounting comes in 5-minute windows, the controller's settings
@@ -62,7 +65,10 @@ COLLECTORS: tuple[Collector, ...] = (
     Collector("reservations", reservations, 300),
     Collector("events", events, 300, feeds_pipelines=True, lookback_setting="events_lookback_seconds"),
     Collector("sacct", sacct, 300, feeds_pipelines=True),
-    Collector("nvml", nvml, 60, feeds_pipelines=True, spool=True),
+    # The agents close a spool segment on each minute (epoch-aligned) at their first sampling round after
+    # it (10 s by default): pulling 20 s past the minute takes each segment the minute it closes, so the
+    # central store is at most 80 s behind instead of 2 minutes (docs/nvml.md, latency budget).
+    Collector("nvml", nvml, 60, feeds_pipelines=True, spool=True, phase_seconds=20),
 )
 
 
