@@ -30,13 +30,11 @@ from slurmscope.agent.kmsg import KmsgReader, parse_xid, read_boot_id, read_boot
 from slurmscope.agent.sampling import SLOW_FIELDS, THROTTLE_MASK, Device, MinuteAggregator, Reading
 from slurmscope.agent.spool import SpoolJournal, prune_acked
 
-from slurmscope.spool import iso
+from slurmscope import xid as xids
+from slurmscope.spool import CLOCK_EVENT_CAUSES, iso
 
 log = logging.getLogger(__name__)
 
-# XIDs after which the GPU needs attention (NVIDIA XID catalogue: DBE, row-remap failure, NVLink,
-# fallen off the bus, ECC rate, contained/uncontained errors, GSP timeouts/errors).
-CRITICAL_XIDS = frozenset({48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 121, 140})
 XID_DEDUP_SECONDS = 10.0
 
 
@@ -64,10 +62,17 @@ class Agent:
         clock: Callable[[], float] = time.time,
         flush_seconds: float = 60.0,
         rotate_seconds: float = 60.0,
+        xid_actions: dict[int, str] | None = None,
+        xid_window_seconds: float = 3600.0,
     ) -> None:
+        """`xid_actions` and `xid_window_seconds` are config health.xid_actions and health.event_window_seconds:
+        an XID whose action is failing (NVIDIA's catalogue, slurmscope/xid.py) makes the GPU unhealthy for
+        that long, as it makes the central verdict failing, so /metrics and the verdict agree."""
         if interval < 1:
             raise ValueError("interval must be >= 1 second")
         self.nvml, self.node, self.cluster = nvml, node, cluster
+        self.xid_actions = {int(k): v for k, v in (xid_actions or {}).items()}
+        self.xid_window = float(xid_window_seconds)
         self.spool_dir, self.mapping_dir = Path(spool_dir), mapping_dir
         self.interval, self.slow_interval = float(interval), float(slow_interval)
         self.proc_root = proc_root
@@ -310,8 +315,24 @@ class Agent:
         self._event(now, dev, "xid", xid=xid, source=source, detail=detail, bus=bus)
         if dev is not None:
             dev.xids[xid] = dev.xids.get(xid, 0) + 1
-            if xid in CRITICAL_XIDS:
-                self._unhealthy(dev, now, f"xid {xid}", source)
+            if xid == 79:  # fallen off the bus: a state, held as a lost GPU is
+                self._unhealthy(dev, now, "xid 79", source)
+            elif xids.verdict_of(xid, self.xid_actions) == "failing":
+                was = self.healthy(dev, now)
+                dev.failing_xid = (xid, now)
+                if was:
+                    detail = f"unhealthy: xid {xid} ({self.xid_action(xid)})"
+                    self._event(now, dev, "health", source=source, detail=detail)
+
+    def xid_action(self, code: int) -> str:
+        return str(xids.action_of(code, self.xid_actions))
+
+    def healthy(self, dev: Device, now: float) -> bool:
+        """False while the GPU is lost or its row remapping failed (states), or for the event window after an
+        XID whose action is failing (reset_gpu, reboot_node, contact_support), as the verdict judges it."""
+        if not dev.healthy:
+            return False
+        return dev.failing_xid is None or now - dev.failing_xid[1] >= self.xid_window
 
     # -- sampling -----------------------------------------------------------------------------------
     def _sample(self, dev: Device, now: float, slow: bool) -> Reading:
@@ -529,8 +550,13 @@ class Agent:
                     if getattr(r, key) is None:
                         setattr(r, key, getattr(dev.last, key))
             dev.last = r
-            if r.reasons is not None and r.reasons & THROTTLE_MASK:
-                dev.throttle_seconds_total += self.interval
+            if r.reasons is not None:
+                if r.reasons & THROTTLE_MASK:
+                    dev.throttle_seconds_total += self.interval
+                for cause, bit in CLOCK_EVENT_CAUSES.items():
+                    if r.reasons & bit:
+                        total = dev.clock_event_seconds_total
+                        total[cause] = total.get(cause, 0.0) + self.interval
         if self.initialized:
             active, finished = self._mappings()
             procs = self._processes() if slow else None
@@ -695,11 +721,12 @@ class Agent:
                 {
                     "labels": {"node": self.node, "gpu": str(d.index), "uuid": d.uuid, "model": d.name or ""},
                     "reading": None if (r is None or d.lost) else r,
-                    "healthy": d.healthy,
+                    "healthy": self.healthy(d, now),
                     "lost": d.lost,
                     "xids": dict(d.xids),
                     "mig": bool(d.mig_mode),
                     "throttle_total": d.throttle_seconds_total,
+                    "clock_events": dict(d.clock_event_seconds_total),
                     "driver": self.driver_version or "",
                     "cuda": self.cuda_version or "",
                 }
@@ -791,6 +818,8 @@ def run_agent(
         kmsg=kmsg,
         flush_seconds=flush_seconds,
         rotate_seconds=float(cfg.get("nvml", "spool_rotate_seconds")),
+        xid_actions=cfg.get("health", "xid_actions"),
+        xid_window_seconds=float(cfg.get("health", "event_window_seconds")),
     )
     try:
         recovered = agent.recover()

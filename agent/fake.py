@@ -415,6 +415,9 @@ class FakeGpu:
     unknown_error: set[str] = field(default_factory=set)
     lost_at: float | None = None  # fake-clock time the GPU falls off the bus
     xid_events: list[tuple[float, int]] = field(default_factory=list)  # (time, xid)
+    # (from, until, mask): the clock-event reasons NVML reports in [from, until), e.g. 0x4 at the power cap,
+    # 0x8 in HW slowdown; outside every interval the profile's (or `values`') reasons
+    clock_events: list[tuple[float, float, int]] = field(default_factory=list)
     processes: list[FakeProcess] = field(default_factory=list)
     values: dict[str, Any] = field(default_factory=dict)  # util_gpu, util_mem, power_mw, memory_used_bytes...
     energy_mj: float = 0.0
@@ -686,6 +689,10 @@ class FakeNVML:
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: FakeHandle) -> int:  # noqa: N802
         val = handle.gpu.value("clock_event_reasons")
+        now = self.clock()
+        for since, until, mask in handle.gpu.clock_events:
+            if since <= now < until:
+                val = mask
         self._gate(handle, "clock_event_reasons", val)
         return int(val)
 
@@ -838,6 +845,7 @@ def fake_from_spec(
 
     {"gpus": [{"model": "h100", "state": "idle", "count": 8, "not_supported": ["ecc"],
                "lost_at": 120.0, "xid_events": [[30.0, 79]], "processes": [{"pid": 4242}],
+               "clock_events": [[0.0, 600.0, 4], [300.0, 480.0, 12]],
                "values": {"util_gpu": 35}}],
      "start": 0.0}
     Times in the spec are seconds after `start` (default: the clock at build time).
@@ -857,6 +865,9 @@ def fake_from_spec(
                 unknown_error=set(entry.get("unknown_error", ())),
                 lost_at=None if entry.get("lost_at") is None else start + float(entry["lost_at"]),
                 xid_events=[(start + float(t), int(x)) for t, x in entry.get("xid_events", ())],
+                clock_events=[
+                    (start + float(a), start + float(b), int(m)) for a, b, m in entry.get("clock_events", ())
+                ],
                 processes=[FakeProcess(**p) for p in entry.get("processes", ())],
                 values=dict(entry.get("values", {})),
             )

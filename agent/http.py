@@ -14,6 +14,8 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from slurmscope.agent.spool import ack_file, count_spool, list_spool
 
+from slurmscope.spool import CLOCK_EVENT_CAUSES
+
 if TYPE_CHECKING:
     from slurmscope.agent.agent import Agent
 
@@ -89,16 +91,27 @@ def metric_families(agent: Agent) -> list[Any]:
         g("slurmscope_gpu_info", "GPU identity; value 1.", ("driver_version", "cuda_version")).add_metric(
             labels + [d["driver"], d["cuda"]], 1
         )
-        g("slurmscope_gpu_healthy", "0 after a critical XID, a lost GPU or a failed row remap.").add_metric(
-            labels, 1 if d["healthy"] else 0
-        )
+        g(
+            "slurmscope_gpu_healthy",
+            "0 while lost or after a failed row remap, or within health.event_window_seconds of an XID whose"
+            " action (NVIDIA's XID catalogue) is reset_gpu, reboot_node or contact_support.",
+        ).add_metric(labels, 1 if d["healthy"] else 0)
         g("slurmscope_gpu_lost", "1 while NVML reports the GPU lost.").add_metric(
             labels, 1 if d["lost"] else 0
         )
         g("slurmscope_gpu_mig_enabled", "1 when MIG mode is on.").add_metric(labels, 1 if d["mig"] else 0)
         c(
-            "slurmscope_gpu_throttle_seconds", "Seconds with a power/thermal clock-event reason active."
+            "slurmscope_gpu_throttle_seconds",
+            "Seconds with a hardware clock-event reason active (HW slowdown, HW thermal, HW power brake).",
         ).add_metric(labels, d["throttle_total"])
+        cf = c(
+            "slurmscope_gpu_clock_event_seconds",
+            "Seconds each clock-event reason was active, by cause; sw_power_cap is a GPU at its power limit.",
+            ("reason",),
+        )
+        read = d["clock_events"] or (d["reading"] is not None and d["reading"].reasons is not None)
+        for cause in CLOCK_EVENT_CAUSES if read else ():  # never read (NotSupported): absent, not 0
+            cf.add_metric(labels + [cause], d["clock_events"].get(cause, 0.0))
         xf = c("slurmscope_gpu_xid_errors", "XID errors seen by this agent since it started.", ("xid",))
         for xid, n in sorted(d["xids"].items()):
             xf.add_metric(labels + [str(xid)], n)

@@ -10,11 +10,10 @@ from typing import Any
 
 from slurmscope.agent.attribution import GpuRef
 
-from slurmscope.spool import iso
+from slurmscope.spool import CLOCK_EVENT_CAUSES, HW_THROTTLE_MASK, iso
 
-# Clock-event reasons that mean "the GPU is held back", as opposed to idle (0x1) or an operator's
-# application-clock setting (0x2) or display clocks (0x100).
-THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80  # sw power cap, hw slowdown, sw/hw thermal, power brake
+THROTTLE_MASK = HW_THROTTLE_MASK
+"""Throttled = a hardware clock-event cause (slurmscope/spool.py cites NVML); a GPU at its power cap is not."""
 
 
 @dataclass
@@ -95,6 +94,7 @@ class MinuteAggregator:
         self.maxes: dict[str, float] = {}
         self.deltas: dict[str, int] = {}
         self.throttle_seconds = 0.0
+        self.cause_seconds = dict.fromkeys(CLOCK_EVENT_CAUSES, 0.0)
         self.reasons_or: int | None = None
         self.errors = 0
         self.slow: dict[str, Any] = {}
@@ -134,6 +134,9 @@ class MinuteAggregator:
             self.reasons_or = (self.reasons_or or 0) | r.reasons
             if r.reasons & THROTTLE_MASK:
                 self.throttle_seconds += dt
+            for cause, bit in CLOCK_EVENT_CAUSES.items():
+                if r.reasons & bit:
+                    self.cause_seconds[cause] += dt
         for key in COUNTERS:
             v = getattr(r, key)
             if v is None:
@@ -184,6 +187,10 @@ class MinuteAggregator:
             "mem_clock_mean_mhz": mean("mem_clock"),
             "throttle_seconds": None if self.reasons_or is None else round(self.throttle_seconds, 3),
             "throttle_reasons": self.reasons_or,
+            **{
+                f"{c}_seconds": None if self.reasons_or is None else round(v, 3)
+                for c, v in self.cause_seconds.items()
+            },
             "pcie_replay_delta": delta("pcie_replay"),
             "ecc_corrected_delta": delta("ecc_corr_vol"),
             "ecc_uncorrected_delta": delta("ecc_unc_vol"),
@@ -219,7 +226,11 @@ class Device:
     agg: MinuteAggregator | None = None
     last: Reading | None = None
     xids: dict[int, int] = field(default_factory=dict)
-    throttle_seconds_total: float = 0.0
+    failing_xid: tuple[int, float] | None = None  # the latest XID whose action is failing, and when
+    throttle_seconds_total: float = 0.0  # a hardware cause active
+    clock_event_seconds_total: dict[str, float] = field(
+        default_factory=dict
+    )  # per cause (CLOCK_EVENT_CAUSES)
 
     def ref(self) -> GpuRef:
         return GpuRef(

@@ -9,6 +9,7 @@ directory whatever base a site builds with.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -25,7 +26,9 @@ HEADER = (
 DEFAULT_RUNBOOK_BASE = "file:///opt/slurmscope/docs/runbooks/"
 
 
-def render_rules(runbook_base: str = DEFAULT_RUNBOOK_BASE) -> str:
+def render_rules(
+    runbook_base: str = DEFAULT_RUNBOOK_BASE, xid_actions: Mapping[int, str] | None = None
+) -> str:
     """The rule file text, deterministic (key order as written, no line wrapping).
 
     ValueError when runbook_base is not an absolute URL ending in '/': a relative link is not clickable
@@ -34,14 +37,19 @@ def render_rules(runbook_base: str = DEFAULT_RUNBOOK_BASE) -> str:
     parts = urlsplit(runbook_base)
     if not (parts.scheme and (parts.netloc or parts.path.startswith("/")) and runbook_base.endswith("/")):
         raise ValueError(f"runbook base {runbook_base!r} is not an absolute URL ending in '/'")
-    groups = rule_groups(runbook_base)
+    groups = rule_groups(runbook_base, xid_actions)
     return HEADER + yaml.safe_dump(groups, sort_keys=False, width=10_000, allow_unicode=True)
 
 
-def build_all(out_dir: Path, runbook_base: str = DEFAULT_RUNBOOK_BASE) -> list[Path]:
-    """Write DIR/slurmscope.rules.yaml and DIR/tests/*.yaml; return the paths written."""
+def build_all(
+    out_dir: Path, runbook_base: str = DEFAULT_RUNBOOK_BASE, xid_actions: Mapping[int, str] | None = None
+) -> list[Path]:
+    """Write DIR/slurmscope.rules.yaml and DIR/tests/*.yaml; return the paths written.
+
+    `xid_actions` (config health.xid_actions) moves codes between the XID alerts; the committed rule file and
+    the promtool cases are built without overrides."""
     out_dir = Path(out_dir)
-    text = render_rules(runbook_base)
+    text = render_rules(runbook_base, xid_actions)
     (out_dir / "tests").mkdir(parents=True, exist_ok=True)
     rules = out_dir / RULES_FILE
     rules.write_text(text, encoding="utf-8")

@@ -10,16 +10,19 @@ The real-time GPU alerts (group slurmscope.gpu-realtime, evaluated every 15 s li
 fault, stay quiet for nodes whose agent Prometheus scrapes (`unless on (cluster, node) agent_nvml_up == 1`),
 so one fault pages once: live when the agent is scraped, from the spool when it is not.
 Alerts carry a severity label, a static summary, a description templated with the labels and value, and a
-runbook_url: docs/runbooks/<AlertName>.md under an absolute base (config alerts.runbook_base_url), because
+runbook_url: docs/runbooks/<runbook>.md (the alert's name unless a live copy shares its class's runbook) under
+an absolute base (config alerts.runbook_base_url), because
 Alertmanager and chat tools show the link out of context. Dashboards read the recording rules where one exists.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from slurmscope.alerts import thresholds as t
 
+from slurmscope import xid as xids
 from slurmscope.slurm_states import JOB_FAILED_STATES
 
 
@@ -39,6 +42,13 @@ class Alert:
     description: str
     group: str
     labels: dict[str, str] = field(default_factory=dict)
+    runbook: str | None = None
+    """The runbook's name when it is not the alert's: a live copy and its central alert are one fault with
+    one procedure, so they share one page."""
+
+    @property
+    def runbook_name(self) -> str:
+        return self.runbook or self.name
 
 
 def _new_or_increased(metric: str, window: str, by: str) -> str:
@@ -63,8 +73,75 @@ def _unless_agent_scraped(expr: str) -> str:
     return f"({expr}) unless on (cluster, node) (slurmscope_agent_nvml_up == 1)"
 
 
-XID_RE = "|".join(str(x) for x in t.CRITICAL_XIDS)
+XID_ALERTS = {
+    xids.Action.RESET_GPU: ("GpuXidResetGpu", "critical", "drain the node and reset the GPU"),
+    xids.Action.REBOOT_NODE: ("GpuXidRebootNode", "critical", "drain and reboot the node"),
+    xids.Action.CONTACT_SUPPORT: (
+        "GpuXidContactSupport",
+        "critical",
+        "drain the node and contact NVIDIA support",
+    ),
+    xids.Action.INVESTIGATE: ("GpuXidInvestigate", "warning", "investigate before deciding"),
+}
+"""One alert per resolution class of NVIDIA's XID catalogue (slurmscope/xid.py) that takes the GPU out of
+service or needs a look; `ignore` and `restart_app` page no one (the GPU stays usable; a job that dies of it
+is the job's or reliability's business)."""
+
+
+def _codes_re(codes: tuple[int, ...]) -> str:
+    return "|".join(str(c) for c in codes)
+
+
+def xid_alerts(overrides: Mapping[int, str] | None = None, *, live: bool = False) -> tuple[Alert, ...]:
+    """The XID alerts, their code lists read from the catalogue with health.xid_actions applied.
+
+    The `xid` label already is the code (at most a few hundred values), so a class is a regex over it; a code
+    the catalogue does not list is `investigate`, matched as "none of the other classes' codes".
+    `live`: the real-time copies (<Class>Live, group gpu-realtime), read from the agents' own counter with
+    the same code lists; the central ones stay quiet where the agent is scraped, so an XID pages once."""
+    out = []
+    for action, (name, severity, todo) in XID_ALERTS.items():
+        if action == xids.Action.INVESTIGATE:
+            others = sorted(c for c, a in xids.actions(overrides).items() if a != action)
+            codes = f'xid!~"{_codes_re(tuple(others))}"'
+        else:
+            codes = f'xid=~"{_codes_re(xids.codes_of(action, overrides))}"'
+        if live:
+            metric = f'slurmscope_gpu_xid_errors_total{{source="agent", {codes}}}'
+        else:
+            metric = f'slurmscope_gpu_xid_events_total{{source="central", {codes}}}'
+        expr = _new_or_increased(metric, t.EVENT_WINDOW, "cluster, node, xid")
+        out.append(
+            Alert(
+                f"{name}Live" if live else name,
+                expr if live else _unless_agent_scraped(expr),
+                t.EVENT_FOR,
+                severity,
+                f"A GPU reported an XID whose NVIDIA resolution is {action}"
+                + (" (live, from the node agent)." if live else "."),
+                "Node {{ $labels.node }} of cluster {{ $labels.cluster }} reported XID {{ $labels.xid }} "
+                f"{{{{ $value }}}} time(s) in the last {t.EVENT_WINDOW}; NVIDIA's XID catalogue says: {todo}.",
+                REALTIME_GROUP if live else "gpu",
+                runbook=name,
+            )
+        )
+    return tuple(out)
+
+
 FAILED_STATES_RE = "|".join(JOB_FAILED_STATES)
+
+
+# The GPU groups are evaluated as often as Prometheus scrapes the agents (docs/deployment.md): a 1-minute
+# group would add up to a minute to the budgets from XID to firing, 60 s live and 3 min through the
+# central store (docs/nvml.md). The other groups read series that change once a minute or slower.
+REALTIME_GROUP = "gpu-realtime"
+REALTIME_INTERVAL = "15s"
+GROUP_INTERVALS = {REALTIME_GROUP: REALTIME_INTERVAL, "gpu": REALTIME_INTERVAL}
+
+# Where the generated XID alerts go in _ALERTS: the central ones with the GPU health alerts, the live ones
+# with the real-time alerts.
+_XID_CENTRAL = "xid"
+_XID_LIVE = "xid-live"
 
 RECORDING: tuple[Recording, ...] = (
     Recording(
@@ -146,7 +223,7 @@ _WAIT_P90 = (
     f" slurmscope_job_wait_started_jobs >= {t.WAIT_P90_MIN_JOBS})"
 )
 
-ALERTS: tuple[Alert, ...] = (
+_ALERTS: tuple[Alert | str, ...] = (
     # ---- nodes ----
     Alert(
         "SlurmNodeDown",
@@ -180,22 +257,7 @@ ALERTS: tuple[Alert, ...] = (
         "nodes",
     ),
     # ---- GPU health ----
-    Alert(
-        "GpuXidCritical",
-        _unless_agent_scraped(
-            _new_or_increased(
-                f'slurmscope_gpu_xid_events_total{{source="central", xid=~"{XID_RE}"}}',
-                t.EVENT_WINDOW,
-                "cluster, node, xid",
-            )
-        ),
-        t.EVENT_FOR,
-        "critical",
-        "A GPU reported a critical XID error.",
-        "Node {{ $labels.node }} of cluster {{ $labels.cluster }} reported XID {{ $labels.xid }} "
-        f"{{{{ $value }}}} time(s) in the last {t.EVENT_WINDOW}.",
-        "gpu",
-    ),
+    _XID_CENTRAL,  # the XID alerts, generated from the catalogue (xid_alerts)
     Alert(
         "GpuEccUncorrectable",
         _new_or_increased(
@@ -239,9 +301,9 @@ ALERTS: tuple[Alert, ...] = (
         f'avg_over_time(slurmscope_gpu_throttle_ratio{{source="central"}}[{t.THROTTLE_WINDOW}]) > {t.THROTTLE_RATIO}',
         t.THROTTLE_FOR,
         "warning",
-        "A GPU is throttling its clocks for a sustained period.",
+        "A GPU is throttled by hardware for a sustained period.",
         "GPU {{ $labels.gpu }} on node {{ $labels.node }} of cluster {{ $labels.cluster }} spent "
-        f"{{{{ $value | humanizePercentage }}}} of the last {t.THROTTLE_WINDOW} throttled (thermal or power).",
+        f"{{{{ $value | humanizePercentage }}}} of the last {t.THROTTLE_WINDOW} in hardware slowdown (HW slowdown, thermal or power brake).",
         "gpu",
     ),
     Alert(
@@ -255,20 +317,7 @@ ALERTS: tuple[Alert, ...] = (
         "gpu",
     ),
     # ---- GPU health, real time: the node agents' own series (scraped every 15 s) ----
-    Alert(
-        "GpuXidCriticalLive",
-        _new_or_increased(
-            f'slurmscope_gpu_xid_errors_total{{source="agent", xid=~"{XID_RE}"}}',
-            t.EVENT_WINDOW,
-            "cluster, node, xid",
-        ),
-        t.EVENT_FOR,
-        "critical",
-        "A GPU reported a critical XID error (live, from the node agent).",
-        "Node {{ $labels.node }} of cluster {{ $labels.cluster }} reported XID {{ $labels.xid }} "
-        f"{{{{ $value }}}} time(s) in the last {t.EVENT_WINDOW}.",
-        "gpu-realtime",
-    ),
+    _XID_LIVE,  # their live copies (xid_alerts(live=True))
     Alert(
         "GpuFallenOffBusLive",
         'max by (cluster, node, gpu) (slurmscope_gpu_lost{source="agent"}) == 1',
@@ -277,7 +326,8 @@ ALERTS: tuple[Alert, ...] = (
         "A GPU fell off the bus (live, from the node agent).",
         "GPU {{ $labels.gpu }} on node {{ $labels.node }} of cluster {{ $labels.cluster }} no longer answers "
         "NVML (GPU is lost).",
-        "gpu-realtime",
+        REALTIME_GROUP,
+        runbook="GpuFallenOffBus",
     ),
     # ---- jobs ----
     Alert(
@@ -508,16 +558,20 @@ ALERTS: tuple[Alert, ...] = (
 )
 
 
-# The GPU groups are evaluated as often as Prometheus scrapes the agents (docs/deployment.md): a 1-minute
-# group would add up to a minute to the budgets from XID to firing, 60 s live and 3 min through the
-# central store (docs/nvml.md). The other groups read series that change once a minute or slower.
-REALTIME_GROUP = "gpu-realtime"
-REALTIME_INTERVAL = "15s"
-GROUP_INTERVALS = {REALTIME_GROUP: REALTIME_INTERVAL, "gpu": REALTIME_INTERVAL}
+def alerts(xid_actions: Mapping[int, str] | None = None) -> tuple[Alert, ...]:
+    """Every alert, the XID ones with the operator's health.xid_actions applied."""
+    out: list[Alert] = []
+    for a in _ALERTS:
+        out.extend(xid_alerts(xid_actions, live=a == _XID_LIVE) if isinstance(a, str) else (a,))
+    return tuple(out)
 
 
-def rule_groups(runbook_base: str) -> dict:
-    """The rule file as a mapping (Prometheus rule-file format); runbook URLs are runbook_base + <name>.md."""
+ALERTS: tuple[Alert, ...] = alerts()
+
+
+def rule_groups(runbook_base: str, xid_actions: Mapping[int, str] | None = None) -> dict:
+    """The rule file as a mapping (Prometheus rule-file format); runbook URLs are runbook_base + <runbook>.md."""
+    every = alerts(xid_actions)
     groups = [
         {
             "name": "slurmscope.recording",
@@ -526,7 +580,7 @@ def rule_groups(runbook_base: str) -> dict:
         }
     ]
     order: list[str] = []
-    for a in ALERTS:
+    for a in every:
         if a.group not in order:
             order.append(a.group)
     for g in order:
@@ -543,10 +597,10 @@ def rule_groups(runbook_base: str) -> dict:
                         "annotations": {
                             "summary": a.summary,
                             "description": a.description,
-                            "runbook_url": f"{runbook_base}{a.name}.md",
+                            "runbook_url": f"{runbook_base}{a.runbook_name}.md",
                         },
                     }
-                    for a in ALERTS
+                    for a in every
                     if a.group == g
                 ],
             }

@@ -19,10 +19,8 @@ NODE_FLAP_EVENTS = 3
 NODE_FLAP_WINDOW = "6h"
 NODE_FLAP_FOR = "5m"
 
-# XIDs that mean the GPU or its memory is broken or the job died with it (NVIDIA's XID catalogue: 48 DBE,
-# 63/64 row remap, 74 NVLink, 79 fallen off the bus, 92 high SBE rate, 94/95 contained/uncontained ECC,
-# 119/120 GSP errors). Application XIDs such as 13, 31 and 43 are not paged on.
-CRITICAL_XIDS = (48, 63, 64, 74, 79, 92, 94, 95, 119, 120)
+# Which XIDs page is not a threshold: NVIDIA's XID catalogue decides (slurmscope/xid.py, alerts/rules.py
+# xid_alerts, config health.xid_actions).
 # Event alerts look back this far: long enough to survive a few missed scrapes, short enough to clear.
 # They fire at the first evaluation that sees the event: a counter that grew cannot flap, and a `for:` would
 # only spend the latency budget (XID to firing: 60 s live, 3 min through the central store; docs/nvml.md).
@@ -32,9 +30,13 @@ EVENT_FOR = "0s"
 # A failed row remap needs a GPU replacement; any for longer than a few minutes is real.
 ROW_REMAP_FOR = "5m"
 
-# Throttled a quarter of the time for 15 minutes: brief boosts-and-throttles are normal, sustained
-# throttling costs 10-30 % throughput and points at cooling or power capping.
-THROTTLE_RATIO = 0.25
+# Hardware-throttled (NVML HW slowdown 0x8, HW thermal 0x40, HW power brake 0x80: clocks cut by half or more)
+# more than a tenth of the time over 15 minutes (90 s): at half clock that is at least 5 % of the GPU's
+# throughput, and NVML reports HW slowdown at a clock change only for an instant. Before the causes were
+# split the threshold was a quarter, because a GPU at its power cap counted too; health.throttle_ratio is the
+# same number (a test keeps them equal). A GPU at its
+# software power cap (0x4) is working as configured and never counts (slurmscope_gpu_clock_event_ratio).
+THROTTLE_RATIO = 0.1
 THROTTLE_WINDOW = "15m"
 THROTTLE_FOR = "15m"
 

@@ -14,8 +14,10 @@ The contract of a collector module (one line in collectors/registry.py lists it)
   collectors/command.py (timeout, TZ=UTC, never a shell). Or, for a source that is not a command (an HTTP
   API), `fetch(cfg, window) -> bytes` with window = (start, end), either None, raising OSError
   (TimeoutError for a timeout) when the source fails; without `fetch` a live run runs `command(...)`.
-- Optional: `check_input(head, fmt, delimiter)` (refuse an unusable file before anything loads) and
-  `after_upsert(parsed)` (a hook run inside the load transaction, e.g. recomputing job attempts).
+- Optional: `check_input(head, fmt, delimiter)` (refuse an unusable file before anything loads),
+  `after_upsert(parsed)` (a hook run inside the load transaction, e.g. recomputing job attempts), and
+  `streams(head) -> bool` with `parse_stream(fh, **parse kwargs)`: `ingest` hands an open file instead of
+  its bytes when `streams` says so (sacct's JSON, gigabytes for a month, is never read whole).
 The NVML spool (`spool=True` in the registry) loads whole files, one transaction each, so it keeps its own
 loader: `fetch(cfg, window)` pulls the files (HTTP or a shared path, no database), `load(con, cfg, pulls)`
 loads them, and `acknowledge(pulls)` tells each source it may prune what committed.
@@ -66,6 +68,8 @@ class IngestResult:
     skipped: bool = False  # a spool file already loaded (same name and checksum)
     node: str | None = None
     error: str | None = None
+    status: str = "ok"  # 'failed' when the file was judged garbage (docs/ingest.md): nothing loaded
+    warnings: tuple[str, ...] = ()  # also in collector_runs.warning: empty input, snapshot time from mtime
 
 
 @dataclass
@@ -164,12 +168,13 @@ class RunRecord:
         rows: int = 0,
         quarantined: int = 0,
         error: str | None = None,
+        warning: str | None = None,
     ) -> int:
         duration = time.monotonic() - self._t0
         return con.execute(
             "INSERT INTO collector_runs (cluster, collector, started_at, finished_at, window_start, window_end,"
-            " rows, quarantined, status, error, duration_seconds, source)"
-            " VALUES (?, ?, ?, current_timestamp, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING run_id",
+            " rows, quarantined, status, error, duration_seconds, source, warning)"
+            " VALUES (?, ?, ?, current_timestamp, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING run_id",
             [
                 self.cluster,
                 self.collector,
@@ -182,6 +187,7 @@ class RunRecord:
                 error,
                 duration,
                 self.source,
+                warning,
             ],
         ).fetchone()[0]
 
@@ -197,12 +203,15 @@ def load(
     watermark: datetime | None = None,
     after_upsert=None,
     error: str | None = None,
+    status: str | None = None,
+    warning: str | None = None,
 ) -> int:
     """Upsert every table of `parsed`, its quarantine, the run record and the watermark in one transaction.
 
     `after_upsert(con)` runs inside the transaction (e.g. to recompute job attempts). With `error`, the rows
     are stored but the run is recorded as an error with that text (output too damaged to trust: the caller
-    then passes no watermark). Returns the collector_runs id.
+    then passes no watermark); `status` overrides the recorded status ('failed' for a garbage file given
+    to `ingest`); `warning` is kept in collector_runs.warning. Returns the collector_runs id.
     """
     digest = content_sha or (sha256(content) if content is not None else None)
     with transaction(con):
@@ -228,7 +237,12 @@ def load(
                 [run.cluster, run.collector, watermark],
             )
         return run.insert(
-            con, status="ok" if error is None else "error", rows=total, quarantined=q.height, error=error
+            con,
+            status=status or ("ok" if error is None else "error"),
+            rows=total,
+            quarantined=q.height,
+            error=error,
+            warning=warning,
         )
 
 

@@ -23,10 +23,10 @@ from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 import duckdb
-from slurmscope.collectors import sacct
+from slurmscope.collectors import sacct, slurm_json
 from slurmscope.collectors.base import Outcome, Parsed, RunRecord, get_watermark, load, record_failure, sha256
 from slurmscope.collectors.command import CommandError, CommandTimeout, run_command
-from slurmscope.collectors.registry import COLLECTORS, Collector
+from slurmscope.collectors.registry import COLLECTORS, Collector, active
 
 from slurmscope.config import Config
 
@@ -58,7 +58,12 @@ def collect_with(
     collectors and the pipelines waiting for nothing.
     """
     live = [c for c in COLLECTORS if c.live]
-    specs = live if kind == "all" else [c for c in live if c.kind == kind]
+    if kind == "all":
+        specs = list(active(cfg.get("slurm", "source")))
+    else:
+        # `collect sacct` with slurm.source = "rest" reads jobs from slurmrestd; a kind named itself runs
+        specs = [c for c in active(cfg.get("slurm", "source")) if c.replaces == kind]
+        specs = specs or [c for c in live if c.kind == kind]
     if not specs:
         raise ValueError(
             f"unknown collector {kind!r}; expected one of {', '.join(c.kind for c in live)} or all"
@@ -69,7 +74,7 @@ def collect_with(
         try:
             if c.spool:
                 outcomes.append(_collect_spool(db, cfg, c))
-            elif c.module is sacct:
+            elif c.module is sacct or c.replaces == "sacct":
                 outcomes.append(_collect_sacct(db, cfg, c, at))
             else:
                 outcomes.append(_collect_snapshot(db, cfg, c, at))
@@ -93,7 +98,8 @@ def untrusted_output(data: bytes, rows: int, quarantined: int) -> str | None:
     would call the collector healthy. Slurm ends every line with a newline, so output without one was
     cut short and its later records are missing, however good the first ones look.
     """
-    if data and not data.endswith(b"\n"):
+    # a JSON document need not end with a newline (slurmrestd's does not); its parser catches a cut
+    if data and not data.endswith(b"\n") and not slurm_json.is_json(data[:64]):
         return (
             f"output cut short (no final newline): {rows} row(s) kept, {quarantined} line(s) quarantined;"
             " watermark kept"
@@ -134,6 +140,7 @@ def _fetch(
     *,
     window: tuple[datetime | None, datetime | None] = (None, None),
     argv: list[str] | None = None,
+    fetcher: Callable[[], bytes] | None = None,
     watermark: datetime | None = None,
     parse_kwargs: dict | None = None,
     check_garbage: bool = False,
@@ -150,7 +157,9 @@ def _fetch(
     module = spec.module
     failure: CommandError | None = None
     try:
-        if argv is None and hasattr(module, "fetch"):
+        if fetcher is not None:
+            data = fetcher()
+        elif argv is None and hasattr(module, "fetch"):
             data = module.fetch(cfg, window)
         else:
             argv = argv or module.command(cfg, start=window[0], end=window[1])
@@ -271,12 +280,15 @@ def _collect_sacct(db: Callable, cfg: Config, spec: Collector, at: datetime) -> 
         if out.status != "ok":
             return Outcome(spec.kind, out.status, rows, out.error)  # later windows wait for the next run
         rows += out.rows
+    by_ids = getattr(spec.module, "fetch_ids", None)
     for i in range(0, len(ids), JOBS_PER_CALL):
+        chunk = ids[i : i + JOBS_PER_CALL]
         fetched = _fetch(
             cfg,
             spec,
             at,
-            argv=sacct.command_jobs(cfg, ids[i : i + JOBS_PER_CALL]),
+            argv=None if by_ids else sacct.command_jobs(cfg, chunk),
+            fetcher=(lambda chunk=chunk: by_ids(cfg, chunk)) if by_ids else None,
             parse_kwargs=live,
             check_garbage=True,
         )

@@ -9,13 +9,18 @@ same file twice changes no data row and adds no quarantine row.
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import hashlib
+import lzma
+import zlib
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import duckdb
-from slurmscope.collectors.base import IngestResult, RunRecord, load, sha256
+from slurmscope.collectors.base import IngestResult, Parsed, RunRecord, load, sha256
 from slurmscope.collectors.registry import COLLECTORS, Collector
 
 from slurmscope.config import Config
@@ -23,6 +28,82 @@ from slurmscope.config import Config
 
 class IngestError(Exception):
     """An input that cannot be ingested as asked; the message says what to change."""
+
+
+# Compressed inputs by magic bytes: (magic, name, opener); opener None = refused by name.
+COMPRESSED = (
+    (b"\x1f\x8b", "gzip", gzip.open),
+    (b"\xfd7zXZ\x00", "xz", lzma.open),
+    (b"BZh", "bzip2", bz2.open),  # + block size digit and the pi block magic, checked below
+    (b"\x28\xb5\x2f\xfd", "zstd", None),
+    (b"PK\x03\x04", "zip", None),
+    (b"7z\xbc\xaf\x27\x1c", "7z", None),
+)
+REFUSED_HINT = {
+    "zstd": "this Python has no zstd decoder; decompress it first (zstd -d FILE) and ingest the result",
+    "zip": "a zip archive holds files, not one output; unpack it (unzip FILE) and ingest each file",
+    "7z": "a 7z archive holds files, not one output; unpack it (7z x FILE) and ingest each file",
+}
+
+
+def _compression(head: bytes) -> tuple[str, object] | None:
+    for magic, name, opener in COMPRESSED:
+        if head.startswith(magic):
+            if name == "bzip2" and not (len(head) >= 10 and head[3:4].isdigit() and head[4:10] == b"1AY&SY"):
+                continue
+            return name, opener
+    return None
+
+
+def open_input(path: Path):
+    """A recorded file opened for binary reading, decompressing gzip, xz or bzip2 (found by magic bytes).
+
+    Operators keep old captures compressed; reading the compressed bytes as text would quarantine every
+    line, or worse, find "no header". Formats without a decoder in the standard library (zstd) and
+    archives (zip, 7z) are refused by name with the command that unpacks them.
+    """
+    try:
+        with open(path, "rb") as fh:
+            found = _compression(fh.read(16))
+        if found is None:
+            return open(path, "rb")
+    except OSError as exc:
+        raise IngestError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    name, opener = found
+    if opener is None:
+        raise IngestError(f"{path}: {name}-compressed input: {REFUSED_HINT[name]}")
+    return opener(path, "rb")  # type: ignore[operator]
+
+
+def read_input(path: Path, limit: int | None = None) -> bytes:
+    """The (decompressed) bytes of a recorded file, the first `limit` of them when given."""
+    fh = open_input(path)
+    try:
+        with fh:
+            return fh.read(limit) if limit is not None else fh.read()
+    except (OSError, EOFError, lzma.LZMAError, zlib.error) as exc:
+        kind = {gzip.GzipFile: "gzip", lzma.LZMAFile: "xz", bz2.BZ2File: "bzip2"}.get(type(fh))
+        if kind is not None:
+            raise IngestError(f"{path}: damaged {kind} input: {exc}") from None
+        raise IngestError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def garbage_verdict(data: bytes, rows: int, quarantined: int) -> str | None:
+    """Why a recorded file is not a successful ingest (docs/ingest.md, quarantine threshold), or None.
+
+    The same threshold as the live collection: when at least half of the record lines are quarantined
+    the file is not what the kind expects (another format, another command, random bytes). Loading its
+    few "good" rows would store misread values, and an `ok` run would tell the exporter all is well.
+    """
+    if not quarantined or quarantined < rows:
+        return None
+    hint = ""
+    if data.lstrip()[:1] in (b"{", b"["):
+        hint = " (it looks like --json output, which this kind does not read: docs/collectors.md)"
+    return (
+        f"mostly garbage: {quarantined} of {rows + quarantined} lines quarantined{hint}; no rows loaded,"
+        " the lines are in the quarantine table"
+    )
 
 
 def ingestable(kind: str) -> Collector:
@@ -53,6 +134,7 @@ def ingest_files(
     fmt: str | None = None,
     delimiter: str | None = None,
     timezone: str | None = None,
+    at: str | datetime | None = None,
 ) -> list[IngestResult]:
     """Parse and load each file; one transaction (data, quarantine, run record) per file.
 
@@ -68,36 +150,157 @@ def ingest_files(
         raise IngestError("--delimiter must not be empty")
     module = spec.module
     tz = resolve_timezone(cfg, timezone)
+    at_time = resolve_at(at, tz)
     check = getattr(module, "check_input", None)
     for path in paths:
-        try:
-            with open(path, "rb") as fh:
-                head = fh.read(65536)
-        except OSError as exc:
-            raise IngestError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        head = read_input(path, 65536)
         if check is not None:
             problem = check(head, fmt, delimiter)
             if problem:
                 raise IngestError(f"{path}: {problem}")
-    return [_ingest_one(con, cfg, kind, module, path, fmt, delimiter, tz) for path in paths]
+    return [_ingest_one(con, cfg, kind, module, path, fmt, delimiter, tz, at_time) for path in paths]
+
+
+def resolve_at(at: str | datetime | None, tz: ZoneInfo) -> datetime | None:
+    """`--at`: ISO 8601 (`2026-12-03T17:29:57`, read in the --timezone without an offset) or epoch seconds."""
+    if at is None or isinstance(at, datetime):
+        return at if at is None or at.tzinfo else at.replace(tzinfo=tz)
+    text = at.strip()
+    try:
+        if text.isdigit():
+            return datetime.fromtimestamp(int(text), UTC)
+        t = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    except (ValueError, OverflowError, OSError):
+        raise IngestError(
+            f"--at {at!r} is not a time: give ISO 8601 (2026-12-03T17:29:57, optionally with an offset) "
+            "or epoch seconds"
+        ) from None
+    return t if t.tzinfo else t.replace(tzinfo=tz)
+
+
+def is_snapshot(module: ModuleType) -> bool:
+    """Whether the kind's rows are keyed by their snapshot time (sinfo, squeue, sshare, sdiag, ...)."""
+    return any("snapshot_time" in spec.key for spec in module.TABLES.values())
+
+
+def snapshot_time(
+    module: ModuleType, path: Path, data: bytes, tz: ZoneInfo, at: datetime | None, warnings: list[str]
+) -> datetime:
+    """When the recorded output was taken: what it prints itself, else `--at`, else the file's mtime.
+
+    A copy, a checkout or an archive resets the modification time, so two snapshots copied at once would
+    collapse into one and a copy made a day later moves the snapshot (fair-share decay then looks wrong):
+    the content's own time comes first (the date line of `sinfo -l`/`squeue -l`, sdiag's own time), and
+    the mtime is used only with a warning.
+    """
+    reader = getattr(module, "snapshot_from", None)
+    own = reader(data, tz) if reader is not None else None
+    if own is not None:
+        if at is not None and abs((own - at).total_seconds()) >= 1:
+            warnings.append(
+                f"--at {at.isoformat()} ignored: the output prints its own time {own.isoformat()}"
+            )
+        return own
+    if at is not None:
+        return at
+    mtime = datetime.fromtimestamp(path.stat().st_mtime, UTC).replace(microsecond=0)
+    if is_snapshot(module):
+        warnings.append(
+            f"snapshot time is the file's modification time {mtime.isoformat()} (the output prints no time of"
+            " its own); give the capture time with --at"
+        )
+    return mtime
+
+
+class _HashingReader:
+    """A binary file whose bytes are hashed as the parser reads them, so a streamed file is read once."""
+
+    def __init__(self, fh) -> None:
+        self._fh = fh
+        self._h = hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        block = self._fh.read(size)
+        self._h.update(block)
+        return block
+
+    def drain(self) -> None:
+        """Hash what the parser left unread (a document may stop early), so the digest is the file's."""
+        while self.read(1 << 20):
+            pass
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
 
 
 def _ingest_one(
-    con, cfg: Config, kind: str, module: ModuleType, path: Path, fmt, delimiter, tz: ZoneInfo
+    con,
+    cfg: Config,
+    kind: str,
+    module: ModuleType,
+    path: Path,
+    fmt,
+    delimiter,
+    tz: ZoneInfo,
+    at: datetime | None = None,
 ) -> IngestResult:
     source = f"{kind}:{path.name}"
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise IngestError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    snapshot = datetime.fromtimestamp(path.stat().st_mtime, UTC).replace(microsecond=0)
-    digest = sha256(data)
-    parsed = module.parse(
-        data, cluster=cfg.cluster, snapshot_time=snapshot, tz=tz, fmt=fmt, delimiter=delimiter, source=source
-    )
-    del data  # the raw text is not needed for loading; a large dump should not be held twice
+    streams = getattr(module, "streams", None)
+    warnings: list[str] = []
+    head = read_input(path, limit=65536)
+    if streams is not None and streams(head):
+        # JSON is read as a stream (gigabytes for a month of sacct --json): never held whole, read once
+        snapshot = snapshot_time(module, path, head, tz, at, warnings)
+        try:
+            with open_input(path) as raw:
+                fh = _HashingReader(raw)
+                parsed = module.parse_stream(
+                    fh,
+                    cluster=cfg.cluster,
+                    snapshot_time=snapshot,
+                    tz=tz,
+                    fmt=fmt,
+                    delimiter=delimiter,
+                    source=source,
+                )
+                fh.drain()
+        except (OSError, EOFError, lzma.LZMAError, zlib.error) as exc:
+            raise IngestError(f"{path}: cannot read or decompress: {exc}") from None
+        digest = fh.hexdigest()
+        verdict = garbage_verdict(b"", parsed.rows, parsed.quarantine.height)
+    else:
+        data = read_input(path)
+        if not data.strip():
+            warnings.append("empty input: 0 rows")
+        snapshot = snapshot_time(module, path, data, tz, at, warnings)
+        digest = sha256(data)
+        parsed = module.parse(
+            data,
+            cluster=cfg.cluster,
+            snapshot_time=snapshot,
+            tz=tz,
+            fmt=fmt,
+            delimiter=delimiter,
+            source=source,
+        )
+        verdict = garbage_verdict(data, parsed.rows, parsed.quarantine.height)
+        del data  # the raw text is not needed for loading; a large dump should not be held twice
     hook_factory = getattr(module, "after_upsert", None)
     run = RunRecord(cluster=cfg.cluster, collector=kind, source=source)
+    if verdict is not None:
+        load(
+            con,
+            Parsed(quarantine=parsed.quarantine),
+            module.TABLES,
+            run,
+            content_sha=digest,
+            error=verdict,
+            status="failed",
+            warning="; ".join(warnings) or None,
+        )
+        return IngestResult(
+            path=str(path), rows=0, quarantined=parsed.quarantine.height, error=verdict, status="failed"
+        )
     load(
         con,
         parsed,
@@ -105,5 +308,8 @@ def _ingest_one(
         run,
         content_sha=digest,
         after_upsert=hook_factory(parsed) if hook_factory else None,
+        warning="; ".join(warnings) or None,
     )
-    return IngestResult(path=str(path), rows=parsed.rows, quarantined=parsed.quarantine.height)
+    return IngestResult(
+        path=str(path), rows=parsed.rows, quarantined=parsed.quarantine.height, warnings=tuple(warnings)
+    )

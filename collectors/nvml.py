@@ -37,7 +37,7 @@ from slurmscope.collectors.base import (
 )
 
 from slurmscope.config import Config
-from slurmscope.spool import parse_iso, read_spool_bytes
+from slurmscope.spool import CLOCK_EVENT_CAUSES, parse_iso, read_spool_bytes
 from slurmscope.webconfig import basic_auth_header, client_context
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "retired_pages": pl.Int64,
         "nvlink_errors_delta": pl.Int64,
         "null_fields": pl.Int32,
+        "sw_power_cap_seconds": pl.Float64,
+        "hw_slowdown_seconds": pl.Float64,
+        "sw_thermal_seconds": pl.Float64,
+        "hw_thermal_seconds": pl.Float64,
+        "hw_power_brake_seconds": pl.Float64,
     },
     "gpu_events": {
         "node": pl.String,
@@ -122,6 +127,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "mig_mode": pl.Boolean,
     },
 }
+CAUSE_COLUMNS = tuple(f"{c}_seconds" for c in CLOCK_EVENT_CAUSES)
+
 RECORD_TABLE = {
     "sample": "gpu_samples",
     "event": "gpu_events",
@@ -197,6 +204,7 @@ def merge_samples(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     for k in (
         "energy_joules",
         "throttle_seconds",
+        *CAUSE_COLUMNS,
         "pcie_replay_delta",
         "ecc_corrected_delta",
         "ecc_uncorrected_delta",
@@ -318,6 +326,7 @@ _MAX = (
 _ADD = (
     "energy_joules",
     "throttle_seconds",
+    *CAUSE_COLUMNS,
     "pcie_replay_delta",
     "ecc_corrected_delta",
     "ecc_uncorrected_delta",

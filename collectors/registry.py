@@ -17,6 +17,7 @@ from slurmscope.collectors import (
     ping,
     reservations,
     sacct,
+    sacct_rest,
     sdiag,
     sinfo,
     slurm_config,
@@ -48,6 +49,7 @@ class Collector:
     data_exit_codes: frozenset[int] = frozenset()
     lookback_setting: str | None = None
     phase_seconds: int | None = None
+    replaces: str | None = None
 
 
 # Node and queue state move fast (1 min), accounting comes in 5-minute windows, the controller's settings
@@ -65,11 +67,21 @@ COLLECTORS: tuple[Collector, ...] = (
     Collector("reservations", reservations, 300),
     Collector("events", events, 300, feeds_pipelines=True, lookback_setting="events_lookback_seconds"),
     Collector("sacct", sacct, 300, feeds_pipelines=True),
+    Collector("sacct_rest", sacct_rest, 300, ingestable=False, feeds_pipelines=True, replaces="sacct"),
     # The agents close a spool segment on each minute (epoch-aligned) at their first sampling round after
     # it (10 s by default): pulling 20 s past the minute takes each segment the minute it closes, so the
     # central store is at most 80 s behind instead of 2 minutes (docs/nvml.md, latency budget).
     Collector("nvml", nvml, 60, feeds_pipelines=True, spool=True, phase_seconds=20),
 )
+
+
+def active(source: str) -> tuple[Collector, ...]:
+    """The live collectors that run for `slurm.source`: a `replaces` source only with "rest", and then
+    instead of the collector it replaces (so `collect all` and serve never read jobs twice)."""
+    replaced = {c.replaces for c in COLLECTORS if c.replaces} if source == "rest" else set()
+    return tuple(
+        c for c in COLLECTORS if c.live and (source == "rest" if c.replaces else c.kind not in replaced)
+    )
 
 
 def collector(kind: str) -> Collector:

@@ -20,13 +20,16 @@ Why it is shaped like this:
 from __future__ import annotations
 
 import io
+import json
 import re
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from typing import IO
 from zoneinfo import ZoneInfo
 
 import duckdb
 import polars as pl
+from slurmscope.collectors import slurm_json
 from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
 from slurmscope.collectors.parsing import (
     gpu_count,
@@ -81,14 +84,44 @@ FREE_TEXT = frozenset(
     }
 )
 
-# sacct field names that mean the same thing under another name.
+# sacct field names that are another name for the same print (sacct.c's field table maps them to one
+# PRINT_ type): renamed on reading, so a list naming both reads them once.
 ALIASES = {
-    "alloccpus": "ncpus",
-    "allocnodes": "nnodes",
     "jobidraw": "jobidraw",
     "nodes": "nodelist",
     "name": "jobname",
     "timelimitraw": "timelimitraw",
+}
+# Pairs that are not one print but mean the same quantity: (authoritative, other). The other is read only
+# when the authoritative field is absent (docs/ingest.md, "Alias and duplicate columns").
+# - NCPUS, AllocCPUS: one print in Slurm (PRINT_ALLOC_CPUS for both in src/sacct/sacct.c), so equal.
+# - NNodes, AllocNodes: NNodes (PRINT_NNODES) is the allocated count once the job started and the
+#   requested count before; AllocNodes (PRINT_ALLOC_NODES) is 0 for a job never allocated (seen on the
+#   22.05 test bed: job 5 of tests/fixtures/slurm-22.05/human has NNodes 4, AllocNodes 0). Read alone, an
+#   AllocNodes of 0 is stored as NULL (unknown request), not as a job on 0 nodes.
+ALIAS_PAIRS = (("ncpus", "alloccpus"), ("nnodes", "allocnodes"))
+
+# `sacct --format=ALL` of Slurm 22.05 (the header line it prints, captured on the test bed:
+# tests/fixtures/slurm-22.05/human/human_sacct_all.txt): what `ingest sacct --format ALL` names.
+ALL_FIELDS = {
+    "22.05": tuple(
+        (
+            "Account AdminComment AllocCPUS AllocNodes AllocTRES AssocID AveCPU AveCPUFreq AveDiskRead "
+            "AveDiskWrite AvePages AveRSS AveVMSize BlockID Cluster Comment Constraints ConsumedEnergy "
+            "ConsumedEnergyRaw Container CPUTime CPUTimeRAW DBIndex DerivedExitCode Elapsed ElapsedRaw "
+            "Eligible End ExitCode Flags GID Group JobID JobIDRaw JobName Layout MaxDiskRead MaxDiskReadNode "
+            "MaxDiskReadTask MaxDiskWrite MaxDiskWriteNode MaxDiskWriteTask MaxPages MaxPagesNode "
+            "MaxPagesTask MaxRSS MaxRSSNode MaxRSSTask MaxVMSize MaxVMSizeNode MaxVMSizeTask McsLabel MinCPU "
+            "MinCPUNode MinCPUTask NCPUS NNodes NodeList NTasks Partition Priority QOS QOSRAW Reason "
+            "ReqCPUFreq ReqCPUFreqGov ReqCPUFreqMax ReqCPUFreqMin ReqCPUS ReqMem ReqNodes ReqTRES "
+            "Reservation ReservationId Reserved ResvCPU ResvCPURAW Start State Submit SubmitLine Suspended "
+            "SystemComment SystemCPU Timelimit TimelimitRaw TotalCPU TRESUsageInAve TRESUsageInMax "
+            "TRESUsageInMaxNode TRESUsageInMaxTask TRESUsageInMin TRESUsageInMinNode TRESUsageInMinTask "
+            "TRESUsageInTot TRESUsageOutAve TRESUsageOutMax TRESUsageOutMaxNode TRESUsageOutMaxTask "
+            "TRESUsageOutMin TRESUsageOutMinNode TRESUsageOutMinTask TRESUsageOutTot UID User UserCPU WCKey "
+            "WCKeyID WorkDir "
+        ).split()
+    ),
 }
 
 HEADER_REQUIRED = ("jobid", "submit")
@@ -162,6 +195,18 @@ def layout(
         if line.strip(BLANK):
             first_no, first = i, line
             break
+    all_release = None
+    if fmt and fmt.strip().upper() in ("ALL", "ALL:22.05"):
+        all_release = "22.05"
+        fmt = ",".join(ALL_FIELDS[all_release])
+    elif fmt and fmt.strip().upper().startswith("ALL"):
+        return (
+            [],
+            None,
+            False,
+            f"--format {fmt.strip()}: only Slurm 22.05's ALL list is known (--format ALL); for another "
+            "release give the field list itself (the header sacct --format=ALL prints, or sacct --helpformat)",
+        )
     if fmt:
         fields = [normalise_field(f) for f in fmt.split(",") if f.strip()]
         header_no = None
@@ -203,9 +248,38 @@ def layout(
                 "capture with those fields in --format"
             ),
         )
-    if len(set(fields)) != len(fields):
-        return fields, header_no, trailing, "the field list names a field twice"
-    return fields, header_no, trailing, None
+    if all_release and first is not None and header_no is None:
+        k = first.count(delim) + 1 - (1 if trailing else 0)
+        if k != len(fields):
+            return (
+                fields,
+                header_no,
+                trailing,
+                f"--format ALL is Slurm {all_release}'s list of {len(fields)} fields, but the first line has "
+                f"{k}: the dump comes from another release; give its field list with --format (the header "
+                "its sacct --format=ALL prints)",
+            )
+    return resolve_duplicates(fields), header_no, trailing, None
+
+
+def resolve_duplicates(fields: list[str]) -> list[str]:
+    """Field names with repeats and alias pairs settled, one column per position still.
+
+    A name seen again (`TRESUsageOutTot` twice, or `Name` and `JobName`) keeps its first column: later
+    ones become `name#2`, ... which no rule reads (the free-text count still sees them). Of an alias pair
+    (ALIAS_PAIRS) the authoritative one is read; the other, present alone, stands in for it.
+    """
+    seen: dict[str, int] = {}
+    out = []
+    for f in fields:
+        seen[f] = seen.get(f, 0) + 1
+        out.append(f if seen[f] == 1 else f"{f}#{seen[f]}")
+    return out
+
+
+def base_field(name: str) -> str:
+    """`jobname#2` -> `jobname`: the field a repeated column names."""
+    return name.split("#", 1)[0]
 
 
 def detect_delimiter(text: str) -> str:
@@ -237,6 +311,8 @@ def _looks_trailing(text: str, delim: str, n: int, header_no: int | None) -> boo
 
 def check_input(data: bytes, fmt: str | None = None, delimiter: str | None = None) -> str | None:
     """Why `data` cannot be ingested as sacct output (None when it can); ingest reports it to the user."""
+    if slurm_json.is_json(data):
+        return slurm_json.check_version(slurm_json.sniff_version(data))
     if not delimiter and not fmt:
         delimiter = detect_delimiter(data[:65536].decode("utf-8", errors="replace"))
     return layout(data, fmt, delimiter)[3]
@@ -320,7 +396,7 @@ def _split_lines(
     if trailing:
         good_mask = good_mask & pl.col("line").str.ends_with(delim)
     lines_df = lines_df.with_columns(good_mask.alias("_good"))
-    free = [i for i, f in enumerate(fields) if f in FREE_TEXT]
+    free = [i for i, f in enumerate(fields) if base_field(f) in FREE_TEXT]
     free_idx = free[0] if len(free) == 1 else None
     fixed: dict[int, str] = {}
     quarantined: list[dict] = []
@@ -378,6 +454,16 @@ def _quarantine(data: bytes, rows: list[dict]) -> pl.DataFrame:
         for r in rows:
             r["raw_bytes"] = raw.get(r["line_no"])
     return quarantine_frame(rows)
+
+
+def _quarantine_every_line(data: bytes, reason: str) -> Parsed:
+    """No rows: every non-blank line is kept in quarantine with the one reason the whole input failed."""
+    rows = [
+        {"line_no": no, "raw_text": text, "raw_bytes": raw, "reason": reason}
+        for no, text, raw in split_lines(data)
+        if text.strip(BLANK)
+    ]
+    return Parsed(tables={}, quarantine=quarantine_frame(rows))
 
 
 def _col(df: pl.DataFrame, name: str) -> pl.Expr:
@@ -454,20 +540,151 @@ def parse(
     fields are recovered when one free-text field can absorb the surplus, else quarantined; so are lines
     without a usable key (job id, Submit) and steps whose allocation line is not in the same output.
     """
+    if slurm_json.is_json(data[:4096]):
+        out = _parse_json(io.BytesIO(data), cluster=cluster, source=source)
+        if isinstance(out, str):  # declined or not JSON: every line says why, as for unreadable text
+            return _quarantine_every_line(data, out)
+        return out
     try:
         return _parse(data, cluster=cluster, tz=tz, fmt=fmt, delimiter=delimiter, source=source)
     except Exception as exc:  # a parser bug must not lose the input: quarantine every line, say why
-        rows = [
-            {
-                "line_no": no,
-                "raw_text": text,
-                "raw_bytes": raw,
-                "reason": f"parser error: {type(exc).__name__}: {exc}",
-            }
-            for no, text, raw in split_lines(data)
-            if text.strip(BLANK)
-        ]
-        return Parsed(tables={}, quarantine=quarantine_frame(rows))
+        return _quarantine_every_line(data, f"parser error: {type(exc).__name__}: {exc}")
+
+
+# Jobs per slice of rendered JSON: each slice goes through the text parser on its own (steps follow their
+# job within a slice), so a month of `sacct --json` never exists as Python objects at once.
+JSON_JOBS_PER_SLICE = 20_000
+
+
+def streams(head: bytes) -> bool:
+    """True for input that `parse_stream` reads from an open file instead of whole bytes (JSON)."""
+    return slurm_json.is_json(head)
+
+
+def parse_stream(
+    fh: IO[bytes],
+    *,
+    cluster: str,
+    snapshot_time: datetime | None = None,
+    tz: ZoneInfo | None = None,
+    fmt: str | None = None,
+    delimiter: str | None = None,
+    source: str = "",
+) -> Parsed:
+    """`sacct --json` or a slurmrestd `/slurmdb/v0.0.XX/jobs` response -> the rows `parse` gives for its text.
+
+    Each job is printed back as its sacct line (collectors/slurm_json.py) and typed by the text parser, so
+    both forms share one set of rules; times are epoch seconds, so `tz` does not apply. A document of a
+    version that is not read, or that is not JSON at all, quarantines one line saying so. The quarantine's
+    line numbers count the rendered records (a job, then each of its steps), in document order.
+    """
+    out = _parse_json(fh, cluster=cluster, source=source)
+    if isinstance(out, str):
+        return Parsed(
+            tables={},
+            quarantine=quarantine_frame([{"line_no": 1, "raw_text": "", "raw_bytes": None, "reason": out}]),
+        )
+    return out
+
+
+def _parse_json(fh: IO[bytes], *, cluster: str, source: str) -> Parsed | str:
+    """The rows of a Slurm JSON document, or why the whole document is declined."""
+    jobs_parts: list[pl.DataFrame] = []
+    steps_parts: list[pl.DataFrame] = []
+    q_parts: list[pl.DataFrame] = []
+    lines: list[str] = []
+    n_jobs = 0
+    offset = 0
+    meta: dict | None = None
+    problem: str | None = None
+    errors: list = []
+    bad: list[dict] = []
+
+    def flush() -> None:
+        nonlocal lines, offset
+        if not lines:
+            return
+        text = ("\n".join(lines) + "\n").encode()
+        p = _parse(
+            text,
+            cluster=cluster,
+            tz=UTC,
+            fmt=slurm_json.FIELDS,
+            delimiter=slurm_json.DELIMITER,
+            source=source,
+        )
+        if "jobs" in p.tables:
+            drop = slurm_json.UNRELIABLE.get(slurm_json.version(meta) or "", ())
+            jobs_parts.append(p.tables["jobs"].drop(drop, strict=False))
+            steps_parts.append(p.tables["job_steps"].drop(drop, strict=False))
+        if p.quarantine.height:
+            q_parts.append(p.quarantine.with_columns(pl.col("line_no") + offset))
+        offset += len(lines)
+        lines = []
+
+    try:
+        for key, value in slurm_json.iter_document(fh, "jobs"):
+            if key == "meta" and isinstance(value, dict):
+                meta = value
+                problem = slurm_json.check_version(slurm_json.version(meta))
+                if problem:
+                    break
+            elif key == "errors" and value:
+                errors = value
+            elif key == "jobs[]":
+                if not isinstance(value, dict):
+                    continue
+                try:
+                    lines += slurm_json.job_lines(value)
+                except Exception as exc:  # one malformed record must not lose the others
+                    bad.append(
+                        {
+                            "line_no": offset + len(lines) + 1,
+                            "raw_text": json.dumps(value)[:4000],
+                            "raw_bytes": None,
+                            "reason": f"unreadable job record: {type(exc).__name__}: {exc}",
+                        }
+                    )
+                    lines.append("")  # keeps the numbering; blank lines carry no record
+                n_jobs += 1
+                if n_jobs % JSON_JOBS_PER_SLICE == 0:
+                    flush()
+        if problem is None and meta is not None:
+            problem = slurm_json.check_version(slurm_json.version(meta))
+        if problem is None and meta is None:
+            problem = "Slurm JSON without a meta member: its data parser version is unknown"
+    except (ValueError, RecursionError) as exc:
+        problem = f"not Slurm JSON: {exc}"
+    if problem is not None:
+        return problem
+    flush()
+    if errors and not jobs_parts:
+        why = "; ".join(
+            str(e.get("error") or e.get("description") or e) if isinstance(e, dict) else str(e)
+            for e in errors
+        )
+        q_parts.append(
+            quarantine_frame(
+                [
+                    {
+                        "line_no": 0,
+                        "raw_text": "",
+                        "raw_bytes": None,
+                        "reason": f"Slurm reported errors: {why}"[:4000],
+                    }
+                ]
+            )
+        )
+    if bad:
+        q_parts.append(quarantine_frame(bad))
+    q = pl.concat(q_parts).sort("line_no") if q_parts else quarantine_frame()
+    if not jobs_parts:
+        return Parsed(tables={}, quarantine=q)
+    jobs = pl.concat(jobs_parts, how="vertical_relaxed")
+    attempt = output_attempts(jobs)
+    jobs = jobs.with_columns(attempt.alias("attempt"), (attempt - 1).alias("restarts"))
+    steps = pl.concat(steps_parts, how="vertical_relaxed")
+    return Parsed(tables={"jobs": jobs, "job_steps": steps}, quarantine=q)
 
 
 def _parse(data: bytes, *, cluster: str, tz, fmt, delimiter, source) -> Parsed:
@@ -476,12 +693,7 @@ def _parse(data: bytes, *, cluster: str, tz, fmt, delimiter, source) -> Parsed:
     delim = delimiter or "|"
     fields, header_no, trailing, problem = layout(data, fmt, delimiter)
     if problem is not None or not fields:
-        rows = [
-            {"line_no": no, "raw_text": text, "raw_bytes": raw, "reason": problem or "no sacct fields"}
-            for no, text, raw in split_lines(data)
-            if text.strip(BLANK)
-        ]
-        return Parsed(tables={}, quarantine=quarantine_frame(rows))
+        return _quarantine_every_line(data, problem or "no sacct fields")
     lines_df = _read_lines(data).filter(pl.col("line").str.strip_chars(BLANK) != "")
     if header_no is not None:
         lines_df = lines_df.filter(pl.col("line_no") != header_no)
@@ -671,8 +883,12 @@ def _typed(
         if "cluster" in has
         else pl.lit(cluster)
     )
-    nodes = int_expr(_col(df, "nnodes"), pl.Int64)
-    cpus = int_expr(_col(df, "ncpus"), pl.Int64)
+    pick = {auth: auth if auth in has or other not in has else other for auth, other in ALIAS_PAIRS}
+    node_field, cpu_field = pick["nnodes"], pick["ncpus"]
+    nodes = int_expr(_col(df, node_field), pl.Int64)
+    if node_field == "allocnodes":  # 0 = never allocated, not a request for 0 nodes (ALIAS_PAIRS)
+        nodes = pl.when(nodes == 0).then(None).otherwise(nodes)
+    cpus = int_expr(_col(df, cpu_field), pl.Int64)
     same = pl.col  # columns already typed above keep their name
 
     common: dict[str, pl.Expr] = {
@@ -703,8 +919,8 @@ def _typed(
         "start_time": "start",
         "end_time": "end",
         "elapsed_seconds": "elapsed",
-        "nodes": "nnodes",
-        "cpus": "ncpus",
+        "nodes": node_field,
+        "cpus": cpu_field,
         "gpus": tres_field,
         "alloc_tres": tres_field,
         "node_list": "nodelist",

@@ -123,6 +123,15 @@ def parse_ctime(s: str, tz: ZoneInfo) -> datetime | None:
     return naive.replace(tzinfo=tz).astimezone(UTC)
 
 
+def snapshot_from(data: bytes, tz: ZoneInfo) -> datetime | None:
+    """The time sdiag prints for itself (`sdiag output at ... (epoch)`), or None: ingest's snapshot time."""
+    for _no, text, _raw in split_lines(data[:4096]):
+        low = text.strip().lower()
+        if low.startswith("sdiag output at"):
+            return parse_ctime(text.strip()[len("sdiag output at") :], tz)
+    return None
+
+
 def parse(
     data: bytes,
     *,

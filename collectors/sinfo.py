@@ -28,6 +28,7 @@ from slurmscope.collectors.slurm_format import (
     parse_format,
     split_line,
 )
+from slurmscope.collectors.slurm_human import Layout, Table, find_table, parse_date_line, split_row
 
 from slurmscope.config import Config
 from slurmscope.hostlist import expand_hostlist
@@ -248,6 +249,12 @@ def _rows_for(
     a, i, o, t = parse_cpus_state(values.get("cpus_state"))
     if values.get("cpus_state") is not None and t is None and values["cpus_state"].strip() not in NULL_WORDS:
         return [], f"not an A/I/O/T CPU count: {values['cpus_state']!r}"
+    if len(nodes) > 1:
+        # A line naming several nodes is a group (per partition and state, without --Node): its %C,
+        # AllocMem and GresUsed are the group's totals, never one node's. Copying them to each node
+        # multiplied a cluster's CPUs (issue 14); the per-node values are unknown, so NULL.
+        a = i = o = t = None
+        values = {k: v for k, v in values.items() if k not in ("alloc_mem", "gres_used", "free_mem")}
     if t is None and _DIGITS.match(values.get("cpus", "").strip()):
         t = int(values["cpus"].strip())
     try:
@@ -322,13 +329,134 @@ def _group_row(
     return (None, problem) if problem else (row, None)
 
 
+# Slurm's own layouts, read without --format (collectors/slurm_human.py; titles as Slurm 22.05 prints them,
+# tests/fixtures/slurm-22.05/human). Left-justified columns named; the others are right-justified.
+HUMAN_LAYOUTS = (
+    Layout(
+        "sinfo",
+        ("PARTITION", "AVAIL", "TIMELIMIT", "NODES", "STATE", "NODELIST"),
+        frozenset({"PARTITION", "NODELIST"}),
+    ),
+    Layout(
+        "sinfo -l",
+        (
+            "PARTITION",
+            "AVAIL",
+            "TIMELIMIT",
+            "JOB_SIZE",
+            "ROOT",
+            "OVERSUBS",
+            "GROUPS",
+            "NODES",
+            "STATE",
+            "NODELIST",
+        ),
+        frozenset({"PARTITION", "NODELIST"}),
+    ),
+    Layout("sinfo -N", ("NODELIST", "NODES", "PARTITION", "STATE"), frozenset({"NODELIST", "STATE"})),
+    Layout(
+        "sinfo -N -l",
+        (
+            "NODELIST",
+            "NODES",
+            "PARTITION",
+            "STATE",
+            "CPUS",
+            "S:C:T",
+            "MEMORY",
+            "TMP_DISK",
+            "WEIGHT",
+            "AVAIL_FE",
+            "REASON",
+        ),
+        frozenset({"NODELIST", "CPUS", "REASON"}),
+    ),
+)
+HUMAN_FIELDS = {
+    "PARTITION": "partition",
+    "NODELIST": "nodelist",
+    "STATE": "state",
+    "CPUS": "cpus",
+    "MEMORY": "memory",
+    "AVAIL_FE": "features",
+    "REASON": "reason",
+}
+CAPTURE_INSTEAD = "`sinfo -N -l` or the live format (docs/collectors.md)"
+HUMAN_REFUSED = {
+    ("PARTITION", "AVAIL", "TIMELIMIT", "NODES(A/I/O/T)", "NODELIST"): (
+        "`sinfo -s` output: node counts per partition, not node states; capture " + CAPTURE_INSTEAD
+    ),
+    ("REASON", "USER", "TIMESTAMP", "NODELIST"): (
+        "`sinfo -R` output: only the nodes that have a reason, without CPUs or partitions; capture "
+        + CAPTURE_INSTEAD
+    ),
+}
+_HUMAN_IDS = frozenset({"NODELIST", "HOSTNAMES"})
+
+
+def human_table(lines: list) -> tuple[Table | None, str | None]:
+    """The recognised human layout of the non-blank `lines`, or why a title line is refused."""
+    return find_table(lines, HUMAN_LAYOUTS, _HUMAN_IDS, HUMAN_REFUSED, CAPTURE_INSTEAD)
+
+
+def snapshot_from(data: bytes, tz: ZoneInfo) -> datetime | None:
+    """The snapshot time printed in the output itself: the date line of `sinfo -l` / `sinfo -N -l`."""
+    lines = [line for line in split_lines(data[:4096]) if not is_blank(line[1])]
+    table, _ = human_table(lines)
+    return parse_date_line(table.date, tz) if table is not None else None
+
+
 def check_input(data: bytes, fmt: str | None, delimiter: str | None) -> str | None:
-    """Why `ingest` cannot read this input as asked (an unusable --format), or None."""
+    """Why `ingest` cannot read this input as asked (an unusable --format, a declined layout), or None."""
+    if fmt is None and delimiter is None:
+        _table, problem = human_table([line for line in split_lines(data) if not is_blank(line[1])])
+        if problem:
+            return problem
     try:
         line_format(fmt, delimiter)
     except ValueError as exc:
         return str(exc)
     return None
+
+
+def _human_rows(lines: list, table: Table, cluster: str, snapshot_time: datetime, tz: ZoneInfo) -> Parsed:
+    """node_states rows of a human layout: one per node of each line's NODELIST.
+
+    A grouped line (`sinfo`, `sinfo -l`: nodes of one partition in one state) gives each node that state,
+    which is exact; those layouts print no per-node counts to copy. A partition name that fills a
+    right-justified column may be cut, so its line is quarantined; a reason cut at its column's width
+    (`sinfo -N -l` prints 20 characters) is stored as printed with "…" appended.
+    """
+    rows: list[dict] = []
+    bad: list[dict] = []
+    for line_no, text, raw in lines:
+        if line_no <= table.header_no:
+            continue
+        values, cut, reason = split_row(text, table)
+        new: list[dict] = []
+        if values is not None:
+            part = values.get("PARTITION")
+            if part is not None and "PARTITION" in cut:
+                reason = f"partition {part!r} fills its column: {table.layout.command!r} may have cut it"
+            else:
+                v = {HUMAN_FIELDS[t]: x for t, x in values.items() if t in HUMAN_FIELDS}
+                if v.get("reason") and "REASON" in cut:
+                    v["reason"] += "…"
+                new, reason = _rows_for(v, snapshot_time, cluster, tz)
+                count = values.get("NODES", "")
+                if reason is None and "NODES" in values and count != str(len(new)):
+                    new, reason = [], f"NODES says {count} but NODELIST names {len(new)}"
+        if reason is None:
+            rows.extend(new)
+            continue
+        bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw, "reason": f"sinfo: {reason}"})
+    df = (
+        pl.DataFrame(rows, schema=NODE_STATES_SCHEMA, orient="row")
+        if rows
+        else pl.DataFrame(schema=NODE_STATES_SCHEMA)
+    )
+    df = df.unique(subset=["node", "partition"], keep="last", maintain_order=True)
+    return Parsed(tables={"node_states": df}, quarantine=quarantine_frame(bad))
 
 
 _CONTROL = r"[\x1c-\x1f]"  # separators Python's str.strip() removes and Polars' strip_chars() keeps
@@ -510,10 +638,14 @@ def _parse(
 ) -> Parsed:
     """Node-per-line formats with one repeated separator (the live one) are split and typed per column
     and distinct value; hostlists, aggregated formats and odd lines take the per-line path."""
+    lines = [line for line in split_lines(data) if not is_blank(line[1])]
+    if fmt is None and delimiter is None:
+        table, _problem = human_table(lines)
+        if table is not None:
+            return _human_rows(lines, table, cluster, snapshot_time, tz)
     lf = line_format(fmt, delimiter)
     per_node = bool(set(lf.names) & {"node", "nodelist"})
     id_cols = ("node", "nodelist") if per_node else ("node_count",)
-    lines = [line for line in split_lines(data) if not is_blank(line[1])]
     if lines:
         values, _reason = split_line(lines[0][1], lf)
         if values is not None and is_header(values, id_cols):

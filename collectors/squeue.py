@@ -31,6 +31,7 @@ from slurmscope.collectors.slurm_format import (
     parse_format,
     split_line,
 )
+from slurmscope.collectors.slurm_human import Layout, Table, find_table, parse_date_line, split_row
 
 from slurmscope.config import Config
 from slurmscope.slurm_states import JOB_STATE_CODES, NULL_WORDS
@@ -242,8 +243,100 @@ def _row(v: dict[str, str], cluster: str, snapshot_time: datetime, tz: ZoneInfo)
     return row
 
 
+# Slurm's own layouts, read without --format (collectors/slurm_human.py; titles as Slurm 22.05 prints them,
+# tests/fixtures/slurm-22.05/human): every column right-justified but the last; NAME may hold spaces.
+_RIGHT = frozenset({"NODELIST(REASON)"})
+HUMAN_LAYOUTS = (
+    Layout(
+        "squeue",
+        ("JOBID", "PARTITION", "NAME", "USER", "ST", "TIME", "NODES", "NODELIST(REASON)"),
+        _RIGHT,
+        "NAME",
+    ),
+    Layout(
+        "squeue -l",
+        ("JOBID", "PARTITION", "NAME", "USER", "STATE", "TIME", "TIME_LIMI", "NODES", "NODELIST(REASON)"),
+        _RIGHT,
+        "NAME",
+    ),
+)
+HUMAN_FIELDS = {
+    "JOBID": "job_id",
+    "PARTITION": "partition",
+    "NAME": "name",
+    "USER": "user",
+    "ST": "state",
+    "STATE": "state",
+    "TIME_LIMI": "timelimit",
+    "NODES": "nodes",
+    "NODELIST(REASON)": "reason_list",
+}
+CAPTURE_INSTEAD = "`squeue -l` or the live format (docs/collectors.md)"
+HUMAN_REFUSED = {
+    ("STEPID", "NAME", "PARTITION", "USER", "TIME", "NODELIST"): (
+        "`squeue -s` output: job steps, not jobs; capture " + CAPTURE_INSTEAD
+    ),
+}
+_HUMAN_IDS = frozenset({"JOBID", "STEPID"})
+
+
+def human_table(lines: list) -> tuple[Table | None, str | None]:
+    """The recognised human layout of the non-blank `lines`, or why a title line is refused."""
+    return find_table(lines, HUMAN_LAYOUTS, _HUMAN_IDS, HUMAN_REFUSED, CAPTURE_INSTEAD)
+
+
+def snapshot_from(data: bytes, tz: ZoneInfo) -> datetime | None:
+    """The snapshot time printed in the output itself: the date line of `squeue -l`."""
+    lines = [line for line in split_lines(data[:4096]) if not is_blank(line[1])]
+    table, _ = human_table(lines)
+    return parse_date_line(table.date, tz) if table is not None else None
+
+
+def _human_rows(lines: list, table: Table, cluster: str, snapshot_time: datetime, tz: ZoneInfo) -> Parsed:
+    """pending_jobs rows of a human layout, cut by the header's columns (a reason keeps its spaces).
+
+    squeue cuts NAME and USER to 8 characters and PARTITION to 9: a value that fills its column may be
+    cut, so it is stored as NULL rather than as a wrong name; a job id that fills its column is
+    quarantined (the key cannot be known).
+    """
+    rows: list[dict] = []
+    bad: list[dict] = []
+    for line_no, text, raw in lines:
+        if line_no <= table.header_no:
+            continue
+        values, cut, reason = split_row(text, table)
+        if values is not None:
+            if "JOBID" in cut:
+                reason = (
+                    f"job id {values['JOBID']!r} fills its column: {table.layout.command!r} may have cut it"
+                )
+            else:
+                v = {
+                    HUMAN_FIELDS[t]: (None if t in cut and t in ("NAME", "USER", "PARTITION") else x)
+                    for t, x in values.items()
+                    if t in HUMAN_FIELDS
+                }
+                try:
+                    rows.append(_row(v, cluster, snapshot_time, tz))
+                    continue
+                except ValueError as exc:
+                    reason = str(exc)
+        bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw, "reason": f"squeue: {reason}"})
+    df = (
+        pl.DataFrame(rows, schema=PENDING_JOBS_SCHEMA, orient="row")
+        if rows
+        else pl.DataFrame(schema=PENDING_JOBS_SCHEMA)
+    )
+    df = df.unique(subset=["job_id"], keep="last", maintain_order=True)
+    return Parsed(tables={"pending_jobs": df}, quarantine=quarantine_frame(bad))
+
+
 def check_input(data: bytes, fmt: str | None, delimiter: str | None) -> str | None:
-    """Why `ingest` cannot read this input as asked (an unusable --format), or None."""
+    """Why `ingest` cannot read this input as asked (an unusable --format, a declined layout), or None."""
+    if fmt is None and delimiter is None:
+        _table, problem = human_table([line for line in split_lines(data) if not is_blank(line[1])])
+        if problem:
+            return problem
     try:
         line_format(fmt, delimiter)
     except ValueError as exc:
@@ -444,8 +537,12 @@ def _parse(
     vectorise: bool,
 ) -> Parsed:
     """Vectorised split and typing for lines of the expected shape; a per-line path for the rest."""
-    lf = line_format(fmt, delimiter)
     lines = [line for line in split_lines(data) if not is_blank(line[1])]
+    if fmt is None and delimiter is None:
+        table, _problem = human_table(lines)
+        if table is not None:
+            return _human_rows(lines, table, cluster, snapshot_time, tz)
+    lf = line_format(fmt, delimiter)
     if lines:
         values, _reason = split_line(lines[0][1], lf)
         if values is not None and is_header(values, ("job_id", "job_id_raw")):

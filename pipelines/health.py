@@ -21,6 +21,7 @@ import polars as pl
 from slurmscope.pipelines.common import UTC_DT, ensure_columns
 from slurmscope.pipelines.params import Health, Params
 
+from slurmscope import xid as xids
 from slurmscope.slurm_states import (
     NODE_HEALTH_DOWN_FLAGS,
     NODE_HEALTH_DOWN_STATES,
@@ -93,8 +94,11 @@ STATUSES = ("ok", "degraded", "failing")
 
 # Reasons in the order they are reported: the first that holds is `reason`; all that hold are `reasons`.
 # Failing reasons come first, so `reason` always explains `status`.
-GPU_FAILING = ("fallen_off_bus", "row_remap_failed", "uncorrectable_ecc", "xid_critical", "overheating")
-GPU_DEGRADED = ("row_remap_pending", "xid_other", "throttling", "hot", "telemetry_stale")
+# An XID's reason names the action NVIDIA's catalogue (slurmscope/xid.py) gives it, most drastic first.
+XID_FAILING = tuple(f"xid_{a}" for a in xids.FAILING_ACTIONS)
+XID_DEGRADED = (f"xid_{xids.Action.INVESTIGATE}",)
+GPU_FAILING = ("fallen_off_bus", "row_remap_failed", "uncorrectable_ecc", *XID_FAILING, "overheating")
+GPU_DEGRADED = ("row_remap_pending", *XID_DEGRADED, "throttling", "hot", "telemetry_stale")
 NODE_FAILING = ("gpu_failing", "gpu_missing", "xid_critical", "slurm_down")
 NODE_DEGRADED = ("gpu_degraded", "slurm_drain", "slurm_unavailable")
 GPU_REASONS = GPU_FAILING + GPU_DEGRADED
@@ -140,8 +144,8 @@ def settings(health: Health) -> dict[str, Any]:
         "gpu_forget_seconds",
     ):
         h[key] = min(float(h[key]), MAX_LOOKBACK_SECONDS)
-    h["critical_xids"] = [int(x) for x in h["critical_xids"]]
-    h["application_xids"] = [int(x) for x in h["application_xids"]]
+    overrides = {int(k): v for k, v in h.pop("xid_actions").items()}
+    h["xid_actions"] = {code: str(a) for code, a in xids.actions(overrides).items()}
     return h
 
 
@@ -243,19 +247,26 @@ def _recent(col: str, window: float) -> pl.Expr:
     return pl.col(col).is_not_null() & ((pl.col("t") - pl.col(col)) < _secs(window))
 
 
+XID_CLASSES = (*xids.FAILING_ACTIONS, xids.Action.INVESTIGATE)
+"""The actions with an effect on the verdict; ignore and restart_app (the application restarts, the GPU stays
+usable) have none."""
+
+
 def _classify_events(events: pl.LazyFrame, h: dict[str, Any]) -> dict[str, pl.LazyFrame]:
-    xid = pl.col("xid")
-    lost = (pl.col("event_type") == "gpu_lost") | ((pl.col("event_type") == "xid") & (xid == 79))
-    critical = (pl.col("event_type") == "xid") & xid.is_in(h["critical_xids"]) & (xid != 79)
-    other = (
-        (pl.col("event_type") == "xid")
-        & xid.is_not_null()
-        & ~xid.is_in(h["critical_xids"])
-        & ~xid.is_in(h["application_xids"])
-        & (xid != 79)
+    """`lost` (GPU lost, XID 79) and one frame per XID action of XID_CLASSES (a code the catalogue does not
+    list is `investigate`); XID 79 is only `lost`: fallen off the bus is its reason."""
+    is_xid = (pl.col("event_type") == "xid") & pl.col("xid").is_not_null()
+    lost = (pl.col("event_type") == "gpu_lost") | (is_xid & (pl.col("xid") == 79))
+    events = events.with_columns(
+        pl.col("gpu_uuid").fill_null(""),
+        pl.col("xid")
+        .replace_strict(h["xid_actions"], default=str(xids.Action.INVESTIGATE), return_dtype=pl.String)
+        .alias("_action"),
     )
-    events = events.with_columns(pl.col("gpu_uuid").fill_null(""))
-    return {"lost": events.filter(lost), "critical": events.filter(critical), "other": events.filter(other)}
+    out = {"lost": events.filter(lost)}
+    for action in XID_CLASSES:
+        out[str(action)] = events.filter(is_xid & (pl.col("xid") != 79) & (pl.col("_action") == str(action)))
+    return out
 
 
 def prepare_samples(samples: pl.LazyFrame, h: dict[str, Any]) -> pl.LazyFrame:
@@ -312,8 +323,8 @@ def gpu_verdicts(
     }
     by = ["_gid"]
     lf = _last_event(lf, cls["lost"], by, "lost_at")
-    lf = _last_event(lf, cls["critical"], by, "critical_at", ("xid",)).rename({"xid": "critical_xid"})
-    lf = _last_event(lf, cls["other"], by, "other_at", ("xid",)).rename({"xid": "other_xid"})
+    for action in XID_CLASSES:
+        lf = _last_event(lf, cls[str(action)], by, f"{action}_at", ("xid",)).rename({"xid": f"{action}_xid"})
     lf = _last_event(lf, ecc, by, "ecc_at", ("ecc_n",))
     win = h["event_window_seconds"]
     temp = pl.col("temp_gpu_max_celsius")
@@ -325,10 +336,9 @@ def gpu_verdicts(
         "fallen_off_bus": _recent("lost_at", win),
         "row_remap_failed": fresh & pl.col("remapped_failed").fill_null(False),
         "uncorrectable_ecc": _recent("ecc_at", win),
-        "xid_critical": _recent("critical_at", win),
+        **{f"xid_{a}": _recent(f"{a}_at", win) for a in XID_CLASSES},
         "overheating": fresh & (temp >= float(h["temp_failing_celsius"])),
         "row_remap_pending": fresh & pl.col("remapped_pending").fill_null(False),
-        "xid_other": _recent("other_at", win),
         "throttling": fresh & (pl.col("throttle_ratio") > float(h["throttle_ratio"])),
         "hot": fresh & (temp >= float(h["temp_degraded_celsius"])),
         "telemetry_stale": stale,
@@ -338,12 +348,9 @@ def gpu_verdicts(
 
 EVIDENCE = (
     "lost_at",
-    "critical_xid",
-    "critical_at",
+    *[f"{a}_{c}" for a in XID_CLASSES for c in ("xid", "at")],
     "ecc_n",
     "ecc_at",
-    "other_xid",
-    "other_at",
     "temp_gpu_max_celsius",
     "throttle_ratio",
     "last_minute",
@@ -364,22 +371,31 @@ def gpu_detail() -> pl.Expr:
         pl.concat_list(
             [
                 pl.when(has("fallen_off_bus")).then(pl.lit("lost at ") + pl.col("lost_at").dt.strftime(fmt)),
-                pl.when(has("xid_critical")).then(
-                    pl.format("XID {} at {}", pl.col("critical_xid"), pl.col("critical_at").dt.strftime(fmt))
-                ),
+                *[
+                    pl.when(has(f"xid_{a}")).then(
+                        pl.format(
+                            f"XID {{}} ({a}) at {{}}", pl.col(f"{a}_xid"), pl.col(f"{a}_at").dt.strftime(fmt)
+                        )
+                    )
+                    for a in xids.FAILING_ACTIONS
+                ],
                 pl.when(has("uncorrectable_ecc")).then(
                     pl.format(
                         "{} uncorrectable ECC at {}", pl.col("ecc_n"), pl.col("ecc_at").dt.strftime(fmt)
                     )
                 ),
-                pl.when(has("xid_other")).then(
-                    pl.format("XID {} at {}", pl.col("other_xid"), pl.col("other_at").dt.strftime(fmt))
+                pl.when(has(f"xid_{xids.Action.INVESTIGATE}")).then(
+                    pl.format(
+                        "XID {} (investigate) at {}",
+                        pl.col(f"{xids.Action.INVESTIGATE}_xid"),
+                        pl.col(f"{xids.Action.INVESTIGATE}_at").dt.strftime(fmt),
+                    )
                 ),
                 pl.when(has("overheating", "hot")).then(
                     pl.format("{} C", pl.col("temp_gpu_max_celsius").round(1))
                 ),
                 pl.when(has("throttling")).then(
-                    pl.format("throttled {}%", (pl.col("throttle_ratio") * 100).round(0))
+                    pl.format("HW throttled {}%", (pl.col("throttle_ratio") * 100).round(0))
                 ),
                 pl.when(has("telemetry_stale")).then(
                     pl.lit("last sample ") + pl.col("last_minute").dt.strftime(fmt)
@@ -421,7 +437,9 @@ def node_verdicts(
     lf = _asof_few(lf, inv, "seen_at", "node")
     # Events no GPU could be named for (a kernel XID whose PCI address matched no GPU) count for the node.
     cls = _classify_events(events, h)
-    unnamed = pl.concat([cls["lost"], cls["critical"]]).filter(pl.col("gpu_uuid") == "")
+    unnamed = pl.concat([cls["lost"], *(cls[str(a)] for a in xids.FAILING_ACTIONS)]).filter(
+        pl.col("gpu_uuid") == ""
+    )
     lf = _asof_few(
         lf, unnamed.select("node", pl.col("event_time").alias("node_event_at")), "node_event_at", "node"
     )

@@ -67,8 +67,7 @@ class Fairshare:
 @dataclass(frozen=True)
 class Health:
     event_window_seconds: float
-    critical_xids: list[int]
-    application_xids: list[int]
+    xid_actions: dict[int, str]
     throttle_ratio: float
     throttle_window_seconds: float
     temp_degraded_celsius: float

@@ -22,6 +22,7 @@ from slurmscope.pipelines.common import (
 )
 from slurmscope.pipelines.params import Params
 
+from slurmscope import xid as xids
 from slurmscope.hostlist import expand_hostlist_lenient
 from slurmscope.slurm_states import JOB_NODE_FAULT_STATES, JOB_NOT_ENDED_STATES, NODE_EVENT_FAULT_STATES
 
@@ -93,9 +94,17 @@ INPUTS: dict[str, str] = {
 }
 
 FAULT_GPU_EVENTS = ("xid", "gpu_lost", "ecc")
-APPLICATION_XIDS = (13, 31, 43, 45)
-"""XIDs NVIDIA attributes to the application (graphics engine exception, MMU fault, GPU stopped processing,
-preemptive cleanup): the job broke the GPU's work, not the other way round, so they are not node faults."""
+
+
+def not_fault_xids(params: Params) -> list[int]:
+    """XIDs that are no node fault, from NVIDIA's catalogue (slurmscope/xid.py) and health.xid_actions: those
+    NVIDIA attributes to the application (13, 31, 43, 45, ...: the job broke the GPU's work, not the other
+    way round) and those whose action is `ignore` (informational, e.g. 63 and 92). A contained ECC error (94,
+    restart_app) is the GPU's fault and counts."""
+    overrides = {int(k): v for k, v in params.health.xid_actions.items()}
+    ignored = xids.codes_of(xids.Action.IGNORE, overrides)
+    return sorted(set(xids.application_codes()) | set(ignored))
+
 
 OUTCOMES_SCHEMA = {
     "day": pl.Date,
@@ -326,7 +335,8 @@ def faults(node_events: pl.LazyFrame, gpu_events: pl.LazyFrame, params: Params) 
         pl.col("state").str.to_uppercase().alias("fault_kind"),
     )
     g = gpu_events.filter(
-        pl.col("event_type").is_in(FAULT_GPU_EVENTS) & ~pl.col("xid").is_in(APPLICATION_XIDS).fill_null(False)
+        pl.col("event_type").is_in(FAULT_GPU_EVENTS)
+        & ~pl.col("xid").is_in(not_fault_xids(params)).fill_null(False)
     ).select(
         "node",
         pl.col("event_time").alias("fault_time"),

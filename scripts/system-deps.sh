@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Debian packages the integration tests need: a real Slurm 22.05 (slurmctld, slurmd, slurmdbd, MariaDB,
-# munge), Prometheus 2.42 with promtool, and headless Chromium. Installs only what is missing; needs root.
+# munge), Prometheus 2.42 with promtool, slurmrestd, headless Chromium, and Java 17 for Spark (tests marked spark).
+# Installs only what is missing; needs root.
 set -euo pipefail
-pkgs=(slurm-wlm slurmdbd slurm-client mariadb-server munge prometheus chromium)
+pkgs=(slurm-wlm slurmdbd slurmrestd slurm-client mariadb-server munge prometheus chromium openjdk-17-jre-headless)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

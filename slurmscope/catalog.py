@@ -671,8 +671,9 @@ CATALOG: tuple[Metric, ...] = (
         type="info",
         unit="",
         help="Why the GPU has its verdict: `reason` is the first rule that holds ('' when ok), from a fixed"
-        " list (fallen_off_bus, row_remap_failed, uncorrectable_ecc, xid_critical, overheating,"
-        " row_remap_pending, xid_other, throttling, hot, telemetry_stale).",
+        " list (fallen_off_bus, row_remap_failed, uncorrectable_ecc, xid_contact_support, xid_reboot_node,"
+        " xid_reset_gpu, overheating, row_remap_pending, xid_investigate, throttling, hot, telemetry_stale;"
+        " xid_* name the action of NVIDIA's XID catalogue).",
         labels=("cluster", "node", "gpu", "gpu_model", "status", "reason", "source"),
         source="mart_gpu_health (run in force at now)",
         requires=("mart_gpu_health",),
@@ -696,7 +697,19 @@ CATALOG: tuple[Metric, ...] = (
     _gpu(
         "slurmscope_gpu_throttle_ratio",
         "ratio",
-        "Share of the latest sampled minute the GPU spent with clocks throttled (thermal or power).",
+        "Share of the latest sampled minute the GPU spent throttled by hardware (NVML clock-event reasons HW"
+        " slowdown, HW thermal slowdown, HW power brake); a GPU at its power cap is not throttled.",
+    ),
+    Metric(
+        name="slurmscope_gpu_clock_event_ratio",
+        type="gauge",
+        unit="ratio",
+        help="Share of the latest sampled minute each NVML clock-event reason was active, by `reason`"
+        " (sw_power_cap: at power limit; sw_thermal; hw_slowdown, hw_thermal, hw_power_brake: the hardware"
+        " causes slurmscope_gpu_throttle_ratio counts). Absent for a minute whose cause split is unknown.",
+        labels=("cluster", "node", "gpu", "gpu_model", "reason", "source"),
+        source="gpu_samples (latest minute per GPU, at most 15 min old)",
+        requires=("gpu_samples",),
     ),
     _gpu(
         "slurmscope_gpu_row_remap_failed",

@@ -123,6 +123,11 @@ def _connect(app: Context, *, read_only: bool = False, create: bool = True):
 @click.option(
     "--timezone", "tz", help="Zone of the times in the files (default: the configured cluster zone)."
 )
+@click.option(
+    "--at",
+    "at",
+    help="When the snapshot was taken (ISO 8601 or epoch seconds), for outputs that print no time of their own.",
+)
 @click.pass_context
 def ingest(
     ctx: click.Context,
@@ -131,6 +136,7 @@ def ingest(
     fmt: str | None,
     delimiter: str | None,
     tz: str | None,
+    at: str | None,
 ) -> None:
     """Load recorded Slurm or NVML output files into the database."""
     import duckdb
@@ -141,7 +147,7 @@ def ingest(
     con = _connect(app)
     try:
         results = ingest_files(
-            con, app.config, kind, [Path(f) for f in files], fmt=fmt, delimiter=delimiter, timezone=tz
+            con, app.config, kind, [Path(f) for f in files], fmt=fmt, delimiter=delimiter, timezone=tz, at=at
         )
     except IngestError as exc:
         raise click.ClickException(str(exc)) from None
@@ -151,6 +157,13 @@ def ingest(
         con.close()
     for r in results:
         click.echo(f"{r.path}: {r.rows} rows loaded, {r.quarantined} quarantined", err=True)
+        for w in r.warnings:
+            click.echo(f"{r.path}: warning: {w}", err=True)
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        raise click.ClickException(
+            "; ".join(f"{r.path}: {r.error}" for r in failed) + " (run recorded as failed)"
+        )
 
 
 @main.command()
@@ -314,6 +327,36 @@ def report(ctx: click.Context, month: str, out_dir: str, formats: str) -> None:
         click.echo(str(path))
 
 
+@main.command()
+@click.option(
+    "--out", "out", required=True, help="Lake directory, or an object-store URL (s3://bucket/prefix)."
+)
+@click.option(
+    "--since", callback=lambda c, p, v: v and _month(c, p, v), help="YYYY-MM: re-export from this month."
+)
+@click.pass_context
+def export(ctx: click.Context, out: str, since: str | None) -> None:
+    """Parquet lake of the raw tables and marts, per cluster and month (docs/lake.md)."""
+    from slurmscope.lake import ExportError
+    from slurmscope.lake import export as run_export
+
+    app = _context(ctx)
+    con = _connect(app, read_only=True, create=False)
+
+    def show(w) -> None:
+        p = w.partition
+        click.echo(f"{p.table}\t{p.cluster}\t{p.month}\t{w.rows}\t{w.status}")
+
+    try:
+        done = run_export(con, out, since=since, on_partition=show)
+    except (ExportError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        con.close()
+    written = sum(w.status == "written" for w in done)
+    click.echo(f"export: {written} partition(s) written, {len(done) - written} unchanged, in {out}", err=True)
+
+
 @main.group()
 def dashboards() -> None:
     """Grafana dashboards as code."""
@@ -348,7 +391,7 @@ def alerts_build(ctx: click.Context, out_dir: str, runbook_base: str | None) -> 
 
     base = runbook_base or _context(ctx).config.get("alerts", "runbook_base_url")
     try:
-        written = build_all(Path(out_dir), base)
+        written = build_all(Path(out_dir), base, _context(ctx).config.get("health", "xid_actions"))
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--runbook-base") from None
     for path in written:
@@ -402,6 +445,28 @@ def demo(
         )
     except ConfigError as exc:  # the port is taken, or the price book misses a simulated GPU model
         raise click.ClickException(str(exc)) from None
+
+
+@main.command()
+@click.option(
+    "--prometheus",
+    metavar="URL",
+    help="Prometheus to check for the rules and scrape targets (e.g. http://prometheus:9090).",
+)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.pass_context
+def doctor(ctx: click.Context, prometheus: str | None, fmt: str) -> None:
+    """Check this installation (Slurm, munge, database, agents, exporter, Prometheus, Grafana); say each fix."""
+    from slurmscope.doctor import as_json, as_text, failed, run_checks
+
+    app = _context(ctx)
+    results = run_checks(app.config, app.db_path, prometheus=prometheus)
+    if fmt == "json":
+        click.echo(json.dumps(as_json(results), indent=1))
+    else:
+        click.echo(as_text(results), nl=False)
+    if failed(results):
+        ctx.exit(1)
 
 
 @main.command()

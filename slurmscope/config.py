@@ -24,6 +24,8 @@ from typing import Any
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from slurmscope import xid
+
 
 class ConfigError(ValueError):
     """A config file or override that cannot be used; the message names file, key and expectation."""
@@ -256,6 +258,36 @@ class PriceBook:
         return out
 
 
+@dataclass(frozen=True)
+class XidActions:
+    """`health.xid_actions`: XID code -> action, replacing NVIDIA's resolution for that code (slurmscope.xid).
+
+    An XID NVIDIA attributes to the application cannot be made failing: the verdict would blame the hardware
+    for the job's bug, the one mistake the catalogue is there to prevent."""
+
+    default: dict[int, str]
+
+    def parse(self, value: Any, at: _At) -> dict[int, str]:
+        choices = tuple(a.value for a in xid.Action)
+        if not isinstance(value, Mapping):
+            raise at.error(f"a table of <XID code> = <action> ({_one_of(choices)})", value)
+        out: dict[int, str] = {}
+        for key, action in value.items():
+            where = at.child(str(key))
+            code = str(key).strip()
+            if not code.isdigit() or int(code) == 0:
+                raise ConfigError(f"{at.source}: key '{where.key}' is not an XID code (a positive integer)")
+            if action not in choices:
+                raise where.error(_one_of(choices), action)
+            if xid.VERDICT[xid.Action(action)] == "failing" and xid.lookup(int(code)).application:
+                raise ConfigError(
+                    f"{at.source}: key '{where.key}': NVIDIA attributes XID {int(code)} to the application; "
+                    f"it cannot be made {action} (failing)"
+                )
+            out[int(code)] = action
+        return out
+
+
 def _is_zone(name: str) -> bool:
     try:
         ZoneInfo(name)
@@ -296,6 +328,16 @@ def _is_month(text: str) -> bool:
     return bool(match) and 1 <= int(match.group(2)) <= 12
 
 
+LAKE_SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
+
+
+def _is_lake_target(text: str) -> bool:
+    """'' (no scheduled export), a path, or a URL whose scheme pyarrow's filesystem layer opens."""
+    if "://" not in text:
+        return True
+    return urlsplit(text).scheme in LAKE_SCHEMES and bool(urlsplit(text).netloc or urlsplit(text).path)
+
+
 SLURM_COMMANDS = ("sacct", "sinfo", "squeue", "sshare", "sdiag", "sacctmgr", "scontrol")
 ZONE = Str("UTC", check=_is_zone, what="an IANA time zone such as 'Europe/Berlin'")
 DAY = 86400  # the longest health window: pipelines/health.py reads one day of events and samples back
@@ -314,6 +356,16 @@ SCHEMA = Table(
                 "bin_dir": Str(""),
                 **{name: Str(name, check=bool, what="a command name or path") for name in SLURM_COMMANDS},
                 "timeout_seconds": Num(60.0, positive=True),
+                "source": Str("cli", choices=("cli", "rest")),
+                "rest_socket": Str(""),
+                "rest_url": Str(
+                    "",
+                    check=lambda u: u == "" or _is_url(u),
+                    what="an http(s) URL such as 'http://slurmrestd:6820'",
+                ),
+                "rest_user": Str(""),
+                "rest_token_file": Str(""),
+                "rest_api_version": Str("v0.0.38", choices=("v0.0.38", "v0.0.41", "v0.0.44")),
             }
         ),
         "collect": Table(
@@ -405,6 +457,17 @@ SCHEMA = Table(
             }
         ),
         "report": Table({"pseudonymise_users": Bool(False)}),
+        "grafana": Table({"provisioning_dir": Str("")}),  # read by `doctor` only (docs/dashboards.md)
+        "lake": Table(  # `serve`'s scheduled `export` (slurmscope/lake.py, docs/lake.md); off while export_dir is ''
+            {
+                "export_dir": Str(
+                    "",
+                    check=_is_lake_target,
+                    what="a directory or an object-store URL such as 's3://bucket/lake'",
+                ),
+                "export_interval_seconds": Num(3600, low=60),
+            }
+        ),
         "alerts": Table(  # runbook_url = runbook_base_url + <AlertName>.md (docs/configuration.md)
             {
                 "runbook_base_url": Str(
@@ -417,9 +480,8 @@ SCHEMA = Table(
         "health": Table(  # node and GPU health verdicts (pipelines/health.py, docs/pipelines.md#health)
             {
                 "event_window_seconds": Num(3600, high=DAY),
-                "critical_xids": List([48, 63, 64, 74, 79, 92, 94, 95, 119, 120], Num(1, low=0)),
-                "application_xids": List([13, 31, 43, 45], Num(1, low=0)),
-                "throttle_ratio": Num(0.25, high=1),
+                "xid_actions": XidActions({}),
+                "throttle_ratio": Num(0.1, high=1),
                 "throttle_window_seconds": Num(900, high=DAY),
                 "temp_degraded_celsius": Num(85.0),
                 "temp_failing_celsius": Num(95.0),
@@ -435,7 +497,11 @@ DEFAULTS: dict[str, Any] = SCHEMA.default
 """The built-in value of every key: what a run reads where the file says nothing."""
 
 ENV_NOT_CONFIG = {"SLURMSCOPE_CONFIG", "SLURMSCOPE_DB"}
-MOVED = {"billing.default_rate_per_gpu_hour": "billing.rates.default"}
+MOVED = {
+    "billing.default_rate_per_gpu_hour": "billing.rates.default",
+    "health.critical_xids": "health.xid_actions (code -> action; NVIDIA's XID catalogue is the default)",
+    "health.application_xids": "health.xid_actions (application XIDs come from NVIDIA's XID catalogue)",
+}
 
 
 @dataclass(frozen=True)

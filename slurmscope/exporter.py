@@ -96,11 +96,11 @@ def _run_queries(
             continue
         try:
             if metric.shared_query:
-                if metric.macro not in shared:
-                    shared[metric.macro] = None
+                if metric.macro not in shared:  # run once per render; a failure is remembered, not retried
                     shared[metric.macro] = _by_family(con, metric.macro, params)
                 if shared[metric.macro] is None:
-                    raise duckdb.Error(f"shared query {metric.macro} failed")
+                    snap.up[metric.name] = False
+                    continue
                 cols, by_family = shared[metric.macro]
                 rows = by_family.get(metric.name, [])
             else:
@@ -136,9 +136,13 @@ def _run_queries(
 
 def _by_family(
     con: duckdb.DuckDBPyConnection, macro: str, params: list[Any]
-) -> tuple[list[str], dict[str, list[tuple]]]:
-    """Run a shared macro once and split its rows by their `family` column."""
-    cur = con.execute(f"SELECT * FROM {macro}(?, ?)", params)  # noqa: S608 - a catalog name
+) -> tuple[list[str], dict[str, list[tuple]]] | None:
+    """Run a shared macro once and split its rows by their `family` column; None when it failed."""
+    try:
+        cur = con.execute(f"SELECT * FROM {macro}(?, ?)", params)  # noqa: S608 - a catalog name
+    except duckdb.Error as exc:
+        log.warning("shared query %s failed: %s", macro, exc)
+        return None
     cols = [d[0] for d in cur.description]
     fi = cols.index("family")
     out: dict[str, list[tuple]] = {}

@@ -22,7 +22,7 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from slurmscope.collectors.collect import collect_with
-from slurmscope.collectors.registry import COLLECTORS, collector
+from slurmscope.collectors.registry import COLLECTORS, active, collector
 from slurmscope.config import Config
 from slurmscope.db import connect
 
@@ -128,6 +128,17 @@ class Service:
         except Exception:
             log.exception("monthly report %s failed", label)
 
+    def run_export(self) -> None:
+        from slurmscope.lake import export
+
+        out = self.config.get("lake", "export_dir")
+        try:
+            done = self.with_db(lambda con: export(con, out, now=self.clock()), read_only=True)
+            written = sum(w.status == "written" for w in done)
+            log.info("export to %s: %s partition(s) written, %s unchanged", out, written, len(done) - written)
+        except Exception:
+            log.exception("export to %s failed", out)
+
     def render_now(self) -> None:
         try:
             self.with_db(self._render)
@@ -145,7 +156,9 @@ def build_scheduler(service: Service, intervals: dict[str, int] | None = None) -
 
     Without `intervals`, every live collector of the registry at its own interval.
     """
-    intervals = intervals or {c.kind: c.interval_seconds for c in COLLECTORS if c.live}
+    intervals = intervals or {
+        c.kind: c.interval_seconds for c in active(service.config.get("slurm", "source"))
+    }
     # One thread per job (they mostly wait on the write lock), so none misses its slot waiting for a thread.
     sched = BackgroundScheduler(
         executors={"default": ThreadPoolExecutor(max_workers=len(intervals) + 4)},
@@ -184,6 +197,15 @@ def build_scheduler(service: Service, intervals: dict[str, int] | None = None) -
         id="report-monthly",
         name="monthly report",
     )
+    if service.config.get("lake", "export_dir"):
+        sched.add_job(
+            service.run_export,
+            IntervalTrigger(
+                seconds=service.config.get("lake", "export_interval_seconds"), timezone=timezone.utc
+            ),
+            id="lake-export",
+            name="Parquet lake export",
+        )
     return sched
 
 

@@ -1,4 +1,4 @@
-"""The NVML spool format (version 1): what a node agent writes and the central collector reads.
+"""The NVML spool format (version 2; version 1 still read): what a node agent writes and the collector reads.
 
 Both sides import this one module, so the writer and the reader cannot drift apart; docs/nvml.md defines
 the format. A file is JSON Lines: a header, one record per line, a footer with the record count and the
@@ -19,8 +19,61 @@ from pathlib import Path
 from typing import Any
 
 SPOOL_FORMAT = "slurmscope-nvml-spool"
-SPOOL_VERSION = 1
+SPOOL_VERSION = 2
+READ_VERSIONS = (1, 2)
+"""Agents not yet upgraded keep writing version 1 during a rolling upgrade; their files load with the meaning
+version 1 documented (upgrade_v1_sample)."""
 RECORD_TYPES = ("sample", "event", "job", "inventory")
+
+# Clock-event reasons per cause (NVML nvmlClocksEventReasons,
+# https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html): the sample record counts the
+# seconds each was active as `<cause>_seconds`. Only the hardware causes are a fault: HW slowdown ("reducing
+# the core clocks by a factor of 2 or more": temperature too high, external power brake, power draw too high
+# for fast-trigger protection), HW thermal slowdown and HW power brake slowdown. SW power cap ("the clocks
+# have been optimized to ensure not to exceed currently set power limits") is a GPU running at its power
+# limit, the normal state of a busy training job, and SW thermal slowdown the driver holding clocks below
+# the thermal target: both are reported, never a fault. Idle (0x1), application clocks (0x2), sync boost
+# (0x10) and display clocks (0x100) are not counted.
+CLOCK_EVENT_CAUSES: dict[str, int] = {
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sw_thermal": 0x20,
+    "hw_thermal": 0x40,
+    "hw_power_brake": 0x80,
+}
+HW_THROTTLE_MASK = 0x8 | 0x40 | 0x80
+"""Version 2 `throttle_seconds`: seconds with any hardware cause active."""
+SW_CLOCK_MASK = 0x4 | 0x20
+V1_THROTTLE_MASK = HW_THROTTLE_MASK | SW_CLOCK_MASK
+"""Version 1 `throttle_seconds`: seconds with any of the five causes active, software ones included."""
+
+
+def upgrade_v1_sample(rec: dict[str, Any]) -> dict[str, Any]:
+    """A version 1 sample record in version 2 terms, exactly where the minute's OR of reasons allows.
+
+    Version 1 counted one `throttle_seconds` for all five causes and kept the OR of the reasons seen. When
+    that OR holds a single cause, or only hardware / only software causes, the split is exact; when it holds
+    both a hardware and a software cause, how much of the time was hardware is unknown and stays null (the
+    health rule counts a null minute as not throttled)."""
+    out = dict(rec)
+    total, reasons = rec.get("throttle_seconds"), rec.get("throttle_reasons")
+    causes: dict[str, float | None] = dict.fromkeys(CLOCK_EVENT_CAUSES)
+    hw: float | None = None
+    if total is not None and reasons is not None:
+        active = [c for c, bit in CLOCK_EVENT_CAUSES.items() if reasons & bit]
+        for c in CLOCK_EVENT_CAUSES:
+            if c not in active:
+                causes[c] = 0.0
+        if len(active) == 1:
+            causes[active[0]] = float(total)
+        if not reasons & SW_CLOCK_MASK:
+            hw = float(total)
+        elif not reasons & HW_THROTTLE_MASK:
+            hw = 0.0
+    out["throttle_seconds"] = hw
+    for c, v in causes.items():
+        out[f"{c}_seconds"] = v
+    return out
 
 
 def utc(ts: float) -> datetime:
@@ -166,7 +219,7 @@ def read_spool_bytes(data: bytes) -> SpoolContent:
         return SpoolContent(None, [], [], "header or footer is not JSON", lines)
     if not isinstance(header, dict) or header.get("type") != "header" or header.get("format") != SPOOL_FORMAT:
         return SpoolContent(None, [], [], "first line is not a slurmscope spool header", lines)
-    if header.get("version") != SPOOL_VERSION:
+    if header.get("version") not in READ_VERSIONS:
         return SpoolContent(header, [], [], f"unsupported spool version {header.get('version')!r}", lines)
     if not isinstance(footer, dict) or footer.get("type") != "footer":
         return SpoolContent(header, [], [], "no footer (file was not closed)", lines)
@@ -191,6 +244,8 @@ def read_spool_bytes(data: bytes) -> SpoolContent:
         if reason:
             bad.append((no, raw, reason))
         else:
+            if header["version"] == 1 and rec["type"] == "sample":
+                rec = upgrade_v1_sample(rec)
             records.append((no, rec))
     return SpoolContent(header, records, bad, None, lines)
 

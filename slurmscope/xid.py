@@ -10,7 +10,8 @@ leptonai/gpud `components/accelerator/nvidia/xid/catalog_generated.go` (commit 4
 which `nvidia_xid_catalog.csv` beside this module was converted unchanged but for line breaks.
 
 NVIDIA's immediate resolution decides the action; each action has one runbook section
-(docs/runbooks/GpuXid.md) and one verdict:
+(docs/runbooks/GpuXid.md, and the alert runbooks GpuXidResetGpu, GpuXidRebootNode, GpuXidContactSupport and
+GpuXidInvestigate) and one verdict:
 
 - ``ignore`` (IGNORE; XID 154, which only reports that another XID changed the recovery action; XID 45's
   workflow, a preemptive cleanup that follows another XID): informational, verdict ok.
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
@@ -140,3 +142,37 @@ def codes(verdict: str) -> tuple[int, ...]:
 
 def application_codes() -> tuple[int, ...]:
     return tuple(sorted(c for c, x in catalog().items() if x.application))
+
+
+FAILING_ACTIONS = (Action.CONTACT_SUPPORT, Action.REBOOT_NODE, Action.RESET_GPU)
+"""The actions that take the GPU out of service, most drastic first: the order the verdict reports them in."""
+
+
+def action_of(code: int, overrides: Mapping[int, str] | None = None) -> Action:
+    """The action for `code`: the operator's override (config health.xid_actions) or NVIDIA's resolution."""
+    if overrides and code in overrides:
+        return Action(overrides[code])
+    return lookup(code).action
+
+
+def verdict_of(code: int, overrides: Mapping[int, str] | None = None) -> str:
+    """ok, degraded or failing; an XID NVIDIA attributes to the application is never failing."""
+    v = VERDICT[action_of(code, overrides)]
+    return "ok" if v == "failing" and lookup(code).application else v
+
+
+def actions(overrides: Mapping[int, str] | None = None) -> dict[int, Action]:
+    """Every catalogued or overridden code -> its effective action; a code absent here is `investigate`.
+
+    An application XID overridden to a failing action keeps its catalogued action (config rejects that)."""
+    out = {c: x.action for c, x in catalog().items()}
+    for code, act in (overrides or {}).items():
+        act = Action(act)
+        if not (VERDICT[act] == "failing" and lookup(code).application):
+            out[int(code)] = act
+    return out
+
+
+def codes_of(action: Action | str, overrides: Mapping[int, str] | None = None) -> tuple[int, ...]:
+    """Codes whose effective action is `action`, ascending (application XIDs never in a failing action)."""
+    return tuple(sorted(c for c, a in actions(overrides).items() if a == action))

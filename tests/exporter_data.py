@@ -38,7 +38,7 @@ EXPECTED_ALERTS = {
     "SlurmNodeDown",
     "SlurmNodeDrainedTooLong",
     "SlurmNodeFlapping",
-    "GpuXidCritical",
+    "GpuXidRebootNode",
     "GpuEccUncorrectable",
     "GpuRowRemapFailed",
     "GpuFallenOffBus",
@@ -60,7 +60,7 @@ EXPECTED_ALERTS = {
 # before END (the others started within the last 10 minutes: XID 79 and the ECC error 5 minutes before END,
 # the missing GPU in the last inventory).
 EXPECTED_FIRING = EXPECTED_ALERTS - {
-    "GpuXidCritical",
+    "GpuXidRebootNode",
     "GpuEccUncorrectable",
     "GpuFallenOffBus",
     "GpuCountMismatch",

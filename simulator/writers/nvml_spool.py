@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
-from slurmscope.spool import write_spool_file
+from slurmscope.spool import CLOCK_EVENT_CAUSES, HW_THROTTLE_MASK, write_spool_file
 
 from ..faults import DEG_CLOCK_PER_DAY, DEG_TEMP_PER_DAY
 from ..model import BIG, Job
@@ -162,8 +162,12 @@ def write_telemetry(sim: Sim) -> list[str]:
                             "temp_mem_max_celsius": round(temp + 6, 1),
                             "sm_clock_mean_mhz": round(clock),
                             "mem_clock_mean_mhz": spec["mem_clock"],
-                            "throttle_seconds": 60.0 if reasons & 0x40 else 0.0,
+                            "throttle_seconds": 60.0 if reasons & HW_THROTTLE_MASK else 0.0,
                             "throttle_reasons": reasons,
+                            **{
+                                f"{c}_seconds": 60.0 if reasons & b else 0.0
+                                for c, b in CLOCK_EVENT_CAUSES.items()
+                            },
                             "pcie_replay_delta": 0,
                             "ecc_corrected_delta": 0,
                             "ecc_uncorrected_delta": 0,

@@ -402,7 +402,7 @@ def test_minute_aggregation_by_hand():
             (0, 100, 1_000, 0x1),
             (50, 300, 3_000, 0x4),
             (100, 500, 6_000, 0x4),
-            (100, 500, 4_000, 0),
+            (100, 500, 4_000, 0xC),  # SW power cap and HW slowdown together
             (100, 500, 9_000, 0),
             (100, 500, 10_000, 0),
         ]
@@ -418,7 +418,12 @@ def test_minute_aggregation_by_hand():
     assert rec["power_mean_watts"] == round(2400 / 6, 4) and rec["power_max_watts"] == 500
     # energy deltas: +2000 +3000, reset (6000->4000) counts 0, +5000 +1000 = 11000 mJ
     assert rec["energy_joules"] == 11.0
-    assert rec["throttle_seconds"] == 20.0 and rec["throttle_reasons"] == 0x5
+    # 10 s per sample: at the power cap in three samples (30 s), HW slowdown in one (10 s); only the hardware
+    # cause is throttling (NVML nvmlClocksEventReasons: SW power cap = clocks kept under the power limit)
+    assert rec["throttle_reasons"] == 0xD
+    assert rec["sw_power_cap_seconds"] == 30.0 and rec["hw_slowdown_seconds"] == 10.0
+    assert rec["throttle_seconds"] == 10.0
+    assert rec["sw_thermal_seconds"] == rec["hw_thermal_seconds"] == rec["hw_power_brake_seconds"] == 0.0
     nxt = agg.flush()
     assert nxt["energy_joules"] == 2.0  # 10000 -> 12000 lands in 08:01
     assert nxt["ecc_corrected_delta"] is None  # never read: unknown, not zero
@@ -680,7 +685,8 @@ def test_old_driver_without_clocks_event_reasons_falls_back(tmp_path):
     fake.nvmlDeviceGetCurrentClocksThrottleReasons = lambda handle: 0x4  # SW power cap
     env.run(60)
     (rec,) = [r for r in env.finish() if r["type"] == "sample"]
-    assert rec["throttle_reasons"] == 0x4 and rec["throttle_seconds"] == 60.0
+    assert rec["throttle_reasons"] == 0x4 and rec["sw_power_cap_seconds"] == 60.0
+    assert rec["throttle_seconds"] == 0.0  # at the power cap is not throttled
 
 
 def test_a_completed_minute_is_in_a_closed_spool_file_by_the_next_round(tmp_path):

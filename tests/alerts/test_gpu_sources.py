@@ -107,3 +107,31 @@ def test_every_gpu_family_of_the_catalog_carries_source():
     gpu = [m for m in CATALOG if m.name.startswith("slurmscope_gpu_") and not ACCOUNTING.match(m.name)]
     assert len(gpu) >= 10
     assert [m.name for m in gpu if "source" not in m.labels] == []
+
+
+UNLESS_SCRAPED = "unless on (cluster, node) (slurmscope_agent_nvml_up == 1)"
+
+
+def _xid_matcher(expr: str) -> set[str]:
+    return set(re.findall(r'xid(?:=~|!~)"[^"]*"', expr))
+
+
+def test_each_xid_class_has_a_live_copy_with_its_codes_and_its_central_alert_yields_to_it():
+    from slurmscope.alerts.rules import XID_ALERTS, alerts
+
+    # 79 moved to reset_gpu by the operator (health.xid_actions): both copies move it
+    for overrides in (None, {79: "reset_gpu"}):
+        by_name = {a.name: a for a in alerts(overrides)}
+        for name, _sev, _todo in XID_ALERTS.values():
+            central, live = by_name[name], by_name[f"{name}Live"]
+            assert central.expr.endswith(UNLESS_SCRAPED), name
+            assert UNLESS_SCRAPED not in live.expr and live.group == REALTIME_GROUP, name
+            assert _xid_matcher(live.expr) == _xid_matcher(central.expr) and len(_xid_matcher(live.expr)) == 1
+            assert (
+                (central.severity, central.runbook_name) == (live.severity, live.runbook_name) == (_sev, name)
+            )
+        reboot = _xid_matcher(by_name["GpuXidRebootNodeLive"].expr).pop()
+        reset = _xid_matcher(by_name["GpuXidResetGpuLive"].expr).pop()
+        assert ("|79|" in f"|{reset[6:-1]}|") == (overrides is not None)
+        assert ("|79|" in f"|{reboot[6:-1]}|") == (overrides is None)
+    assert "GpuXidCriticalLive" not in {a.name for a in alerts()}

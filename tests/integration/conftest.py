@@ -276,16 +276,37 @@ def fairshare(slurmbed: Bed, fault: Fault) -> FairShare:
     """sshare after every job ended and one full PriorityCalcPeriod passed, with the matching sacct."""
     bed = slurmbed
     fmt = "JobIDRaw,Account,User,State,AllocTRES,ElapsedRaw,Start,End"
-    sacct = bed.slurm(
-        "sacct",
-        "--allusers",
-        "--duplicates",
-        "-X",
-        "--parsable2",
-        "--noconvert",
-        "--starttime=2020-01-01T00:00:00",
-        f"--format={fmt}",
-    )
+
+    def sacct_now() -> str:
+        return bed.slurm(
+            "sacct",
+            "--allusers",
+            "--duplicates",
+            "-X",
+            "--parsable2",
+            "--noconvert",
+            "--starttime=2020-01-01T00:00:00",
+            f"--format={fmt}",
+        )
+
+    def open_ended(text: str) -> list[str]:
+        rows = [line.split("|") for line in text.splitlines()[1:]]
+        return [r[0] for r in rows if r[6] not in ("Unknown", "None", "") and r[7] in ("Unknown", "None", "")]
+
+    # slurmctld charges a job as it runs; sacct learns its End later (the outage job reaches slurmdbd
+    # after the reconnect, sometimes COMPLETED before its End). The pair is comparable only once no job
+    # runs (the held, dependent and begin-later jobs stay pending and are never charged), every started job
+    # has an End, and sacct reads the same before and after sshare.
+    deadline = time.monotonic() + 120
+    while True:
+        queued = bed.slurm(
+            "squeue", "--noheader", "-t", "RUNNING,COMPLETING,CONFIGURING,SUSPENDED", "-o", "%i"
+        ).strip()
+        sacct = sacct_now()
+        if not queued and not open_ended(sacct):
+            break
+        assert time.monotonic() < deadline, f"running {queued!r}, no End in sacct for {open_ended(sacct)}"
+        time.sleep(1)
     ends = []
     for line in sacct.splitlines()[1:]:
         end = line.split("|")[7]
@@ -301,6 +322,7 @@ def fairshare(slurmbed: Bed, fault: Fault) -> FairShare:
         time.sleep(1)
     sshare = bed.slurm("sshare", "-a", "-l", "-P")
     captured = time.time()
+    assert sacct_now() == sacct, "a job ran between the sacct and sshare captures"
     bed.captures.mkdir(parents=True, exist_ok=True)
     (bed.captures / "sshare_final.txt").write_text(sshare)
     (bed.captures / "sshare_final.argv").write_text("sshare\n-a\n-l\n-P\n")

@@ -36,10 +36,11 @@ import pytest
 import yaml
 from slurmscope.alerts import thresholds as th
 from slurmscope.alerts.build import render_rules
-from slurmscope.alerts.rules import ALERTS
+from slurmscope.alerts.rules import ALERTS, XID_ALERTS
 from slurmscope.dashboards.build import MODULES, generate
 from slurmscope.dashboards.common import LIVE, panel_queries, substitute
 
+from slurmscope import xid as xids
 from slurmscope.config import load_config
 from slurmscope.demo import Progress, run_demo
 from slurmscope.exporter import export_instants, render, serve_metrics
@@ -277,7 +278,7 @@ KEY_LABELS = {
     "SlurmNodeDown": ("node",),
     "SlurmNodeDrainedTooLong": ("node",),
     "SlurmNodeFlapping": ("node",),
-    "GpuXidCritical": ("node", "xid"),
+    **{name: ("node", "xid") for name, _sev, _todo in XID_ALERTS.values()},
     "GpuFallenOffBus": ("node",),
     "GpuThrottlingSustained": ("node", "gpu"),
     "SlurmJobFailureRateHigh": ("partition",),
@@ -356,8 +357,9 @@ def expected_at_end(d: DemoProm, now: datetime) -> Expected:
         t = _t(e["t"])
         if not (tele_from <= t <= end and t > now - window):
             continue
-        if e["xid"] in th.CRITICAL_XIDS:
-            on[("GpuXidCritical", (e["node"], str(e["xid"])))] = t
+        action = xids.action_of(e["xid"])
+        if action in XID_ALERTS:
+            on[(XID_ALERTS[action][0], (e["node"], str(e["xid"])))] = t
         if e["xid"] == 79:
             on[("GpuFallenOffBus", (e["node"],))] = t
 

@@ -34,7 +34,11 @@ def sacct_argv(start: datetime, end: datetime) -> list[str]:
 def commands(start: datetime, end: datetime) -> dict[str, list[str]]:
     """kind -> argv of every live collector that runs a Slurm command, in collection order."""
     cfg = load_config(env={})
-    return {c.kind: c.module.command(cfg, start=start, end=end) for c in COLLECTORS if c.live and not c.spool}
+    return {
+        c.kind: c.module.command(cfg, start=start, end=end)
+        for c in COLLECTORS
+        if c.live and not c.spool and hasattr(c.module, "command")
+    }
 
 
 def _run(argv: list[str]) -> bytes:

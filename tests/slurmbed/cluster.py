@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A private Slurm 22.05 cluster on one machine, for the live integration tests.
 
-    python3 tests/slurmbed/cluster.py start|stop|status|env|wipe|stop-dbd|start-dbd|stop-ctld|start-ctld|restart-ctld
+    python3 tests/slurmbed/cluster.py start|stop|status|env|wipe|stop-dbd|start-dbd|stop-ctld|start-ctld|restart-ctld|start-rest|stop-rest
         [--force]
 
 Everything lives under one directory ($SLURMBED_DIR, default /tmp/slurmscope-slurmbed): configs, logs,
@@ -479,6 +479,7 @@ def start() -> None:
 
 
 def stop() -> None:
+    stop_slurmrestd()
     order = [f"slurmd-{n}" for n in NODE_PORTS] + ["slurmctld", "slurmdbd", "mariadbd", "munged"]
     pf = _pidfiles()
     for name in order:
@@ -516,6 +517,56 @@ def stop_one(name: str) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
+REST_SOCKET = P["run"] / "rest" / "slurmrestd.socket"
+REST_USER = "sbalice"  # slurmrestd refuses to run as root; rest_auth/local lets root's socket peers in
+
+
+def _rest_pidfile() -> Path:
+    return P["run"] / "slurmrestd.pid"
+
+
+def start_slurmrestd() -> Path:
+    """slurmrestd 22.05 on a local unix socket (rest_auth/local), openapi v0.0.38; returns the socket.
+
+    Not part of `start`: only the REST tests need it (and the Debian package `slurmrestd`). It has no
+    pidfile option, so the pid is written here; its command line names this bed's slurm.conf.
+    """
+    if _pid_alive(_rest_pidfile()):
+        return REST_SOCKET
+    exe = shutil.which("slurmrestd") or "/usr/sbin/slurmrestd"
+    d = REST_SOCKET.parent
+    d.mkdir(parents=True, exist_ok=True)
+    REST_SOCKET.unlink(missing_ok=True)
+    import pwd  # noqa: PLC0415 - Unix only, like the rest of the bed
+
+    pw = pwd.getpwnam(REST_USER)
+    os.chown(d, pw.pw_uid, pw.pw_gid)
+    log_f = open(P["log"] / "slurmrestd.log", "ab")  # noqa: SIM115 - the daemon keeps it
+    proc = subprocess.Popen(
+        [exe, "-f", str(SLURM_CONF), "-a", "rest_auth/local", "-u", REST_USER, f"unix:{REST_SOCKET}"],
+        env=env(),
+        stdout=log_f,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    _rest_pidfile().write_text(f"{proc.pid}\n")
+    _wait(REST_SOCKET.exists, "slurmrestd socket", 30)
+    return REST_SOCKET
+
+
+def stop_slurmrestd() -> None:
+    pid = _pid_alive(_rest_pidfile())
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(50):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+    _rest_pidfile().unlink(missing_ok=True)
+
+
 def restart_slurmctld() -> None:
     """Stop slurmctld (it saves its state) and start it again: running jobs survive, sdiag counters reset."""
     stop_one("slurmctld")
@@ -550,7 +601,19 @@ def status() -> dict[str, int | None]:
 def main(argv: list[str]) -> int:
     cmd = argv[1] if len(argv) > 1 else "status"
     if (
-        cmd in ("start", "stop", "wipe", "stop-dbd", "start-dbd", "stop-ctld", "start-ctld", "restart-ctld")
+        cmd
+        in (
+            "start",
+            "stop",
+            "wipe",
+            "stop-dbd",
+            "start-dbd",
+            "stop-ctld",
+            "start-ctld",
+            "restart-ctld",
+            "start-rest",
+            "stop-rest",
+        )
         and "--force" not in argv
     ):
         held = acquire_lock(0)
@@ -581,6 +644,10 @@ def main(argv: list[str]) -> int:
         start_slurmctld()
     elif cmd == "restart-ctld":
         restart_slurmctld()
+    elif cmd == "start-rest":
+        print(start_slurmrestd())
+    elif cmd == "stop-rest":
+        stop_slurmrestd()
     elif cmd == "wipe":
         stop()
         shutil.rmtree(BED, ignore_errors=True)

@@ -99,7 +99,16 @@ def test_not_toml_is_a_clear_error(tmp_path):
         # list elements, ranges, choices, tables, near misses
         ('[billing]\nreissue_months = ["2026-13"]\n', "key 'billing.reissue_months[0]' expects a month"),
         ("[reliability]\njob_sizes = [1, 0]\n", "key 'reliability.job_sizes[1]' expects an integer >= 1"),
-        ('[health]\ncritical_xids = [79, "x"]\n', "key 'health.critical_xids[1]' expects an integer"),
+        (
+            '[health.xid_actions]\n92 = "drain"\n',
+            "key 'health.xid_actions.92' expects 'ignore', 'restart_app'",
+        ),
+        ('[health.xid_actions]\nx = "ignore"\n', "key 'health.xid_actions.x' is not an XID code"),
+        ('[health.xid_actions]\n13 = "reset_gpu"\n', "NVIDIA attributes XID 13 to the application"),
+        (
+            "[health]\ncritical_xids = [79]\n",
+            "unknown key 'health.critical_xids'; it is now health.xid_actions",
+        ),
         (
             "[drift]\nbaseline_days = 60\n",
             "key 'drift.baseline_days' expects an integer from 1 to 59, got 60",
@@ -149,11 +158,13 @@ def test_a_price_book_in_the_file_replaces_the_built_in_one(tmp_path):
 
 def test_environment_values_are_parsed_and_validated_like_the_file():
     cfg = load_config(
-        env={"SLURMSCOPE_HEALTH_CRITICAL_XIDS": "79, 48", "SLURMSCOPE_EXPORTER_USER_LABELS": "yes"}
+        env={"SLURMSCOPE_RELIABILITY_JOB_SIZES": "1, 8", "SLURMSCOPE_EXPORTER_USER_LABELS": "yes"}
     )
-    assert cfg.get("health", "critical_xids") == [79, 48] and cfg.get("exporter", "user_labels") is True
+    assert cfg.get("reliability", "job_sizes") == [1, 8] and cfg.get("exporter", "user_labels") is True
     with pytest.raises(ConfigError, match=r"environment SLURMSCOPE_EXPORTER_PORT: key 'exporter.port'"):
         load_config(env={"SLURMSCOPE_EXPORTER_PORT": "70000"})
+    with pytest.raises(ConfigError, match="health.xid_actions is a table; set it in the config file"):
+        load_config(env={"SLURMSCOPE_HEALTH_XID_ACTIONS": "92=reset_gpu"})
     with pytest.raises(ConfigError, match="billing.rates is a table; set it in the config file"):
         load_config(env={"SLURMSCOPE_BILLING_RATES": "1"})
 
@@ -167,3 +178,9 @@ def test_toml_examples_in_the_docs_load(tmp_path, doc):
         p = tmp_path / f"example{i}.toml"
         p.write_text(block)
         load_config(p, env={})
+
+
+def test_xid_actions_override_reads_codes_as_integers(tmp_path):
+    p = tmp_path / "s.toml"
+    p.write_text('[health.xid_actions]\n92 = "reset_gpu"\n"62" = "ignore"\n')
+    assert load_config(p, env={}).get("health", "xid_actions") == {92: "reset_gpu", 62: "ignore"}

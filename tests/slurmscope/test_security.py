@@ -108,6 +108,9 @@ SQL_INTERPOLATION_ALLOWED: dict[str, set[str]] = {
     "pipelines/reliability.py": {"_JOB_COLS", "FAULT_LEAD_SECONDS"},  # a column list literal; an int constant
     # mart table and window column from the pipeline registry (MART_TABLES), checked against the catalog
     "pipelines/runner.py": {"cols", "qcol", "table"},
+    # lake export: table names from TABLES (checked against information_schema), columns from the catalog,
+    # all double-quoted by _q; expr, where and order are built from those quoted names; values are parameters
+    "slurmscope/lake.py": {"_q(table)", "expr", "order", "where", "col"},
 }
 
 

@@ -13,7 +13,7 @@ from datetime import timezone
 from pathlib import Path
 
 import pytest
-from slurmscope.collectors.registry import COLLECTORS
+from slurmscope.collectors.registry import active
 
 from slurmscope.config import load_config
 from slurmscope.scheduler import MISFIRE_GRACE_SECONDS, Service, build_scheduler
@@ -27,7 +27,7 @@ def test_scheduler_jobs_are_single_instance_coalesced_utc(tmp_path):
     sched.start(paused=True)  # job defaults are applied when the scheduler adds the pending jobs
     jobs = {j.id: j for j in sched.get_jobs()}
     sched.shutdown(wait=False)
-    assert {f"collect-{c.kind}" for c in COLLECTORS if c.live} <= set(jobs)
+    assert {f"collect-{c.kind}" for c in active(service.config.get("slurm", "source"))} <= set(jobs)
     assert {"pipelines-incremental", "pipelines-full", "report-monthly"} <= set(jobs)
     for j in jobs.values():
         assert j.max_instances == 1 and j.coalesce is True and j.misfire_grace_time == MISFIRE_GRACE_SECONDS

@@ -1,0 +1,427 @@
+"""Slurm's JSON (`sacct --json`, slurmrestd `/slurmdb/v0.0.XX/jobs`) read as a stream, turned into sacct lines.
+
+Why it is shaped like this:
+- A month of `sacct --json` is gigabytes, and `json.load` holds about ten times the text as Python
+  objects. `iter_document` walks the top-level object with the standard library's `raw_decode`: small
+  members (`meta`, `errors`, `warnings`) are decoded whole, the one large array (`jobs`) element by
+  element from a growing buffer, so only one job's objects and one buffer slice are alive at a time.
+- The JSON and text forms of the same job must give the same rows. Rather than a second set of typing
+  rules, each job (and each of its steps) is printed back as the sacct `--parsable2` line that `sacct
+  --format=JSON_FIELDS` prints for it, and those lines go through the text parser (collectors/sacct.py).
+  The JSON meaning of each field, per data parser version, is therefore in one place: `job_lines`.
+- Versions differ in shape, not meaning: v0.0.38 (Slurm 22.05) prints plain numbers, v0.0.39 and later
+  wrap most numbers as `{"set", "infinite", "number"}` and states as lists. `READ` lists the versions
+  checked against real output (docs/collectors.md); any other version is declined by name, because a
+  field that moved would silently read as empty.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import IO, Any
+
+# The versions read, each checked against real output (docs/collectors.md, "JSON and slurmrestd").
+READ = ("v0.0.38", "v0.0.41", "v0.0.44")
+# The sacct fields the rendered lines carry, in order; UID is not among them (no JSON version prints a
+# job's uid), so a JSON load never blanks out the uid a text load stored.
+FIELDS = (
+    "JobID,JobIDRaw,Cluster,Partition,QOS,Account,User,Submit,Eligible,Start,End,Elapsed,Timelimit,"
+    "State,ExitCode,NNodes,NCPUS,ReqMem,AllocTRES,NodeList,Flags,Priority,Reason,JobName"
+)
+DELIMITER = "\x1f"
+# Columns a version prints wrong, so a JSON load leaves them as a text load stored them (or empty):
+# Slurm 22.05's v0.0.38 prints every job's and step's exit_code as SUCCESS/0, failed ones too (seen on
+# the test bed: `exit 1` is 1:0 in sacct's text and {"status": "SUCCESS", "return_code": 0} in --json).
+UNRELIABLE = {"v0.0.38": ("exit_code", "signal")}
+BLOCK = 1 << 20
+
+_DECODER = json.JSONDecoder()
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+class JsonVersionError(ValueError):
+    """JSON of a data parser version this release does not read; the message names it."""
+
+
+def is_json(head: bytes) -> bool:
+    """Slurm's JSON output starts with `{` (after white space); its text outputs never do."""
+    return head.lstrip(b" \t\r\n\xef\xbb\xbf")[:1] == b"{"
+
+
+_VERSION_PATTERNS = (
+    re.compile(rb'"data_parser"\s*:\s*"data_parser/(v\d+\.\d+\.\d+)"'),
+    re.compile(rb'"type"\s*:\s*"openapi\\?/dbv(\d+\.\d+\.\d+)"'),  # 22.05 escapes the slash
+    re.compile(rb'"type"\s*:\s*"openapi\\?/v(\d+\.\d+\.\d+)"'),
+)
+
+
+def version(meta: dict | None) -> str | None:
+    """The data parser version of a document's `meta` (`v0.0.41`), or None when it names none."""
+    plugin = (meta or {}).get("plugin") or {}
+    dp = plugin.get("data_parser") or ""
+    if dp.startswith("data_parser/"):
+        return dp.removeprefix("data_parser/")
+    t = plugin.get("type") or ""
+    for prefix in ("openapi/dbv", "openapi/v"):
+        if t.startswith(prefix):
+            return "v" + t.removeprefix(prefix)
+    return None
+
+
+def sniff_version(head: bytes) -> str | None:
+    """The version named in the first bytes of a document (meta comes first in Slurm's output), if any."""
+    for pat in _VERSION_PATTERNS:
+        m = pat.search(head)
+        if m:
+            v = m.group(1).decode()
+            return v if v.startswith("v") else "v" + v
+    return None
+
+
+def check_version(v: str | None) -> str | None:
+    """Why a document of version `v` is declined (None when it is read)."""
+    if v is None or v in READ:
+        return None
+    return (
+        f"Slurm JSON of data parser {v} is not read (read: {', '.join(READ)}); "
+        "capture the text form (sacct --parsable2) instead"
+    )
+
+
+def iter_document(fh: IO[bytes], array: str = "jobs") -> Iterator[tuple[str, Any]]:
+    """Yield (key, value) for each top-level member, and ("<array>[]", element) for each element of `array`.
+
+    Raises ValueError on input that is not one JSON object. Reads `fh` in blocks; the buffer holds at
+    most one element beyond what has been yielded.
+    """
+    buf = ""
+    pos = 0
+    eof = False
+    decoder = _DECODER
+    tail = b""
+
+    def more() -> bool:
+        nonlocal buf, pos, eof, tail
+        if eof:
+            return False
+        chunk = fh.read(BLOCK)
+        if not chunk:
+            eof = True
+            if tail:
+                buf = buf[pos:] + tail.decode("utf-8", errors="replace")
+                pos, tail = 0, b""
+            return False
+        chunk = tail + chunk
+        # keep an incomplete UTF-8 sequence for the next block
+        cut = len(chunk)
+        for back in range(1, min(4, len(chunk)) + 1):
+            b = chunk[-back]
+            if b & 0xC0 != 0x80:
+                need = 1 if b < 0x80 else 2 if b >> 5 == 6 else 3 if b >> 4 == 14 else 4
+                if need > back:
+                    cut = len(chunk) - back
+                break
+        tail = chunk[cut:]
+        buf = buf[pos:] + chunk[:cut].decode("utf-8", errors="replace")
+        pos = 0
+        return True
+
+    def skip_ws() -> None:
+        nonlocal pos
+        while True:
+            pos = _WS.match(buf, pos).end()
+            if pos < len(buf) or not more():
+                return
+
+    def expect(ch: str) -> None:
+        nonlocal pos
+        skip_ws()
+        if pos >= len(buf) or buf[pos] != ch:
+            got = buf[pos : pos + 20] if pos < len(buf) else "end of input"
+            raise ValueError(f"JSON: expected {ch!r}, got {got!r}")
+        pos += 1
+
+    def value() -> Any:
+        nonlocal pos
+        while True:
+            skip_ws()
+            try:
+                obj, end = decoder.raw_decode(buf, pos)
+            except json.JSONDecodeError as exc:
+                # an incomplete value at the end of the buffer: read on; a real error stays one at EOF
+                if not more():
+                    raise ValueError(f"JSON: {exc.msg} at character {exc.pos}") from None
+                continue
+            if end == len(buf) and not eof and isinstance(obj, int | float):
+                if more():  # a number may go on in the next block
+                    continue
+            pos = end
+            return obj
+
+    def peek() -> str:
+        skip_ws()
+        return buf[pos] if pos < len(buf) else ""
+
+    if buf == "" and not more():
+        raise ValueError("JSON: empty input")
+    if peek() == "\ufeff":
+        pos += 1
+    expect("{")
+    if peek() == "}":
+        return
+    while True:
+        key = value()
+        if not isinstance(key, str):
+            raise ValueError("JSON: object key is not a string")
+        expect(":")
+        if key == array and peek() == "[":
+            pos += 1
+            if peek() == "]":
+                pos += 1
+            else:
+                while True:
+                    yield f"{array}[]", value()
+                    c = peek()
+                    pos += 1
+                    if c == "]":
+                        break
+                    if c != ",":
+                        raise ValueError(f"JSON: expected ',' or ']' in {array}, got {c!r}")
+        else:
+            yield key, value()
+        c = peek()
+        pos += 1
+        if c == "}":
+            return
+        if c != ",":
+            raise ValueError(f"JSON: expected ',' or '}}', got {c!r}")
+
+
+# ------------------------------------------------------------------------------------ job -> lines
+
+
+def num(v: Any) -> int | float | None:
+    """A plain number (v0.0.38) or a `{"set", "infinite", "number"}` struct (v0.0.39+); None when unset."""
+    if isinstance(v, dict):
+        if v.get("infinite"):
+            return float("inf")
+        if not v.get("set", True):
+            return None
+        v = v.get("number")
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    return v
+
+
+def _states(v: Any) -> list[str]:
+    if isinstance(v, dict):  # job: {"current": ..., "reason": ...}
+        v = v.get("current")
+    if isinstance(v, str):
+        return [v] if v else []
+    return [s for s in (v or []) if isinstance(s, str)]
+
+
+def _time(v: Any) -> str:
+    t = num(v)
+    if t is None or t == float("inf") or t <= 0:
+        return "Unknown"
+    return datetime.fromtimestamp(int(t), UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _duration(seconds: int | float | None) -> str:
+    if seconds is None or seconds < 0:
+        return ""
+    s = int(seconds)
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    return f"{d}-{h:02d}:{m:02d}:{s:02d}" if d else f"{h:02d}:{m:02d}:{s:02d}"
+
+
+def _limit(v: Any) -> str:
+    """time.limit is in minutes; unset prints as sacct's Partition_Limit, infinite as UNLIMITED."""
+    m = num(v)
+    if m is None:
+        return "Partition_Limit"
+    if m == float("inf") or m >= 0xFFFFFFFE:
+        return "UNLIMITED"
+    return _duration(m * 60)
+
+
+def _exit(v: Any) -> str:
+    """`return_code:signal` as sacct prints ExitCode."""
+    if not isinstance(v, dict):
+        return ""
+    rc = num(v.get("return_code"))
+    sig = v.get("signal") or {}
+    sig_no = num(sig.get("id", sig.get("signal_id"))) if isinstance(sig, dict) else None
+    return f"{int(rc or 0)}:{int(sig_no or 0)}"
+
+
+def _tres(items: Any) -> str:
+    """A TRES list as sacct prints it with --noconvert: `name=count` sorted as text, memory in `M`."""
+    out = []
+    for t in items or []:
+        if not isinstance(t, dict):
+            continue
+        count = num(t.get("count"))
+        if count is None or count < 0:
+            continue
+        typ, name = t.get("type") or "", t.get("name") or ""
+        key = f"{typ}/{name}" if name else typ
+        val = f"{int(count)}M" if typ == "mem" else str(int(count))
+        out.append((key, val))
+    return ",".join(sorted(f"{k}={v}" for k, v in out))
+
+
+def _tres_count(items: Any, typ: str) -> int | None:
+    for t in items or []:
+        if isinstance(t, dict) and t.get("type") == typ and not t.get("name"):
+            c = num(t.get("count"))
+            return int(c) if c is not None and c >= 0 else None
+    return None
+
+
+# sacct's own names for the scheduling flags (src/common/slurmdb_defs.c, slurmdb_job_flags_str): it prints
+# one scheduler, the first of submit, main, backfill that is set, then StartReceived. A requeued attempt's
+# JSON can carry two (22.05, test bed: STARTED_ON_SCHEDULE and STARTED_ON_BACKFILL, text `SchedMain`).
+_SCHED_FLAGS = (
+    ("STARTED_ON_SUBMIT", "SchedSubmit"),
+    ("STARTED_ON_SCHEDULE", "SchedMain"),
+    ("STARTED_ON_BACKFILL", "SchedBackfill"),
+)
+
+
+def _flags(v: Any) -> str:
+    if isinstance(v, str):
+        v = [v]
+    flags = set(v or [])
+    out = [next((name for flag, name in _SCHED_FLAGS if flag in flags), None)]
+    if "START_RECEIVED" in flags:
+        out.append("StartReceived")
+    return ",".join(f for f in out if f)
+
+
+def _req_mem(job: dict) -> str:
+    """ReqMem as sacct 21.08+ prints it: the job's whole request (its requested `mem` TRES), in `M`."""
+    for t in (job.get("tres") or {}).get("requested") or []:
+        if isinstance(t, dict) and t.get("type") == "mem":
+            c = num(t.get("count"))
+            return f"{int(c)}M" if c is not None and c >= 0 else ""
+    return ""
+
+
+def _clean(s: Any) -> str:
+    s = "" if s is None else str(s)
+    return s.replace(DELIMITER, " ").replace("\n", " ").replace("\r", " ")
+
+
+def _job_id(job: dict) -> str:
+    jid = job.get("job_id")
+    array = job.get("array") or {}
+    arr_id = num(array.get("job_id")) or 0
+    task = num(array.get("task_id"))
+    het = job.get("het") or {}
+    het_id = num(het.get("job_id")) or 0
+    het_off = num(het.get("job_offset"))
+    if arr_id and task is not None:
+        return f"{int(arr_id)}_{int(task)}"
+    if arr_id and array.get("task"):
+        return f"{int(arr_id)}_[{array['task']}]"
+    if het_id and het_off is not None:
+        return f"{int(het_id)}+{int(het_off)}"
+    return str(jid)
+
+
+def job_lines(job: dict) -> list[str]:
+    """The sacct `--parsable2 --noconvert --format=FIELDS` lines of one JSON job: the job, then its steps."""
+    tm = job.get("time") or {}
+    tres = job.get("tres") or {}
+    alloc = tres.get("allocated") or []
+    req = tres.get("requested") or []
+    state = job.get("state") or {}
+    states = _states(state)
+    started = num(tm.get("start")) not in (None, 0)
+    nodes = num(job.get("allocation_nodes")) or 0
+    if not nodes or not started:
+        nodes = _tres_count(req, "node") or nodes
+    cpus = _tres_count(alloc, "cpu") if started else None
+    if cpus is None:
+        cpus = num((job.get("required") or {}).get("CPUs"))
+        if cpus is None:
+            cpus = _tres_count(req, "cpu")
+    jid = _job_id(job)
+    raw = str(job.get("job_id"))
+    node_list = job.get("nodes") or ""
+    line = [
+        jid,
+        raw,
+        job.get("cluster") or "",
+        job.get("partition") or "",
+        job.get("qos") or "",
+        job.get("account") or "",
+        job.get("user") or "",
+        _time(tm.get("submission")),
+        _time(tm.get("eligible")),
+        _time(tm.get("start")),
+        _time(tm.get("end")),
+        _duration(num(tm.get("elapsed"))),
+        _limit(tm.get("limit")),
+        " ".join(states[:1]) or "",
+        _exit(job.get("exit_code")),
+        str(int(nodes)) if nodes is not None else "",
+        str(int(cpus)) if cpus is not None else "",
+        _req_mem(job),
+        _tres(alloc) if started else "",
+        node_list,
+        _flags(job.get("flags")),
+        str(int(p)) if (p := num(job.get("priority"))) is not None and p != float("inf") else "",
+        (state.get("reason") if isinstance(state, dict) else "") or "",
+        job.get("name") or "",
+    ]
+    out = [DELIMITER.join(_clean(x) for x in line)]
+    for step in job.get("steps") or []:
+        out.append(_step_line(step, jid, raw, job))
+    return out
+
+
+def _step_line(step: dict, jid: str, raw: str, job: dict) -> str:
+    tm = step.get("time") or {}
+    sid = (step.get("step") or {}).get("id")
+    if isinstance(sid, dict):  # v0.0.39+: {"job_id", "step_id"} in some captures
+        sid = sid.get("step_id") or ""
+    sid = str(sid or "")
+    part = sid.rsplit(".", 1)[1] if "." in sid else sid
+    nodes = step.get("nodes") or {}
+    alloc = (step.get("tres") or {}).get("allocated") or []
+    states = _states(step.get("state"))
+    line = [
+        f"{jid}.{part}",
+        f"{raw}.{part}",
+        job.get("cluster") or "",
+        "",
+        "",
+        job.get("account") or "",
+        "",
+        _time(tm.get("start")),  # sacct prints a step's start as its Submit
+        _time(tm.get("start")),
+        _time(tm.get("start")),
+        _time(tm.get("end")),
+        _duration(num(tm.get("elapsed"))),
+        "",
+        " ".join(states[:1]),
+        _exit(step.get("exit_code")),
+        str(int(c)) if (c := num(nodes.get("count"))) is not None else "",
+        str(c) if (c := _tres_count(alloc, "cpu")) is not None else "",
+        "",
+        _tres(alloc),
+        nodes.get("range") or "",
+        "",
+        "",
+        "",
+        (step.get("step") or {}).get("name") or "",
+    ]
+    return DELIMITER.join(_clean(x) for x in line)

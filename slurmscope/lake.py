@@ -1,0 +1,407 @@
+"""`slurmscope export`: the accounting history as a Parquet lake that DuckDB, Polars, Spark or Trino read.
+
+Layout `DIR/<table>/cluster=<name>/month=<YYYY-MM>/data.parquet` (Hive style), one file per partition so
+that one rename (local) or one object write (object store) swaps a month: a reader globbing the lake sees
+either the previous complete month or the new one, never half of each. The file is written aside under a
+dot name (which DuckDB/Polars globs on `*.parquet`, pyarrow datasets and Spark all skip), then moved over
+the old one; `DIR/_manifest.json` (same rename) lists the complete partitions with their checksums.
+Layout, month rule per table and manifest format: docs/lake.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import date, datetime, timezone
+from urllib.parse import quote
+
+import duckdb
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+log = logging.getLogger("slurmscope.lake")
+
+SCHEMA_VERSION = 1
+"""Version of the lake layout and of the manifest; bumped when a reader would have to change."""
+
+MANIFEST = "_manifest.json"
+DATA_FILE = "data.parquet"
+TMP_PREFIX = ".data.parquet.tmp-"
+ROW_GROUP_ROWS = 1_000_000
+"""Rows per row group: big enough that Spark and DuckDB split work on whole row groups of a few tens of MB
+(zstd), small enough that one batch in memory stays bounded (a million rows of the widest table)."""
+ZSTD_LEVEL = 3
+
+SNAPSHOT = None
+"""Month column of a table that holds only the current state (no time column): it is filed under the
+month of the export run, so each month keeps the state as of its last export."""
+
+RAW_TABLES: dict[str, str] = {
+    "jobs": "submit_time",
+    "job_steps": "job_submit_time",
+    "node_states": "snapshot_time",
+    "pending_jobs": "snapshot_time",
+    "shares": "snapshot_time",
+    "sched_stats": "snapshot_time",
+    "node_events": "time_start",
+    "gpu_samples": "minute",
+    "gpu_events": "event_time",
+    "gpu_jobs": "interval_start",
+}
+"""Raw tables and the column whose UTC month files a row. Each is part of the natural key, so a row never
+moves to another month when an upsert updates it."""
+
+MART_TABLES: dict[str, str | None] = {
+    "mart_cost_daily": "day",
+    "mart_capacity_daily": "day",
+    "mart_cost_monthly": "month",
+    "mart_usage_counters": SNAPSHOT,
+    "mart_cost_efficiency_daily": "day",
+    "mart_job_outcomes_daily": "day",
+    "mart_job_outcomes_node_daily": "day",
+    "mart_requeues_daily": "day",
+    "mart_fault_impact": "fault_time",
+    "mart_node_reliability": SNAPSHOT,
+    "mart_goodput": SNAPSHOT,
+    "mart_backfill_daily": "day",
+    "mart_sched_deltas": "snapshot_time",
+    "mart_occupancy": "bucket_start",
+    "mart_wait_times": "day",
+    "mart_fairshare": "as_of",
+    "mart_fairshare_drift": "day",
+    "mart_fairshare_daily": "day",
+    "mart_fairshare_submits": "day",
+    "mart_job_efficiency": "submit_time",
+    "mart_idle_gpus_daily": "day",
+    "mart_drift": "as_of",
+    "mart_node_health": "since",
+    "mart_gpu_health": "since",
+}
+"""Every mart and its month column: a DATE column files by its own (billing-zone) calendar month, a
+TIMESTAMPTZ column by its UTC month. tests/slurmscope/test_lake.py fails when a migration adds a mart
+that is not listed here."""
+
+TABLES: dict[str, str | None] = {**RAW_TABLES, **MART_TABLES}
+
+
+class ExportError(RuntimeError):
+    """An export that cannot start (bad target, a table the lake does not know); the message says why."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the lake lives: a pyarrow filesystem and the base path inside it."""
+
+    fs: pafs.FileSystem
+    base: str
+
+    def path(self, *parts: str) -> str:
+        return "/".join([self.base.rstrip("/"), *parts])
+
+    @property
+    def local(self) -> bool:
+        return isinstance(self.fs, pafs.LocalFileSystem)
+
+
+def open_target(out: str) -> Target:
+    """A local directory, or any URL pyarrow's filesystem layer opens (s3://bucket/prefix?endpoint_override=...)."""
+    if "://" in out:
+        try:
+            fs, base = pafs.FileSystem.from_uri(out)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+            raise ExportError(f"cannot open lake target {out}: {exc}") from None
+    else:
+        fs, base = pafs.LocalFileSystem(), os.path.abspath(out)
+    if isinstance(fs, pafs.LocalFileSystem):
+        os.makedirs(base, exist_ok=True)
+    return Target(fs, base)
+
+
+@dataclass(frozen=True)
+class Partition:
+    table: str
+    cluster: str
+    month: str  # YYYY-MM
+
+    @property
+    def rel_dir(self) -> str:
+        return f"{self.table}/cluster={quote(self.cluster, safe='')}/month={self.month}"
+
+    @property
+    def rel_path(self) -> str:
+        return f"{self.rel_dir}/{DATA_FILE}"
+
+
+@dataclass(frozen=True)
+class Written:
+    partition: Partition
+    rows: int
+    status: str  # 'written' | 'unchanged'
+
+
+def month_bounds(month: str) -> tuple[date, date]:
+    year, mon = int(month[:4]), int(month[5:7])
+    first = date(year, mon, 1)
+    return first, date(year + mon // 12, mon % 12 + 1, 1)
+
+
+def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, str]]:
+    return con.execute(
+        "SELECT column_name, data_type FROM information_schema.columns"
+        " WHERE table_name = ? AND table_schema = 'main' ORDER BY ordinal_position",
+        [table],
+    ).fetchall()
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _month_expr(column: str, data_type: str) -> str:
+    if data_type == "DATE":
+        return f"strftime({_q(column)}, '%Y-%m')"
+    return f"strftime(timezone('UTC', {_q(column)}), '%Y-%m')"
+
+
+def _bounds_sql(column: str, data_type: str, month: str) -> tuple[str, list]:
+    first, nxt = month_bounds(month)
+    if data_type == "DATE":
+        return f"{_q(column)} >= ? AND {_q(column)} < ?", [first, nxt]
+    lo = datetime(first.year, first.month, 1, tzinfo=timezone.utc)
+    hi = datetime(nxt.year, nxt.month, 1, tzinfo=timezone.utc)
+    return f"{_q(column)} >= ? AND {_q(column)} < ?", [lo, hi]
+
+
+def _iso(value: object) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
+def schema_hash(columns: list[tuple[str, str]]) -> str:
+    return hashlib.sha256(json.dumps(columns).encode()).hexdigest()[:16]
+
+
+def read_manifest(target: Target) -> dict:
+    try:
+        with target.fs.open_input_stream(target.path(MANIFEST)) as fh:
+            data = json.loads(fh.read().decode())
+    except FileNotFoundError:
+        return {"format": "slurmscope-lake", "schema_version": SCHEMA_VERSION, "tables": {}, "partitions": []}
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise ExportError(
+            f"lake manifest schema_version {data.get('schema_version')} is not {SCHEMA_VERSION}:"
+            " export into a new directory"
+        )
+    return data
+
+
+def _write_atomic(target: Target, rel: str, payload: bytes) -> None:
+    final = target.path(rel)
+    tmp = target.path(f".{rel}.tmp-{uuid.uuid4().hex}")
+    with target.fs.open_output_stream(tmp) as fh:
+        fh.write(payload)
+    target.fs.move(tmp, final)
+
+
+def write_manifest(target: Target, manifest: dict) -> None:
+    manifest["partitions"].sort(key=lambda p: (p["table"], p["cluster"], p["month"]))
+    payload = json.dumps(manifest, indent=1, sort_keys=True).encode() + b"\n"
+    _write_atomic(target, MANIFEST, payload)
+
+
+def _sha256(target: Target, path: str) -> tuple[str, int]:
+    h, size = hashlib.sha256(), 0
+    with target.fs.open_input_stream(path) as fh:
+        while chunk := fh.read(8 << 20):
+            h.update(chunk)
+            size += len(chunk)
+    return h.hexdigest(), size
+
+
+PARTITION_KEYS = ("cluster", "month")
+"""Hive-style keys, carried by the path and not stored in the files (readers would see two columns of one
+name). A table's own `month` column can only be its month column (mart_cost_monthly): same value."""
+
+
+def _batches(reader: pa.RecordBatchReader, drop: list[str]) -> Iterable[pa.Table]:
+    """Row groups of ROW_GROUP_ROWS, without the partition keys."""
+    pending: list[pa.RecordBatch] = []
+    count = 0
+    for batch in reader:
+        batch = batch.drop_columns(drop)
+        pending.append(batch)
+        count += batch.num_rows
+        if count >= ROW_GROUP_ROWS:
+            table = pa.Table.from_batches(pending)
+            yield table.slice(0, ROW_GROUP_ROWS)
+            rest = table.slice(ROW_GROUP_ROWS)
+            pending, count = rest.to_batches(), rest.num_rows
+    if count:
+        yield pa.Table.from_batches(pending)
+
+
+def write_partition_file(target: Target, rel_dir: str, reader: pa.RecordBatchReader) -> str:
+    """Write a partition's rows aside (dot name, same directory) and return that temporary path."""
+    target.fs.create_dir(target.path(rel_dir), recursive=True)
+    for info in target.fs.get_file_info(pafs.FileSelector(target.path(rel_dir))):
+        if info.base_name.startswith(TMP_PREFIX):  # left by an export that died mid-write
+            target.fs.delete_file(info.path)
+    tmp = target.path(rel_dir, TMP_PREFIX + uuid.uuid4().hex)
+    drop = [k for k in PARTITION_KEYS if k in reader.schema.names]
+    schema = pa.schema([f for f in reader.schema if f.name not in drop])
+    with target.fs.open_output_stream(tmp) as sink:
+        with pq.ParquetWriter(
+            sink,
+            schema,
+            compression="zstd",
+            compression_level=ZSTD_LEVEL,
+            write_statistics=True,
+        ) as writer:
+            for table in _batches(reader, drop):
+                writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+    return tmp
+
+
+def _months(
+    con: duckdb.DuckDBPyConnection, table: str, column: str | None, types: dict[str, str], now_month: str
+) -> list[tuple[str, str]]:
+    if column is None:
+        sql = f"SELECT DISTINCT cluster FROM {_q(table)}"  # noqa: S608 - names from TABLES and the catalog, quoted; values are parameters
+        rows = con.execute(sql).fetchall()
+        return [(c, now_month) for (c,) in rows]
+    expr = _month_expr(column, types[column])
+    sql = f"SELECT DISTINCT cluster, {expr} FROM {_q(table)} ORDER BY 1, 2"  # noqa: S608 - names from TABLES and the catalog, quoted; values are parameters
+    return con.execute(sql).fetchall()
+
+
+def _default_since(now: datetime) -> str:
+    """The open month and the one before: late sacct records and the billing close land there."""
+    year, mon = (now.year, now.month - 1) if now.month > 1 else (now.year - 1, 12)
+    return f"{year:04d}-{mon:02d}"
+
+
+def export(
+    con: duckdb.DuckDBPyConnection,
+    out: str,
+    *,
+    since: str | None = None,
+    now: datetime | None = None,
+    tables: Iterable[str] | None = None,
+    on_partition: Callable[[Written], None] | None = None,
+) -> list[Written]:
+    """Export every cluster's months from `since` on (default: the month before `now`'s), plus every
+    month the manifest does not list yet, one atomic partition at a time.
+
+    A month whose new file has the checksum the manifest already lists is left as it is (byte-stable).
+    """
+    con = con.cursor()  # its own result slot: a caller's unfinished result must not block the stream below
+    con.execute("SET TimeZone = 'UTC'")  # Arrow timestamps carry the session zone: keep the bytes stable
+    now = now or datetime.now(timezone.utc)
+    now_month = now.astimezone(timezone.utc).strftime("%Y-%m")
+    since = since or _default_since(now.astimezone(timezone.utc))
+    target = open_target(out)
+    manifest = read_manifest(target)
+    listed = {(p["table"], p["cluster"], p["month"]): p for p in manifest["partitions"]}
+    present = {
+        name
+        for (name,) in con.execute(
+            "SELECT table_name FROM information_schema.tables"
+            " WHERE table_schema = 'main' AND table_type = 'BASE TABLE'"
+        ).fetchall()
+    }
+    unknown = sorted(n for n in present if n.startswith("mart_") and n not in TABLES)
+    if unknown:
+        raise ExportError(
+            f"mart table(s) {', '.join(unknown)} have no month column in slurmscope.lake.MART_TABLES"
+        )
+    wanted = list(tables) if tables is not None else list(TABLES)
+    done: list[Written] = []
+    for table in wanted:
+        if table not in present:
+            continue
+        column = TABLES[table]
+        cols = _columns(con, table)
+        types = dict(cols)
+        if "month" in types and column != "month":
+            raise ExportError(f"{table}.month would clash with the month= partition key")
+        manifest["tables"][table] = {
+            "kind": "raw" if table in RAW_TABLES else ("snapshot" if column is None else "mart"),
+            "time_column": column,
+            "columns": [[n, t] for n, t in cols if n not in PARTITION_KEYS],
+            "schema_hash": schema_hash(cols),
+        }
+        order = ", ".join(([_q(column)] if column else []) + [_q(n) for n, _ in cols if n != column])
+        for cluster, month in _months(con, table, column, types, now_month):
+            if month < since and (table, cluster, month) in listed:
+                continue
+            part = Partition(table, cluster, month)
+            where, params = ("TRUE", []) if column is None else _bounds_sql(column, types[column], month)
+            sql = f"SELECT * FROM {_q(table)} WHERE cluster = ? AND {where} ORDER BY {order}"  # noqa: S608 - names from TABLES and the catalog, quoted; values are parameters
+            rel = con.sql(sql, params=[cluster, *params])
+            tmp = write_partition_file(target, part.rel_dir, rel.to_arrow_reader(ROW_GROUP_ROWS))
+            sha, size = _sha256(target, tmp)
+            with target.fs.open_input_file(tmp) as fh:
+                meta = pq.read_metadata(fh)
+            rows = meta.num_rows
+            old = listed.get((table, cluster, month))
+            final = target.path(part.rel_path)
+            if old and old["sha256"] == sha and target.fs.get_file_info(final).type == pafs.FileType.File:
+                target.fs.delete_file(tmp)
+                result = Written(part, rows, "unchanged")
+            else:
+                lo = hi = None
+                if column is not None:
+                    col = _q(column)
+                    sql = f"SELECT min({col}), max({col}) FROM {_q(table)} WHERE cluster = ? AND {where}"  # noqa: S608 - names from TABLES and the catalog, quoted; values are parameters
+                    lo, hi = con.execute(sql, [cluster, *params]).fetchall()[0]
+                target.fs.move(tmp, final)
+                entry = {
+                    "table": table,
+                    "cluster": cluster,
+                    "month": month,
+                    "path": part.rel_path,
+                    "rows": rows,
+                    "row_groups": meta.num_row_groups,
+                    "time_column": column,
+                    "min_time": _iso(lo),
+                    "max_time": _iso(hi) if column is not None else None,
+                    "as_of": _iso(now) if column is None else None,
+                    "schema_version": SCHEMA_VERSION,
+                    "schema_hash": schema_hash(cols),
+                    "sha256": sha,
+                    "bytes": size,
+                }
+                listed[(table, cluster, month)] = entry
+                manifest["partitions"] = list(listed.values())
+                write_manifest(target, manifest)
+                result = Written(part, rows, "written")
+            done.append(result)
+            if on_partition:
+                on_partition(result)
+    manifest["partitions"] = list(listed.values())
+    write_manifest(target, manifest)
+    return done
+
+
+def verify(out: str) -> list[str]:
+    """Problems found: a listed partition whose file is missing or whose bytes differ from the manifest."""
+    target = open_target(out)
+    problems = []
+    for p in read_manifest(target)["partitions"]:
+        path = target.path(p["path"])
+        if target.fs.get_file_info(path).type != pafs.FileType.File:
+            problems.append(f"{p['path']}: missing")
+            continue
+        sha, _ = _sha256(target, path)
+        if sha != p["sha256"]:
+            problems.append(f"{p['path']}: checksum differs from the manifest")
+    return problems
