@@ -708,6 +708,9 @@ class Agent:
         with self.lock:
             self.handle_xid(now, dev, int(data.eventData), "nvml", detail)
             self._write(now)
+            # /metrics shows the XID (and the health it costs) now, not at the next sampling round: the
+            # real-time alerts' latency budget (docs/nvml.md) is scrape + evaluation, not + interval.
+            self._update_snapshot(self.last_sample_time if self.last_sample_time is not None else now)
 
     # -- metrics snapshot ---------------------------------------------------------------------------
     def _update_snapshot(self, now: float) -> None:

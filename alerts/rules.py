@@ -3,10 +3,15 @@
 Recording rules are named level:metric:operations (the level is the labels kept besides `cluster`, which is
 always kept so that one Prometheus can watch several clusters). The node agents serve some slurmscope_gpu_*
 names live (`source="agent"`) that the central exporter also serves from the ingested spool
-(`source="central"`), both with `cluster`: every rule on a slurmscope_gpu_* family selects source="central"
-(the series with history, present whether or not Prometheus scrapes the agents), so the two are never added.
+(`source="central"`), both with `cluster`. The one rule (docs/architecture.md, "Agent and central GPU
+series"): every selector of a slurmscope_gpu_* family names exactly one source, so the two are never added.
+The real-time GPU alerts (group slurmscope.gpu-realtime, evaluated every 15 s like the agents' scrape) read
+`source="agent"`; the central GPU alerts read `source="central"` and, where a real-time alert covers the same
+fault, stay quiet for nodes whose agent Prometheus scrapes (`unless on (cluster, node) agent_nvml_up == 1`),
+so one fault pages once: live when the agent is scraped, from the spool when it is not.
 Alerts carry a severity label, a static summary, a description templated with the labels and value, and a
-runbook_url: docs/runbooks/<AlertName>.md under an absolute base (config alerts.runbook_base_url), because
+runbook_url: docs/runbooks/<runbook>.md (the alert's name unless a live copy shares its class's runbook) under
+an absolute base (config alerts.runbook_base_url), because
 Alertmanager and chat tools show the link out of context. Dashboards read the recording rules where one exists.
 """
 
@@ -37,6 +42,13 @@ class Alert:
     description: str
     group: str
     labels: dict[str, str] = field(default_factory=dict)
+    runbook: str | None = None
+    """The runbook's name when it is not the alert's: a live copy and its central alert are one fault with
+    one procedure, so they share one page."""
+
+    @property
+    def runbook_name(self) -> str:
+        return self.runbook or self.name
 
 
 def _new_or_increased(metric: str, window: str, by: str) -> str:
@@ -49,6 +61,16 @@ def _new_or_increased(metric: str, window: str, by: str) -> str:
         f"(sum by ({by}) (increase({metric}[{window}])) > 0)"
         f" or (sum by ({by}) ({metric} unless {metric} offset {window}) > 0)"
     )
+
+
+def _unless_agent_scraped(expr: str) -> str:
+    """A central alert that a real-time alert duplicates: quiet on nodes whose agent Prometheus scrapes now.
+
+    The agent's copy of a fault reaches Prometheus minutes before the spool's; a node whose agent is not
+    scraped (no Prometheus access to the nodes, or the agent down for longer than the 5-min staleness) is
+    covered by the central alert alone.
+    """
+    return f"({expr}) unless on (cluster, node) (slurmscope_agent_nvml_up == 1)"
 
 
 XID_ALERTS = {
@@ -70,36 +92,56 @@ def _codes_re(codes: tuple[int, ...]) -> str:
     return "|".join(str(c) for c in codes)
 
 
-def xid_alerts(overrides: Mapping[int, str] | None = None) -> tuple[Alert, ...]:
+def xid_alerts(overrides: Mapping[int, str] | None = None, *, live: bool = False) -> tuple[Alert, ...]:
     """The XID alerts, their code lists read from the catalogue with health.xid_actions applied.
 
     The `xid` label already is the code (at most a few hundred values), so a class is a regex over it; a code
-    the catalogue does not list is `investigate`, matched as "none of the other classes' codes"."""
+    the catalogue does not list is `investigate`, matched as "none of the other classes' codes".
+    `live`: the real-time copies (<Class>Live, group gpu-realtime), read from the agents' own counter with
+    the same code lists; the central ones stay quiet where the agent is scraped, so an XID pages once."""
     out = []
     for action, (name, severity, todo) in XID_ALERTS.items():
         if action == xids.Action.INVESTIGATE:
             others = sorted(c for c, a in xids.actions(overrides).items() if a != action)
-            selector = f'source="central", xid!~"{_codes_re(tuple(others))}"'
+            codes = f'xid!~"{_codes_re(tuple(others))}"'
         else:
-            selector = f'source="central", xid=~"{_codes_re(xids.codes_of(action, overrides))}"'
+            codes = f'xid=~"{_codes_re(xids.codes_of(action, overrides))}"'
+        if live:
+            metric = f'slurmscope_gpu_xid_errors_total{{source="agent", {codes}}}'
+        else:
+            metric = f'slurmscope_gpu_xid_events_total{{source="central", {codes}}}'
+        expr = _new_or_increased(metric, t.EVENT_WINDOW, "cluster, node, xid")
         out.append(
             Alert(
-                name,
-                _new_or_increased(
-                    f"slurmscope_gpu_xid_events_total{{{selector}}}", t.EVENT_WINDOW, "cluster, node, xid"
-                ),
+                f"{name}Live" if live else name,
+                expr if live else _unless_agent_scraped(expr),
                 t.EVENT_FOR,
                 severity,
-                f"A GPU reported an XID whose NVIDIA resolution is {action}.",
+                f"A GPU reported an XID whose NVIDIA resolution is {action}"
+                + (" (live, from the node agent)." if live else "."),
                 "Node {{ $labels.node }} of cluster {{ $labels.cluster }} reported XID {{ $labels.xid }} "
                 f"{{{{ $value }}}} time(s) in the last {t.EVENT_WINDOW}; NVIDIA's XID catalogue says: {todo}.",
-                "gpu",
+                REALTIME_GROUP if live else "gpu",
+                runbook=name,
             )
         )
     return tuple(out)
 
 
 FAILED_STATES_RE = "|".join(JOB_FAILED_STATES)
+
+
+# The GPU groups are evaluated as often as Prometheus scrapes the agents (docs/deployment.md): a 1-minute
+# group would add up to a minute to the budgets from XID to firing, 60 s live and 3 min through the
+# central store (docs/nvml.md). The other groups read series that change once a minute or slower.
+REALTIME_GROUP = "gpu-realtime"
+REALTIME_INTERVAL = "15s"
+GROUP_INTERVALS = {REALTIME_GROUP: REALTIME_INTERVAL, "gpu": REALTIME_INTERVAL}
+
+# Where the generated XID alerts go in _ALERTS: the central ones with the GPU health alerts, the live ones
+# with the real-time alerts.
+_XID_CENTRAL = "xid"
+_XID_LIVE = "xid-live"
 
 RECORDING: tuple[Recording, ...] = (
     Recording(
@@ -140,6 +182,10 @@ RECORDING: tuple[Recording, ...] = (
         'avg by (cluster) (slurmscope_gpu_utilization_ratio{source="central"})',
     ),
     Recording(
+        "cluster:slurmscope_gpu_power_watts:sum",
+        'sum by (cluster) (slurmscope_gpu_power_watts{source="agent"})',
+    ),
+    Recording(
         "partition:slurmscope_job_wait_seconds_p90:max",
         'max by (cluster, partition) (slurmscope_job_wait_seconds{percentile="90"})',
     ),
@@ -177,7 +223,7 @@ _WAIT_P90 = (
     f" slurmscope_job_wait_started_jobs >= {t.WAIT_P90_MIN_JOBS})"
 )
 
-_ALERTS: tuple[Alert | None, ...] = (
+_ALERTS: tuple[Alert | str, ...] = (
     # ---- nodes ----
     Alert(
         "SlurmNodeDown",
@@ -211,7 +257,7 @@ _ALERTS: tuple[Alert | None, ...] = (
         "nodes",
     ),
     # ---- GPU health ----
-    None,  # the XID alerts, generated from the catalogue (xid_alerts)
+    _XID_CENTRAL,  # the XID alerts, generated from the catalogue (xid_alerts)
     Alert(
         "GpuEccUncorrectable",
         _new_or_increased(
@@ -238,8 +284,10 @@ _ALERTS: tuple[Alert | None, ...] = (
     ),
     Alert(
         "GpuFallenOffBus",
-        _new_or_increased(
-            'slurmscope_gpu_lost_events_total{source="central"}', t.EVENT_WINDOW, "cluster, node"
+        _unless_agent_scraped(
+            _new_or_increased(
+                'slurmscope_gpu_lost_events_total{source="central"}', t.EVENT_WINDOW, "cluster, node"
+            )
         ),
         t.EVENT_FOR,
         "critical",
@@ -267,6 +315,19 @@ _ALERTS: tuple[Alert | None, ...] = (
         "Node {{ $labels.node }} of cluster {{ $labels.cluster }}: NVML sees {{ $value }} GPU(s), fewer than its "
         "GRES configuration.",
         "gpu",
+    ),
+    # ---- GPU health, real time: the node agents' own series (scraped every 15 s) ----
+    _XID_LIVE,  # their live copies (xid_alerts(live=True))
+    Alert(
+        "GpuFallenOffBusLive",
+        'max by (cluster, node, gpu) (slurmscope_gpu_lost{source="agent"}) == 1',
+        t.EVENT_FOR,
+        "critical",
+        "A GPU fell off the bus (live, from the node agent).",
+        "GPU {{ $labels.gpu }} on node {{ $labels.node }} of cluster {{ $labels.cluster }} no longer answers "
+        "NVML (GPU is lost).",
+        REALTIME_GROUP,
+        runbook="GpuFallenOffBus",
     ),
     # ---- jobs ----
     Alert(
@@ -513,7 +574,7 @@ def alerts(xid_actions: Mapping[int, str] | None = None) -> tuple[Alert, ...]:
     """Every alert, the XID ones with the operator's health.xid_actions applied."""
     out: list[Alert] = []
     for a in _ALERTS:
-        out.extend(xid_alerts(xid_actions) if a is None else (a,))
+        out.extend(xid_alerts(xid_actions, live=a == _XID_LIVE) if isinstance(a, str) else (a,))
     return tuple(out)
 
 
@@ -521,7 +582,7 @@ ALERTS: tuple[Alert, ...] = alerts()
 
 
 def rule_groups(runbook_base: str, xid_actions: Mapping[int, str] | None = None) -> dict:
-    """The rule file as a mapping (Prometheus rule-file format); runbook URLs are runbook_base + <name>.md."""
+    """The rule file as a mapping (Prometheus rule-file format); runbook URLs are runbook_base + <runbook>.md."""
     every = alerts(xid_actions)
     groups = [
         {
@@ -538,7 +599,7 @@ def rule_groups(runbook_base: str, xid_actions: Mapping[int, str] | None = None)
         groups.append(
             {
                 "name": f"slurmscope.{g}",
-                "interval": "1m",
+                "interval": GROUP_INTERVALS.get(g, "1m"),
                 "rules": [
                     {
                         "alert": a.name,
@@ -548,7 +609,7 @@ def rule_groups(runbook_base: str, xid_actions: Mapping[int, str] | None = None)
                         "annotations": {
                             "summary": a.summary,
                             "description": a.description,
-                            "runbook_url": f"{runbook_base}{a.name}.md",
+                            "runbook_url": f"{runbook_base}{a.runbook_name}.md",
                         },
                     }
                     for a in every

@@ -22,8 +22,10 @@ NODE_FLAP_FOR = "5m"
 # Which XIDs page is not a threshold: NVIDIA's XID catalogue decides (slurmscope/xid.py, alerts/rules.py
 # xid_alerts, config health.xid_actions).
 # Event alerts look back this far: long enough to survive a few missed scrapes, short enough to clear.
+# They fire at the first evaluation that sees the event: a counter that grew cannot flap, and a `for:` would
+# only spend the latency budget (XID to firing: 60 s live, 3 min through the central store; docs/nvml.md).
 EVENT_WINDOW = "15m"
-EVENT_FOR = "1m"
+EVENT_FOR = "0s"
 
 # A failed row remap needs a GPU replacement; any for longer than a few minutes is real.
 ROW_REMAP_FOR = "5m"

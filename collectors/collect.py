@@ -302,7 +302,10 @@ def _collect_sacct(db: Callable, cfg: Config, spec: Collector, at: datetime) -> 
 def _collect_spool(db: Callable, cfg: Config, spec: Collector) -> Outcome:
     """Pull the agents' spool files outside the lock, load them inside it, acknowledge after the commit."""
     module = spec.module
-    pulls = module.fetch(cfg, (None, None))
+    # Which listed files are loaded already: a short read of its own, between the HTTP calls.
+    pulls = module.fetch(
+        cfg, (None, None), loaded=lambda listed: db(lambda con: module.loaded_files(con, cfg, listed))
+    )
     outcome = db(lambda con: module.load(con, cfg, pulls))
     module.acknowledge(pulls)
     unacked = [p for p in pulls if p.ack_error is not None and p.error is None]

@@ -16,7 +16,7 @@ import hashlib
 import json
 import logging
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -524,12 +524,22 @@ class Pull:
     committed: list[SpoolFile] = field(default_factory=list)
     rows: int = 0
     ack_error: str | None = None
+    skipped: int = 0  # listed files already loaded: acknowledged again, not downloaded
 
 
-def fetch(cfg: Config, window: tuple[datetime | None, datetime | None]) -> list[Pull]:
+def fetch(
+    cfg: Config,
+    window: tuple[datetime | None, datetime | None],
+    *,
+    loaded: Callable[[list[tuple[str, str]]], set[tuple[str, str, str]]] | None = None,
+) -> list[Pull]:
     """Every configured agent URL, then every spool path: the files to load, read without the database.
 
-    The window is not used: each spool file names its own hour, and the agent keeps it until acknowledged.
+    The window is not used: each spool file names its own segment, and the agent keeps it until
+    acknowledged. `loaded` answers which listed (node, file name) pairs are already in `spool_files`, with
+    their checksums (`collect` asks the database in a short turn of its own): those are not downloaded
+    again, only acknowledged again, so a run downloads only the segments closed since the last one even
+    when an acknowledgement was lost.
     """
     timeout = float(cfg.get("slurm", "timeout_seconds"))
     pulls = []
@@ -537,7 +547,7 @@ def fetch(cfg: Config, window: tuple[datetime | None, datetime | None]) -> list[
         pull = Pull(url, timeout=timeout)
         try:
             pull.client = AgentClient.from_config(cfg)
-            _download(pull)
+            _download(pull, loaded)
         except (OSError, ValueError) as exc:  # urllib's URLError and HTTPError are OSErrors
             pull.error = str(exc)
         pulls.append(pull)
@@ -551,11 +561,20 @@ def fetch(cfg: Config, window: tuple[datetime | None, datetime | None]) -> list[
     return pulls
 
 
-def _download(pull: Pull) -> None:
+def _download(
+    pull: Pull, loaded: Callable[[list[tuple[str, str]]], set[tuple[str, str, str]]] | None
+) -> None:
     base = pull.source.rstrip("/")
     listing = json.loads(pull.client.fetch(f"{base}/spool", timeout=pull.timeout))
-    for entry in sorted(listing.get("files", []), key=lambda e: e["name"]):
+    entries = sorted(listing.get("files", []), key=lambda e: e["name"])
+    node = listing.get("node")
+    known = loaded([(node, e["name"]) for e in entries]) if loaded is not None and node else set()
+    for entry in entries:
         name = entry["name"]
+        if (node, name, entry.get("sha256")) in known:
+            pull.committed.append(SpoolFile(name, b"", entry["sha256"], f"{base}/spool/{name}"))
+            pull.skipped += 1
+            continue
         data = pull.client.fetch(f"{base}/spool/{quote(name)}", timeout=pull.timeout)
         if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
             log.warning("%s/%s changed during download; will retry next run", base, name)
@@ -570,6 +589,24 @@ def _read_closed_files(pull: Pull, directory: Path) -> None:
             continue
         data = p.read_bytes()
         pull.files.append(SpoolFile(p.name, data, hashlib.sha256(data).hexdigest(), str(p)))
+
+
+def loaded_files(
+    con: duckdb.DuckDBPyConnection, cfg: Config, listed: list[tuple[str, str]]
+) -> set[tuple[str, str, str]]:
+    """The listed (node, file name) pairs already in spool_files, as (node, file name, sha256)."""
+    if not listed:
+        return set()
+    con.register("_nvml_listed", pl.DataFrame(listed, schema=["node", "file_name"], orient="row").to_arrow())
+    try:
+        rows = con.execute(
+            "SELECT s.node, s.file_name, s.sha256 FROM spool_files s "
+            "JOIN _nvml_listed l ON s.node = l.node AND s.file_name = l.file_name WHERE s.cluster = ?",
+            [cfg.cluster],
+        ).fetchall()
+    finally:
+        con.unregister("_nvml_listed")
+    return {(n, f, h) for n, f, h in rows}
 
 
 def load(con: duckdb.DuckDBPyConnection, cfg: Config, pulls: list[Pull]) -> Outcome:

@@ -35,6 +35,8 @@ class Collector:
     a successful run. `spool`: the module loads whole NVML spool files with its own loader (fetch, load,
     acknowledge) instead of `parse` and base.load. `data_exit_codes`: non-zero exits whose output is still
     the measurement. `lookback_setting`: the [collect] key whose seconds bound each live run's window.
+    `phase_seconds`: serve runs it this many seconds after each epoch-aligned interval boundary rather
+    than whenever it started (None: from its start).
     """
 
     kind: str
@@ -46,6 +48,7 @@ class Collector:
     spool: bool = False
     data_exit_codes: frozenset[int] = frozenset()
     lookback_setting: str | None = None
+    phase_seconds: int | None = None
     replaces: str | None = None
 
 
@@ -65,7 +68,10 @@ COLLECTORS: tuple[Collector, ...] = (
     Collector("events", events, 300, feeds_pipelines=True, lookback_setting="events_lookback_seconds"),
     Collector("sacct", sacct, 300, feeds_pipelines=True),
     Collector("sacct_rest", sacct_rest, 300, ingestable=False, feeds_pipelines=True, replaces="sacct"),
-    Collector("nvml", nvml, 60, feeds_pipelines=True, spool=True),
+    # The agents close a spool segment on each minute (epoch-aligned) at their first sampling round after
+    # it (10 s by default): pulling 20 s past the minute takes each segment the minute it closes, so the
+    # central store is at most 80 s behind instead of 2 minutes (docs/nvml.md, latency budget).
+    Collector("nvml", nvml, 60, feeds_pipelines=True, spool=True, phase_seconds=20),
 )
 
 

@@ -42,10 +42,14 @@ C = 'cluster=~"$cluster"'
 CP = 'cluster=~"$cluster", partition=~"$partition"'
 CA = 'cluster=~"$cluster", account=~"$account"'
 CPA = 'cluster=~"$cluster", partition=~"$partition", account=~"$account"'
-# slurmscope_gpu_* telemetry and health: the node agents serve some of the same names live (source="agent");
-# panels read the central exporter's series (history, every node, present whether or not the agents are
-# scraped), so the two sources are never added together.
+# slurmscope_gpu_* telemetry and health: the node agents serve some of the same names live (source="agent"),
+# the central exporter serves copies from the spool (source="central"). Every query names one source
+# (docs/architecture.md), so the two are never added: the live panels, titled "(live)", read the agents'
+# 15-s series (CGA); the others read the central ones (CG: history, health verdicts, every node whose
+# spool was ingested, present whether or not the agents are scraped).
 CG = 'cluster=~"$cluster", source="central"'
+CGA = 'cluster=~"$cluster", source="agent"'
+LIVE = "(live)"
 
 
 @dataclass(frozen=True)

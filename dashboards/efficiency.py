@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slurmscope.dashboards.common import CA, CG, CP, C, Q, new_dashboard, single, tbl, ts
+from slurmscope.dashboards.common import CA, CGA, CP, LIVE, C, Q, new_dashboard, single, tbl, ts
 
 SLUG = "efficiency"
 TITLE = "GPU efficiency"
@@ -19,7 +19,9 @@ def build():
                 w=8,
             )
         )
-        .with_panel(single("GPU power", Q(f"sum(slurmscope_gpu_power_watts{{{CG}}})"), "watt", w=8))
+        .with_panel(
+            single(f"GPU power {LIVE}", Q(f"sum(cluster:slurmscope_gpu_power_watts:sum{{{C}}})"), "watt", w=8)
+        )
         .with_panel(
             single(
                 "Idle GPUs (1h mean)",
@@ -36,8 +38,8 @@ def build():
         )
         .with_panel(
             ts(
-                "GPU utilisation by node",
-                [Q(f"avg by (node) (slurmscope_gpu_utilization_ratio{{{CG}}})", "{{node}}")],
+                f"GPU utilisation by node {LIVE}",
+                [Q(f"avg by (node) (slurmscope_gpu_utilization_ratio{{{CGA}}})", "{{node}}")],
                 "percentunit",
             )
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slurmscope.dashboards.common import CG, CP, C, Q, new_dashboard, tbl, ts
+from slurmscope.dashboards.common import CG, CGA, CP, LIVE, C, Q, new_dashboard, tbl, ts
 
 SLUG = "nodes"
 TITLE = "Slurm nodes and GPU health"
@@ -70,9 +70,10 @@ def build():
         .with_panel(tbl("Node states and reasons", [Q(f"slurmscope_node_state_info{{{CP}}}")]))
         .with_panel(
             ts(
-                "Hottest GPU per node",
-                [Q(f"max by (node) (slurmscope_gpu_temperature_celsius{{{CG}}})", "{{node}}")],
+                f"Hottest GPU per node {LIVE}",
+                [Q(f"max by (node) (slurmscope_gpu_temperature_celsius{{{CGA}}})", "{{node}}")],
                 "celsius",
+                description="The node agents' own readings, scraped every 15 s.",
             )
         )
         .with_panel(
@@ -94,7 +95,12 @@ def build():
             )
         )
         .with_panel(
-            ts("GPU power", [Q(f"sum by (node) (slurmscope_gpu_power_watts{{{CG}}})", "{{node}}")], "watt")
+            ts(
+                f"GPU power {LIVE}",
+                [Q(f"sum by (node) (slurmscope_gpu_power_watts{{{CGA}}})", "{{node}}")],
+                "watt",
+                description="The node agents' own readings, scraped every 15 s.",
+            )
         )
         .with_panel(
             tbl(

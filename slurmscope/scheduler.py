@@ -23,7 +23,7 @@ from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from slurmscope.collectors.collect import collect_with
-from slurmscope.collectors.registry import active, collector
+from slurmscope.collectors.registry import COLLECTORS, active, collector
 from slurmscope.config import Config
 from slurmscope.db import connect
 
@@ -201,10 +201,14 @@ def build_scheduler(service: Service, intervals: dict[str, int] | None = None) -
         timezone=timezone.utc,
         job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": MISFIRE_GRACE_SECONDS},
     )
+    phases = {c.kind: c.phase_seconds for c in COLLECTORS}
     for kind, seconds in intervals.items():
+        phase = phases.get(kind)
+        # With a phase, the runs after the first fall at the phase past each epoch-aligned boundary.
+        start = None if phase is None else datetime.fromtimestamp(phase, timezone.utc)
         sched.add_job(
             service.run_collector,
-            IntervalTrigger(seconds=seconds, timezone=timezone.utc),
+            IntervalTrigger(seconds=seconds, start_date=start, timezone=timezone.utc),
             args=[kind],
             id=f"collect-{kind}",
             name=f"collect {kind}",

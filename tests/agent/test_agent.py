@@ -276,6 +276,9 @@ def test_xid_79_becomes_event_and_health_signal(tmp_path, con):
     env.run(30)  # ticks at T0, +10, +20
     env.t[0] = T0 + 21  # the loop waits for events between ticks
     env.agent.wait_events(T0 + 30)  # the fake delivers XID 79 at T0+25
+    # /metrics has it before the next sampling round (the real-time alerts wait for no tick)
+    before = {d["labels"]["uuid"]: d for d in env.agent.snapshot["devices"]}[env.fake.gpus[0].uuid]
+    assert (before["xids"], before["healthy"], env.agent.snapshot["time"]) == ({79: 1}, False, T0 + 20)
     env.run(10)  # tick at T0+30: every call says "GPU is lost"
     lost_uuid = env.fake.gpus[0].uuid
     events = [r for r in env.agent.journal.records if r["type"] == "event"]

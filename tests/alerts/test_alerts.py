@@ -35,18 +35,32 @@ def test_alert_conventions():
         assert a.severity in {"critical", "warning", "info"}
         assert "{{" not in a.summary and a.summary.endswith(".")
         assert re.search(r"\{\{[^}]*(\$labels\.|\$value)", a.description), a.name
-        runbook = (ROOT / "docs" / "runbooks" / f"{a.name}.md").read_text(encoding="utf-8")
+        runbook = (ROOT / "docs" / "runbooks" / f"{a.runbook_name}.md").read_text(encoding="utf-8")
         for section in ("## Meaning", "## Impact", "## Diagnosis", "## Mitigation"):
             assert section in runbook, (a.name, section)
     for r in RECORDING:
         assert re.fullmatch(r"[a-z_]+:slurmscope_[a-z0-9_]+:[a-z0-9_]+", r.record), r.record
 
 
+def test_every_runbook_page_belongs_to_an_alert():
+    """A live copy shares its class's page, so a page of its own (or of a removed alert) would go stale unread;
+    GpuXid.md is the XID class reference the class pages link to."""
+    pages = {p.stem for p in (ROOT / "docs" / "runbooks").glob("*.md")}
+    assert pages == {a.runbook_name for a in ALERTS} | {"GpuXid"}
+    assert {a.runbook_name for a in ALERTS if a.name.endswith("Live")} == {
+        "GpuXidResetGpu",
+        "GpuXidRebootNode",
+        "GpuXidContactSupport",
+        "GpuXidInvestigate",
+        "GpuFallenOffBus",
+    }
+
+
 def test_runbook_urls_are_absolute_under_the_base():
     rules = [r for g in yaml.safe_load(render_rules())["groups"] for r in g["rules"] if "alert" in r]
     assert DEFAULT_RUNBOOK_BASE.startswith("file:///")
     assert {r["annotations"]["runbook_url"] for r in rules} == {
-        f"{DEFAULT_RUNBOOK_BASE}{a.name}.md" for a in ALERTS
+        f"{DEFAULT_RUNBOOK_BASE}{a.runbook_name}.md" for a in ALERTS
     }
     other = yaml.safe_load(render_rules("https://wiki.example.org/slurmscope/runbooks/"))
     urls = {r["annotations"]["runbook_url"] for g in other["groups"] for r in g["rules"] if "alert" in r}

@@ -292,18 +292,34 @@ def test_a_failed_acknowledgement_is_recorded_and_the_file_is_offered_again(tmp_
         [out] = collect(con, cfg, "nvml")
         assert out.status == "error" and "acknowledgement failed" in out.error and out.rows > 0
         assert len(list_spool(tmp_path / "gpu01")) == offered
-        monkeypatch.setattr(AgentClient, "fetch", real)
+        gets: list[str] = []
+
+        def count_gets(self, url, *, method="GET", timeout):
+            if method == "GET":
+                gets.append(url.removeprefix(url_base))
+            return real(self, url, method=method, timeout=timeout)
+
+        url_base = url
+        monkeypatch.setattr(AgentClient, "fetch", count_gets)
         [again] = collect(con, cfg, "nvml")
         assert (again.status, again.rows) == ("ok", 0)
         assert list_spool(tmp_path / "gpu01") == []
+        # incremental: the listing only; the loaded files were acknowledged again, not downloaded again
+        assert gets == ["/spool"]
+        agent.tick(T0 + 3700)
+        agent.tick(T0 + 3760)  # one more minute closes one more segment: exactly that one is downloaded
+        gets.clear()
+        [third] = collect(con, cfg, "nvml")
+        assert third.status == "ok" and third.rows > 0
+        assert len(gets) == 2 and gets[0] == "/spool" and gets[1].startswith("/spool/gpu01_")
     finally:
         server.shutdown()
         server.server_close()
     runs = con.execute(
         "SELECT status FROM collector_runs WHERE collector = 'nvml' ORDER BY run_id"
     ).fetchall()
-    # each file's load, then the failed acknowledgement; a skip writes none
-    assert runs == [("ok",)] * offered + [("error",)]
+    # each file's load, then the failed acknowledgement; a skip writes none; then the new segment's load
+    assert runs == [("ok",)] * offered + [("error",), ("ok",)]
 
 
 def test_unreachable_agent_is_a_recorded_failure_not_a_crash(con):

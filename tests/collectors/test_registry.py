@@ -57,6 +57,18 @@ def test_serve_schedules_every_live_collector_at_its_interval(tmp_path, source):
     }
 
 
+def test_serve_pulls_the_spool_just_after_the_agents_close_their_minute(tmp_path):
+    """Segments close on each epoch-aligned minute; the pull after the first runs 20 s past every minute."""
+    from datetime import UTC, datetime
+
+    sched = build_scheduler(Service(config=load_config(env={}), db_path=str(tmp_path / "x.duckdb")))
+    trigger = next(j.trigger for j in sched.get_jobs() if j.id == "collect-nvml")
+    now = datetime(2027, 1, 15, 8, 0, 47, 500000, tzinfo=UTC)
+    assert trigger.get_next_fire_time(None, now) == datetime(2027, 1, 15, 8, 1, 20, tzinfo=UTC)
+    later = trigger.get_next_fire_time(datetime(2027, 1, 15, 8, 1, 20, tzinfo=UTC), now)
+    assert later == datetime(2027, 1, 15, 8, 2, 20, tzinfo=UTC)
+
+
 def test_the_fuzzers_fuzz_every_text_parser():
     from tests.fuzz import fuzz_parsers
 
