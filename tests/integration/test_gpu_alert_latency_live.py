@@ -102,8 +102,9 @@ def test_xid79_to_firing_alert_live_within_60s_and_through_the_central_store_wit
         for r in g["rules"]
     }
 
-    # The XID is due 25 s from now: time for both Prometheus instances to scrape once before it.
-    inject_at = round(time.time()) + 25.0
+    # The XID is due 50 s from now: time for both Prometheus instances to start and scrape once before it,
+    # also on a loaded 2-core CI machine (25 s was too short there). Latencies are measured from this instant.
+    inject_at = round(time.time()) + 50.0
     (tmp_path / "map").mkdir()
     spec = tmp_path / "fake-nvml.json"
     spec.write_text(
