@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from slurmscope.alerts import thresholds as t
+from slurmscope.collectors.registry import COLLECTORS
 
 from slurmscope import xid as xids
 from slurmscope.slurm_states import JOB_FAILED_STATES
@@ -200,12 +201,23 @@ RECORDING: tuple[Recording, ...] = (
 )
 
 
+def collector_intervals() -> dict[int, tuple[str, ...]]:
+    """The live collectors by interval, as the registry gives them to `serve` (every source, rest included)."""
+    by: dict[int, list[str]] = {}
+    for c in COLLECTORS:
+        if c.live:
+            by.setdefault(c.interval_seconds, []).append(c.kind)
+    return {i: tuple(kinds) for i, kinds in sorted(by.items())}
+
+
 def _collector_stale() -> str:
-    """Seconds since each collector's last success, beyond the limit of its own interval."""
+    """Seconds since each collector's last success, beyond the limit of its own interval; a collector of no
+    registered interval (an older release's) is judged by the longest."""
     age = "time() - slurmscope_collector_last_success_timestamp_seconds"
-    intervals = sorted(t.COLLECTOR_INTERVALS)
-    listed = "|".join(k for i in intervals[:-1] for k in t.COLLECTOR_INTERVALS[i])
-    selectors = [f'collector=~"{"|".join(t.COLLECTOR_INTERVALS[i])}"' for i in intervals[:-1]]
+    by = collector_intervals()
+    intervals = sorted(by)
+    listed = "|".join(k for i in intervals[:-1] for k in by[i])
+    selectors = [f'collector=~"{"|".join(by[i])}"' for i in intervals[:-1]]
     selectors.append(f'collector!~"{listed}"')
     return " or ".join(
         f"({age}{{{sel}}} > {_stale_seconds(i)})" for sel, i in zip(selectors, intervals, strict=True)

@@ -89,17 +89,10 @@ UTIL_DRIFT_FOR = "30m"
 # NVML seeing fewer GPUs than GRES promises: a GPU fell off the bus or a driver failed to load.
 GPU_MISMATCH_FOR = "10m"
 
-# Collector intervals in seconds, as `serve` schedules them (each collector's interval in the collector
-# registry, collectors/registry.py; tests/alerts/test_alerts.py checks these against serve's jobs). A collector is
-# stale after missing COLLECTOR_STALE_RUNS runs in a row, and never before COLLECTOR_STALE_MIN_SECONDS: a
-# slurmctld restart with a few 60-s command timeouts can hold the 1-minute collectors for ten minutes. That
-# is 15 minutes for node and queue state, 30 for accounting, 6 hours for the controller's configuration.
-# A collector not listed is judged by the longest interval.
-COLLECTOR_INTERVALS: dict[int, tuple[str, ...]] = {
-    60: ("ping", "sinfo", "squeue", "nvml"),
-    300: ("sacct", "sshare", "sdiag", "events", "reservations"),
-    3600: ("config",),
-}
+# A collector is stale after missing COLLECTOR_STALE_RUNS runs in a row at its own interval (from the collector
+# registry, collectors/registry.py), and never before COLLECTOR_STALE_MIN_SECONDS: a slurmctld restart with a
+# few 60-s command timeouts can hold the 1-minute collectors for ten minutes. That is 15 minutes for node and
+# queue state, 30 for accounting, 6 hours for the controller's configuration.
 COLLECTOR_STALE_RUNS = 6
 COLLECTOR_STALE_MIN_SECONDS = 900
 COLLECTOR_STALE_FOR = "5m"

@@ -150,7 +150,7 @@ def step(args: argparse.Namespace, only: list[str], incremental: bool) -> dict[s
 def body(args: argparse.Namespace) -> dict[str, Any]:
     if args.child:
         return measure(args, [args.child], args.step == "incremental")
-    only = [n for n in args.only.split(",") if n] or list(runner.PIPELINES)
+    only = [n for n in args.only.split(",") if n] or runner.pipeline_names()
     out: dict[str, Any] = {"pipelines": only}
     if args.step in ("generate", "all"):
         out["generate"] = build(args)

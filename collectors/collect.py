@@ -74,7 +74,7 @@ def collect_with(
         try:
             if c.spool:
                 outcomes.append(_collect_spool(db, cfg, c))
-            elif c.module is sacct or c.replaces == "sacct":
+            elif c.windowed:
                 outcomes.append(_collect_sacct(db, cfg, c, at))
             else:
                 outcomes.append(_collect_snapshot(db, cfg, c, at))

@@ -555,11 +555,6 @@ def gpu_count(tres_or_gres: str | None) -> tuple[int, str | None, int]:
     return gpus, gpu_type, mig_slices
 
 
-def utc_now() -> datetime:
-    """The current time, aware, in UTC (one place so tests can see what 'now' means)."""
-    return datetime.now(UTC)
-
-
 __all__ = [
     "duration_expr",
     "fast_time_expr",

@@ -36,7 +36,9 @@ class Collector:
     acknowledge) instead of `parse` and base.load. `data_exit_codes`: non-zero exits whose output is still
     the measurement. `lookback_setting`: the [collect] key whose seconds bound each live run's window.
     `phase_seconds`: serve runs it this many seconds after each epoch-aligned interval boundary rather
-    than whenever it started (None: from its start).
+    than whenever it started (None: from its start). `windowed`: an accounting source read in time windows
+    from a stored watermark (with lookups by id for what a window hides), not as a snapshot.
+    `replaces`: the kind this source stands in for when `slurm.source = "rest"`.
     """
 
     kind: str
@@ -49,6 +51,7 @@ class Collector:
     data_exit_codes: frozenset[int] = frozenset()
     lookback_setting: str | None = None
     phase_seconds: int | None = None
+    windowed: bool = False
     replaces: str | None = None
 
 
@@ -66,8 +69,10 @@ COLLECTORS: tuple[Collector, ...] = (
     Collector("sdiag", sdiag, 300, feeds_pipelines=True),
     Collector("reservations", reservations, 300),
     Collector("events", events, 300, feeds_pipelines=True, lookback_setting="events_lookback_seconds"),
-    Collector("sacct", sacct, 300, feeds_pipelines=True),
-    Collector("sacct_rest", sacct_rest, 300, ingestable=False, feeds_pipelines=True, replaces="sacct"),
+    Collector("sacct", sacct, 300, feeds_pipelines=True, windowed=True),
+    Collector(
+        "sacct_rest", sacct_rest, 300, ingestable=False, feeds_pipelines=True, windowed=True, replaces="sacct"
+    ),
     # The agents close a spool segment on each minute (epoch-aligned) at their first sampling round after
     # it (10 s by default): pulling 20 s past the minute takes each segment the minute it closes, so the
     # central store is at most 80 s behind instead of 2 minutes (docs/nvml.md, latency budget).

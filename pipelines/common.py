@@ -15,7 +15,7 @@ import polars as pl
 from slurmscope.pipelines.calendar import UTC_DT, day_start, local_day
 from slurmscope.pipelines.params import Billing, Params
 
-from slurmscope.config import ConfigError
+from slurmscope.config import RATE_FIELDS, ConfigError
 from slurmscope.slurm_states import (
     NODE_GPUS_DOWN_FLAGS,
     NODE_GPUS_DOWN_STATES,
@@ -266,13 +266,15 @@ def hourly_rate(entry: Any, *, where: str = "billing.rates") -> float:
     if isinstance(entry, Mapping):
         if "rate" in entry:
             return float(entry["rate"])
-        unit = float(entry.get("gpus_per_unit", 1)) or 1.0
-        lifetime = float(entry.get("lifetime_years", 5))
-        capex = float(entry.get("purchase_usd", 0)) / (lifetime * HOURS_PER_YEAR) if lifetime > 0 else 0.0
-        power = (
-            float(entry.get("power_kw", 0)) * float(entry.get("usd_per_kwh", 0)) * float(entry.get("pue", 1))
-        )
-        overhead = float(entry.get("overhead_usd_per_year", 0)) / HOURS_PER_YEAR
+
+        def field(key: str) -> float:
+            return float(entry.get(key, RATE_FIELDS[key].default))
+
+        unit = field("gpus_per_unit") or 1.0
+        lifetime = field("lifetime_years")
+        capex = field("purchase_usd") / (lifetime * HOURS_PER_YEAR) if lifetime > 0 else 0.0
+        power = field("power_kw") * field("usd_per_kwh") * field("pue")
+        overhead = field("overhead_usd_per_year") / HOURS_PER_YEAR
         return (capex + power + overhead) / unit
     raise ValueError(f"{where}: expected a number or a table, got {entry!r}")
 

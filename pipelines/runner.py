@@ -18,7 +18,6 @@ Pipeline module contract (see docs/pipelines.md):
 
 from __future__ import annotations
 
-import importlib
 import logging
 import re
 import time
@@ -31,7 +30,16 @@ from zoneinfo import ZoneInfo
 
 import duckdb
 import polars as pl
-from slurmscope.pipelines import calendar
+from slurmscope.pipelines import (
+    backfill,
+    calendar,
+    cost,
+    drift,
+    efficiency,
+    fairshare,
+    health,
+    reliability,
+)
 from slurmscope.pipelines.params import Params, from_config
 
 from slurmscope.config import Config, ConfigError
@@ -39,17 +47,13 @@ from slurmscope.db import transaction
 
 log = logging.getLogger(__name__)
 
-PIPELINES: list[str] = [
-    "cost",
-    "reliability",
-    "backfill",
-    # --- other engineer: register fair-share, efficiency and drift below, one line each ---
-    "fairshare",
-    "efficiency",
-    "drift",
-    "health",
-]
-"""Modules under slurmscope.pipelines, run in this order (a pipeline reading another's mart comes after it)."""
+PIPELINES: tuple[ModuleType, ...] = (cost, reliability, backfill, fairshare, efficiency, drift, health)
+"""Run in this order: a pipeline reading another's mart comes after it (drift reads fair-share's)."""
+
+
+def pipeline_names() -> list[str]:
+    return [m.NAME for m in PIPELINES]
+
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _PARAM = re.compile(r"\$([a-z_]+)")
@@ -73,14 +77,6 @@ def _parse_since(since: str | date | datetime, tz: ZoneInfo) -> datetime:
         except ValueError:
             raise ValueError(f"--since expects YYYY-MM-DD, got {since!r}") from None
     return datetime(since.year, since.month, since.day, tzinfo=tz).astimezone(UTC)
-
-
-def _table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    return bool(
-        con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]).fetchone()[
-            0
-        ]
-    )
 
 
 def default_start(
@@ -307,30 +303,25 @@ def run_pipelines(
 ) -> dict[str, int]:
     """Run the registered pipelines (or `only` those) and return rows written per mart.
 
-    A pipeline that cannot be imported or fails is logged, recorded in pipeline_runs and reported as
-    `<name>: -1`; the others still run. Raises ValueError for an unknown name in `only` or a bad `since`.
+    A pipeline that fails is logged, recorded in pipeline_runs and reported as `<name>: -1`; the others
+    still run. Raises ValueError for an unknown name in `only` or a bad `since`.
     """
     now = (now or datetime.now(UTC)).astimezone(UTC)
     tz = ZoneInfo(cfg.get("billing", "timezone"))
-    names = list(PIPELINES)
+    modules = list(PIPELINES)
     if only:
+        names = [m.NAME for m in modules]
         unknown = [n for n in only if n not in names]
         if unknown:
             raise ValueError(f"unknown pipeline(s) {unknown}; registered: {names}")
-        names = [n for n in names if n in only]
+        modules = [m for m in modules if m.NAME in only]
     lookback = float(cfg.get("pipelines", "incremental_lookback_seconds"))
     results: dict[str, int] = {}
-    for name in names:
+    for module in modules:
+        name = module.NAME
         window = Window(EPOCH, now, True)
         if not full and since is not None:
             window = Window(_parse_since(since, tz), now, False)
-        try:
-            module = importlib.import_module(f"slurmscope.pipelines.{name}")
-        except Exception as exc:  # a missing or broken module must not stop the other pipelines
-            log.error("pipeline %s cannot be imported: %s", name, exc)
-            results[name] = -1
-            _record_error(con, cfg, name, window, f"import failed: {exc}")
-            continue
         if not full and since is None:
             reads_jobs = any(_JOBS.search(sql) for sql in module.INPUTS.values())
             start = default_start(con, cfg.cluster, name, lookback, reads_jobs)

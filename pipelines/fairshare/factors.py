@@ -10,8 +10,6 @@ from slurmscope.pipelines.fairshare.tree import MAX_DEPTH
 
 NO_VAL = 4294967294.0
 """Slurm's NO_VAL: the LevelFS Fair Tree gives an account whose shares are 'parent' (it sorts high)."""
-SLURM_LN2 = 0.693
-"""Slurm's per-second decay factor is 1 - 0.693/half_life (priority_multifactor.c), not exactly 2^(-1/hl)."""
 
 
 def level_fs(norm: pl.Expr, eff: pl.Expr) -> pl.Expr:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import types
 from datetime import UTC, datetime, timedelta
 
@@ -30,7 +29,7 @@ MARTS = [
     "mart_job_outcomes_node_daily",
     "mart_cost_efficiency_daily",
 ]
-MINE = ["cost", "reliability", "backfill"]
+SOURCES = ["cost", "reliability", "backfill"]
 
 
 def ts(text: str) -> datetime:
@@ -154,22 +153,25 @@ def assert_unique_keys(con):
         assert total == distinct, mart
 
 
-def test_registry_names_the_three_pipelines_and_leaves_room():
-    assert runner.PIPELINES[:3] == MINE
+def test_pipelines_run_in_dependency_order():
+    """drift reads mart_fairshare_daily, so fair-share runs first; every pipeline is listed once."""
+    names = runner.pipeline_names()
+    assert len(names) == len(set(names)) == 7
+    assert names.index("fairshare") < names.index("drift")
 
 
 def test_running_twice_changes_nothing(con):
     seed(con)
     now = ts("2026-03-10 00:00")
-    first = run_pipelines(con, cfg(), full=True, now=now, only=MINE)
+    first = run_pipelines(con, cfg(), full=True, now=now, only=SOURCES)
     assert all(v >= 0 for v in first.values()), first
     assert first["mart_cost_daily"] > 0 and first["mart_occupancy"] > 0 and first["mart_fault_impact"] == 1
     before = snapshot(con)
-    run_pipelines(con, cfg(), full=True, now=now, only=MINE)
+    run_pipelines(con, cfg(), full=True, now=now, only=SOURCES)
     assert snapshot(con) == before
-    run_pipelines(con, cfg(), since="2026-03-05", now=now, only=MINE)
+    run_pipelines(con, cfg(), since="2026-03-05", now=now, only=SOURCES)
     assert snapshot(con) == before
-    run_pipelines(con, cfg(), now=now, only=MINE)  # incremental from the last run
+    run_pipelines(con, cfg(), now=now, only=SOURCES)  # incremental from the last run
     assert snapshot(con) == before
     assert_unique_keys(con)
 
@@ -189,9 +191,9 @@ def test_incremental_runs_equal_a_full_rebuild(con):
         }
 
     for day in (3, 6, 8, 10):
-        run_pipelines(con, cfg(), now=ts(f"2026-03-{day:02d} 00:00"), only=MINE)
+        run_pipelines(con, cfg(), now=ts(f"2026-03-{day:02d} 00:00"), only=SOURCES)
     incremental = marts()
-    run_pipelines(con, cfg(), full=True, now=ts("2026-03-10 00:00"), only=MINE)
+    run_pipelines(con, cfg(), full=True, now=ts("2026-03-10 00:00"), only=SOURCES)
     full = marts()
     for mart in MARTS:
         assert incremental[mart] == full[mart], mart
@@ -200,7 +202,7 @@ def test_incremental_runs_equal_a_full_rebuild(con):
 
 def test_late_record_is_picked_up_by_next_incremental_run(con):
     seed(con)
-    run_pipelines(con, cfg(), now=ts("2026-03-10 00:00"), only=MINE)
+    run_pipelines(con, cfg(), now=ts("2026-03-10 00:00"), only=SOURCES)
     # A job that ended on 3 March (before the last run) reaches the database only now.
     add_job(
         con,
@@ -212,7 +214,7 @@ def test_late_record_is_picked_up_by_next_incremental_run(con):
         account="late",
         state="FAILED",
     )
-    run_pipelines(con, cfg(), now=ts("2026-03-10 01:00"), only=MINE)
+    run_pipelines(con, cfg(), now=ts("2026-03-10 01:00"), only=SOURCES)
     q = "SELECT sum(gpu_seconds) FROM mart_cost_daily WHERE account = 'late'"
     assert con.execute(q).fetchone()[0] == 4 * 2 * 3600
     assert con.execute(
@@ -242,16 +244,6 @@ def test_a_late_job_widens_only_the_pipelines_that_read_jobs(con):
     assert starts["health"].astimezone(UTC) == ts("2026-03-07 23:00")
 
 
-def test_missing_module_is_reported_not_fatal(con, monkeypatch):
-    seed(con)
-    monkeypatch.setattr(runner, "PIPELINES", ["cost", "no_such_pipeline", "backfill"])
-    res = run_pipelines(con, cfg(), full=True, now=ts("2026-03-10 00:00"))
-    assert res["no_such_pipeline"] == -1
-    assert res["mart_cost_daily"] > 0 and res["mart_backfill_daily"] > 0
-    status = con.execute("SELECT pipeline, status FROM pipeline_runs ORDER BY pipeline").fetchall()
-    assert status == [("backfill", "ok"), ("cost", "ok"), ("no_such_pipeline", "error")]
-
-
 def test_failing_pipeline_rolls_back_its_marts(con, monkeypatch):
     seed(con)
     run_pipelines(con, cfg(), full=True, now=ts("2026-03-10 00:00"), only=["cost"])
@@ -267,8 +259,7 @@ def test_failing_pipeline_rolls_back_its_marts(con, monkeypatch):
         return {"mart_cost_daily": pl.LazyFrame(), "no_such_mart": pl.LazyFrame({"x": [1]})}
 
     broken.compute = compute
-    monkeypatch.setitem(sys.modules, "slurmscope.pipelines.broken", broken)
-    monkeypatch.setattr(runner, "PIPELINES", ["broken"])
+    monkeypatch.setattr(runner, "PIPELINES", (broken,))
     assert run_pipelines(con, cfg(), full=True, now=ts("2026-03-10 00:00")) == {"broken": -1}
     assert con.execute("SELECT * FROM mart_cost_daily ORDER BY ALL").fetchall() == before
 
@@ -288,21 +279,26 @@ def test_cli_exits_non_zero_when_a_pipeline_fails(tmp_path, monkeypatch):
 
     db = str(tmp_path / "cli.duckdb")
     connect(db).close()  # pipelines run refuses a database that does not exist
-    monkeypatch.setattr(runner, "PIPELINES", ["cost"])
+    monkeypatch.setattr(runner, "PIPELINES", (runner.cost,))
     ok = CliRunner().invoke(main, ["--db", db, "pipelines", "run", "--full"], env={})
     assert ok.exit_code == 0, ok.output
-    monkeypatch.setattr(runner, "PIPELINES", ["cost", "no_such_pipeline"])
+    broken = types.ModuleType("broken")
+    broken.NAME = "broken"
+    broken.MART_TABLES = {"mart_cost_daily": "day"}
+    broken.INPUTS = {}
+    broken.compute = lambda frames, params: {}
+    monkeypatch.setattr(runner, "PIPELINES", (runner.cost, broken))
     bad = CliRunner().invoke(main, ["--db", db, "pipelines", "run", "--full"], env={})
-    assert bad.exit_code != 0 and "no_such_pipeline" in bad.output
+    assert bad.exit_code != 0 and "broken" in bad.output
 
 
 def test_session_time_zone_does_not_change_the_marts(con):
     seed(con)
     now = ts("2026-03-10 00:00")
-    run_pipelines(con, cfg(), full=True, now=now, only=MINE)
+    run_pipelines(con, cfg(), full=True, now=now, only=SOURCES)
     before = snapshot(con)
     con.execute("SET TimeZone = 'America/Los_Angeles'")
-    run_pipelines(con, cfg(), full=True, now=now, only=MINE)
+    run_pipelines(con, cfg(), full=True, now=now, only=SOURCES)
     con.execute("SET TimeZone = 'UTC'")
     assert snapshot(con) == before
 
@@ -322,10 +318,10 @@ def test_full_rebuild_in_slices_equals_one_window(con):
             for m in MARTS
         }
 
-    run_pipelines(con, cfg(), full=True, now=now, only=MINE)
+    run_pipelines(con, cfg(), full=True, now=now, only=SOURCES)
     whole = marts()
     sliced_cfg = cfg().with_overrides(pipelines={"full_slice_days": 2})
-    res = run_pipelines(con, sliced_cfg, full=True, now=now, only=MINE)
+    res = run_pipelines(con, sliced_cfg, full=True, now=now, only=SOURCES)
     assert all(v >= 0 for v in res.values())
     runs = con.execute(
         "SELECT count(*) FROM pipeline_runs WHERE pipeline = 'cost' AND run_at < ?", [now]

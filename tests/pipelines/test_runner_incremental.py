@@ -10,7 +10,6 @@ six hours cover only the lookback and the start of the attempts that ended since
 
 from __future__ import annotations
 
-import importlib
 import math
 import shutil
 from datetime import UTC, datetime, timedelta
@@ -36,8 +35,8 @@ FROM jobs_final WHERE submit_time <= $t"""
 
 def _marts(con) -> dict[str, list[tuple]]:
     out = {}
-    for name in runner.PIPELINES:
-        for table in importlib.import_module(f"slurmscope.pipelines.{name}").MART_TABLES:
+    for module in runner.PIPELINES:
+        for table in module.MART_TABLES:
             out[table] = con.execute(f"SELECT * FROM {table} ORDER BY ALL").fetchall()  # noqa: S608 - mart names from the pipeline registry
     return out
 
@@ -90,4 +89,4 @@ def test_narrow_incremental_runs_equal_a_full_rebuild(demo_run, tmp_path):  # no
         assert not bad, (table, bad[:3])
     # not vacuous: the pipelines ran on a part of the history, except backfill, which rebuilds from the start
     # day of the oldest running GPU attempt (one runs from before the replay's first day to its end)
-    assert sorted(p for (p,) in narrow) == sorted(set(runner.PIPELINES) - {"backfill"})
+    assert sorted(p for (p,) in narrow) == sorted(set(runner.pipeline_names()) - {"backfill"})

@@ -11,7 +11,7 @@ import yaml
 from click.testing import CliRunner
 from slurmscope.alerts import thresholds
 from slurmscope.alerts.build import DEFAULT_RUNBOOK_BASE, RULES_FILE, render_rules
-from slurmscope.alerts.rules import ALERTS, RECORDING
+from slurmscope.alerts.rules import ALERTS, RECORDING, collector_intervals
 
 from slurmscope.config import ConfigError, load_config
 from tests.paths import ROOT
@@ -91,7 +91,22 @@ def test_collector_intervals_are_those_serve_schedules():
         for job in sched.get_jobs()
         if job.id.startswith("collect-")
     }
-    assert scheduled == {k: i for i, kinds in thresholds.COLLECTOR_INTERVALS.items() for k in kinds}
+    intervals = collector_intervals()
+    assert scheduled == {k: i for i, kinds in intervals.items() for k in kinds if k in scheduled}
+    rest = build_scheduler(
+        Service(config=load_config(env={}).with_overrides(slurm={"source": "rest"}), db_path="unused.duckdb")
+    )
+    rest_jobs = {job.id.removeprefix("collect-") for job in rest.get_jobs() if job.id.startswith("collect-")}
+    assert "sacct_rest" in rest_jobs
+    assert set(scheduled) | rest_jobs == {k for kinds in intervals.values() for k in kinds}
+
+
+def test_the_rest_job_source_is_stale_at_its_own_interval():
+    """With slurm.source = "rest" the job collector is sacct_rest: judged as sacct (30 min), not by the
+    longest interval (6 h) as a collector the rules do not know would be."""
+    expr = next(a.expr for a in ALERTS if a.name == "SlurmscopeCollectorStale")
+    bucket = next(sel for sel in expr.split(" or ") if "sacct_rest" in sel and "!~" not in sel)
+    assert "> 1800" in bucket, bucket
 
 
 def test_scrape_jobs_the_rules_select_are_those_deployment_documents():
