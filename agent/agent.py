@@ -769,7 +769,7 @@ def run_agent(
     address: str = "0.0.0.0",
     node: str | None = None,  # noqa: S104
     stop: threading.Event | None = None,
-    kmsg_path: str = "/dev/kmsg",
+    kmsg_path: str | None = "/dev/kmsg",
     flush_seconds: float = 60.0,
     web_config: str | None = None,
 ) -> None:

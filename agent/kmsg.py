@@ -58,12 +58,13 @@ def parse_xid(message: str) -> XidMessage | None:
 class KmsgReader:
     """Reads /dev/kmsg without blocking and remembers the last sequence number per boot."""
 
-    def __init__(self, path: str | Path, state_path: Path, boot_id: str, boot_time: float) -> None:
+    def __init__(self, path: str | Path | None, state_path: Path, boot_id: str, boot_time: float) -> None:
+        """`path` None: no kernel log to read (a fake node), so nothing to warn about either."""
         self.path, self.state_path = str(path), state_path
         self.boot_id, self.boot_time = boot_id, boot_time
         self.fd: int | None = None
         self.buf = b""
-        self.disabled = False
+        self.disabled = path is None
         self.last_seq = -1
         self.pending_seq = -1
         try:

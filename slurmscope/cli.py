@@ -54,7 +54,19 @@ def _context(ctx: click.Context) -> Context:
     return ctx.ensure_object(dict)["app"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Main(click.Group):
+    """Turns a foreseeable OS fault (a directory that cannot be written, a file that cannot be read, a full
+    disk) into one line naming the path, instead of a traceback, for every command."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except OSError as exc:
+            where = f"{exc.filename}: " if exc.filename else ""
+            raise click.ClickException(f"{where}{exc.strerror or exc}") from None
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--config",
     "config_path",
@@ -192,7 +204,9 @@ def collect(ctx: click.Context, kind: str, once: bool) -> None:
 
 
 @main.command()
-@click.option("--port", type=int, help="Port of the node-local /metrics and spool endpoint.")
+@click.option(
+    "--port", type=click.IntRange(1, 65535), help="Port of the node-local /metrics and spool endpoint."
+)
 @click.option("--spool", type=click.Path(file_okay=False), help="Spool directory.")
 @click.option("--interval", type=float, help="Sampling interval in seconds (>= 1).")
 @click.option(
@@ -310,7 +324,7 @@ def report(ctx: click.Context, month: str, out_dir: str, formats: str) -> None:
     from slurmscope.report import build_report
 
     app = _context(ctx)
-    con = _connect(app, read_only=True)
+    con = _connect(app, read_only=True, create=False)
     try:
         written = build_report(
             con,
@@ -480,7 +494,7 @@ def query(ctx: click.Context, sql: str, fmt: str) -> None:
     import duckdb
 
     app = _context(ctx)
-    con = _connect(app, read_only=True)
+    con = _connect(app, read_only=True, create=False)
     try:
         con.execute(QUERY_LOCKDOWN)
         cur = con.execute(sql)
@@ -536,7 +550,7 @@ def _print_rows(cols: list[str], rows: list[tuple], fmt: str) -> None:
 def status(ctx: click.Context, fmt: str) -> None:
     """Last run per collector, watermarks and quarantine counts."""
     app = _context(ctx)
-    con = _connect(app, read_only=True)
+    con = _connect(app, read_only=True, create=False)
     try:
         cur = con.execute(STATUS_SQL, [app.config.cluster])
         cols = [d[0] for d in cur.description]

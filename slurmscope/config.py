@@ -665,8 +665,12 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
                 data = tomllib.load(fh)
         except FileNotFoundError:
             raise ConfigError(f"{source}: file not found") from None
-        except (IsADirectoryError, PermissionError) as exc:
-            raise ConfigError(f"{source}: cannot read: {exc.strerror}") from None
+        except OSError as exc:
+            raise ConfigError(f"{source}: cannot read: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"{source}: not UTF-8 text (TOML files are UTF-8): {exc.reason} at byte {exc.start}"
+            ) from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{source}: not valid TOML: {exc}") from None
         _moved(data, source)

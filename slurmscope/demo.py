@@ -34,14 +34,17 @@ class DemoResult:
     built: dict[str, list[Path]] = field(default_factory=dict)
     report_month: str | None = None
     port: int | None = None
+    urls: list[str] = field(default_factory=list)
 
 
 class Progress:
-    """One plain-text bar per stage on stderr (no dependency, readable in CI logs)."""
+    """One plain-text bar per stage on stderr: redrawn in place on a terminal, one line per finished stage
+    otherwise (a CI log or a pipe gets no carriage returns)."""
 
     def __init__(self, stream=None, width: int = 30) -> None:
         self.stream = stream or sys.stderr
         self.width = width
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.n_stages = 8
         self.i = 0
 
@@ -56,7 +59,7 @@ class Progress:
             if last[0] == self.width + 1:
                 return
             filled = int(self.width * done / total)
-            if filled == last[0] and done < total:
+            if done < total and (filled == last[0] or not self.tty):
                 return
             last[0] = filled
             bar = "#" * filled + "-" * (self.width - filled)
@@ -180,12 +183,22 @@ def run_demo(
         _report(con, cfg, result, prog, sim_start, sim_end)
     finally:
         con.close()
-    if serve:
-        _serve(cfg, db_path, result, prog, port, sim_end)
-    else:
+    if not serve:
         prog.stage("serve /metrics")(1, 1)
         prog.note("skipped (--no-serve)")
-    print_summary(result, serve=serve, port=port)
+        print_summary(result, serve=False, port=port)
+        return result
+    server, stop = _start_serving(cfg, db_path, result, prog, port, sim_end)
+    print_summary(result, serve=True, port=port)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+        if stop is not None:
+            stop.set()
     return result
 
 
@@ -279,10 +292,11 @@ def _report(con, cfg: Config, result: DemoResult, prog: Progress, start: datetim
     bar(1, 1)
 
 
-def _serve(
+def _start_serving(
     cfg: Config, db_path: str, result: DemoResult, prog: Progress, port: int, sim_end: datetime
-) -> None:
-    """Serve /metrics for the simulated cluster, rendered as of the end of the simulated period."""
+):
+    """Serve /metrics for the simulated cluster, rendered as of the end of the simulated period, and start
+    the fake-NVML node agent; returns the server and the agent's stop event."""
     bar = prog.stage("serve /metrics")
     from slurmscope.db import connect
     from slurmscope.exporter import render, serve_metrics
@@ -298,19 +312,8 @@ def _serve(
     result.port = port
     stop, agent_url = _start_agent(cfg, result, port + 1)
     bar(1, 1)
-    sys.stdout.write(f"Serving http://{address}:{port}/metrics  (Ctrl-C to stop)\n")
-    if agent_url:
-        sys.stdout.write(f"Node agent on the fake NVML: {agent_url}/metrics (live GPU series)\n")
-    sys.stdout.flush()
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.shutdown()
-        if stop is not None:
-            stop.set()
+    result.urls = [f"http://{address}:{port}/metrics"] + ([f"{agent_url}/metrics"] if agent_url else [])
+    return server, stop
 
 
 def _start_agent(cfg: Config, result: DemoResult, port: int):
@@ -343,7 +346,7 @@ def _start_agent(cfg: Config, result: DemoResult, port: int):
             "fake": str(base / "fake-nvml.json"),
             "address": "127.0.0.1",
             "stop": stop,
-            "kmsg_path": str(base / "no-kmsg"),
+            "kmsg_path": None,
         },
         args=(cfg,),
     )
@@ -362,7 +365,8 @@ def print_summary(result: DemoResult, *, serve: bool, port: int) -> None:
     lines = [
         "",
         "slurmscope demo: built",
-        f"  simulated cluster  {s['gpus']} GPUs {s['nodes']}, {s['jobs_submitted']} jobs, "
+        f"  simulated cluster  {s['gpus']} GPUs on {sum(s['nodes'].values())} nodes "
+        f"({', '.join(f'{n} {kind}' for kind, n in s['nodes'].items())}), {s['jobs_submitted']} jobs, "
         f"{s['start']} .. {s['end']} UTC, ground truth in {result.sim_dir}/events.jsonl",
         f"  database           {result.db_path}  (try: slurmscope --db {result.db_path} status)",
     ]
@@ -394,5 +398,20 @@ def print_summary(result: DemoResult, *, serve: bool, port: int) -> None:
             "/metrics not served (--no-serve); run the demo again without --no-serve to serve it "
             "(`slurmscope serve` would start the live Slurm collectors against this database)."
         )
+    else:
+        lines += [
+            "",
+            f"Serving {result.urls[0]}  (Ctrl-C to stop)",
+            *(f"Node agent on the fake NVML: {u} (live GPU series)" for u in result.urls[1:]),
+        ]
+    lines += [
+        "",
+        "Next:",
+        f"  export SLURMSCOPE_DB={result.db_path}",
+        '  slurmscope query "SELECT account, round(sum(gpus*elapsed_seconds)/3600) AS gpu_hours '
+        'FROM jobs GROUP BY 1 ORDER BY 2 DESC" --format table',
+        f"  slurmscope report --month {result.report_month or 'YYYY-MM'} --out reports/",
+        "  ./scripts/test     # every test",
+    ]
     sys.stdout.write("\n".join(lines) + "\n")
     sys.stdout.flush()

@@ -47,6 +47,7 @@ ROOTS = (
     "/etc/prometheus",
     "/etc/grafana",
     "/var/lib/grafana",
+    "/usr/local/lib/slurmscope",
 )
 HOSTS = ("headnode", "gpu01", "gpu02")
 DOC_PORT = {"headnode": 9400, "gpu01": 9401, "gpu02": 9401}
@@ -401,3 +402,36 @@ def test_grafana_block_puts_the_dashboards_where_the_provider_reads_them(tmp_pat
     assert path == "/var/lib/grafana/dashboards/slurmscope"
     there = {p.name for p in Path(localize(path, tmp_path)).glob("*.json")}
     assert there == {f"{m.SLUG}.json" for m in MODULES}
+
+
+def test_prolog_and_epilog_block_installs_scripts_that_map_a_job(tmp_path):
+    """The page's install lines, run as written on a GPU node whose /opt/slurmscope is this source tree; the
+    installed prolog maps a job's GPU by minor number to its PCI bus id and the epilog closes the mapping."""
+    (tmp_path / "opt").mkdir()
+    (tmp_path / "opt/slurmscope").symlink_to(
+        ROOT
+    )  # `cp -a ./slurmscope /opt/slurmscope` of the install block
+    script = localize(blocks()["prolog and epilog"], tmp_path)
+    r = subprocess.run(["bash", "-e", "-c", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    conf = next(
+        b
+        for _, t, b in re.findall(r"^```(\w*)( title=\"[^\"]+\")?\n(.*?)^```$", PAGE.read_text(), re.M | re.S)
+        if b.startswith("Prolog=")
+    )
+    installed = {k: Path(localize(v, tmp_path)) for k, _, v in (line.partition("=") for line in conf.split())}
+    gpus = tmp_path / "proc-gpus"
+    (gpus / "0000:27:00.0").mkdir(parents=True)
+    (gpus / "0000:27:00.0" / "information").write_text("Model: \t\t NVIDIA H100\nDevice Minor: \t 3\n")
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_GPUS": "3",
+        "SLURMSCOPE_MAPPING_DIR": str(tmp_path / "map"),
+        "SLURMSCOPE_NVIDIA_PROC": str(gpus),
+    }
+    subprocess.run([str(installed["Prolog"])], env=env, check=True, timeout=30)
+    mapping = (tmp_path / "map/job_4242").read_text()
+    assert "devices=3\n" in mapping and "pci_bus_ids=0000:27:00.0\n" in mapping, mapping
+    subprocess.run([str(installed["Epilog"])], env=env, check=True, timeout=30)
+    assert "end_time=" in (tmp_path / "map/job_4242.done").read_text()

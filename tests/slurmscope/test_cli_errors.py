@@ -276,3 +276,65 @@ def test_bad_sql_is_a_one_line_query_error(query_db):
         "Error: query failed: Catalog Error: Table with name no_such_table does not exist"
     )
     assert "\n" not in res.output.strip()
+
+
+# --- files and databases ---------------------------------------------------------------------------------
+
+
+def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path):
+    (tmp_path / "bad.toml").write_bytes(b"\xff\xfe[billing]\n")
+    err = one_line_error(run("--config", "bad.toml", "status", cwd=tmp_path))
+    assert err.startswith("Error: bad.toml: not UTF-8 text"), err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status"],
+        ["query", "SELECT 1"],
+        ["report", "--month", "2026-11", "--out", "r"],
+        ["export", "--out", "lake"],
+        ["pipelines", "run"],
+    ],
+    ids=lambda a: a[0],
+)
+def test_a_reading_command_refuses_a_missing_database_and_creates_none(tmp_path, args):
+    """A mistyped --db must not give an empty database and a run that succeeds on nothing."""
+    err = one_line_error(run("--db", "typo.duckdb", *args, cwd=tmp_path))
+    assert err == "Error: database typo.duckdb does not exist (run a collector or `slurmscope demo` first)"
+    assert not (tmp_path / "typo.duckdb").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["dashboards", "build"], ["alerts", "build"], ["simulate", "--gpus", "8", "--days", "1", "--seed", "1"]],
+)
+def test_an_output_directory_that_cannot_be_made_is_one_line(tmp_path, args):
+    (tmp_path / "afile").write_text("")
+    err = one_line_error(run(*args, "--out", "afile/sub", cwd=tmp_path))
+    assert "afile/sub" in err and "Not a directory" in err, err
+
+
+def test_a_report_directory_that_cannot_be_made_is_one_line(tmp_path, demo_run):
+    (tmp_path / "afile").write_text("")
+    month = demo_run.result.report_month
+    err = one_line_error(
+        run(
+            "--db",
+            str(demo_run.db_path),
+            "--cluster",
+            "simcluster",
+            "report",
+            "--month",
+            month,
+            "--out",
+            "afile/r",
+            cwd=tmp_path,
+        )
+    )
+    assert "afile/r" in err and "Not a directory" in err, err
+
+
+def test_agent_port_out_of_range_is_a_usage_error(tmp_path):
+    res = CliRunner().invoke(main, ["agent", "--port", "99999"])
+    assert res.exit_code == 2 and "Invalid value for '--port'" in res.output

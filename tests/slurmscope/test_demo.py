@@ -221,3 +221,79 @@ def test_progress_bar_is_plain_text_and_ends_each_stage_once():
     out = buf.getvalue()
     assert out.count("\n") == 1 and out.endswith("s\n")
     assert "[1/8] ingest" in out and "[##########] 100%" in out
+
+
+def test_progress_bar_redraws_only_on_a_terminal():
+    """A CI log or a pipe gets one line per finished stage and no carriage returns."""
+    import io
+
+    from slurmscope.demo import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for stream, redraws in ((io.StringIO(), False), (Tty(), True)):
+        bar = Progress(stream=stream, width=10).stage("ingest")
+        for i in range(1, 5):
+            bar(i, 4)
+        out = stream.getvalue()
+        assert ("\r" in out) is redraws, out
+        assert out.count("\n") == 1 and "[##########] 100%" in out
+
+
+def test_summary_and_urls_are_printed_before_serving(tmp_path):
+    """The summary (report, database, next commands, URLs) comes before the process blocks serving, not
+    after Ctrl-C; a normal run logs no warning (the demo's fake node has no kernel log to read)."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "slurmscope.cli",
+            "--db",
+            str(tmp_path / "d.duckdb"),
+            "demo",
+            "--gpus",
+            "16",
+            "--days",
+            "1",
+            "--seed",
+            "3",
+            "--port",
+            str(port),
+            "--out",
+            str(tmp_path / "demo"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    try:
+        lines = []
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "./scripts/test" in line:
+                break
+        out = "".join(lines)
+        assert "slurmscope demo: built" in out and f"Serving http://127.0.0.1:{port}/metrics" in out, out
+        assert out.index("slurmscope demo: built") < out.index("Serving http"), out
+        assert "Next:" in out and "report --month" in out, out
+        assert proc.poll() is None, "the demo stopped instead of serving"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert "WARNING" not in err and "no-kmsg" not in err, err
