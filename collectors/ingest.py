@@ -248,7 +248,7 @@ def _ingest_one(
     streams = getattr(module, "streams", None)
     warnings: list[str] = []
     head = read_input(path, limit=65536)
-    if streams is not None and streams(head):
+    if streams is not None and streams(head, fmt=fmt, delimiter=delimiter):
         # JSON is read as a stream (gigabytes for a month of sacct --json): never held whole, read once
         snapshot = snapshot_time(module, path, head, tz, at, warnings)
         try:
