@@ -20,6 +20,7 @@ from slurmscope.collectors.ingest import IngestError, ingest_files
 
 from slurmscope.config import load_config
 from slurmscope.db import connect
+from slurmscope.hostlist import expand_hostlist
 from tests.paths import FIXTURES
 
 STATE = FIXTURES / "slurm-22.05" / "json-state"
@@ -52,6 +53,16 @@ def test_json_and_rest_give_the_text_rows_of_the_same_moment(tag: str) -> None:
         b = other.tables["node_states"].sort(KEY)
         assert b.schema == a.schema
         assert [c for c in a.columns if not a[c].equals(b[c])] == []
+
+
+@pytest.mark.parametrize("tag", ["a", "b"])
+def test_each_node_lists_the_partitions_of_the_partition_table(tag: str) -> None:
+    """Why slurmrestd's /nodes alone feeds node_states: the (node, partition) pairs of its rows are those of
+    `/slurm/v0.0.38/partitions` (captured with it), node list by node list."""
+    rows = parse(STATE / f"rest_nodes_{tag}.json").tables["node_states"]
+    table = json.loads((STATE / f"rest_partitions_{tag}.json").read_bytes())["partitions"]
+    pairs = {(node, p["name"]) for p in table for node in expand_hostlist(p["nodes"])}
+    assert set(zip(rows["node"], rows["partition"], strict=True)) == pairs
 
 
 def test_values_are_the_state_the_bed_was_put_in() -> None:
