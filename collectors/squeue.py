@@ -663,17 +663,32 @@ def _int_text(v) -> str:
     return "" if n is None or n == float("inf") else str(int(n))
 
 
+def _tres_cpus(tres: str) -> str:
+    """The `cpu=N` count of a TRES string (`cpu=4,mem=4000M,node=4`), or ''."""
+    for item in tres.split(","):
+        name, _, count = item.partition("=")
+        if name == "cpu" and count.isdigit():
+            return count
+    return ""
+
+
 def json_values(job: dict) -> list[dict[str, str]]:
     """The values of the live `squeue --all --array --states=all --format=<live>` line(s) of one JSON job.
 
     squeue's print functions (src/squeue/print.c, 22.05.8): %i is `A_[tasks]`, `A_T`, `H+O` or the id;
     %A the job id; %F the array's id (the job's own id otherwise); %K the task or `N/A`; %T
     job_state_string(); %Q the priority; %V and %S epoch times (start `N/A` when 0); %D `node_count`; %C
-    `cpus` (v0.0.38 prints none when the job has no task count, src/plugins/openapi/v0.0.38/jobs.c); %b
+    `cpus` (see below); %b
     `tres_per_node` or `N/A`; %l `time_limit` minutes (unset/infinite: UNLIMITED); %E `dependency` or
     `(null)`; %r the state description when set, else the reason; %j the name. With `--array` a pending
     array record prints one line per task (`_print_job_from_format`), each with that task id and the
     record's own job id.
+
+    v0.0.38 prints no `cpus` for a job without a task count (src/plugins/openapi/v0.0.38/jobs.c; seen on
+    the test bed for a job cancelled while held). %C is then the `cpu=` count of `tres_req_str`: slurmctld
+    sets that to the job's total CPUs once it ran, else its minimum CPUs (set_job_tres_req_cnt,
+    src/slurmctld/job_mgr.c 22.05.8), the numbers squeue's %C prints (_pack_job_info there), except for a
+    job that is completing or pending again after a requeue.
     """
     raw = slurm_json.num(job.get("job_id"))
     if raw is None:
@@ -705,7 +720,7 @@ def json_values(job: dict) -> list[dict[str, str]]:
         "submit_time": slurm_json.epoch_text(job.get("submit_time")),
         "start_time": "N/A" if not start else slurm_json.epoch_text(start),
         "nodes": _int_text(job.get("node_count")),
-        "cpus": _int_text(job.get("cpus")),
+        "cpus": _int_text(job.get("cpus")) or _tres_cpus(_text(job.get("tres_req_str"))),
         "tres_per_node": _text(job.get("tres_per_node")) or "N/A",
         "timelimit": timelimit,
         "dependency": _text(job.get("dependency")) or "(null)",

@@ -131,6 +131,13 @@ def test_truncated_gzip_is_refused_as_damaged(tmp_path):
     assert res.exit_code != 0 and "damaged gzip" in res.output
 
 
+def test_json_given_to_a_kind_that_reads_none_fails_with_a_hint(tmp_path):
+    db = tmp_path / "s.duckdb"
+    res = ingest(db, "sshare", str(FIX / "json-state" / "rest_nodes_a.json"))
+    assert res.exit_code != 0 and "it looks like JSON" in res.output
+    assert runs(db)[0][1] == "failed"
+
+
 @pytest.mark.parametrize("kind, name", [("sinfo", "sinfo_out.json"), ("squeue", "squeue_out.json")])
 def test_json_of_a_declined_version_is_refused_by_name(tmp_path, kind, name):
     # rivosinc's real Slurm 21.08.5 `sinfo --json` / `squeue --json` (openapi/v0.0.37, not read)

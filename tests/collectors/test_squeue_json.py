@@ -208,6 +208,17 @@ def test_state_is_what_squeue_prints_for_a_list_of_flags() -> None:
     assert job(parse(json.dumps(doc).encode()).tables["pending_jobs"], "4965")["state"] == "COMPLETING"
 
 
+def test_v0_0_38_without_a_cpu_count_takes_the_requested_cpus() -> None:
+    """v0.0.38 prints `cpus` null when a job has no task count (seen live for a job cancelled while held);
+    squeue's %C of job 13 is 4 (the text capture) and its tres_req_str says cpu=4."""
+    doc = json.loads((STATE / "rest_slurm_jobs_a.json").read_bytes())
+    [j13] = [j for j in doc["jobs"] if j["job_id"] == 13]
+    assert j13["tres_req_str"].startswith("cpu=4,")
+    j13["cpus"] = j13["tasks"] = None
+    text = job(parse(STATE / "squeue_text_a.txt").tables["pending_jobs"], "13")
+    assert job(parse(json.dumps(doc).encode()).tables["pending_jobs"], "13") == text
+
+
 def test_an_accounting_document_is_not_a_queue() -> None:
     p = parse(FIXTURES / "slurm-22.05" / "json" / "sacct_jobs_json_final.json")
     assert p.rows == 0 and p.quarantine.height == 3
