@@ -31,6 +31,7 @@ from typing import IO, Any
 import polars as pl
 from slurmscope.collectors.base import quarantine_frame
 from slurmscope.collectors.parsing import split_lines
+from slurmscope.collectors.slurm_format import is_blank
 
 # The versions read per document, each checked against real output (docs/collectors.md, "JSON and
 # slurmrestd"): slurmdbd's jobs (sacct), slurmctld's nodes (sinfo), jobs (squeue) and statistics (sdiag).
@@ -332,7 +333,7 @@ def every_line(data: bytes, reason: str) -> pl.DataFrame:
     rows = [
         {"line_no": no, "raw_text": text, "raw_bytes": raw, "reason": reason}
         for no, text, raw in split_lines(data)
-        if text.strip(" \t\r\n\f\v\x00")
+        if not is_blank(text)
     ]
     return quarantine_frame(rows)
 

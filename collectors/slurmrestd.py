@@ -111,7 +111,7 @@ def api_version(cfg: Config, read: tuple[str, ...], what: str) -> str:
     if version not in read:
         raise OSError(
             f"slurm.rest_api_version {version}: slurmrestd's {what} of data parser {version} is not read "
-            f"(read: {', '.join(read)}); set slurm.rest_api_version to one of those (slurmrestd serves "
-            "the versions of its release and the two before, docs/collectors.md)"
+            f"(read: {', '.join(read)}); set slurm.rest_api_version to one of those that your slurmrestd "
+            "serves (docs/collectors.md, JSON and slurmrestd)"
         )
     return version

@@ -14,8 +14,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from slurmscope.collectors import squeue
 from slurmscope.collectors.ingest import ingest_files
+from slurmscope.collectors.slurm_format import is_blank
 
 from slurmscope.config import load_config
 from slurmscope.db import connect
@@ -234,3 +237,11 @@ def test_ingest_squeue_json_loads_the_text_rows(tmp_path: Path) -> None:
     assert (res.rows, res.quarantined, res.status) == (16, 0, "ok")
     q = "SELECT * FROM pending_jobs ORDER BY job_id"
     assert text_db.execute(q).fetchall() == json_db.execute(q).fetchall()
+
+
+@given(st.binary(max_size=400))
+def test_broken_json_never_raises_and_every_line_is_quarantined(tail: bytes) -> None:
+    data = b'{"meta": ' + tail
+    p = squeue.parse(data, cluster="c", snapshot_time=T0, tz=UTC)
+    lines = [i for i, ln in enumerate(data.split(b"\n"), 1) if not is_blank(ln.decode("utf-8", "replace"))]
+    assert p.rows > 0 or sorted(p.quarantine["line_no"].to_list()) == lines
