@@ -16,8 +16,9 @@ The contract of a collector module (one line in collectors/registry.py lists it)
   (TimeoutError for a timeout) when the source fails; without `fetch` a live run runs `command(...)`.
 - Optional: `check_input(head, fmt, delimiter)` (refuse an unusable file before anything loads),
   `after_upsert(parsed)` (a hook run inside the load transaction, e.g. recomputing job attempts), and
-  `streams(head) -> bool` with `parse_stream(fh, **parse kwargs)`: `ingest` hands an open file instead of
-  its bytes when `streams` says so (sacct's JSON, gigabytes for a month, is never read whole).
+  `streams(head, fmt=None, delimiter=None) -> bool` with `parse_stream(fh, **parse kwargs)`: `ingest`
+  hands an open file instead of its bytes when `streams` says so (Slurm's JSON: a month of sacct's is
+  gigabytes, and is never read whole).
 The NVML spool (`spool=True` in the registry) loads whole files, one transaction each, so it keeps its own
 loader: `fetch(cfg, window)` pulls the files (HTTP or a shared path, no database), `load(con, cfg, pulls)`
 loads them, and `acknowledge(pulls)` tells each source it may prune what committed.

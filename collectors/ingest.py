@@ -99,7 +99,10 @@ def garbage_verdict(data: bytes, rows: int, quarantined: int) -> str | None:
         return None
     hint = ""
     if data.lstrip()[:1] in (b"{", b"["):
-        hint = " (it looks like --json output, which this kind does not read: docs/collectors.md)"
+        hint = (
+            " (it looks like JSON: sacct, sinfo, squeue and sdiag read Slurm's JSON of the versions"
+            " docs/collectors.md lists, the other kinds none)"
+        )
     return (
         f"mostly garbage: {quarantined} of {rows + quarantined} lines quarantined{hint}; no rows loaded,"
         " the lines are in the quarantine table"
@@ -248,7 +251,7 @@ def _ingest_one(
     streams = getattr(module, "streams", None)
     warnings: list[str] = []
     head = read_input(path, limit=65536)
-    if streams is not None and streams(head):
+    if streams is not None and streams(head, fmt=fmt, delimiter=delimiter):
         # JSON is read as a stream (gigabytes for a month of sacct --json): never held whole, read once
         snapshot = snapshot_time(module, path, head, tz, at, warnings)
         try:

@@ -561,8 +561,9 @@ def parse(
 JSON_JOBS_PER_SLICE = 20_000
 
 
-def streams(head: bytes) -> bool:
-    """True for input that `parse_stream` reads from an open file instead of whole bytes (JSON)."""
+def streams(head: bytes, fmt: str | None = None, delimiter: str | None = None) -> bool:
+    """True for input that `parse_stream` reads from an open file instead of whole bytes (JSON: sacct's text
+    never starts with `{`, whatever the format)."""
     return slurm_json.is_json(head)
 
 

@@ -6,17 +6,24 @@ so a 0x1F typed into a drain reason cannot shift the other columns. Recorded cap
 use many `-o`/`-O` strings; `ingest sinfo --format` names one and the same parser reads it (see
 docs/collectors.md for the supported and declined ones).
 
+Slurm's JSON of the nodes (22.05's `sinfo --json`, `scontrol show nodes --json`, slurmrestd `/nodes`) is
+recognised by its leading `{` and read as a stream: each node gives the values the live `--Node --Format`
+line prints for it, typed by the same rules (`json_values`, docs/collectors.md "JSON and slurmrestd").
+
 `sinfo -N` prints a node once for every partition it belongs to, so capacity must count distinct nodes:
 `capacity()` does that, and docs/collectors.md says so for anyone querying node_states directly.
 """
 
 from __future__ import annotations
 
+import io
 import re
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import IO
 from zoneinfo import ZoneInfo
 
 import polars as pl
+from slurmscope.collectors import slurm_json
 from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
 from slurmscope.collectors.parsing import gpu_count, parse_mem_mb, parse_slurm_time, split_lines
 from slurmscope.collectors.slurm_format import (
@@ -408,6 +415,8 @@ def snapshot_from(data: bytes, tz: ZoneInfo) -> datetime | None:
 
 def check_input(data: bytes, fmt: str | None, delimiter: str | None) -> str | None:
     """Why `ingest` cannot read this input as asked (an unusable --format, a declined layout), or None."""
+    if fmt is None and delimiter is None and slurm_json.is_json(data):
+        return json_problem(data)
     if fmt is None and delimiter is None:
         _table, problem = human_table([line for line in split_lines(data) if not is_blank(line[1])])
         if problem:
@@ -610,9 +619,15 @@ def parse(
 ) -> Parsed:
     """sinfo output -> node_states rows (node-oriented formats) or node_groups rows (aggregated ones).
 
-    Lines that do not fit the format go to quarantine; a first line of column titles is skipped.
+    Lines that do not fit the format go to quarantine; a first line of column titles is skipped. Slurm's
+    JSON of the nodes is read as `parse_stream` reads it.
     Raises ValueError only for a format string that cannot describe nodes (never for the data).
     """
+    if fmt is None and delimiter is None and slurm_json.is_json(data[:4096]):
+        out = parse_stream(io.BytesIO(data), cluster=cluster, snapshot_time=snapshot_time, tz=tz)
+        if out.tables:
+            return out
+        return Parsed(tables={}, quarantine=slurm_json.every_line(data, out.quarantine["reason"][0]))
     return _parse(
         data,
         cluster=cluster,
@@ -692,6 +707,173 @@ def _parse(
             else pl.DataFrame(schema=NODE_GROUPS_SCHEMA)
         )
     return Parsed(tables=tables, quarantine=quarantine_frame(bad))
+
+
+# ------------------------------------------------------------------------------------------- JSON
+
+# The node state flags in the order StateComplete prints them (`node_state_flags[]` in Slurm's
+# src/common/slurm_protocol_defs.c: 22.05.8, plus BLOCKED and EXTERNAL of 25.11.0); the data parser lists
+# them in another order (src/plugins/data_parser/v0.0.41/parsers.c, NODE_STATES), so a JSON state is put
+# in this one to give the text's `state_raw` and `state_flags`. Flags missing here keep their JSON order.
+NODE_FLAG_ORDER = (
+    "BLOCKED",
+    "CLOUD",
+    "COMPLETING",
+    "DRAIN",
+    "DYNAMIC_FUTURE",
+    "DYNAMIC_NORM",
+    "EXTERNAL",
+    "INVALID_REG",
+    "FAIL",
+    "MAINTENANCE",
+    "POWER_DOWN",
+    "POWER_UP",
+    "PERFCTRS",
+    "POWERED_DOWN",
+    "REBOOT_REQUESTED",
+    "REBOOT_ISSUED",
+    "RESERVED",
+    "RESUME",
+    "NOT_RESPONDING",
+    "PLANNED",
+    "POWERING_UP",
+    "POWERING_DOWN",
+)
+NODE_BASE_STATES = frozenset({"DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE", "UNKNOWN", "INVALID"})
+JSON_CAPTURE = "`scontrol show nodes --json`, slurmrestd /slurm/<version>/nodes, or the live text format"
+# What the value of the node's host name is kept as: node_states has no host column yet (node identity
+# is the NodeName; the host name of JSON's `hostname` is carried beside it, unused by `_rows_for`).
+NODE_HOST = "node_host"
+
+
+def _json_state(node: dict) -> tuple[str, list[str]]:
+    """(base state, flags) of a JSON node: v0.0.38 `state` + `state_flags`, v0.0.40+ one `state` list."""
+    st = node.get("state")
+    if isinstance(st, str):
+        base, flags = st.upper(), [f for f in node.get("state_flags") or [] if isinstance(f, str)]
+    else:
+        words = [w.upper() for w in st or [] if isinstance(w, str)]
+        base = next((w for w in words if w in NODE_BASE_STATES), "UNKNOWN")
+        flags = [w for w in words if w != base]
+    known = [f for f in NODE_FLAG_ORDER if f in flags]
+    return base, known + [f for f in flags if f not in NODE_FLAG_ORDER]
+
+
+def _json_text(v) -> str:
+    if isinstance(v, list):  # v0.0.40+ features
+        return ",".join(str(x) for x in v)
+    return "" if v is None else str(v)
+
+
+def json_values(node: dict) -> list[dict[str, str]]:
+    """The values `sinfo --Node --Format=<live>` prints for one JSON node, one dict per partition.
+
+    - StateComplete is the base state and each flag, `+`-joined in lower case (Slurm's
+      node_state_string_complete). The openapi/v0.0.3x plugins (Slurm 20.11 to 23.02, `state` a string)
+      come from a slurmctld query with SHOW_MIXED, which turns a partly allocated node MIXED even while it
+      drains; sinfo of those releases skipped that for draining nodes (src/sinfo/sinfo.c `_query_server`,
+      22.05.8: "don't worry about mixed since the whole node is being drained"), so `mixed` + DRAIN is
+      printed `allocated+drain` there. sinfo uses SHOW_MIXED itself from 23.11 (SchedMD commit 2fc502e0dc,
+      "Prune redundant logic and use SHOW_MIXED"), which is what v0.0.40+ documents show.
+    - CPUsState `A/I/O/T`: total is `cpus`, allocated `alloc_cpus`; the rest is other on a DRAIN or DOWN
+      node and idle otherwise (src/sinfo/sinfo.c `_update_sinfo`, the same rule in 22.05.8 and 25.11.0).
+    - Memory `real_memory`, AllocMem `alloc_memory`, Gres/GresUsed as printed, Features the configured
+      `features` (a list from v0.0.40), UserLong `reason_set_by_user`, Timestamp `reason_changed_at`.
+    - A node in no partition prints no line (sinfo lists the nodes of partitions).
+    """
+    name = node.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError("node without a name")
+    base, flags = _json_state(node)
+    if isinstance(node.get("state"), str) and base == "MIXED" and "DRAIN" in flags:
+        base = "ALLOCATED"
+    state = "+".join([base.lower(), *(f.lower() for f in flags)])
+    total = slurm_json.num(node.get("cpus"))
+    alloc = slurm_json.num(node.get("alloc_cpus")) or 0
+    if total is None:
+        cpus_state = ""
+    else:
+        rest = int(total) - int(alloc)
+        other = "DRAIN" in flags or base == "DOWN"
+        cpus_state = f"{int(alloc)}/{0 if other else rest}/{rest if other else 0}/{int(total)}"
+    mem, alloc_mem = slurm_json.num(node.get("real_memory")), slurm_json.num(node.get("alloc_memory"))
+    values = {
+        "node": name,
+        NODE_HOST: _json_text(node.get("hostname")),
+        "state": state,
+        "cpus_state": cpus_state,
+        "memory": "" if mem is None else str(int(mem)),
+        "alloc_mem": "" if alloc_mem is None else str(int(alloc_mem)),
+        "gres": _json_text(node.get("gres")),
+        "gres_used": _json_text(node.get("gres_used")),
+        "features": _json_text(node.get("features")),
+        "reason_user": _json_text(node.get("reason_set_by_user")) or "Unknown",
+        "reason_time": slurm_json.epoch_text(node.get("reason_changed_at")),
+        "reason": _json_text(node.get("reason")),
+    }
+    parts = [p for p in node.get("partitions") or [] if isinstance(p, str) and p]
+    return [dict(values, partition=p) for p in parts]
+
+
+def json_problem(head: bytes) -> str | None:
+    """Why a JSON input cannot be read as nodes (a declined version, 23.02+ `sinfo --json`), or None."""
+    if re.search(rb'"sinfo"\s*:\s*\[', head):
+        return (
+            "`sinfo --json` of Slurm 23.02 and later prints partition and state groups (member `sinfo`), "
+            f"not nodes, and no real capture of it has been checked; capture {JSON_CAPTURE}"
+        )
+    return slurm_json.check_version(slurm_json.sniff_version(head), slurm_json.READ_NODES, JSON_CAPTURE)
+
+
+def streams(head: bytes, fmt: str | None = None, delimiter: str | None = None) -> bool:
+    """True for input that `parse_stream` reads from an open file instead of whole bytes: JSON, unless a
+    --format says the file is text (a `-o` format may print lines that start with `{`)."""
+    return fmt is None and delimiter is None and slurm_json.is_json(head)
+
+
+def parse_stream(
+    fh: IO[bytes],
+    *,
+    cluster: str,
+    snapshot_time: datetime,
+    tz: ZoneInfo | None = None,
+    fmt: str | None = None,
+    delimiter: str | None = None,
+    source: str = "",
+) -> Parsed:
+    """Slurm's JSON of the nodes -> the node_states rows the live text of the same moment gives.
+
+    Each node's values (`json_values`) are typed by the text path's `_rows_for`; times are epoch seconds,
+    so `tz` does not apply. A declined version or input that is not a nodes document quarantines one
+    line saying why; a malformed node is quarantined alone (line_no = its place in the array).
+    """
+
+    def convert(node: dict) -> list[dict]:
+        rows = []
+        for values in json_values(node):
+            new, reason = _rows_for(values, snapshot_time, cluster, UTC)
+            if reason is not None:
+                raise ValueError(reason)
+            rows += new
+        return rows
+
+    got = slurm_json.read_array(
+        fh,
+        "nodes",
+        convert,
+        NODE_STATES_SCHEMA,
+        read=slurm_json.READ_NODES,
+        capture=JSON_CAPTURE,
+        what="sinfo",
+    )
+    problem = got.problem
+    if problem is None and not got.found:
+        problem = "Slurm JSON without a `nodes` array: not the nodes of sinfo or slurmrestd"
+    if problem is not None:
+        bad = [{"line_no": 1, "raw_text": "", "raw_bytes": None, "reason": f"sinfo: {problem}"}]
+        return Parsed(tables={}, quarantine=quarantine_frame(bad))
+    df = got.rows(NODE_STATES_SCHEMA).unique(subset=["node", "partition"], keep="last", maintain_order=True)
+    return Parsed(tables={"node_states": df}, quarantine=quarantine_frame(got.bad))
 
 
 def capacity(node_states: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:

@@ -444,7 +444,9 @@ SCHEMA = Table(
                 ),
                 "rest_user": Str(""),
                 "rest_token_file": Str(""),
-                "rest_api_version": Str("v0.0.38", choices=("v0.0.38", "v0.0.41", "v0.0.44")),
+                "rest_api_version": Str(
+                    "v0.0.38", choices=("v0.0.38", "v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44")
+                ),
             }
         ),
         "collect": Table(

@@ -350,7 +350,7 @@ def test_all_runs_every_kind_in_order_and_sacct_after_squeue(con, env, monkeypat
         collect_mod, "_collect_spool", lambda db, cfg, c: ran.append(c.kind) or Outcome(c.kind, "ok")
     )
     outs = collect(con, cfg, "all", now=NOW)
-    order = [c.kind for c in COLLECTORS if c.kind != "sacct_rest"]  # slurm.source = "cli": sacct reads jobs
+    order = [c.kind for c in COLLECTORS if not c.replaces]  # slurm.source = "cli": no slurmrestd source
     assert [o.collector for o in outs] == order
     assert ran == [k for k in order if k != "sacct"]
     assert order.index("squeue") < order.index("sacct")

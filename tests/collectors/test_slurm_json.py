@@ -122,6 +122,17 @@ def test_values_against_the_workload_record(tag: str, record_file: str) -> None:
         ("24.05/0.0.41/slurmdb-job-timeout.json", (649717, "TIMEOUT", 0, 1, 1, 83, 60, "ksoto", "optic")),
         ("24.05/0.0.41/slurmdb-job-pending.json", (649730, "PENDING", 0, 1, 64, 0, 60, "tmcgrath", "admin")),
         ("24.05/0.0.41/slurmdb-job-running.json", (649722, "RUNNING", 0, 1, 1, 88, 120, "ksoto", "optic")),
+        # 24.11.5 (v0.0.42) and 25.05.4 (v0.0.43): 32 and 16 CPUs allocated, limit 2 min; pending: required.CPUs
+        (
+            "24.11/0.0.42/slurmdb-job-completed.json",
+            (6362, "COMPLETED", 0, 1, 32, 61, 120, "jbeck", "biology"),
+        ),
+        ("24.11/0.0.42/slurmdb-job-pending.json", (6370, "PENDING", 0, 1, 4, 0, 60, "jbeck", "biology")),
+        (
+            "25.05/0.0.43/slurmdb-job-completed.json",
+            (4742, "COMPLETED", 0, 1, 16, 60, 120, "progers", "biology"),
+        ),
+        ("25.05/0.0.43/slurmdb-job-pending.json", (4743, "PENDING", 0, 1, 128, 0, 60, "progers", "biology")),
         (
             "25.11/0.0.44/slurmdb-job-completed.json",
             (5749, "COMPLETED", 0, 1, 4, 30, 120, "vhartman", "biology"),
