@@ -56,6 +56,7 @@ class Outcome:
     status: str  # 'ok' | 'error' | 'timeout'
     rows: int = 0
     error: str | None = None
+    warning: str | None = None  # also in collector_runs.warning: e.g. rows of another cluster
 
 
 @dataclass(frozen=True)
@@ -78,10 +79,35 @@ class Parsed:
 
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
     quarantine: pl.DataFrame = field(default_factory=quarantine_frame)
+    warnings: list[str] = field(
+        default_factory=list
+    )  # stored, but the operator should know (stderr, run record)
 
     @property
     def rows(self) -> int:
         return sum(df.height for df in self.tables.values())
+
+
+def cluster_mismatch(parsed: Parsed, cluster: str) -> str | None:
+    """A warning when rows name a cluster other than the configured one, naming both; else None.
+
+    An input's own `Cluster` column (sacct, sacctmgr events, JSON) wins, because it says where the rows came
+    from; every other kind takes the configured cluster. Rows that land under another name are invisible to
+    pipelines and reports run for the configured one, so the split is reported rather than left silent
+    (issue 14: a site's sacct under `slurmbed`, its sinfo under `default`, every mart empty).
+    """
+    found: set[str] = set()
+    for df in parsed.tables.values():
+        if df.height and "cluster" in df.columns:
+            found.update(c for c in df["cluster"].unique().to_list() if c)
+    others = sorted(found - {cluster})
+    if not others:
+        return None
+    names = ", ".join(repr(c) for c in others)
+    return (
+        f"rows name cluster {names} (the input's own Cluster column), not the configured cluster {cluster!r}"
+        f" (--cluster or cluster.name): they are stored under {names}"
+    )
 
 
 @dataclass(frozen=True)
