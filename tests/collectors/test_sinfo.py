@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
@@ -584,23 +585,26 @@ def test_real_slurm_22_05_sinfo(fixtures):
     assert p.quarantine.height == 0
     df = p.tables["node_states"]
     assert df.height == 9  # cpu01 once, gpu01-04 in gpu* and debug
-    r = one(df, node="gpu03", partition="gpu")
-    # the workload drains gpu03 while a job runs: allocated+drain, 3 GPUs in use, its reason and root as user
+    # the workload drains a node while a job runs (the run's own record says which, and why)
+    record = json.loads((fixtures / "slurm-22.05/workload_record_sinfo.json").read_text())
+    drained = record["drain_node"]
+    r = one(df, node=drained, partition="gpu")
+    # allocated+drain, 3 GPUs in use (IDX:0-1,4 in the capture), its reason and root as user
     assert (r["state"], r["state_flags"], r["state_raw"], r["gpus_used"]) == (
         "ALLOCATED",
         "DRAIN",
         "allocated+drain",
         3,
     )
-    assert (r["reason"], r["reason_user"]) == ("slurmbed: ECC errors on GPU 3", "root")
+    assert (r["reason"], r["reason_user"]) == (record["nodes"][drained]["reason"], "root")
     raw = next(
         line
         for line in (fixtures / "slurm-22.05/sinfo_mid.txt").read_text().splitlines()
-        if line.startswith(f"gpu03{US}gpu*")
+        if line.startswith(f"{drained}{US}") and line.split(US)[2] == "gpu*"
     )
     fields = raw.split(US)
-    assert r["cpus_other"] == int(fields[3].split("/")[2])
-    assert r["reason_time"] == datetime.fromisoformat(fields[10]).replace(tzinfo=UTC)
+    assert (r["node_host"], r["cpus_other"]) == (fields[1], int(fields[4].split("/")[2]))
+    assert r["reason_time"] == datetime.fromisoformat(fields[11]).replace(tzinfo=UTC)
     cap = sinfo.capacity(df).row(0, named=True)
     assert (cap["nodes"], cap["gpus_total"], cap["cpus_total"]) == (5, 32, 80)
 
@@ -756,3 +760,62 @@ def test_the_previous_live_format_is_read_as_host_only():
         ("gpu02", "gpu02"),
     ]
     assert p.warnings == [sinfo.HOST_ONLY_WARNING]
+
+
+# Real captures of the shared-host bed (tests/integration/test_node_identity_live.py): five slurmd on host
+# `vm`, gpu03 DOWN with reason "Xid 79: GPU has fallen off the bus". Each is read with the format its .argv
+# file records.
+HOSTS = "slurm-22.05/sinfo_hosts_{}"
+
+
+def _capture(fixtures: Path, tag: str) -> tuple[bytes, str, list[str]]:
+    base = fixtures / HOSTS.format(tag)
+    argv = Path(f"{base}.argv").read_text().splitlines()
+    data = Path(f"{base}.txt").read_bytes()
+    return data, argv[-1], [line for line in data.decode().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("tag", ["live", "names"])
+def test_real_shared_host_capture_gives_every_node_its_row(fixtures, tag):
+    data, fmt, lines = _capture(fixtures, tag)
+    p = parse(data, None if tag == "live" else fmt)
+    sep = US if tag == "live" else "|"
+    rows = [line.split(sep) for line in lines if not line.startswith("NODELIST")]
+    assert {r[1] for r in rows} == {"vm"}  # the premise: one host name for all
+    df = p.tables["node_states"]
+    assert (p.quarantine.height, p.warnings) == (0, [])
+    assert sorted(df.select("node", "partition", "node_host").rows()) == sorted(
+        (r[0], r[2].rstrip("*"), r[1]) for r in rows
+    )
+    down = df.filter(pl.col("state") == "DOWN")
+    assert sorted(down["node"].to_list()) == ["gpu03", "gpu03"]
+    assert set(down["reason"]) == {"Xid 79: GPU has fallen off the bus"}
+    if tag == "live":
+        cap = sinfo.capacity(df).row(0, named=True)
+        assert (cap["nodes"], cap["gpus_total"], cap["cpus_total"]) == (5, 32, 80)  # 4 x 8 H100, 5 x 16 CPUs
+
+
+@pytest.mark.parametrize(("tag", "fmt"), [("previous", None), ("only", "argv"), ("groups", "argv")])
+def test_real_host_only_captures_of_shared_hosts_are_quarantined_whole(fixtures, tag, fmt):
+    """Keyed by host, these stored one node `vm` (issue 14); no line of them is one node."""
+    data, argv_fmt, lines = _capture(fixtures, tag)
+    p = parse(data, argv_fmt if fmt == "argv" else None)
+    records = [line for line in lines if not line.startswith("HOSTNAMES")]
+    assert p.tables["node_states"].height == 0
+    assert p.quarantine.height == len(records)
+    assert all("%N (-o) or NodeList (-O)" in r for r in p.quarantine["reason"])
+    assert p.warnings == [sinfo.HOST_ONLY_WARNING]
+
+
+def test_ingesting_the_previous_live_format_of_shared_hosts_fails_and_says_why(
+    fixtures, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    src = fixtures / (HOSTS.format("previous") + ".txt")
+    db = tmp_path / "p.duckdb"
+    res = CliRunner().invoke(
+        main, ["--db", str(db), "ingest", "sinfo", str(src), "--at", "2026-12-04T15:00:50Z"]
+    )
+    assert res.exit_code == 1
+    assert "mostly garbage: 9 of 9 lines quarantined" in res.output
+    assert f"warning: {sinfo.HOST_ONLY_WARNING}" in res.output
