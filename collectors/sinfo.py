@@ -236,13 +236,21 @@ def line_format(fmt: str | None, delimiter: str | None = None) -> LineFormat:
     return lf
 
 
+def _names(text: str) -> list[str]:
+    """expand_hostlist, without its parser for the common case of one plain name (a line of `--Node`)."""
+    plain = text.strip()
+    if plain and not any(c in plain for c in "[],") and plain not in NULL_WORDS and plain != "None assigned":
+        return [plain]
+    return expand_hostlist(text)
+
+
 def _one_host(text: str | None) -> str | None:
     """The host name a line prints (NodeHost, `%n`) when it names exactly one host, else None."""
     text = (text or "").strip()
     if not text:
         return None
     try:
-        hosts = expand_hostlist(text)
+        hosts = _names(text)
     except ValueError:
         return None
     return hosts[0] if len(hosts) == 1 else None
@@ -254,7 +262,7 @@ def _rows_for(
     host = _one_host(values.get("node_host"))
     if "nodelist" in values:
         try:
-            nodes = expand_hostlist(values["nodelist"])
+            nodes = _names(values["nodelist"])
         except ValueError as exc:
             return [], str(exc)
     else:
@@ -521,7 +529,7 @@ def _vector_node_rows(
     df = df.filter(~odd)
 
     def node(v: str) -> str:
-        nodes = expand_hostlist(v)
+        nodes = _names(v)
         if len(nodes) != 1:
             raise ValueError("not one node name")  # a hostlist (or none): the per-line path expands it
         return nodes[0]
