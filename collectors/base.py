@@ -9,7 +9,9 @@ delays only itself.
 The contract of a collector module (one line in collectors/registry.py lists it):
 - `KIND` (its registry kind) and `TABLES`: each raw table it writes, with its natural key (TableSpec).
 - `parse(data, *, cluster, snapshot_time, tz, fmt=None, delimiter=None, source="") -> Parsed`: pure, never
-  raises on bad input; what `ingest KIND FILE...` and the live run both call.
+  raises on bad input; what `ingest KIND FILE...` and the live run both call. `Parsed.warnings` carries
+  what was stored but should be known (e.g. host names standing in for node names); both callers add a
+  warning when rows name another cluster than the configured one, and print and record them all.
 - `command(cfg, *, start=None, end=None) -> list[str]`: the argument list of the live call, run by
   collectors/command.py (timeout, TZ=UTC, never a shell). Or, for a source that is not a command (an HTTP
   API), `fetch(cfg, window) -> bytes` with window = (start, end), either None, raising OSError
