@@ -9,7 +9,9 @@ delays only itself.
 The contract of a collector module (one line in collectors/registry.py lists it):
 - `KIND` (its registry kind) and `TABLES`: each raw table it writes, with its natural key (TableSpec).
 - `parse(data, *, cluster, snapshot_time, tz, fmt=None, delimiter=None, source="") -> Parsed`: pure, never
-  raises on bad input; what `ingest KIND FILE...` and the live run both call.
+  raises on bad input; what `ingest KIND FILE...` and the live run both call. `Parsed.warnings` carries
+  what was stored but should be known (e.g. host names standing in for node names); both callers add a
+  warning when rows name another cluster than the configured one, and print and record them all.
 - `command(cfg, *, start=None, end=None) -> list[str]`: the argument list of the live call, run by
   collectors/command.py (timeout, TZ=UTC, never a shell). Or, for a source that is not a command (an HTTP
   API), `fetch(cfg, window) -> bytes` with window = (start, end), either None, raising OSError
@@ -57,6 +59,7 @@ class Outcome:
     status: str  # 'ok' | 'error' | 'timeout'
     rows: int = 0
     error: str | None = None
+    warning: str | None = None  # also in collector_runs.warning: e.g. rows of another cluster
 
 
 @dataclass(frozen=True)
@@ -79,10 +82,35 @@ class Parsed:
 
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
     quarantine: pl.DataFrame = field(default_factory=quarantine_frame)
+    warnings: list[str] = field(
+        default_factory=list
+    )  # stored, but the operator should know (stderr, run record)
 
     @property
     def rows(self) -> int:
         return sum(df.height for df in self.tables.values())
+
+
+def cluster_mismatch(parsed: Parsed, cluster: str) -> str | None:
+    """A warning when rows name a cluster other than the configured one, naming both; else None.
+
+    An input's own `Cluster` column (sacct, sacctmgr events, JSON) wins, because it says where the rows came
+    from; every other kind takes the configured cluster. Rows that land under another name are invisible to
+    pipelines and reports run for the configured one, so the split is reported rather than left silent
+    (issue 14: a site's sacct under `slurmbed`, its sinfo under `default`, every mart empty).
+    """
+    found: set[str] = set()
+    for df in parsed.tables.values():
+        if df.height and "cluster" in df.columns:
+            found.update(c for c in df["cluster"].unique().to_list() if c)
+    others = sorted(found - {cluster})
+    if not others:
+        return None
+    names = ", ".join(repr(c) for c in others)
+    return (
+        f"rows name cluster {names} (the input's own Cluster column), not the configured cluster {cluster!r}"
+        f" (--cluster or cluster.name): they are stored under {names}"
+    )
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from slurmscope.collectors.base import (
     Outcome,
     Parsed,
     RunRecord,
+    cluster_mismatch,
     get_watermark,
     load,
     record_failure,
@@ -140,6 +141,7 @@ class _Fetched:
     watermark: datetime | None = None
     watermark_key: str | None = None
     verdict: str | None = None
+    warning: str | None = None
     elapsed: float = 0.0
 
 
@@ -197,6 +199,7 @@ def _fetch(
     verdict = untrusted_output(data, parsed.rows, parsed.quarantine.height) if check_garbage else None
     if verdict is not None:
         watermark = None
+    warnings = [*parsed.warnings, cluster_mismatch(parsed, cfg.cluster)]
     return _Fetched(
         spec,
         run,
@@ -204,6 +207,7 @@ def _fetch(
         digest=sha256(data),
         watermark=watermark,
         verdict=verdict,
+        warning="; ".join(w for w in warnings if w) or None,
         elapsed=time.monotonic() - t0,
     )
 
@@ -226,10 +230,11 @@ def _load(con: duckdb.DuckDBPyConnection, f: _Fetched) -> Outcome:
         watermark_key=f.watermark_key,
         after_upsert=hook_factory(f.parsed) if hook_factory else None,
         error=f.verdict,
+        warning=f.warning,
     )
     if f.verdict is not None:
-        return Outcome(kind, "error", f.parsed.rows, f.verdict)
-    return Outcome(kind, "ok", f.parsed.rows)
+        return Outcome(kind, "error", f.parsed.rows, f.verdict, f.warning)
+    return Outcome(kind, "ok", f.parsed.rows, warning=f.warning)
 
 
 def _collect_snapshot(db: Callable, cfg: Config, spec: Collector, at: datetime) -> Outcome:
@@ -281,11 +286,13 @@ def _walk_windows(
     *,
     watermark_key: str,
     progress: Callable[[datetime, int], None] | None = None,
+    warnings: dict[str, None] | None = None,
 ) -> tuple[Outcome | None, int]:
     """Load [start, end) in windows sized by what sacct returns, moving `watermark_key` after each one.
 
     Returns (the failed window's outcome or None, rows loaded). A failure stops the walk: the windows after
-    it wait for the next run, which resumes from the last window that loaded.
+    it wait for the next run, which resumes from the last window that loaded. Each window's warning is
+    recorded with its run and added to `warnings` (once per text).
     """
     plan = WindowPlan.from_config(cfg)
     live = {"delimiter": sacct.LIVE_DELIMITER}
@@ -297,6 +304,7 @@ def _walk_windows(
         )
         fetched.watermark_key = watermark_key
         out = db(lambda con, f=fetched: _load(con, f))
+        _note(warnings, out)
         if out.status != "ok":
             return out, rows
         rows += out.rows
@@ -346,14 +354,32 @@ def _collect_sacct(db: Callable, cfg: Config, spec: Collector, at: datetime) -> 
     else:
         start = watermark - timedelta(seconds=float(cfg.get("collect", "sacct_overlap_seconds")))
     start = min(start, at)
-    failed, rows = _walk_windows(db, cfg, spec, at, start, at, watermark_key=spec.kind)
-    if failed is not None:
-        return Outcome(spec.kind, failed.status, rows, failed.error)  # later windows wait for the next run
-    return _by_ids(db, cfg, spec, at, ids, since=start, rows=rows)
+    warnings: dict[str, None] = {}
+    failed, rows = _walk_windows(db, cfg, spec, at, start, at, watermark_key=spec.kind, warnings=warnings)
+    if failed is not None:  # later windows wait for the next run
+        return Outcome(spec.kind, failed.status, rows, failed.error, _joined(warnings))
+    return _by_ids(db, cfg, spec, at, ids, since=start, rows=rows, warnings=warnings)
+
+
+def _note(warnings: dict[str, None] | None, out: Outcome) -> None:
+    if warnings is not None and out.warning:
+        warnings[out.warning] = None
+
+
+def _joined(warnings: dict[str, None] | None) -> str | None:
+    return "; ".join(warnings or {}) or None
 
 
 def _by_ids(
-    db: Callable, cfg: Config, spec: Collector, at: datetime, ids: list[str], *, since: datetime, rows: int
+    db: Callable,
+    cfg: Config,
+    spec: Collector,
+    at: datetime,
+    ids: list[str],
+    *,
+    since: datetime,
+    rows: int,
+    warnings: dict[str, None] | None = None,
 ) -> Outcome:
     """Ask by id for the pending jobs and for the holes in the ids of the jobs submitted since `since`."""
     holes = db(lambda con: sacct.missing_job_ids(con, cfg.cluster, since))
@@ -372,10 +398,11 @@ def _by_ids(
             check_garbage=True,
         )
         out = db(lambda con, f=fetched: _load(con, f))
+        _note(warnings, out)
         if out.status != "ok":
-            return Outcome(spec.kind, out.status, rows, "by job id: " + (out.error or ""))
+            return Outcome(spec.kind, out.status, rows, "by job id: " + (out.error or ""), _joined(warnings))
         rows += out.rows
-    return Outcome(spec.kind, "ok", rows)
+    return Outcome(spec.kind, "ok", rows, warning=_joined(warnings))
 
 
 def backfill_key(kind: str, since: datetime) -> str:
@@ -419,10 +446,13 @@ def backfill_with(
         if progress is not None:
             progress((stop - since).total_seconds(), total, rows)
 
-    failed, rows = _walk_windows(db, cfg, spec, at, start, end, watermark_key=key, progress=told)
+    warnings: dict[str, None] = {}
+    failed, rows = _walk_windows(
+        db, cfg, spec, at, start, end, watermark_key=key, progress=told, warnings=warnings
+    )
     if failed is not None:
-        return Outcome(spec.kind, failed.status, rows, failed.error)
-    out = _by_ids(db, cfg, spec, at, [], since=since, rows=rows)
+        return Outcome(spec.kind, failed.status, rows, failed.error, _joined(warnings))
+    out = _by_ids(db, cfg, spec, at, [], since=since, rows=rows, warnings=warnings)
     if out.status == "ok" and live_mark is None:
         db(lambda con: set_watermark(con, cfg.cluster, spec.kind, end))
     return out

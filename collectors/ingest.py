@@ -20,7 +20,7 @@ from types import ModuleType
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import duckdb
-from slurmscope.collectors.base import IngestResult, Parsed, RunRecord, load, sha256
+from slurmscope.collectors.base import IngestResult, Parsed, RunRecord, cluster_mismatch, load, sha256
 from slurmscope.collectors.registry import COLLECTORS, Collector
 
 from slurmscope.config import Config
@@ -288,6 +288,10 @@ def _ingest_one(
         )
         verdict = garbage_verdict(data, parsed.rows, parsed.quarantine.height)
         del data  # the raw text is not needed for loading; a large dump should not be held twice
+    warnings.extend(parsed.warnings)
+    mismatch = cluster_mismatch(parsed, cfg.cluster) if verdict is None else None
+    if mismatch is not None:
+        warnings.append(mismatch)
     hook_factory = getattr(module, "after_upsert", None)
     run = RunRecord(cluster=cfg.cluster, collector=kind, source=source)
     if verdict is not None:
@@ -302,7 +306,12 @@ def _ingest_one(
             warning="; ".join(warnings) or None,
         )
         return IngestResult(
-            path=str(path), rows=0, quarantined=parsed.quarantine.height, error=verdict, status="failed"
+            path=str(path),
+            rows=0,
+            quarantined=parsed.quarantine.height,
+            error=verdict,
+            status="failed",
+            warnings=tuple(warnings),
         )
     load(
         con,

@@ -2,7 +2,13 @@
 
 The live command is node-oriented (`--Node`) with `--Format` fields ended by the unit separator 0x1F,
 which no node name, state, GRES string or partition can contain; `Reason` (the only free text) is last,
-so a 0x1F typed into a drain reason cannot shift the other columns. Recorded captures from other tools
+so a 0x1F typed into a drain reason cannot shift the other columns.
+
+A node is its NodeName (`NodeList`, `%N`), never its host name (`NodeHost`, `%n`): slurm.conf lets nodes
+share a NodeHostname (several slurmd per host with `--enable-multiple-slurmd`, aliased and cloud nodes;
+"By default, the NodeHostname will be identical in value to NodeName", slurm.conf(5), Slurm 22.05,
+https://slurm.schedmd.com/archive/slurm-22.05.8/slurm.conf.html#OPT_NodeHostname), and keying by it stored
+six nodes of one host as one node (issue 14). The host name is kept in its own column, `node_host`. Recorded captures from other tools
 use many `-o`/`-O` strings; `ingest sinfo --format` names one and the same parser reads it (see
 docs/collectors.md for the supported and declined ones).
 
@@ -50,6 +56,7 @@ TABLES = {
 
 US = "\x1f"
 LIVE_FIELDS = (
+    "NodeList",
     "NodeHost",
     "Partition",
     "StateComplete",
@@ -64,6 +71,8 @@ LIVE_FIELDS = (
 )
 # Size left empty after ':' = no padding, no truncation; the suffix after it is the separator.
 LIVE_FORMAT = ",".join(f"{f}:{US}" for f in LIVE_FIELDS) + ",Reason:"
+# The live format before migration 0017 (NodeHost, no NodeList): still read, as a host-only format.
+PREVIOUS_LIVE_FORMAT = ",".join(f"{f}:{US}" for f in LIVE_FIELDS[1:]) + ",Reason:"
 
 NODE_STATES_SCHEMA = {
     "cluster": pl.String,
@@ -88,6 +97,7 @@ NODE_STATES_SCHEMA = {
     "gpus_used": pl.Int32,
     "gpu_type": pl.String,
     "features": pl.String,
+    "node_host": pl.String,
 }
 
 NODE_GROUPS_SCHEMA = {
@@ -168,7 +178,7 @@ def _user(s: str | None) -> str | None:
 
 # sinfo -o letters and -O names that the node_states row uses; anything else is split and ignored.
 LETTERS = {
-    "n": "node",
+    "n": "node_host",
     "N": "nodelist",
     "P": "partition",
     "R": "partition",
@@ -188,7 +198,7 @@ LETTERS = {
     "D": "node_count",
 }
 LONG_NAMES = {
-    "nodehost": "node",
+    "nodehost": "node_host",
     "nodelist": "nodelist",
     "partition": "partition",
     "partitionname": "partition",
@@ -219,12 +229,13 @@ def line_format(fmt: str | None, delimiter: str | None = None) -> LineFormat:
     if delimiter:
         lf = lf.with_delimiter(delimiter)
     names = set(lf.names)
-    if not names & {"node", "nodelist", "node_count"}:
+    if not names & {"node_host", "nodelist", "node_count"}:
         raise ValueError(
-            f"sinfo format {fmt!r} has neither node names (NodeHost/NodeList, %n/%N) nor a node count "
-            "(Nodes, %D): its lines cannot be tied to nodes (see docs/collectors.md, declined formats)"
+            f"sinfo format {fmt!r} has neither node names (NodeList, %N) nor host names (NodeHost, %n) nor "
+            "a node count (Nodes, %D): its lines cannot be tied to nodes (see docs/collectors.md, declined "
+            "formats)"
         )
-    if not names & {"node", "nodelist"} and not names & {"state", "gres", "gres_used"}:
+    if not names & {"node_host", "nodelist"} and not names & {"state", "gres", "gres_used"}:
         raise ValueError(
             f"sinfo format {fmt!r} has no node names and neither state nor GRES columns: nothing to store "
             "(see docs/collectors.md, declined formats)"
@@ -232,17 +243,42 @@ def line_format(fmt: str | None, delimiter: str | None = None) -> LineFormat:
     return lf
 
 
+def _names(text: str) -> list[str]:
+    """expand_hostlist, without its parser for the common case of one plain name (a line of `--Node`)."""
+    plain = text.strip()
+    if plain and not any(c in plain for c in "[],") and plain not in NULL_WORDS and plain != "None assigned":
+        return [plain]
+    return expand_hostlist(text)
+
+
+def _one_host(text: str | None) -> str | None:
+    """The host name a line prints (NodeHost, `%n`) when it names exactly one host, else None."""
+    text = (text or "").strip()
+    if not text:
+        return None
+    try:
+        hosts = _names(text)
+    except ValueError:
+        return None
+    return hosts[0] if len(hosts) == 1 else None
+
+
 def _rows_for(
     values: dict[str, str], snapshot_time: datetime, cluster: str, tz: ZoneInfo
 ) -> tuple[list[dict], str | None]:
-    if "node" in values:
-        node = values["node"].strip()
-        nodes = [node] if node else []
-    else:
+    host = _one_host(values.get("node_host"))
+    if "nodelist" in values:
         try:
-            nodes = expand_hostlist(values["nodelist"])
+            nodes = _names(values["nodelist"])
         except ValueError as exc:
             return [], str(exc)
+    else:
+        # No node names: the host stands in (HOST_ONLY_WARNING); a line for several nodes is never one.
+        node = (values.get("node_host") or "").strip()
+        nodes = [node] if node else []
+        count = (values.get("node_count") or "").strip()
+        if nodes and _DIGITS.match(count) and int(count) > 1:
+            return [], f"one line for {count} nodes under the host name {node!r}: {CAPTURE_NODE_NAMES}"
     if not nodes:
         return [], "empty node name"
     partition = (values.get("partition") or "").strip()
@@ -295,6 +331,7 @@ def _rows_for(
         "gpus_used": gpus_used,
         "gpu_type": gtype or utype,
         "features": _null(values.get("features")),
+        "node_host": host,
     }
     problem = out_of_range(row, NODE_STATES_SCHEMA)
     if problem:
@@ -501,10 +538,10 @@ def _vector_node_rows(
     df = df.filter(~odd)
 
     def node(v: str) -> str:
-        v = v.strip()
-        if not v:
-            raise ValueError("empty node name")
-        return v
+        nodes = _names(v)
+        if len(nodes) != 1:
+            raise ValueError("not one node name")  # a hostlist (or none): the per-line path expands it
+        return nodes[0]
 
     def partition(v: str | None) -> str:
         v = (v or "").strip()
@@ -544,7 +581,8 @@ def _vector_node_rows(
         return m
 
     rules = {
-        "node": node,
+        "nodelist": node,
+        "node_host": _one_host,
         "partition": partition,
         "state": state,
         "cpus_state": cpus_state,
@@ -582,7 +620,7 @@ def _vector_node_rows(
         "line_no",
         cluster=pl.lit(cluster),
         snapshot_time=pl.lit(snapshot_time),
-        node=get("node"),
+        node=get("nodelist"),
         partition=get("partition", default=""),
         state=get("state", lambda r: r[1]),
         state_flags=get("state", lambda r: r[2]),
@@ -602,6 +640,7 @@ def _vector_node_rows(
         gpus_used=get("gres_used", lambda r: r[1], pl.Int64),
         gpu_type=pl.coalesce(get("gres", lambda r: r[2]), get("gres_used", lambda r: r[2])),
         features=get("features"),
+        node_host=get("node_host"),
     )
     out = out.select("line_no", *[pl.col(c).cast(t) for c, t in NODE_STATES_SCHEMA.items()])
     return out, slow
@@ -658,16 +697,22 @@ def _parse(
         table, _problem = human_table(lines)
         if table is not None:
             return _human_rows(lines, table, cluster, snapshot_time, tz)
+    if fmt is None and delimiter is None:
+        fmt = _live_or_previous(lines)
     lf = line_format(fmt, delimiter)
-    per_node = bool(set(lf.names) & {"node", "nodelist"})
-    id_cols = ("node", "nodelist") if per_node else ("node_count",)
+    per_node = bool(set(lf.names) & {"node_host", "nodelist"})
+    host_only = per_node and "nodelist" not in lf.names
+    id_cols = ("node_host", "nodelist") if per_node else ("node_count",)
     if lines:
         values, _reason = split_line(lines[0][1], lf)
         if values is not None and is_header(values, id_cols):
             lines = lines[1:]
     frames: list[pl.DataFrame] = []
     slow = lines
-    if vectorise and per_node and "nodelist" not in lf.names:
+    shared: dict[int, str] = {}
+    if host_only:
+        slow, shared = _shared_hosts(lines, lf)
+    if vectorise and per_node and not host_only:
         frames, slow = fast_path(
             lines, lf, lambda split: _vector_node_rows(split, cluster, snapshot_time, tz)
         )
@@ -688,6 +733,20 @@ def _parse(
                     groups.append(group)
                     continue
         bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw, "reason": f"sinfo: {reason}"})
+    warnings: list[str] = []
+    if host_only and lines:
+        warnings.append(HOST_ONLY_WARNING)
+        for line_no, text, raw in lines:
+            if line_no in shared:
+                bad.append(
+                    {
+                        "line_no": line_no,
+                        "raw_text": text,
+                        "raw_bytes": raw,
+                        "reason": f"sinfo: {shared[line_no]}",
+                    }
+                )
+        bad.sort(key=lambda b: b["line_no"])
     tables: dict[str, pl.DataFrame] = {}
     if per_node:
         schema = {"line_no": pl.Int64, **NODE_STATES_SCHEMA}
@@ -706,7 +765,83 @@ def _parse(
             if groups
             else pl.DataFrame(schema=NODE_GROUPS_SCHEMA)
         )
-    return Parsed(tables=tables, quarantine=quarantine_frame(bad))
+    return Parsed(tables=tables, quarantine=quarantine_frame(bad), warnings=warnings)
+
+
+def _live_or_previous(lines: list) -> str:
+    """The live format, or the one before 0017 when most lines have its field count (captures recorded
+    with the command line documented before, simulator output of an older version)."""
+    count = len(LIVE_FIELDS)  # separators in a line of the live format; the previous one has one fewer
+    sample = [line[1].count(US) for line in lines[:200]]
+    previous = sum(n == count - 1 for n in sample)
+    return PREVIOUS_LIVE_FORMAT if previous > sum(n == count for n in sample) else LIVE_FORMAT
+
+
+CAPTURE_NODE_NAMES = (
+    "nodes that share a host name cannot be told apart without node names; capture with %N (-o) or NodeList "
+    "(-O), e.g. the live format (docs/collectors.md)"
+)
+HOST_ONLY_WARNING = (
+    "node names taken from host names: the format has %n/NodeHost but no %N/NodeList, which is right only where "
+    "every node has its own host name (slurm.conf NodeHostname); lines that show one host for several nodes "
+    "are quarantined, never merged; capture %N/NodeList to be sure"
+)
+
+
+# Values of the node itself, the same on each of its partitions' lines (the others describe the partition).
+NODE_VALUES = frozenset(
+    {
+        "state",
+        "cpus_state",
+        "cpus",
+        "memory",
+        "alloc_mem",
+        "free_mem",
+        "gres",
+        "gres_used",
+        "features",
+        "features_act",
+        "reason",
+        "reason_user",
+        "reason_time",
+    }
+)
+
+
+def _shared_hosts(lines: list, lf: LineFormat) -> tuple[list, dict[int, str]]:
+    """The lines of a host-only format (no node names) that can be one node each, and why the others cannot.
+
+    `sinfo -N` prints a node once per partition, and without `-N` sinfo groups the nodes that share a host
+    (Slurm 22.05 src/sinfo/sinfo.c `_match_node_data`): one host on two lines of one partition is two nodes,
+    and so are lines of one host whose node values differ (a node has one state whatever the partition).
+    Those lines are quarantined with the reason, all of them: keeping any would store several nodes as
+    one (issue 14). Identical lines of one host without a partition column stay one row: a node in several
+    partitions prints the same line for each, and HOST_ONLY_WARNING says what cannot be told apart.
+    """
+    groups: dict[str, list[tuple[int, dict]]] = {}
+    for line_no, text, _raw in lines:
+        values, _reason = split_line(text, lf)
+        host = (values or {}).get("node_host", "").strip()
+        if host:
+            groups.setdefault(host, []).append((line_no, values))
+    shared: dict[int, str] = {}
+    for host, group in groups.items():
+        if len(group) < 2:
+            continue
+        why = None
+        if "partition" in lf.names:
+            parts = [(v.get("partition") or "").strip().rstrip("*") for _, v in group]
+            twice = sorted({p for p in parts if parts.count(p) > 1})
+            if twice:
+                why = f"host name {host!r} is printed on {parts.count(twice[0])} lines of partition {twice[0]!r}"
+        nodes = {
+            tuple(sorted((k, v.strip()) for k, v in vals.items() if k in NODE_VALUES)) for _, vals in group
+        }
+        if why is None and len(nodes) > 1:
+            why = f"host name {host!r} is printed with different node values on {len(group)} lines"
+        if why is not None:
+            shared.update((line_no, f"{why}: {CAPTURE_NODE_NAMES}") for line_no, _ in group)
+    return [line for line in lines if line[0] not in shared], shared
 
 
 # ------------------------------------------------------------------------------------------- JSON
@@ -741,8 +876,7 @@ NODE_FLAG_ORDER = (
 )
 NODE_BASE_STATES = frozenset({"DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE", "UNKNOWN", "INVALID"})
 JSON_CAPTURE = "`scontrol show nodes --json`, slurmrestd /slurm/<version>/nodes, or the live text format"
-# What the value of the node's host name is kept as: node_states has no host column yet (node identity
-# is the NodeName; the host name of JSON's `hostname` is carried beside it, unused by `_rows_for`).
+# JSON's `name` is the node (NodeName, what %N/NodeList prints) and `hostname` its host (node_states.node_host).
 NODE_HOST = "node_host"
 
 
@@ -798,7 +932,7 @@ def json_values(node: dict) -> list[dict[str, str]]:
         cpus_state = f"{int(alloc)}/{0 if other else rest}/{rest if other else 0}/{int(total)}"
     mem, alloc_mem = slurm_json.num(node.get("real_memory")), slurm_json.num(node.get("alloc_memory"))
     values = {
-        "node": name,
+        "nodelist": name,
         NODE_HOST: _json_text(node.get("hostname")),
         "state": state,
         "cpus_state": cpus_state,

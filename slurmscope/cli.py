@@ -106,6 +106,15 @@ def main(
 LOCK_WAIT_SECONDS = 30.0
 
 
+def _require_cluster_data(con, cluster: str) -> None:
+    """Refuse to run for a cluster the database has no rows of while others have some (docs/ingest.md)."""
+    from slurmscope.db import missing_cluster
+
+    problem = missing_cluster(con, cluster)
+    if problem:
+        raise click.ClickException(problem)
+
+
 def _connect(app: Context, *, read_only: bool = False, create: bool = True):
     """Open the database, waiting while `serve` holds the write lock for one of its short jobs.
 
@@ -219,6 +228,8 @@ def collect(ctx: click.Context, kind: str, once: bool, since: datetime | None) -
         click.echo(
             f"{o.collector}: {o.status} rows={o.rows}" + (f" error={o.error}" if o.error else ""), err=True
         )
+        if o.warning:
+            click.echo(f"{o.collector}: warning: {o.warning}", err=True)
     if failed:
         raise click.ClickException(
             f"{len(failed)} collector(s) failed: " + ", ".join(o.collector for o in failed)
@@ -320,6 +331,7 @@ def pipelines_run(
     app = _context(ctx)
     con = _connect(app, create=False)
     try:
+        _require_cluster_data(con, app.config.cluster)
         results = run_pipelines(con, app.config, since=since, full=full, only=only or None, now=now)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
@@ -372,6 +384,7 @@ def report(ctx: click.Context, month: str, out_dir: str, formats: str) -> None:
     app = _context(ctx)
     con = _connect(app, read_only=True, create=False)
     try:
+        _require_cluster_data(con, app.config.cluster)
         written = build_report(
             con,
             app.config,

@@ -441,3 +441,34 @@ def test_a_collector_with_its_own_fetch_runs_no_command(con, env, monkeypatch):
         "SELECT status FROM collector_runs WHERE collector = 'sdiag' ORDER BY run_id"
     ).fetchall()
     assert runs == [("ok",), ("timeout",)]
+
+
+def test_live_rows_of_another_cluster_warn_naming_both(con, env, tmp_path):
+    """A real 22.05 sacct (ClusterName=slurmbed) collected with the configured cluster left at `default`:
+    the rows keep Slurm's Cluster column, and the run says so, in the outcome, collector_runs and stderr."""
+    cfg, set_output, _calls, _ = env
+    set_output((REAL / "sacct_final.txt").read_bytes())
+    [out] = collect(con, cfg, "sacct", now=NOW)
+    assert out.status == "ok" and out.rows > 0
+    assert out.warning == (
+        "rows name cluster 'slurmbed' (the input's own Cluster column), not the configured cluster 'default'"
+        " (--cluster or cluster.name): they are stored under 'slurmbed'"
+    )
+    assert con.execute("SELECT DISTINCT cluster FROM jobs").fetchall() == [("slurmbed",)]
+    assert con.execute("SELECT cluster, status, warning FROM collector_runs").fetchall() == [
+        ("default", "ok", out.warning)
+    ]
+    # the same through the command line: one warning line on stderr, exit 0
+    from click.testing import CliRunner
+
+    from slurmscope.cli import main
+
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[slurm]\nbin_dir = "{FAKES}"\n')
+    result = CliRunner().invoke(
+        main, ["--config", str(conf), "--db", str(tmp_path / "cli.duckdb"), "collect", "sacct", "--once"]
+    )
+    assert result.exit_code == 0, result.output
+    assert f"sacct: warning: {out.warning}" in result.stderr.splitlines()
+    [quiet] = collect(con, cfg.with_overrides(cluster={"name": "slurmbed"}), "sacct", now=NOW)
+    assert (quiet.status, quiet.rows, quiet.warning) == ("ok", out.rows, None)
