@@ -13,7 +13,8 @@ the scalar version would give None or raise).
 
 Stable API (other parsers import these): split_lines, split_fields, parse_slurm_time, time_expr,
 fast_time_expr, parse_time_columns, parse_duration, duration_expr, parse_duration_columns, parse_tres, gpu_count, is_mig_type, parse_mem_mb, parse_req_mem,
-parse_exit_code, parse_int, int_expr. Hostlists are in slurmscope.hostlist, the words Slurm prints for no
+parse_exit_code, parse_int, int_expr, and the usage fields' parse_cpu_time, parse_size_bytes, parse_tres_usage with their
+column helpers. Hostlists are in slurmscope.hostlist, the words Slurm prints for no
 value (NULL_WORDS) in slurmscope.slurm_states.
 """
 
@@ -424,6 +425,170 @@ def parse_mem_mb(s: str | None, default_unit: str = "M") -> float | None:
     return parse_req_mem(s, default_unit)[0]
 
 
+# ------------------------------------------------------------------------------------- usage fields
+
+_CPU_TIME = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)(?:\.(\d+))?$")
+_SIZE_VALUE = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)([KMGTPE]?)$")
+_UNIT_POWER = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
+_DIGITS = list(range(1, 16))
+_TENS = [float(10**n) for n in _DIGITS]
+
+
+def parse_cpu_time(s: str | None) -> float | None:
+    """Seconds (with the fraction kept) of sacct's TotalCPU, UserCPU, SystemCPU; None when empty.
+
+    sacct prints these with `_elapsed_time` (src/sacct/print.c, Slurm 22.05): `D-HH:MM:SS` from a day on,
+    `HH:MM:SS` from an hour on, `MM:SS.mmm` below an hour when there are microseconds (milliseconds
+    shown), else `00:MM:SS`. Raises ValueError for any other text.
+    """
+    if s is None:
+        return None
+    s = s.strip()
+    if s in NULL_WORDS:
+        return None
+    m = _CPU_TIME.match(s)
+    if not m:
+        raise ValueError(f"not a CPU time as sacct prints it: {s!r}")
+    days, hours, minutes, seconds, frac = m.groups()
+    whole = int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes) * 60 + int(seconds)
+    return float(whole) + (int(frac) / 10 ** len(frac) if frac else 0.0)
+
+
+def parse_size_bytes(s: str | None) -> int | None:
+    """Bytes of a usage size as sacct prints it (MaxRSS, AveRSS, the sizes of TRESUsageIn*); None when empty.
+
+    Slurm stores these in bytes and prints them with convert_num_unit from UNIT_NONE: with `--noconvert`
+    the bare byte count (`4849664`), otherwise scaled by 1024 with a suffix (`4736K`, `4.62M`: two
+    decimals when not whole). A suffix is a power of 1024 of bytes; the result is rounded half up.
+    """
+    if s is None:
+        return None
+    s = s.strip()
+    if s in NULL_WORDS:
+        return None
+    m = _SIZE_VALUE.match(s)
+    if not m:
+        raise ValueError(f"not a size as sacct prints it: {s!r}")
+    value = float(m.group(1)) * float(1024 ** _UNIT_POWER[m.group(2)])
+    return int(math.floor(value + 0.5))
+
+
+def parse_tres_usage(s: str | None) -> dict[str, float]:
+    """A TRESUsageIn*/TRESUsageOut* string as {name: value}: `cpu` in seconds, every other entry in its base
+    unit (bytes for mem, vmem, fs/disk, gres/gpumem; joules for energy; percent for gres/gpuutil).
+
+    sacct prints usage TRES with TRES_STR_FLAG_BYTES (src/common/slurmdb_defs.c,
+    slurmdb_make_tres_string_from_simple, Slurm 22.05): cpu as a time (`secs2time_str`), every other
+    count through convert_num_unit from UNIT_NONE (bare, or scaled by 1024 with a suffix). `NONE` and
+    `INVALID` (no value) entries are left out. Unlike parse_tres, a malformed entry raises ValueError: a usage string is
+    a measurement, and a misprinted one is quarantined rather than read in part.
+    """
+    out: dict[str, float] = {}
+    if s is None or s.strip() in NULL_WORDS:
+        return out
+    for entry in s.split(","):
+        name, eq, value = entry.strip().partition("=")
+        if not eq or not name:
+            raise ValueError(f"not a TRES usage entry (name=value): {entry.strip()!r}")
+        value = value.strip()
+        if value in NULL_WORDS or value == "UNLIMITED":  # NONE, INVALID: no measurement
+            continue
+        if name == "cpu":
+            secs = parse_cpu_time(value)
+            if secs is None:
+                raise ValueError(f"TRES usage entry without a value: {entry.strip()!r}")
+            out[name] = secs
+        else:
+            size = parse_size_bytes(value)
+            if size is None:
+                raise ValueError(f"TRES usage entry without a value: {entry.strip()!r}")
+            out[name] = float(size)
+    return out
+
+
+def parse_cpu_time_columns(df: pl.DataFrame, columns: dict[str, str]) -> pl.DataFrame:
+    """Add Float64 seconds columns {out: source text column} with exactly parse_cpu_time's result.
+
+    Vectorised for the printed shapes; rows the expression leaves null while holding a value go through
+    the scalar parser (which gives null for text in no shape: the caller quarantines those lines).
+    """
+    for out, src in columns.items():
+        if src not in df.columns:
+            df = df.with_columns(pl.lit(None, pl.Float64).alias(out))
+            continue
+        parts = pl.col(src).str.strip_chars().str.extract_groups(_CPU_TIME.pattern)
+        field = [parts.struct.field(str(i)) for i in range(1, 6)]
+        small = pl.all_horizontal([f.is_null() | (f.str.len_chars() <= 12) for f in field[:4]])
+        whole = (
+            field[0].cast(pl.Int64, strict=False).fill_null(0) * 86400
+            + field[1].cast(pl.Int64, strict=False).fill_null(0) * 3600
+            + field[2].cast(pl.Int64, strict=False) * 60
+            + field[3].cast(pl.Int64, strict=False)
+        )
+        frac = field[4]
+        frac_value = (
+            pl.when(frac.is_null())
+            .then(0.0)
+            .when(frac.str.len_chars() <= 15)
+            .then(
+                frac.cast(pl.Int64, strict=False).cast(pl.Float64)
+                / frac.str.len_chars().replace_strict(_DIGITS, _TENS, default=None, return_dtype=pl.Float64)
+            )
+        )
+        df = df.with_columns(
+            pl.when(small).then(whole.cast(pl.Float64) + frac_value).otherwise(None).alias(out)
+        )
+        df = _scalar_fallback(df, src, out, parse_cpu_time, pl.Float64)
+    return df
+
+
+def parse_size_columns(df: pl.DataFrame, columns: dict[str, str]) -> pl.DataFrame:
+    """Add Int64 byte columns {out: source text column} with exactly parse_size_bytes's result."""
+    for out, src in columns.items():
+        if src not in df.columns:
+            df = df.with_columns(pl.lit(None, pl.Int64).alias(out))
+            continue
+        parts = pl.col(src).str.strip_chars().str.extract_groups(_SIZE_VALUE.pattern)
+        num, unit = parts.struct.field("1"), parts.struct.field("2")
+        factor = unit.replace_strict(
+            list(_UNIT_POWER),
+            [float(1024**k) for k in _UNIT_POWER.values()],
+            default=None,
+            return_dtype=pl.Float64,
+        )
+        value = num.cast(pl.Float64, strict=False) * factor
+        df = df.with_columns(
+            pl.when((num.str.len_chars() <= 15) & (value < 9.0e15))
+            .then((value + 0.5).floor().cast(pl.Int64))
+            .otherwise(None)
+            .alias(out)
+        )
+        df = _scalar_fallback(df, src, out, parse_size_bytes, pl.Int64)
+    return df
+
+
+def _scalar_fallback(df: pl.DataFrame, src: str, out: str, fn, dtype) -> pl.DataFrame:
+    """Rows whose text holds a value the expression left null: the scalar parser's answer (null if it raises)."""
+    text = df[src].str.strip_chars()
+    odd = (df[out].is_null() & text.is_not_null() & ~text.is_in(list(NULL_WORDS))).arg_true()
+    if not odd.len():
+        return df
+    vals = []
+    for v in df[src].gather(odd).to_list():
+        try:
+            r = fn(v)
+        except ValueError:
+            r = None
+        vals.append(r if dtype != pl.Int64 or r is None or -(2**63) <= r < 2**63 else None)
+    return df.with_columns(df[out].scatter(odd, pl.Series(vals, dtype=dtype)))
+
+
+def unreadable(src: str, out: str) -> pl.Expr:
+    """Rows of `df` whose `src` text holds a value (not empty, not a sentinel) that parsed to null."""
+    text = pl.col(src).str.strip_chars()
+    return pl.col(out).is_null() & text.is_not_null() & ~text.is_in(list(NULL_WORDS))
+
+
 # ---------------------------------------------------------------------------------------------- TRES
 
 _MIG = re.compile(r"(?:^|[_.:-])(?:\d+c\.)?\d+g\.\d+gb(?:\+me)?$", re.IGNORECASE)
@@ -568,8 +733,14 @@ __all__ = [
     "parse_int",
     "parse_mem_mb",
     "parse_req_mem",
+    "parse_cpu_time",
+    "parse_cpu_time_columns",
+    "parse_size_bytes",
+    "parse_size_columns",
     "parse_slurm_time",
     "parse_tres",
+    "parse_tres_usage",
+    "unreadable",
     "split_fields",
     "split_lines",
     "time_expr",
