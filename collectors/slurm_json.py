@@ -280,9 +280,13 @@ def _tres(items: Any) -> str:
 
 
 def _job_energy(alloc: Any) -> str:
-    """ConsumedEnergyRaw of a job line: the energy TRES of its allocation, 0 when absent (src/sacct/print.c)."""
-    c = _tres_count(alloc, "energy")
-    return str(c) if c is not None else "0"
+    """ConsumedEnergyRaw of a job line (src/sacct/print.c): the energy TRES of its allocation, 0 when it has
+    none, empty when it has one without a value (NO_VAL, printed as null by v0.0.38)."""
+    for t in alloc or []:
+        if isinstance(t, dict) and t.get("type") == "energy" and not t.get("name"):
+            c = num(t.get("count"))
+            return str(int(c)) if c is not None and c != float("inf") and c >= 0 else ""
+    return "0"
 
 
 def _tres_count(items: Any, typ: str) -> int | None:
@@ -350,7 +354,8 @@ def _step_cpu(step: dict, part: str) -> tuple[int, int] | None:
 
 def _usage_tres(items: Any) -> str:
     """A TRES usage list as sacct prints TRESUsageIn* with --noconvert (slurmdb_make_tres_string_from_simple
-    with TRES_STR_FLAG_BYTES): in list order, cpu (milliseconds, CPU_TIME_ADJ) as a time, the rest bare."""
+    with TRES_STR_FLAG_BYTES): cpu (milliseconds, CPU_TIME_ADJ) as a time, the rest bare, the entries sorted
+    as text (slurm_char_list_to_xstr)."""
     out = []
     for t in items or []:
         if not isinstance(t, dict):
@@ -366,7 +371,7 @@ def _usage_tres(items: Any) -> str:
             out.append(f"{key}={_duration(int(count) // 1000) or '00:00:00'}")
         else:
             out.append(f"{key}={int(count)}")
-    return ",".join(out)
+    return ",".join(sorted(out))
 
 
 def _usage_count(items: Any, typ: str) -> str:
@@ -487,8 +492,8 @@ def _step_line(step: dict, jid: str, raw: str, job: dict) -> str:
     tm = step.get("time") or {}
     sid = (step.get("step") or {}).get("id")
     if isinstance(sid, dict):  # v0.0.39+: {"job_id", "step_id"} in some captures
-        sid = sid.get("step_id") or ""
-    sid = str(sid or "")
+        sid = sid.get("step_id")
+    sid = "" if sid is None else str(sid)  # v0.0.38 prints a numbered step's id as a number: 0 is a step
     part = sid.rsplit(".", 1)[1] if "." in sid else sid
     nodes = step.get("nodes") or {}
     tres = step.get("tres") or {}
