@@ -19,7 +19,8 @@ Computing; https://github.com/SchedMD/slurm/blob/slurm-22-05-8-1/contribs/seff/s
   field in sacct to match memory from ReqTRES") and neither sacct nor the v0.0.38 JSON says per what. The
   memory slurmctld allocated (AllocTRES mem) is that same product, summed per node by select/cons_tres,
   so it stands in for seff's figure; checked against seff itself on the test bed
-  (tests/fixtures/slurm-22.05/seff/).
+  (tests/fixtures/slurm-22.05/seff/), and what seff itself divides by from Slurm 23.02 on (SchedMD commit
+  9e87bcd, bug 15569).
 - Memory efficiency = memory used / memory requested, 0 when the request is 0.
 
 Where sacct gives less than the Perl API: TotalCPU keeps milliseconds below an hour and none above, so a
