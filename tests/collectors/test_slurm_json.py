@@ -297,3 +297,16 @@ def test_a_requeued_attempt_with_two_scheduler_flags_is_read_as_sacct_prints_it(
     text = _text("sacct_text_requeue.txt").tables["jobs"].filter(pl.col("job_id_raw") == 13)
     assert jobs.sort("submit_time")["sched_by"].to_list() == text.sort("submit_time")["sched_by"].to_list()
     assert text.sort("submit_time")["sched_by"].to_list() == ["backfill", "main"]
+
+
+def test_usage_fields_of_sacct_json_equal_the_text_of_the_same_moment() -> None:
+    """tests/fixtures/slurm-22.05/seff: the live command line with the usage fields, and --json right after;
+    every usage column (CPU times, MaxRSS, AveRSS, NTasks, TRES usage, energy, ReqTRES) is equal, numbered
+    steps (`1.0`) included."""
+    seff = FIX / "slurm-22.05" / "seff"
+    text = sacct.parse((seff / "seff_sacct.txt").read_bytes(), cluster="c", tz=UTC)
+    js = _json(seff / "seff_sacct_json.json")
+    _same_rows(text, js)
+    for table in ("jobs", "job_steps"):
+        assert USAGE[table] <= set(js.tables[table].columns) & set(text.tables[table].columns)
+    assert sorted(js.tables["job_steps"]["step_id"].to_list()) == ["0", "0", "0"] + ["batch"] * 5
