@@ -509,23 +509,26 @@ def parse_tres_usage(s: str | None) -> dict[str, float]:
 def parse_cpu_time_columns(df: pl.DataFrame, columns: dict[str, str]) -> pl.DataFrame:
     """Add Float64 seconds columns {out: source text column} with exactly parse_cpu_time's result.
 
-    Vectorised for the printed shapes; rows the expression leaves null while holding a value go through
-    the scalar parser (which gives null for text in no shape: the caller quarantines those lines).
+    Vectorised for the printed shapes, in stages (eager Polars does not share sub-expressions: the regex
+    runs once); rows the expression leaves null while holding a value go through the scalar parser (which
+    gives null for text in no shape: the caller quarantines those lines).
     """
     for out, src in columns.items():
         if src not in df.columns:
             df = df.with_columns(pl.lit(None, pl.Float64).alias(out))
             continue
-        parts = pl.col(src).str.strip_chars().str.extract_groups(_CPU_TIME.pattern)
-        field = [parts.struct.field(str(i)) for i in range(1, 6)]
-        small = pl.all_horizontal([f.is_null() | (f.str.len_chars() <= 12) for f in field[:4]])
-        whole = (
-            field[0].cast(pl.Int64, strict=False).fill_null(0) * 86400
-            + field[1].cast(pl.Int64, strict=False).fill_null(0) * 3600
-            + field[2].cast(pl.Int64, strict=False) * 60
-            + field[3].cast(pl.Int64, strict=False)
+        df = df.with_columns(
+            pl.col(src).str.strip_chars().str.extract_groups(_CPU_TIME.pattern).alias("_cpu_g")
         )
-        frac = field[4]
+        field = [pl.col("_cpu_g").struct.field(str(i)) for i in range(1, 6)]
+        df = df.with_columns(
+            *[f.cast(pl.Int64, strict=False).alias(f"_cpu_{i}") for i, f in enumerate(field[:4])],
+            pl.all_horizontal([f.is_null() | (f.str.len_chars() <= 12) for f in field[:4]]).alias(
+                "_cpu_small"
+            ),
+            field[4].alias("_cpu_frac"),
+        )
+        frac = pl.col("_cpu_frac")
         frac_value = (
             pl.when(frac.is_null())
             .then(0.0)
@@ -535,9 +538,15 @@ def parse_cpu_time_columns(df: pl.DataFrame, columns: dict[str, str]) -> pl.Data
                 / frac.str.len_chars().replace_strict(_DIGITS, _TENS, default=None, return_dtype=pl.Float64)
             )
         )
-        df = df.with_columns(
-            pl.when(small).then(whole.cast(pl.Float64) + frac_value).otherwise(None).alias(out)
+        whole = (
+            pl.col("_cpu_0").fill_null(0) * 86400
+            + pl.col("_cpu_1").fill_null(0) * 3600
+            + pl.col("_cpu_2") * 60
+            + pl.col("_cpu_3")
         )
+        df = df.with_columns(
+            pl.when(pl.col("_cpu_small")).then(whole.cast(pl.Float64) + frac_value).otherwise(None).alias(out)
+        ).drop("_cpu_g", "_cpu_0", "_cpu_1", "_cpu_2", "_cpu_3", "_cpu_small", "_cpu_frac")
         df = _scalar_fallback(df, src, out, parse_cpu_time, pl.Float64)
     return df
 
@@ -548,8 +557,14 @@ def parse_size_columns(df: pl.DataFrame, columns: dict[str, str]) -> pl.DataFram
         if src not in df.columns:
             df = df.with_columns(pl.lit(None, pl.Int64).alias(out))
             continue
-        parts = pl.col(src).str.strip_chars().str.extract_groups(_SIZE_VALUE.pattern)
-        num, unit = parts.struct.field("1"), parts.struct.field("2")
+        df = df.with_columns(
+            pl.col(src).str.strip_chars().str.extract_groups(_SIZE_VALUE.pattern).alias("_size_g")
+        )
+        df = df.with_columns(
+            pl.col("_size_g").struct.field("1").alias("_size_n"),
+            pl.col("_size_g").struct.field("2").alias("_size_u"),
+        )
+        num, unit = pl.col("_size_n"), pl.col("_size_u")
         factor = unit.replace_strict(
             list(_UNIT_POWER),
             [float(1024**k) for k in _UNIT_POWER.values()],
@@ -562,9 +577,71 @@ def parse_size_columns(df: pl.DataFrame, columns: dict[str, str]) -> pl.DataFram
             .then((value + 0.5).floor().cast(pl.Int64))
             .otherwise(None)
             .alias(out)
-        )
+        ).drop("_size_g", "_size_n", "_size_u")
         df = _scalar_fallback(df, src, out, parse_size_bytes, pl.Int64)
     return df
+
+
+def parse_tres_usage_columns(df: pl.DataFrame, src: str, columns: dict[str, str], ok: str) -> pl.DataFrame:
+    """Add Float64 columns {out: TRES name} with parse_tres_usage(text).get(name), and Boolean `ok`: whether
+    the string is readable (parse_tres_usage raises for it when not; null text is readable).
+
+    Vectorised by exploding the strings into their entries, so each entry is read by the column helpers
+    above (exactly the scalar parsers) and a row is readable when all its entries are; a name given twice
+    takes its last value, as the scalar parser's dict does. Usage strings are unique per step, so parsing
+    once per distinct value would still be a Python call per row.
+    """
+    text = pl.col(src).str.strip_chars()
+    rows = df.select(text.alias("_t")).with_row_index("_row")
+    present = rows.filter(pl.col("_t").is_not_null() & ~pl.col("_t").is_in(list(NULL_WORDS)))
+    entries = (
+        present.with_columns(pl.col("_t").str.split(",").alias("_e"))
+        .explode("_e")
+        .with_columns(pl.col("_e").str.strip_chars())
+        .with_columns(
+            pl.col("_e").str.contains("=", literal=True).alias("_eq"),
+            pl.col("_e").str.splitn("=", 2).alias("_kv"),
+        )
+        .with_columns(
+            pl.col("_kv").struct.field("field_0").alias("_name"),
+            pl.col("_kv").struct.field("field_1").str.strip_chars().alias("_value"),
+        )
+        .with_columns(
+            (pl.col("_value").is_in(list(NULL_WORDS)) | (pl.col("_value") == "UNLIMITED")).alias("_skip")
+        )
+    )
+    is_cpu = pl.col("_name") == "cpu"
+    # each value read by the one rule for its name (text of the other kind would go to the scalar fallback)
+    entries = entries.with_columns(
+        pl.when(is_cpu & ~pl.col("_skip")).then(pl.col("_value")).alias("_cpu_text"),
+        pl.when(~is_cpu & ~pl.col("_skip")).then(pl.col("_value")).alias("_size_text"),
+    )
+    entries = parse_cpu_time_columns(entries, {"_cpu": "_cpu_text"})
+    entries = parse_size_columns(entries, {"_size": "_size_text"})
+    entries = entries.with_columns(
+        pl.when(pl.col("_skip"))
+        .then(None)
+        .when(is_cpu)
+        .then(pl.col("_cpu"))
+        .otherwise(pl.col("_size").cast(pl.Float64))
+        .alias("_v")
+    ).with_columns(
+        (pl.col("_eq") & (pl.col("_name") != "") & (pl.col("_skip") | pl.col("_v").is_not_null())).alias(
+            "_ok"
+        )
+    )
+    per_row = entries.group_by("_row").agg(
+        pl.col("_ok").all().alias(ok),
+        *[
+            pl.col("_v").filter((pl.col("_name") == name) & ~pl.col("_skip")).last().alias(out)
+            for out, name in columns.items()
+        ],
+    )
+    joined = rows.select("_row").join(per_row, on="_row", how="left").sort("_row")
+    return df.with_columns(
+        joined[ok].fill_null(True).alias(ok),
+        *[joined[out].cast(pl.Float64).alias(out) for out in columns],
+    )
 
 
 def _scalar_fallback(df: pl.DataFrame, src: str, out: str, fn, dtype) -> pl.DataFrame:
@@ -740,6 +817,7 @@ __all__ = [
     "parse_slurm_time",
     "parse_tres",
     "parse_tres_usage",
+    "parse_tres_usage_columns",
     "unreadable",
     "split_fields",
     "split_lines",

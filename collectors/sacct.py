@@ -41,7 +41,7 @@ from slurmscope.collectors.parsing import (
     parse_size_columns,
     parse_time_columns,
     parse_tres,
-    parse_tres_usage,
+    parse_tres_usage_columns,
     split_fields,
     split_lines,
     unreadable,
@@ -540,19 +540,6 @@ def _tres_info(s: str) -> tuple:
     return gpus, gtype, mig, tres.get("billing"), mem_bytes
 
 
-def _usage_info(names: tuple[str, ...]) -> Callable[[str], tuple]:
-    """The TRES usage entries `names` of one string (None when absent) and whether the string was readable."""
-
-    def info(s: str) -> tuple:
-        try:
-            usage = parse_tres_usage(s)
-        except ValueError:
-            return (*[None] * len(names), False)
-        return (*[usage.get(n) for n in names], True)
-
-    return info
-
-
 def _state_info(s: str) -> tuple:
     s = s.strip()
     if s in NULL_WORDS:
@@ -930,20 +917,13 @@ def _typed(
         mapped.append(
             _map_unique(base["reqmem"], _mem_info, ["_mem_mb", "_mem_scope"], [pl.Float64, pl.String])
         )
-    for field in ("tresusageintot", "tresusageinmax"):
-        if field in has:
-            wanted = [(col, name) for col, f, name in TRES_USAGE_FIELDS if f == field]
-            mapped.append(
-                _map_unique(
-                    base[field],
-                    _usage_info(tuple(name for _, name in wanted)),
-                    [f"_u_{col}" for col, _ in wanted] + [f"_ok_{field}"],
-                    [pl.Float64] * len(wanted) + [pl.Boolean],
-                )
-            )
     base = base.rename({c: f"_in_{c}" for c in ("state", "flags") if c in base.columns})
     if mapped:
         base = pl.concat([base, *mapped], how="horizontal")
+    for field in ("tresusageintot", "tresusageinmax"):
+        if field in has:
+            wanted = {f"_u_{col}": name for col, f, name in TRES_USAGE_FIELDS if f == field}
+            base = parse_tres_usage_columns(base, field, wanted, f"_ok_{field}")
     base = parse_cpu_time_columns(base, {f"_u_{k}": v for k, v in CPU_TIME_FIELDS.items() if v in has})
     base = parse_size_columns(base, {f"_u_{k}": v for k, v in SIZE_FIELDS.items() if v in has})
     base = base.with_columns(

@@ -451,3 +451,39 @@ def test_usage_column_helpers_match_the_scalars(values):
             except ValueError:
                 want = None
             assert got == want, (v, fn.__name__)
+
+
+_ENTRY = st.one_of(
+    st.sampled_from(
+        ["cpu=00:01:05", "cpu=1-00:00:01", "cpu=5", "mem=4096", "mem=4.5M", "mem=NONE", "mem=", "=5"]
+    ),
+    st.sampled_from(
+        ["gres/gpuutil=87", "gres/gpumem=2G", "energy=0", "vmem=12Q", "mem", "", " mem = 7 ", "cpu=x"]
+    ),
+    st.builds(
+        lambda k, v: f"{k}={v}",
+        st.sampled_from(["mem", "cpu", "gres/gpuutil"]),
+        st.text("0123456789.:-KMG", max_size=8),
+    ),
+)
+
+
+@settings(max_examples=300)
+@given(st.lists(st.one_of(st.none(), st.lists(_ENTRY, max_size=6).map(",".join)), max_size=20))
+def test_tres_usage_columns_match_the_scalar_parser(values):
+    from slurmscope.collectors.parsing import parse_tres_usage, parse_tres_usage_columns
+
+    df = pl.DataFrame({"a": values}, schema={"a": pl.String})
+    got = parse_tres_usage_columns(df, "a", {"m": "mem", "u": "gres/gpuutil", "c": "cpu"}, "ok")
+    for v, row in zip(values, got.iter_rows(named=True), strict=True):
+        try:
+            want = parse_tres_usage(v)
+        except ValueError:
+            assert row["ok"] is False, v
+            continue
+        assert row["ok"] is True, v
+        assert (row["m"], row["u"], row["c"]) == (
+            want.get("mem"),
+            want.get("gres/gpuutil"),
+            want.get("cpu"),
+        ), v
