@@ -201,6 +201,7 @@ def load(
     content: bytes | None = None,
     content_sha: str | None = None,
     watermark: datetime | None = None,
+    watermark_key: str | None = None,
     after_upsert=None,
     error: str | None = None,
     status: str | None = None,
@@ -211,7 +212,8 @@ def load(
     `after_upsert(con)` runs inside the transaction (e.g. to recompute job attempts). With `error`, the rows
     are stored but the run is recorded as an error with that text (output too damaged to trust: the caller
     then passes no watermark); `status` overrides the recorded status ('failed' for a garbage file given
-    to `ingest`); `warning` is kept in collector_runs.warning. Returns the collector_runs id.
+    to `ingest`); `warning` is kept in collector_runs.warning; `watermark_key` names the watermark to move
+    when it is not the collector's own (a history import keeps its own). Returns the collector_runs id.
     """
     digest = content_sha or (sha256(content) if content is not None else None)
     with transaction(con):
@@ -230,12 +232,7 @@ def load(
         if after_upsert is not None:
             after_upsert(con)
         if watermark is not None:
-            con.execute(
-                "INSERT INTO watermarks (cluster, collector, position, updated_at) VALUES (?, ?, ?, current_timestamp)"
-                " ON CONFLICT (cluster, collector) DO UPDATE SET position = excluded.position,"
-                " updated_at = excluded.updated_at",
-                [run.cluster, run.collector, watermark],
-            )
+            set_watermark(con, run.cluster, watermark_key or run.collector, watermark)
         return run.insert(
             con,
             status=status or ("ok" if error is None else "error"),
@@ -250,6 +247,15 @@ def record_failure(con: duckdb.DuckDBPyConnection, run: RunRecord, status: str, 
     """A failed run leaves data and watermark untouched and says why."""
     with transaction(con):
         return run.insert(con, status=status, error=error[:4000])
+
+
+def set_watermark(con: duckdb.DuckDBPyConnection, cluster: str, collector: str, position: datetime) -> None:
+    con.execute(
+        "INSERT INTO watermarks (cluster, collector, position, updated_at) VALUES (?, ?, ?, current_timestamp)"
+        " ON CONFLICT (cluster, collector) DO UPDATE SET position = excluded.position,"
+        " updated_at = excluded.updated_at",
+        [cluster, collector, position],
+    )
 
 
 def get_watermark(con: duckdb.DuckDBPyConnection, cluster: str, collector: str) -> datetime | None:

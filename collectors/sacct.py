@@ -209,6 +209,11 @@ def command_jobs(cfg: Config, job_ids: Iterable[str]) -> list[str]:
     ]
 
 
+def command_pending_ids(cfg: Config) -> list[str]:
+    """Ids of the jobs slurmctld holds as pending (one per line; an array's pending part under its own id)."""
+    return [cfg.slurm_command("squeue"), "--noheader", "--all", "--states=PENDING", "--format=%A"]
+
+
 def _sacct_time(t: datetime) -> str:
     """sacct reads naive times in its TZ; the runner sets TZ=UTC, so print UTC wall time."""
     if t.tzinfo is not None:
@@ -1269,6 +1274,28 @@ def pending_job_ids(con: duckdb.DuckDBPyConnection, cluster: str, limit: int = 2
         ORDER BY id LIMIT ?
         """,
         [cluster, cluster, cluster, limit],
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def missing_job_ids(
+    con: duckdb.DuckDBPyConnection, cluster: str, since: datetime, limit: int = 100_000
+) -> list[str]:
+    """Job ids missing between the lowest and highest stored id of the jobs submitted since `since`.
+
+    Slurm numbers jobs in submission order, so a hole is a job no -S/-E window printed: one cancelled (or
+    still held) before it was ever eligible, which slurmdbd never selects by time. Asked for by id, such a
+    job is found; an id that never reached accounting costs one empty answer.
+    """
+    rows = con.execute(
+        """
+        WITH ids AS (SELECT DISTINCT job_id_raw AS id FROM jobs WHERE cluster = ? AND submit_time >= ?),
+        bounds AS (SELECT min(id) AS lo, max(id) AS hi FROM ids)
+        SELECT CAST(g.range AS VARCHAR) FROM bounds, range(bounds.lo, bounds.hi) AS g
+        WHERE bounds.lo IS NOT NULL AND g.range NOT IN (SELECT id FROM ids)
+        ORDER BY g.range LIMIT ?
+        """,
+        [cluster, since, limit],
     ).fetchall()
     return [r[0] for r in rows]
 

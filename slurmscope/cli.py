@@ -14,6 +14,7 @@ import logging
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -178,17 +179,38 @@ def ingest(
         )
 
 
+def _since_date(_ctx: click.Context, _param: click.Parameter, value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        day = datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(f"expected YYYY-MM-DD (UTC), got {value!r}") from None
+    return day.replace(tzinfo=UTC) if day.tzinfo is None else day.astimezone(UTC)
+
+
 @main.command()
 @click.argument("kind", required=False, default="all", type=KindChoice(lambda c: c.live, "all"))
 @click.option("--once", is_flag=True, help="Run once and exit (the only mode outside `serve`).")
+@click.option(
+    "--since",
+    callback=_since_date,
+    metavar="DATE",
+    help="First import the accounting history from DATE (UTC), resumable; sacct or all only.",
+)
 @click.pass_context
-def collect(ctx: click.Context, kind: str, once: bool) -> None:
+def collect(ctx: click.Context, kind: str, once: bool, since: datetime | None) -> None:
     """Run live collectors against Slurm (argument lists, per-command timeouts, TZ=UTC)."""
+    from slurmscope.collectors.collect import backfill_with
     from slurmscope.collectors.collect import collect as run_collect
 
     app = _context(ctx)
+    if since is not None and kind not in ("all", "sacct"):
+        raise click.BadParameter(f"--since imports job history: use it with sacct or all, not {kind}")
     con = _connect(app)
     try:
+        if since is not None:
+            _backfill(con, app.config, since, backfill_with)
         outcomes = run_collect(con, app.config, kind)
     finally:
         con.close()
@@ -200,6 +222,30 @@ def collect(ctx: click.Context, kind: str, once: bool) -> None:
     if failed:
         raise click.ClickException(
             f"{len(failed)} collector(s) failed: " + ", ".join(o.collector for o in failed)
+        )
+
+
+def _backfill(con, cfg: Config, since: datetime, backfill_with) -> None:
+    """The history import with a progress bar on a terminal (click prints only the label elsewhere)."""
+    with click.progressbar(
+        length=1000, label=f"sacct history since {since:%Y-%m-%d}", file=sys.stderr, show_eta=True
+    ) as bar:
+        seen = [0]
+        rows = [0]
+
+        def progress(done: float, total: float, n: int) -> None:
+            rows[0] += n
+            step = int(1000 * done / total) if total > 0 else 1000
+            bar.update(max(0, step - seen[0]))
+            seen[0] = max(seen[0], step)
+
+        out = backfill_with(lambda fn: fn(con), cfg, since, progress=progress)
+    click.echo(
+        f"sacct history: {out.status} rows={rows[0]}" + (f" error={out.error}" if out.error else ""), err=True
+    )
+    if out.status != "ok":
+        raise click.ClickException(
+            "history import stopped: run the same command again to resume from the last loaded window"
         )
 
 

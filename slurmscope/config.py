@@ -450,6 +450,8 @@ SCHEMA = Table(
         "collect": Table(
             {
                 "sacct_window_seconds": Num(86400, low=1),
+                "sacct_max_window_seconds": Num(31 * 86400, low=60),
+                "sacct_target_rows": Num(50000, low=100),
                 "sacct_overlap_seconds": Num(3600),
                 "sacct_initial_lookback_seconds": Num(7 * 86400),
                 "events_lookback_seconds": Num(30 * 86400),

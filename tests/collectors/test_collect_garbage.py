@@ -87,8 +87,10 @@ def lines(*rows: str, newline: bool = True) -> bytes:
 
 
 def last_run(con) -> tuple:
+    """The last window run (the by-id lookups that follow a good window are runs without a window)."""
     return con.execute(
-        "SELECT status, rows, quarantined, error FROM collector_runs ORDER BY run_id DESC LIMIT 1"
+        "SELECT status, rows, quarantined, error FROM collector_runs WHERE window_end IS NOT NULL"
+        " ORDER BY run_id DESC LIMIT 1"
     ).fetchone()
 
 
