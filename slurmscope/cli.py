@@ -543,6 +543,34 @@ def doctor(ctx: click.Context, prometheus: str | None, fmt: str) -> None:
 
 
 @main.command()
+@click.argument("job_id", metavar="JOBID")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Output format.",
+)
+@click.pass_context
+def job(ctx: click.Context, job_id: str, fmt: str) -> None:
+    """One job's CPU, memory and per-GPU use for every attempt, with a verdict (read-only)."""
+    from datetime import UTC, datetime
+
+    from slurmscope.jobstats import JobNotFound, job_report, render_json, render_text
+
+    app = _context(ctx)
+    con = _connect(app, read_only=True, create=False)
+    try:
+        report = job_report(con, app.config, job_id, datetime.now(UTC))
+    except JobNotFound as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        con.close()
+    click.echo(render_json(report) if fmt == "json" else render_text(report), nl=False)
+
+
+@main.command()
 @click.argument("sql")
 @click.option(
     "--format", "fmt", type=click.Choice(["csv", "json", "table"]), default="table", show_default=True
