@@ -23,6 +23,7 @@ from slurmscope.pipelines.calendar import (
     day_starts,
     epoch_us,
     local_date,
+    local_day,
     lookup,
 )
 from slurmscope.pipelines.common import (
@@ -34,6 +35,7 @@ from slurmscope.pipelines.common import (
     mapped_job_id_raw,
     multi_attempt,
     node_intervals,
+    price_book,
     split_buckets,
     split_calendar,
     usage_interval,
@@ -42,7 +44,7 @@ from slurmscope.pipelines.common import (
 )
 from slurmscope.pipelines.params import Billing, Params
 
-from slurmscope.config import parse_billing_weights
+from slurmscope.config import RATE_FIELDS, parse_billing_weights
 from slurmscope.hostlist import expand_hostlist_lenient
 from slurmscope.slurm_states import JOB_UNSUCCESSFUL_STATES
 
@@ -59,6 +61,9 @@ MART_TABLES: dict[str, str | None] = {
     "mart_cost_unallocated_monthly": "month",
     "mart_cost_reservation_daily": "day",
     "mart_budget_monthly": "month",
+    "mart_cost_rates_daily": "day",
+    "mart_cost_reconciliation_daily": "day",
+    "mart_cost_reconciliation_monthly": "month",
 }
 
 WIDEN_SQL = """
@@ -69,7 +74,7 @@ INPUTS: dict[str, str] = {
     # Attempts that may overlap the window, plus pending later attempts (to tell which were requeued).
     "jobs": """
         SELECT job_id_raw, submit_time, account, "user", "partition", qos, state, start_time, end_time,
-               gpus, gpu_type, billing
+               gpus, gpu_type, billing, node_list
         FROM jobs
         WHERE cluster = $cluster AND (end_time IS NULL OR end_time >= $start)
           AND (start_time IS NULL OR start_time < $end)""",
@@ -88,8 +93,13 @@ INPUTS: dict[str, str] = {
     # Unallocated capacity cost of those days: a day without usage has nobody to spread it over that day.
     "capacity_month_before": """
         SELECT day, "partition", gpu_model, idle_cost_usd::DOUBLE AS idle_usd, down_cost_usd::DOUBLE AS down_usd,
-               reserved_cost_usd::DOUBLE AS reserved_usd
+               reserved_cost_usd::DOUBLE AS reserved_usd, capacity_cost_usd::DOUBLE AS capacity_cost_usd,
+               allocated_cost_usd::DOUBLE AS allocated_cost_usd
         FROM mart_capacity_daily WHERE cluster = $cluster AND day >= $start_month AND day < $start_date""",
+    # The reconciliation of those days (the month's row sums every day of the month).
+    "reconciliation_month_before": """
+        SELECT * EXCLUDE (cluster) FROM mart_cost_reconciliation_daily
+        WHERE cluster = $cluster AND day >= $start_month AND day < $start_date""",
     # Reservations that may overlap the window (their nodes' reserved GPUs go to their accounts).
     "reservations": """
         SELECT name, start_time, end_time, node_list, accounts FROM reservations
@@ -985,6 +995,12 @@ def cost_efficiency(
     billing = params.billing
     threshold = float(params.drift.idle_util_percent)
     price_kwh = float(billing.energy_usd_per_kwh) * float(billing.pue)
+    # No electricity price (the default 0) is "not configured", not free energy.
+    energy_cost = (
+        pl.col("energy_joules") / JOULES_PER_KWH * price_kwh
+        if price_kwh > 0
+        else pl.lit(None, dtype=pl.Float64)
+    )
     cluster = pl.lit(params.cluster)
     # Only jobs with a mapping interval can match one (attribute_intervals joins by job id), and every attempt
     # of such a job stays, so the requeue flags are those of the whole frame.
@@ -1073,10 +1089,328 @@ def cost_efficiency(
             .then(pl.col("sampled_cost_usd") / (pl.col("useful_gpu_seconds") / 3600.0))
             .alias("cost_per_useful_gpu_hour"),
             (pl.col("energy_joules") / JOULES_PER_KWH).alias("energy_kwh"),
-            (pl.col("energy_joules") / JOULES_PER_KWH * price_kwh).alias("energy_cost_usd"),
+            energy_cost.alias("energy_cost_usd"),
         )
     )
     return ensure_columns(out.filter(pl.col("day") >= pl.lit(params.start_date)), EFFICIENCY_SCHEMA)
+
+
+RATE_SCHEMA = {
+    "day": pl.Date,
+    "partition": pl.String,
+    "gpu_model": pl.String,
+    "rate_per_gpu_hour": pl.Float64,
+    "price_key": pl.String,
+    "kind": pl.String,
+    **{f: pl.Float64 for f in RATE_FIELDS if f != "rate"},
+}
+RECONCILIATION_CAUSES = ("unrecorded", "unseen", "sampling", "gap")
+"""allocated (sinfo snapshots) − charged (sacct) = unrecorded − unseen + sampling − gap, per day, exactly."""
+RECONCILIATION_DAILY_SCHEMA = {
+    "day": pl.Date,
+    "allocated_gpu_seconds": pl.Float64,
+    "charged_gpu_seconds": pl.Float64,
+    **{f"{c}_gpu_seconds": pl.Float64 for c in RECONCILIATION_CAUSES},
+}
+RECONCILIATION_MONTHLY_SCHEMA = {
+    "month": pl.Date,
+    "allocated_gpu_seconds": pl.Float64,
+    "charged_gpu_seconds": pl.Float64,
+    "difference_gpu_seconds": pl.Float64,
+    **{f"{c}_gpu_seconds": pl.Float64 for c in RECONCILIATION_CAUSES},
+    "invoiced_gpu_seconds": pl.Float64,
+    "after_invoice_gpu_seconds": pl.Float64,
+    "capacity_cost_usd": pl.Float64,
+    "allocated_cost_usd": pl.Float64,
+    "invoiced_cost_usd": pl.Float64,
+    "usage_cost_usd": pl.Float64,
+    "unallocated_cost_usd": pl.Float64,
+    "blocked_cost_usd": pl.Float64,
+    "difference_cost_usd": pl.Float64,
+}
+
+
+def price_entries(billing: Billing) -> pl.LazyFrame:
+    """One row per price-book key as price_book keys it (`partition:<name>`, a lower-case GPU model,
+    `default`): `kind` 'rate' (a number or {rate = x}) or 'amortised' with every input of hourly_rate's
+    formula, the defaults it used included; NULL inputs for a rate."""
+    inputs = [f for f in RATE_FIELDS if f != "rate"]
+    rows = []
+    for key, entry in billing.rates.items():
+        name = key if key.startswith("partition:") else key.lower()
+        amortised = isinstance(entry, dict) and "rate" not in entry
+        values = [float(entry.get(f, RATE_FIELDS[f].default)) if amortised else None for f in inputs]
+        rows.append((name, "amortised" if amortised else "rate", *values))
+    schema = {"price_key": pl.String, "kind": pl.String, **{f: pl.Float64 for f in inputs}}
+    return pl.LazyFrame(rows, schema=schema, orient="row")
+
+
+def rates_daily(cap: pl.LazyFrame, d: pl.LazyFrame, params: Params) -> pl.LazyFrame:
+    """mart_cost_rates_daily: for each billing day, the $/GPU-hour applied to each (partition, GPU model) the
+    capacity rows (partition sets) and the usage rows priced, the price-book key it came from (with_rate's
+    order: partition, else GPU model, else default) and, for an amortised entry, the inputs of its formula."""
+    billing = params.billing
+    models, parts, _ = price_book(billing)
+    scopes = pl.concat(
+        [cap.select("day", "partition", "gpu_model"), d.select("day", "partition", "gpu_model")],
+        how="vertical",
+    ).unique()
+    model = pl.col("gpu_model").str.to_lowercase()
+    key = (
+        pl.when(pl.col("partition").is_in(list(parts)))
+        .then(pl.lit("partition:") + pl.col("partition"))
+        .when(model.is_in(list(models)))
+        .then(model)
+        .otherwise(pl.lit("default"))
+    )
+    out = with_rate(scopes, billing).with_columns(key.alias("price_key"))
+    return ensure_columns(out.join(price_entries(billing), on="price_key", how="left"), RATE_SCHEMA)
+
+
+def day_pieces(lf: pl.LazyFrame, start: str, end: str, tz: str) -> pl.LazyFrame:
+    """split_calendar that keeps each piece's own bounds: one row per (row, billing day it overlaps) with
+    `day` and the piece [_ps, _pe)."""
+    s, e = pl.col(start), pl.col(end)
+    lf = lf.filter(s.is_not_null() & e.is_not_null() & (e > s)).with_columns(
+        pl.date_ranges(local_day(s, tz), local_day(e - pl.duration(microseconds=1), tz), "1d").alias("day")
+    )
+    lf = lf.explode("day")
+    bounds = lf.select(pl.col("day").unique()).with_columns(
+        day_start(pl.col("day"), tz).alias("_ds"),
+        day_start(pl.col("day").dt.offset_by("1d"), tz).alias("_de"),
+    )
+    return (
+        lf.join(bounds, on="day", how="left")
+        .with_columns(pl.max_horizontal(s, "_ds").alias("_ps"), pl.min_horizontal(e, "_de").alias("_pe"))
+        .filter(pl.col("_pe") > pl.col("_ps"))
+        .drop("_ds", "_de")
+    )
+
+
+def node_gpu_levels(jobs: pl.LazyFrame, params: Params) -> pl.LazyFrame:
+    """Per node, the step function of the GPUs sacct says attempts held there: (node, t, level, before) at
+    each change, `t` epoch microseconds, `level` the GPUs held from t to the next change and `before` the
+    GPU-microseconds held on the node before t (integers: a difference of two is exact whatever the window).
+
+    An attempt's GPUs are spread over the nodes of its NodeList as Slurm's --gpus-per-node jobs are, evenly,
+    the first nodes taking one more when they do not divide (sacct records the job's total only). Attempts
+    without a NodeList are on no node."""
+    if "node_list" not in jobs.collect_schema().names():
+        jobs = jobs.with_columns(pl.lit(None, dtype=pl.String).alias("node_list"))
+    a = (
+        usage(jobs, params.now)
+        .filter(pl.col("node_list").is_not_null())
+        .with_columns(clip_interval("use_start", "use_end", params.start, params.now))
+        .filter(pl.col("use_end") > pl.col("use_start"))
+        .select(
+            "node_list",
+            pl.col("gpus").cast(pl.Int64),
+            pl.col("use_start").dt.epoch("us").alias("s"),
+            pl.col("use_end").dt.epoch("us").alias("e"),
+        )
+    )
+    lists = (
+        a.select(pl.col("node_list").unique())
+        .with_columns(
+            pl.col("node_list")
+            .map_elements(expand_hostlist_lenient, return_dtype=pl.List(pl.String))
+            .alias("node")
+        )
+        .with_columns(pl.col("node").list.len().cast(pl.Int64).alias("_n"))
+        .filter(pl.col("_n") > 0)
+        .with_columns(pl.int_ranges(0, pl.col("_n")).alias("_k"))
+        .explode("node", "_k")
+    )
+    per_node = a.join(lists, on="node_list").with_columns(
+        (
+            pl.col("gpus") // pl.col("_n") + (pl.col("_k") < pl.col("gpus") % pl.col("_n")).cast(pl.Int64)
+        ).alias("g")
+    )
+    steps = (
+        pl.concat(
+            [
+                per_node.select("node", pl.col("s").alias("t"), "g"),
+                per_node.select("node", pl.col("e").alias("t"), -pl.col("g")),
+            ],
+            how="vertical",
+        )
+        .group_by("node", "t")
+        .agg(pl.col("g").sum())
+        .sort("node", "t")
+        .with_columns(pl.col("g").cum_sum().over("node").alias("level"))
+    )
+    area = pl.col("level") * (pl.col("t").shift(-1).over("node") - pl.col("t")).fill_null(0)
+    return (
+        steps.with_columns(area.alias("_area"))
+        .with_columns((pl.col("_area").cum_sum().over("node") - pl.col("_area")).alias("before"))
+        .select("node", "t", "level", "before")
+    )
+
+
+def reconciliation_daily(
+    node_states: pl.LazyFrame, jobs: pl.LazyFrame, d: pl.LazyFrame, params: Params
+) -> pl.LazyFrame:
+    """mart_cost_reconciliation_daily: per billing day, the GPU-seconds sinfo snapshots show allocated (as
+    mart_capacity_daily counts them) against those sacct attempts are charged (mart_cost_daily), and the
+    difference split into four causes that add up to it exactly:
+
+    allocated − charged = unrecorded − unseen + sampling − gap.
+
+    Each snapshot stands for its node over an interval, cut at billing-day bounds into pieces [ps, pe) with
+    the snapshot's allocated GPUs A. J is the GPUs sacct attempts held on the node at the piece's sample
+    instant q (the snapshot's time, or ps for the later pieces of an interval that crosses midnight) and C
+    the GPU-seconds they held in the piece (node_gpu_levels). Per piece: unrecorded = max(A − J, 0) × (pe − ps)
+    (sinfo showed GPUs allocated that no sacct attempt held: an attempt not yet in accounting, MIG slices,
+    GPUs outside accounting); unseen = max(J − A, 0) × (pe − ps) (attempts held GPUs sinfo did not show
+    allocated); sampling = J × (pe − ps) − C (a snapshot stands until the next: attempts that started or
+    ended in between). gap = charged − Σ C: GPU-seconds charged while no snapshot covered the node
+    (snapshot gaps longer than pipelines.node_snapshot_max_gap_seconds, nodes sinfo never listed, attempts
+    without a NodeList). Sums are integer GPU-microseconds."""
+    tz, now = params.tz, params.now
+    iv = (
+        node_intervals(node_states, params)
+        .with_columns(pl.col("snapshot_time").alias("_snap"))
+        .with_columns(clip_interval("snapshot_time", "until", params.start, now))
+        .select("node", pl.col("allocated").cast(pl.Int64), "_snap", "snapshot_time", "until")
+    )
+    pieces = (
+        day_pieces(iv, "snapshot_time", "until", tz)
+        .filter(pl.col("day") >= pl.lit(params.start_date))
+        .select(
+            "day",
+            "node",
+            "allocated",
+            pl.col("_ps").dt.epoch("us").alias("ps"),
+            pl.col("_pe").dt.epoch("us").alias("pe"),
+            pl.max_horizontal("_snap", "_ps").dt.epoch("us").alias("q"),
+        )
+    )
+    levels = node_gpu_levels(jobs, params)
+    asks = pl.concat(
+        [pieces.select("node", "ps", pl.lit(w).alias("_w"), pl.col(w).alias("t")) for w in ("ps", "pe", "q")],
+        how="vertical",
+    )
+    at = (
+        asks.sort("t")
+        .join_asof(
+            levels.rename({"t": "t0"}).sort("t0"),
+            left_on="t",
+            right_on="t0",
+            by="node",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .with_columns(
+            pl.col("level").fill_null(0),
+            (pl.col("before") + pl.col("level") * (pl.col("t") - pl.col("t0"))).fill_null(0).alias("_f"),
+        )
+        .group_by("node", "ps")
+        .agg(
+            pl.col("_f").filter(pl.col("_w") == "ps").first().alias("f_ps"),
+            pl.col("_f").filter(pl.col("_w") == "pe").first().alias("f_pe"),
+            pl.col("level").filter(pl.col("_w") == "q").first().alias("j"),
+        )
+    )
+    span = pl.col("pe") - pl.col("ps")
+    a, j = pl.col("allocated"), pl.col("j")
+    covered = pl.col("f_pe") - pl.col("f_ps")
+    per_day = (
+        pieces.join(at, on=["node", "ps"])
+        .group_by("day")
+        .agg(
+            (a * span).sum().alias("allocated"),
+            ((a - j).clip(lower_bound=0) * span).sum().alias("unrecorded"),
+            ((j - a).clip(lower_bound=0) * span).sum().alias("unseen"),
+            (j * span - covered).sum().alias("sampling"),
+            covered.sum().alias("_covered"),
+        )
+    )
+    charged = d.group_by("day").agg(
+        (pl.col("gpu_seconds") * 1e6).round().cast(pl.Int64).sum().alias("charged")
+    )
+    parts = ["allocated", "unrecorded", "unseen", "sampling", "_covered", "charged"]
+    out = (
+        per_day.join(charged, on="day", how="full", coalesce=True)
+        .with_columns(pl.col(parts).fill_null(0))
+        .with_columns((pl.col("charged") - pl.col("_covered")).alias("gap"))
+        .select(
+            "day",
+            *[
+                (pl.col(c) / 1e6).alias(f"{c}_gpu_seconds")
+                for c in ("allocated", "charged", *RECONCILIATION_CAUSES)
+            ],
+        )
+    )
+    return ensure_columns(out, RECONCILIATION_DAILY_SCHEMA)
+
+
+def reconciliation_monthly(
+    days: pl.LazyFrame,
+    invoices: pl.LazyFrame,
+    unallocated: pl.LazyFrame,
+    capacity_days: pl.LazyFrame,
+    params: Params,
+) -> pl.LazyFrame:
+    """mart_cost_reconciliation_monthly: per billing month from the window's, the month's reconciliation in
+    GPU-seconds (the sums of `days`, mart_cost_reconciliation_daily, whole months) and in dollars.
+
+    GPU-seconds: difference = allocated − charged (= unrecorded − unseen + sampling − gap);
+    after_invoice = charged − invoiced, the sacct GPU-seconds that changed after the invoice's latest
+    version was issued (late records of a frozen month; 0 for an open month).
+    Dollars (cents): capacity − invoiced − unallocated = difference = allocated − usage + blocked, where
+    invoiced is the latest invoice (usage = its cost less its spread), unallocated the unallocated line
+    (idle + down + reserved) and blocked the idle dollars billing TRES already paid (both
+    mart_cost_unallocated_monthly), capacity and allocated the month's mart_capacity_daily rows
+    (`capacity_days`)."""
+    month = pl.col("day").dt.month_start().alias("month")
+    start = pl.lit(params.start_month)
+    us = ["allocated", "charged", *RECONCILIATION_CAUSES]
+    gpu = (
+        days.with_columns(month)
+        .group_by("month")
+        .agg(*[(pl.col(f"{c}_gpu_seconds") * 1e6).round().cast(pl.Int64).sum().alias(c) for c in us])
+        .with_columns((pl.col("allocated") - pl.col("charged")).alias("difference"))
+        .select("month", *[(pl.col(c) / 1e6).alias(f"{c}_gpu_seconds") for c in (*us, "difference")])
+    )
+    latest = invoices.filter(pl.col("version") == pl.col("version").max().over("month"))
+    billed = latest.group_by("month").agg(
+        (pl.col("gpu_hours").sum() * 3600.0).alias("invoiced_gpu_seconds"),
+        pl.col("cost_usd").cast(pl.Float64).sum().alias("invoiced_cost_usd"),
+        (pl.col("cost_usd").cast(pl.Float64) - pl.col("spread_cost_usd").cast(pl.Float64))
+        .sum()
+        .alias("usage_cost_usd"),
+    )
+    line = unallocated.group_by("month").agg(
+        (pl.col("idle_cost_usd") + pl.col("down_cost_usd") + pl.col("reserved_cost_usd"))
+        .sum()
+        .alias("unallocated_cost_usd"),
+        pl.col("blocked_cost_usd").sum(),
+    )
+    cap = (
+        capacity_days.with_columns(month)
+        .group_by("month")
+        .agg(pl.col("capacity_cost_usd").sum(), pl.col("allocated_cost_usd").sum())
+    )
+    money = ["capacity_cost_usd", "allocated_cost_usd", "invoiced_cost_usd", "usage_cost_usd"]
+    money += ["unallocated_cost_usd", "blocked_cost_usd"]
+    cents = [((pl.col(c) * 100).round() / 100).alias(c) for c in money]
+    out = (
+        gpu.join(billed, on="month", how="full", coalesce=True)
+        .join(line, on="month", how="full", coalesce=True)
+        .join(cap, on="month", how="full", coalesce=True)
+        .filter(pl.col("month") >= start)
+        .with_columns(pl.col(f"{c}_gpu_seconds" for c in (*us, "difference")).fill_null(0.0))
+        .with_columns(pl.col("invoiced_gpu_seconds").fill_null(0.0), *[c.fill_null(0.0) for c in cents])
+        .with_columns(
+            (pl.col("charged_gpu_seconds") - pl.col("invoiced_gpu_seconds"))
+            .round(3)
+            .alias("after_invoice_gpu_seconds"),
+            (pl.col("capacity_cost_usd") - pl.col("invoiced_cost_usd") - pl.col("unallocated_cost_usd"))
+            .round(2)
+            .alias("difference_cost_usd"),
+        )
+    )
+    return ensure_columns(out, RECONCILIATION_MONTHLY_SCHEMA)
 
 
 def _frame(frames: dict[str, pl.LazyFrame], name: str, schema: dict[str, pl.DataType]) -> pl.LazyFrame:
@@ -1112,7 +1446,8 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
         [_month_rows(before).select(*cols).cast(floats), _month_rows(d).select(*cols).cast(floats)],
         how="vertical",
     ).cache()
-    pools_before = _frame(frames, "capacity_month_before", dict(POOL_COLUMNS))
+    cap_costs = {"capacity_cost_usd": pl.Float64, "allocated_cost_usd": pl.Float64}
+    pools_before = _frame(frames, "capacity_month_before", {**dict(POOL_COLUMNS), **cap_costs})
     month_pools = pl.concat(
         [ensure_columns(pools_before, dict(POOL_COLUMNS)), ensure_columns(pools, dict(POOL_COLUMNS))],
         how="vertical",
@@ -1146,15 +1481,33 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
             "power_mean_watts": pl.Float64,
         },
     )
+    unallocated = unallocated_monthly(
+        month_days, month_pools, prev_unallocated, frames["prev_monthly"], params, month_res
+    ).cache()
+    recon = reconciliation_daily(frames["node_states"], frames["jobs"], d, params).cache()
+    recon_before = _frame(frames, "reconciliation_month_before", RECONCILIATION_DAILY_SCHEMA)
+    month_recon = pl.concat(
+        [ensure_columns(recon_before, RECONCILIATION_DAILY_SCHEMA), recon], how="vertical"
+    )
+    month_capacity = pl.concat(
+        [
+            ensure_columns(pools_before, {"day": pl.Date, **cap_costs}),
+            ensure_columns(cap, {"day": pl.Date, **cap_costs}),
+        ],
+        how="vertical",
+    )
     return {
         "mart_cost_daily": ensure_columns(d, DAILY_SCHEMA),
         "mart_capacity_daily": cap,
         "mart_cost_monthly": invoices,
         "mart_budget_monthly": budgets(invoices, params),
-        "mart_cost_unallocated_monthly": unallocated_monthly(
-            month_days, month_pools, prev_unallocated, frames["prev_monthly"], params, month_res
-        ),
+        "mart_cost_unallocated_monthly": unallocated,
         "mart_cost_reservation_daily": res,
         "mart_usage_counters": counters(d, frames["daily_before"], frames["prev_counters"], params),
         "mart_cost_efficiency_daily": cost_efficiency(d, frames["jobs"], gpu_jobs, samples, params),
+        "mart_cost_rates_daily": rates_daily(cap, d, params),
+        "mart_cost_reconciliation_daily": recon,
+        "mart_cost_reconciliation_monthly": reconciliation_monthly(
+            month_recon, invoices, unallocated, month_capacity, params
+        ),
     }
