@@ -64,6 +64,7 @@ MART_TABLES: dict[str, str | None] = {
     "mart_cost_rates_daily": "day",
     "mart_cost_reconciliation_daily": "day",
     "mart_cost_reconciliation_monthly": "month",
+    "mart_cost_waste_daily": "day",
 }
 
 WIDEN_SQL = """
@@ -1147,12 +1148,13 @@ def price_entries(billing: Billing) -> pl.LazyFrame:
 
 def rates_daily(cap: pl.LazyFrame, d: pl.LazyFrame, params: Params) -> pl.LazyFrame:
     """mart_cost_rates_daily: for each billing day, the $/GPU-hour applied to each (partition, GPU model) the
-    capacity rows (partition sets) and the usage rows priced, the price-book key it came from (with_rate's
+    capacity rows with GPUs (partition sets) and the usage rows priced, the price-book key it came from (with_rate's
     order: partition, else GPU model, else default) and, for an amortised entry, the inputs of its formula."""
     billing = params.billing
     models, parts, _ = price_book(billing)
+    gpus = (pl.col("capacity_gpu_seconds") > 0) | (pl.col("powered_down_gpu_seconds") > 0)
     scopes = pl.concat(
-        [cap.select("day", "partition", "gpu_model"), d.select("day", "partition", "gpu_model")],
+        [cap.filter(gpus).select("day", "partition", "gpu_model"), d.select("day", "partition", "gpu_model")],
         how="vertical",
     ).unique()
     model = pl.col("gpu_model").str.to_lowercase()
@@ -1374,7 +1376,7 @@ def reconciliation_monthly(
     )
     latest = invoices.filter(pl.col("version") == pl.col("version").max().over("month"))
     billed = latest.group_by("month").agg(
-        (pl.col("gpu_hours").sum() * 3600.0).alias("invoiced_gpu_seconds"),
+        (pl.col("gpu_hours").sum() * 3.6e9).round().cast(pl.Int64).alias("_invoiced"),
         pl.col("cost_usd").cast(pl.Float64).sum().alias("invoiced_cost_usd"),
         (pl.col("cost_usd").cast(pl.Float64) - pl.col("spread_cost_usd").cast(pl.Float64))
         .sum()
@@ -1400,17 +1402,69 @@ def reconciliation_monthly(
         .join(cap, on="month", how="full", coalesce=True)
         .filter(pl.col("month") >= start)
         .with_columns(pl.col(f"{c}_gpu_seconds" for c in (*us, "difference")).fill_null(0.0))
-        .with_columns(pl.col("invoiced_gpu_seconds").fill_null(0.0), *[c.fill_null(0.0) for c in cents])
+        .with_columns(pl.col("_invoiced").fill_null(0), *[c.fill_null(0.0) for c in cents])
         .with_columns(
-            (pl.col("charged_gpu_seconds") - pl.col("invoiced_gpu_seconds"))
-            .round(3)
-            .alias("after_invoice_gpu_seconds"),
+            (pl.col("_invoiced") / 1e6).alias("invoiced_gpu_seconds"),
+            (
+                ((pl.col("charged_gpu_seconds") * 1e6).round().cast(pl.Int64) - pl.col("_invoiced")) / 1e6
+            ).alias("after_invoice_gpu_seconds"),
             (pl.col("capacity_cost_usd") - pl.col("invoiced_cost_usd") - pl.col("unallocated_cost_usd"))
             .round(2)
             .alias("difference_cost_usd"),
         )
     )
     return ensure_columns(out, RECONCILIATION_MONTHLY_SCHEMA)
+
+
+WASTE_SCHEMA = {
+    "day": pl.Date,
+    "account": pl.String,
+    "attempts": pl.Int64,
+    "failed_attempts": pl.Int64,
+    "failed_gpu_seconds": pl.Float64,
+    "failed_cost_usd": pl.Float64,
+    "requeued_attempts": pl.Int64,
+    "requeued_gpu_seconds": pl.Float64,
+    "requeued_cost_usd": pl.Float64,
+}
+
+
+def waste_daily(jobs: pl.LazyFrame, params: Params) -> pl.LazyFrame:
+    """mart_cost_waste_daily: per billing day on which GPU attempts ended, and account, the attempts that ended
+    and, of them, those that failed (the states of mart_cost_daily's failed_*) and those requeued (a later
+    attempt of the same job exists), with their whole GPU-seconds and dollars at their rate (billed
+    GPU-equivalents with billing.charge_by = "billing_tres").
+
+    By the day an attempt ended, not the days it ran: whether an attempt failed is known only when it ends,
+    so a month's figures are final once the month has ended; an attempt running across the month's end
+    counts, whole, in the month it ends in (mart_cost_daily's failed_* spread it over the days it ran, and
+    change for a past month when it ends)."""
+    now = params.now
+    if "billing" not in jobs.collect_schema().names():
+        jobs = jobs.with_columns(pl.lit(None, dtype=pl.Float64).alias("billing"))
+    ended = attempts(jobs, now).filter(~pl.col("running") & pl.col("end_time").is_not_null())
+    days = billing_days(ended, "end_time", params)
+    seconds = (pl.col("use_end") - pl.col("use_start")).dt.total_microseconds().clip(lower_bound=0) / 1e6
+    a = with_rate(
+        ended.with_columns(
+            days.day(pl.col("use_end").dt.epoch("us") - 1).alias("day"),
+            (seconds * pl.col("gpus").cast(pl.Float64)).alias("gs"),
+            (seconds * gpu_equivalents(params.billing)).alias("billed"),
+        ).filter(pl.col("day") >= pl.lit(params.start_date)),
+        params.billing,
+    ).with_columns((pl.col("billed") / 3600.0 * pl.col("rate_per_gpu_hour")).alias("usd"))
+    failed, requeued = pl.col("failed"), pl.col("requeued")
+    zero = pl.lit(0.0)
+    out = a.group_by("day", "account").agg(
+        pl.len().cast(pl.Int64).alias("attempts"),
+        failed.sum().cast(pl.Int64).alias("failed_attempts"),
+        pl.when(failed).then(pl.col("gs")).otherwise(zero).sum().alias("failed_gpu_seconds"),
+        pl.when(failed).then(pl.col("usd")).otherwise(zero).sum().alias("failed_cost_usd"),
+        requeued.sum().cast(pl.Int64).alias("requeued_attempts"),
+        pl.when(requeued).then(pl.col("gs")).otherwise(zero).sum().alias("requeued_gpu_seconds"),
+        pl.when(requeued).then(pl.col("usd")).otherwise(zero).sum().alias("requeued_cost_usd"),
+    )
+    return ensure_columns(out, WASTE_SCHEMA)
 
 
 def _frame(frames: dict[str, pl.LazyFrame], name: str, schema: dict[str, pl.DataType]) -> pl.LazyFrame:
@@ -1510,4 +1564,5 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
         "mart_cost_reconciliation_monthly": reconciliation_monthly(
             month_recon, invoices, unallocated, month_capacity, params
         ),
+        "mart_cost_waste_daily": waste_daily(frames["jobs"], params),
     }

@@ -63,6 +63,23 @@ CREATE TABLE mart_cost_reconciliation_monthly (
 );
 -- unique key (kept by the runner's delete-then-insert): cluster, month
 
+-- Waste by the billing day GPU attempts ended (final once the day is over), per account: attempts ended, and
+-- of them those that failed (mart_cost_daily's failed states) and those requeued, with their whole GPU-seconds
+-- and dollars at their rate (billed GPU-equivalents with billing.charge_by = "billing_tres").
+CREATE TABLE mart_cost_waste_daily (
+    cluster                VARCHAR NOT NULL,
+    day                    DATE NOT NULL,
+    account                VARCHAR NOT NULL,
+    attempts               BIGINT NOT NULL,
+    failed_attempts        BIGINT NOT NULL,
+    failed_gpu_seconds     DOUBLE NOT NULL,
+    failed_cost_usd        DOUBLE NOT NULL,
+    requeued_attempts      BIGINT NOT NULL,
+    requeued_gpu_seconds   DOUBLE NOT NULL,
+    requeued_cost_usd      DOUBLE NOT NULL
+);
+-- unique key (kept by the runner's delete-then-insert): cluster, day, account
+
 -- No electricity price (billing.energy_usd_per_kwh = 0, the default) gives NULL, "not configured", not $0.
 ALTER TABLE mart_cost_efficiency_daily ALTER COLUMN energy_cost_usd DROP NOT NULL;
 UPDATE mart_cost_efficiency_daily SET energy_cost_usd = NULL WHERE energy_cost_usd = 0 AND energy_kwh > 0;

@@ -31,6 +31,7 @@ MARTS = [
     "mart_cost_rates_daily",
     "mart_cost_reconciliation_daily",
     "mart_cost_reconciliation_monthly",
+    "mart_cost_waste_daily",
 ]
 SOURCES = ["cost", "reliability", "backfill"]
 
@@ -148,6 +149,7 @@ KEYS = {  # the unique key of each mart (documented in the migrations; no index 
     "mart_cost_rates_daily": 'day, "partition", gpu_model',
     "mart_cost_reconciliation_daily": "day",
     "mart_cost_reconciliation_monthly": "month",
+    "mart_cost_waste_daily": "day, account",
 }
 
 

@@ -254,6 +254,7 @@ SCHEMA_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "pipelines.cost.RATE_SCHEMA": ("mart_cost_rates_daily", MART),
     "pipelines.cost.RECONCILIATION_DAILY_SCHEMA": ("mart_cost_reconciliation_daily", MART),
     "pipelines.cost.RECONCILIATION_MONTHLY_SCHEMA": ("mart_cost_reconciliation_monthly", MART),
+    "pipelines.cost.WASTE_SCHEMA": ("mart_cost_waste_daily", MART),
     "pipelines.drift.SCHEMA": ("mart_drift", ()),
     "pipelines.efficiency.JOB_SCHEMA": ("mart_job_efficiency", ()),
     "pipelines.efficiency.IDLE_SCHEMA": ("mart_idle_gpus_daily", ()),

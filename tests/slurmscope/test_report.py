@@ -16,6 +16,7 @@ from slurmscope.cli import main
 from slurmscope.config import load_config
 from slurmscope.db import connect
 from slurmscope.report import build_report, pseudonym
+from tests.htmltables import row
 from tests.pngcheck import distinct_colours
 
 MONTHLY = [
@@ -255,4 +256,5 @@ def test_spread_idle_capacity_in_the_charges_is_shown(tmp_path):
     d = collect_data(con, "c1", date(2026, 11, 1))
     con.close()
     assert d.spread_cost_usd == Decimal("76.50")
-    assert "of which unallocated capacity spread over accounts (USD)</td><td>76.50" in render_html(d, d.users)
+    page = render_html(d, d.users)
+    assert row(page, "of which unallocated capacity spread over accounts (USD)", "totals")[1] == "76.50"
