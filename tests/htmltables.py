@@ -40,7 +40,9 @@ class _Reader(HTMLParser):
         elif tag == "table" and self.open:
             self.open.pop()
         elif tag in ("td", "th") and self.cell is not None and self.open:
-            self.open[-1].rows[-1].append("".join(self.cell).strip())
+            self.open[-1].rows[-1].append(
+                "".join(self.cell).strip(" \t\r\n")
+            )  # indentation (em spaces) stays
             self.cell = None
 
     def handle_data(self, data: str) -> None:
