@@ -1125,7 +1125,7 @@ def _reconciliation_section(d: ReportData) -> str:
             [f"= charged to accounts (invoice{version})", _fmt(Decimal(r["invoiced_cost_usd"]))],
             ["+ unallocated line (charged to nobody)", _fmt(Decimal(r["unallocated_cost_usd"]))],
             ["+ difference", _fmt(Decimal(r["difference_cost_usd"]))],
-            ["  difference = allocated (sinfo) priced", _fmt(Decimal(r["allocated_cost_usd"]))],
+            ["  = allocated in sinfo snapshots, priced", _fmt(Decimal(r["allocated_cost_usd"]))],
             ["  − usage charged (invoice less spread capacity)", _fmt(Decimal(r["usage_cost_usd"]))],
             ["  + idle already paid through billing TRES", _fmt(Decimal(r["blocked_cost_usd"]))],
         ],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import html
+import re
 import shutil
 import subprocess
 from datetime import date, datetime, timedelta, timezone
@@ -18,7 +19,7 @@ from slurmscope.config import load_config
 from slurmscope.db import connect
 from slurmscope.report import build_report, pseudonym
 from tests.htmltables import row, tables
-from tests.pngcheck import distinct_colours
+from tests.pngcheck import decode_png, distinct_colours, region_colours
 
 MONTHLY = [
     # month, account, user, gpu_hours, cost, share, version, frozen
@@ -69,11 +70,24 @@ def _seed(db: Path) -> None:
             "INSERT INTO mart_wait_times VALUES ('c1', ?, 'gpu', 'vision', '5-8', 'h100', 12, 60, 600, 900, 200, 1000)",
             [day],
         )
+        con.execute(
+            "INSERT INTO mart_cost_rates_daily VALUES ('c1', ?, 'gpu', 'h100', 2.0, 'h100', 'rate',"
+            " NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+            [day],
+        )
         for acct, failed in (("pretraining", 3600.0), ("vision", 0.0)):
             con.execute(
                 "INSERT INTO mart_cost_waste_daily VALUES ('c1', ?, ?, 5, ?, ?, ?, 0, 0, 0)",
                 [day, acct, int(failed > 0), failed, failed / 3600 * 2],
             )
+    # November's reconciliation, consistent with the rows above: sinfo allocated 2 x 400000 GPU-s, sacct
+    # charged 2 x (300000 + 100000); causes 10000 - 4000 - 2000 - 4000 = 0 = the difference. Dollars: capacity
+    # 3072.00 - invoiced 1000.00 - unallocated (idle + down + reserved) 1294.22 = 777.78
+    # = allocated 1777.78 - usage 1000.00 + blocked 0.
+    con.execute(
+        "INSERT INTO mart_cost_reconciliation_monthly VALUES ('c1', '2026-11-01', 800000, 800000, 0, 10000, 4000,"
+        " -2000, 4000, 1800000, -1000000, 3072.00, 1777.78, 1000.00, 1000.00, 1294.22, 0, 777.78)"
+    )
     con.close()
 
 
@@ -146,6 +160,7 @@ def test_bad_month_is_a_clear_error(tmp_path):
 
 
 CHROMIUM = shutil.which("chromium")
+WINDOW = "--window-size=1000,3000"
 CHROME_FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -168,7 +183,7 @@ def screenshot(page: Path, png: Path, profile: Path) -> str:
             *CHROME_FLAGS,
             f"--user-data-dir={profile}",
             f"--screenshot={png}",
-            "--window-size=1000,2400",
+            WINDOW,
             page.resolve().as_uri(),
         ],
         capture_output=True,
@@ -180,13 +195,67 @@ def screenshot(page: Path, png: Path, profile: Path) -> str:
     return proc.stderr
 
 
+def element_box(page: Path, element_id: str, profile: Path) -> tuple[int, int, int, int]:
+    """(x, y, width, height) in CSS pixels of an element as headless Chromium lays the page out in the
+    screenshot's window: a copy of the page with a script that writes the box into the DOM, read back with
+    --dump-dom (the report itself has no script)."""
+    probe = page.with_name(f"probe-{page.name}")
+    script = (
+        f"<script>const r = document.getElementById({element_id!r}).getBoundingClientRect();"
+        "document.body.setAttribute('data-box', [r.x, r.y, r.width, r.height].map(Math.round).join(','));"
+        "</script>"
+    )
+    probe.write_text(page.read_text().replace("</body>", script + "</body>"))
+    proc = subprocess.run(
+        [
+            CHROMIUM,
+            *CHROME_FLAGS,
+            f"--user-data-dir={profile}",
+            "--dump-dom",
+            WINDOW,
+            probe.resolve().as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    found = re.search(r'data-box="(-?\d+),(-?\d+),(\d+),(\d+)"', proc.stdout)
+    assert found, proc.stderr[-2000:]
+    x, y, w, h = map(int, found.groups())
+    return x, y, w, h
+
+
+def _hex(colour: str) -> bytes:
+    return bytes.fromhex(colour.lstrip("#"))
+
+
 @pytest.mark.chromium
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (scripts/system-deps.sh)")
-def test_report_renders_charts_in_headless_chromium(report_dir, tmp_path):
+def test_report_renders_charts_and_the_reconciliation_block_in_headless_chromium(report_dir, tmp_path):
+    from slurmscope.report import RECONCILIATION_ID, STYLE
+
     log = screenshot(report_dir / "report.html", tmp_path / "shot.png", tmp_path / "profile")
     assert "CONSOLE" not in log, log
+    png = (tmp_path / "shot.png").read_bytes()
     # A page of text on white has a handful of colours; the charts' palette and anti-aliasing add many.
-    assert distinct_colours((tmp_path / "shot.png").read_bytes()) > 40
+    assert distinct_colours(png) > 40
+    # The reconciliation block: where the browser put it, and what the screenshot shows there.
+    x, y, w, h = element_box(report_dir / "report.html", RECONCILIATION_ID, tmp_path / "profile2")
+    width, height, _ = decode_png(png)
+    assert h > 200 and w > 400 and x >= 0 and y >= 0 and x + w <= width and y + h <= height, (x, y, w, h)
+    border, fill = re.search(
+        r"section\.reconcile\{border:3px solid (#\w{6});background:(#\w{6})", STYLE
+    ).groups()
+    inside = region_colours(png, x + 3, y + 3, w - 6, h - 6)
+    edge = region_colours(png, x, y, 3, h)
+    assert edge[_hex(border)] > 0.9 * 3 * h  # its frame runs down the whole left edge
+    assert inside[_hex(fill)] > 0.1 * (w - 6) * (h - 6)  # its own background, not white page
+    dark = sum(n for c, n in inside.items() if sum(c) < 200)
+    assert dark > 2000  # and text in it: the tables' figures and labels
+    # The same measure outside the block (the page's margin beside it) finds neither.
+    margin = region_colours(png, 0, y, max(x - 2, 1), h)
+    assert margin[_hex(border)] == 0 and margin[_hex(fill)] == 0
 
 
 @pytest.mark.chromium
@@ -301,7 +370,7 @@ def test_reconciliation_block_shows_the_worked_example_of_docs_report(con, tmp_p
     assert cell("= charged to accounts (invoice version 1)") == "21.00"
     assert cell("+ unallocated line (charged to nobody)") == "12.00"
     assert cell("+ difference") == "-5.00"
-    assert cell("difference = allocated (sinfo) priced") == "16.00"
+    assert cell("= allocated in sinfo snapshots, priced") == "16.00"
     assert cell("− usage charged (invoice less spread capacity)") == "21.00"
     assert row(page, "gpu", "rates")[1:5] == ["h100", "2.0000", "billing.rates.h100", "rate"]
     assert row(page, "TOTAL", "capacity")[2:4] == ["14.0", "8.0"]
