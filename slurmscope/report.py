@@ -504,7 +504,8 @@ def _esc(s: object) -> str:
 
 
 def nice_ticks(peak: float, target: int = 5) -> list[float]:
-    """Axis ticks from 0 at a round step (1, 2, 2.5 or 5 × 10^k) whose last tick is at or above `peak`."""
+    """Axis ticks from 0 at a round step (1, 2, 2.5 or 5 × 10^k) whose last tick is at or above `peak`: the
+    "nice numbers" of P. Heckbert, Nice Numbers for Graph Labels, Graphics Gems (1990), with 2.5 added."""
     if not peak or peak <= 0 or not math.isfinite(peak):
         return [0.0, 1.0]
     raw = peak / target
@@ -515,7 +516,8 @@ def nice_ticks(peak: float, target: int = 5) -> list[float]:
 
 
 def _tick_label(v: float, step: float) -> str:
-    decimals = 0 if float(step).is_integer() else max(0, -math.floor(math.log10(step)) + 1)
+    """As many decimals as the step needs (2.5 → one, 0.25 → two, 100 → none)."""
+    decimals = next(d for d in range(7) if abs(step * 10**d - round(step * 10**d)) < 1e-9 or d == 6)
     return f"{v:,.{decimals}f}"
 
 
