@@ -23,7 +23,6 @@ from slurmscope.pipelines.calendar import (
     day_starts,
     epoch_us,
     local_date,
-    local_day,
     lookup,
 )
 from slurmscope.pipelines.common import (
@@ -883,16 +882,19 @@ def unallocated_monthly(
     return pl.concat([ensure_columns(f, UNALLOCATED_SCHEMA) for f in (old, new)], how="vertical")
 
 
-def capacity(node_states: pl.LazyFrame, params: Params) -> pl.LazyFrame:
+def capacity(
+    node_states: pl.LazyFrame, params: Params, intervals: pl.LazyFrame | None = None
+) -> pl.LazyFrame:
     """mart_capacity_daily: GPU-seconds and cost of capacity and its four parts; cents by largest remainder
     within each row, so allocated + idle + down + reserved equals capacity to the cent.
 
     sinfo snapshots every node at once, so the nodes of a partition and model share their intervals: their
-    GPUs are summed per interval before the day split (~1,000 intervals per snapshot time down to a few)."""
+    GPUs are summed per interval before the day split (~1,000 intervals per snapshot time down to a few).
+    `intervals`: node_intervals of `node_states`, when the caller has them (the reconciliation reads them too)."""
     billing = params.billing
     counts = ["total", *CAPACITY_PARTS, "powered_down"]
     iv = (
-        node_intervals(node_states, params)
+        (node_intervals(node_states, params) if intervals is None else intervals)
         .with_columns(
             *clip_interval("snapshot_time", "until", params.start, params.now),
             # Powered-off GPUs (slurm_states.NODE_GPUS_POWERED_DOWN_FLAGS) are neither idle nor capacity.
@@ -1169,34 +1171,61 @@ def rates_daily(cap: pl.LazyFrame, d: pl.LazyFrame, params: Params) -> pl.LazyFr
     return ensure_columns(out.join(price_entries(billing), on="price_key", how="left"), RATE_SCHEMA)
 
 
-def day_pieces(lf: pl.LazyFrame, start: str, end: str, tz: str) -> pl.LazyFrame:
-    """split_calendar that keeps each piece's own bounds: one row per (row, billing day it overlaps) with
-    `day` and the piece [_ps, _pe)."""
-    s, e = pl.col(start), pl.col(end)
-    lf = lf.filter(s.is_not_null() & e.is_not_null() & (e > s)).with_columns(
-        pl.date_ranges(local_day(s, tz), local_day(e - pl.duration(microseconds=1), tz), "1d").alias("day")
+def node_pieces(
+    node_states: pl.LazyFrame, params: Params, intervals: pl.LazyFrame | None = None
+) -> pl.LazyFrame:
+    """The capacity rows' node intervals (node_intervals, clipped to the window) cut at billing-day bounds:
+    (day, node, allocated, ps, pe), the piece [ps, pe) in epoch microseconds. Most intervals lie in one day and
+    are not exploded; day bounds come from a table of the window's days, as in day_gpu_microseconds."""
+    tz, now = params.tz, params.now
+    first = local_date(params.start, tz) - timedelta(days=1)
+    table = day_bounds(first, local_date(now, tz) + timedelta(days=1), tz)
+    origin = (first - date(1970, 1, 1)).days
+    days = billing_days(node_states, "snapshot_time", params)
+
+    def at(day: pl.Expr, column: str) -> pl.Expr:
+        return pl.lit(table[column]).gather(day.cast(pl.Int32) - origin)
+
+    iv = (
+        (node_intervals(node_states, params) if intervals is None else intervals)
+        .with_columns(clip_interval("snapshot_time", "until", params.start, now))
+        .filter(pl.col("until") > pl.col("snapshot_time"))
+        .select(
+            "node",
+            pl.col("allocated").cast(pl.Int64),
+            pl.col("snapshot_time").dt.epoch("us").alias("s"),
+            pl.col("until").dt.epoch("us").alias("e"),
+        )
+        .with_columns(days.day(pl.col("s")).alias("day"), days.day(pl.col("e") - 1).alias("_last"))
     )
-    lf = lf.explode("day")
-    bounds = lf.select(pl.col("day").unique()).with_columns(
-        day_start(pl.col("day"), tz).alias("_ds"),
-        day_start(pl.col("day").dt.offset_by("1d"), tz).alias("_de"),
+    single = iv.filter(pl.col("day") == pl.col("_last")).select(
+        "day", "node", "allocated", pl.col("s").alias("ps"), pl.col("e").alias("pe")
     )
-    return (
-        lf.join(bounds, on="day", how="left")
-        .with_columns(pl.max_horizontal(s, "_ds").alias("_ps"), pl.min_horizontal(e, "_de").alias("_pe"))
-        .filter(pl.col("_pe") > pl.col("_ps"))
-        .drop("_ds", "_de")
+    multi = (
+        iv.filter(pl.col("day") != pl.col("_last"))
+        .with_columns(pl.date_ranges("day", "_last", "1d").alias("day"))
+        .explode("day")
+        .select(
+            "day",
+            "node",
+            "allocated",
+            pl.max_horizontal("s", at(pl.col("day"), "_ps")).alias("ps"),
+            pl.min_horizontal("e", at(pl.col("day"), "_pe")).alias("pe"),
+        )
+        .filter(pl.col("pe") > pl.col("ps"))
     )
+    return pl.concat([single, multi], how="vertical").filter(pl.col("day") >= pl.lit(params.start_date))
 
 
-def node_gpu_levels(jobs: pl.LazyFrame, params: Params) -> pl.LazyFrame:
-    """Per node, the step function of the GPUs sacct says attempts held there: (node, t, level, before) at
-    each change, `t` epoch microseconds, `level` the GPUs held from t to the next change and `before` the
-    GPU-microseconds held on the node before t (integers: a difference of two is exact whatever the window).
+def node_gpu_levels(jobs: pl.LazyFrame, params: Params) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """Per node, the step function of the GPUs sacct says attempts held there: (levels, names). `levels` has
+    (nk, t, level, before) at each change, `nk` the node's number in `names` (node, nk), `t` epoch
+    microseconds, `level` the GPUs held from t to the next change and `before` the GPU-microseconds held on
+    the node before t (integers: a difference of two is exact whatever the window).
 
     An attempt's GPUs are spread over the nodes of its NodeList as Slurm's --gpus-per-node jobs are, evenly,
     the first nodes taking one more when they do not divide (sacct records the job's total only). Attempts
-    without a NodeList are on no node."""
+    without a NodeList are on no node. Hostlists are expanded once per distinct NodeList."""
     if "node_list" not in jobs.collect_schema().names():
         jobs = jobs.with_columns(pl.lit(None, dtype=pl.String).alias("node_list"))
     a = (
@@ -1222,35 +1251,43 @@ def node_gpu_levels(jobs: pl.LazyFrame, params: Params) -> pl.LazyFrame:
         .filter(pl.col("_n") > 0)
         .with_columns(pl.int_ranges(0, pl.col("_n")).alias("_k"))
         .explode("node", "_k")
+        .cache()
     )
-    per_node = a.join(lists, on="node_list").with_columns(
+    names = lists.select(pl.col("node").unique().sort()).with_row_index("nk")
+    per_node = a.join(lists.join(names, on="node"), on="node_list").with_columns(
         (
             pl.col("gpus") // pl.col("_n") + (pl.col("_k") < pl.col("gpus") % pl.col("_n")).cast(pl.Int64)
         ).alias("g")
     )
+    # Sorted by time only (one key sorts far faster than node and time), each node's running sums are
+    # windows over its rows in that order. Several changes at one instant need no merging: the as-of join
+    # takes the last row at or before an instant, after all of them, and the rows between add no area.
     steps = (
         pl.concat(
             [
-                per_node.select("node", pl.col("s").alias("t"), "g"),
-                per_node.select("node", pl.col("e").alias("t"), -pl.col("g")),
+                per_node.select("nk", pl.col("s").alias("t"), "g"),
+                per_node.select("nk", pl.col("e").alias("t"), -pl.col("g")),
             ],
             how="vertical",
         )
-        .group_by("node", "t")
-        .agg(pl.col("g").sum())
-        .sort("node", "t")
-        .with_columns(pl.col("g").cum_sum().over("node").alias("level"))
+        .sort("t")
+        .with_columns(pl.col("g").cum_sum().over("nk").alias("level"))
     )
-    area = pl.col("level") * (pl.col("t").shift(-1).over("node") - pl.col("t")).fill_null(0)
-    return (
+    area = pl.col("level") * (pl.col("t").shift(-1).over("nk") - pl.col("t")).fill_null(0)
+    levels = (
         steps.with_columns(area.alias("_area"))
-        .with_columns((pl.col("_area").cum_sum().over("node") - pl.col("_area")).alias("before"))
-        .select("node", "t", "level", "before")
+        .with_columns((pl.col("_area").cum_sum().over("nk") - pl.col("_area")).alias("before"))
+        .select("nk", "t", "level", "before")
     )
+    return levels, names
 
 
 def reconciliation_daily(
-    node_states: pl.LazyFrame, jobs: pl.LazyFrame, d: pl.LazyFrame, params: Params
+    node_states: pl.LazyFrame,
+    jobs: pl.LazyFrame,
+    d: pl.LazyFrame,
+    params: Params,
+    intervals: pl.LazyFrame | None = None,
 ) -> pl.LazyFrame:
     """mart_cost_reconciliation_daily: per billing day, the GPU-seconds sinfo snapshots show allocated (as
     mart_capacity_daily counts them) against those sacct attempts are charged (mart_cost_daily), and the
@@ -1259,73 +1296,46 @@ def reconciliation_daily(
     allocated − charged = unrecorded − unseen + sampling − gap.
 
     Each snapshot stands for its node over an interval, cut at billing-day bounds into pieces [ps, pe) with
-    the snapshot's allocated GPUs A. J is the GPUs sacct attempts held on the node at the piece's sample
-    instant q (the snapshot's time, or ps for the later pieces of an interval that crosses midnight) and C
-    the GPU-seconds they held in the piece (node_gpu_levels). Per piece: unrecorded = max(A − J, 0) × (pe − ps)
-    (sinfo showed GPUs allocated that no sacct attempt held: an attempt not yet in accounting, MIG slices,
-    GPUs outside accounting); unseen = max(J − A, 0) × (pe − ps) (attempts held GPUs sinfo did not show
-    allocated); sampling = J × (pe − ps) − C (a snapshot stands until the next: attempts that started or
-    ended in between). gap = charged − Σ C: GPU-seconds charged while no snapshot covered the node
-    (snapshot gaps longer than pipelines.node_snapshot_max_gap_seconds, nodes sinfo never listed, attempts
-    without a NodeList). Sums are integer GPU-microseconds."""
-    tz, now = params.tz, params.now
-    iv = (
-        node_intervals(node_states, params)
-        .with_columns(pl.col("snapshot_time").alias("_snap"))
-        .with_columns(clip_interval("snapshot_time", "until", params.start, now))
-        .select("node", pl.col("allocated").cast(pl.Int64), "_snap", "snapshot_time", "until")
-    )
-    pieces = (
-        day_pieces(iv, "snapshot_time", "until", tz)
-        .filter(pl.col("day") >= pl.lit(params.start_date))
-        .select(
-            "day",
-            "node",
-            "allocated",
-            pl.col("_ps").dt.epoch("us").alias("ps"),
-            pl.col("_pe").dt.epoch("us").alias("pe"),
-            pl.max_horizontal("_snap", "_ps").dt.epoch("us").alias("q"),
+    the snapshot's allocated GPUs A (node_pieces). J is the GPUs sacct attempts held on the node at ps (the
+    snapshot's time, or midnight for the later pieces of an interval that crosses it, so a day never depends
+    on the day before) and C the GPU-seconds they held in the piece (node_gpu_levels). Per piece:
+    unrecorded = max(A − J, 0) × (pe − ps) (sinfo showed GPUs allocated that no sacct attempt held: an attempt
+    not yet in accounting, MIG slices, GPUs outside accounting); unseen = max(J − A, 0) × (pe − ps) (attempts
+    held GPUs sinfo did not show allocated); sampling = J × (pe − ps) − C (a snapshot stands until the next:
+    attempts that started or ended in between). gap = charged − Σ C: GPU-seconds charged while no snapshot
+    covered the node (snapshot gaps longer than pipelines.node_snapshot_max_gap_seconds, nodes sinfo never
+    listed, attempts without a NodeList). Sums are integer GPU-microseconds."""
+    levels, names = node_gpu_levels(jobs, params)
+    levels = levels.rename({"t": "t0"})  # sorted by time
+
+    def value_at(lf: pl.LazyFrame, column: str, level: str, integral: str) -> pl.LazyFrame:
+        """The level and the integral of node_gpu_levels' step function at the instants `column`."""
+        return (
+            lf.sort(column)
+            .join_asof(
+                levels, left_on=column, right_on="t0", by="nk", strategy="backward", check_sortedness=False
+            )
+            .with_columns(
+                pl.col("level").fill_null(0).alias(level),
+                (pl.col("before") + pl.col("level") * (pl.col(column) - pl.col("t0")))
+                .fill_null(0)
+                .alias(integral),
+            )
+            .drop("level", "before", "t0")
         )
-    )
-    levels = node_gpu_levels(jobs, params)
-    asks = pl.concat(
-        [pieces.select("node", "ps", pl.lit(w).alias("_w"), pl.col(w).alias("t")) for w in ("ps", "pe", "q")],
-        how="vertical",
-    )
-    at = (
-        asks.sort("t")
-        .join_asof(
-            levels.rename({"t": "t0"}).sort("t0"),
-            left_on="t",
-            right_on="t0",
-            by="node",
-            strategy="backward",
-            check_sortedness=False,
-        )
-        .with_columns(
-            pl.col("level").fill_null(0),
-            (pl.col("before") + pl.col("level") * (pl.col("t") - pl.col("t0"))).fill_null(0).alias("_f"),
-        )
-        .group_by("node", "ps")
-        .agg(
-            pl.col("_f").filter(pl.col("_w") == "ps").first().alias("f_ps"),
-            pl.col("_f").filter(pl.col("_w") == "pe").first().alias("f_pe"),
-            pl.col("level").filter(pl.col("_w") == "q").first().alias("j"),
-        )
-    )
+
+    # A node no attempt ran on has no number: no level, so J and C are 0.
+    pieces = node_pieces(node_states, params, intervals).join(names, on="node", how="left")
+    pieces = value_at(value_at(pieces, "ps", "j", "f_ps"), "pe", "_j_pe", "f_pe")
     span = pl.col("pe") - pl.col("ps")
     a, j = pl.col("allocated"), pl.col("j")
     covered = pl.col("f_pe") - pl.col("f_ps")
-    per_day = (
-        pieces.join(at, on=["node", "ps"])
-        .group_by("day")
-        .agg(
-            (a * span).sum().alias("allocated"),
-            ((a - j).clip(lower_bound=0) * span).sum().alias("unrecorded"),
-            ((j - a).clip(lower_bound=0) * span).sum().alias("unseen"),
-            (j * span - covered).sum().alias("sampling"),
-            covered.sum().alias("_covered"),
-        )
+    per_day = pieces.group_by("day").agg(
+        (a * span).sum().alias("allocated"),
+        ((a - j).clip(lower_bound=0) * span).sum().alias("unrecorded"),
+        ((j - a).clip(lower_bound=0) * span).sum().alias("unseen"),
+        (j * span - covered).sum().alias("sampling"),
+        covered.sum().alias("_covered"),
     )
     charged = d.group_by("day").agg(
         (pl.col("gpu_seconds") * 1e6).round().cast(pl.Int64).sum().alias("charged")
@@ -1475,7 +1485,8 @@ def _frame(frames: dict[str, pl.LazyFrame], name: str, schema: dict[str, pl.Data
 def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.LazyFrame]:
     # Capacity feeds its mart and the spread of every daily row; the daily rows feed four marts: cached, so
     # the one collect computes each once (without, the spread made the cost pipeline ~10x slower).
-    cap = capacity(frames["node_states"], params).cache()
+    intervals = node_intervals(frames["node_states"], params).cache()
+    cap = capacity(frames["node_states"], params, intervals).cache()
     pools = unallocated_pools(cap)
     res_schema = {"name": pl.String, "start_time": UTC_DT, "end_time": UTC_DT}
     res_schema |= {"node_list": pl.String, "accounts": pl.String}
@@ -1538,7 +1549,7 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
     unallocated = unallocated_monthly(
         month_days, month_pools, prev_unallocated, frames["prev_monthly"], params, month_res
     ).cache()
-    recon = reconciliation_daily(frames["node_states"], frames["jobs"], d, params).cache()
+    recon = reconciliation_daily(frames["node_states"], frames["jobs"], d, params, intervals).cache()
     recon_before = _frame(frames, "reconciliation_month_before", RECONCILIATION_DAILY_SCHEMA)
     month_recon = pl.concat(
         [ensure_columns(recon_before, RECONCILIATION_DAILY_SCHEMA), recon], how="vertical"
