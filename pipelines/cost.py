@@ -7,8 +7,10 @@ frozen and only a listed re-issue adds a new version. An attempt pays its GPUs o
 "billing_tres", the GPU-equivalents of its billing TRES. Unallocated capacity is the unallocated line or,
 with billing.idle_cost = "spread", charged within its partition and GPU model by cost (down only with
 billing.bill_down, a reservation's reserved GPUs to its accounts); powered-off nodes are not capacity. NVML
-samples give the usage-weighted view (allocated-but-idle dollars, cost per useful GPU-hour, energy).
-docs/pipelines.md#cost has the formulas and worked examples.
+samples give the usage-weighted view (allocated-but-idle dollars, cost per useful GPU-hour, energy). For a
+report finance can audit, the rates applied, sinfo's allocation reconciled with sacct's charges (the difference
+in named causes) and waste by the day attempts ended are marts too. docs/pipelines.md#cost has the formulas
+and worked examples.
 """
 
 from __future__ import annotations

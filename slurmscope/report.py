@@ -1369,6 +1369,10 @@ def _reliability_section(d: ReportData) -> str:
             ["top failing node", "faults", "GPU-hours lost"],
             [[n["node"], n["faults"], _fmt(n["gpu_hours_lost"])] for n in d.top_nodes],
         ),
+        _note(
+            "sacct: attempts that ended in the month (mart_job_outcomes_daily, mart_requeues_daily); faults "
+            "from node events and the attempts they ended (mart_fault_impact)."
+        ),
     )
 
 
