@@ -75,8 +75,9 @@ class ReportData:
     wait_trend: list[dict] = field(default_factory=list)
     backfill: list[dict] = field(default_factory=list)
     fairshare: list[dict] = field(default_factory=list)
-    used_gpu_hours: float | None = None  # useful (utilisation-weighted) GPU-hours the NVML agents sampled
+    used_gpu_hours: float | None = None  # useful (activity-weighted) GPU-hours the NVML agents sampled
     sampled_allocated_gpu_hours: float | None = None
+    gpm_gpu_hours: float | None = None  # of the sampled ones, those whose activity is GPM SM activity
     version: int | None = None
     spread_cost_usd: Decimal = Decimal(0)  # unallocated capacity in the charges (billing.idle_cost = spread)
     unallocated_cost_usd: Decimal | None = None  # capacity dollars charged to nobody (the unallocated line)
@@ -244,7 +245,8 @@ def collect_data(con: duckdb.DuckDBPyConnection, cluster: str, month: date) -> R
         [cluster, month, nxt],
     )
     if _has_table(con, "mart_cost_efficiency_daily"):
-        # The cost pipeline's usage-weighted view: useful = held seconds x NVML utilisation, where sampled.
+        # The cost pipeline's usage-weighted view: useful = held seconds x activity, where sampled (SM activity
+        # where the agents read GPM, GPU_UTIL elsewhere).
         eff = {
             r["account"]: r
             for r in _rows(
@@ -252,6 +254,7 @@ def collect_data(con: duckdb.DuckDBPyConnection, cluster: str, month: date) -> R
                 """
             SELECT account, sum(sampled_gpu_seconds) / 3600 AS sampled_gpu_hours,
                    sum(useful_gpu_seconds) / 3600 AS useful_gpu_hours,
+                   sum(gpm_gpu_seconds) / 3600 AS gpm_gpu_hours,
                    sum(idle_gpu_seconds) / 3600 AS idle_gpu_hours, sum(idle_cost_usd) AS idle_cost_usd,
                    sum(energy_kwh) AS energy_kwh, sum(energy_cost_usd) AS energy_cost_usd
             FROM mart_cost_efficiency_daily WHERE cluster = ? AND day >= ? AND day < ? GROUP BY ALL""",
@@ -268,6 +271,7 @@ def collect_data(con: duckdb.DuckDBPyConnection, cluster: str, month: date) -> R
         if sampled > 0:
             d.sampled_allocated_gpu_hours = sampled
             d.used_gpu_hours = sum(r["useful_gpu_hours"] or 0 for r in eff.values())
+            d.gpm_gpu_hours = sum(r["gpm_gpu_hours"] or 0 for r in eff.values())
     d.outcomes = _rows(
         con,
         """
@@ -565,6 +569,13 @@ def write_csvs(d: ReportData, out: Path, users_out: list[dict]) -> list[Path]:
     return written
 
 
+def _activity_split(d: ReportData) -> str:
+    if d.sampled_allocated_gpu_hours is None:
+        return "–"
+    gpm = d.gpm_gpu_hours or 0.0
+    return f"{_fmt(gpm)} / {_fmt(d.sampled_allocated_gpu_hours - gpm)}"
+
+
 def _table(headers: list[str], rows: list[list[object]]) -> str:
     head = "".join(f"<th>{_esc(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in r) + "</tr>" for r in rows)
@@ -633,10 +644,14 @@ def render_html(d: ReportData, users_out: list[dict]) -> str:
                 ["GPU-hours available (capacity)", _fmt(t["capacity_gpu_hours"])],
                 ["GPU-hours allocated", _fmt(t["allocated_gpu_hours"])],
                 [
-                    "Useful GPU-hours (held x NVML utilisation) / allocated GPU-hours sampled by NVML",
+                    "Useful GPU-hours (held x activity) / allocated GPU-hours sampled by NVML",
                     "–"
                     if t["used_gpu_hours"] is None
                     else f"{_fmt(t['used_gpu_hours'])} / {_fmt(t['sampled_allocated_gpu_hours'])}",
+                ],
+                [
+                    "Activity measured by: GPM SM activity / GPU_UTIL (no GPM), sampled GPU-hours",
+                    _activity_split(d),
                 ],
                 [
                     "Useful share of allocated GPU time (NVML sample)",
