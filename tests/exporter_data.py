@@ -66,6 +66,8 @@ EXPECTED_FIRING = EXPECTED_ALERTS - {
     "GpuCountMismatch",
 }
 QUIET_ALERTS = {
+    "GpuNvlinkErrors",
+    "GpuResetPending",
     "SlurmControllerUnreachable",
     "SlurmAccountBudgetSpent",
     "SlurmAccountBudgetForecastOver",
