@@ -461,15 +461,21 @@ def _sample_merge_sql() -> str:
 
 
 _LINK_COLS = ["cluster"] + list(SCHEMAS["gpu_nvlink_errors"])
-_LINK_MERGE_SQL = (
-    f"INSERT INTO gpu_nvlink_errors ({', '.join(_LINK_COLS)}) SELECT {', '.join(_LINK_COLS)} FROM _nvml_links "  # noqa: S608 - column lists are module constants (SCHEMAS)
-    "ON CONFLICT (cluster, node, gpu_uuid, minute, link) DO UPDATE SET "
-    + ", ".join(
+
+
+def _link_merge_sql() -> str:
+    """A link's minute seen again (an agent restart split it): the rises add."""
+    sets = [
         f"{c}_delta = CASE WHEN {c}_delta IS NULL AND excluded.{c}_delta IS NULL THEN NULL "
         f"ELSE coalesce({c}_delta, 0) + coalesce(excluded.{c}_delta, 0) END"
         for c in NVLINK_COUNTERS
+    ]
+    cols = ", ".join(_LINK_COLS)
+    return (
+        f"INSERT INTO gpu_nvlink_errors ({cols}) SELECT {cols} FROM _nvml_links "  # noqa: S608 - column lists are module constants (SCHEMAS)
+        "ON CONFLICT (cluster, node, gpu_uuid, minute, link) DO UPDATE SET " + ", ".join(sets)
     )
-)
+
 
 _JOB_COLS = ["cluster"] + list(SCHEMAS["gpu_jobs"])
 _JOB_MERGE_SQL = (
@@ -539,7 +545,7 @@ def ingest_bytes(
         if jobs is not None:
             _merge(c, "_nvml_jobs", _JOB_MERGE_SQL, jobs.with_columns(pl.lit(cluster).alias("cluster")))
         if links is not None:
-            _merge(c, "_nvml_links", _LINK_MERGE_SQL, links.with_columns(pl.lit(cluster).alias("cluster")))
+            _merge(c, "_nvml_links", _link_merge_sql(), links.with_columns(pl.lit(cluster).alias("cluster")))
         if ps.node is not None:
             c.execute(
                 "INSERT INTO spool_files (cluster, node, file_name, sha256, rows) VALUES (?, ?, ?, ?, ?)",
