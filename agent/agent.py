@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 XID_DEDUP_SECONDS = 10.0
 
 # pynvml's names for the spool's NVLink counters, violation policies and GPM metrics, in the order of
-# slurmscope/spool.py's NVLINK_COUNTERS, VIOLATION_POLICIES and GPM_FIELDS (tests/agent/test_agent.py checks).
+# slurmscope/spool.py's NVLINK_COUNTERS, VIOLATION_POLICIES and GPM_FIELDS (tests/agent/test_agent_counters.py checks).
 NVLINK_COUNTER_IDS = {
     "crc_flit": "NVML_NVLINK_ERROR_DL_CRC_FLIT",
     "crc_data": "NVML_NVLINK_ERROR_DL_CRC_DATA",

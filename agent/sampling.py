@@ -41,9 +41,8 @@ class Reading:
     mem_clock: float | None = None
     reasons: int | None = None
     pcie_replay: int | None = None
-    gpm: dict[str, float] | None = (
-        None  # GPM percent by GPM_FIELDS name, over the time since the last reading
-    )
+    # GPM percent by GPM_FIELDS name, over the time since the previous reading
+    gpm: dict[str, float] | None = None
     # slow fields (read every slow interval)
     ecc_corr_vol: int | None = None
     ecc_unc_vol: int | None = None
