@@ -301,7 +301,7 @@ _ALERTS: tuple[Alert | str, ...] = (
             t.EVENT_WINDOW,
             "cluster, node, gpu",
         )
-        + " or (max by (cluster, node, gpu) (rate(slurmscope_gpu_nvlink_errors_total{source=\"central\","
+        + ' or (max by (cluster, node, gpu) (rate(slurmscope_gpu_nvlink_errors_total{source="central",'
         f' counter=~"crc_flit|crc_data"}}[{t.NVLINK_CRC_WINDOW}])) >= {t.NVLINK_CRC_PER_SECOND})',
         t.EVENT_FOR,
         "critical",
