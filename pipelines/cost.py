@@ -29,6 +29,8 @@ from slurmscope.pipelines.calendar import (
 )
 from slurmscope.pipelines.common import (
     NODE_STATES_SQL,
+    activity,
+    activity_sources,
     attribute_intervals,
     clip_interval,
     ensure_columns,
@@ -40,6 +42,7 @@ from slurmscope.pipelines.common import (
     split_buckets,
     split_calendar,
     usage_interval,
+    with_columns_of,
     with_rate,
     with_requeued,
 )
@@ -128,8 +131,9 @@ INPUTS: dict[str, str] = {
         WHERE cluster = $cluster AND coalesce(mig_instance, '') = '' AND interval_start < $end
           AND (interval_end IS NULL OR interval_end > $start)""",
     "gpu_samples": """
-        SELECT node, gpu_uuid, minute, util_gpu_mean, energy_joules, power_mean_watts FROM gpu_samples
-        WHERE cluster = $cluster AND minute >= $start AND minute < $end""",
+        SELECT node, gpu_uuid, minute, util_gpu_mean, energy_joules, power_mean_watts, sm_active_mean,
+               activity_source
+        FROM gpu_samples WHERE cluster = $cluster AND minute >= $start AND minute < $end""",
 }
 
 DAILY_SCHEMA = {
@@ -187,6 +191,8 @@ EFFICIENCY_SCHEMA = {
     "energy_joules": pl.Float64,
     "energy_kwh": pl.Float64,
     "energy_cost_usd": pl.Float64,
+    "gpm_gpu_seconds": pl.Float64,
+    "activity_source": pl.String,
 }
 UNALLOCATED_PARTS = ("idle", "down", "reserved")
 """Capacity minus allocation: what billing.idle_cost = "spread" may charge to the accounts (down only with
@@ -994,8 +1000,9 @@ def cost_efficiency(
     Each whole-GPU mapping interval (gpu_jobs) goes to its attempt (common.attribute_intervals), is
     clipped to [window start, now), cut into UTC minutes and joined to that GPU's minute sample. A sampled
     held second costs the attempt's $/GPU-hour / 3600; it is idle when the minute's mean utilisation is under
-    drift.idle_util_percent, and it counts util_gpu_mean / 100 of a useful second. Energy is the minute's
-    energy-counter delta (else its mean power × 60 s) × held / 60.
+    drift.idle_util_percent, and it counts activity / 100 of a useful second: SM activity where the agent read
+    GPM, else GPU_UTIL (common.activity; `gpm_gpu_seconds` and `activity_source` say which). Energy is the
+    minute's energy-counter delta (else its mean power × 60 s) × held / 60.
     """
     billing = params.billing
     threshold = float(params.drift.idle_util_percent)
@@ -1064,10 +1071,15 @@ def cost_efficiency(
             .sum()
             .alias("idle_cost_usd"),
             pl.when(sampled)
-            .then(pl.col("held") * pl.col("util_gpu_mean") / 100.0)
+            .then(pl.col("held") * activity() / 100.0)
             .otherwise(zero)
             .sum()
             .alias("useful_gpu_seconds"),
+            pl.when(sampled & (pl.col("activity_source") == "gpm"))
+            .then(pl.col("held"))
+            .otherwise(zero)
+            .sum()
+            .alias("gpm_gpu_seconds"),
             energy.fill_null(0.0).sum().alias("energy_joules"),
         )
     )
@@ -1084,6 +1096,7 @@ def cost_efficiency(
                 "idle_cost_usd",
                 "useful_gpu_seconds",
                 "energy_joules",
+                "gpm_gpu_seconds",
             ).fill_null(0.0)
         )
         .with_columns(
@@ -1095,6 +1108,9 @@ def cost_efficiency(
             .alias("cost_per_useful_gpu_hour"),
             (pl.col("energy_joules") / JOULES_PER_KWH).alias("energy_kwh"),
             energy_cost.alias("energy_cost_usd"),
+            activity_sources(pl.col("gpm_gpu_seconds"), pl.col("sampled_gpu_seconds")).alias(
+                "activity_source"
+            ),
         )
     )
     return ensure_columns(out.filter(pl.col("day") >= pl.lit(params.start_date)), EFFICIENCY_SCHEMA)
@@ -1536,9 +1552,8 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
             "interval_end": UTC_DT,
         },
     )
-    samples = _frame(
-        frames,
-        "gpu_samples",
+    samples = with_columns_of(  # an older caller's frame may lack the GPM columns: GPU_UTIL then
+        frames.get("gpu_samples"),
         {
             "node": pl.String,
             "gpu_uuid": pl.String,
@@ -1546,6 +1561,8 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
             "util_gpu_mean": pl.Float64,
             "energy_joules": pl.Float64,
             "power_mean_watts": pl.Float64,
+            "sm_active_mean": pl.Float64,
+            "activity_source": pl.String,
         },
     )
     unallocated = unallocated_monthly(

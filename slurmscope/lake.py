@@ -51,6 +51,7 @@ RAW_TABLES: dict[str, str] = {
     "sched_stats": "snapshot_time",
     "node_events": "time_start",
     "gpu_samples": "minute",
+    "gpu_nvlink_errors": "minute",
     "gpu_events": "event_time",
     "gpu_jobs": "interval_start",
 }

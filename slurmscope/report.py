@@ -99,7 +99,8 @@ class ReportData:
     fairshare: list[dict] = field(default_factory=list)  # account rows of the association tree, depth-first
     fairshare_source: str | None = None  # 'sshare' (Slurm's own figures) or 'computed'
     fairshare_as_of: datetime | None = None
-    used_gpu_hours: float | None = None  # useful (utilisation-weighted) GPU-hours the NVML agents sampled
+    used_gpu_hours: float | None = None  # useful (activity-weighted) GPU-hours the NVML agents sampled
+    gpm_gpu_hours: float | None = None  # of the sampled ones, those whose activity is GPM SM activity
     sampled_allocated_gpu_hours: float | None = None
     efficiency_charged_gpu_hours: float | None = None  # charged GPU-hours beside the NVML sample
     version: int | None = None
@@ -307,7 +308,8 @@ def _load_waste(con: duckdb.DuckDBPyConnection, d: ReportData) -> None:
         )
     if not _has_table(con, "mart_cost_efficiency_daily"):
         return
-    # The cost pipeline's usage-weighted view: useful = held seconds x NVML utilisation, where sampled.
+    # The cost pipeline's usage-weighted view: useful = held seconds x activity, where sampled (SM activity
+    # where the agents read GPM, GPU_UTIL elsewhere).
     eff = {
         r["account"]: r
         for r in _rows(
@@ -316,6 +318,7 @@ def _load_waste(con: duckdb.DuckDBPyConnection, d: ReportData) -> None:
         SELECT account, sum(gpu_seconds) / 3600 AS charged_gpu_hours,
                sum(sampled_gpu_seconds) / 3600 AS sampled_gpu_hours,
                sum(useful_gpu_seconds) / 3600 AS useful_gpu_hours,
+               sum(gpm_gpu_seconds) / 3600 AS gpm_gpu_hours,
                sum(idle_gpu_seconds) / 3600 AS idle_gpu_hours, sum(idle_cost_usd) AS idle_cost_usd,
                sum(energy_kwh) AS energy_kwh, sum(energy_cost_usd) AS energy_cost_usd
         FROM mart_cost_efficiency_daily WHERE cluster = ? AND day >= ? AND day < ? GROUP BY ALL""",
@@ -337,6 +340,7 @@ def _load_waste(con: duckdb.DuckDBPyConnection, d: ReportData) -> None:
     if sampled > 0:
         d.sampled_allocated_gpu_hours = sampled
         d.used_gpu_hours = sum(r["useful_gpu_hours"] or 0 for r in eff.values())
+        d.gpm_gpu_hours = sum(r["gpm_gpu_hours"] or 0 for r in eff.values())
         d.efficiency_charged_gpu_hours = sum(r["charged_gpu_hours"] or 0 for r in eff.values())
 
 
@@ -846,6 +850,13 @@ def _numeric(cell: object) -> bool:
     return isinstance(cell, (int, float, Decimal)) or bool(NUMERIC.match(str(cell)))
 
 
+def _activity_split(d: ReportData) -> str:
+    if d.sampled_allocated_gpu_hours is None:
+        return NO_DATA
+    gpm = d.gpm_gpu_hours or 0.0
+    return f"{_fmt(gpm)} / {_fmt(d.sampled_allocated_gpu_hours - gpm)}"
+
+
 def _table(
     headers: list[str],
     rows: list[list[object]],
@@ -933,10 +944,15 @@ def _totals_section(d: ReportData) -> str:
             else []
         ),
         [
-            "Useful GPU-hours (held x NVML utilisation) / allocated GPU-hours sampled by NVML",
+            "Useful GPU-hours (held x activity) / allocated GPU-hours sampled by NVML",
             NO_DATA
             if t["used_gpu_hours"] is None
             else f"{_fmt(t['used_gpu_hours'])} / {_fmt(t['sampled_allocated_gpu_hours'])}",
+            sample,
+        ],
+        [
+            "Activity measured by: GPM SM activity / GPU_UTIL (no GPM), sampled GPU-hours",
+            _activity_split(d),
             sample,
         ],
         ["Useful share of allocated GPU time", _pct(t["useful_share"], NO_DATA), sample],

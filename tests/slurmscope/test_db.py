@@ -269,6 +269,7 @@ SCHEMA_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "collectors.nvml.SCHEMAS['gpu_events']": ("gpu_events", MART),
     "collectors.nvml.SCHEMAS['gpu_jobs']": ("gpu_jobs", MART),
     "collectors.nvml.SCHEMAS['gpu_inventory']": ("gpu_inventory", MART),
+    "collectors.nvml.SCHEMAS['gpu_nvlink_errors']": ("gpu_nvlink_errors", MART),
     "collectors.ping.CONTROLLER_PINGS_SCHEMA": ("controller_pings", ()),
     "collectors.reservations.RESERVATIONS_SCHEMA": ("reservations", ()),
     "collectors.sdiag.SCHED_STATS_SCHEMA": ("sched_stats", ()),

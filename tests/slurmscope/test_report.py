@@ -291,25 +291,30 @@ def test_cost_per_useful_gpu_hour_scales_by_the_sampled_useful_share():
 
 
 def test_useful_share_idle_dollars_and_energy_come_from_the_cost_efficiency_mart(tmp_path):
-    from slurmscope.report import collect_data
+    from slurmscope.report import collect_data, render_html
 
     db = tmp_path / "r.duckdb"
     _seed(db)
     con = connect(db)
-    # day, account, charged s, $, sampled s, sampled $, idle s, idle $, useful s, share, $/useful h, J, kWh, $
-    for day, acct, sampled, useful, idle, kwh in (
-        (date(2026, 11, 1), "pretraining", 7200.0, 5400.0, 360.0, 2.0),
-        (date(2026, 11, 2), "vision", 3600.0, 1800.0, 1800.0, 0.5),
+    # day, account, charged s, $, sampled s, sampled $, idle s, idle $, useful s, share, $/useful h, J, kWh, $,
+    # GPM-measured s, activity source
+    for day, acct, sampled, useful, idle, kwh, gpm, source in (
+        (date(2026, 11, 1), "pretraining", 7200.0, 5400.0, 360.0, 2.0, 7200.0, "gpm"),
+        (date(2026, 11, 2), "vision", 3600.0, 1800.0, 1800.0, 0.5, 0.0, "gpu_util"),
     ):
         con.execute(
             "INSERT INTO mart_cost_efficiency_daily VALUES ('c1', ?, ?, 0, 0, ?, 0, ?, ?, ?, NULL, NULL,"
-            " ?, ?, ?)",
-            [day, acct, sampled, idle, idle / 1800, useful, kwh * 3.6e6, kwh, kwh * 0.2],
+            " ?, ?, ?, ?, ?)",
+            [day, acct, sampled, idle, idle / 1800, useful, kwh * 3.6e6, kwh, kwh * 0.2, gpm, source],
         )
     d = collect_data(con, "c1", date(2026, 11, 1))
     con.close()
     # useful 5400 + 1800 s over 7200 + 3600 s sampled: 2 h / 3 h
     assert (d.used_gpu_hours, d.sampled_allocated_gpu_hours) == pytest.approx((2.0, 3.0))
+    assert d.gpm_gpu_hours == pytest.approx(2.0)  # pretraining's 7200 s by GPM, vision's 3600 s by GPU_UTIL
+    assert "GPM SM activity / GPU_UTIL (no GPM), sampled GPU-hours</td><td>2.0 / 1.0" in render_html(
+        d, d.users
+    )
     assert d.totals["useful_share"] == pytest.approx(2 / 3)
     waste = {w["account"]: w for w in d.waste}
     assert waste["vision"]["alloc_idle_gpu_hours"] == pytest.approx(0.5)
@@ -419,7 +424,7 @@ def test_energy_without_a_price_is_not_configured_and_the_sample_says_its_covera
     # 2 kWh drawn, no electricity price (energy_cost_usd NULL). vision: nothing sampled.
     con.execute(
         "INSERT INTO mart_cost_efficiency_daily VALUES ('c1', '2026-11-01', 'pretraining', 600000, 0, 60000, 0,"
-        " 0, 0, 30000, 0.5, NULL, 7.2e6, 2.0, NULL)"
+        " 0, 0, 30000, 0.5, NULL, 7.2e6, 2.0, NULL, 0, 'gpu_util')"
     )
     d = collect_data(con, "c1", date(2026, 11, 1))
     con.close()
