@@ -139,6 +139,7 @@ def command(cfg: Config, *, start: datetime | None = None, end: datetime | None 
     """The live window query (COMMANDS.md): every user, every attempt, steps included, unit separator."""
     argv = [
         cfg.slurm_command("sacct"),
+        *cfg.slurm_cluster_args(),
         "--allusers",
         "--duplicates",
         "--parsable2",
@@ -157,6 +158,7 @@ def command_jobs(cfg: Config, job_ids: Iterable[str]) -> list[str]:
     """The same query by job id, for jobs a time window hides (held, dependency, future --begin)."""
     return [
         cfg.slurm_command("sacct"),
+        *cfg.slurm_cluster_args(),
         "--allusers",
         "--duplicates",
         "--parsable2",
