@@ -175,3 +175,8 @@ def test_commands_of_one_cluster_refuse_all(cluster_pair, command):
 def test_a_cluster_name_that_is_no_name_is_refused(cluster_pair):
     res = _run(cluster_pair, cluster_pair.combined, "--cluster", "../x", "status")
     assert res.exit_code == 2 and "expects a cluster name" in res.output
+
+
+def test_serve_refuses_a_cluster_the_file_does_not_list(cluster_pair):
+    res = _run(cluster_pair, cluster_pair.combined, "--cluster", "gamma", "serve", "--port", "1")
+    assert res.exit_code == 2 and "cluster 'gamma' is not in [[clusters]]" in res.output
