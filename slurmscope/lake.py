@@ -217,7 +217,9 @@ def _write_atomic(target: Target, rel: str, payload: bytes) -> None:
 
 def write_manifest(target: Target, manifest: dict) -> None:
     manifest["partitions"].sort(key=lambda p: (p["table"], p["cluster"], p["month"]))
-    payload = json.dumps(manifest, indent=1, sort_keys=True).encode() + b"\n"
+    # No indent: json's C encoder only runs without one, and the manifest is rewritten after every partition
+    # (4,400 entries for 10 clusters × a year: 25 ms a write indented, 8 ms not; benchmarks/multicluster.py).
+    payload = json.dumps(manifest, sort_keys=True).encode() + b"\n"
     _write_atomic(target, MANIFEST, payload)
 
 
