@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+import pytest
 from slurmscope.collectors.registry import active
 
 from slurmscope.config import load_config
 from slurmscope.scheduler import Service, build_scheduler
+from tests.collectors.test_collect_clusters import site  # noqa: F401  (the two-cluster fake site)
 
 TWO = """\
 [slurm]
@@ -125,3 +127,62 @@ def test_missed_report_is_per_cluster(tmp_path):
     jobs = _jobs(service, {"sacct": 300})
     assert jobs["report-catch-up@alpha"].args == ("2026-10",)
     assert "report-catch-up@beta" not in jobs
+
+
+@pytest.mark.slow
+def test_serve_collects_both_clusters_and_serves_both_in_one_metrics_body(site):  # noqa: F811 - the fixture
+    """A real `serve` on the two-cluster site of tests/collectors/test_collect_clusters.py (a fake client
+    answering per cluster with the 22.05 captures): both clusters' collectors run and /metrics has both."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    tmp_path, config, _log = site
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config.write_text(f"[exporter]\nport = {port}\n" + config.read_text())
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "slurmscope.cli",
+            "--config",
+            str(config),
+            "--db",
+            str(tmp_path / "s.duckdb"),
+            "serve",
+        ],
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    want = [
+        f'slurmscope_collector_success{{cluster="{c}",collector="{k}"}} 1.0'
+        for c in ("alpha", "beta")
+        for k in ("sinfo", "sacct", "sshare")
+    ]
+    body = ""
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                    body = r.read().decode()
+                if all(w in body for w in want):
+                    break
+            except OSError:
+                pass
+            time.sleep(1)
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+    missing = [w for w in want if w not in body]
+    assert not missing, missing
+    assert 'slurmscope_controller_up{cluster="alpha"' in body
+    assert 'slurmscope_controller_up{cluster="beta"' not in body  # no ping for a cluster reached by -M
+    assert 'slurmscope_nodes{cluster="alpha"' in body and 'slurmscope_nodes{cluster="beta"' in body
