@@ -117,6 +117,8 @@ class Service:
                 o.rows,
                 o.error or "",
             )
+            if o.warning:
+                log.warning("collector %s of %s: %s", o.collector, cfg.cluster, o.warning)
             # New rows from a collector that feeds the marts: the pipelines run incrementally next.
             if o.status == "ok" and collector(o.collector).feeds_pipelines and o.rows:
                 self.dirty.add(cfg.cluster)
