@@ -180,3 +180,36 @@ def test_a_cluster_name_that_is_no_name_is_refused(cluster_pair):
 def test_serve_refuses_a_cluster_the_file_does_not_list(cluster_pair):
     res = _run(cluster_pair, cluster_pair.combined, "--cluster", "gamma", "serve", "--port", "1")
     assert res.exit_code == 2 and "cluster 'gamma' is not in [[clusters]]" in res.output
+
+
+def test_a_configured_cluster_without_data_is_named_and_the_others_still_run(cluster_pair, tmp_path):
+    """A cluster just added to [[clusters]], nothing collected yet: `pipelines run --cluster all` names it
+    with the clusters the database holds, runs the two others, and exits 1."""
+    config = tmp_path / "s.toml"
+    config.write_text(cluster_pair.config_path.read_text() + '\n[[clusters]]\nname = "gamma"\n')
+    db = tmp_path / "x.duckdb"
+    shutil.copyfile(cluster_pair.combined, db)
+    res = CliRunner().invoke(
+        main,
+        [
+            "--config",
+            str(config),
+            "--db",
+            str(db),
+            "--cluster",
+            "all",
+            "pipelines",
+            "run",
+            "--only",
+            "backfill",
+            "--now",
+            cluster_pair.now.isoformat(),
+        ],
+    )
+    assert res.exit_code == 1
+    assert (
+        "no jobs for cluster 'gamma'" in res.output and "'simcluster'" in res.output and "'b'" in res.output
+    )
+    assert [line.split(":")[0] for line in res.output.splitlines() if "mart_backfill_daily" in line] == list(
+        NAMES
+    )
