@@ -454,6 +454,9 @@ def parse_cpu_time(s: str | None) -> float | None:
     return float(whole) + (int(frac) / 10 ** len(frac) if frac else 0.0)
 
 
+_BIGINT_MAX = 2**63 - 1
+
+
 def parse_size_bytes(s: str | None) -> int | None:
     """Bytes of a usage size as sacct prints it (MaxRSS, AveRSS, the sizes of TRESUsageIn*); None when empty.
 
@@ -469,8 +472,10 @@ def parse_size_bytes(s: str | None) -> int | None:
     m = _SIZE_VALUE.match(s)
     if not m:
         raise ValueError(f"not a size as sacct prints it: {s!r}")
-    value = float(m.group(1)) * float(1024 ** _UNIT_POWER[m.group(2)])
-    return int(math.floor(value + 0.5))
+    value = int(math.floor(float(m.group(1)) * float(1024 ** _UNIT_POWER[m.group(2)]) + 0.5))
+    if value > _BIGINT_MAX:
+        raise ValueError(f"size beyond a BIGINT of bytes: {s!r}")
+    return value
 
 
 def parse_tres_usage(s: str | None) -> dict[str, float]:

@@ -181,6 +181,7 @@ def command(cfg: Config, *, start: datetime | None = None, end: datetime | None 
     """The live window query (COMMANDS.md): every user, every attempt, steps included, unit separator."""
     argv = [
         cfg.slurm_command("sacct"),
+        *cfg.slurm_cluster_args(),
         "--allusers",
         "--duplicates",
         "--parsable2",
@@ -199,6 +200,7 @@ def command_jobs(cfg: Config, job_ids: Iterable[str]) -> list[str]:
     """The same query by job id, for jobs a time window hides (held, dependency, future --begin)."""
     return [
         cfg.slurm_command("sacct"),
+        *cfg.slurm_cluster_args(),
         "--allusers",
         "--duplicates",
         "--parsable2",
@@ -211,7 +213,14 @@ def command_jobs(cfg: Config, job_ids: Iterable[str]) -> list[str]:
 
 def command_pending_ids(cfg: Config) -> list[str]:
     """Ids of the jobs slurmctld holds as pending (one per line; an array's pending part under its own id)."""
-    return [cfg.slurm_command("squeue"), "--noheader", "--all", "--states=PENDING", "--format=%A"]
+    return [
+        cfg.slurm_command("squeue"),
+        *cfg.slurm_cluster_args(),
+        "--noheader",
+        "--all",
+        "--states=PENDING",
+        "--format=%A",
+    ]
 
 
 def _sacct_time(t: datetime) -> str:
