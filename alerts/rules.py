@@ -1,4 +1,5 @@
-"""Recording and alerting rules, built from the thresholds in alerts/thresholds.py.
+"""Recording and alerting rules, built from the thresholds in alerts/thresholds.py (defaults) with the
+site's config alerts.thresholds applied (thresholds.resolve).
 
 Recording rules are named level:metric:operations (the level is the labels kept besides `cluster`, which is
 always kept so that one Prometheus can watch several clusters). The node agents serve some slurmscope_gpu_*
@@ -17,14 +18,18 @@ Alertmanager and chat tools show the link out of context. Dashboards read the re
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 from slurmscope.alerts import thresholds as t
 from slurmscope.collectors.registry import COLLECTORS
 
 from slurmscope import xid as xids
 from slurmscope.slurm_states import JOB_FAILED_STATES
+
+DEFAULTS = t.resolve()
+"""The thresholds of alerts/thresholds.py, no config applied: those of the committed rule file."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +98,9 @@ def _codes_re(codes: tuple[int, ...]) -> str:
     return "|".join(str(c) for c in codes)
 
 
-def xid_alerts(overrides: Mapping[int, str] | None = None, *, live: bool = False) -> tuple[Alert, ...]:
+def xid_alerts(
+    overrides: Mapping[int, str] | None = None, *, live: bool = False, t: SimpleNamespace = DEFAULTS
+) -> tuple[Alert, ...]:
     """The XID alerts, their code lists read from the catalogue with health.xid_actions applied.
 
     The `xid` label already is the code (at most a few hundred values), so a class is a regex over it; a code
@@ -210,7 +217,7 @@ def collector_intervals() -> dict[int, tuple[str, ...]]:
     return {i: tuple(kinds) for i, kinds in sorted(by.items())}
 
 
-def _collector_stale() -> str:
+def _collector_stale(t: SimpleNamespace) -> str:
     """Seconds since each collector's last success, beyond the limit of its own interval; a collector of no
     registered interval (an older release's) is judged by the longest."""
     age = "time() - slurmscope_collector_last_success_timestamp_seconds"
@@ -220,22 +227,24 @@ def _collector_stale() -> str:
     selectors = [f'collector=~"{"|".join(by[i])}"' for i in intervals[:-1]]
     selectors.append(f'collector!~"{listed}"')
     return " or ".join(
-        f"({age}{{{sel}}} > {_stale_seconds(i)})" for sel, i in zip(selectors, intervals, strict=True)
+        f"({age}{{{sel}}} > {_stale_seconds(i, t)})" for sel, i in zip(selectors, intervals, strict=True)
     )
 
 
-def _stale_seconds(interval: int) -> int:
+def _stale_seconds(interval: int, t: SimpleNamespace) -> int:
     """How long a collector run every `interval` seconds may go without a success."""
     return max(t.COLLECTOR_STALE_RUNS * interval, t.COLLECTOR_STALE_MIN_SECONDS)
 
 
-_WAIT_P90 = (
-    f'max by (cluster, partition) (slurmscope_job_wait_seconds{{percentile="90"}}'
-    f" and on (cluster, partition, account, gpu_class, gpu_model)"
-    f" slurmscope_job_wait_started_jobs >= {t.WAIT_P90_MIN_JOBS})"
-)
+def _wait_p90(t: SimpleNamespace) -> str:
+    return (
+        f'max by (cluster, partition) (slurmscope_job_wait_seconds{{percentile="90"}}'
+        f" and on (cluster, partition, account, gpu_class, gpu_model)"
+        f" slurmscope_job_wait_started_jobs >= {t.WAIT_P90_MIN_JOBS})"
+    )
 
-_ALERTS: tuple[Alert | str, ...] = (
+
+_ALERTS: Callable[[SimpleNamespace], tuple[Alert | str, ...]] = lambda t: (  # noqa: E731 - one table of t
     # ---- nodes ----
     Alert(
         "SlurmNodeDown",
@@ -380,9 +389,9 @@ _ALERTS: tuple[Alert | str, ...] = (
     ),
     Alert(
         "SlurmWaitTimeP90Drift",
-        f"{_WAIT_P90} > {t.WAIT_P90_DRIFT_FACTOR} * max by (cluster, partition)"
+        f"{_wait_p90(t)} > {t.WAIT_P90_DRIFT_FACTOR} * max by (cluster, partition)"
         ' (avg_over_time(slurmscope_job_wait_seconds{percentile="90"}[7d] offset 1d))'
-        f" and {_WAIT_P90} > {t.WAIT_P90_MIN_SECONDS}",
+        f" and {_wait_p90(t)} > {t.WAIT_P90_MIN_SECONDS}",
         t.WAIT_P90_DRIFT_FOR,
         "warning",
         "Queue wait times drifted far above last week's.",
@@ -431,9 +440,9 @@ _ALERTS: tuple[Alert | str, ...] = (
         f" >= {t.BUDGET_SPENT_RATIO}",
         t.BUDGET_SPENT_FOR,
         "warning",
-        "An account has spent most of its monthly budget.",
-        "Account {{ $labels.account }} of cluster {{ $labels.cluster }} has spent "
-        "{{ $value | humanizePercentage }} of its monthly {{ $labels.budget }} budget "
+        "An account has spent most of a budget or allocation.",
+        "Account {{ $labels.account }} of cluster {{ $labels.cluster }} has used "
+        "{{ $value | humanizePercentage }} of its {{ $labels.budget }} budget for this period "
         f"(alert from {round(t.BUDGET_SPENT_RATIO * 100)}%).",
         "cost",
     ),
@@ -443,9 +452,9 @@ _ALERTS: tuple[Alert | str, ...] = (
         f" > {t.BUDGET_FORECAST_RATIO}",
         t.BUDGET_FORECAST_FOR,
         "warning",
-        "An account is on course to exceed its monthly budget.",
-        "At this month's rate so far, account {{ $labels.account }} of cluster {{ $labels.cluster }} will "
-        "spend {{ $value | humanizePercentage }} of its monthly {{ $labels.budget }} budget by month end.",
+        "An account is on course to exceed a budget or allocation.",
+        "At this period's rate so far, account {{ $labels.account }} of cluster {{ $labels.cluster }} will "
+        "use {{ $value | humanizePercentage }} of its {{ $labels.budget }} budget by the period's end.",
         "cost",
     ),
     Alert(
@@ -494,7 +503,7 @@ _ALERTS: tuple[Alert | str, ...] = (
     # ---- the pipeline itself ----
     Alert(
         "SlurmscopeCollectorStale",
-        _collector_stale(),
+        _collector_stale(t),
         t.COLLECTOR_STALE_FOR,
         "warning",
         "A slurmscope collector has not succeeded recently.",
@@ -582,20 +591,28 @@ _ALERTS: tuple[Alert | str, ...] = (
 )
 
 
-def alerts(xid_actions: Mapping[int, str] | None = None) -> tuple[Alert, ...]:
-    """Every alert, the XID ones with the operator's health.xid_actions applied."""
+def alerts(
+    xid_actions: Mapping[int, str] | None = None, thresholds: Mapping[str, object] | None = None
+) -> tuple[Alert, ...]:
+    """Every alert, the XID ones with the operator's health.xid_actions applied, at the thresholds of
+    alerts/thresholds.py with `thresholds` (config alerts.thresholds) applied."""
+    th = t.resolve(thresholds)
     out: list[Alert] = []
-    for a in _ALERTS:
-        out.extend(xid_alerts(xid_actions, live=a == _XID_LIVE) if isinstance(a, str) else (a,))
+    for a in _ALERTS(th):
+        out.extend(xid_alerts(xid_actions, live=a == _XID_LIVE, t=th) if isinstance(a, str) else (a,))
     return tuple(out)
 
 
 ALERTS: tuple[Alert, ...] = alerts()
 
 
-def rule_groups(runbook_base: str, xid_actions: Mapping[int, str] | None = None) -> dict:
+def rule_groups(
+    runbook_base: str,
+    xid_actions: Mapping[int, str] | None = None,
+    thresholds: Mapping[str, object] | None = None,
+) -> dict:
     """The rule file as a mapping (Prometheus rule-file format); runbook URLs are runbook_base + <runbook>.md."""
-    every = alerts(xid_actions)
+    every = alerts(xid_actions, thresholds)
     groups = [
         {
             "name": "slurmscope.recording",
