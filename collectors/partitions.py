@@ -63,13 +63,16 @@ def parse(
     source: str = "",
 ) -> Parsed:
     """`scontrol show partition [--oneliner]` text -> slurm_partitions rows (the snapshot is the run's time:
-    scontrol prints none). A line of other tokens, or settings before any PartitionName, is quarantined."""
+    scontrol prints none). A line of other tokens, or settings outside a PartitionName record (before any,
+    or indented under a line that was quarantined), is quarantined."""
     rows: dict[tuple[str, str], str | None] = {}
     bad: list[dict] = []
     current: str | None = None
 
     def quarantine(line_no: int, text: str, raw: bytes | None, reason: str) -> None:
-        bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw, "reason": f"partitions: {reason}"})
+        bad.append(
+            {"line_no": line_no, "raw_text": text, "raw_bytes": raw, "reason": f"partitions: {reason}"}
+        )
 
     for line_no, text, raw in split_lines(data):
         if is_blank(text) or _EMPTY.match(text.strip()):
@@ -77,6 +80,8 @@ def parse(
         pairs = _pairs(text)
         if not pairs:
             quarantine(line_no, text, raw, "not 'Key=value' tokens")
+            if text[:1] not in (" ", "\t"):
+                current = None  # the lines indented under a bad record line are not the previous record's
             continue
         if pairs[0][0] == "PartitionName":
             current = pairs[0][1].strip() or None

@@ -314,7 +314,9 @@ BUDGET_EXPECTED = (
     "a table { usd_per_month = 5000 }, { gpu_hours_per_month = 2000 } or "
     '{ period = "quarter", usd = 15000, gpu_hours = 6000 }'
 )
-PERIOD_EXPECTED = "'month', 'quarter', 'year' or a table { start = \"YYYY-MM\", end = \"YYYY-MM\" } (months, inclusive)"
+PERIOD_EXPECTED = (
+    "'month', 'quarter', 'year' or a table { start = \"YYYY-MM\", end = \"YYYY-MM\" } (months, inclusive)"
+)
 
 
 def _budget_period(value: Any, at: _At) -> str | dict[str, str]:
