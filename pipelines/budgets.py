@@ -22,6 +22,7 @@ period, so a straight line would overstate it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from datetime import date, timedelta
 from typing import Any
 
@@ -203,6 +204,35 @@ def config_budgets(months: pl.LazyFrame, params: Params) -> pl.LazyFrame:
     return ensure_columns(out, PERIOD_SCHEMA)
 
 
+def allocations(associations: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One allocation per GrpTRESMins entry of each account association (user '') of an sshare snapshot
+    (account, user, grp_tres_mins, grp_tres_raw, raw_usage, snapshot_time): budget GrpTRESMins:<tres>,
+    unit, amount (the limit in TRES-hours), used (GrpTRESRaw in hours; for billing without it, RawUsage,
+    the same decayed billing-seconds), usage_as_of, and the GPU model of a gres/gpu entry ('' untyped)."""
+    out = []
+    for r in associations:
+        if r.get("user"):
+            continue
+        raw = tres_pairs(r["grp_tres_raw"])
+        for tres, minutes in tres_pairs(r["grp_tres_mins"]).items():
+            used_min = raw.get(tres)
+            if used_min is None and tres == "billing" and r["raw_usage"] is not None:
+                used_min = r["raw_usage"] / 60.0
+            gpu = tres == "gres/gpu" or tres.startswith("gres/gpu:")
+            out.append(
+                {
+                    "account": r["account"],
+                    "budget": f"GrpTRESMins:{tres}",
+                    "unit": "gpu_hours" if gpu else "tres_hours",
+                    "amount": minutes / 60.0,
+                    "used": None if used_min is None else used_min / 60.0,
+                    "usage_as_of": r["snapshot_time"],
+                    "model": tres.removeprefix("gres/gpu").removeprefix(":") if gpu else None,
+                }
+            )
+    return out
+
+
 def _descendants(tree: dict[str, str | None]) -> dict[str, set[str]]:
     """account -> itself and every account below it (the associations a Grp limit covers)."""
     out: dict[str, set[str]] = {a: {a} for a in tree}
@@ -232,26 +262,10 @@ def slurm_allocations(
     decays = bool(settings["half_life_seconds"])
     tree = dict(zip(accounts["account"], accounts["parent"], strict=True))
     below = _descendants(tree)
-    rows = []
-    for r in accounts.iter_rows(named=True):
-        raw = tres_pairs(r["grp_tres_raw"])
-        for tres, minutes in tres_pairs(r["grp_tres_mins"]).items():
-            used_min = raw.get(tres)
-            if used_min is None and tres == "billing" and r["raw_usage"] is not None:
-                used_min = r["raw_usage"] / 60.0
-            gpu = tres == "gres/gpu" or tres.startswith("gres/gpu:")
-            rows.append(
-                {
-                    "account": r["account"],
-                    "budget": f"GrpTRESMins:{tres}",
-                    "unit": "gpu_hours" if gpu else "tres_hours",
-                    "amount": minutes / 60.0,
-                    "used": None if used_min is None else used_min / 60.0,
-                    "usage_as_of": r["snapshot_time"],
-                    "_model": tres.removeprefix("gres/gpu").removeprefix(":") if gpu else None,
-                    "_members": sorted(below[r["account"]]),
-                }
-            )
+    rows = [
+        {**a, "_model": a.pop("model"), "_members": sorted(below[a["account"]])}
+        for a in allocations(accounts.iter_rows(named=True))
+    ]
     if not rows:
         return pl.LazyFrame(schema=PERIOD_SCHEMA)
     alloc = pl.LazyFrame(
