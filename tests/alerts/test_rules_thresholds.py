@@ -169,3 +169,17 @@ def test_promtool_fires_at_the_moved_threshold_not_the_default(tmp_path):
         timeout=120,
     )
     assert res.returncode != 0
+
+
+def test_configuration_md_lists_every_key_with_its_default():
+    import re
+
+    page = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    section = page[page.index("## Alert thresholds") :]
+    listed = set(re.findall(r"^\| `([a-z0-9_]+)` \|", section, re.M))
+    listed |= set(re.findall(r"`([a-z0-9_]+_for)` \d", section))
+    assert listed == set(THRESHOLD_KEYS)
+    for key in THRESHOLD_KEYS:
+        default = getattr(thresholds, key.upper())
+        shown = f"`{key}` {default}" if key.endswith("_for") else f"| `{key}` | `{default}` |"
+        assert shown in section, key
