@@ -64,6 +64,7 @@ MART_TABLES: dict[str, str | None] = {
     "mart_cost_unallocated_monthly": "month",
     "mart_cost_reservation_daily": "day",
     "mart_budget_monthly": "month",
+    "mart_budget_period": SNAPSHOT,
     "mart_usage_counters": SNAPSHOT,
     "mart_cost_efficiency_daily": "day",
     "mart_job_outcomes_daily": "day",
