@@ -151,9 +151,7 @@ def config_budgets(months: pl.LazyFrame, params: Params) -> pl.LazyFrame:
     if not params.budgets:
         return pl.LazyFrame(schema=PERIOD_SCHEMA)
     today = local_date(params.now, params.tz)
-    firsts = dict(
-        months.group_by("account").agg(pl.col("month").min()).collect().iter_rows()  # type: ignore[arg-type]
-    )
+    firsts = dict(months.group_by("account").agg(pl.col("month").min()).collect().iter_rows())
     rows = []
     for account, b in params.budgets.items():
         first = firsts.get(account) or today

@@ -129,7 +129,8 @@ INPUTS: dict[str, str] = {
                                WHERE cluster = $cluster AND snapshot_time <= $now)""",
     # Budgets by period: each earlier month's latest invoice version per account (the window's come from
     # monthly()), the last sshare snapshot (GrpTRESMins), Slurm's decay settings and a year of GPU-seconds
-    # per day (the longest PriorityUsageResetPeriod) for the GPU-hours an allocation's subtree spent.
+    # per day (the longest PriorityUsageResetPeriod) for the GPU-hours an allocation's subtree spent, read
+    # only when the last snapshot has a GPU allocation at all.
     "budget_months_before": """
         SELECT m.month, m.account, sum(m.cost_usd)::DOUBLE AS spent_usd, sum(m.gpu_hours) AS spent_gpu_hours
         FROM mart_cost_monthly m
@@ -147,7 +148,11 @@ INPUTS: dict[str, str] = {
                                WHERE cluster = $cluster AND snapshot_time <= $now)""",
     "gpu_days_before": """
         SELECT day, account, gpu_model, sum(gpu_seconds) AS gpu_seconds FROM mart_cost_daily
-        WHERE cluster = $cluster AND day < $start_date AND day >= $start_date - INTERVAL 367 DAY GROUP BY ALL""",
+        WHERE cluster = $cluster AND day < $start_date AND day >= $start_date - INTERVAL 367 DAY
+          AND EXISTS (SELECT 1 FROM shares WHERE cluster = $cluster AND grp_tres_mins LIKE '%gres/gpu%'
+                        AND snapshot_time = (SELECT max(snapshot_time) FROM shares
+                                             WHERE cluster = $cluster AND snapshot_time <= $now))
+        GROUP BY ALL""",
 }
 
 DAILY_SCHEMA = {

@@ -457,7 +457,8 @@ THRESHOLD_KEYS: dict[str, Num | Str] = {
 class AlertThresholds:
     """`alerts.thresholds`: the alert thresholds an operator tunes, by the lower-case name of their constant
     in alerts/thresholds.py, which holds every default with its reason (the core cannot import it, so only
-    the keys a file sets are kept here; tests/alerts/test_rules_thresholds.py keeps the two lists equal).
+    the keys a file sets are kept here; tests/alerts/test_rules_thresholds.py checks that each key names a
+    constant whose default it accepts).
     The GPU throttling threshold is health.throttle_ratio, one number for the verdict and the alert."""
 
     default: dict[str, Any]
