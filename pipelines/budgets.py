@@ -8,8 +8,10 @@ Two kinds of row, one per account, budget and period:
 - **slurm** (GrpTRESMins of an account association in the last sshare snapshot): `amount` = the limit in
   TRES-hours; `used` = what Slurm holds against it, sshare's GrpTRESRaw (the association's and its
   children's TRES-minutes, decayed at PriorityDecayHalfLife, times the QOS UsageFactor, reset at
-  PriorityUsageResetPeriod: slurm resource_limits.html, "GrpTRESMins"; acct_policy.c compares
-  `usage_tres_raw / 60` with the limit). For `billing`, before GrpTRESRaw was collected, RawUsage / 60
+  PriorityUsageResetPeriod: https://slurm.schedmd.com/resource_limits.html#assoc_grptresmins, Slurm 22.05,
+  page of 05 January 2023; in the 22.05.8 sources acct_policy.c compares `usage_tres_raw / 60` with the
+  limit and priority_multifactor.c accrues it, times the UsageFactor, only with
+  AccountingStorageEnforce=limits). For `billing`, before GrpTRESRaw was collected, RawUsage / 60
   (RawUsage is the same decayed billing-seconds). `spent` = slurmscope's own count of the subtree's GPU-hours
   since the last reset (mart_cost_daily; undecayed, no UsageFactor); NULL for other TRES or when Slurm's
   usage never resets. The period is the reset period containing now (none for NONE/NOW).
@@ -85,8 +87,9 @@ def config_periods(period: str | dict[str, str], first: date, today: date) -> li
 
 
 def slurm_reset_period(reset: str, today: date) -> tuple[date, date] | None:
-    """The PriorityUsageResetPeriod holding `today` (slurm.conf(5); priority_multifactor.c _next_reset:
-    weeks start on Sunday, resets at local midnight); None for NONE and NOW, which never reset on a date."""
+    """The PriorityUsageResetPeriod holding `today` (slurm.conf(5); priority_multifactor.c _next_reset,
+    Slurm 22.05: weeks start on Sunday, resets at local midnight); None for NONE and NOW, which never reset
+    on a date."""
     reset = reset.strip().upper()
     if reset == "DAILY":
         return today, today + timedelta(days=1)

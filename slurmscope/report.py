@@ -2,7 +2,7 @@
 
 Every number is read from the marts (the report computes no accounting of its own, so it cannot disagree
 with the exporter or the dashboards); the only arithmetic here is presentation: shares of a total,
-month-over-month change, and sums for the total rows. Charts are inline SVG so the file opens with no
+month-over-month change, sums for the total rows, and a budget's invoices summed to the month's end. Charts are inline SVG so the file opens with no
 network and no JavaScript.
 """
 
