@@ -2,10 +2,16 @@
 
 Change a number here, rebuild (`slurmscope alerts build --out alerts`) and the promtool tests in
 alerts/tests/ fail until their hand-written series are moved to the new boundary: on purpose, so that a
-threshold never moves without someone looking at what it means for the pager.
+threshold never moves without someone looking at what it means for the pager. A site moves one in its config
+instead (`[alerts.thresholds]`, validated in slurmscope/config.py THRESHOLD_KEYS): `alerts build` renders
+the rules with it (resolve()), and these stay the defaults.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from types import SimpleNamespace
+from typing import Any
 
 # A node that is DOWN for 10 minutes is not a reboot or a slurmd restart (those take 1-5 minutes).
 NODE_DOWN_FOR = "10m"
@@ -152,3 +158,20 @@ METRICS_STALE_FOR = "5m"
 DRIFT_FOR = "30m"
 # Account and partition trends (usage, cost, failure rate, wait) move slowly: an hour, and only a ticket.
 TREND_DRIFT_FOR = "1h"
+
+
+def resolve(overrides: Mapping[str, Any] | None = None) -> SimpleNamespace:
+    """Every constant above, with config alerts.thresholds (keys: the lower-case names) applied.
+
+    An override equal in value to an integer default stays an integer, so `3` and `3.0` render alike; the
+    committed rule file is resolve()'s render, i.e. the defaults here."""
+    values = {name: value for name, value in globals().items() if name.isupper()}
+    for key, value in (overrides or {}).items():
+        name = key.upper()
+        if name not in values:
+            raise KeyError(f"no alert threshold {key!r}")
+        default = values[name]
+        if isinstance(default, int) and isinstance(value, float) and value.is_integer():
+            value = int(value)
+        values[name] = value
+    return SimpleNamespace(**values)

@@ -14,6 +14,7 @@ from types import ModuleType
 from slurmscope.collectors import (
     events,
     nvml,
+    partitions,
     ping,
     reservations,
     sacct,
@@ -70,6 +71,7 @@ class Collector:
 # time_start): re-reading the whole lookback keeps ongoing events (no end yet) current without a watermark.
 COLLECTORS: tuple[Collector, ...] = (
     Collector("config", slurm_config, 3600),
+    Collector("partitions", partitions, 3600),
     Collector("ping", ping, 60, data_exit_codes=frozenset({1}), by_cluster_flag=False),
     Collector("sinfo", sinfo, 60, feeds_pipelines=True),
     Collector("sinfo_rest", sinfo_rest, 60, ingestable=False, feeds_pipelines=True, replaces="sinfo"),

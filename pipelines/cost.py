@@ -18,6 +18,7 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta
 
 import polars as pl
+from slurmscope.pipelines.budgets import config_budgets, slurm_allocations, slurm_settings
 from slurmscope.pipelines.calendar import (
     UTC_DT,
     DayLookup,
@@ -69,6 +70,7 @@ MART_TABLES: dict[str, str | None] = {
     "mart_cost_reconciliation_daily": "day",
     "mart_cost_reconciliation_monthly": "month",
     "mart_cost_waste_daily": "day",
+    "mart_budget_period": None,  # every period of every budget, rewritten by each run (a few rows per account)
 }
 
 WIDEN_SQL = """
@@ -134,6 +136,39 @@ INPUTS: dict[str, str] = {
         SELECT node, gpu_uuid, minute, util_gpu_mean, energy_joules, power_mean_watts, sm_active_mean,
                activity_source
         FROM gpu_samples WHERE cluster = $cluster AND minute >= $start AND minute < $end""",
+    # Partitions' TRESBillingWeights in the last `scontrol show partition` at or before now (charge_by =
+    # "billing_tres" without billing.tres_billing_weights).
+    "partition_weights": """
+        SELECT "partition", value AS weights FROM slurm_partitions
+        WHERE cluster = $cluster AND key = 'TRESBillingWeights' AND value IS NOT NULL
+          AND snapshot_time = (SELECT max(snapshot_time) FROM slurm_partitions
+                               WHERE cluster = $cluster AND snapshot_time <= $now)""",
+    # Budgets by period: each earlier month's latest invoice version per account (the window's come from
+    # monthly()), the last sshare snapshot (GrpTRESMins), Slurm's decay settings and a year of GPU-seconds
+    # per day (the longest PriorityUsageResetPeriod) for the GPU-hours an allocation's subtree spent, read
+    # only when the last snapshot has a GPU allocation at all.
+    "budget_months_before": """
+        SELECT m.month, m.account, sum(m.cost_usd)::DOUBLE AS spent_usd, sum(m.gpu_hours) AS spent_gpu_hours
+        FROM mart_cost_monthly m
+        JOIN (SELECT month, max(version) AS version FROM mart_cost_monthly
+              WHERE cluster = $cluster AND month < $start_month GROUP BY month) l USING (month, version)
+        WHERE m.cluster = $cluster GROUP BY m.month, m.account""",
+    "shares_last": """
+        SELECT snapshot_time, account, "user", parent, grp_tres_mins, grp_tres_raw, raw_usage FROM shares
+        WHERE cluster = $cluster
+          AND snapshot_time = (SELECT max(snapshot_time) FROM shares WHERE cluster = $cluster AND snapshot_time <= $now)""",
+    "slurm_priority": """
+        SELECT key, value FROM slurm_config
+        WHERE cluster = $cluster AND key IN ('PriorityDecayHalfLife', 'PriorityUsageResetPeriod')
+          AND snapshot_time = (SELECT max(snapshot_time) FROM slurm_config
+                               WHERE cluster = $cluster AND snapshot_time <= $now)""",
+    "gpu_days_before": """
+        SELECT day, account, gpu_model, sum(gpu_seconds) AS gpu_seconds FROM mart_cost_daily
+        WHERE cluster = $cluster AND day < $start_date AND day >= $start_date - INTERVAL 367 DAY
+          AND EXISTS (SELECT 1 FROM shares WHERE cluster = $cluster AND grp_tres_mins LIKE '%gres/gpu%'
+                        AND snapshot_time = (SELECT max(snapshot_time) FROM shares
+                                             WHERE cluster = $cluster AND snapshot_time <= $now))
+        GROUP BY ALL""",
 }
 
 DAILY_SCHEMA = {
@@ -348,17 +383,26 @@ def day_gpu_microseconds(
     return days.filter(day.is_not_null()).select("day", *KEYS, *flags, v.alias("v")).filter(pl.col("v") > 0)
 
 
-def gpu_equivalents(billing: Billing) -> pl.Expr:
+def billing_weights(billing: Billing, collected: pl.LazyFrame | None) -> dict[str, str]:
+    """Partition -> TRESBillingWeights that charge_by = "billing_tres" divides by: billing.tres_billing_weights
+    when the config sets it (exactly that table, like the price book), else Slurm's own, from the last
+    `scontrol show partition` (slurm_partitions) at or before now."""
+    if billing.tres_billing_weights or collected is None:
+        return dict(billing.tres_billing_weights)
+    return {p: w for p, w in collected.collect().select("partition", "weights").iter_rows() if w}
+
+
+def gpu_equivalents(billing: Billing, weights: dict[str, str] | None = None) -> pl.Expr:
     """GPUs an attempt is charged for: its GPUs, or with billing.charge_by = "billing_tres" its billing TRES
     (sacct AllocTRES `billing=`, Slurm's TRESBillingWeights arithmetic) over its partition's GRES/gpu weight
     (`GRES/gpu:<model>` first), never fewer than its GPUs. An attempt without a billing TRES or whose
-    partition has no entry in billing.tres_billing_weights is charged its GPUs."""
+    partition's weights (billing_weights) give no GPU weight is charged its GPUs."""
     gpus = pl.col("gpus").cast(pl.Float64)
     if billing.charge_by != "billing_tres":
         return gpus
     typed: dict[str, float] = {}
     plain: dict[str, float] = {}
-    for partition, text in billing.tres_billing_weights.items():
+    for partition, text in (billing.tres_billing_weights if weights is None else weights).items():
         for name, w in (parse_billing_weights(text) or {}).items():
             if name == "gres/gpu":
                 plain[partition] = w
@@ -373,7 +417,7 @@ def gpu_equivalents(billing: Billing) -> pl.Expr:
     return pl.when(billed.is_not_null()).then(pl.max_horizontal(billed, gpus)).otherwise(gpus)
 
 
-def daily(jobs: pl.LazyFrame, params: Params) -> pl.LazyFrame:
+def daily(jobs: pl.LazyFrame, params: Params, weights: dict[str, str] | None = None) -> pl.LazyFrame:
     """mart_cost_daily rows for days from the window's start (billing zone) up to now.
 
     Requeued GPU-seconds come from the jobs with several attempts alone (a few per cent of the attempts):
@@ -420,7 +464,7 @@ def daily(jobs: pl.LazyFrame, params: Params) -> pl.LazyFrame:
 
     out = passes(None, "")
     if by_tres:
-        billed = passes(gpu_equivalents(billing), "billed_")
+        billed = passes(gpu_equivalents(billing, weights), "billed_")
         out = out.join(billed, on=["day", *KEYS], how="left").with_columns(
             pl.col("^.*billed_gpu_seconds$").fill_null(0.0)
         )
@@ -481,20 +525,22 @@ FORECAST_MIN_DAYS = 1.0
 
 
 def budgets(invoices: pl.LazyFrame, params: Params) -> pl.LazyFrame:
-    """mart_budget_monthly: per month of the window (and the month of now) and budgeted account (config
-    `budgets`), what its invoice rows (latest version) have spent and the month-end forecast.
+    """mart_budget_monthly: per month of the window (and the month of now) and account with a monthly budget
+    (config `budgets`, period "month"), what its invoice rows (latest version) have spent and the month-end
+    forecast; budgets of other periods are in mart_budget_period (pipelines/budgets.py).
 
     Forecast = spent / elapsed share of the billing month (a straight burn-down at the month's mean rate so
     far, running attempts included up to now), from FORECAST_MIN_DAYS into the month; = spent once the month
-    has ended. Accounts without a budget get no row."""
-    if not params.budgets:
+    has ended. Accounts without a monthly budget get no row."""
+    monthly_budgets = {a: b for a, b in params.budgets.items() if b["period"] == "month"}
+    if not monthly_budgets:
         return pl.LazyFrame(schema=BUDGET_SCHEMA)
     tz, now = params.tz, params.now
     acct = pl.LazyFrame(
         {
-            "account": list(params.budgets),
-            "budget_usd": [b.get("usd_per_month") for b in params.budgets.values()],
-            "budget_gpu_hours": [b.get("gpu_hours_per_month") for b in params.budgets.values()],
+            "account": list(monthly_budgets),
+            "budget_usd": [b.get("usd") for b in monthly_budgets.values()],
+            "budget_gpu_hours": [b.get("gpu_hours") for b in monthly_budgets.values()],
         },
         schema={"account": pl.String, "budget_usd": pl.Float64, "budget_gpu_hours": pl.Float64},
     )
@@ -538,6 +584,48 @@ def budgets(invoices: pl.LazyFrame, params: Params) -> pl.LazyFrame:
         )
     )
     return ensure_columns(out, BUDGET_SCHEMA)
+
+
+def budget_periods(
+    frames: dict[str, pl.LazyFrame], invoices: pl.LazyFrame, d: pl.LazyFrame, params: Params
+) -> pl.LazyFrame:
+    """mart_budget_period: config budgets by period from every month's latest invoice version, and Slurm's
+    GrpTRESMins allocations (pipelines/budgets.py)."""
+    latest = invoices.filter(pl.col("version") == pl.col("version").max().over("month"))
+    window = latest.group_by("month", "account").agg(
+        pl.col("cost_usd").cast(pl.Float64).sum().alias("spent_usd"),
+        pl.col("gpu_hours").sum().alias("spent_gpu_hours"),
+    )
+    month_cols = {
+        "month": pl.Date,
+        "account": pl.String,
+        "spent_usd": pl.Float64,
+        "spent_gpu_hours": pl.Float64,
+    }
+    before = ensure_columns(_frame(frames, "budget_months_before", month_cols), month_cols)
+    months = pl.concat([before.select(list(month_cols)), window.select(list(month_cols))], how="vertical")
+    share_cols = {
+        "snapshot_time": UTC_DT,
+        "account": pl.String,
+        "user": pl.String,
+        "parent": pl.String,
+        "grp_tres_mins": pl.String,
+        "grp_tres_raw": pl.String,
+        "raw_usage": pl.Float64,
+    }
+    day_cols = {"day": pl.Date, "account": pl.String, "gpu_model": pl.String, "gpu_seconds": pl.Float64}
+    gpu_days = pl.concat(
+        [
+            ensure_columns(_frame(frames, "gpu_days_before", day_cols), day_cols).select(list(day_cols)),
+            d.select("day", "account", "gpu_model", "gpu_seconds").cast({"gpu_seconds": pl.Float64}),
+        ],
+        how="vertical",
+    )
+    settings = slurm_settings(
+        _frame(frames, "slurm_priority", {"key": pl.String, "value": pl.String}), params
+    )
+    slurm = slurm_allocations(_frame(frames, "shares_last", share_cols), settings, gpu_days, params)
+    return pl.concat([config_budgets(months, params), slurm], how="vertical")
 
 
 def reservation_accounts(reservations: pl.LazyFrame) -> pl.LazyFrame:
@@ -1511,7 +1599,8 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
     res = reservation_daily(
         frames["node_states"], _frame(frames, "reservations", res_schema), cap, params
     ).cache()
-    d = spread_daily(daily(frames["jobs"], params), pools, params, res).cache()
+    weights = billing_weights(params.billing, frames.get("partition_weights"))
+    d = spread_daily(daily(frames["jobs"], params, weights), pools, params, res).cache()
     cols = ("day", "account", "user", "partition", "gpu_model", "gpu_seconds", "cost_usd", "gpu_cost_usd")
     floats = {"gpu_seconds": pl.Float64, "cost_usd": pl.Float64, "gpu_cost_usd": pl.Float64}
     before = _frame(
@@ -1585,6 +1674,7 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
         "mart_capacity_daily": cap,
         "mart_cost_monthly": invoices,
         "mart_budget_monthly": budgets(invoices, params),
+        "mart_budget_period": budget_periods(frames, invoices, d, params),
         "mart_cost_unallocated_monthly": unallocated,
         "mart_cost_reservation_daily": res,
         "mart_usage_counters": counters(d, frames["daily_before"], frames["prev_counters"], params),

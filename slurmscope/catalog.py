@@ -338,35 +338,37 @@ CATALOG: tuple[Metric, ...] = (
         source="mart_cost_efficiency_daily (month of now, days <= today)",
         requires=("mart_cost_efficiency_daily",),
     ),
-    # ---- budgets (mart_budget_monthly, config `budgets`) -------------------------------------------------
+    # ---- budgets and allocations (mart_budget_period: config `budgets`, Slurm's GrpTRESMins) -----------
     Metric(
         name="slurmscope_account_budget_usd",
         type="gauge",
         unit="usd",
-        help="Monthly budget of the account (config budgets.<account>.usd_per_month); absent without one.",
+        help="Money budget of the account for the current period (config budgets.<account>.usd or"
+        " usd_per_month); absent without one.",
         labels=("cluster", "account"),
-        source="mart_budget_monthly (month of now)",
-        requires=("mart_budget_monthly",),
+        source="mart_budget_period (the period holding now)",
+        requires=("mart_budget_period",),
     ),
     Metric(
         name="slurmscope_account_budget_spent_ratio",
         type="gauge",
         unit="ratio",
-        help="Share of the account's monthly budget spent so far this billing month, per budget kind (usd or"
-        " gpu_hours); 1 = all of it.",
+        help="Share of the account's budget used so far this period, per budget: usd or gpu_hours (config"
+        " budgets: its invoices), GrpTRESMins:<tres> (Slurm's allocation: sshare GrpTRESRaw / GrpTRESMins,"
+        " the decayed usage Slurm enforces); 1 = all of it.",
         labels=("cluster", "account", "budget"),
-        source="mart_budget_monthly (month of now)",
-        requires=("mart_budget_monthly",),
+        source="mart_budget_period (the period holding now)",
+        requires=("mart_budget_period",),
     ),
     Metric(
         name="slurmscope_account_budget_forecast_ratio",
         type="gauge",
         unit="ratio",
-        help="Month-end forecast (spent / elapsed share of the month) over the account's monthly budget, per"
-        " budget kind; absent in the month's first day.",
+        help="Period-end forecast (used / elapsed share of the period) over the account's budget, per budget;"
+        " absent in the period's first day and for Slurm allocations whose usage decays or never resets.",
         labels=("cluster", "account", "budget"),
-        source="mart_budget_monthly (month of now)",
-        requires=("mart_budget_monthly",),
+        source="mart_budget_period (the period holding now)",
+        requires=("mart_budget_period",),
     ),
     # ---- occupancy and backfill (marts) ---------------------------------------------------------------
     Metric(

@@ -540,15 +540,22 @@ def alerts() -> None:
 @click.pass_context
 def alerts_build(ctx: click.Context, out_dir: str, runbook_base: str | None) -> None:
     """Write the rule files (and their promtool tests)."""
-    from slurmscope.alerts.build import build_all
+    from slurmscope.alerts.build import build_all, config_thresholds
 
-    base = runbook_base or _context(ctx).config.get("alerts", "runbook_base_url")
+    cfg = _context(ctx).config
+    base = runbook_base or cfg.get("alerts", "runbook_base_url")
     try:
-        written = build_all(Path(out_dir), base, _context(ctx).config.get("health", "xid_actions"))
+        written = build_all(Path(out_dir), base, cfg.get("health", "xid_actions"), config_thresholds(cfg))
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--runbook-base") from None
     for path in written:
         click.echo(str(path))
+    if len(written) == 1:
+        click.echo(
+            "alerts build: no promtool cases written: they test the default thresholds and XID actions, "
+            "which the config moves (docs/cli.md)",
+            err=True,
+        )
 
 
 @main.command()

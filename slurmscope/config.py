@@ -304,36 +304,173 @@ class BillingWeights:
         return out
 
 
-BUDGET_FIELDS: dict[str, Num] = {
-    "usd_per_month": Num(0.0, positive=True),
-    "gpu_hours_per_month": Num(0.0, positive=True),
+BUDGET_AMOUNTS: dict[str, Num] = {
+    "usd": Num(0.0, positive=True),
+    "gpu_hours": Num(0.0, positive=True),
 }
+BUDGET_MONTHLY = {"usd_per_month": "usd", "gpu_hours_per_month": "gpu_hours"}
+BUDGET_PERIODS = ("month", "quarter", "year")
+BUDGET_EXPECTED = (
+    "a table { usd_per_month = 5000 }, { gpu_hours_per_month = 2000 } or "
+    '{ period = "quarter", usd = 15000, gpu_hours = 6000 }'
+)
+PERIOD_EXPECTED = (
+    "'month', 'quarter', 'year' or a table { start = \"YYYY-MM\", end = \"YYYY-MM\" } (months, inclusive)"
+)
+
+
+def _budget_period(value: Any, at: _At) -> str | dict[str, str]:
+    """`period`: a calendar month, quarter or year (billing zone), or one span of whole months."""
+    if isinstance(value, str):
+        if value not in BUDGET_PERIODS:
+            raise at.error(PERIOD_EXPECTED, value)
+        return value
+    if not isinstance(value, Mapping):
+        raise at.error(PERIOD_EXPECTED, value)
+    for key in value:
+        if key not in ("start", "end"):
+            raise at.unknown(key, {"start": None, "end": None})
+    out = {}
+    for key in ("start", "end"):
+        if key not in value:
+            raise ConfigError(f"{at.source}: key '{at.key}' needs start and end (months 'YYYY-MM')")
+        month = value[key]
+        if not isinstance(month, str) or not _is_month(month):
+            raise at.child(key).error("a month 'YYYY-MM'", month)
+        out[key] = month
+    if out["start"] > out["end"]:
+        raise ConfigError(f"{at.source}: key '{at.key}': start {out['start']} is after end {out['end']}")
+    return out
 
 
 @dataclass(frozen=True)
 class Budgets:
-    """`budgets`: account -> {usd_per_month, gpu_hours_per_month} (either or both, each > 0).
+    """`budgets`: account -> {period, usd, gpu_hours}: an amount of money and/or GPU-hours per period.
 
-    An account without an entry has no budget (no burn-down, no budget alert), never a budget of 0."""
+    `usd_per_month` / `gpu_hours_per_month` are the monthly shorthand (period "month"). A period is whole
+    billing months because spending is read from the monthly invoices. An account without an entry has no
+    budget (no burn-down, no budget alert), never a budget of 0; outside a {start, end} period it has none."""
 
-    default: dict[str, dict[str, float]]
+    default: dict[str, dict[str, Any]]
 
-    def parse(self, value: Any, at: _At) -> dict[str, dict[str, float]]:
+    def parse(self, value: Any, at: _At) -> dict[str, dict[str, Any]]:
         if not isinstance(value, Mapping):
-            raise at.error("a table of <account> = { usd_per_month = ..., gpu_hours_per_month = ... }", value)
-        out: dict[str, dict[str, float]] = {}
+            raise at.error("a table of <account> = { period = ..., usd = ..., gpu_hours = ... }", value)
+        known = {"period": None, **BUDGET_AMOUNTS, **BUDGET_MONTHLY}
+        out: dict[str, dict[str, Any]] = {}
         for account, entry in value.items():
             where = at.child(account)
             if not isinstance(entry, Mapping):
-                raise where.error("a table { usd_per_month = 5000 } or { gpu_hours_per_month = 2000 }", entry)
+                raise where.error(BUDGET_EXPECTED, entry)
             for key in entry:
-                if key not in BUDGET_FIELDS:
-                    raise where.unknown(key, BUDGET_FIELDS)
-            if not entry:
+                if key not in known:
+                    raise where.unknown(key, known)
+            period = _budget_period(entry["period"], where.child("period")) if "period" in entry else "month"
+            budget: dict[str, Any] = {"period": period}
+            for key, item in entry.items():
+                if key == "period":
+                    continue
+                amount = BUDGET_MONTHLY.get(key, key)
+                if key in BUDGET_MONTHLY and period != "month":
+                    raise ConfigError(
+                        f"{at.source}: key '{where.child(key).key}' is a monthly amount but the period is "
+                        f"{period!r}: use {amount} (the amount per period)"
+                    )
+                if amount in budget:
+                    raise ConfigError(
+                        f"{at.source}: keys '{where.child(key).key}' and '{where.child(amount).key}' both "
+                        f"set the {amount} budget: use one"
+                    )
+                budget[amount] = float(BUDGET_AMOUNTS[amount].parse(item, where.child(key)))
+            if len(budget) == 1:
                 raise ConfigError(
-                    f"{at.source}: key '{where.key}' needs usd_per_month or gpu_hours_per_month"
+                    f"{at.source}: key '{where.key}' needs an amount: usd or gpu_hours "
+                    "(usd_per_month or gpu_hours_per_month for a monthly budget)"
                 )
-            out[account] = {k: float(BUDGET_FIELDS[k].parse(v, where.child(k))) for k, v in entry.items()}
+            out[account] = budget
+        return out
+
+
+def _is_duration(text: str) -> bool:
+    return bool(re.fullmatch(r"(?:[0-9]+(?:ms|s|m|h|d|w|y))+", text))
+
+
+DURATION = Str("", check=_is_duration, what="a Prometheus duration such as '10m', '1h30m' or '0s'")
+THRESHOLD_KEYS: dict[str, Num | Str] = {
+    # how far past the line an alert fires; each is the lower-case name of its constant in alerts/thresholds.py
+    "node_drained_max_seconds": Num(0, low=1),
+    "node_flap_events": Num(0, low=1),
+    "job_failure_ratio": Num(0.0, positive=True, high=1),
+    "job_failure_min_jobs": Num(0, low=1),
+    "requeues_per_hour": Num(0),
+    "node_fail_kills_per_hour": Num(0, low=1),
+    "backfill_stall_seconds": Num(0, low=1),
+    "wait_p90_drift_factor": Num(0.0, positive=True),
+    "wait_p90_min_seconds": Num(0),
+    "wait_p90_min_jobs": Num(0, low=1),
+    "starvation_pending_seconds": Num(0, low=1),
+    "budget_spent_ratio": Num(0.0, positive=True),
+    "budget_forecast_ratio": Num(0.0, positive=True),
+    "util_drift_factor": Num(0.0, positive=True, high=1),
+    "collector_stale_runs": Num(0, low=1),
+    "collector_stale_min_seconds": Num(0),
+    "pipeline_stale_seconds": Num(0, low=1),
+    "metrics_stale_seconds": Num(0, low=1),
+    "agents_down_ratio": Num(0.0, positive=True, high=1),
+    "agents_down_min": Num(0, low=1),
+    # how long the condition must hold (the rule's `for:`)
+    **{
+        f"{name}_for": DURATION
+        for name in (
+            "node_down",
+            "node_drained",
+            "node_flap",
+            "row_remap",
+            "throttle",
+            "job_failure",
+            "requeue",
+            "node_fail",
+            "backfill_stall",
+            "wait_p90_drift",
+            "starvation",
+            "budget_spent",
+            "budget_forecast",
+            "util_drift",
+            "gpu_mismatch",
+            "collector_stale",
+            "collector_failing",
+            "pipeline_stale",
+            "exporter_down",
+            "agent_down",
+            "agents_down",
+            "rule_failures",
+            "controller_down",
+            "metrics_stale",
+            "drift",
+            "trend_drift",
+        )
+    },
+}
+
+
+@dataclass(frozen=True)
+class AlertThresholds:
+    """`alerts.thresholds`: the alert thresholds an operator tunes, by the lower-case name of their constant
+    in alerts/thresholds.py, which holds every default with its reason (the core cannot import it, so only
+    the keys a file sets are kept here; tests/alerts/test_rules_thresholds.py checks that each key names a
+    constant whose default it accepts).
+    The GPU throttling threshold is health.throttle_ratio, one number for the verdict and the alert."""
+
+    default: dict[str, Any]
+
+    def parse(self, value: Any, at: _At) -> dict[str, Any]:
+        if not isinstance(value, Mapping):
+            raise at.error("a table of <threshold> = <value>", value)
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if key not in THRESHOLD_KEYS:
+                raise at.unknown(key, THRESHOLD_KEYS)
+            out[key] = THRESHOLD_KEYS[key].parse(item, at.child(key))
         return out
 
 
@@ -643,7 +780,8 @@ SCHEMA = Table(
                     "file:///opt/slurmscope/docs/runbooks/",
                     check=_is_base_url,
                     what="an absolute URL ending in '/'",
-                )
+                ),
+                "thresholds": AlertThresholds({}),
             }
         ),
         "health": Table(  # node and GPU health verdicts (pipelines/health.py, docs/pipelines.md#health)

@@ -583,6 +583,19 @@ def shipped_rule_names() -> tuple[set[str], set[str]]:
     return records, alerts
 
 
+def config_rules(cfg: Config) -> dict[str, Any]:
+    """The rule file `slurmscope alerts build` writes with this config (thresholds, XID actions)."""
+    import yaml
+
+    from slurmscope.alerts.build import config_thresholds, render_rules
+
+    return yaml.safe_load(
+        render_rules(
+            cfg.get("alerts", "runbook_base_url"), cfg.get("health", "xid_actions"), config_thresholds(cfg)
+        )
+    )
+
+
 def _prom_api(http: Http, base: str, path: str) -> Any:
     import json
 
@@ -600,8 +613,49 @@ def _names(names: Sequence[str], limit: int = 8) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def check_prometheus_rules(prometheus: str | None, http: Http) -> Result:
-    """Every recording and alerting rule slurmscope ships is loaded, and none fails to evaluate."""
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?![\w.])")
+
+
+def _numbers(expr: str) -> list[float]:
+    """The numeric literals of a PromQL expression (thresholds, factors), strings, ranges and offsets left
+    out: Prometheus prints a loaded rule's query re-formatted, but its numbers are the rule file's."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', "", expr)
+    text = re.sub(r"\[[^\]]*\]", "", text)
+    text = re.sub(r"\boffset\s+[0-9a-z]+", "", text)
+    return sorted(float(n) for n in _NUMBER.findall(text))
+
+
+def _seconds(duration: str) -> float:
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+    return sum(int(n) * units[u] for n, u in re.findall(r"(\d+)(ms|s|m|h|d|w|y)", duration))
+
+
+def rules_off_config(loaded: Mapping[str, Mapping[str, Any]], expected: Mapping[str, Any]) -> list[str]:
+    """Alerts whose loaded `for` or thresholds are not those of `expected` (the rule file this config
+    renders: `alerts build` with alerts.thresholds and health.*), each with what differs."""
+    out = []
+    for group in expected["groups"]:
+        for rule in group["rules"]:
+            got = loaded.get(rule.get("alert", ""))
+            if not got or "query" not in got:
+                continue
+            diffs = []
+            if "duration" in got and float(got["duration"]) != _seconds(rule["for"]):
+                diffs.append(f"for {float(got['duration']):g} s, the config says {rule['for']}")
+            have, want = _numbers(got["query"]), _numbers(rule["expr"])
+            if have != want:
+                shown = sorted(set(have) ^ set(want)) or have
+                diffs.append("thresholds " + ", ".join(f"{n:g}" for n in shown) + " differ")
+            if diffs:
+                out.append(f"{rule['alert']} ({'; '.join(diffs)})")
+    return out
+
+
+def check_prometheus_rules(
+    prometheus: str | None, http: Http, expected: Mapping[str, Any] | None = None
+) -> Result:
+    """Every recording and alerting rule slurmscope ships is loaded, none fails to evaluate, and (given the
+    config's render, `expected`) the loaded alerts fire at the config's thresholds and `for`."""
     if not prometheus:
         return Result("prometheus.rules", SKIP, "no --prometheus URL given")
     try:
@@ -641,6 +695,14 @@ def check_prometheus_rules(prometheus: str | None, http: Http) -> Result:
             FAIL,
             f"failing to evaluate: {_names(broken)} ({error})",
             "see the rule's lastError in Prometheus' /rules page; check the slurmscope version matches",
+        )
+    off = rules_off_config(loaded, expected) if expected is not None else []
+    if off:
+        return Result(
+            "prometheus.rules",
+            WARN,
+            f"loaded, but not at this config's thresholds: {_names(off, 4)}",
+            "run `slurmscope alerts build --out /etc/prometheus/slurmscope` with this config and reload Prometheus",
         )
     return Result("prometheus.rules", PASS, f"{len(records)} recording rules and {len(alerts)} alerts loaded")
 
@@ -738,7 +800,7 @@ def run_checks(
     results += check_agents(cfg, http)
     results += check_clock(cfg, http, clock)
     results.append(check_exporter_address(cfg, prometheus))
-    results.append(check_prometheus_rules(prometheus, http))
+    results.append(check_prometheus_rules(prometheus, http, config_rules(cfg) if prometheus else None))
     results.append(check_prometheus_targets(cfg, prometheus, http))
     results.append(check_grafana(cfg))
     return results

@@ -69,6 +69,7 @@ MART_TABLES: dict[str, str | None] = {
     "mart_cost_reconciliation_daily": "day",
     "mart_cost_reconciliation_monthly": "month",
     "mart_cost_waste_daily": "day",
+    "mart_budget_period": SNAPSHOT,
     "mart_usage_counters": SNAPSHOT,
     "mart_cost_efficiency_daily": "day",
     "mart_job_outcomes_daily": "day",

@@ -2,7 +2,8 @@
 
 Every number is read from the marts (the report computes no accounting of its own, so it cannot disagree
 with the exporter or the dashboards); the only arithmetic here is presentation: sums for the total rows,
-shares of a total (month-over-month change, NVML coverage), unit conversion (seconds to hours or minutes).
+shares of a total (month-over-month change, NVML coverage), unit conversion (seconds to hours or minutes),
+a budget's invoices summed to the month's end.
 The reconciliation's causes, the rates applied and the "started by" GPU-hours come from the pipelines that
 own their data (docs/pipelines.md#cost, #backfill-efficiency). Charts are inline SVG so the file opens with
 no network and no JavaScript. Each section has its own loader and renderer (`_load_*`, `_*_section`), so a
@@ -108,6 +109,7 @@ class ReportData:
     unallocated_cost_usd: Decimal | None = None  # capacity dollars charged to nobody (the unallocated line)
     powered_down_gpu_hours: float | None = None  # powered-off GPUs, outside capacity
     frozen: bool | None = None
+    budgets: list[dict] = field(default_factory=list)  # _load_budgets
 
     @property
     def totals(self) -> dict:
@@ -478,6 +480,190 @@ def account_tree(rows: list[dict], drift: dict[str, dict]) -> list[dict]:
     return out
 
 
+# ---- budgets and allocations: _load_budgets, _budgets_section, _csv_budgets ----
+
+
+def _load_budgets(con: duckdb.DuckDBPyConnection, d: ReportData) -> None:
+    """d.budgets: every config budget whose period overlaps the month (mart_budget_period), used through the
+    month's end = its invoice rows (latest version) of the period's months up to this one, so a closed month
+    reads the same after later runs; and every GrpTRESMins allocation of the month's last sshare snapshot
+    with what Slurm had counted against it then (GrpTRESRaw, decayed: pipelines/budgets.py)."""
+    from slurmscope.pipelines.budgets import allocations
+
+    nxt = next_month(d.month)
+    rows: list[dict] = []
+    if _has_table(con, "mart_budget_period"):
+        rows = _rows(
+            con,
+            """
+            WITH b AS (SELECT DISTINCT account, budget, unit, period_start, period_end, amount FROM mart_budget_period
+                       WHERE cluster = ? AND source = 'config' AND period_start < ? AND period_end > ?),
+                 v AS (SELECT month, max(version) AS version FROM mart_cost_monthly WHERE cluster = ? GROUP BY month),
+                 inv AS (SELECT m.month, m.account, sum(m.cost_usd)::DOUBLE AS usd, sum(m.gpu_hours) AS gpu_hours
+                         FROM mart_cost_monthly m JOIN v USING (month, version) WHERE m.cluster = ? GROUP BY ALL)
+            SELECT b.*, 'config' AS source,
+                   coalesce(sum(CASE WHEN b.unit = 'usd' THEN inv.usd ELSE inv.gpu_hours END)
+                            FILTER (WHERE inv.month >= b.period_start AND inv.month < least(b.period_end, ?)), 0) AS used,
+                   coalesce(sum(CASE WHEN b.unit = 'usd' THEN inv.usd ELSE inv.gpu_hours END)
+                            FILTER (WHERE inv.month = ?), 0) AS this_month,
+                   (least(b.period_end, ?) - b.period_start) / (b.period_end - b.period_start) AS elapsed,
+                   NULL::TIMESTAMPTZ AS usage_as_of
+            FROM b LEFT JOIN inv ON inv.account = b.account GROUP BY ALL ORDER BY b.account, b.budget""",
+            [d.cluster, nxt, d.month, d.cluster, d.cluster, nxt, d.month, nxt],
+        )
+    for r in rows:
+        r["forecast"] = r["used"] / r["elapsed"] if r["elapsed"] < 1 else r["used"]
+    if _has_table(con, "shares"):
+        snap = _rows(
+            con,
+            """
+            SELECT snapshot_time, account, "user", grp_tres_mins, grp_tres_raw, raw_usage FROM shares
+            WHERE cluster = ? AND snapshot_time = (SELECT max(snapshot_time) FROM shares WHERE cluster = ?
+                                                   AND snapshot_time >= ? AND snapshot_time < ?)""",
+            [d.cluster, d.cluster, d.month, nxt],
+        )
+        for a in sorted(allocations(snap), key=lambda a: (a["account"], a["budget"])):
+            rows.append(
+                {
+                    **{k: a[k] for k in ("account", "budget", "unit", "amount", "used", "usage_as_of")},
+                    "source": "slurm",
+                    "period_start": None,
+                    "period_end": None,
+                    "this_month": None,
+                    "elapsed": None,
+                    "forecast": None,
+                }
+            )
+    d.budgets = rows
+
+
+BUDGET_UNITS = {"usd": "USD", "gpu_hours": "GPU-hours", "tres_hours": "TRES-hours"}
+
+
+def _budget_status(r: dict) -> str:
+    if r["used"] is None:
+        return "not collected"
+    if r["used"] > r["amount"]:
+        return "over"
+    if r["forecast"] is not None and r["forecast"] > r["amount"]:
+        return "forecast over"
+    return "within"
+
+
+def _budgets_section(d: ReportData) -> str:
+    """Budgets and allocations: config budgets through the month's end, Slurm's GrpTRESMins as counted."""
+    if not d.budgets:
+        return (
+            "<h2>Budgets and allocations</h2><p class=note>No budget (config budgets) and no GrpTRESMins "
+            "allocation in this month's sshare snapshots.</p>"
+        )
+    config = [r for r in d.budgets if r["source"] == "config"]
+    slurm = [r for r in d.budgets if r["source"] == "slurm"]
+    parts = ["<h2>Budgets and allocations</h2>"]
+    if config:
+        parts.append(
+            _table(
+                [
+                    "account",
+                    "budget",
+                    "period",
+                    "amount",
+                    "this month",
+                    "used to month end",
+                    "used",
+                    "forecast",
+                    "status",
+                ],
+                [
+                    [
+                        r["account"],
+                        BUDGET_UNITS[r["unit"]],
+                        f"{r['period_start']:%Y-%m} to {r['period_end'] - timedelta(days=1):%Y-%m}",
+                        _fmt(r["amount"], 2),
+                        _fmt(r["this_month"], 2),
+                        _fmt(r["used"], 2),
+                        f"{r['used'] / r['amount']:.1%}",
+                        f"{r['forecast'] / r['amount']:.1%}",
+                        _budget_status(r),
+                    ]
+                    for r in config
+                ],
+            )
+        )
+        parts.append(
+            "<p class=note>Config budgets (docs/pipelines.md#budgets): used = the account's invoice rows (latest "
+            "version) of the period's months up to this one; forecast = used / elapsed share of the period's "
+            "days at this month's end (= used once the period ended).</p>"
+        )
+    if slurm:
+        as_of = max(r["usage_as_of"] for r in slurm)
+        parts.append(
+            _table(
+                ["account", "GrpTRESMins", "limit", "used by Slurm's count", "used", "status"],
+                [
+                    [
+                        r["account"],
+                        r["budget"].removeprefix("GrpTRESMins:"),
+                        f"{_fmt(r['amount'], 2)} {BUDGET_UNITS[r['unit']]}",
+                        _fmt(r["used"], 2),
+                        "–" if r["used"] is None else f"{r['used'] / r['amount']:.1%}",
+                        _budget_status(r),
+                    ]
+                    for r in slurm
+                ],
+            )
+        )
+        parts.append(
+            f"<p class=note>Slurm's allocations (sacctmgr GrpTRESMins of account associations) as the month's "
+            f"last sshare snapshot ({_esc(f'{as_of:%Y-%m-%d %H:%M %Z}')}) showed them: used = GrpTRESRaw, the "
+            "decayed TRES-minutes of the association and its children that Slurm compares with the limit "
+            "(docs/pipelines.md#budgets).</p>"
+        )
+    return "".join(parts)
+
+
+def _csv_budgets(d: ReportData, out: Path) -> Path:
+    p = out / "budgets.csv"
+    with p.open("w", newline="") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(
+            [
+                "month",
+                "account",
+                "budget",
+                "source",
+                "unit",
+                "period_start",
+                "period_end",
+                "amount",
+                "this_month",
+                "used_to_month_end",
+                "elapsed_at_month_end",
+                "forecast",
+                "usage_as_of",
+            ]
+        )
+        for r in d.budgets:
+            w.writerow(
+                [
+                    f"{d.month:%Y-%m}",
+                    r["account"],
+                    r["budget"],
+                    r["source"],
+                    r["unit"],
+                    "" if r["period_start"] is None else r["period_start"].isoformat(),
+                    "" if r["period_end"] is None else r["period_end"].isoformat(),
+                    f"{r['amount']:.6f}",
+                    "" if r["this_month"] is None else f"{r['this_month']:.6f}",
+                    "" if r["used"] is None else f"{r['used']:.6f}",
+                    "" if r["elapsed"] is None else f"{r['elapsed']:.6f}",
+                    "" if r["forecast"] is None else f"{r['forecast']:.6f}",
+                    "" if r["usage_as_of"] is None else r["usage_as_of"].isoformat(),
+                ]
+            )
+    return p
+
+
 LOADERS = (
     _load_chargeback,
     _load_capacity,
@@ -488,6 +674,7 @@ LOADERS = (
     _load_reliability,
     _load_scheduling,
     _load_fairshare,
+    _load_budgets,
 )
 
 
@@ -837,6 +1024,7 @@ def write_csvs(d: ReportData, out: Path, users_out: list[dict]) -> list[Path]:
         _csv_daily(d, out),
         _csv_rates(d, out),
         _csv_reconciliation(d, out),
+        _csv_budgets(d, out),
     ]
 
 
@@ -1504,7 +1692,13 @@ SECTIONS = (
     _charts_section,
 )
 """Sections that take only the data; chargeback (which takes the pseudonymised users) follows them."""
-AFTER_CHARGEBACK = (_waste_section, _reliability_section, _scheduling_section, _fairshare_section)
+AFTER_CHARGEBACK = (
+    _budgets_section,
+    _waste_section,
+    _reliability_section,
+    _scheduling_section,
+    _fairshare_section,
+)
 
 STYLE = (
     "body{font-family:sans-serif;margin:24px;color:#222;max-width:1100px}"

@@ -24,6 +24,7 @@ TABLES = (
     "sched_stats",
     "node_events",
     "reservations",
+    "slurm_partitions",
 )
 
 

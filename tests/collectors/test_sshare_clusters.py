@@ -38,4 +38,5 @@ def test_the_live_command_names_the_cluster_with_dash_m(tmp_path):
     cfg = tmp_path / "s.toml"
     cfg.write_text('[[clusters]]\nname = "beta"\n[clusters.slurm]\ncluster_flag = true\n')
     beta = load_config(cfg, env={}).for_cluster("beta")
-    assert sshare.command(beta) == ["sshare", "-M", "beta", "--all", "--long", "--parsable2"]
+    assert sshare.command(beta)[:5] == ["sshare", "-M", "beta", "--all", "--parsable2"]
+    assert sshare.command(beta)[5] == f"--format={','.join(sshare.LIVE_FIELDS)}"

@@ -57,7 +57,7 @@ def test_every_cluster_gets_the_top_level_keys_with_its_own_on_top(tmp_path):
     assert alpha.get("nvml", "agents") == [] and beta.get("nvml", "agents") == ["http://beta-gpu-001:9401"]
     # a price book or budget table of an entry replaces the top-level one for that cluster, as in the file
     assert alpha.get("billing", "rates") == {"default": 2.0} and beta.get("billing", "rates") == {"h100": 3.5}
-    assert alpha.raw["budgets"] == {} and beta.raw["budgets"] == {"ml": {"usd_per_month": 1000.0}}
+    assert alpha.raw["budgets"] == {} and beta.raw["budgets"] == {"ml": {"period": "month", "usd": 1000.0}}
     assert alpha.clusters == ("alpha",) and beta.clusters == ("beta",)  # a cluster's config serves it alone
 
 
@@ -188,5 +188,6 @@ def test_each_per_cluster_section_overrides_only_its_cluster(tmp_path, section):
             tmp_path,
             f'[[clusters]]\nname = "a"\n[[clusters]]\nname = "b"\n[clusters.{section}]\nml = {{ gpu_hours_per_month = 10 }}\n',
         )
-        assert cfg.for_cluster("b").raw[section] == {"ml": {"gpu_hours_per_month": 10.0}}
+        # the monthly shorthand reads as a budget of period "month"
+        assert cfg.for_cluster("b").raw[section] == {"ml": {"period": "month", "gpu_hours": 10.0}}
         assert cfg.for_cluster("a").raw[section] == spec.default
