@@ -1,9 +1,12 @@
 """squeue: a snapshot of every job the controller knows, with pending reasons, arrays and dependencies.
 
 The live call lists all partitions (`--all`), one line per array task (`--array`) and every state
-(`--states=all`) with `-o` fields ended by the unit separator 0x1F; the job name (`%j`), the only text a
-user types, is last so a 0x1F inside it cannot shift the other columns. Recorded captures with other
-`-o`/`-O` strings are read with `ingest squeue --format` (docs/collectors.md lists them).
+(`--states=all`) with `-O` fields (size 0: never cut) ended by the unit separator 0x1F; the job name, the
+only text a user types, is last so a 0x1F inside it cannot shift the other columns. `-O` because a GPU
+request has four forms and `-o` has letters for one only (`%b`, tres-per-node): `--gpus` is tres-per-job,
+`--gpus-per-task` tres-per-task, `--gpus-per-socket` tres-per-socket (squeue(1) of 22.05, "-O"). Recorded
+captures with other `-o`/`-O` strings, the previous live line included (PREVIOUS_LIVE_FORMAT), are read
+with `ingest squeue --format` (docs/collectors.md lists them).
 """
 
 from __future__ import annotations
@@ -40,8 +43,36 @@ KIND = "squeue"
 TABLES = {"pending_jobs": TableSpec("pending_jobs", ("cluster", "snapshot_time", "job_id"))}
 
 US = "\x1f"
-LIVE_LETTERS = "iAFKuaPqTQVSDCblErj"
-LIVE_FORMAT = US.join(f"%{c}" for c in LIVE_LETTERS)
+LIVE_FIELDS = (
+    "JobArrayID",
+    "JobID",
+    "ArrayJobID",
+    "ArrayTaskID",
+    "UserName",
+    "Account",
+    "Partition",
+    "QOS",
+    "State",
+    "PriorityLong",
+    "SubmitTime",
+    "StartTime",
+    "NumNodes",
+    "NumCPUs",
+    "tres-per-node",
+    "TimeLimit",
+    "Dependency",
+    "Reason",
+    "NumTasks",
+    "tres-per-job",
+    "tres-per-task",
+    "tres-per-socket",
+    "Sockets",
+)
+# Size 0 after ':' = no padding, no truncation; the suffix after it is the separator. Name last.
+LIVE_FORMAT = ",".join(f"{f}:{US}" for f in LIVE_FIELDS) + ",Name:"
+PREVIOUS_LIVE_FORMAT = US.join(f"%{c}" for c in "iAFKuaPqTQVSDCblErj")
+"""The live line up to this version (`-o`, no tres-per-job/task/socket): captures recorded with it are read
+with `--format` set to it (tests/fixtures/slurm-22.05/squeue_*.argv)."""
 
 PENDING_JOBS_SCHEMA = {
     "cluster": pl.String,
@@ -66,6 +97,11 @@ PENDING_JOBS_SCHEMA = {
     "tres_per_node": pl.String,
     "timelimit_seconds": pl.Int64,
     "dependency": pl.String,
+    "tasks": pl.Int32,
+    "sockets_per_node": pl.Int32,
+    "tres_per_job": pl.String,
+    "tres_per_task": pl.String,
+    "tres_per_socket": pl.String,
 }
 
 
@@ -77,7 +113,7 @@ def command(cfg: Config, *, start: datetime | None = None, end: datetime | None 
         "--array",
         "--noheader",
         "--states=all",
-        f"--format={LIVE_FORMAT}",
+        f"--Format={LIVE_FORMAT}",
     ]
 
 
@@ -98,6 +134,7 @@ LETTERS = {
     "D": "nodes",
     "C": "cpus",
     "b": "tres_per_node",
+    "H": "sockets_per_node",
     "l": "timelimit",
     "E": "dependency",
     "r": "reason",
@@ -124,7 +161,14 @@ LONG_NAMES = {
     "numnodes": "nodes",
     "numcpus": "cpus",
     "tres-per-node": "tres_per_node",
+    "gres": "tres_per_node",
+    "tres-per-job": "tres_per_job",
+    "tres-per-task": "tres_per_task",
+    "tres-per-socket": "tres_per_socket",
+    "numtasks": "tasks",
+    "sockets": "sockets_per_node",
     "tres-alloc": "tres_alloc",
+    "tres": "tres_alloc",
     "timelimit": "timelimit",
     "dependency": "dependency",
     "reason": "reason",
@@ -170,6 +214,43 @@ def _int(s: str | None, what: str) -> int | None:
     return int(s)
 
 
+def _unset(s: str | None) -> str | None:
+    """squeue prints `*` for a count the job did not set (sockets per node)."""
+    return None if s is not None and s.strip(_STRIP) == "*" else s
+
+
+REQUEST_FORMS = ("tres_per_job", "tres_per_node", "tres_per_task", "tres_per_socket")
+"""The four ways a job asks for GPUs, as squeue prints them (sbatch(1), 22.05): `--gpus` → tres-per-job,
+`--gpus-per-node` and `--gres=gpu:N` → tres-per-node, `--gpus-per-task` → tres-per-task,
+`--gpus-per-socket` → tres-per-socket."""
+
+
+def requested_gpus(
+    per_job: int | None,
+    per_node: int | None,
+    per_task: int | None,
+    per_socket: int | None,
+    *,
+    nodes: int | None,
+    tasks: int | None,
+    sockets: int | None,
+) -> int | None:
+    """GPUs a job asks for, as slurmctld totals its request (`gres_job_state_validate` in src/common/gres.c,
+    Slurm 22.05.8): the largest of the per-job count, per-node × nodes, per-socket × nodes × sockets per
+    node, and per-task × tasks; a multiplier the job left unset counts once (per-node with no or 0 nodes:
+    one node). None when the job used no form (the caller may fall back to tres-alloc)."""
+    counts = []
+    if per_job is not None:
+        counts.append(per_job)
+    if per_node is not None:
+        counts.append(per_node * (nodes or 1))
+    if per_socket is not None:
+        counts.append(per_socket * (nodes * sockets if nodes and sockets else 1))
+    if per_task is not None:
+        counts.append(per_task * (tasks or 1))
+    return max(counts) if counts else None
+
+
 def _row(v: dict[str, str], cluster: str, snapshot_time: datetime, tz: ZoneInfo) -> dict:
     """One pending_jobs row; raises ValueError (the quarantine reason) for values Slurm never prints."""
     job_id = _null(v.get("job_id"))
@@ -204,14 +285,19 @@ def _row(v: dict[str, str], cluster: str, snapshot_time: datetime, tz: ZoneInfo)
             reason = _null(rl[1:-1])
     nodes = _int(v.get("nodes"), "node count")
     cpus = _int(v.get("cpus"), "CPU count")
-    tpn = _null(v.get("tres_per_node"))
-    gpus: int | None = None
-    if tpn is not None:
-        per_node, _t, _m = gpu_count(tpn)
-        gpus = per_node * (nodes or 1)  # a node count of 0 or none: one node
-    elif _null(v.get("tres_alloc")) is not None:
+    tasks = _int(v.get("tasks"), "task count")
+    sockets = _int(_unset(v.get("sockets_per_node")), "sockets per node")
+    forms = {f: _null(v.get(f)) for f in REQUEST_FORMS}
+    tpn = forms["tres_per_node"]
+    gpus = requested_gpus(
+        *(gpu_count(forms[f])[0] if forms[f] is not None else None for f in REQUEST_FORMS),
+        nodes=nodes,
+        tasks=tasks,
+        sockets=sockets,
+    )
+    if gpus is None and _null(v.get("tres_alloc")) is not None:
         gpus = gpu_count(v["tres_alloc"])[0]
-    elif "tres_per_node" in v or "tres_alloc" in v:
+    elif gpus is None and any(f in v for f in (*REQUEST_FORMS, "tres_alloc")):
         gpus = 0
     row = {
         "cluster": cluster,
@@ -236,6 +322,11 @@ def _row(v: dict[str, str], cluster: str, snapshot_time: datetime, tz: ZoneInfo)
         "tres_per_node": tpn,
         "timelimit_seconds": parse_duration(v.get("timelimit")),
         "dependency": _null(v.get("dependency")),
+        "tasks": tasks,
+        "sockets_per_node": sockets,
+        "tres_per_job": forms["tres_per_job"],
+        "tres_per_task": forms["tres_per_task"],
+        "tres_per_socket": forms["tres_per_socket"],
     }
     problem = out_of_range(row, PENDING_JOBS_SCHEMA)
     if problem:
@@ -365,7 +456,11 @@ def _vector_rows(
     names = set(df.columns)
 
     def col(name: str) -> pl.Expr:
-        return _nul(name) if name in names else pl.lit(None, pl.String)
+        if name not in names:
+            return pl.lit(None, pl.String)
+        if name == "sockets_per_node":
+            return pl.when(_nul(name) == "*").then(None).otherwise(_nul(name))
+        return _nul(name)
 
     def as_int(name: str) -> tuple[pl.Expr, pl.Expr]:
         text = col(name)
@@ -382,6 +477,10 @@ def _vector_rows(
     nodes, good = as_int("nodes")
     ok = ok & good
     cpus, good = as_int("cpus")
+    ok = ok & good
+    tasks, good = as_int("tasks")
+    ok = ok & good
+    sockets, good = as_int("sockets_per_node")
     ok = ok & good
     jid_in = col("job_id")
     jid = pl.coalesce(jid_in, raw.cast(pl.String))
@@ -441,8 +540,6 @@ def _vector_rows(
         )
     )
     timelimit = pl.when(tl_null).then(None).otherwise(dur)
-    tpn = col("tres_per_node")
-    has_tpn, has_alloc = "tres_per_node" in names, "tres_alloc" in names
     frame = df.with_columns(
         _ok=ok,
         job_id=jid,
@@ -454,10 +551,12 @@ def _vector_rows(
         priority=prio,
         nodes=nodes,
         cpus=cpus,
+        tasks=tasks,
+        sockets_per_node=sockets,
         submit_time=times["submit_time"],
         start_time=times["start_time"],
         timelimit_seconds=timelimit,
-        tres_per_node=tpn,
+        **{f: col(f) for f in REQUEST_FORMS},
         tres_alloc=col("tres_alloc"),
         dependency=col("dependency"),
         user=col("user"),
@@ -468,37 +567,43 @@ def _vector_rows(
     )
     bad = frame.filter(~pl.col("_ok"))["line_no"].to_list()
     frame = frame.filter(pl.col("_ok"))
-    # GPUs: few distinct strings, each read once by the shared counting rule
-    per_node = {v: gpu_count(v)[0] for v in frame["tres_per_node"].unique().to_list() if v is not None}
-    alloc = {v: gpu_count(v)[0] for v in frame["tres_alloc"].unique().to_list() if v is not None}
+    # GPUs: few distinct strings, each read once by the shared counting rule; requested_gpus in Float64
+    # (exact below 2^53) so that a total beyond Int32 is seen and handed to the per-line path (quarantine)
     limit = 2**31 - 1
-    gpn = pl.col("tres_per_node").replace_strict(
-        {k: v for k, v in per_node.items() if v <= limit}, default=None, return_dtype=pl.Int64
-    )
-    gal = pl.col("tres_alloc").replace_strict(
-        {k: v for k, v in alloc.items() if v <= limit}, default=None, return_dtype=pl.Int64
-    )
-    nodes_or_one = (
-        pl.when(pl.col("nodes").is_null() | (pl.col("nodes") == 0)).then(1).otherwise(pl.col("nodes"))
-    )
+
+    def count(name: str) -> pl.Expr:
+        values = {v: float(gpu_count(v)[0]) for v in frame[name].unique().to_list() if v is not None}
+        return pl.col(name).replace_strict(values, default=None, return_dtype=pl.Float64)
+
+    def times_or_one(*cols: str) -> pl.Expr:
+        prod = pl.lit(1.0)
+        for c in cols:
+            prod = prod * pl.col(c).cast(pl.Float64)
+        unset = pl.any_horizontal(*(pl.col(c).is_null() | (pl.col(c) == 0) for c in cols))
+        return pl.when(unset).then(1.0).otherwise(prod)
+
+    terms = [
+        count("tres_per_job"),
+        count("tres_per_node") * times_or_one("nodes"),
+        count("tres_per_socket") * times_or_one("nodes", "sockets_per_node"),
+        count("tres_per_task") * times_or_one("tasks"),
+    ]
+    asked = pl.max_horizontal(terms)
+    any_form = pl.any_horizontal(pl.col(f).is_not_null() for f in REQUEST_FORMS)
+    listed = any(f in names for f in (*REQUEST_FORMS, "tres_alloc"))
     gpus = (
-        pl.when(pl.col("tres_per_node").is_not_null())
-        .then(gpn * nodes_or_one)
+        pl.when(any_form)
+        .then(asked)
         .when(pl.col("tres_alloc").is_not_null())
-        .then(gal)
+        .then(count("tres_alloc"))
+        .otherwise(pl.lit(0.0) if listed else pl.lit(None, pl.Float64))
     )
-    gpus = gpus.otherwise(pl.lit(0) if (has_tpn or has_alloc) else pl.lit(None, pl.Int64))
-    frame = frame.with_columns(gpus=gpus)
-    fits = pl.lit(True)
-    for c in ("nodes", "cpus", "gpus"):
+    frame = frame.with_columns(_gpus=gpus)
+    fits = pl.col("_gpus").is_null() | (pl.col("_gpus") <= limit)
+    for c in ("nodes", "cpus", "tasks", "sockets_per_node"):
         fits = fits & (pl.col(c).is_null() | pl.col(c).is_between(-(2**31), limit))
-    # a GPU string counted beyond Int32, or a product that overflows: per-line path (quarantine)
-    fits = fits & ~(pl.col("tres_per_node").is_not_null() & pl.col("gpus").is_null())
-    fits = fits & ~(
-        pl.col("tres_alloc").is_not_null() & pl.col("tres_per_node").is_null() & pl.col("gpus").is_null()
-    )
     bad += frame.filter(~fits)["line_no"].to_list()
-    frame = frame.filter(fits)
+    frame = frame.filter(fits).with_columns(gpus=pl.col("_gpus").cast(pl.Int64)).drop("_gpus")
     out = frame.with_columns(cluster=pl.lit(cluster), snapshot_time=pl.lit(snapshot_time))
     out = out.select("line_no", *[pl.col(c).cast(t) for c, t in PENDING_JOBS_SCHEMA.items()])
     return out, bad

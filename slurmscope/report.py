@@ -271,8 +271,8 @@ def collect_data(con: duckdb.DuckDBPyConnection, cluster: str, month: date) -> R
     d.outcomes = _rows(
         con,
         """
-        SELECT state, sum(jobs) AS jobs, sum(gpu_hours) AS gpu_hours FROM mart_job_outcomes_daily
-        WHERE cluster = ? AND day >= ? AND day < ? GROUP BY ALL ORDER BY 2 DESC, 1""",
+        SELECT state, failure, sum(jobs) AS jobs, sum(gpu_hours) AS gpu_hours FROM mart_job_outcomes_daily
+        WHERE cluster = ? AND day >= ? AND day < ? GROUP BY ALL ORDER BY 3 DESC, 1, 2""",
         [cluster, month, nxt],
     )
     rq = _rows(
@@ -579,6 +579,83 @@ def _fmt(v, digits: int = 1) -> str:
     return f"{v:,.{digits}f}"
 
 
+def reliability_section(d: ReportData) -> str:
+    """The reliability section: ended attempts split into user and system failures by the one taxonomy the
+    marts and the SlurmJobFailureRateHigh alert use (slurm_states.job_failure_class,
+    docs/pipelines.md#job-failures), requeues, and the faults that killed attempts."""
+    rq = d.requeues or {}
+    attempts = sum(r["jobs"] for r in d.outcomes)
+
+    def share(n: int) -> str:
+        return f"{n / attempts:.1%}" if attempts else "–"
+
+    by_class = {
+        c: sum(r["jobs"] for r in d.outcomes if r["failure"] == c) for c in ("none", "user", "system")
+    }
+    return "".join(
+        [
+            "<h2>Reliability</h2>",
+            _table(
+                [
+                    "attempts ended",
+                    "user failures",
+                    "user failure rate",
+                    "system failures",
+                    "system failure rate",
+                    "requeues",
+                    "requeue rate",
+                    "requeued GPU-hours",
+                ],
+                [
+                    [
+                        attempts,
+                        by_class["user"],
+                        share(by_class["user"]),
+                        by_class["system"],
+                        share(by_class["system"]),
+                        rq.get("requeues") or 0,
+                        f"{(rq.get('requeues') or 0) / rq['attempts_ended']:.1%}"
+                        if rq.get("attempts_ended")
+                        else "–",
+                        _fmt(rq.get("requeued_gpu_hours")),
+                    ]
+                ],
+            ),
+            "<p class=note>User failures: non-zero exit (FAILED), OUT_OF_MEMORY, TIMEOUT, DEADLINE, cancelled by "
+            "its owner. System failures: NODE_FAIL, BOOT_FAIL, PREEMPTED, REQUEUED, cancelled by root, and a "
+            "FAILED attempt linked to a node incident on its nodes at its end. The SlurmJobFailureRateHigh alert "
+            "uses the same split (docs/pipelines.md#job-failures).</p>",
+            _table(
+                ["failure", "state", "attempts", "GPU-hours"],
+                [
+                    [r["failure"], r["state"], r["jobs"], _fmt(r["gpu_hours"])]
+                    for r in sorted(
+                        d.outcomes, key=lambda r: (r["failure"] == "none", r["failure"], -r["jobs"])
+                    )
+                    if r["failure"] != "none"
+                ],
+            ),
+            _table(
+                ["fault", "faults", "jobs killed", "GPU-hours lost", "jobs that came back"],
+                [
+                    [
+                        f["fault_kind"],
+                        f["faults"],
+                        f["jobs_killed"],
+                        _fmt(f["gpu_hours_lost"]),
+                        f["came_back"],
+                    ]
+                    for f in d.faults
+                ],
+            ),
+            _table(
+                ["top failing node", "faults", "GPU-hours lost"],
+                [[n["node"], n["faults"], _fmt(n["gpu_hours_lost"])] for n in d.top_nodes],
+            ),
+        ]
+    )
+
+
 def render_html(d: ReportData, users_out: list[dict]) -> str:
     t = d.totals
     month = d.month.strftime("%Y-%m")
@@ -613,7 +690,15 @@ def render_html(d: ReportData, users_out: list[dict]) -> str:
             "minutes",
         ),
         hbars_svg(
-            "Job attempts by terminal state", [(r["state"], float(r["jobs"])) for r in d.outcomes], "jobs"
+            "Job attempts by terminal state",
+            sorted(
+                {
+                    st: sum(float(r["jobs"]) for r in d.outcomes if r["state"] == st)
+                    for st in {r["state"] for r in d.outcomes}
+                }.items(),
+                key=lambda kv: (-kv[1], kv[0]),
+            ),
+            "jobs",
         ),
     ]
     status = (
@@ -621,9 +706,6 @@ def render_html(d: ReportData, users_out: list[dict]) -> str:
         if d.version is None
         else f"invoice version {d.version}, {'frozen (closed month)' if d.frozen else 'open month, provisional'}"
     )
-    rq = d.requeues or {}
-    attempts = sum(r["jobs"] for r in d.outcomes)
-    failed = sum(r["jobs"] for r in d.outcomes if r["state"] not in ("COMPLETED", "RUNNING", "PENDING"))
     body = [
         f"<h1>slurmscope — {_esc(d.cluster)} — {month}</h1><p class=meta>{_esc(status)}</p>",
         "<h2>Totals</h2>",
@@ -733,40 +815,7 @@ def render_html(d: ReportData, users_out: list[dict]) -> str:
                 for w in d.waste
             ],
         ),
-        "<h2>Reliability</h2>",
-        _table(
-            [
-                "attempts ended",
-                "not completed",
-                "failure rate",
-                "requeues",
-                "requeue rate",
-                "requeued GPU-hours",
-            ],
-            [
-                [
-                    attempts,
-                    failed,
-                    f"{failed / attempts:.1%}" if attempts else "–",
-                    rq.get("requeues") or 0,
-                    f"{(rq.get('requeues') or 0) / rq['attempts_ended']:.1%}"
-                    if rq.get("attempts_ended")
-                    else "–",
-                    _fmt(rq.get("requeued_gpu_hours")),
-                ]
-            ],
-        ),
-        _table(
-            ["fault", "faults", "jobs killed", "GPU-hours lost", "jobs that came back"],
-            [
-                [f["fault_kind"], f["faults"], f["jobs_killed"], _fmt(f["gpu_hours_lost"]), f["came_back"]]
-                for f in d.faults
-            ],
-        ),
-        _table(
-            ["top failing node", "faults", "GPU-hours lost"],
-            [[n["node"], n["faults"], _fmt(n["gpu_hours_lost"])] for n in d.top_nodes],
-        ),
+        reliability_section(d),
         "<h2>Scheduling</h2>",
         _table(
             ["partition", "jobs", "mean wait (s)", "p50 (s)", "p90 (s)", "p99 (s)", "max (s)"],
