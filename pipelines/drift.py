@@ -25,7 +25,6 @@ from slurmscope.pipelines.calendar import DAY_US, HOUR_US, UTC_DT, day_start, lo
 from slurmscope.pipelines.common import with_columns_of
 from slurmscope.pipelines.params import Params
 
-
 NAME = "drift"
 MART_TABLES: dict[str, str | None] = {"mart_drift": "as_of"}
 

@@ -429,7 +429,7 @@ def _is_regex(text: str) -> bool:
     return True
 
 
-REGEX = "a regular expression (Python syntax, matched case-insensitively; '' matches nothing)"
+REGEX = "a regular expression (case-insensitive; Python and Rust syntax, no look-around; '' matches nothing)"
 # Node incident causes (pipelines/reliability.py, docs/pipelines.md#reliability): what a DOWN/DRAIN reason says.
 HARDWARE_REASONS = (
     r"\bxid\b|\becc\b|nvlink|pcie|off the bus|fallen off|\bgpus?\b.*\b(error|fail|lost|missing|dead|bad|hung)"

@@ -353,6 +353,7 @@ the node until someone acts."""
 NODE_METRIC_UNAVAILABLE_FLAGS = ("DRAIN", "NOT_RESPONDING", "FAIL", "MAINT")
 """Flag substrings with the same effect (FAIL covers FAILING, MAINT covers MAINTENANCE)."""
 
+
 def sql_list(states: Iterable[str]) -> str:
     """The states as a quoted SQL list for `state IN ...`: `('FAILED','NODE_FAIL')`.
 

@@ -93,7 +93,9 @@ def test_jobs_queue_and_scheduler(history, cfg):
         == (END - timedelta(hours=30)).timestamp()
     )
     assert (
-        value(s, "slurmscope_pending_schedulable_oldest_submit_timestamp_seconds", partition="gpu", account="b")
+        value(
+            s, "slurmscope_pending_schedulable_oldest_submit_timestamp_seconds", partition="gpu", account="b"
+        )
         == (END - timedelta(hours=20)).timestamp()
     )
     # the failure split: 72 x 4 COMPLETED of a; 72 + 12 FAILED of b (user by record), one of them moved to

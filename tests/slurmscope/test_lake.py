@@ -30,7 +30,12 @@ ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "lake.md").read_text()
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=timezone.utc)
 FLOAT_REL = 1e-9
-DOC_FAILED_STATES = ("FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL")  # the states docs/lake.md's query names
+DOC_FAILED_STATES = (
+    "FAILED",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+)  # the states docs/lake.md's query names
 
 
 def doc_queries() -> dict[tuple[str, str], str]:
@@ -167,8 +172,8 @@ def _db(tmp_path: Path) -> duckdb.DuckDBPyConnection:
             [cluster, str(jid), jid, submit, state],
         )
     con.execute(
-        "INSERT INTO mart_job_outcomes_daily VALUES ('alpha', DATE '2026-10-31', 'gpu', 'a', 'FAILED', 1, 8.0),"
-        " ('alpha', DATE '2026-11-01', 'gpu', 'a', 'COMPLETED', 1, 8.0)"
+        "INSERT INTO mart_job_outcomes_daily VALUES ('alpha', DATE '2026-10-31', 'gpu', 'a', 'FAILED', 1, 8.0, 'user'),"
+        " ('alpha', DATE '2026-11-01', 'gpu', 'a', 'COMPLETED', 1, 8.0, 'none')"
     )
     return con
 

@@ -25,7 +25,7 @@ def test_failure_table_splits_user_and_system_failures(con):
         ("CANCELLED", "none", 5, 0.0),  # cancelled while pending: never ran, not a failure
     ):
         con.execute(
-            "INSERT INTO mart_job_outcomes_daily (cluster, day, \"partition\", account, state, failure, jobs,"
+            'INSERT INTO mart_job_outcomes_daily (cluster, day, "partition", account, state, failure, jobs,'
             " gpu_hours) VALUES ('c1', ?, 'gpu', 'a', ?, ?, ?, ?)",
             [day, state, failure, jobs, hours],
         )
