@@ -214,9 +214,15 @@ def _int(s: str | None, what: str) -> int | None:
     return int(s)
 
 
+UNSET_COUNTS = ("*", "4294967294", "4294967295", "65534", "65535")
+"""What squeue prints for a task or socket count that is not set: `*` (sockets per node), or slurm.h's NO_VAL
+(0xfffffffe), INFINITE (0xffffffff), NO_VAL16 and INFINITE16 printed as numbers. slurmctld sends NO_VAL as the
+task count of a job that ended without starting (`_pack_default_job_details`, 22.05: no task count, not
+pending, nothing allocated), e.g. a job cancelled while pending."""
+
+
 def _unset(s: str | None) -> str | None:
-    """squeue prints `*` for a count the job did not set (sockets per node)."""
-    return None if s is not None and s.strip(_STRIP) == "*" else s
+    return None if s is not None and s.strip(_STRIP) in UNSET_COUNTS else s
 
 
 REQUEST_FORMS = ("tres_per_job", "tres_per_node", "tres_per_task", "tres_per_socket")
@@ -285,7 +291,7 @@ def _row(v: dict[str, str], cluster: str, snapshot_time: datetime, tz: ZoneInfo)
             reason = _null(rl[1:-1])
     nodes = _int(v.get("nodes"), "node count")
     cpus = _int(v.get("cpus"), "CPU count")
-    tasks = _int(v.get("tasks"), "task count")
+    tasks = _int(_unset(v.get("tasks")), "task count")
     sockets = _int(_unset(v.get("sockets_per_node")), "sockets per node")
     forms = {f: _null(v.get(f)) for f in REQUEST_FORMS}
     tpn = forms["tres_per_node"]
@@ -458,8 +464,8 @@ def _vector_rows(
     def col(name: str) -> pl.Expr:
         if name not in names:
             return pl.lit(None, pl.String)
-        if name == "sockets_per_node":
-            return pl.when(_nul(name) == "*").then(None).otherwise(_nul(name))
+        if name in ("tasks", "sockets_per_node"):
+            return pl.when(_nul(name).is_in(UNSET_COUNTS)).then(None).otherwise(_nul(name))
         return _nul(name)
 
     def as_int(name: str) -> tuple[pl.Expr, pl.Expr]:

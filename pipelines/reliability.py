@@ -66,9 +66,6 @@ FAULT_LEAD_SECONDS = 60
 after the job already died). A window starting at `start` deletes the fault rows from `start` on, so it reads
 the attempts ending from `start` minus this lead, or a fault just after `start` loses its attempt."""
 
-INCIDENT_CAUSES = ("hardware", "node_failure", "maintenance", "other")
-"""An incident's cause, most specific first (the order the rules try them; docs/pipelines.md#reliability)."""
-
 FAILURE_CAUSES = ("hardware", "node_failure")
 """The causes that are failures: MTBF, MTTR and the goodput model count these incidents only."""
 
@@ -86,6 +83,11 @@ _SNAPSHOT_FILTER = (
     + " OR ".join(f"coalesce(state_flags, '') LIKE '%{f}%'" for f in NODE_UNAVAILABLE_FLAGS)
     + ")"
 )
+
+FAULT_GPU_EVENTS = ("xid", "gpu_lost", "ecc")
+"""GPU event types that are faults of the GPU: an XID (when the catalogue's hardware flag says so), the GPU
+fallen off the bus, an uncorrectable ECC error."""
+
 
 # `retries`: an attempt ending in the window is requeued, and a fault's killed attempt came back, when the job
 # has a later-submitted attempt, whenever that one ran. `jobs` leaves out the attempts that started after the
@@ -116,9 +118,9 @@ INPUTS: dict[str, str] = {
     "node_events": """
         SELECT node, time_start, time_end, state, reason, reason_user FROM node_events
         WHERE cluster = $cluster AND node <> ''""",
-    "gpu_events": """
+    "gpu_events": f"""
         SELECT node, event_time, event_type, xid FROM gpu_events
-        WHERE cluster = $cluster AND event_type IN ('xid', 'gpu_lost', 'ecc')""",
+        WHERE cluster = $cluster AND event_type IN {tuple(FAULT_GPU_EVENTS)}""",  # noqa: S608 - constant event types
     "node_down_snapshots": f"""
         SELECT DISTINCT node, snapshot_time, state, state_flags, reason, reason_user FROM node_states
         WHERE cluster = $cluster AND {_SNAPSHOT_FILTER}""",  # noqa: S608 - the filter is built from constant state sets
@@ -134,15 +136,11 @@ INPUTS: dict[str, str] = {
         FROM jobs WHERE cluster = $cluster AND start_time IS NOT NULL AND $end >= $now GROUP BY ALL""",
     "killed_before": """
         SELECT f.job_id_raw, f.submit_time, f."partition", coalesce(j.nodes, 1) AS nodes, f.cause,
-               f.gpu_hours_lost, coalesce(j.elapsed_seconds, 0) AS elapsed_seconds, coalesce(j.gpus, 0) AS gpus
+               coalesce(j.elapsed_seconds, 0) AS elapsed_seconds, coalesce(j.gpus, 0) AS gpus
         FROM mart_fault_impact f LEFT JOIN jobs j
           ON j.cluster = f.cluster AND j.job_id_raw = f.job_id_raw AND j.submit_time = f.submit_time
         WHERE f.cluster = $cluster AND f.fault_time < $start AND $end >= $now""",
 }
-
-FAULT_GPU_EVENTS = ("xid", "gpu_lost", "ecc")
-"""GPU event types that are faults of the GPU: an XID (when the catalogue's hardware flag says so), the GPU
-fallen off the bus, an uncorrectable ECC error."""
 
 
 def hardware_xids(params: Params) -> list[int]:
@@ -530,8 +528,9 @@ def gpu_members(gpu_events: pl.LazyFrame, params: Params) -> pl.LazyFrame:
     """GPU faults Slurm may never see (hardware_xids, a GPU lost from the bus, an uncorrectable ECC error), as
     instants: they make an incident of their own, or join the node's unavailability around them."""
     now_l = pl.lit(params.now, dtype=UTC_DT)
-    fault = pl.col("event_type").is_in(("gpu_lost", "ecc")) | (
-        (pl.col("event_type") == "xid") & pl.col("xid").is_in(hardware_xids(params)).fill_null(False)
+    xid = pl.col("event_type") == "xid"
+    fault = (~xid & pl.col("event_type").is_in(FAULT_GPU_EVENTS)) | (
+        xid & pl.col("xid").is_in(hardware_xids(params)).fill_null(False)
     )
     kind = (
         pl.when(pl.col("xid").is_not_null())

@@ -354,6 +354,14 @@ def test_compact_states_and_local_times():
     assert df["submit_time"].to_list() == [datetime(2024, 1, 15, 9, tzinfo=UTC)] * 2
 
 
+def test_counts_slurm_leaves_unset_are_null_not_a_bad_line():
+    # a job cancelled while pending: slurmctld sends NO_VAL (4294967294) as its task count (22.05)
+    r = parse(live(i="16", A="16", F="16", T="CANCELLED", tasks="4294967294", sockets="*") + "\n")
+    assert r.quarantine.height == 0
+    row = r.tables["pending_jobs"].row(0, named=True)
+    assert (row["state"], row["tasks"], row["sockets_per_node"], row["gpus"]) == ("CANCELLED", None, None, 8)
+
+
 def test_bad_values_are_quarantined_with_a_reason():
     p = parse(live(C="lots") + "\n" + live(i="x1") + "\n" + live(T="running?") + "\n" + "42\n")
     assert p.tables["pending_jobs"].height == 0
@@ -467,7 +475,7 @@ _VALUES = {
     "l": ["1-00:00:00", "5:00", "UNLIMITED", "1-02:30", "30", "10:00:00.5", "9999999-00:00:00"],
     "E": ["(null)", "afterok:7_3(unfulfilled)"],
     "r": ["None", "Priority", "(null)"],
-    "tasks": ["1", "4", "", "N/A", "3000000000", "x"],
+    "tasks": ["1", "4", "", "N/A", "3000000000", "x", "4294967294"],
     "per_job": ["N/A", "gres:gpu:8", "gres:gpu:h100:4", "gres:gpu:3000000000"],
     "per_task": ["N/A", "gres:gpu:1", "gres:gpu:2"],
     "per_socket": ["N/A", "gres:gpu:2"],
