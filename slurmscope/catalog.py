@@ -693,6 +693,27 @@ CATALOG: tuple[Metric, ...] = (
         requires=("mart_job_efficiency",),
     ),
     Metric(
+        name="slurmscope_account_cpu_efficiency_ratio",
+        type="gauge",
+        unit="ratio",
+        help="CPU efficiency of the account's jobs that ended this billing month, as Slurm's seff computes it per"
+        " job (CPU time of all steps / (elapsed x allocated CPUs)): their CPU-seconds used / core-seconds allocated.",
+        labels=("cluster", "account"),
+        source="mart_job_cpu_mem_efficiency (end_day in the month of now, <= today)",
+        requires=("mart_job_cpu_mem_efficiency",),
+    ),
+    Metric(
+        name="slurmscope_account_memory_efficiency_ratio",
+        type="gauge",
+        unit="ratio",
+        help="Memory efficiency of the account's jobs that ended this billing month, as Slurm's seff computes it per"
+        " job (largest step peak x its tasks / requested memory): their memory used / memory requested; jobs"
+        " without a recorded peak are left out.",
+        labels=("cluster", "account"),
+        source="mart_job_cpu_mem_efficiency (end_day in the month of now, <= today)",
+        requires=("mart_job_cpu_mem_efficiency",),
+    ),
+    Metric(
         name="slurmscope_drift_score",
         type="gauge",
         unit="",

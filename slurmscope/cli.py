@@ -14,6 +14,7 @@ import logging
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -105,6 +106,15 @@ def main(
 LOCK_WAIT_SECONDS = 30.0
 
 
+def _require_cluster_data(con, cluster: str) -> None:
+    """Refuse to run for a cluster the database has no rows of while others have some (docs/ingest.md)."""
+    from slurmscope.db import missing_cluster
+
+    problem = missing_cluster(con, cluster)
+    if problem:
+        raise click.ClickException(problem)
+
+
 def _connect(app: Context, *, read_only: bool = False, create: bool = True):
     """Open the database, waiting while `serve` holds the write lock for one of its short jobs.
 
@@ -178,17 +188,38 @@ def ingest(
         )
 
 
+def _since_date(_ctx: click.Context, _param: click.Parameter, value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        day = datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(f"expected YYYY-MM-DD (UTC), got {value!r}") from None
+    return day.replace(tzinfo=UTC) if day.tzinfo is None else day.astimezone(UTC)
+
+
 @main.command()
 @click.argument("kind", required=False, default="all", type=KindChoice(lambda c: c.live, "all"))
 @click.option("--once", is_flag=True, help="Run once and exit (the only mode outside `serve`).")
+@click.option(
+    "--since",
+    callback=_since_date,
+    metavar="DATE",
+    help="First import the accounting history from DATE (UTC), resumable; sacct or all only.",
+)
 @click.pass_context
-def collect(ctx: click.Context, kind: str, once: bool) -> None:
+def collect(ctx: click.Context, kind: str, once: bool, since: datetime | None) -> None:
     """Run live collectors against Slurm (argument lists, per-command timeouts, TZ=UTC)."""
+    from slurmscope.collectors.collect import backfill_with
     from slurmscope.collectors.collect import collect as run_collect
 
     app = _context(ctx)
+    if since is not None and kind not in ("all", "sacct"):
+        raise click.BadParameter(f"--since imports job history: use it with sacct or all, not {kind}")
     con = _connect(app)
     try:
+        if since is not None:
+            _backfill(con, app.config, since, backfill_with)
         outcomes = run_collect(con, app.config, kind)
     finally:
         con.close()
@@ -197,9 +228,35 @@ def collect(ctx: click.Context, kind: str, once: bool) -> None:
         click.echo(
             f"{o.collector}: {o.status} rows={o.rows}" + (f" error={o.error}" if o.error else ""), err=True
         )
+        if o.warning:
+            click.echo(f"{o.collector}: warning: {o.warning}", err=True)
     if failed:
         raise click.ClickException(
             f"{len(failed)} collector(s) failed: " + ", ".join(o.collector for o in failed)
+        )
+
+
+def _backfill(con, cfg: Config, since: datetime, backfill_with) -> None:
+    """The history import with a progress bar on a terminal (click prints only the label elsewhere)."""
+    with click.progressbar(
+        length=1000, label=f"sacct history since {since:%Y-%m-%d}", file=sys.stderr, show_eta=True
+    ) as bar:
+        seen = [0]
+        rows = [0]
+
+        def progress(done: float, total: float, n: int) -> None:
+            rows[0] += n
+            step = int(1000 * done / total) if total > 0 else 1000
+            bar.update(max(0, step - seen[0]))
+            seen[0] = max(seen[0], step)
+
+        out = backfill_with(lambda fn: fn(con), cfg, since, progress=progress)
+    click.echo(
+        f"sacct history: {out.status} rows={rows[0]}" + (f" error={out.error}" if out.error else ""), err=True
+    )
+    if out.status != "ok":
+        raise click.ClickException(
+            "history import stopped: run the same command again to resume from the last loaded window"
         )
 
 
@@ -274,6 +331,7 @@ def pipelines_run(
     app = _context(ctx)
     con = _connect(app, create=False)
     try:
+        _require_cluster_data(con, app.config.cluster)
         results = run_pipelines(con, app.config, since=since, full=full, only=only or None, now=now)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
@@ -326,6 +384,7 @@ def report(ctx: click.Context, month: str, out_dir: str, formats: str) -> None:
     app = _context(ctx)
     con = _connect(app, read_only=True, create=False)
     try:
+        _require_cluster_data(con, app.config.cluster)
         written = build_report(
             con,
             app.config,
@@ -481,6 +540,34 @@ def doctor(ctx: click.Context, prometheus: str | None, fmt: str) -> None:
         click.echo(as_text(results), nl=False)
     if failed(results):
         ctx.exit(1)
+
+
+@main.command()
+@click.argument("job_id", metavar="JOBID")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Output format.",
+)
+@click.pass_context
+def job(ctx: click.Context, job_id: str, fmt: str) -> None:
+    """One job's CPU, memory and per-GPU use for every attempt, with a verdict (read-only)."""
+    from datetime import UTC, datetime
+
+    from slurmscope.jobstats import JobNotFound, job_report, render_json, render_text
+
+    app = _context(ctx)
+    con = _connect(app, read_only=True, create=False)
+    try:
+        report = job_report(con, app.config, job_id, datetime.now(UTC))
+    except JobNotFound as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        con.close()
+    click.echo(render_json(report) if fmt == "json" else render_text(report), nl=False)
 
 
 @main.command()

@@ -474,12 +474,16 @@ SCHEMA = Table(
                 ),
                 "rest_user": Str(""),
                 "rest_token_file": Str(""),
-                "rest_api_version": Str("v0.0.38", choices=("v0.0.38", "v0.0.41", "v0.0.44")),
+                "rest_api_version": Str(
+                    "v0.0.38", choices=("v0.0.38", "v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44")
+                ),
             }
         ),
         "collect": Table(
             {
                 "sacct_window_seconds": Num(86400, low=1),
+                "sacct_max_window_seconds": Num(31 * 86400, low=60),
+                "sacct_target_rows": Num(50000, low=100),
                 "sacct_overlap_seconds": Num(3600),
                 "sacct_initial_lookback_seconds": Num(7 * 86400),
                 "events_lookback_seconds": Num(30 * 86400),

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from slurmscope.collectors import sacct_rest
+from slurmscope.collectors import slurmrestd
 from slurmscope.config import Config
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
@@ -271,15 +271,19 @@ def check_accounting(cfg: Config, slurm_conf: dict[str, str], error: str | None)
     )
 
 
-def check_rest(cfg: Config, get: Callable[[Config, str], bytes] = sacct_rest.get) -> Result:
-    """slurmrestd as the job source: one authenticated `ping` through the collector's own client.
+def check_rest(cfg: Config, get: Callable[[Config, str], bytes] = slurmrestd.get) -> Result:
+    """slurmrestd as the Slurm source: one authenticated `ping` through the REST collectors' own client.
 
     The ping goes over the configured socket or URL with the configured token, at the configured API
     version, so a wrong socket path, an expired JWT or a plugin slurmrestd was not started with fails here
     and not at the next collect.
     """
     if cfg.get("slurm", "source") != "rest":
-        return Result("slurm.rest", SKIP, "slurm.source is 'cli': jobs are read with sacct")
+        return Result(
+            "slurm.rest",
+            SKIP,
+            "slurm.source is 'cli': Slurm is read with its commands (sacct, sinfo, squeue, sdiag)",
+        )
     version = cfg.get("slurm", "rest_api_version")
     where = cfg.get("slurm", "rest_socket") or cfg.get("slurm", "rest_url") or "(no socket or URL)"
     try:

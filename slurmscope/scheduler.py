@@ -90,6 +90,8 @@ class Service:
         for o in outcomes:
             level = logging.INFO if o.status == "ok" else logging.WARNING
             log.log(level, "collector %s: %s rows=%s %s", o.collector, o.status, o.rows, o.error or "")
+            if o.warning:
+                log.warning("collector %s: %s", o.collector, o.warning)
             # New rows from a collector that feeds the marts: the pipelines run incrementally next.
             if o.status == "ok" and collector(o.collector).feeds_pipelines and o.rows:
                 self.dirty = True

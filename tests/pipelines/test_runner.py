@@ -156,7 +156,7 @@ def assert_unique_keys(con):
 def test_pipelines_run_in_dependency_order():
     """drift reads mart_fairshare_daily, so fair-share runs first; every pipeline is listed once."""
     names = runner.pipeline_names()
-    assert len(names) == len(set(names)) == 7
+    assert len(names) == len(set(names)) == 8
     assert names.index("fairshare") < names.index("drift")
 
 

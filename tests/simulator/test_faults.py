@@ -388,7 +388,7 @@ def sacct_lines(first_id: int, n: int) -> bytes:
             "Reason": "None",
             "JobName": f"train-{uuid.UUID(int=i).hex[:8]}",
         }
-        rows.append("\x1f".join(v[k] for k in names))
+        rows.append("\x1f".join(v.get(k, "") for k in names))
     return ("\n".join(rows) + "\n").encode()
 
 
