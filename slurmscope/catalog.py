@@ -343,7 +343,8 @@ CATALOG: tuple[Metric, ...] = (
         name="slurmscope_account_energy_cost_usd_total",
         type="counter",
         unit="usd",
-        help="That energy priced at billing.energy_usd_per_kwh x billing.pue (informational, not invoiced).",
+        help="That energy priced at billing.energy_usd_per_kwh x billing.pue (informational, not invoiced); "
+        "absent while no electricity price is configured.",
         labels=("cluster", "account"),
         source="mart_cost_efficiency_daily (days <= today)",
         requires=("mart_cost_efficiency_daily",),

@@ -769,6 +769,44 @@ def test_cost_per_useful_gpu_hour_idle_dollars_and_energy_per_account(since):
     assert_frame_equal(got, want, check_exact=False, rel_tol=1e-9, abs_tol=1e-12)
 
 
+def test_energy_cost_without_an_electricity_price_is_not_configured_rather_than_free():
+    t = ts("2026-02-03 00:00")
+    jobs = jobs_frame(
+        [(1, t, "a", "u", "gpu", "normal", "COMPLETED", t, t + timedelta(minutes=1), 1, "h100")]
+    )
+    gpu_jobs = pl.LazyFrame(
+        [("n1", "g0", "1", t, t + timedelta(minutes=1))],
+        schema={
+            "node": pl.String,
+            "gpu_uuid": pl.String,
+            "job_id": pl.String,
+            "interval_start": UTC_DT,
+            "interval_end": UTC_DT,
+        },
+        orient="row",
+    )
+    samples = pl.LazyFrame(
+        [("n1", "g0", t, 90.0, 3.6e6, None)],  # a 3.6 MJ counter delta in the minute: 1 kWh
+        schema={
+            "node": pl.String,
+            "gpu_uuid": pl.String,
+            "minute": UTC_DT,
+            "util_gpu_mean": pl.Float64,
+            "energy_joules": pl.Float64,
+            "power_mean_watts": pl.Float64,
+        },
+        orient="row",
+    )
+
+    def energy(**billing):
+        p = params(ts("2026-02-03 01:00"), rates={"h100": 1.0}, **billing)
+        got = cost.cost_efficiency(cost.daily(jobs, p), jobs, gpu_jobs, samples, p).collect()
+        return got.select("energy_kwh", "energy_cost_usd").row(0)
+
+    assert energy() == (1.0, None)  # billing.energy_usd_per_kwh defaults to 0: no price, not $0
+    assert energy(energy_usd_per_kwh=0.2, pue=1.5) == (1.0, pytest.approx(0.3))
+
+
 def test_spread_of_an_incremental_run_takes_earlier_days_of_the_month_from_the_marts(con):
     t0 = three_users_one_hour(con)
     # 4 Feb: 1 of 2 GPUs allocated for an hour, to x alone: usage $1 and unallocated $1, both x's.

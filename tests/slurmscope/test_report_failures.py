@@ -5,13 +5,15 @@ from __future__ import annotations
 import re
 from datetime import date
 
-from slurmscope.report import collect_data, reliability_section
+from slurmscope.report import _reliability_section, collect_data
 
 
 def _cells(html: str, header: str) -> list[list[str]]:
     """Rows of the table whose first header cell is `header`."""
-    table = next(t for t in re.findall(r"<table>.*?</table>", html) if f"<th>{header}</th>" in t)
-    return [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", table)[1:]]
+    tables = re.findall(r"<table[^>]*>.*?</table>", html)
+    table = next(t for t in tables if re.search(rf"<th[^>]*>{re.escape(header)}</th>", t))
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", table)
+    return [cells for row in rows if (cells := re.findall(r"<td[^>]*>(.*?)</td>", row))]
 
 
 def test_failure_table_splits_user_and_system_failures(con):
@@ -29,7 +31,7 @@ def test_failure_table_splits_user_and_system_failures(con):
             " gpu_hours) VALUES ('c1', ?, 'gpu', 'a', ?, ?, ?, ?)",
             [day, state, failure, jobs, hours],
         )
-    html = reliability_section(collect_data(con, "c1", date(2026, 2, 1)))
+    html = _reliability_section(collect_data(con, "c1", date(2026, 2, 1)))
     # 25 attempts ended: user 3 + 4 = 7 (28.0%), system 1 + 2 = 3 (12.0%); no requeue rows
     assert _cells(html, "attempts ended") == [["25", "7", "28.0%", "3", "12.0%", "0", "–", "–"]]
     assert _cells(html, "failure") == [
