@@ -26,7 +26,7 @@ from slurmscope.alerts import thresholds as t
 from slurmscope.collectors.registry import COLLECTORS
 
 from slurmscope import xid as xids
-from slurmscope.slurm_states import JOB_FAILED_STATES
+from slurmscope.slurm_states import JOB_FAILURE_CLASSES
 
 DEFAULTS = t.resolve()
 """The thresholds of alerts/thresholds.py, no config applied: those of the committed rule file."""
@@ -136,7 +136,23 @@ def xid_alerts(
     return tuple(out)
 
 
-FAILED_STATES_RE = "|".join(JOB_FAILED_STATES)
+def _failure_ratio(failure: str, window: str = "1h") -> str:
+    """Share of the attempts that ended in `window` that failed for `failure` (user or system) reasons, per
+    cluster and partition, labelled `failure` (docs/pipelines.md#job-failures). The counters split by record;
+    the attempts a node incident caused (slurmscope_job_outcomes_node_incident_total, FAILED by record) move
+    from user to system, so every series only grows."""
+
+    def rate(sel: str) -> str:
+        return f"sum by (cluster, partition) (rate({sel}[{window}]))"
+
+    own = rate('slurmscope_job_outcomes_total{failure="' + failure + '"}')
+    moved = rate("slurmscope_job_outcomes_node_incident_total")
+    ended = rate("slurmscope_job_outcomes_total")
+    sign = "-" if failure == "user" else "+"
+    return f'label_replace(({own} {sign} {moved}) / {ended}, "failure", "{failure}", "", "")'
+
+
+JOB_FAILURE_RATIOS = " or ".join(_failure_ratio(f) for f in JOB_FAILURE_CLASSES)
 
 
 # The GPU groups are evaluated as often as Prometheus scrapes the agents (docs/deployment.md): a 1-minute
@@ -156,11 +172,7 @@ RECORDING: tuple[Recording, ...] = (
         "partition:slurmscope_jobs_ended:rate1h",
         "sum by (cluster, partition) (rate(slurmscope_jobs_ended_total[1h]))",
     ),
-    Recording(
-        "partition:slurmscope_jobs_failed:ratio_rate1h",
-        f'sum by (cluster, partition) (rate(slurmscope_jobs_ended_total{{state=~"{FAILED_STATES_RE}"}}[1h]))'
-        " / sum by (cluster, partition) (rate(slurmscope_jobs_ended_total[1h]))",
-    ),
+    Recording("partition_failure:slurmscope_jobs_failed:ratio_rate1h", JOB_FAILURE_RATIOS),
     Recording(
         "partition:slurmscope_job_requeues:increase1h",
         "sum by (cluster, partition) (increase(slurmscope_job_requeues_total[1h]))",
@@ -384,16 +396,14 @@ def _alert_table(t: SimpleNamespace) -> tuple[Alert | str, ...]:
         Alert(
             "SlurmJobFailureRateHigh",
             # Inlined rather than read from the recording rule: rules in other groups may lag one evaluation.
-            f'sum by (cluster, partition) (rate(slurmscope_jobs_ended_total{{state=~"{FAILED_STATES_RE}"}}[1h]))'
-            " / sum by (cluster, partition) (rate(slurmscope_jobs_ended_total[1h]))"
-            f" > {t.JOB_FAILURE_RATIO}"
-            " and on (cluster, partition) sum by (cluster, partition) (increase(slurmscope_jobs_ended_total[1h]))"
+            f"({JOB_FAILURE_RATIOS}) > {t.JOB_FAILURE_RATIO}"
+            " and on (cluster, partition) sum by (cluster, partition) (increase(slurmscope_job_outcomes_total[1h]))"
             f" >= {t.JOB_FAILURE_MIN_JOBS}",
             t.JOB_FAILURE_FOR,
             "warning",
             "Many jobs are failing.",
-            "{{ $value | humanizePercentage }} of the jobs that ended in partition {{ $labels.partition }} of cluster "
-            "{{ $labels.cluster }} in the last hour failed.",
+            "{{ $value | humanizePercentage }} of the job attempts that ended in partition {{ $labels.partition }} of "
+            "cluster {{ $labels.cluster }} in the last hour failed for {{ $labels.failure }} reasons.",
             "jobs",
         ),
         Alert(
@@ -431,14 +441,14 @@ def _alert_table(t: SimpleNamespace) -> tuple[Alert | str, ...]:
         ),
         Alert(
             "SlurmFairShareStarvation",
-            "time() - min by (cluster, account) (slurmscope_pending_oldest_submit_timestamp_seconds)"
+            "time() - min by (cluster, account) (slurmscope_pending_schedulable_oldest_submit_timestamp_seconds)"
             f" > {t.STARVATION_PENDING_SECONDS} and on (cluster, account)"
             f" (slurmscope_fairshare_effective_usage_ratio < {t.STARVATION_USAGE_OVER_SHARES} * slurmscope_fairshare_shares_ratio)",
             t.STARVATION_FOR,
             "warning",
             "An under-served account has jobs pending for too long.",
             "Account {{ $labels.account }} of cluster {{ $labels.cluster }} uses less than half its share and its "
-            "oldest pending job has waited {{ $value | humanizeDuration }}.",
+            "oldest job pending on Priority or Resources has waited {{ $value | humanizeDuration }}.",
             "jobs",
         ),
         # ---- scheduler ----

@@ -74,6 +74,11 @@ def squeue_output(jobs: int) -> bytes:
                     "1-00:00:00",
                     "(null)" if i % 11 else f"afterok:{i - 1}",
                     "Priority" if i % 3 else "None",
+                    str(1 + i % 4),
+                    "gres:gpu:8" if i % 4 == 1 else "N/A",
+                    "gres:gpu:1" if i % 8 == 3 else "N/A",
+                    "N/A",
+                    "*",
                     f"job-{i % 97}",
                 ]
             )

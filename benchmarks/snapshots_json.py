@@ -41,27 +41,7 @@ SINFO_KEYS = (
     "reason_time",
     "reason",
 )
-SQUEUE_KEYS = (
-    "job_id",
-    "job_id_raw",
-    "array_job_id",
-    "array_task_id",
-    "user",
-    "account",
-    "partition",
-    "qos",
-    "state",
-    "priority",
-    "submit_time",
-    "start_time",
-    "nodes",
-    "cpus",
-    "tres_per_node",
-    "timelimit",
-    "dependency",
-    "reason",
-    "name",
-)
+SQUEUE_KEYS = tuple(squeue.line_format(None).names)  # the live line's fields, in its order
 
 
 def _write(folder: Path, nodes: int, partitions: int, jobs: int) -> None:

@@ -1,11 +1,14 @@
 """squeue: a snapshot of every job the controller knows, with pending reasons, arrays and dependencies.
 
 The live call lists all partitions (`--all`), one line per array task (`--array`) and every state
-(`--states=all`) with `-o` fields ended by the unit separator 0x1F; the job name (`%j`), the only text a
-user types, is last so a 0x1F inside it cannot shift the other columns. Recorded captures with other
-`-o`/`-O` strings are read with `ingest squeue --format` (docs/collectors.md lists them). Slurm's JSON of
-the jobs (`squeue --json`, slurmrestd `/slurm/<version>/jobs`) is recognised by its leading `{`, read as a
-stream, and each job gives the values the live line prints for it (`json_values`), typed by `_row`.
+(`--states=all`) with `-O` fields (size 0: never cut) ended by the unit separator 0x1F; the job name, the
+only text a user types, is last so a 0x1F inside it cannot shift the other columns. `-O` because a GPU
+request has four forms and `-o` has letters for one only (`%b`, tres-per-node): `--gpus` is tres-per-job,
+`--gpus-per-task` tres-per-task, `--gpus-per-socket` tres-per-socket (squeue(1) of 22.05, "-O"). Recorded
+captures with other `-o`/`-O` strings, the previous live line included (PREVIOUS_LIVE_FORMAT), are read
+with `ingest squeue --format` (docs/collectors.md lists them). Slurm's JSON of the jobs (`squeue --json`,
+slurmrestd `/slurm/<version>/jobs`) is recognised by its leading `{`, read as a stream, and each job gives
+the values the live line prints for it (`json_values`), typed by `_row`.
 """
 
 from __future__ import annotations
@@ -45,8 +48,36 @@ KIND = "squeue"
 TABLES = {"pending_jobs": TableSpec("pending_jobs", ("cluster", "snapshot_time", "job_id"))}
 
 US = "\x1f"
-LIVE_LETTERS = "iAFKuaPqTQVSDCblErj"
-LIVE_FORMAT = US.join(f"%{c}" for c in LIVE_LETTERS)
+LIVE_FIELDS = (
+    "JobArrayID",
+    "JobID",
+    "ArrayJobID",
+    "ArrayTaskID",
+    "UserName",
+    "Account",
+    "Partition",
+    "QOS",
+    "State",
+    "PriorityLong",
+    "SubmitTime",
+    "StartTime",
+    "NumNodes",
+    "NumCPUs",
+    "tres-per-node",
+    "TimeLimit",
+    "Dependency",
+    "Reason",
+    "NumTasks",
+    "tres-per-job",
+    "tres-per-task",
+    "tres-per-socket",
+    "Sockets",
+)
+# Size 0 after ':' = no padding, no truncation; the suffix after it is the separator. Name last.
+LIVE_FORMAT = ",".join(f"{f}:{US}" for f in LIVE_FIELDS) + ",Name:"
+PREVIOUS_LIVE_FORMAT = US.join(f"%{c}" for c in "iAFKuaPqTQVSDCblErj")
+"""The live line up to this version (`-o`, no tres-per-job/task/socket): captures recorded with it are read
+with `--format` set to it (tests/fixtures/slurm-22.05/squeue_*.argv)."""
 
 PENDING_JOBS_SCHEMA = {
     "cluster": pl.String,
@@ -71,6 +102,11 @@ PENDING_JOBS_SCHEMA = {
     "tres_per_node": pl.String,
     "timelimit_seconds": pl.Int64,
     "dependency": pl.String,
+    "tasks": pl.Int32,
+    "sockets_per_node": pl.Int32,
+    "tres_per_job": pl.String,
+    "tres_per_task": pl.String,
+    "tres_per_socket": pl.String,
 }
 
 
@@ -83,7 +119,7 @@ def command(cfg: Config, *, start: datetime | None = None, end: datetime | None 
         "--array",
         "--noheader",
         "--states=all",
-        f"--format={LIVE_FORMAT}",
+        f"--Format={LIVE_FORMAT}",
     ]
 
 
@@ -104,6 +140,7 @@ LETTERS = {
     "D": "nodes",
     "C": "cpus",
     "b": "tres_per_node",
+    "H": "sockets_per_node",
     "l": "timelimit",
     "E": "dependency",
     "r": "reason",
@@ -130,7 +167,14 @@ LONG_NAMES = {
     "numnodes": "nodes",
     "numcpus": "cpus",
     "tres-per-node": "tres_per_node",
+    "gres": "tres_per_node",
+    "tres-per-job": "tres_per_job",
+    "tres-per-task": "tres_per_task",
+    "tres-per-socket": "tres_per_socket",
+    "numtasks": "tasks",
+    "sockets": "sockets_per_node",
     "tres-alloc": "tres_alloc",
+    "tres": "tres_alloc",
     "timelimit": "timelimit",
     "dependency": "dependency",
     "reason": "reason",
@@ -176,6 +220,49 @@ def _int(s: str | None, what: str) -> int | None:
     return int(s)
 
 
+UNSET_COUNTS = ("*", "4294967294", "4294967295", "65534", "65535")
+"""What squeue prints for a task or socket count that is not set: `*` (sockets per node), or slurm.h's NO_VAL
+(0xfffffffe), INFINITE (0xffffffff), NO_VAL16 and INFINITE16 printed as numbers. slurmctld sends NO_VAL as the
+task count of a job that ended without starting (`_pack_default_job_details`, 22.05: no task count, not
+pending, nothing allocated), e.g. a job cancelled while pending."""
+
+
+def _unset(s: str | None) -> str | None:
+    return None if s is not None and s.strip(_STRIP) in UNSET_COUNTS else s
+
+
+REQUEST_FORMS = ("tres_per_job", "tres_per_node", "tres_per_task", "tres_per_socket")
+"""The four ways a job asks for GPUs, as squeue prints them (sbatch(1), 22.05): `--gpus` → tres-per-job,
+`--gpus-per-node` and `--gres=gpu:N` → tres-per-node, `--gpus-per-task` → tres-per-task,
+`--gpus-per-socket` → tres-per-socket."""
+
+
+def requested_gpus(
+    per_job: int | None,
+    per_node: int | None,
+    per_task: int | None,
+    per_socket: int | None,
+    *,
+    nodes: int | None,
+    tasks: int | None,
+    sockets: int | None,
+) -> int | None:
+    """GPUs a job asks for, as slurmctld totals its request (`gres_job_state_validate` in src/common/gres.c,
+    Slurm 22.05.8): the largest of the per-job count, per-node × nodes, per-socket × nodes × sockets per
+    node, and per-task × tasks; a multiplier the job left unset counts once (per-node with no or 0 nodes:
+    one node). None when the job used no form (the caller may fall back to tres-alloc)."""
+    counts = []
+    if per_job is not None:
+        counts.append(per_job)
+    if per_node is not None:
+        counts.append(per_node * (nodes or 1))
+    if per_socket is not None:
+        counts.append(per_socket * (nodes * sockets if nodes and sockets else 1))
+    if per_task is not None:
+        counts.append(per_task * (tasks or 1))
+    return max(counts) if counts else None
+
+
 def _row(v: dict[str, str], cluster: str, snapshot_time: datetime, tz: ZoneInfo) -> dict:
     """One pending_jobs row; raises ValueError (the quarantine reason) for values Slurm never prints."""
     job_id = _null(v.get("job_id"))
@@ -210,14 +297,19 @@ def _row(v: dict[str, str], cluster: str, snapshot_time: datetime, tz: ZoneInfo)
             reason = _null(rl[1:-1])
     nodes = _int(v.get("nodes"), "node count")
     cpus = _int(v.get("cpus"), "CPU count")
-    tpn = _null(v.get("tres_per_node"))
-    gpus: int | None = None
-    if tpn is not None:
-        per_node, _t, _m = gpu_count(tpn)
-        gpus = per_node * (nodes or 1)  # a node count of 0 or none: one node
-    elif _null(v.get("tres_alloc")) is not None:
+    tasks = _int(_unset(v.get("tasks")), "task count")
+    sockets = _int(_unset(v.get("sockets_per_node")), "sockets per node")
+    forms = {f: _null(v.get(f)) for f in REQUEST_FORMS}
+    tpn = forms["tres_per_node"]
+    gpus = requested_gpus(
+        *(gpu_count(forms[f])[0] if forms[f] is not None else None for f in REQUEST_FORMS),
+        nodes=nodes,
+        tasks=tasks,
+        sockets=sockets,
+    )
+    if gpus is None and _null(v.get("tres_alloc")) is not None:
         gpus = gpu_count(v["tres_alloc"])[0]
-    elif "tres_per_node" in v or "tres_alloc" in v:
+    elif gpus is None and any(f in v for f in (*REQUEST_FORMS, "tres_alloc")):
         gpus = 0
     row = {
         "cluster": cluster,
@@ -242,6 +334,11 @@ def _row(v: dict[str, str], cluster: str, snapshot_time: datetime, tz: ZoneInfo)
         "tres_per_node": tpn,
         "timelimit_seconds": parse_duration(v.get("timelimit")),
         "dependency": _null(v.get("dependency")),
+        "tasks": tasks,
+        "sockets_per_node": sockets,
+        "tres_per_job": forms["tres_per_job"],
+        "tres_per_task": forms["tres_per_task"],
+        "tres_per_socket": forms["tres_per_socket"],
     }
     problem = out_of_range(row, PENDING_JOBS_SCHEMA)
     if problem:
@@ -337,6 +434,17 @@ def _human_rows(lines: list, table: Table, cluster: str, snapshot_time: datetime
     return Parsed(tables={"pending_jobs": df}, quarantine=quarantine_frame(bad))
 
 
+def _live_or_previous(lines: list) -> str:
+    """The live format, or the one before migration 0026 when most lines have its field count (captures
+    recorded with the command line documented before, simulator output of an older version), as sinfo
+    does (collectors/sinfo.py)."""
+    count = len(LIVE_FIELDS)  # separators in a line of the live format (Name follows the last one)
+    previous = PREVIOUS_LIVE_FORMAT.count(US)
+    sample = [line[1].count(US) for line in lines[:200]]
+    old = sum(n == previous for n in sample)
+    return PREVIOUS_LIVE_FORMAT if old > sum(n == count for n in sample) else LIVE_FORMAT
+
+
 def check_input(data: bytes, fmt: str | None, delimiter: str | None) -> str | None:
     """Why `ingest` cannot read this input as asked (an unusable --format, a declined layout), or None."""
     if fmt is None and delimiter is None and slurm_json.is_json(data):
@@ -373,7 +481,11 @@ def _vector_rows(
     names = set(df.columns)
 
     def col(name: str) -> pl.Expr:
-        return _nul(name) if name in names else pl.lit(None, pl.String)
+        if name not in names:
+            return pl.lit(None, pl.String)
+        if name in ("tasks", "sockets_per_node"):
+            return pl.when(_nul(name).is_in(UNSET_COUNTS)).then(None).otherwise(_nul(name))
+        return _nul(name)
 
     def as_int(name: str) -> tuple[pl.Expr, pl.Expr]:
         text = col(name)
@@ -390,6 +502,10 @@ def _vector_rows(
     nodes, good = as_int("nodes")
     ok = ok & good
     cpus, good = as_int("cpus")
+    ok = ok & good
+    tasks, good = as_int("tasks")
+    ok = ok & good
+    sockets, good = as_int("sockets_per_node")
     ok = ok & good
     jid_in = col("job_id")
     jid = pl.coalesce(jid_in, raw.cast(pl.String))
@@ -449,8 +565,6 @@ def _vector_rows(
         )
     )
     timelimit = pl.when(tl_null).then(None).otherwise(dur)
-    tpn = col("tres_per_node")
-    has_tpn, has_alloc = "tres_per_node" in names, "tres_alloc" in names
     frame = df.with_columns(
         _ok=ok,
         job_id=jid,
@@ -462,10 +576,12 @@ def _vector_rows(
         priority=prio,
         nodes=nodes,
         cpus=cpus,
+        tasks=tasks,
+        sockets_per_node=sockets,
         submit_time=times["submit_time"],
         start_time=times["start_time"],
         timelimit_seconds=timelimit,
-        tres_per_node=tpn,
+        **{f: col(f) for f in REQUEST_FORMS},
         tres_alloc=col("tres_alloc"),
         dependency=col("dependency"),
         user=col("user"),
@@ -476,37 +592,43 @@ def _vector_rows(
     )
     bad = frame.filter(~pl.col("_ok"))["line_no"].to_list()
     frame = frame.filter(pl.col("_ok"))
-    # GPUs: few distinct strings, each read once by the shared counting rule
-    per_node = {v: gpu_count(v)[0] for v in frame["tres_per_node"].unique().to_list() if v is not None}
-    alloc = {v: gpu_count(v)[0] for v in frame["tres_alloc"].unique().to_list() if v is not None}
+    # GPUs: few distinct strings, each read once by the shared counting rule; requested_gpus in Float64
+    # (exact below 2^53) so that a total beyond Int32 is seen and handed to the per-line path (quarantine)
     limit = 2**31 - 1
-    gpn = pl.col("tres_per_node").replace_strict(
-        {k: v for k, v in per_node.items() if v <= limit}, default=None, return_dtype=pl.Int64
-    )
-    gal = pl.col("tres_alloc").replace_strict(
-        {k: v for k, v in alloc.items() if v <= limit}, default=None, return_dtype=pl.Int64
-    )
-    nodes_or_one = (
-        pl.when(pl.col("nodes").is_null() | (pl.col("nodes") == 0)).then(1).otherwise(pl.col("nodes"))
-    )
+
+    def count(name: str) -> pl.Expr:
+        values = {v: float(gpu_count(v)[0]) for v in frame[name].unique().to_list() if v is not None}
+        return pl.col(name).replace_strict(values, default=None, return_dtype=pl.Float64)
+
+    def times_or_one(*cols: str) -> pl.Expr:
+        prod = pl.lit(1.0)
+        for c in cols:
+            prod = prod * pl.col(c).cast(pl.Float64)
+        unset = pl.any_horizontal(*(pl.col(c).is_null() | (pl.col(c) == 0) for c in cols))
+        return pl.when(unset).then(1.0).otherwise(prod)
+
+    terms = [
+        count("tres_per_job"),
+        count("tres_per_node") * times_or_one("nodes"),
+        count("tres_per_socket") * times_or_one("nodes", "sockets_per_node"),
+        count("tres_per_task") * times_or_one("tasks"),
+    ]
+    asked = pl.max_horizontal(terms)
+    any_form = pl.any_horizontal(pl.col(f).is_not_null() for f in REQUEST_FORMS)
+    listed = any(f in names for f in (*REQUEST_FORMS, "tres_alloc"))
     gpus = (
-        pl.when(pl.col("tres_per_node").is_not_null())
-        .then(gpn * nodes_or_one)
+        pl.when(any_form)
+        .then(asked)
         .when(pl.col("tres_alloc").is_not_null())
-        .then(gal)
+        .then(count("tres_alloc"))
+        .otherwise(pl.lit(0.0) if listed else pl.lit(None, pl.Float64))
     )
-    gpus = gpus.otherwise(pl.lit(0) if (has_tpn or has_alloc) else pl.lit(None, pl.Int64))
-    frame = frame.with_columns(gpus=gpus)
-    fits = pl.lit(True)
-    for c in ("nodes", "cpus", "gpus"):
+    frame = frame.with_columns(_gpus=gpus)
+    fits = pl.col("_gpus").is_null() | (pl.col("_gpus") <= limit)
+    for c in ("nodes", "cpus", "tasks", "sockets_per_node"):
         fits = fits & (pl.col(c).is_null() | pl.col(c).is_between(-(2**31), limit))
-    # a GPU string counted beyond Int32, or a product that overflows: per-line path (quarantine)
-    fits = fits & ~(pl.col("tres_per_node").is_not_null() & pl.col("gpus").is_null())
-    fits = fits & ~(
-        pl.col("tres_alloc").is_not_null() & pl.col("tres_per_node").is_null() & pl.col("gpus").is_null()
-    )
     bad += frame.filter(~fits)["line_no"].to_list()
-    frame = frame.filter(fits)
+    frame = frame.filter(fits).with_columns(gpus=pl.col("_gpus").cast(pl.Int64)).drop("_gpus")
     out = frame.with_columns(cluster=pl.lit(cluster), snapshot_time=pl.lit(snapshot_time))
     out = out.select("line_no", *[pl.col(c).cast(t) for c, t in PENDING_JOBS_SCHEMA.items()])
     return out, bad
@@ -556,7 +678,7 @@ def _parse(
         table, _problem = human_table(lines)
         if table is not None:
             return _human_rows(lines, table, cluster, snapshot_time, tz)
-    lf = line_format(fmt, delimiter)
+    lf = line_format(fmt or (None if delimiter else _live_or_previous(lines)), delimiter)
     if lines:
         values, _reason = split_line(lines[0][1], lf)
         if values is not None and is_header(values, ("job_id", "job_id_raw")):
@@ -679,8 +801,9 @@ def json_values(job: dict) -> list[dict[str, str]]:
     squeue's print functions (src/squeue/print.c, 22.05.8): %i is `A_[tasks]`, `A_T`, `H+O` or the id;
     %A the job id; %F the array's id (the job's own id otherwise); %K the task or `N/A`; %T
     job_state_string(); %Q the priority; %V and %S epoch times (start `N/A` when 0); %D `node_count`; %C
-    `cpus` (see below); %b
-    `tres_per_node` or `N/A`; %l `time_limit` minutes (unset/infinite: UNLIMITED); %E `dependency` or
+    `cpus` (see below); %b and tres-per-job/-task/-socket
+    `tres_per_node`, `tres_per_job`, `tres_per_task`, `tres_per_socket` or `N/A`; NumTasks `tasks` and
+    Sockets `sockets_per_node` (unset: empty, as `*` and NO_VAL are read); %l `time_limit` minutes (unset/infinite: UNLIMITED); %E `dependency` or
     `(null)`; %r the state description when set, else the reason; %j the name. With `--array` a pending
     array record prints one line per task (`_print_job_from_format`), each with that task id and the
     record's own job id.
@@ -723,6 +846,11 @@ def json_values(job: dict) -> list[dict[str, str]]:
         "nodes": _int_text(job.get("node_count")),
         "cpus": _int_text(job.get("cpus")) or _tres_cpus(_text(job.get("tres_req_str"))),
         "tres_per_node": _text(job.get("tres_per_node")) or "N/A",
+        "tres_per_job": _text(job.get("tres_per_job")) or "N/A",
+        "tres_per_task": _text(job.get("tres_per_task")) or "N/A",
+        "tres_per_socket": _text(job.get("tres_per_socket")) or "N/A",
+        "tasks": _int_text(job.get("tasks")),
+        "sockets_per_node": _int_text(job.get("sockets_per_node")),
         "timelimit": timelimit,
         "dependency": _text(job.get("dependency")) or "(null)",
         "reason": _text(job.get("state_description")) or _text(job.get("state_reason")),

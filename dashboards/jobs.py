@@ -23,8 +23,8 @@ def build():
         .with_panel(single("Running jobs", Q(f"sum(slurmscope_jobs_running{{{CPA}}})"), w=6))
         .with_panel(
             single(
-                "Failed share (1h)",
-                Q(f"max(partition:slurmscope_jobs_failed:ratio_rate1h{{{CP}}})"),
+                "System failure share (1h)",
+                Q(f'max(partition_failure:slurmscope_jobs_failed:ratio_rate1h{{{CP}, failure="system"}})'),
                 "percentunit",
                 w=6,
             )
@@ -38,8 +38,8 @@ def build():
         )
         .with_panel(
             ts(
-                "Pending GPUs by partition",
-                [Q(f"sum by (partition) (slurmscope_gpus_pending{{{CPA}}})", "{{partition}}")],
+                "Pending GPUs by partition and QOS",
+                [Q(f"sum by (partition, qos) (slurmscope_gpus_pending{{{CPA}}})", "{{partition}} {{qos}}")],
             )
         )
         .with_panel(

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from slurmscope.dashboards.common import CP, CPA, C, Q, new_dashboard, single, tbl, ts
 
-from slurmscope.slurm_states import JOB_FAILED_OR_TIMEOUT_STATES
+from slurmscope.slurm_states import JOB_FAILURE_STATES
 
 SLUG = "reliability"
 TITLE = "Slurm reliability"
 
-FAILED = f'state=~"{"|".join(JOB_FAILED_OR_TIMEOUT_STATES)}"'
+FAILED = f'state=~"{"|".join(JOB_FAILURE_STATES)}"'
 
 
 def build():
@@ -47,8 +47,13 @@ def build():
         )
         .with_panel(
             ts(
-                "Failed share by partition",
-                [Q(f"partition:slurmscope_jobs_failed:ratio_rate1h{{{CP}}}", "{{partition}}")],
+                "Failed share by partition, user and system failures",
+                [
+                    Q(
+                        f"partition_failure:slurmscope_jobs_failed:ratio_rate1h{{{CP}}}",
+                        "{{partition}} {{failure}}",
+                    )
+                ],
                 "percentunit",
             )
         )
@@ -71,7 +76,7 @@ def build():
         )
         .with_panel(
             tbl(
-                "Node failures, MTBF and MTTR",
+                "Node failure incidents, MTBF and MTTR",
                 [
                     Q(f"slurmscope_node_failures{{{C}}}", "failures"),
                     Q(f"slurmscope_node_mtbf_seconds{{{C}}}", "MTBF"),
@@ -82,9 +87,12 @@ def build():
         )
         .with_panel(
             tbl(
-                "Goodput: share of GPU time lost by job size",
-                [Q(f"slurmscope_goodput_lost_ratio{{{CP}}}")],
+                "Goodput (effective training time) by job size, expected and measured",
+                [Q(f"slurmscope_goodput_ratio{{{CP}}}")],
                 w=12,
             )
+        )
+        .with_panel(
+            tbl("Node incidents by cause", [Q(f"sum by (cause) (slurmscope_node_incidents{{{C}}})")], w=12)
         )
     )

@@ -51,7 +51,7 @@ from slurmscope.pipelines.params import Billing, Params
 
 from slurmscope.config import RATE_FIELDS, parse_billing_weights
 from slurmscope.hostlist import expand_hostlist_lenient
-from slurmscope.slurm_states import JOB_UNSUCCESSFUL_STATES
+from slurmscope.slurm_states import JOB_FAILURE_STATES
 
 NAME = "cost"
 
@@ -270,7 +270,7 @@ def usage(jobs: pl.LazyFrame, now: datetime) -> pl.LazyFrame:
         jobs.filter(pl.col("start_time").is_not_null() & (pl.col("gpus").fill_null(0) > 0))
         .with_columns(usage_interval(now))
         .with_columns(
-            (pl.col("state").is_in(JOB_UNSUCCESSFUL_STATES) & ~pl.col("running")).alias("failed"),
+            (pl.col("state").is_in(JOB_FAILURE_STATES) & ~pl.col("running")).alias("failed"),
             *[pl.col(c).fill_null("").alias(c) for c in ("account", "user", "partition", "qos")],
             pl.col("gpu_type").fill_null("").alias("gpu_model"),
         )

@@ -25,8 +25,6 @@ from slurmscope.pipelines.calendar import DAY_US, HOUR_US, UTC_DT, day_start, lo
 from slurmscope.pipelines.common import with_columns_of
 from slurmscope.pipelines.params import Params
 
-from slurmscope.slurm_states import JOB_UNSUCCESSFUL_STATES, sql_list
-
 NAME = "drift"
 MART_TABLES: dict[str, str | None] = {"mart_drift": "as_of"}
 
@@ -35,7 +33,6 @@ HISTORY = (
 )
 JOBS = f"""cluster = $cluster AND coalesce(end_time, $end) >= $start - {HISTORY}
            AND coalesce(start_time, submit_time) < $end"""
-_FAILED = sql_list(JOB_UNSUCCESSFUL_STATES)
 
 CALENDAR_SQL = f"""
     SELECT least(min(coalesce(start_time, submit_time)), min(end_time)), $end FROM jobs WHERE {JOBS}"""  # noqa: S608 - module constants; values are $parameters
@@ -100,7 +97,7 @@ INPUTS: dict[str, str] = {
         FROM pieces WHERE us > 0 GROUP BY ALL""",  # noqa: S608 - module constants; values are $parameters
     "failures": f"""
         SELECT cluster, coalesce("partition", '') AS "partition", {_day("epoch_us(end_time)", "h")} AS day,
-               count(*) FILTER (WHERE state IN {_FAILED}) / count(*) AS x
+               count(*) FILTER (WHERE slurm_job_failure_class(state, state_raw, start_time) <> 'none') / count(*) AS x
         FROM jobs {_hour_join("epoch_us(end_time)", "h")}
         WHERE {JOBS} AND end_time <= $end GROUP BY ALL""",  # noqa: S608 - module constants; values are $parameters
     "waits": f"""

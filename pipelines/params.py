@@ -40,8 +40,13 @@ class Pipelines:
 @dataclass(frozen=True)
 class Reliability:
     checkpoint_cost_seconds: float
+    restart_cost_seconds: float
     fault_grace_seconds: int
     job_sizes: list[int]
+    incident_merge_seconds: int
+    hardware_reasons: str
+    failure_reasons: str
+    maintenance_reasons: str
 
 
 @dataclass(frozen=True)

@@ -179,8 +179,9 @@ CATALOG: tuple[Metric, ...] = (
         name="slurmscope_gpus_pending",
         type="gauge",
         unit="",
-        help="GPUs requested by pending jobs per partition and account, from the latest squeue snapshot.",
-        labels=("cluster", "partition", "account"),
+        help="GPUs requested by pending jobs per partition, account and QOS, from the latest squeue snapshot"
+        " (every request form: --gpus, --gpus-per-node, --gpus-per-task, --gpus-per-socket, --gres).",
+        labels=("cluster", "partition", "account", "qos"),
         source="pending_jobs (latest squeue)",
         requires=("pending_jobs",),
     ),
@@ -202,6 +203,16 @@ CATALOG: tuple[Metric, ...] = (
         source="pending_jobs (latest squeue)",
         requires=("pending_jobs",),
     ),
+    Metric(
+        name="slurmscope_pending_schedulable_oldest_submit_timestamp_seconds",
+        type="gauge",
+        unit="seconds",
+        help="Submit time of the oldest job pending only on the scheduler (reason Priority or Resources; not"
+        " held, dependency, begin time or limits) per partition and account (age = time() - value).",
+        labels=("cluster", "partition", "account"),
+        source="pending_jobs (latest squeue)",
+        requires=("pending_jobs",),
+    ),
     # ---- jobs (sacct) ---------------------------------------------------------------------------------
     Metric(
         name="slurmscope_jobs_ended_total",
@@ -212,6 +223,27 @@ CATALOG: tuple[Metric, ...] = (
         labels=("cluster", "partition", "account", "state"),
         source="jobs (sacct, end_time <= now)",
         requires=("jobs",),
+    ),
+    Metric(
+        name="slurmscope_job_outcomes_total",
+        type="counter",
+        unit="",
+        help="Ended job attempts so far by failure class from their record (none, user, system;"
+        " docs/pipelines.md#job-failures); a FAILED attempt a node incident caused is counted as user here and"
+        " in slurmscope_job_outcomes_node_incident_total, which moves it to system.",
+        labels=("cluster", "partition", "account", "failure"),
+        source="jobs (sacct, end_time <= now)",
+        requires=("jobs",),
+    ),
+    Metric(
+        name="slurmscope_job_outcomes_node_incident_total",
+        type="counter",
+        unit="",
+        help="Attempts that ended FAILED (a user failure by their record) and were linked to a node incident on"
+        " their nodes: system failures (user = user class - these; system = system class + these).",
+        labels=("cluster", "partition", "account"),
+        source="jobs and mart_fault_impact (end_time, fault_time <= now)",
+        requires=("jobs", "mart_fault_impact"),
     ),
     Metric(
         name="slurmscope_job_requeues_total",
@@ -441,7 +473,8 @@ CATALOG: tuple[Metric, ...] = (
         name="slurmscope_node_failures",
         type="gauge",
         unit="",
-        help="DOWN/DRAIN/FAIL failures of the node over the observed history (as of the last pipeline run).",
+        help="Failures of the node over the observed history: its hardware and node-failure incidents, GPU-only"
+        " faults included, maintenance not (as of the last pipeline run).",
         labels=("cluster", "node"),
         source="mart_node_reliability",
         requires=("mart_node_reliability",),
@@ -450,7 +483,8 @@ CATALOG: tuple[Metric, ...] = (
         name="slurmscope_node_mtbf_seconds",
         type="gauge",
         unit="seconds",
-        help="Mean time between failures of the node (up-seconds / failures), for nodes that failed.",
+        help="Mean time between failures of the node: (observed - unavailable seconds) / failure incidents, for"
+        " nodes that failed.",
         labels=("cluster", "node"),
         source="mart_node_reliability",
         requires=("mart_node_reliability",),
@@ -459,17 +493,29 @@ CATALOG: tuple[Metric, ...] = (
         name="slurmscope_node_mttr_seconds",
         type="gauge",
         unit="seconds",
-        help="Mean time to repair of the node's ended failures.",
+        help="Mean time to repair of the node: the mean span of its failure incidents that ended (GPU-only faults,"
+        " which Slurm never saw, have none).",
         labels=("cluster", "node"),
         source="mart_node_reliability",
         requires=("mart_node_reliability",),
     ),
     Metric(
-        name="slurmscope_goodput_lost_ratio",
+        name="slurmscope_node_incidents",
+        type="gauge",
+        unit="",
+        help="Incidents of the node over its history by cause (hardware, node_failure, maintenance, other): its"
+        " overlapping DOWN/DRAIN events, sinfo snapshots and GPU faults merged (as of the last pipeline run).",
+        labels=("cluster", "node", "cause"),
+        source="mart_node_incidents",
+        requires=("mart_node_incidents",),
+    ),
+    Metric(
+        name="slurmscope_goodput_ratio",
         type="gauge",
         unit="ratio",
-        help="Share of GPU time lost to node failures for jobs of N nodes: expected (Young-Daly checkpointing at"
-        " the measured MTBF) and measured (fault-killed GPU-hours / all GPU-hours).",
+        help="Goodput of jobs of N nodes: the share of their GPU time that is effective training, after checkpoint"
+        " writes, work redone since the last checkpoint and restarts; expected (Young-Daly checkpointing at the"
+        " measured MTBF) and measured (the attempts failure incidents killed), docs/pipelines.md#reliability.",
         labels=("cluster", "partition", "nodes", "kind"),
         source="mart_goodput",
         requires=("mart_goodput",),

@@ -554,6 +554,36 @@ def _is_lake_target(text: str) -> bool:
     return urlsplit(text).scheme in LAKE_SCHEMES and bool(urlsplit(text).netloc or urlsplit(text).path)
 
 
+def _is_regex(text: str) -> bool:
+    """Valid for Python and for Polars (Rust's regex crate: no look-around or backreferences)."""
+    import polars as pl
+
+    try:
+        re.compile(text)
+        pl.Series([""]).str.contains(text)
+    except (re.error, pl.exceptions.ComputeError):
+        return False
+    return True
+
+
+REGEX = "a regular expression (case-insensitive; Python and Rust syntax, no look-around; '' matches nothing)"
+# Node incident causes (pipelines/reliability.py, docs/pipelines.md#reliability): what a DOWN/DRAIN reason says.
+HARDWARE_REASONS = (
+    r"\bxid\b|\becc\b|nvlink|pcie|off the bus|fallen off|\bgpus?\b.*\b(error|fail|lost|missing|dead|bad|hung)"
+    r"|\b(lost|missing|failed|dead|bad)\b.*\bgpus?\b|gres/gpu count|dimm|memory error|\bmce\b|machine check"
+    r"|\bdisk\b|\bnvme\b|\bpsu\b|power supply|\bfans?\b|thermal|overheat|hardware|\bhw\b|\brma\b|infiniband"
+    r"|\bhca\b|link (down|flap)"
+)
+FAILURE_REASONS = (
+    r"not responding|unexpectedly rebooted|kill task failed|prolog|epilog|batch job complete failure"
+    r"|health ?check|\bnhc\b|low (realmemory|socket|cpu|tmpdisk)|\bfail|\berror|crash|panic|\bhung\b|\boom\b"
+    r"|unreachable|time ?out"
+)
+MAINTENANCE_REASONS = (
+    r"maint|upgrade|update|patch|reinstall|reimage|provision|firmware|\bbios\b|kernel|scheduled|planned"
+    r"|decommission|retire|reboot|testing|burn.?in|benchmark|\badmin\b"
+)
+
 SLURM_COMMANDS = ("sacct", "sinfo", "squeue", "sshare", "sdiag", "sacctmgr", "scontrol")
 ALL_CLUSTERS = "all"
 """`--cluster all`: the word is reserved, so no cluster may be named so."""
@@ -742,8 +772,13 @@ SCHEMA = Table(
         "reliability": Table(
             {
                 "checkpoint_cost_seconds": Num(300.0),
+                "restart_cost_seconds": Num(600.0),
                 "fault_grace_seconds": Num(600),
                 "job_sizes": List([1, 2, 4, 8, 16, 32, 64, 128], Num(1, low=1)),
+                "incident_merge_seconds": Num(300),
+                "hardware_reasons": Str(HARDWARE_REASONS, check=_is_regex, what=REGEX),
+                "failure_reasons": Str(FAILURE_REASONS, check=_is_regex, what=REGEX),
+                "maintenance_reasons": Str(MAINTENANCE_REASONS, check=_is_regex, what=REGEX),
             }
         ),
         "drift": Table(

@@ -76,6 +76,7 @@ MART_TABLES: dict[str, str | None] = {
     "mart_job_outcomes_node_daily": "day",
     "mart_requeues_daily": "day",
     "mart_fault_impact": "fault_time",
+    "mart_node_incidents": SNAPSHOT,
     "mart_node_reliability": SNAPSHOT,
     "mart_goodput": SNAPSHOT,
     "mart_backfill_daily": "day",

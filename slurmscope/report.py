@@ -26,7 +26,7 @@ from zoneinfo import ZoneInfo
 import duckdb
 
 from slurmscope.config import Config
-from slurmscope.slurm_states import JOB_UNSUCCESSFUL_STATES
+from slurmscope.slurm_states import JOB_FAILURE_STATES
 
 PALETTE = [
     "#4e79a7",
@@ -351,8 +351,8 @@ def _load_reliability(con: duckdb.DuckDBPyConnection, d: ReportData) -> None:
     d.outcomes = _rows(
         con,
         """
-        SELECT state, sum(jobs) AS jobs, sum(gpu_hours) AS gpu_hours FROM mart_job_outcomes_daily
-        WHERE cluster = ? AND day >= ? AND day < ? GROUP BY ALL ORDER BY 2 DESC, 1""",
+        SELECT state, failure, sum(jobs) AS jobs, sum(gpu_hours) AS gpu_hours FROM mart_job_outcomes_daily
+        WHERE cluster = ? AND day >= ? AND day < ? GROUP BY ALL ORDER BY 3 DESC, 1, 2""",
         [d.cluster, month, nxt],
     )
     rq = _rows(
@@ -1387,7 +1387,13 @@ def _charts_section(d: ReportData) -> str:
         ),
         hbars_svg(
             "Job attempts by terminal state (sacct)",
-            [(r["state"], float(r["jobs"])) for r in d.outcomes],
+            sorted(
+                {
+                    st: sum(float(r["jobs"]) for r in d.outcomes if r["state"] == st)
+                    for st in {r["state"] for r in d.outcomes}
+                }.items(),
+                key=lambda kv: (-kv[1], kv[0]),
+            ),
             "jobs",
         ),
     ]
@@ -1524,7 +1530,7 @@ def _waste_section(d: ReportData) -> str:
         accounts,
         _note(
             "Failed and requeued: every GPU attempt that ended in the month in a failed state "
-            f"({', '.join(JOB_UNSUCCESSFUL_STATES)}) or was followed by another attempt of its job, with all its GPU-hours at its rate, including hours charged in an earlier month: an "
+            f"({', '.join(JOB_FAILURE_STATES)}: a user or system failure, docs/pipelines.md#job-failures) or was followed by another attempt of its job, with all its GPU-hours at its rate, including hours charged in an earlier month: an "
             "attempt's outcome is known when it ends, so these figures do not change after the month ends. "
             "Coverage is the share of the account's charged GPU-hours the NVML agents sampled; allocated-but-idle "
             "(minutes under drift.idle_util_percent) and energy are measured on that sample only and are not "
@@ -1534,17 +1540,28 @@ def _waste_section(d: ReportData) -> str:
 
 
 def _reliability_section(d: ReportData) -> str:
+    """Ended attempts split into user and system failures by the one taxonomy the marts and the
+    SlurmJobFailureRateHigh alert use (slurm_states.job_failure_class, docs/pipelines.md#job-failures),
+    requeues, and the faults that killed attempts."""
     rq = d.requeues or {}
     attempts = sum(r["jobs"] for r in d.outcomes)
-    failed = sum(r["jobs"] for r in d.outcomes if r["state"] not in ("COMPLETED", "RUNNING", "PENDING"))
+
+    def share(n: int) -> str:
+        return f"{n / attempts:.1%}" if attempts else "–"
+
+    by_class = {
+        c: sum(r["jobs"] for r in d.outcomes if r["failure"] == c) for c in ("none", "user", "system")
+    }
     return _section(
         "reliability",
         "Reliability",
         _table(
             [
                 "attempts ended",
-                "not completed",
-                "failure rate",
+                "user failures",
+                "user failure rate",
+                "system failures",
+                "system failure rate",
                 "requeues",
                 "requeue rate",
                 "requeued GPU-hours",
@@ -1552,14 +1569,24 @@ def _reliability_section(d: ReportData) -> str:
             [
                 [
                     attempts,
-                    failed,
-                    f"{failed / attempts:.1%}" if attempts else "–",
+                    by_class["user"],
+                    share(by_class["user"]),
+                    by_class["system"],
+                    share(by_class["system"]),
                     rq.get("requeues") or 0,
                     f"{(rq.get('requeues') or 0) / rq['attempts_ended']:.1%}"
                     if rq.get("attempts_ended")
                     else "–",
                     _fmt(rq.get("requeued_gpu_hours")),
                 ]
+            ],
+        ),
+        _table(
+            ["failure", "state", "attempts", "GPU-hours"],
+            [
+                [r["failure"], r["state"], r["jobs"], _fmt(r["gpu_hours"])]
+                for r in sorted(d.outcomes, key=lambda r: (r["failure"], -r["jobs"], r["state"]))
+                if r["failure"] != "none"
             ],
         ),
         _table(
@@ -1574,8 +1601,12 @@ def _reliability_section(d: ReportData) -> str:
             [[n["node"], n["faults"], _fmt(n["gpu_hours_lost"])] for n in d.top_nodes],
         ),
         _note(
-            "sacct: attempts that ended in the month (mart_job_outcomes_daily, mart_requeues_daily); faults "
-            "from node events and the attempts they ended (mart_fault_impact)."
+            "sacct: attempts that ended in the month (mart_job_outcomes_daily, mart_requeues_daily). User "
+            "failures: non-zero exit (FAILED), OUT_OF_MEMORY, TIMEOUT, DEADLINE, cancelled by its owner. System "
+            "failures: NODE_FAIL, BOOT_FAIL, PREEMPTED, REQUEUED, cancelled by root, and a FAILED attempt linked "
+            "to a node incident on its nodes at its end; the SlurmJobFailureRateHigh alert uses the same split "
+            "(docs/pipelines.md#job-failures). Faults from node incidents and the attempts they ended "
+            "(mart_fault_impact)."
         ),
     )
 

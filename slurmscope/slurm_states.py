@@ -11,8 +11,10 @@ one base state and any number of flags: sinfo prints them as `+`-joined words (`
 `MIXED+CLOUD+POWERED_DOWN`) or as one-character suffixes (`idle~`, `down*`), in long (`%T`) or compact
 (`%t`: `drng`, `mix`) spelling. `parse_node_state` reads every notation into (base state, flags).
 
-The sets below are not one classification: the cost split, the health verdict, the metric labels and the
-reliability fault list each ask a different question and so draw the line in a different place. Each set
+The node sets below are not one classification: the cost split, the health verdict, the metric labels and
+the reliability incidents each ask a different question and so draw the line in a different place. Job
+failures have one classification (user or system, the job failure taxonomy below), shared by the marts,
+the report and the alerts. Each set
 says which question it answers; callers compare states upper-cased, as Slurm prints them. Every set is a
 tuple, so SQL and PromQL built from it (`sql_list`, `"|".join(...)`) come out in one stable order.
 """
@@ -98,34 +100,75 @@ JOB_NOT_ENDED_STATES = ("RUNNING", "PENDING", "REQUEUE_HOLD", "REQUEUE_FED", "SU
 """States of a record whose allocation attempt has not ended, even when accounting already has an End for
 it (a requeued job held or forwarded, a job being resized): the reliability outcomes leave them out."""
 
-JOB_FAILED_STATES = ("FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL")
-"""Attempts that broke: the program failed, its node failed, it ran out of memory, or its nodes failed to
-boot. Not TIMEOUT (the job ran as asked until the limit the user set), not CANCELLED (someone's choice),
-not PREEMPTED or REQUEUED (Slurm took the allocation back to run it again). The job failure rate alerts
-on these."""
-
-JOB_FAILED_OR_TIMEOUT_STATES = ("FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "BOOT_FAIL")
-"""JOB_FAILED_STATES plus TIMEOUT: the reliability dashboard's failing jobs, where a job that keeps hitting
-its time limit is a problem for its owner to see even though nothing broke."""
-
-JOB_UNSUCCESSFUL_STATES = (
-    "FAILED",
-    "NODE_FAIL",
-    "TIMEOUT",
-    "OUT_OF_MEMORY",
-    "BOOT_FAIL",
-    "DEADLINE",
-    "PREEMPTED",
-    "REQUEUED",
-)
-"""Attempt end states whose GPU time produced no result that the user asked for: the failed ones, and also
-the attempts the time limit, a deadline, preemption or a requeue ended. The cost marts' failed GPU-seconds
-and the drift failure rate count these; CANCELLED is left out because the user (or an admin) chose it."""
-
 JOB_NODE_FAULT_STATES = ("NODE_FAIL", "FAILED", "REQUEUED", "BOOT_FAIL")
 """Attempt end states a node fault can cause: the node died under it, the program crashed on a broken GPU,
 Slurm requeued it off a failing node, or the node never booted. Reliability links only these attempts to a
 fault (an OUT_OF_MEMORY or TIMEOUT is the job's own doing)."""
+
+# --------------------------------------------------------------------------------- job failure taxonomy
+#
+# One split of ended attempts, used by the reliability marts, the cost marts' failed GPU-seconds, the report's
+# failure table and the failure-rate alert (docs/pipelines.md#job-failures). States from sacct's JOB STATE
+# CODES (https://slurm.schedmd.com/sacct.html#SECTION_JOB-STATE-CODES, 22.05):
+#   user   - the job's own doing: non-zero exit (FAILED), OUT_OF_MEMORY, its time limit (TIMEOUT) or deadline
+#            (DEADLINE), a cancel by anyone but root (CANCELLED by <uid>, the owner or a coordinator), a
+#            special exit the job asked for (SPECIAL_EXIT);
+#   system - the infrastructure's or the operators': NODE_FAIL, BOOT_FAIL, PREEMPTED, REQUEUED (Slurm or an
+#            admin took the allocation back), CANCELLED by root (uid 0), and a FAILED attempt linked to a node
+#            incident on one of its nodes at its end (pipelines/reliability.py: the program died because its
+#            node or GPU did);
+#   none   - not a failure: COMPLETED, REVOKED (a sibling cluster of a federation ran the job).
+
+JOB_FAILURE_CLASSES = ("user", "system")
+"""The two failure classes, in the order their series and table rows appear."""
+
+JOB_USER_FAILURE_STATES = ("FAILED", "OUT_OF_MEMORY", "TIMEOUT", "DEADLINE", "CANCELLED", "SPECIAL_EXIT")
+"""Ended states that are the job's own failure (CANCELLED only when not cancelled by root)."""
+
+JOB_SYSTEM_FAILURE_STATES = ("NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "REQUEUED")
+"""Ended states that are a failure of the infrastructure or an operator's decision, whoever's job it was."""
+
+JOB_FAILURE_STATES = (*JOB_USER_FAILURE_STATES, *JOB_SYSTEM_FAILURE_STATES)
+"""Every ended state that is a failure of either class: the cost marts' failed GPU-seconds."""
+
+JOB_INCIDENT_LINKED_STATES = ("FAILED",)
+"""User-class states a node incident on the attempt's nodes at its end turns into a system failure: a
+program that exits non-zero because its GPU fell off the bus is not the user's failure. OUT_OF_MEMORY,
+TIMEOUT and a user's cancel stay the user's whatever the node did."""
+
+JOB_CANCELLED_BY_ROOT = "CANCELLED by 0"
+"""sacct's raw State of an attempt root cancelled (`jobs.state_raw`, blanks stripped): an operator's cancel,
+a system failure. Any other `CANCELLED by <uid>` is the owner's or a coordinator's."""
+
+
+def job_failure_class(
+    state: str | None, state_raw: str | None = None, *, started: bool = True, incident: bool = False
+) -> str:
+    """`user`, `system` or `none` for an ended attempt (the rules above; `started`: it has a Start, `incident`:
+    a node incident was linked to it). An attempt that never started failed only if a system state ended it
+    (a job cancelled while pending lost nothing). The reference for the Polars form in
+    pipelines/reliability.py, built from the same sets."""
+    if state in JOB_SYSTEM_FAILURE_STATES:
+        return "system"
+    if not started:
+        return "none"
+    if state == "CANCELLED" and state_raw is not None and state_raw.strip(" ") == JOB_CANCELLED_BY_ROOT:
+        return "system"
+    if state in JOB_INCIDENT_LINKED_STATES and incident:
+        return "system"
+    if state in JOB_USER_FAILURE_STATES:
+        return "user"
+    return "none"
+
+
+# --------------------------------------------------------------------------------- pending reasons
+
+JOB_PENDING_SCHEDULER_REASONS = ("Priority", "Resources")
+"""Pending reasons of a job that waits only for the scheduler (squeue JOB REASON CODES,
+https://slurm.schedmd.com/squeue.html#SECTION_JOB-REASON-CODES, 22.05): `Priority` (higher-priority jobs
+come first) and `Resources` (it is next but the resources are busy). A job held (JobHeldUser/Admin), waiting
+on a dependency, a begin time, a reservation or a QOS/association limit (QOSMax*, AssocGrp*, ...) waits for
+something fair share cannot change: starvation is judged on these two reasons only."""
 
 # ----------------------------------------------------------------------------------------- node states
 
@@ -310,13 +353,6 @@ the node until someone acts."""
 NODE_METRIC_UNAVAILABLE_FLAGS = ("DRAIN", "NOT_RESPONDING", "FAIL", "MAINT")
 """Flag substrings with the same effect (FAIL covers FAILING, MAINT covers MAINTENANCE)."""
 
-# Node events (sacctmgr show event), whose State is what sinfo printed when the event started.
-
-NODE_EVENT_FAULT_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "NO_RESPOND")
-"""Substrings of an event's upper-cased state that make it a node failure for reliability: an event records
-a state an admin or slurmctld set because the node could not run work, and any spelling of it (DRAINED,
-`DOWN*`, `IDLE+DRAIN`) counts; an event that only records maintenance or a reboot does not."""
-
 
 def sql_list(states: Iterable[str]) -> str:
     """The states as a quoted SQL list for `state IN ...`: `('FAILED','NODE_FAIL')`.
@@ -327,6 +363,15 @@ def sql_list(states: Iterable[str]) -> str:
     if any(not re.fullmatch(r"[A-Z_]+", w) for w in words):
         raise ValueError(f"not Slurm state words: {words!r}")
     return "(" + ",".join(f"'{w}'" for w in words) + ")"
+
+
+def sql_array(words: Iterable[str]) -> str:
+    """The words as a quoted DuckDB list literal: `['Priority', 'Resources']`. Only for this module's
+    constants: a word with a quote or a backslash is refused rather than escaped."""
+    out = list(words)
+    if any(re.search(r"['\\]", w) for w in out):
+        raise ValueError(f"not plain words: {out!r}")
+    return "[" + ", ".join(f"'{w}'" for w in out) + "]"
 
 
 def sql_macros() -> str:
@@ -356,6 +401,28 @@ CREATE OR REPLACE MACRO slurm_node_state(state, state_flags) AS
 -- Job states after which an attempt no longer runs (JOB_FINISHED_STATES).
 CREATE OR REPLACE MACRO slurm_job_terminal_states() AS
     [{terminal}];
+
+-- States of a record whose attempt has not ended (JOB_NOT_ENDED_STATES).
+CREATE OR REPLACE MACRO slurm_job_not_ended_states() AS
+    {sql_array(JOB_NOT_ENDED_STATES)};
+
+-- Failure class of an ended attempt from its record alone: job_failure_class without the node-incident link
+-- (the reliability pipeline links incidents; mart_fault_impact holds the links): 'user', 'system' or 'none'.
+CREATE OR REPLACE MACRO slurm_job_failure_class(state, state_raw, start_time) AS
+    CASE WHEN state IN {sql_list(JOB_SYSTEM_FAILURE_STATES)} THEN 'system'
+         WHEN start_time IS NULL THEN 'none'
+         WHEN state = 'CANCELLED' AND trim(coalesce(state_raw, '')) = '{JOB_CANCELLED_BY_ROOT}' THEN 'system'
+         WHEN state IN {sql_list(JOB_USER_FAILURE_STATES)} THEN 'user'
+         ELSE 'none' END;
+
+-- States a node incident linked to the attempt turns from a user into a system failure
+-- (JOB_INCIDENT_LINKED_STATES).
+CREATE OR REPLACE MACRO slurm_job_incident_linked_states() AS
+    {sql_array(JOB_INCIDENT_LINKED_STATES)};
+
+-- Pending reasons of a job waiting only for the scheduler (JOB_PENDING_SCHEDULER_REASONS).
+CREATE OR REPLACE MACRO slurm_pending_scheduler_reasons() AS
+    {sql_array(JOB_PENDING_SCHEDULER_REASONS)};
 """
 
 

@@ -124,17 +124,18 @@ def build(con: duckdb.DuckDBPyConnection, *, with_marts: bool = True) -> None:
     _exec(
         con,
         """
-        INSERT INTO pending_jobs (cluster, snapshot_time, job_id, job_id_raw, account, "partition", state, reason,
-                                  submit_time, gpus)
-        SELECT $cluster, t, j.id, CAST(j.id AS BIGINT), j.account, 'gpu', j.state, j.reason, j.submit, j.gpus
+        INSERT INTO pending_jobs (cluster, snapshot_time, job_id, job_id_raw, account, "partition", qos, state,
+                                  reason, submit_time, gpus)
+        SELECT $cluster, t, j.id, CAST(j.id AS BIGINT), j.account, 'gpu', j.qos, j.state, j.reason, j.submit, j.gpus
         FROM generate_series($start, $end, INTERVAL 15 MINUTE) g(t),
-             (VALUES ('9001', 'a', 'PENDING', 'Priority', $end - INTERVAL 1 HOUR, 8),
-                     ('9002', 'a', 'PENDING', 'Priority', $end - INTERVAL 1 HOUR, 8),
-                     ('9003', 'a', 'PENDING', 'Resources', $end - INTERVAL 1 HOUR, 8),
-                     ('9004', 'b', 'PENDING', 'Priority', $end - INTERVAL 20 HOUR, 4),
-                     ('8001', 'a', 'RUNNING', 'None', $start - INTERVAL 1 HOUR, 5),
-                     ('8002', 'b', 'RUNNING', 'None', $start - INTERVAL 1 HOUR, 8))
-               j(id, account, state, reason, submit, gpus)
+             (VALUES ('9001', 'a', 'normal', 'PENDING', 'Priority', $end - INTERVAL 1 HOUR, 8),
+                     ('9002', 'a', 'normal', 'PENDING', 'Priority', $end - INTERVAL 1 HOUR, 8),
+                     ('9003', 'a', 'high', 'PENDING', 'Resources', $end - INTERVAL 1 HOUR, 8),
+                     ('9004', 'b', 'normal', 'PENDING', 'Priority', $end - INTERVAL 20 HOUR, 4),
+                     ('9005', 'b', 'normal', 'PENDING', 'JobHeldUser', $end - INTERVAL 30 HOUR, 2),
+                     ('8001', 'a', 'normal', 'RUNNING', 'None', $start - INTERVAL 1 HOUR, 5),
+                     ('8002', 'b', 'normal', 'RUNNING', 'None', $start - INTERVAL 1 HOUR, 8))
+               j(id, account, qos, state, reason, submit, gpus)
         WHERE j.submit <= t
     """,
     )
@@ -305,23 +306,38 @@ def build_marts(con: duckdb.DuckDBPyConnection) -> None:
         SELECT $cluster, $end - INTERVAL 40 MINUTE + k * INTERVAL 5 MINUTE, 'g03', 'node_event', 'DOWN', 70000 + k,
                $end - INTERVAL 3 HOUR, 1, 'NODE_FAIL', 'a', 'gpu', 8.0, true, false
         FROM range(0, 3) s(k)
+        -- the first of the 12 late FAILED attempts of b (job 361) died as its node went down: a system failure
+        UNION ALL SELECT $cluster, $end - INTERVAL 51 MINUTE, 'g02', 'node_event', 'DOWN', 361,
+               $end - INTERVAL 170 MINUTE, 1, 'FAILED', 'b', 'gpu', 1.0, false, false
     """,
     )
     _exec(
         con,
         """
         INSERT INTO mart_node_reliability VALUES
-        ($cluster, 'g01', 'gpu', 259200, 3, 1800, 85800, 600),
-        ($cluster, 'g03', 'gpu', 259200, 1, 7200, 252000, NULL),
-        ($cluster, 'g04', 'gpu', 259200, 1, 108000, 151200, NULL)
+        ($cluster, 'g01', 'gpu', 259200, 3, 1800, 85800, 600, 4, 2),
+        ($cluster, 'g03', 'gpu', 259200, 1, 7200, 252000, NULL, 1, 0),
+        ($cluster, 'g04', 'gpu', 259200, 1, 108000, 151200, NULL, 1, 1)
     """,
     )
     _exec(
         con,
         """
         INSERT INTO mart_goodput VALUES
-        ($cluster, 'gpu', 1, 160000, 160000, 300, 9798, 0.061, 0.02, 200),
-        ($cluster, 'gpu', 4, 160000, 40000, 300, 4899, 0.122, 0.08, 20)
+        ($cluster, 'gpu', 1, 160000, 160000, 300, 9798, 0.061, 0.02, 200, 600, 1, 0.939, 0.98),
+        ($cluster, 'gpu', 4, 160000, 40000, 300, 4899, 0.122, 0.08, 20, 600, 2, 0.878, 0.92)
+    """,
+    )
+    _exec(
+        con,
+        """
+        INSERT INTO mart_node_incidents VALUES
+        ($cluster, 'g01', $end - INTERVAL 2 DAY, $end - INTERVAL 47 HOUR, 3600, 'hardware', true, 1, 0, 1,
+         'DOWN,xid:79', 'xid 79', 'root', '79'),
+        ($cluster, 'g01', $end - INTERVAL 1 DAY, $end - INTERVAL 23 HOUR, 3600, 'maintenance', false, 1, 0, 0,
+         'DRAIN', 'kernel upgrade', 'root', NULL),
+        ($cluster, 'g04', $end - INTERVAL 30 HOUR, NULL, 108000, 'hardware', true, 1, 8, 0,
+         'DRAIN', 'xid 79 RMA', 'root', NULL)
     """,
     )
     _exec(

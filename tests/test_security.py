@@ -81,6 +81,12 @@ SQL_INTERPOLATION_ALLOWED: dict[str, set[str]] = {
         "sql_list(NODE_METRIC_UNAVAILABLE_STATES)",
         "sql_list(NODE_METRIC_DOWN_STATES)",
         "sql_list(NODE_METRIC_OTHER_STATES)",
+        "sql_list(JOB_SYSTEM_FAILURE_STATES)",
+        "sql_list(JOB_USER_FAILURE_STATES)",
+        "sql_array(JOB_NOT_ENDED_STATES)",
+        "sql_array(JOB_INCIDENT_LINKED_STATES)",
+        "sql_array(JOB_PENDING_SCHEDULER_REASONS)",
+        "JOB_CANCELLED_BY_ROOT",  # a constant string without a quote
     },
     # upsert: table name from the collectors' TableSpec constants; columns double-quoted by _quote
     "collectors/base.py": {"_quote(c)", "col_sql", "exists", "key_sql", "match", "set_sql", "spec.name"},
@@ -105,9 +111,14 @@ SQL_INTERPOLATION_ALLOWED: dict[str, set[str]] = {
         "_hour_join('s', 'h0')",
     },
     "pipelines/health.py": {"LOOKBACK"},  # "INTERVAL 1 DAY"
-    # the SM activity column: one of jobstats.SM_ACTIVE_COLUMNS, present in gpu_samples' schema
-    "slurmscope/jobstats.py": {"extra"},
-    "pipelines/reliability.py": {"_JOB_COLS", "FAULT_LEAD_SECONDS"},  # a column list literal; an int constant
+    # a column list literal; an int constant; the constant GPU fault event types; a filter built from constant
+    # state sets
+    "pipelines/reliability.py": {
+        "_JOB_COLS",
+        "FAULT_LEAD_SECONDS",
+        "tuple(FAULT_GPU_EVENTS)",
+        "_SNAPSHOT_FILTER",
+    },
     # mart table and window column from the pipeline registry (MART_TABLES), checked against the catalog
     "pipelines/runner.py": {"cols", "qcol", "table"},
     # lake export: table names from TABLES (checked against information_schema), columns from the catalog,

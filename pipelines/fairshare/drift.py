@@ -7,12 +7,13 @@ import polars as pl
 from slurmscope.pipelines.calendar import UTC_DT, local_day
 from slurmscope.pipelines.fairshare.decay import Settings
 from slurmscope.pipelines.fairshare.schema import ROOT, reuse
-from slurmscope.pipelines.fairshare.tree import association_tree, closure, tree_snapshots
+from slurmscope.pipelines.fairshare.tree import association_tree, closure, normalised_shares, tree_snapshots
 
 
 def drift_rows(frames: dict[str, pl.LazyFrame], days: pl.LazyFrame, s: Settings) -> pl.LazyFrame:
     """Each account's share of (undecayed) usage over trailing 7 and 30 days against its target share of
-    the machine (the product of normalised shares down its path), and how long it has been starved
+    the machine (Slurm's normalised shares multiplied down its path, `parent` shares pooled as Slurm pools
+    them: tree.normalised_shares), and how long it has been starved
     (ratio below drift.fairshare_starved_ratio while it had jobs submitted) or over-served."""
     tz = s.timezone
     snaps = tree_snapshots(frames["shares"], s)
@@ -21,27 +22,11 @@ def drift_rows(frames: dict[str, pl.LazyFrame], days: pl.LazyFrame, s: Settings)
     tree = reuse(tree.join(latest, on=["cluster", "tree_time"]))
     clos = reuse(closure(tree))
     accounts = tree.filter(~pl.col("is_user") & ~pl.col("is_root"))
-    # target share: product of sibling-normalised shares of the account and its ancestors
-    t = tree.with_columns(level_shares=pl.col("raw_shares").sum().over("cluster", "tree_time", "parent_key"))
-    t = t.with_columns(
-        sib_norm=pl.when(pl.col("level_shares") > 0).then(pl.col("raw_shares") / pl.col("level_shares"))
-    )
+    # target share: the account's share of the machine, Slurm's normalisation (tree.normalised_shares)
     target = (
         accounts.select("cluster", "tree_time", "account", "user")
-        .join(clos, on=["cluster", "tree_time", "account", "user"])
-        .join(
-            t.select(
-                "cluster",
-                pl.col("account").alias("anc_account"),
-                pl.col("user").alias("anc_user"),
-                "sib_norm",
-                pl.col("is_root").alias("anc_is_root"),
-            ),
-            on=["cluster", "anc_account", "anc_user"],
-        )
-        .filter(~pl.col("anc_is_root"))
-        .group_by("cluster", "account")
-        .agg(pl.col("sib_norm").product().alias("target_share"))
+        .join(normalised_shares(tree, clos), on=["cluster", "tree_time", "account", "user"])
+        .select("cluster", "account", "target_share")
     )
     user_to_acc = (
         tree.filter(pl.col("is_user"))

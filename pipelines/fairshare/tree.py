@@ -154,3 +154,110 @@ def pick_tree(grid: pl.LazyFrame, tree: pl.LazyFrame) -> pl.LazyFrame:
         .drop("tree_fwd")
         .drop_nulls("tree_time")
     )
+
+
+def normalised_shares(tree: pl.LazyFrame, clos: pl.LazyFrame) -> pl.LazyFrame:
+    """Each association's NormShares as sshare prints it under Fair Tree, and its share of the machine.
+
+    Slurm 22.05 (`assoc_mgr.c`): an association whose shares are `parent` (raw_shares NULL, root excepted)
+    has no shares of its own; its children are attached to its first ancestor that is not `parent`
+    (`fs_assoc_ptr`, `_find_assoc_parent`), and so are pooled with that ancestor's other children. The
+    shares of a level are the sum over those children, a `parent` child adding its own pooled children
+    (`_get_children_level_shares`). So for every association A, with F its first non-`parent` ancestor:
+
+    * `norm_shares` = raw_shares(A) / Σ raw_shares of the non-`parent` associations whose F is the same
+      (`_normalize_assoc_shares_fair_tree`); a `parent` association prints F's own norm_shares; root prints 0
+      (no level above it);
+    * `target_share` (its share of the machine, what the classic algorithm prints as NormShares,
+      `_normalize_assoc_shares_traditional`) = the product of norm_shares over A and its non-`parent`
+      ancestors below root; for a `parent` account, the sum of the target shares of the associations pooled
+      through it (its descendants whose F lies above it); a `parent` user holds none.
+
+    `clos` is closure(tree). Returns cluster, tree_time, account, user, fs_account, fs_user, level_shares,
+    norm_shares, target_share.
+    """
+    t = ["cluster", "tree_time"]
+    node = [*t, "account", "user"]
+    attrs = tree.select(
+        *node,
+        "raw_shares",
+        "is_root",
+        (pl.col("raw_shares").is_null() & ~pl.col("is_root")).alias("pooled"),
+    )
+    anc = attrs.select(
+        *t,
+        pl.col("account").alias("anc_account"),
+        pl.col("user").alias("anc_user"),
+        pl.col("pooled").alias("anc_pooled"),
+        pl.col("is_root").alias("anc_root"),
+    )
+    with_anc = clos.join(anc, on=[*t, "anc_account", "anc_user"])
+    fs = (
+        with_anc.filter((pl.col("dist") >= 1) & ~pl.col("anc_pooled"))
+        .sort("dist")
+        .group_by(node)
+        .agg(
+            pl.col("anc_account").first().alias("fs_account"),
+            pl.col("anc_user").first().alias("fs_user"),
+            pl.col("dist").first().alias("fs_dist"),
+        )
+    )
+    own = attrs.join(fs, on=node, how="left")
+    level = (
+        own.filter(~pl.col("pooled") & ~pl.col("is_root"))
+        .group_by(*t, "fs_account", "fs_user")
+        .agg(pl.col("raw_shares").sum().alias("level_shares"))
+    )
+    own = own.join(level, on=[*t, "fs_account", "fs_user"], how="left")
+    own = own.with_columns(
+        pl.when(pl.col("is_root") | pl.col("pooled"))
+        .then(None)
+        .when(pl.col("level_shares") > 0)
+        .then(pl.col("raw_shares") / pl.col("level_shares"))
+        .otherwise(0.0)
+        .alias("_norm")
+    )
+    norm_of = own.select(
+        *t,
+        pl.col("account").alias("fs_account"),
+        pl.col("user").alias("fs_user"),
+        pl.col("_norm").alias("_fs_norm"),
+    )
+    own = own.join(norm_of, on=[*t, "fs_account", "fs_user"], how="left").with_columns(
+        pl.when(pl.col("is_root"))
+        .then(0.0)
+        .when(pl.col("pooled"))
+        .then(pl.col("_fs_norm").fill_null(0.0))
+        .otherwise(pl.col("_norm"))
+        .alias("norm_shares")
+    )
+    chain_norm = own.select(
+        *t, pl.col("account").alias("anc_account"), pl.col("user").alias("anc_user"), "_norm"
+    )
+    chain = (
+        with_anc.filter(~pl.col("anc_pooled") & ~pl.col("anc_root"))
+        .join(chain_norm, on=[*t, "anc_account", "anc_user"])
+        .group_by(node)
+        .agg(pl.col("_norm").product().alias("_chain"))
+    )
+    own = own.join(chain, on=node, how="left")
+    # a `parent` account B: the non-`parent` descendants X whose F is above B (F farther from X than B is)
+    pooled_b = with_anc.filter(pl.col("anc_pooled") & (pl.col("dist") >= 1)).select(
+        *node, pl.col("anc_account").alias("b_account"), pl.col("anc_user").alias("b_user"), "dist"
+    )
+    through = (
+        pooled_b.join(own.select(*node, "fs_dist", "pooled", "_chain"), on=node)
+        .filter(~pl.col("pooled") & (pl.col("fs_dist") > pl.col("dist")))
+        .group_by(*t, "b_account", "b_user")
+        .agg(pl.col("_chain").sum().alias("_through"))
+        .rename({"b_account": "account", "b_user": "user"})
+    )
+    own = own.join(through, on=node, how="left").with_columns(
+        pl.when(pl.col("is_root"))
+        .then(1.0)
+        .when(pl.col("pooled"))
+        .then(pl.col("_through").fill_null(0.0))
+        .otherwise(pl.col("_chain"))
+        .alias("target_share")
+    )
+    return own.select(*node, "fs_account", "fs_user", "level_shares", "norm_shares", "target_share")

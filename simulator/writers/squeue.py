@@ -1,5 +1,9 @@
 """snapshots/squeue/<epoch>.txt: running and pending jobs in the live squeue line (0x1F separators),
-pending array tasks one per line as `squeue --array` prints them."""
+pending array tasks one per line as `squeue --array` prints them.
+
+GPU requests take two of Slurm's forms, chosen by job id so the random stream is untouched: every third job
+asks with `--gpus` (tres-per-job: the total), the others with `--gres=gpu:N` (tres-per-node: per node).
+"""
 
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ def squeue(sim: Sim, t: int) -> str:
 
 
 def _line(sim: Sim, j: Job, state: str, reason: str, start: str) -> str:
-    gres = f"gres:gpu:{j.units}" if j.part.is_gpu else "N/A"
+    per_node, per_job = _request(j.part.is_gpu, j.raw, j.units, j.nnodes)
     arr = str(j.array_id) if j.array_id else str(j.raw)
     task = str(j.task) if j.array_id else "N/A"
     return US.join(
@@ -53,17 +57,31 @@ def _line(sim: Sim, j: Job, state: str, reason: str, start: str) -> str:
             start,
             str(j.nnodes),
             str(cpus(j)),
-            gres,
+            per_node,
             limit_str(j.limit),
             "(null)",
             reason,
+            str(j.nnodes),
+            per_job,
+            "N/A",
+            "N/A",
+            "*",
             j.name,
         )
     )
 
 
+def _request(is_gpu: bool, raw: int, units: int, nnodes: int) -> tuple[str, str]:
+    """(tres-per-node, tres-per-job) as squeue prints them for this job's GPU request."""
+    if not is_gpu:
+        return "N/A", "N/A"
+    if raw % 3 == 1:
+        return "N/A", f"gres:gpu:{units * nnodes}"
+    return f"gres:gpu:{units}", "N/A"
+
+
 def _array_line(sim: Sim, a: ArrayRec, k: int, reason: str) -> str:
-    gres = f"gres:gpu:{a.units}" if a.part.is_gpu else "N/A"
+    per_node, per_job = _request(a.part.is_gpu, a.raw, a.units, 1)
     cpus = a.part.nodes[0].cpus_per_unit
     return US.join(
         (
@@ -81,10 +99,15 @@ def _array_line(sim: Sim, a: ArrayRec, k: int, reason: str) -> str:
             "N/A",
             "1",
             str(cpus),
-            gres,
+            per_node,
             limit_str(a.limit),
             "(null)",
             reason,
+            "1",
+            per_job,
+            "N/A",
+            "N/A",
+            "*",
             a.name,
         )
     )

@@ -17,3 +17,25 @@ CREATE OR REPLACE MACRO slurm_node_state(state, state_flags) AS
 -- Job states after which an attempt no longer runs (JOB_FINISHED_STATES).
 CREATE OR REPLACE MACRO slurm_job_terminal_states() AS
     ['COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT', 'NODE_FAIL', 'OUT_OF_MEMORY', 'PREEMPTED', 'BOOT_FAIL', 'DEADLINE'];
+
+-- States of a record whose attempt has not ended (JOB_NOT_ENDED_STATES).
+CREATE OR REPLACE MACRO slurm_job_not_ended_states() AS
+    ['RUNNING', 'PENDING', 'REQUEUE_HOLD', 'REQUEUE_FED', 'SUSPENDED', 'RESIZING'];
+
+-- Failure class of an ended attempt from its record alone: job_failure_class without the node-incident link
+-- (the reliability pipeline links incidents; mart_fault_impact holds the links): 'user', 'system' or 'none'.
+CREATE OR REPLACE MACRO slurm_job_failure_class(state, state_raw, start_time) AS
+    CASE WHEN state IN ('NODE_FAIL','BOOT_FAIL','PREEMPTED','REQUEUED') THEN 'system'
+         WHEN start_time IS NULL THEN 'none'
+         WHEN state = 'CANCELLED' AND trim(coalesce(state_raw, '')) = 'CANCELLED by 0' THEN 'system'
+         WHEN state IN ('FAILED','OUT_OF_MEMORY','TIMEOUT','DEADLINE','CANCELLED','SPECIAL_EXIT') THEN 'user'
+         ELSE 'none' END;
+
+-- States a node incident linked to the attempt turns from a user into a system failure
+-- (JOB_INCIDENT_LINKED_STATES).
+CREATE OR REPLACE MACRO slurm_job_incident_linked_states() AS
+    ['FAILED'];
+
+-- Pending reasons of a job waiting only for the scheduler (JOB_PENDING_SCHEDULER_REASONS).
+CREATE OR REPLACE MACRO slurm_pending_scheduler_reasons() AS
+    ['Priority', 'Resources'];

@@ -250,10 +250,33 @@ def live(**kw) -> str:
         "l": "1-00:00:00",
         "E": "(null)",
         "r": "Priority",
+        "tasks": "2",
+        "per_job": "N/A",
+        "per_task": "N/A",
+        "per_socket": "N/A",
+        "sockets": "*",
         "j": "train",
     }
     v.update(kw)
-    return US.join(v[c] for c in squeue.LIVE_LETTERS)
+    return US.join(v[c] for c in LIVE_KEYS)
+
+
+# The live -O fields in order (squeue.LIVE_FIELDS, then Name), keyed by their -o letter where they have one.
+LIVE_KEYS = (
+    *"iAFKuaPqTQVSDCblEr",
+    "tasks",
+    "per_job",
+    "per_task",
+    "per_socket",
+    "sockets",
+    "j",
+)
+
+
+def argv_format(path) -> str:
+    """The -o/-O value of a capture's recorded argument list (`<name>.argv` beside it)."""
+    argv = path.with_suffix(".argv").read_text().splitlines()
+    return next(a.split("=", 1)[1] for a in argv if a.startswith(("--format=", "--Format=")))
 
 
 def test_live_command_line():
@@ -261,29 +284,33 @@ def test_live_command_line():
 
     argv = squeue.command(load_config(None))
     assert argv[:5] == ["squeue", "--all", "--array", "--noheader", "--states=all"]
-    assert argv[5] == "--format=" + US.join(
-        [
-            "%i",
-            "%A",
-            "%F",
-            "%K",
-            "%u",
-            "%a",
-            "%P",
-            "%q",
-            "%T",
-            "%Q",
-            "%V",
-            "%S",
-            "%D",
-            "%C",
-            "%b",
-            "%l",
-            "%E",
-            "%r",
-            "%j",
-        ]
-    )
+    fields = [
+        "JobArrayID",
+        "JobID",
+        "ArrayJobID",
+        "ArrayTaskID",
+        "UserName",
+        "Account",
+        "Partition",
+        "QOS",
+        "State",
+        "PriorityLong",
+        "SubmitTime",
+        "StartTime",
+        "NumNodes",
+        "NumCPUs",
+        "tres-per-node",
+        "TimeLimit",
+        "Dependency",
+        "Reason",
+        "NumTasks",
+        "tres-per-job",
+        "tres-per-task",
+        "tres-per-socket",
+        "Sockets",
+    ]
+    assert argv[5] == "--Format=" + ",".join(f"{f}:{US}" for f in fields) + ",Name:"
+    assert len(LIVE_KEYS) == len(squeue.line_format(None).names)
 
 
 def test_live_pending_job_with_gpus_per_node():
@@ -327,6 +354,14 @@ def test_compact_states_and_local_times():
     assert df["submit_time"].to_list() == [datetime(2024, 1, 15, 9, tzinfo=UTC)] * 2
 
 
+def test_counts_slurm_leaves_unset_are_null_not_a_bad_line():
+    # a job cancelled while pending: slurmctld sends NO_VAL (4294967294) as its task count (22.05)
+    r = parse(live(i="16", A="16", F="16", T="CANCELLED", tasks="4294967294", sockets="*") + "\n")
+    assert r.quarantine.height == 0
+    row = r.tables["pending_jobs"].row(0, named=True)
+    assert (row["state"], row["tasks"], row["sockets_per_node"], row["gpus"]) == ("CANCELLED", None, None, 8)
+
+
 def test_bad_values_are_quarantined_with_a_reason():
     p = parse(live(C="lots") + "\n" + live(i="x1") + "\n" + live(T="running?") + "\n" + "42\n")
     assert p.tables["pending_jobs"].height == 0
@@ -334,12 +369,14 @@ def test_bad_values_are_quarantined_with_a_reason():
     assert "CPU count is not an integer" in reasons[0]
     assert "not a job id" in reasons[1]
     assert "not a job state" in reasons[2]
-    assert "expected 19" in reasons[3]
+    assert f"expected {len(LIVE_KEYS)}" in reasons[3]
 
 
 def test_real_slurm_22_05_squeue(fixtures):
     for tag in ("mid", "final"):
-        p = parse((fixtures / f"slurm-22.05/squeue_{tag}.txt").read_bytes())
+        path = fixtures / f"slurm-22.05/squeue_{tag}.txt"
+        assert argv_format(path) == squeue.PREVIOUS_LIVE_FORMAT.replace(US, "\\x1f")
+        p = parse(path.read_bytes(), squeue.PREVIOUS_LIVE_FORMAT)
         assert p.quarantine.height == 0
     df = p.tables["pending_jobs"]
     raw = (fixtures / "slurm-22.05/squeue_final.txt").read_text().splitlines()
@@ -438,6 +475,11 @@ _VALUES = {
     "l": ["1-00:00:00", "5:00", "UNLIMITED", "1-02:30", "30", "10:00:00.5", "9999999-00:00:00"],
     "E": ["(null)", "afterok:7_3(unfulfilled)"],
     "r": ["None", "Priority", "(null)"],
+    "tasks": ["1", "4", "", "N/A", "3000000000", "x", "4294967294"],
+    "per_job": ["N/A", "gres:gpu:8", "gres:gpu:h100:4", "gres:gpu:3000000000"],
+    "per_task": ["N/A", "gres:gpu:1", "gres:gpu:2"],
+    "per_socket": ["N/A", "gres:gpu:2"],
+    "sockets": ["*", "1", "2", "2000000000"],
     "j": ["train", "a\x1fb", "", " spaced "],
 }
 
@@ -449,7 +491,7 @@ def _live_lines(draw):
         if draw(st.integers(0, 9)) == 0:
             lines.append(draw(st.text(alphabet="0123456789\x1f|ab", max_size=20)))
             continue
-        lines.append(US.join(draw(st.sampled_from(_VALUES[c])) for c in squeue.LIVE_LETTERS))
+        lines.append(US.join(draw(st.sampled_from(_VALUES[c])) for c in LIVE_KEYS))
     return ("\n".join(lines) + "\n").encode()
 
 

@@ -44,7 +44,7 @@ from slurmscope import xid as xids
 from slurmscope.config import load_config
 from slurmscope.demo import Progress, run_demo
 from slurmscope.exporter import export_instants, render, serve_metrics
-from slurmscope.slurm_states import JOB_FAILED_STATES
+from slurmscope.slurm_states import JOB_FAILURE_CLASSES, JOB_PENDING_SCHEDULER_REASONS, job_failure_class
 from tests.demo_fixture import DEMO_DAYS, DEMO_GPUS, DemoRun
 from tests.integration.test_prometheus_live import (
     _api,
@@ -68,7 +68,29 @@ COARSE_STEP = timedelta(minutes=30)
 FINE = timedelta(hours=3)
 STEP = timedelta(minutes=5)
 LAG = timedelta(seconds=30)  # the history's last instant lands this long before Prometheus starts
-FAILED_STATES = set(JOB_FAILED_STATES)  # the job failure alert's states
+
+
+def failure_of(e: dict, hardware_kills: set[tuple[int, str]]) -> str:
+    """The failure class of an `end` event by the simulator's own account: the split of
+    docs/pipelines.md#job-failures, with a FAILED attempt the system's when a hardware fault event of
+    events.jsonl lists it among the jobs it killed (the pipeline finds the same from the node records)."""
+    return job_failure_class(
+        e["state"].split(" by ")[0],
+        e["state"],
+        started=e.get("elapsed", 0) > 0 or e["state"] in ("NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "REQUEUED"),
+        incident=(e["job_id_raw"], e["t"]) in hardware_kills,
+    )
+
+
+def hardware_kills(ev: list[dict]) -> set[tuple[int, str]]:
+    """(job id, time) of the attempts the simulator's hardware faults killed."""
+    return {
+        (j, e["t"])
+        for e in ev
+        if e["type"] == "fault" and e.get("cause") == "hardware"
+        for j in e.get("jobs") or ()
+    }
+
 
 # Alerts the 3-day demo cannot raise at all, each with why; test_impossible_alerts_have_no_cause checks the
 # reasons hold in the demo's data (so this list fails when the simulator learns to produce the cause).
@@ -281,7 +303,7 @@ KEY_LABELS = {
     **{name: ("node", "xid") for name, _sev, _todo in XID_ALERTS.values()},
     "GpuFallenOffBus": ("node",),
     "GpuThrottlingSustained": ("node", "gpu"),
-    "SlurmJobFailureRateHigh": ("partition",),
+    "SlurmJobFailureRateHigh": ("partition", "failure"),
     "SlurmRequeueSpike": ("partition",),
     "SlurmNodeFaultJobKills": ("partition",),
     "SlurmWaitTimeP90Drift": ("partition",),
@@ -385,24 +407,30 @@ def expected_at_end(d: DemoProm, now: datetime) -> Expected:
             part.setdefault(e["job_id_raw"], e["partition"])
     hour = timedelta(hours=1)
     ends: dict[str, list[str]] = {}
+    classes: dict[str, list[str]] = {}
     requeues: dict[str, int] = {}
+    killed = hardware_kills(ev)
     for e in ev:
         t = _t(e["t"])
         if not (now - hour < t <= end):
             continue
         if e["type"] == "end":
             ends.setdefault(part.get(e["job_id_raw"], ""), []).append(e["state"])
+            classes.setdefault(part.get(e["job_id_raw"], ""), []).append(failure_of(e, killed))
         elif e["type"] == "requeue":
             p = part.get(e["job_id_raw"], "")
             requeues[p] = requeues.get(p, 0) + 1
     for p, states in ends.items():
         n = len(states)
-        failed = sum(s in FAILED_STATES for s in states)
-        ratio, many = _decide(failed / n, th.JOB_FAILURE_RATIO), _decide(n, th.JOB_FAILURE_MIN_JOBS - 0.5)
-        if ratio and many:
-            on[("SlurmJobFailureRateHigh", (p,))] = None
-        elif ratio is not False and many is not False and (ratio is None or many is None):
-            either[("SlurmJobFailureRateHigh", (p,))] = f"{failed} failed of {n} ended in the last hour"
+        for cls in JOB_FAILURE_CLASSES:
+            failed = sum(c == cls for c in classes[p])
+            ratio, many = _decide(failed / n, th.JOB_FAILURE_RATIO), _decide(n, th.JOB_FAILURE_MIN_JOBS - 0.5)
+            if ratio and many:
+                on[("SlurmJobFailureRateHigh", (p, cls))] = None
+            elif ratio is not False and many is not False and (ratio is None or many is None):
+                either[("SlurmJobFailureRateHigh", (p, cls))] = (
+                    f"{failed} {cls} failures of {n} ended in the last hour"
+                )
         kills = sum(s == "NODE_FAIL" for s in states)
         if kills >= th.NODE_FAIL_KILLS_PER_HOUR:
             on[("SlurmNodeFaultJobKills", (p,))] = None
@@ -418,8 +446,8 @@ def expected_at_end(d: DemoProm, now: datetime) -> Expected:
         d.con.execute(
             "SELECT account, min(submit_time) FROM pending_jobs WHERE cluster = ? AND state = 'PENDING' AND"
             " snapshot_time = (SELECT max(snapshot_time) FROM pending_jobs WHERE cluster = ? AND snapshot_time <= ?)"
-            " GROUP BY ALL",
-            [d.cluster, d.cluster, end],
+            " AND list_contains(?, reason) GROUP BY ALL",
+            [d.cluster, d.cluster, end, list(JOB_PENDING_SCHEDULER_REASONS)],
         ).fetchall()
     )
     shares = {
@@ -708,7 +736,12 @@ def expected_over_history(d: DemoProm, grid: list[datetime]) -> tuple[set, set]:
     downs = [(e["node"], _t(e["t"])) for e in ev if e["type"] == "node_down"]
     resumes = [(e["node"], _t(e["t"])) for e in ev if e["type"] == "resume"]
     node_ev = [(e["node"], _t(e["t"])) for e in ev if e["type"] in ("node_down", "drained")]
-    ends = [(part.get(e["job_id_raw"], ""), e["state"], _t(e["t"])) for e in ev if e["type"] == "end"]
+    killed = hardware_kills(ev)
+    ends = [
+        (part.get(e["job_id_raw"], ""), e["state"], _t(e["t"]), failure_of(e, killed))
+        for e in ev
+        if e["type"] == "end"
+    ]
     requeues = [(part.get(e["job_id_raw"], ""), _t(e["new_submit"])) for e in ev if e["type"] == "requeue"]
     hour, six = timedelta(hours=1), _dur(th.NODE_FLAP_WINDOW)
     for t in grid:
@@ -723,14 +756,15 @@ def expected_over_history(d: DemoProm, grid: list[datetime]) -> tuple[set, set]:
                 out.add(("SlurmNodeFlapping", (node,), t))
         if any(t - hour < x <= t for x in first_pair.values()):
             skip.add(t)  # a series born inside the window: Prometheus extrapolates its first sample
-        for p in {p for p, _, _ in ends}:
-            states = [s for q, s, x in ends if q == p and t - hour < x <= t]
-            failed = sum(s in FAILED_STATES for s in states)
-            if states and len(states) >= th.JOB_FAILURE_MIN_JOBS:
-                if math.isclose(failed / len(states), th.JOB_FAILURE_RATIO):
-                    skip.add(t)
-                elif failed / len(states) > th.JOB_FAILURE_RATIO:
-                    out.add(("SlurmJobFailureRateHigh", (p,), t))
+        for p in {p for p, _, _, _ in ends}:
+            states = [s for q, s, x, _ in ends if q == p and t - hour < x <= t]
+            for cls in JOB_FAILURE_CLASSES:
+                failed = sum(1 for q, _, x, c in ends if q == p and t - hour < x <= t and c == cls)
+                if states and len(states) >= th.JOB_FAILURE_MIN_JOBS:
+                    if math.isclose(failed / len(states), th.JOB_FAILURE_RATIO):
+                        skip.add(t)
+                    elif failed / len(states) > th.JOB_FAILURE_RATIO:
+                        out.add(("SlurmJobFailureRateHigh", (p, cls), t))
             if sum(s == "NODE_FAIL" for s in states) >= th.NODE_FAIL_KILLS_PER_HOUR:
                 out.add(("SlurmNodeFaultJobKills", (p,), t))
         for p in {p for p, _ in requeues}:

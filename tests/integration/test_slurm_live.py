@@ -188,6 +188,11 @@ def test_pending_jobs_carry_their_real_reasons(slurmbed, live):
         # reason and as 'None' (NULL) for the held and dependency jobs across runs. squeue (above) is
         # the authority; jobs.reason must never contradict it.
         assert row["reason"] in (j["pending_reason"], None), j["name"]
+    # every line the live squeue printed was read (a job that ended without starting prints NO_VAL tasks)
+    assert slurmbed.query(
+        "SELECT count(*) FROM quarantine WHERE cluster = ? AND reason LIKE 'squeue:%'",
+        [slurmbed.cluster.CLUSTER],
+    ) == [(0,)]
 
 
 def test_incremental_collection_updates_attempts_in_place(slurmbed, live):

@@ -15,7 +15,7 @@ from slurmscope.pipelines.common import split_calendar
 from slurmscope.pipelines.runner import EPOCH, Window, pipeline_params
 
 from slurmscope.config import load_config
-from slurmscope.slurm_states import JOB_UNSUCCESSFUL_STATES
+from slurmscope.slurm_states import job_failure_class
 
 UTC_DT = pl.Datetime("us", "UTC")
 DAY = datetime(2026, 11, 30, tzinfo=UTC)
@@ -295,8 +295,16 @@ def test_daily_values_from_sql_are_those_of_the_polars_reference(con, tz):
         .agg((pl.col("overlap_seconds") * pl.col("gpus")).sum().truediv(3600).alias("x")),
         "failures": jobs.lazy()
         .filter(pl.col("end_time") <= now)
+        .with_columns(
+            pl.struct("state", "start_time")
+            .map_elements(
+                lambda r: job_failure_class(r["state"], None, started=r["start_time"] is not None),
+                return_dtype=pl.String,
+            )
+            .alias("failure")
+        )
         .group_by("partition", local_day(pl.col("end_time"), tz).alias("day"))
-        .agg((pl.col("state").is_in(list(JOB_UNSUCCESSFUL_STATES)).sum() / pl.len()).alias("x")),
+        .agg((pl.col("failure") != "none").sum().truediv(pl.len()).alias("x")),
         "waits": jobs.lazy()
         .filter(pl.col("start_time") <= now)
         .group_by("partition", local_day(pl.col("start_time"), tz).alias("day"))

@@ -22,6 +22,7 @@ JOB_SCHEMA = {
     "account": pl.String,
     "partition": pl.String,
     "state": pl.String,
+    "state_raw": pl.String,
     "start_time": UTC_DT,
     "end_time": UTC_DT,
     "elapsed_seconds": pl.Int64,
@@ -35,6 +36,7 @@ EVENT_SCHEMA = {
     "time_end": UTC_DT,
     "state": pl.String,
     "reason": pl.String,
+    "reason_user": pl.String,
 }
 GPU_EVENT_SCHEMA = {"node": pl.String, "event_time": UTC_DT, "event_type": pl.String, "xid": pl.Int32}
 
@@ -49,7 +51,42 @@ def params(now: str, tz: str = "UTC", **reliability) -> dict:
 
 
 def jobs(rows) -> pl.LazyFrame:
-    return pl.LazyFrame(rows, schema=JOB_SCHEMA, orient="row")
+    """Rows as (job_id_raw, submit, attempt, account, partition, state, start, end, elapsed, gpus, nodes,
+    node_list); state_raw is the state as sacct prints it for all but a cancel."""
+    full = [(*r[:6], r[5], *r[6:]) for r in rows]
+    return pl.LazyFrame(full, schema=JOB_SCHEMA, orient="row")
+
+
+def events(rows) -> pl.LazyFrame:
+    """Node events as (node, start, end, state, reason), set by root."""
+    return pl.LazyFrame([(*r, "root") for r in rows], schema=EVENT_SCHEMA, orient="row")
+
+
+SNAPSHOT_SCHEMA = {
+    "node": pl.String,
+    "snapshot_time": UTC_DT,
+    "state": pl.String,
+    "state_flags": pl.String,
+    "reason": pl.String,
+    "reason_user": pl.String,
+}
+
+
+def members(p, node_events=None, gpu_events=None, snapshots=None, times=None) -> pl.LazyFrame:
+    """Every record of unavailability, as compute() gathers them."""
+    return pl.concat(
+        [
+            rel.event_members(node_events if node_events is not None else events([]), p),
+            rel.snapshot_members(
+                snapshots if snapshots is not None else pl.LazyFrame(schema=SNAPSHOT_SCHEMA),
+                times if times is not None else pl.LazyFrame(schema={"snapshot_time": UTC_DT}),
+                p,
+            ),
+            rel.gpu_members(
+                gpu_events if gpu_events is not None else pl.LazyFrame(schema=GPU_EVENT_SCHEMA), p
+            ),
+        ]
+    )
 
 
 D = "2026-02-01"
@@ -83,12 +120,14 @@ def test_outcomes_and_requeues_by_day():
     p = params("2026-02-03 00:00")
     days = rel.by_end_day(rel.ended_attempts(jobs(OUTCOME_JOBS)), p)
     got = rel.outcomes(days).collect().sort("day", "account", "state")
+    # failure class from the state alone (no incident linked): NODE_FAIL is the system's, TIMEOUT and FAILED
+    # (non-zero exit) the user's
     want = pl.DataFrame(
         [
-            (date(2026, 2, 1), "gpu", "a", "COMPLETED", 1, 1.0),
-            (date(2026, 2, 1), "gpu", "a", "NODE_FAIL", 1, 2.0),
-            (date(2026, 2, 1), "gpu", "b", "TIMEOUT", 1, 1.0),
-            (date(2026, 2, 2), "gpu", "b", "FAILED", 1, 1.0),
+            (date(2026, 2, 1), "gpu", "a", "COMPLETED", 1, 1.0, "none"),
+            (date(2026, 2, 1), "gpu", "a", "NODE_FAIL", 1, 2.0, "system"),
+            (date(2026, 2, 1), "gpu", "b", "TIMEOUT", 1, 1.0, "user"),
+            (date(2026, 2, 2), "gpu", "b", "FAILED", 1, 1.0, "user"),
         ],
         schema=rel.OUTCOMES_SCHEMA,
         orient="row",
@@ -120,72 +159,13 @@ def test_outcome_day_is_cut_in_billing_zone():
     assert got["day"].to_list() == [date(2026, 2, 2)]
 
 
-def test_node_mtbf_and_mttr():
-    events = pl.LazyFrame(
-        [
-            ("n1", ts("2026-01-10 00:00"), ts("2026-01-10 02:00"), "DOWN", "xid 79"),  # 2 h
-            ("n1", ts("2026-01-20 00:00"), ts("2026-01-20 04:00"), "DRAIN", "ecc"),  # 4 h
-            ("n1", ts("2026-01-22 00:00"), ts("2026-01-22 01:00"), "MAINT", "planned"),  # not a failure
-            ("n3", ts("2026-01-25 00:00"), None, "DOWN", "dead"),  # ongoing
-        ],
-        schema=EVENT_SCHEMA,
-        orient="row",
-    )
-    nodes = pl.LazyFrame(
-        {
-            "node": ["n1", "n2"],
-            "first_seen": [ts("2026-01-01 00:00"), ts("2026-01-30 00:00")],
-            "partition": ["gpu", "gpu,debug"],
-        },
-        schema={"node": pl.String, "first_seen": UTC_DT, "partition": pl.String},
-    )
-    got = rel.node_reliability(events, nodes, params("2026-01-31 00:00")).collect().sort("node")
-    want = pl.DataFrame(
-        [
-            # 30 days observed, 6 h down, 2 failures: MTBF = (2592000 - 21600) / 2, MTTR = (2 h + 4 h) / 2
-            ("n1", "gpu", 2592000.0, 2, 21600.0, 1285200.0, 10800.0),
-            ("n2", "gpu,debug", 86400.0, 0, 0.0, None, None),
-            # seen only through its event: down for the whole 6 days observed; no repair yet
-            ("n3", "", 518400.0, 1, 518400.0, 0.0, None),
-        ],
-        schema=rel.NODE_SCHEMA,
-        orient="row",
-    )
-    assert_frame_equal(got, want)
-
-
 def test_young_daly():
     # C = 300 s, M = 60000 s: tau = sqrt(2 x 300 x 60000) = 6000 s; lost = 300/6000 + 6000/120000 = 0.1
     tau, lost = rel.young_daly(300, 60000)
     assert tau == 6000.0 and math.isclose(lost, 0.1)
+    # and a restart of R = 600 s per interruption: + 600/60000 = 0.01
+    assert math.isclose(rel.young_daly(300, 60000, 600)[1], 0.11)
     assert rel.young_daly(300, None) == (None, None)
-
-
-def test_goodput_table():
-    node_rel = pl.LazyFrame(
-        [
-            ("n1", "gpu", 1_000_000.0, 2, 0.0, None, None),
-            ("n2", "gpu", 200_000.0, 0, 0.0, None, None),
-        ],
-        schema=rel.NODE_SCHEMA,
-        orient="row",
-    )
-    sizes = pl.LazyFrame({"partition": ["gpu"], "nodes": [10], "jobs": [5], "gpu_hours": [100.0]})
-    lost_before = pl.LazyFrame({"partition": ["gpu"], "nodes": [10], "gpu_hours_lost": [4.0]})
-    no_faults = pl.LazyFrame(schema=rel.FAULT_SCHEMA)
-    p = params("2026-02-01 00:00", checkpoint_cost_seconds=300.0, job_sizes=[1, 10])
-    got = rel.goodput(node_rel, sizes, lost_before, no_faults, jobs([]), p).collect().sort("nodes")
-    # node MTBF = 1.2e6 up-seconds / 2 failures = 600000 s; N = 10: MTBI 60000 -> tau 6000, lost 0.1
-    # N = 1: MTBI 600000 -> tau = sqrt(3.6e8), lost = sqrt(2 x 300 / 600000) = sqrt(0.001)
-    want = pl.DataFrame(
-        [
-            ("gpu", 1, 600000.0, 600000.0, 300.0, math.sqrt(3.6e8), math.sqrt(0.001), None, 0),
-            ("gpu", 10, 600000.0, 60000.0, 300.0, 6000.0, 0.1, 0.04, 5),  # measured: 4 of 100 GPU-h lost
-        ],
-        schema=rel.GOODPUT_SCHEMA,
-        orient="row",
-    )
-    assert_frame_equal(got, want)
 
 
 def test_fault_impact_links_killed_attempts_to_faults():
@@ -309,9 +289,7 @@ def test_fault_impact_links_killed_attempts_to_faults():
             ),
         ]
     )
-    events = pl.LazyFrame(
-        [("g02", ts(f"{D} 11:59:45"), ts(f"{D} 13:00"), "DOWN", "xid")], schema=EVENT_SCHEMA, orient="row"
-    )
+    node_events = events([("g02", ts(f"{D} 11:59:45"), ts(f"{D} 13:00"), "DOWN", "xid")])
     gpu_events = pl.LazyFrame(
         [
             ("g02", ts(f"{D} 11:59:00"), "xid", 79),  # also matches job 7; the later node event wins
@@ -322,7 +300,10 @@ def test_fault_impact_links_killed_attempts_to_faults():
         schema=GPU_EVENT_SCHEMA,
         orient="row",
     )
-    got = rel.fault_impact(j, events, gpu_events, params("2026-02-02 00:00")).collect().sort("fault_time")
+    p = params("2026-02-02 00:00")
+    m = members(p, node_events, gpu_events)
+    linked = rel.links(j, rel.fault_points(m, rel.incidents(m, p)), p)
+    got = rel.fault_impact(j, linked, p).collect().sort("fault_time")
     cols = [
         "fault_time",
         "node",
@@ -334,19 +315,67 @@ def test_fault_impact_links_killed_attempts_to_faults():
         "came_back",
         "completed_later",
         "resumed_from_checkpoint",
+        "incident_start",
+        "cause",
     ]
     want = pl.DataFrame(
         [
-            (ts(f"{D} 06:59"), "g04", "gpu_event", "ecc", 12, 1, 1.0, False, False, False),
+            (
+                ts(f"{D} 06:59"),
+                "g04",
+                "gpu_event",
+                "ecc",
+                12,
+                1,
+                1.0,
+                False,
+                False,
+                False,
+                ts(f"{D} 06:59"),
+                "hardware",
+            ),
             # the retry took 10 min after 1 h was lost: it cannot have restarted from zero
-            (ts(f"{D} 08:00"), "g03", "gpu_event", "xid:48", 11, 1, 1.0, True, True, True),
-            # the retry took as long as the lost attempt: cannot tell
-            (ts(f"{D} 11:59:45"), "g02", "node_event", "DOWN", 7, 1, 16.0, True, True, None),
+            (
+                ts(f"{D} 08:00"),
+                "g03",
+                "gpu_event",
+                "xid:48",
+                11,
+                1,
+                1.0,
+                True,
+                True,
+                True,
+                ts(f"{D} 08:00"),
+                "hardware",
+            ),
+            # the retry took as long as the lost attempt: cannot tell. The XID 79 at 11:59 and the DOWN 45 s
+            # later are one incident, started by the XID
+            (
+                ts(f"{D} 11:59:45"),
+                "g02",
+                "node_event",
+                "DOWN",
+                7,
+                1,
+                16.0,
+                True,
+                True,
+                None,
+                ts(f"{D} 11:59:00"),
+                "hardware",
+            ),
         ],
         schema={c: rel.FAULT_SCHEMA[c] for c in cols},
         orient="row",
     )
     assert_frame_equal(got.select(cols), want)
+    # the same links decide the failure split: job 12 exited non-zero 1 min after an ECC error on its node,
+    # job 9 60 min after the XID on its node (no link): the first is the system's, the second the user's
+    split = rel.with_failure(rel._ended(j), linked).collect()
+    failure = {(r["job_id_raw"], r["attempt"]): r["failure"] for r in split.to_dicts()}
+    assert (failure[12, 1], failure[9, 1], failure[8, 1]) == ("system", "user", "user")
+    assert (failure[7, 1], failure[7, 2]) == ("system", "none")  # NODE_FAIL is the system's whatever the link
 
 
 def test_outcomes_by_node_share_a_multi_node_attempts_gpu_hours():
@@ -436,7 +465,7 @@ def test_weekly_outcome_views_sum_the_days():
             [day, node, jobs_, hours],
         )
         con.execute(
-            "INSERT INTO mart_job_outcomes_daily VALUES ('c', ?, 'gpu', 'a', 'FAILED', ?, ?)",
+            "INSERT INTO mart_job_outcomes_daily VALUES ('c', ?, 'gpu', 'a', 'FAILED', ?, ?, 'user')",
             [day, jobs_, hours],
         )
     # ISO weeks start on Monday: 1 Feb 2026 is a Sunday (week of 26 Jan); 2-8 Feb; 9 Feb starts the next.

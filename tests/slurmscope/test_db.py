@@ -311,6 +311,7 @@ SCHEMA_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "pipelines.reliability.NODE_SCHEMA": ("mart_node_reliability", MART),
     "pipelines.reliability.FAULT_SCHEMA": ("mart_fault_impact", MART),
     "pipelines.reliability.GOODPUT_SCHEMA": ("mart_goodput", MART),
+    "pipelines.reliability.INCIDENT_SCHEMA": ("mart_node_incidents", MART),
 }
 # Built from the parser's field maps in sorted order; sched_stats loads by column name.
 ORDER_FREE = {"collectors.sdiag.SCHED_STATS_SCHEMA"}

@@ -84,11 +84,40 @@ def test_jobs_queue_and_scheduler(history, cfg):
     assert value(s, "slurmscope_job_requeues_total", partition="gpu", account="a") == 40
     assert value(s, "slurmscope_jobs_pending", partition="gpu", account="a", reason="Priority") == 2
     assert value(s, "slurmscope_jobs_pending", partition="gpu", account="a", reason="Resources") == 1
-    assert value(s, "slurmscope_gpus_pending", partition="gpu", account="a") == 24
+    assert value(s, "slurmscope_gpus_pending", partition="gpu", account="a", qos="normal") == 16
+    assert value(s, "slurmscope_gpus_pending", partition="gpu", account="a", qos="high") == 8
+    assert value(s, "slurmscope_gpus_pending", partition="gpu", account="b", qos="normal") == 4 + 2
+    # b's oldest pending job is held (30 h); the oldest waiting on the scheduler is the 20-h Priority one
     assert (
         value(s, "slurmscope_pending_oldest_submit_timestamp_seconds", partition="gpu", account="b")
+        == (END - timedelta(hours=30)).timestamp()
+    )
+    assert (
+        value(
+            s, "slurmscope_pending_schedulable_oldest_submit_timestamp_seconds", partition="gpu", account="b"
+        )
         == (END - timedelta(hours=20)).timestamp()
     )
+    # the failure split: 72 x 4 COMPLETED of a; 72 + 12 FAILED of b (user by record), one of them moved to
+    # system by its node incident; a's 3 NODE_FAIL are the system's
+    outcomes = {
+        (acct, f): value(s, "slurmscope_job_outcomes_total", partition="gpu", account=acct, failure=f)
+        for acct in "ab"
+        for f in ("none", "user", "system")
+    }
+    assert outcomes == {
+        ("a", "none"): 288,
+        ("a", "user"): 0,
+        ("a", "system"): 3,
+        ("b", "none"): 0,
+        ("b", "user"): 84,
+        ("b", "system"): 0,
+    }
+    assert value(s, "slurmscope_job_outcomes_node_incident_total", partition="gpu", account="b") == 1
+    assert value(s, "slurmscope_job_outcomes_node_incident_total", partition="gpu", account="a") == 0
+    assert value(s, "slurmscope_node_incidents", node="g01", cause="hardware") == 1
+    assert value(s, "slurmscope_node_incidents", node="g01", cause="maintenance") == 1
+    assert value(s, "slurmscope_goodput_ratio", partition="gpu", nodes="4", kind="measured") == 0.92
     assert value(s, "slurmscope_sdiag_backfill_last_cycle_seconds") == 0.25
     assert (
         value(s, "slurmscope_sdiag_backfill_last_cycle_timestamp_seconds")

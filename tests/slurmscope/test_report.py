@@ -59,11 +59,11 @@ def _seed(db: Path) -> None:
                 [day, acct, secs, secs / 3600 * 2, secs / 10, secs / 36000 * 2],
             )
         con.execute(
-            "INSERT INTO mart_job_outcomes_daily VALUES ('c1', ?, 'gpu', 'vision', 'COMPLETED', 10, 20.0)",
+            "INSERT INTO mart_job_outcomes_daily VALUES ('c1', ?, 'gpu', 'vision', 'COMPLETED', 10, 20.0, 'none')",
             [day],
         )
         con.execute(
-            "INSERT INTO mart_job_outcomes_daily VALUES ('c1', ?, 'gpu', 'vision', 'NODE_FAIL', 2, 5.0)",
+            "INSERT INTO mart_job_outcomes_daily VALUES ('c1', ?, 'gpu', 'vision', 'NODE_FAIL', 2, 5.0, 'system')",
             [day],
         )
         con.execute(
