@@ -935,11 +935,12 @@ def _typed(
     base = base.with_columns(
         int_expr(pl.col(src)).alias(f"_u_{out}") for out, src in COUNT_FIELDS.items() if src in has
     )
+    # (the rule, a cheaper superset of it that picks the rows the rule is evaluated on, the field)
     bad_values = [
-        (unreadable(src, f"_u_{out}"), src)
+        (unreadable(src, f"_u_{out}"), pl.col(f"_u_{out}").is_null() & (pl.col(src).str.len_bytes() > 0), src)
         for out, src in {**CPU_TIME_FIELDS, **SIZE_FIELDS, **COUNT_FIELDS}.items()
         if src in has
-    ] + [(pl.col(f"_ok_{f}").not_(), f) for f in ("tresusageintot", "tresusageinmax") if f in has]
+    ] + [(pl.col(f"_ok_{f}").not_(),) * 2 + (f,) for f in ("tresusageintot", "tresusageinmax") if f in has]
     if tres_field:
         base = base.with_columns(pl.col("gpus").fill_null(0), pl.col("mig_slices").fill_null(0))
 
@@ -1120,27 +1121,29 @@ def _typed(
         zip(tail_allocs["job_id_raw"].to_list(), tail_allocs["submit_time"].to_list(), strict=True)
     )
 
-    reason = (
-        pl.when(pl.col("_jobid").is_null() | (pl.col("_jobid") == ""))
-        .then(pl.lit("empty JobID"))
-        .when(
+    rules = [
+        (pl.col("_jobid").is_null() | (pl.col("_jobid") == ""), "empty JobID"),
+        (
             pl.col("job_id_raw").is_null()
             & (pl.col("array_job_id").is_not_null())
-            & pl.lit("jobidraw" not in has)
-        )
-        .then(
-            pl.lit("array task without a JobIDRaw column: its job id is unknown (add JobIDRaw to --format)")
-        )
-        .when(pl.col("job_id_raw").is_null())
-        .then(pl.lit("JobID/JobIDRaw is not a Slurm job id"))
-        .when(~pl.col("_is_step") & pl.col("submit_time").is_null())
-        .then(pl.lit("job without a Submit time (the key of the jobs table)"))
-        .when(pl.col("_is_step") & (pl.col("_step").is_null() | (pl.col("_step") == "")))
-        .then(pl.lit("empty step id"))
-        .when(pl.col("_is_step") & pl.col("job_submit_time").is_null())
-        .then(pl.lit("step without its job's allocation line earlier in the same output"))
-    )
-    for bad, field in bad_values:
+            & pl.lit("jobidraw" not in has),
+            "array task without a JobIDRaw column: its job id is unknown (add JobIDRaw to --format)",
+        ),
+        (pl.col("job_id_raw").is_null(), "JobID/JobIDRaw is not a Slurm job id"),
+        (
+            ~pl.col("_is_step") & pl.col("submit_time").is_null(),
+            "job without a Submit time (the key of the jobs table)",
+        ),
+        (pl.col("_is_step") & (pl.col("_step").is_null() | (pl.col("_step") == "")), "empty step id"),
+        (
+            pl.col("_is_step") & pl.col("job_submit_time").is_null(),
+            "step without its job's allocation line earlier in the same output",
+        ),
+    ]
+    reason = pl.when(rules[0][0]).then(pl.lit(rules[0][1]))
+    for rule, why in rules[1:]:
+        reason = reason.when(rule).then(pl.lit(why))
+    for bad, _, field in bad_values:
         shape = (
             _SHAPES.get(field)
             or _SHAPES[
@@ -1157,7 +1160,14 @@ def _typed(
             pl.format(f"{PRINTED[field]} {{}}: not {shape}", pl.col(field).str.strip_chars())
         )
     reason = reason.otherwise(None).alias("_reason")
-    typed = typed.with_columns(reason)
+    # Polars evaluates every branch of a when/then chain on every row (a formatted message per usage field
+    # per line): the chain runs only on the rows a cheap superset of its rules picks.
+    maybe = pl.any_horizontal([r for r, _ in rules] + [cheap for _, cheap, _ in bad_values]).fill_null(False)
+    suspects = typed.select(maybe).to_series().arg_true()
+    reasons = pl.Series("_reason", [None], dtype=pl.String).new_from_index(0, typed.height)
+    if suspects.len():
+        reasons = reasons.scatter(suspects, typed[suspects].select(reason).to_series())
+    typed = typed.with_columns(reasons)
     has_bad = typed["_reason"].is_not_null().any()
     bad = typed.filter(pl.col("_reason").is_not_null()) if has_bad else typed.clear()
     if bad.height:
