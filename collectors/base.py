@@ -99,10 +99,20 @@ def cluster_mismatch(parsed: Parsed, cluster: str) -> str | None:
     pipelines and reports run for the configured one, so the split is reported rather than left silent
     (issue 14: a site's sacct under `slurmbed`, its sinfo under `default`, every mart empty).
     """
+    return clusters_mismatch(clusters_of(parsed), cluster)
+
+
+def clusters_of(parsed: Parsed) -> set[str]:
+    """The clusters the parsed rows name."""
     found: set[str] = set()
     for df in parsed.tables.values():
         if df.height and "cluster" in df.columns:
             found.update(c for c in df["cluster"].unique().to_list() if c)
+    return found
+
+
+def clusters_mismatch(found: set[str], cluster: str) -> str | None:
+    """cluster_mismatch for the clusters an input's rows named (an input loaded slice by slice)."""
     others = sorted(found - {cluster})
     if not others:
         return None

@@ -307,6 +307,23 @@ def parse_duration_columns(df: pl.DataFrame, columns: dict[str, str]) -> pl.Data
     if missing:
         df = df.with_columns(*missing)
     for out, src in present.items():
+        # the printed `[D-]HH:MM:SS` by position (see _cpu_time_fast); the rest below
+        s = pl.col(src)
+        df = df.with_columns(
+            pl.when(s.str.contains(_CPU_FAST_HMS))
+            .then(s.str.replace_many(["-", ":"], ["", ""]).cast(pl.Int64, strict=False))
+            .alias("_dur_v")
+        )
+        v = pl.col("_dur_v")
+        df = df.with_columns(
+            (v // 1000000 * 86400 + v // 10000 % 100 * 3600 + v // 100 % 100 * 60 + v % 100).alias(out)
+        ).drop("_dur_v")
+        df = _rest(df, src, out, _duration_general)
+    return df
+
+
+def _duration_general(df: pl.DataFrame, columns: dict[str, str]) -> pl.DataFrame:
+    for out, src in columns.items():
         s = pl.col(src)
         df = df.with_columns(
             s.str.replace("-", ":", literal=True).str.split(":").alias("_dur_l"),
@@ -533,7 +550,12 @@ def _cpu_time_fast(df: pl.DataFrame, src: str, out: str) -> pl.DataFrame:
         .alias("_cpu_k"),
     )
     v, k = pl.col("_cpu_v"), pl.col("_cpu_k")
-    ms = (v // 100000 * 60 + v // 1000 % 100).cast(pl.Float64) + (v % 1000).cast(pl.Float64) / 1000.0
+    # the fraction as the text `.mmm` read as a float: that is m / 1000 correctly rounded, as Python's
+    # division gives it (Polars divides a column by a constant as a product with its reciprocal, which
+    # is not: 410 * 0.001 is 0.41000000000000003)
+    ms = (v // 100000 * 60 + v // 1000 % 100).cast(pl.Float64) + pl.col(src).str.slice(5, 4).cast(
+        pl.Float64, strict=False
+    )
     hms = (v // 1000000 * 86400 + v // 10000 % 100 * 3600 + v // 100 % 100 * 60 + v % 100).cast(
         pl.Float64
     ) + 0.0

@@ -465,6 +465,16 @@ def test_usage_column_helpers_match_the_scalars(values):
             assert got == want, (v, fn.__name__)
 
 
+def test_every_millisecond_of_the_printed_cpu_time_equals_the_scalar():
+    """`MM:SS.mmm` is read by position: each of the 1000 fractions, on small and large minutes, gives the
+    very float parse_cpu_time gives (a fraction computed another way can differ in the last bit)."""
+    from slurmscope.collectors.parsing import parse_cpu_time, parse_cpu_time_columns
+
+    values = [f"{ms}.{f:03d}" for ms in ("00:00", "00:01", "07:30", "59:59") for f in range(1000)]
+    got = parse_cpu_time_columns(pl.DataFrame({"a": values}), {"c": "a"})["c"].to_list()
+    assert got == [parse_cpu_time(v) for v in values]
+
+
 _ENTRY = st.one_of(
     st.sampled_from(
         ["cpu=00:01:05", "cpu=1-00:00:01", "cpu=5", "mem=4096", "mem=4.5M", "mem=NONE", "mem=", "=5"]
