@@ -574,6 +574,10 @@ SCHEMA = Table(
                 "temp_failing_celsius": Num(95.0),
                 "sample_max_age_seconds": Num(900, high=DAY),
                 "gpu_forget_seconds": Num(86400, high=DAY),
+                "nvlink_replay_recovery": Num(1, low=1),
+                "nvlink_crc_per_second": Num(100.0, positive=True),
+                "remap_growth_rows": Num(2, low=1),
+                "remap_window_seconds": Num(86400, low=60, high=DAY),
             }
         ),
     }

@@ -31,9 +31,6 @@ from slurmscope.pipelines.efficiency import gpu_minutes
 GPU_UTIL_LOW_PERCENT = 15.0
 CPU_EFFICIENCY_LOW = 0.65
 MEMORY_EFFICIENCY_LOW = 0.70
-# gpu_samples columns with the SM activity of the minute, in percent, read when the schema has one
-# (NVML GPM, issue 15 item 5); without one, utilisation is NVML's GPU_UTIL and the report says so.
-SM_ACTIVE_COLUMNS = ("sm_active_mean", "sm_active")
 
 
 class JobNotFound(LookupError):
@@ -48,16 +45,6 @@ def _utc(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(
         pl.col(c).dt.convert_time_zone("UTC") for c, t in df.schema.items() if isinstance(t, pl.Datetime)
     )
-
-
-def sm_column(con: duckdb.DuckDBPyConnection) -> str | None:
-    cols = {
-        r[0]
-        for r in con.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = 'gpu_samples'"
-        ).fetchall()
-    }
-    return next((c for c in SM_ACTIVE_COLUMNS if c in cols), None)
 
 
 def job_report(con: duckdb.DuckDBPyConnection, cfg: Config, job_id: str, now: datetime) -> dict[str, Any]:
@@ -84,8 +71,10 @@ def job_report(con: duckdb.DuckDBPyConnection, cfg: Config, job_id: str, now: da
     )
     tz = cfg.get("billing", "timezone")
     seff = efficiency_rows(jobs.lazy(), steps.lazy(), tz, now).collect()
-    sm = sm_column(con)
-    gpus = _gpu_rows(con, cfg, jobs, raw, now, sm)
+    gpus = _gpu_rows(con, cfg, jobs, raw, now)
+    # SM activity is shown only where the node agents read GPM for this job's GPUs (activity_source 'gpm');
+    # elsewhere NVML's GPU_UTIL is all there is and the report says so.
+    sm = "sm_active_mean" if gpus.height and gpus["sm_active_mean"].is_not_null().any() else None
     attempts = []
     for job in jobs.iter_rows(named=True):
         eff = seff.filter(pl.col("submit_time") == job["submit_time"])
@@ -126,7 +115,7 @@ def job_report(con: duckdb.DuckDBPyConnection, cfg: Config, job_id: str, now: da
 
 
 def _gpu_rows(
-    con: duckdb.DuckDBPyConnection, cfg: Config, jobs: pl.DataFrame, raw: int, now: datetime, sm: str | None
+    con: duckdb.DuckDBPyConnection, cfg: Config, jobs: pl.DataFrame, raw: int, now: datetime
 ) -> pl.DataFrame:
     """Per attempt and GPU: utilisation, SM activity, memory, power and energy over the minutes it held it."""
     cluster = cfg.cluster
@@ -139,12 +128,13 @@ def _gpu_rows(
             [cluster, raw],
         )
     )
-    extra = f", {sm} AS sm_active" if sm else ", CAST(NULL AS DOUBLE) AS sm_active"
     samples = _utc(
         _frame(
             con,
-            f"""SELECT s.cluster, s.node, s.gpu_uuid, s.minute, s.gpu_index, s.util_gpu_mean, s.util_gpu_max,
-                       s.mem_used_max_bytes, s.mem_total_bytes, s.power_mean_watts, s.energy_joules{extra}
+            """SELECT s.cluster, s.node, s.gpu_uuid, s.minute, s.gpu_index, s.util_gpu_mean, s.util_gpu_max,
+                       s.mem_used_max_bytes, s.mem_total_bytes, s.power_mean_watts, s.energy_joules,
+                       s.sm_active_mean, s.activity_source,
+                       CASE WHEN s.activity_source = 'gpm' THEN s.sm_active_mean END AS sm_active
                 FROM gpu_samples s
                 JOIN (SELECT DISTINCT node, gpu_uuid, min(interval_start) OVER w AS lo,
                              max(coalesce(interval_end, ?)) OVER w AS hi
@@ -152,7 +142,7 @@ def _gpu_rows(
                         AND TRY_CAST(regexp_extract(job_id, '^([0-9]+)', 1) AS BIGINT) = ?
                       WINDOW w AS (PARTITION BY node, gpu_uuid)) g
                   ON s.node = g.node AND s.gpu_uuid = g.gpu_uuid
-                WHERE s.cluster = ? AND s.minute >= g.lo - INTERVAL 1 MINUTE AND s.minute < g.hi""",  # noqa: S608 - sm is one of SM_ACTIVE_COLUMNS, checked against the schema
+                WHERE s.cluster = ? AND s.minute >= g.lo - INTERVAL 1 MINUTE AND s.minute < g.hi""",
             [now, cluster, raw, cluster],
         )
     )
@@ -185,7 +175,8 @@ def _gpu_rows(
 
     def weighted(col: str) -> pl.Expr:
         ok = pl.col("sampled") & pl.col(col).is_not_null()
-        return (pl.col(col) * pl.col("held")).filter(ok).sum() / pl.col("held").filter(ok).sum()
+        held = pl.col("held").filter(ok).sum()
+        return pl.when(held > 0).then((pl.col(col) * pl.col("held")).filter(ok).sum() / held)
 
     return (
         minutes.filter(pl.col("submit_time").is_not_null())
@@ -342,7 +333,7 @@ def render_text(report: dict[str, Any]) -> str:
                 )
             if not sm:
                 out.append(
-                    "  SM activity: not collected (no SM activity column in gpu_samples); utilisation is NVML GPU_UTIL"
+                    "  SM activity: not read (no GPM readings from the node agents); utilisation is NVML GPU_UTIL"
                 )
         elif a["gpus_allocated"]:
             out.append(

@@ -51,6 +51,7 @@ RAW_TABLES: dict[str, str] = {
     "sched_stats": "snapshot_time",
     "node_events": "time_start",
     "gpu_samples": "minute",
+    "gpu_nvlink_errors": "minute",
     "gpu_events": "event_time",
     "gpu_jobs": "interval_start",
 }
@@ -64,6 +65,10 @@ MART_TABLES: dict[str, str | None] = {
     "mart_cost_unallocated_monthly": "month",
     "mart_cost_reservation_daily": "day",
     "mart_budget_monthly": "month",
+    "mart_cost_rates_daily": "day",
+    "mart_cost_reconciliation_daily": "day",
+    "mart_cost_reconciliation_monthly": "month",
+    "mart_cost_waste_daily": "day",
     "mart_usage_counters": SNAPSHOT,
     "mart_cost_efficiency_daily": "day",
     "mart_job_outcomes_daily": "day",

@@ -143,7 +143,7 @@ def test_text_names_the_fallback_and_shows_the_verdict(db):
         "MJ",
     ]
     assert (
-        "  SM activity: not collected (no SM activity column in gpu_samples); utilisation is NVML GPU_UTIL"
+        "  SM activity: not read (no GPM readings from the node agents); utilisation is NVML GPU_UTIL"
         in lines
     )
     assert "  GPUs: 8 allocated, none mapped by the node agents (no samples)" in lines
@@ -153,10 +153,11 @@ def test_text_names_the_fallback_and_shows_the_verdict(db):
     )
 
 
-def test_sm_activity_is_read_when_the_column_exists(db):
+def test_sm_activity_is_read_where_the_agents_read_gpm(db):
     con = connect(db)
-    con.execute("ALTER TABLE gpu_samples ADD COLUMN sm_active_mean DOUBLE")
-    con.execute("UPDATE gpu_samples SET sm_active_mean = CASE WHEN gpu_index < 6 THEN 45 ELSE 0 END")
+    con.execute(
+        "UPDATE gpu_samples SET activity_source = 'gpm', sm_active_mean = CASE WHEN gpu_index < 6 THEN 45 ELSE 0 END"
+    )
     con.close()
     report = _report(db)
     second = report["attempts"][1]
