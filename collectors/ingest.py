@@ -363,9 +363,10 @@ def ahead(items: Iterator[T]) -> Iterator[T]:
     """`items`, each produced one step ahead in a worker thread.
 
     The next slice is read and parsed (Polars, which releases the GIL) while the caller upserts the last
-    one (DuckDB, which does too), so the two overlap on two cores: 1M sacct lines load in about two
-    thirds of the time, at the same peak memory (docs/benchmarks.md, "ingest"). An error in the worker is
-    raised here, after the items before it; closing this generator stops the worker and waits for it.
+    one (DuckDB, which does too), so the two overlap when two cores are free: 1M sacct lines in 7.3 s
+    instead of 10.6 s on a quiet minute, little gain when other work holds the cores, at the same peak
+    memory (docs/benchmarks.md, "ingest"). An error in the worker is raised here, after the items before
+    it; closing this generator stops the worker and waits for it.
     """
     q: queue.Queue = queue.Queue(maxsize=1)
     stop = threading.Event()
