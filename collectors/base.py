@@ -99,10 +99,20 @@ def cluster_mismatch(parsed: Parsed, cluster: str) -> str | None:
     pipelines and reports run for the configured one, so the split is reported rather than left silent
     (issue 14: a site's sacct under `slurmbed`, its sinfo under `default`, every mart empty).
     """
+    return clusters_mismatch(clusters_of(parsed), cluster)
+
+
+def clusters_of(parsed: Parsed) -> set[str]:
+    """The clusters the parsed rows name."""
     found: set[str] = set()
     for df in parsed.tables.values():
         if df.height and "cluster" in df.columns:
             found.update(c for c in df["cluster"].unique().to_list() if c)
+    return found
+
+
+def clusters_mismatch(found: set[str], cluster: str) -> str | None:
+    """cluster_mismatch for the clusters an input's rows named (an input loaded slice by slice)."""
     others = sorted(found - {cluster})
     if not others:
         return None
@@ -150,13 +160,20 @@ def upsert(con: duckdb.DuckDBPyConnection, spec: TableSpec, df: pl.DataFrame) ->
     col_sql = ", ".join(_quote(c) for c in cols)
     key_sql = ", ".join(_quote(c) for c in spec.key)
     updates = [c for c in cols if c not in spec.key]
-    con.register("_upsert_src", df.to_arrow())
+    # Polars' own string layout (Arrow string views) is handed over as is; the default large-string copy
+    # doubles the text of every slice a big load passes through
+    con.register("_upsert_src", df.to_arrow(compat_level=pl.CompatLevel.newest()))
     # ON CONFLICT DO UPDATE costs DuckDB more than twice a plain INSERT, so only rows whose key is already
     # stored take that path (first, while "already stored" still means before this call); new keys, the
     # bulk of any first load, go in with a plain INSERT.
     match = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in spec.key)
     exists = f"EXISTS (SELECT 1 FROM {spec.name} t WHERE {match})"  # noqa: S608 - table (TableSpec) and quoted column names from code, never input
     try:
+        # a first load (every key new) pays one semi-join and a plain INSERT, not a semi- and an anti-join
+        stored = con.execute(f"SELECT count(*) FROM _upsert_src s WHERE {exists}").fetchone()[0]  # noqa: S608 - as below
+        if not stored:
+            con.execute(f"INSERT INTO {spec.name} ({col_sql}) SELECT {col_sql} FROM _upsert_src")  # noqa: S608 - as below
+            return df.height
         if updates:
             set_sql = ", ".join(f"{_quote(c)} = excluded.{_quote(c)}" for c in updates)
             touched = [c for c in spec.touch if c in updates]

@@ -13,17 +13,36 @@ import bz2
 import gzip
 import hashlib
 import lzma
+import queue
+import threading
 import zlib
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
+from typing import TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import duckdb
-from slurmscope.collectors.base import IngestResult, Parsed, RunRecord, cluster_mismatch, load, sha256
+import polars as pl
+from slurmscope.collectors.base import (
+    IngestResult,
+    Parsed,
+    RunRecord,
+    TableSpec,
+    cluster_mismatch,
+    clusters_mismatch,
+    clusters_of,
+    load,
+    quarantine_frame,
+    sha256,
+    upsert,
+)
 from slurmscope.collectors.registry import COLLECTORS, Collector
 
 from slurmscope.config import Config
+from slurmscope.db import transaction
 
 
 class IngestError(Exception):
@@ -221,10 +240,13 @@ class _HashingReader:
     def __init__(self, fh) -> None:
         self._fh = fh
         self._h = hashlib.sha256()
+        self.blank = True  # nothing but whitespace read so far
 
     def read(self, size: int = -1) -> bytes:
         block = self._fh.read(size)
         self._h.update(block)
+        if self.blank and block.strip():
+            self.blank = False
         return block
 
     def drain(self) -> None:
@@ -251,7 +273,10 @@ def _ingest_one(
     streams = getattr(module, "streams", None)
     warnings: list[str] = []
     head = read_input(path, limit=65536)
-    if streams is not None and streams(head, fmt=fmt, delimiter=delimiter):
+    json_stream = streams is not None and streams(head, fmt=fmt, delimiter=delimiter)
+    if not json_stream and hasattr(module, "parse_slices"):
+        return _ingest_slices(con, cfg, kind, module, path, fmt, delimiter, tz, at, head)
+    if json_stream:
         # JSON is read as a stream (gigabytes for a month of sacct --json): never held whole, read once
         snapshot = snapshot_time(module, path, head, tz, at, warnings)
         try:
@@ -325,3 +350,173 @@ def _ingest_one(
     return IngestResult(
         path=str(path), rows=parsed.rows, quarantined=parsed.quarantine.height, warnings=tuple(warnings)
     )
+
+
+class _Garbage(Exception):
+    """Raised inside the load transaction to roll back the rows of a file judged garbage."""
+
+
+T = TypeVar("T")
+
+
+def ahead(items: Iterator[T]) -> Iterator[T]:
+    """`items`, each produced one step ahead in a worker thread.
+
+    The next slice is read and parsed (Polars, which releases the GIL) while the caller upserts the last
+    one (DuckDB, which does too), so the two overlap when two cores are free: 1M sacct lines in 7.3 s
+    instead of 10.6 s on a quiet minute, little gain when other work holds the cores, at the same peak
+    memory (docs/benchmarks.md, "ingest"). An error in the worker is raised here, after the items before
+    it; closing this generator stops the worker and waits for it.
+    """
+    q: queue.Queue = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def put(entry: tuple) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(entry, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            for item in items:
+                if not put(("item", item)):
+                    return
+        except BaseException as exc:  # handed to the consumer, raised there
+            put(("error", exc))
+            return
+        put(("done", None))
+
+    worker = threading.Thread(target=work, name="slurmscope-parse-ahead", daemon=True)
+    worker.start()
+    try:
+        while True:
+            kind, value = q.get()
+            if kind == "done":
+                return
+            if kind == "error":
+                raise value
+            yield value
+    finally:
+        stop.set()
+        worker.join()
+
+
+@contextmanager
+def _write_each_row_group(con) -> Iterator[None]:
+    """DuckDB writes each full row group of the open transaction to the file, not five at a time: a big
+    load holds less in memory (1M sacct lines: 1.4 GiB peak instead of 1.7, at the same speed; see
+    docs/benchmarks.md). The connection's own value is restored after."""
+    old = con.execute("SELECT current_setting('write_buffer_row_group_count')").fetchone()[0]
+    con.execute("SET write_buffer_row_group_count = 1")
+    try:
+        yield
+    finally:
+        con.execute(f"SET write_buffer_row_group_count = {int(old)}")
+
+
+def _ingest_slices(
+    con,
+    cfg: Config,
+    kind: str,
+    module: ModuleType,
+    path: Path,
+    fmt,
+    delimiter,
+    tz: ZoneInfo,
+    at: datetime | None,
+    head: bytes,
+) -> IngestResult:
+    """Text read, parsed and upserted slice by slice inside one transaction, so a dump of any size is never
+    held whole (docs/ingest.md, "Speed and memory").
+
+    The transaction is still the unit: a crash or a read error mid-file rolls every slice back. What the
+    slices leave for the end is small: their quarantined lines, the key columns the module's after_upsert
+    hook reads (`HOOK_KEYS`, run once over all slices), and the clusters seen. A file judged garbage once
+    read (garbage_verdict) is rolled back and recorded as a failed run with its quarantine, as before.
+    """
+    source = f"{kind}:{path.name}"
+    warnings: list[str] = []
+    snapshot = snapshot_time(module, path, head, tz, at, warnings)
+    run = RunRecord(cluster=cfg.cluster, collector=kind, source=source)
+    keys = getattr(module, "HOOK_KEYS", {})
+    quarantined: list[pl.DataFrame] = []
+    kept: dict[str, list[pl.DataFrame]] = {t: [] for t in keys}
+    parse_warnings: list[str] = []
+    clusters: set[str] = set()
+    rows = 0
+    try:
+        with open_input(path) as raw, _write_each_row_group(con), transaction(con):
+            fh = _HashingReader(raw)
+            parts = module.parse_slices(
+                fh,
+                cluster=cfg.cluster,
+                snapshot_time=snapshot,
+                tz=tz,
+                fmt=fmt,
+                delimiter=delimiter,
+                source=source,
+            )
+            with closing(ahead(parts)) as slices:
+                for part in slices:
+                    for table, df in part.tables.items():
+                        rows += upsert(con, module.TABLES[table], df)
+                        if table in keys:
+                            kept[table].append(df.select(keys[table]).unique())
+                    clusters |= clusters_of(part)
+                    if part.quarantine.height:
+                        quarantined.append(part.quarantine)
+                    parse_warnings += [w for w in part.warnings if w not in parse_warnings]
+            fh.drain()
+            q = pl.concat(quarantined) if quarantined else quarantine_frame()
+            verdict = garbage_verdict(head, rows, q.height)
+            if verdict is not None:
+                raise _Garbage(verdict)
+            if fh.blank:
+                warnings.insert(0, "empty input: 0 rows")
+            warnings.extend(parse_warnings)
+            mismatch = clusters_mismatch(clusters, cfg.cluster)
+            if mismatch is not None:
+                warnings.append(mismatch)
+            digest = fh.hexdigest()
+            if q.height:
+                q = q.with_columns(
+                    pl.lit(run.cluster).alias("cluster"),
+                    pl.lit(source).alias("source"),
+                    pl.lit(digest).alias("content_sha256"),
+                )
+                upsert(con, TableSpec("quarantine", ("cluster", "source", "content_sha256", "line_no")), q)
+            hook = getattr(module, "after_upsert", None)
+            if hook is not None and kept:
+                hook(Parsed(tables={t: pl.concat(v) for t, v in kept.items() if v}))(con)
+            run.insert(con, status="ok", rows=rows, quarantined=q.height, warning="; ".join(warnings) or None)
+    except _Garbage as exc:
+        verdict = str(exc)
+        warnings.extend(parse_warnings)
+        load(
+            con,
+            Parsed(quarantine=q),
+            module.TABLES,
+            run,
+            content_sha=fh.hexdigest(),
+            error=verdict,
+            status="failed",
+            warning="; ".join(warnings) or None,
+        )
+        return IngestResult(
+            path=str(path),
+            rows=0,
+            quarantined=q.height,
+            error=verdict,
+            status="failed",
+            warnings=tuple(warnings),
+        )
+    except (OSError, EOFError, lzma.LZMAError, zlib.error) as exc:
+        kind_name = {gzip.GzipFile: "gzip", lzma.LZMAFile: "xz", bz2.BZ2File: "bzip2"}.get(type(raw))
+        if kind_name is not None:
+            raise IngestError(f"{path}: damaged {kind_name} input: {exc}") from None
+        raise IngestError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return IngestResult(path=str(path), rows=rows, quarantined=q.height, warnings=tuple(warnings))

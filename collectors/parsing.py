@@ -214,8 +214,7 @@ def fast_time_expr(col: pl.Expr, tz: tzinfo | str | None = None) -> pl.Expr:
 
 def _odd_rows(df: pl.DataFrame, src: str, out: str) -> pl.Series:
     """Rows whose text is a value (not a sentinel) that the fast expression left null."""
-    text = df[src].str.strip_chars()
-    return (df[out].is_null() & text.is_not_null() & ~text.is_in(list(NULL_WORDS))).arg_true()
+    return _odd_values(df, src, out)
 
 
 def parse_time_columns(
@@ -308,6 +307,23 @@ def parse_duration_columns(df: pl.DataFrame, columns: dict[str, str]) -> pl.Data
     if missing:
         df = df.with_columns(*missing)
     for out, src in present.items():
+        # the printed `[D-]HH:MM:SS` by position (see _cpu_time_fast); the rest below
+        s = pl.col(src)
+        df = df.with_columns(
+            pl.when(s.str.contains(_CPU_FAST_HMS))
+            .then(s.str.replace_many(["-", ":"], ["", ""]).cast(pl.Int64, strict=False))
+            .alias("_dur_v")
+        )
+        v = pl.col("_dur_v")
+        df = df.with_columns(
+            (v // 1000000 * 86400 + v // 10000 % 100 * 3600 + v // 100 % 100 * 60 + v % 100).alias(out)
+        ).drop("_dur_v")
+        df = _rest(df, src, out, _duration_general)
+    return df
+
+
+def _duration_general(df: pl.DataFrame, columns: dict[str, str]) -> pl.DataFrame:
+    for out, src in columns.items():
         s = pl.col(src)
         df = df.with_columns(
             s.str.replace("-", ":", literal=True).str.split(":").alias("_dur_l"),
@@ -511,17 +527,84 @@ def parse_tres_usage(s: str | None) -> dict[str, float]:
     return out
 
 
+# The shapes sacct prints (zero-padded, fixed width): read by position, no capture groups (a regex with
+# captures costs Polars ten times a plain match). Anything else takes the general expressions below.
+_CPU_FAST_MS = r"^[0-9]{2}:[0-9]{2}\.[0-9]{3}$"
+_CPU_FAST_HMS = r"^(?:[0-9]{1,9}-)?[0-9]{2}:[0-9]{2}:[0-9]{2}$"
+_SIZE_FAST = r"^[0-9]{1,15}$"  # --noconvert's bare bytes; 15 digits stay exact through the float rounding
+
+
+def _digits(e: pl.Expr) -> pl.Expr:
+    return e.cast(pl.Int64, strict=False)
+
+
+def _cpu_time_fast(df: pl.DataFrame, src: str, out: str) -> pl.DataFrame:
+    """Add `out`: CPU seconds for `MM:SS.mmm` and `[D-]HH:MM:SS` (parse_cpu_time's arithmetic, in its
+    order), else null.
+
+    The shapes are fixed-width, so with the separators removed the digits are one integer whose decimal
+    places are the fields. In stages: eager Polars would redo the shared integer for every use.
+    """
+    s = pl.col(src)
+    df = df.with_columns(
+        s.str.replace_many([":", ".", "-"], ["", "", ""]).cast(pl.Int64, strict=False).alias("_cpu_v"),
+        pl.when(s.str.contains(_CPU_FAST_MS))
+        .then(1)
+        .when(s.str.contains(_CPU_FAST_HMS))
+        .then(2)
+        .alias("_cpu_k"),
+    )
+    v, k = pl.col("_cpu_v"), pl.col("_cpu_k")
+    # the fraction as the text `.mmm` read as a float: that is m / 1000 correctly rounded, as Python's
+    # division gives it (Polars divides a column by a constant as a product with its reciprocal, which
+    # is not: 410 * 0.001 is 0.41000000000000003)
+    ms = (v // 100000 * 60 + v // 1000 % 100).cast(pl.Float64) + pl.col(src).str.slice(5, 4).cast(
+        pl.Float64, strict=False
+    )
+    hms = (v // 1000000 * 86400 + v // 10000 % 100 * 3600 + v // 100 % 100 * 60 + v % 100).cast(
+        pl.Float64
+    ) + 0.0
+    return df.with_columns(pl.when(k == 1).then(ms).when(k == 2).then(hms).alias(out)).drop(
+        "_cpu_v", "_cpu_k"
+    )
+
+
+def _odd_values(df: pl.DataFrame, src: str, out: str) -> pl.Series:
+    """Rows whose text holds a value (not a sentinel) that the expression so far left null."""
+    cand = (df[out].is_null() & (df[src].str.len_bytes() > 0)).arg_true()
+    if not cand.len():
+        return cand
+    text = df[src].gather(cand).str.strip_chars()
+    return cand.filter(~text.is_in(list(NULL_WORDS)))
+
+
+def _rest(df: pl.DataFrame, src: str, out: str, general) -> pl.DataFrame:
+    """Run the general column path `general(frame, {out: src})` on the rows the fast path left, scatter back."""
+    idx = _odd_values(df, src, out)
+    if not idx.len():
+        return df
+    sub = general(df.select(pl.col(src).gather(idx)), {out: src})
+    return df.with_columns(df[out].scatter(idx, sub[out]))
+
+
 def parse_cpu_time_columns(df: pl.DataFrame, columns: dict[str, str]) -> pl.DataFrame:
     """Add Float64 seconds columns {out: source text column} with exactly parse_cpu_time's result.
 
-    Vectorised for the printed shapes, in stages (eager Polars does not share sub-expressions: the regex
-    runs once); rows the expression leaves null while holding a value go through the scalar parser (which
-    gives null for text in no shape: the caller quarantines those lines).
+    The printed shapes are read by position; other rows go through the regex expression (in stages: eager
+    Polars does not share sub-expressions), and rows that leaves null while holding a value through the
+    scalar parser (which gives null for text in no shape: the caller quarantines those lines).
     """
     for out, src in columns.items():
         if src not in df.columns:
             df = df.with_columns(pl.lit(None, pl.Float64).alias(out))
             continue
+        df = _cpu_time_fast(df, src, out)
+        df = _rest(df, src, out, _cpu_time_general)
+    return df
+
+
+def _cpu_time_general(df: pl.DataFrame, columns: dict[str, str]) -> pl.DataFrame:
+    for out, src in columns.items():
         df = df.with_columns(
             pl.col(src).str.strip_chars().str.extract_groups(_CPU_TIME.pattern).alias("_cpu_g")
         )
@@ -557,11 +640,23 @@ def parse_cpu_time_columns(df: pl.DataFrame, columns: dict[str, str]) -> pl.Data
 
 
 def parse_size_columns(df: pl.DataFrame, columns: dict[str, str]) -> pl.DataFrame:
-    """Add Int64 byte columns {out: source text column} with exactly parse_size_bytes's result."""
+    """Add Int64 byte columns {out: source text column} with exactly parse_size_bytes's result.
+
+    Bare byte counts (what `--noconvert` prints) are a plain cast; suffixed sizes go through the regex
+    expression, and what that leaves through the scalar parser.
+    """
     for out, src in columns.items():
         if src not in df.columns:
             df = df.with_columns(pl.lit(None, pl.Int64).alias(out))
             continue
+        s = pl.col(src)
+        df = df.with_columns(pl.when(s.str.contains(_SIZE_FAST)).then(_digits(s)).alias(out))
+        df = _rest(df, src, out, _size_general)
+    return df
+
+
+def _size_general(df: pl.DataFrame, columns: dict[str, str]) -> pl.DataFrame:
+    for out, src in columns.items():
         df = df.with_columns(
             pl.col(src).str.strip_chars().str.extract_groups(_SIZE_VALUE.pattern).alias("_size_g")
         )
@@ -587,72 +682,74 @@ def parse_size_columns(df: pl.DataFrame, columns: dict[str, str]) -> pl.DataFram
     return df
 
 
+# A usage string every entry of which parse_tres_usage reads: `cpu=` a CPU time, any other name a size,
+# either one a word for no value. No look-ahead in Polars' regex engine, so "a name other than cpu" is
+# spelled out by length and letters.
+_NO_VALUE = "(?:" + "|".join(re.escape(w) for w in sorted(NULL_WORDS | {"UNLIMITED"}) if w) + ")?"
+_NOT_CPU = r"(?:[^=,\s]{1,2}|[^=,\s]{4,}|[^c=,\s][^=,\s]{2}|c[^p=,\s][^=,\s]|cp[^u=,\s])"
+_USAGE_ENTRY = (
+    rf"(?:cpu=(?:(?:[0-9]+-)?(?:[0-9]+:)?[0-9]+:[0-9]+(?:\.[0-9]+)?|{_NO_VALUE})"
+    rf"|{_NOT_CPU}=(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[KMGTPE]?|{_NO_VALUE}))"
+)
+_USAGE_STRICT = rf"^{_USAGE_ENTRY}(?:,{_USAGE_ENTRY})*$"
+
+
 def parse_tres_usage_columns(df: pl.DataFrame, src: str, columns: dict[str, str], ok: str) -> pl.DataFrame:
     """Add Float64 columns {out: TRES name} with parse_tres_usage(text).get(name), and Boolean `ok`: whether
     the string is readable (parse_tres_usage raises for it when not; null text is readable).
 
-    Vectorised by exploding the strings into their entries, so each entry is read by the column helpers
-    above (exactly the scalar parsers) and a row is readable when all its entries are; a name given twice
-    takes its last value, as the scalar parser's dict does. Usage strings are unique per step, so parsing
-    once per distinct value would still be a Python call per row.
+    A string in the printed shape (`_USAGE_STRICT`: readable by construction) with each wanted name at
+    most once has its values cut out by name and read by the column helpers above; any other string
+    (spaces, a name twice, a misprint) goes through the scalar parser. Usage strings are unique per
+    step, so the common case must not be a Python call per row.
     """
-    text = pl.col(src).str.strip_chars()
-    rows = df.select(text.alias("_t")).with_row_index("_row")
-    present = rows.filter(pl.col("_t").is_not_null() & ~pl.col("_t").is_in(list(NULL_WORDS)))
-    entries = (
-        present.with_columns(pl.col("_t").str.split(",").alias("_e"))
-        .explode("_e")
-        .with_columns(pl.col("_e").str.strip_chars())
-        .with_columns(
-            pl.col("_e").str.contains("=", literal=True).alias("_eq"),
-            pl.col("_e").str.splitn("=", 2).alias("_kv"),
-        )
-        .with_columns(
-            pl.col("_kv").struct.field("field_0").alias("_name"),
-            pl.col("_kv").struct.field("field_1").str.strip_chars().alias("_value"),
-        )
-        .with_columns(
-            (pl.col("_value").is_in(list(NULL_WORDS)) | (pl.col("_value") == "UNLIMITED")).alias("_skip")
-        )
+    text = pl.col(src)  # unstripped: a string with spaces is not in the printed shape (the scalar reads it)
+    heads = {name: rf"(?:^|,){re.escape(name)}=" for name in columns.values()}
+    value_cols = {out: f"_tu_{out}" for out in columns}
+    once = [
+        text.str.count_matches(f",{name}=", literal=True) + text.str.starts_with(f"{name}=").cast(pl.UInt32)
+        <= 1
+        for name in columns.values()
+    ]
+    fast = pl.all_horizontal(text.str.contains(_USAGE_STRICT), *once)
+    frame = df.select(
+        pl.col(src),
+        fast.fill_null(False).alias("_tu_fast"),
+        (text.str.len_bytes() > 0).fill_null(False).alias("_tu_some"),
     )
-    is_cpu = pl.col("_name") == "cpu"
-    # each value read by the one rule for its name (text of the other kind would go to the scalar fallback)
-    entries = entries.with_columns(
-        pl.when(is_cpu & ~pl.col("_skip")).then(pl.col("_value")).alias("_cpu_text"),
-        pl.when(~is_cpu & ~pl.col("_skip")).then(pl.col("_value")).alias("_size_text"),
+    frame = frame.with_columns(
+        pl.when(pl.col("_tu_fast")).then(text.str.extract(heads[name] + "([^,]*)", 1)).alias(value_cols[out])
+        for out, name in columns.items()
     )
-    entries = parse_cpu_time_columns(entries, {"_cpu": "_cpu_text"})
-    entries = parse_size_columns(entries, {"_size": "_size_text"})
-    entries = entries.with_columns(
-        pl.when(pl.col("_skip"))
-        .then(None)
-        .when(is_cpu)
-        .then(pl.col("_cpu"))
-        .otherwise(pl.col("_size").cast(pl.Float64))
-        .alias("_v")
-    ).with_columns(
-        (pl.col("_eq") & (pl.col("_name") != "") & (pl.col("_skip") | pl.col("_v").is_not_null())).alias(
-            "_ok"
-        )
-    )
-    per_row = entries.group_by("_row").agg(
-        pl.col("_ok").all().alias(ok),
-        *[
-            pl.col("_v").filter((pl.col("_name") == name) & ~pl.col("_skip")).last().alias(out)
+    for out, name in columns.items():
+        read = parse_cpu_time_columns if name == "cpu" else parse_size_columns
+        frame = read(frame, {out: value_cols[out]})
+    frame = frame.with_columns(pl.col(out).cast(pl.Float64) for out in columns)
+    oks = pl.Series(ok, [True], dtype=pl.Boolean).new_from_index(0, df.height)
+    slow = (frame["_tu_some"] & ~frame["_tu_fast"]).arg_true()
+    if slow.len():
+        texts = df[src].gather(slow)
+        slow = slow.filter(~texts.str.strip_chars().is_in(list(NULL_WORDS)))
+    if slow.len():
+        results = []
+        for v in df[src].gather(slow).to_list():
+            try:
+                results.append(parse_tres_usage(v))
+            except ValueError:
+                results.append(None)
+        oks = oks.scatter(slow, pl.Series([r is not None for r in results], dtype=pl.Boolean))
+        frame = frame.with_columns(
+            frame[out].scatter(
+                slow, pl.Series([None if r is None else r.get(name) for r in results], dtype=pl.Float64)
+            )
             for out, name in columns.items()
-        ],
-    )
-    joined = rows.select("_row").join(per_row, on="_row", how="left").sort("_row")
-    return df.with_columns(
-        joined[ok].fill_null(True).alias(ok),
-        *[joined[out].cast(pl.Float64).alias(out) for out in columns],
-    )
+        )
+    return df.with_columns(oks.alias(ok), *[frame[out] for out in columns])
 
 
 def _scalar_fallback(df: pl.DataFrame, src: str, out: str, fn, dtype) -> pl.DataFrame:
     """Rows whose text holds a value the expression left null: the scalar parser's answer (null if it raises)."""
-    text = df[src].str.strip_chars()
-    odd = (df[out].is_null() & text.is_not_null() & ~text.is_in(list(NULL_WORDS))).arg_true()
+    odd = _odd_values(df, src, out)
     if not odd.len():
         return df
     vals = []

@@ -22,7 +22,7 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import IO
 from zoneinfo import ZoneInfo
@@ -377,18 +377,24 @@ def check_input(data: bytes, fmt: str | None = None, delimiter: str | None = Non
 # -------------------------------------------------------------------------------------------- parse
 
 
-# Lines per slice of typed conversion (bounds peak memory on huge dumps), and allocation rows carried over
-# from one slice to the next (a job's steps follow it immediately in sacct's output).
-CHUNK_LINES = 250_000
+# Bytes per slice of a text input (about 75,000 lines of the live format): what is parsed, and loaded by
+# `ingest`, at once, so a dump of any size is never held whole. Allocation rows carried over from one slice
+# to the next, for steps printed after their job's line in an earlier slice (sacct prints a job's steps
+# right after it, and a slice ends before a job line, so this is for unusual orders only).
+SLICE_BYTES = 32 << 20
 CARRY_ROWS = 1000
+# Lines a slice may run past SLICE_BYTES looking for a job line to end before (a run of steps, or garbage
+# with no job line at all, is then cut anywhere: the carried allocations still find the steps' jobs).
+SLICE_SEEK_LINES = 10_000
 _MASKS = ("\ue000", "\ue001", "\ue002", "\ufdd0")  # private-use / non-characters
 
 # Bytes that may serve as the "separator" when Polars reads whole lines: any one absent from the input.
 _LINE_SEPARATORS = [bytes([c]) for c in (0, 1, 2, 3, 4, 5, 6, 7, 8, 11, 12, *range(14, 32))]
 
 
-def _read_lines(data: bytes) -> pl.DataFrame:
-    """(line_no, line) for every physical line: LF or CRLF, invalid UTF-8 replaced, blank lines null.
+def _read_lines(data: bytes, offset: int = 0) -> pl.DataFrame:
+    """(line_no, line) for every physical line (numbered from offset + 1): LF or CRLF, invalid UTF-8
+    replaced, blank lines null.
 
     Polars' CSV reader splits lines in parallel without building Python strings; it is given a separator
     byte that does not occur in the input, so each line is one field (quoting off). The pure-Python split
@@ -405,14 +411,14 @@ def _read_lines(data: bytes) -> pl.DataFrame:
             schema={"line": pl.String},
             encoding="utf8-lossy",
             row_index_name="line_no",
-            row_index_offset=1,
+            row_index_offset=offset + 1,
             raise_if_empty=False,
             eol_char="\n",
         )
         return df.with_columns(pl.col("line_no").cast(pl.Int64))
     rows = split_lines(data)
     return pl.DataFrame(
-        {"line_no": [r[0] for r in rows], "line": [r[1] for r in rows]},
+        {"line_no": [r[0] + offset for r in rows], "line": [r[1] for r in rows]},
         schema={"line_no": pl.Int64, "line": pl.String},
     )
 
@@ -448,9 +454,12 @@ def _split_lines(
     """
     n = len(fields)
     want = n + (1 if trailing else 0)
-    good_mask = (pl.col("line").str.count_matches(delim, literal=True) + 1) == want
+    # One split into a list per line gives both the field count and the fields (a count and an exact split
+    # each cost more than it does).
+    lines_df = lines_df.with_columns(pl.col("line").str.split(delim).alias("_l"))
+    good_mask = pl.col("_l").list.len() == want
     if trailing:
-        good_mask = good_mask & pl.col("line").str.ends_with(delim)
+        good_mask = good_mask & (pl.col("_l").list.last() == "")
     lines_df = lines_df.with_columns(good_mask.alias("_good"))
     free = [i for i, f in enumerate(fields) if base_field(f) in FREE_TEXT]
     free_idx = free[0] if len(free) == 1 else None
@@ -476,22 +485,21 @@ def _split_lines(
             fixed[no] = delim.join(p.replace(delim, placeholder) for p in parts) + (delim if trailing else "")
     if odd.height:
         keys = list(fixed)
-        lines_df = lines_df.filter(pl.col("_good") | pl.col("line_no").is_in(keys)).with_columns(
-            pl.when(pl.col("_good"))
-            .then(pl.col("line"))
-            .otherwise(
-                pl.col("line_no").replace_strict(
-                    keys, list(fixed.values()), default=None, return_dtype=pl.String
-                )
+        lines_df = lines_df.filter(pl.col("_good") | pl.col("line_no").is_in(keys))
+        if keys:
+            lines_df = lines_df.with_columns(
+                pl.col("line_no")
+                .replace_strict(keys, list(fixed.values()), default=None, return_dtype=pl.String)
+                .alias("_fixed")
+            ).with_columns(
+                pl.when(pl.col("_fixed").is_not_null())
+                .then(pl.col("_fixed").str.split(delim))
+                .otherwise(pl.col("_l"))
+                .alias("_l")
             )
-            .alias("line")
-        )
     split = lines_df.select(
         "line_no",
-        pl.col("line")
-        .str.split_exact(delim, want - 1)
-        .struct.rename_fields(fields + (["_trail"] if trailing else []))
-        .alias("_f"),
+        pl.col("_l").list.to_struct(fields=fields + (["_trail"] if trailing else [])).alias("_f"),
     ).unnest("_f")
     if trailing:
         split = split.drop("_trail")
@@ -501,21 +509,22 @@ def _split_lines(
     return split, quarantined
 
 
-def _quarantine(data: bytes, rows: list[dict]) -> pl.DataFrame:
-    """Quarantine frame in line order, with the original bytes of lines that were not valid UTF-8."""
+def _quarantine(data: bytes, rows: list[dict], offset: int = 0) -> pl.DataFrame:
+    """Quarantine frame in line order, with the original bytes of lines that were not valid UTF-8 (`data`
+    is the slice whose first line is line offset + 1)."""
     rows = sorted(rows, key=lambda r: r["line_no"])
-    suspects = [r["line_no"] for r in rows if "\ufffd" in r["raw_text"]]
+    suspects = [r["line_no"] - offset for r in rows if "\ufffd" in r["raw_text"]]
     if suspects:
         raw = raw_lines(data, suspects)
         for r in rows:
-            r["raw_bytes"] = raw.get(r["line_no"])
+            r["raw_bytes"] = raw.get(r["line_no"] - offset)
     return quarantine_frame(rows)
 
 
-def _quarantine_every_line(data: bytes, reason: str) -> Parsed:
+def _quarantine_every_line(data: bytes, reason: str, offset: int = 0) -> Parsed:
     """No rows: every non-blank line is kept in quarantine with the one reason the whole input failed."""
     rows = [
-        {"line_no": no, "raw_text": text, "raw_bytes": raw, "reason": reason}
+        {"line_no": no + offset, "raw_text": text, "raw_bytes": raw, "reason": reason}
         for no, text, raw in split_lines(data)
         if text.strip(BLANK)
     ]
@@ -748,26 +757,163 @@ def _parse_json(fh: IO[bytes], *, cluster: str, source: str) -> Parsed | str:
 
 
 def _parse(data: bytes, *, cluster: str, tz, fmt, delimiter, source) -> Parsed:
+    """The slices of `parse_slices` over the whole input, as one result (attempts ranked over all of it)."""
+    parts = list(
+        parse_slices(io.BytesIO(data), cluster=cluster, tz=tz, fmt=fmt, delimiter=delimiter, source=source)
+    )
+    if not parts:  # nothing but blank lines
+        return Parsed(tables={}, quarantine=quarantine_frame())
+    q = pl.concat([p.quarantine for p in parts]) if len(parts) > 1 else parts[0].quarantine
+    loaded = [p for p in parts if "jobs" in p.tables]
+    if not loaded:
+        return Parsed(tables={}, quarantine=q)
+    tables = {
+        t: pl.concat([p.tables[t] for p in loaded], how="vertical_relaxed")
+        if len(loaded) > 1
+        else loaded[0].tables[t]
+        for t in ("jobs", "job_steps")
+    }
+    # The rank within this output; after_upsert corrects it from all stored rows, and only rows whose
+    # rank really differs (attempts seen in other windows) are rewritten there.
+    attempt = output_attempts(tables["jobs"])
+    tables["jobs"] = tables["jobs"].with_columns(attempt.alias("attempt"), (attempt - 1).alias("restarts"))
+    return Parsed(tables=tables, quarantine=q)
+
+
+# What after_upsert reads of the rows: `ingest`, which loads a file slice by slice, keeps these columns of
+# every slice to run the hook once at the end.
+HOOK_KEYS = {"jobs": ("cluster", "job_id_raw")}
+
+
+def parse_slices(
+    fh: IO[bytes],
+    *,
+    cluster: str,
+    snapshot_time: datetime | None = None,
+    tz: ZoneInfo | None = None,
+    fmt: str | None = None,
+    delimiter: str | None = None,
+    source: str = "",
+    slice_bytes: int | None = None,
+) -> Iterator[Parsed]:
+    """sacct text read from an open file in slices of about `slice_bytes`, each parsed on its own: the rows
+    `parse` gives for the whole text, split in line order, with line numbers counted over the whole input.
+
+    A slice ends before a job line (a JobID without `.`), so a job's steps are parsed with it; allocations
+    at the end of a slice are carried to the next for steps printed further away. Each slice's `attempt` is
+    its rank within that slice: the caller ranks attempts over everything it stored (after_upsert).
+    """
+    head = fh.read(65536)  # what `layout` reads
     if not delimiter and not fmt:
-        delimiter = detect_delimiter(data[:65536].decode("utf-8", errors="replace"))
+        delimiter = detect_delimiter(head.decode("utf-8", errors="replace"))
     delim = delimiter or "|"
-    fields, header_no, trailing, problem = layout(data, fmt, delimiter)
+    fields, header_no, trailing, problem = layout(head, fmt, delimiter)
+    key = fields.index("jobid") if "jobid" in fields else None
+    blocks = _blocks(fh, head, slice_bytes or SLICE_BYTES, delim.encode("utf-8"), key)
+    offset = 0
+    carry: dict[int, datetime] = {}
+    for block in blocks:
+        yield _parse_slice(
+            block, offset, fields, header_no, trailing, delim, tz, cluster, source, carry, problem
+        )
+        offset += block.count(b"\n")
+
+
+def _blocks(fh: IO[bytes], head: bytes, size: int, delim: bytes, key: int | None) -> Iterator[bytes]:
+    """Whole lines of `head` + the rest of `fh`, at least `size` bytes a block (but the last), each block
+    ending before a line whose field `key` (JobID) has no `.` (a job line), or after SLICE_SEEK_LINES more
+    lines without one."""
+    buf = head
+    eof = False
+    size = max(size, 1)
+    while True:
+        while not eof and len(buf) <= size:
+            more = fh.read(max(size, 1 << 20))
+            eof = not more
+            buf += more
+        cut = _cut(buf, size, delim, key)
+        if cut is None and not eof:  # no end found yet: read on (bounded by the seek limit)
+            more = fh.read(max(size, 1 << 20))
+            eof = not more
+            buf += more
+            continue
+        if cut is None:
+            if buf:
+                yield buf
+            return
+        yield buf[:cut]
+        buf = buf[cut:]
+
+
+def _cut(buf: bytes, size: int, delim: bytes, key: int | None) -> int | None:
+    """Where a block of `buf` ends: the start of the first job line at or past `size` (None: not in `buf`)."""
+    pos = buf.find(b"\n", size - 1) + 1
+    seen = 0
+    while pos and pos < len(buf):
+        end = buf.find(b"\n", pos)
+        if end < 0:
+            return None  # the line is not complete yet
+        if key is None or seen >= SLICE_SEEK_LINES:
+            return pos
+        parts = buf[pos:end].split(delim, key + 1)
+        if len(parts) > key and b"." not in parts[key] and parts[key].strip(BLANK.encode()):
+            return pos
+        seen += 1
+        pos = end + 1
+    return None
+
+
+def _parse_slice(
+    block: bytes,
+    offset: int,
+    fields: list[str],
+    header_no: int | None,
+    trailing: bool,
+    delim: str,
+    tz,
+    cluster: str,
+    source: str,
+    carry: dict[int, datetime],
+    problem: str | None,
+) -> Parsed:
+    """One slice's rows (jobs with their rank within the slice as `attempt`); `carry` is updated in place."""
     if problem is not None or not fields:
-        return _quarantine_every_line(data, problem or "no sacct fields")
-    lines_df = _read_lines(data).filter(pl.col("line").str.strip_chars(BLANK) != "")
+        return _quarantine_every_line(block, problem or "no sacct fields", offset)
+    try:
+        jobs, steps, q, new_carry = _parse_block(
+            block, offset, fields, header_no, trailing, delim, tz, cluster, source, carry
+        )
+    except Exception as exc:  # a parser bug must not lose the input: quarantine the slice, say why
+        return _quarantine_every_line(block, f"parser error: {type(exc).__name__}: {exc}", offset)
+    carry.clear()
+    carry.update(new_carry)
+    if jobs is None:
+        return Parsed(tables={}, quarantine=q)
+    attempt = output_attempts(jobs)
+    jobs = jobs.with_columns(attempt.alias("attempt"), (attempt - 1).alias("restarts"))
+    return Parsed(tables={"jobs": jobs, "job_steps": steps}, quarantine=q)
+
+
+def _parse_block(
+    block: bytes,
+    offset: int,
+    fields: list[str],
+    header_no: int | None,
+    trailing: bool,
+    delim: str,
+    tz,
+    cluster: str,
+    source: str,
+    carry: dict[int, datetime],
+) -> tuple[pl.DataFrame | None, pl.DataFrame | None, pl.DataFrame, dict[int, datetime]]:
+    """One slice (lines offset + 1, ...) -> jobs, steps (None when no line splits), quarantine, carry."""
+    lines_df = _read_lines(block, offset).filter(pl.col("line").str.strip_chars(BLANK) != "")
     if header_no is not None:
         lines_df = lines_df.filter(pl.col("line_no") != header_no)
-    quarantined: list[dict] = []
-    jobs_parts: list[pl.DataFrame] = []
-    steps_parts: list[pl.DataFrame] = []
-    carry: dict[int, datetime] = {}
-    # Typed conversion runs on slices of CHUNK_LINES lines, so the intermediate string columns of a huge
-    # dump never exist all at once; a step whose job line ended the previous slice finds it in `carry`.
-    for start in range(0, lines_df.height, CHUNK_LINES):
-        df, q = _split_lines(lines_df.slice(start, CHUNK_LINES), fields, delim, trailing)
-        quarantined += q
-        if df.height == 0:
-            continue
+    df, quarantined = _split_lines(lines_df, fields, delim, trailing)
+    del lines_df
+    jobs = steps = None
+    if df.height:
         jobs, steps, carry = _typed(
             df,
             fields=fields,
@@ -779,19 +925,7 @@ def _parse(data: bytes, *, cluster: str, tz, fmt, delimiter, source) -> Parsed:
             carry=carry,
             quarantined=quarantined,
         )
-        jobs_parts.append(jobs)
-        steps_parts.append(steps)
-    del lines_df
-    q = _quarantine(data, quarantined)
-    if not jobs_parts:
-        return Parsed(tables={}, quarantine=q)
-    jobs = pl.concat(jobs_parts, how="vertical_relaxed") if len(jobs_parts) > 1 else jobs_parts[0]
-    # The rank within this output; after_upsert corrects it from all stored rows, and only rows whose
-    # rank really differs (attempts seen in other windows) are rewritten there.
-    attempt = output_attempts(jobs)
-    jobs = jobs.with_columns(attempt.alias("attempt"), (attempt - 1).alias("restarts"))
-    steps = pl.concat(steps_parts, how="vertical_relaxed") if len(steps_parts) > 1 else steps_parts[0]
-    return Parsed(tables={"jobs": jobs, "job_steps": steps}, quarantine=q)
+    return jobs, steps, _quarantine(block, quarantined, offset), carry
 
 
 def step_submit_times(typed: pl.DataFrame) -> pl.Series:
@@ -878,14 +1012,17 @@ def _typed(
         )
     )
     # Arrays `123_4` / `123_[5-9%2]`, het components `123+1`: split on the literal separator (no regex).
-    arr = pl.col("_base").str.split_exact("_", 1)
-    het = pl.col("_base").str.split_exact("+", 1)
+    base = base.with_columns(
+        pl.col("_base").str.split_exact("_", 1).alias("_arr"),
+        pl.col("_base").str.split_exact("+", 1).alias("_het"),
+    )
+    arr, het = pl.col("_arr"), pl.col("_het")
     base = base.with_columns(
         arr.struct.field("field_0").cast(pl.Int64, strict=False).alias("_arr_id"),
         arr.struct.field("field_1").alias("_arr_task"),
         het.struct.field("field_0").cast(pl.Int64, strict=False).alias("_het_id"),
         het.struct.field("field_1").cast(pl.Int64, strict=False).alias("_het_off"),
-    )
+    ).drop("_arr", "_het")
     is_arr = pl.col("_arr_task").is_not_null() & pl.col("_arr_id").is_not_null()
     is_het = pl.col("_het_off").is_not_null() & pl.col("_het_id").is_not_null()
     # job_id_raw: JobIDRaw when present; else the job id itself, or leader + offset for a het component
@@ -944,11 +1081,12 @@ def _typed(
     base = base.with_columns(
         int_expr(pl.col(src)).alias(f"_u_{out}") for out, src in COUNT_FIELDS.items() if src in has
     )
+    # (the rule, a cheaper superset of it that picks the rows the rule is evaluated on, the field)
     bad_values = [
-        (unreadable(src, f"_u_{out}"), src)
+        (unreadable(src, f"_u_{out}"), pl.col(f"_u_{out}").is_null() & (pl.col(src).str.len_bytes() > 0), src)
         for out, src in {**CPU_TIME_FIELDS, **SIZE_FIELDS, **COUNT_FIELDS}.items()
         if src in has
-    ] + [(pl.col(f"_ok_{f}").not_(), f) for f in ("tresusageintot", "tresusageinmax") if f in has]
+    ] + [(pl.col(f"_ok_{f}").not_(),) * 2 + (f,) for f in ("tresusageintot", "tresusageinmax") if f in has]
     if tres_field:
         base = base.with_columns(pl.col("gpus").fill_null(0), pl.col("mig_slices").fill_null(0))
 
@@ -1119,37 +1257,47 @@ def _typed(
                 ),
             ).alias("job_submit_time")
         )
-    # The allocations at the end of this slice, for steps printed at the start of the next one.
+    # The latest allocations so far, for steps printed in a later slice (those with a Submit only: a step
+    # takes the latest allocation of its job that has one).
     tail_allocs = (
-        typed.filter(~pl.col("_is_step") & pl.col("job_id_raw").is_not_null())
-        .select("job_id_raw", "submit_time")
+        typed.select("job_id_raw", "submit_time", "_is_step")
+        .filter(
+            ~pl.col("_is_step") & pl.col("job_id_raw").is_not_null() & pl.col("submit_time").is_not_null()
+        )
         .tail(CARRY_ROWS)
     )
-    new_carry = dict(
-        zip(tail_allocs["job_id_raw"].to_list(), tail_allocs["submit_time"].to_list(), strict=True)
-    )
+    new_carry = dict(carry)
+    for job_id, submit in zip(
+        tail_allocs["job_id_raw"].to_list(), tail_allocs["submit_time"].to_list(), strict=True
+    ):
+        new_carry.pop(job_id, None)
+        new_carry[job_id] = submit
+    for job_id in list(new_carry)[: max(0, len(new_carry) - CARRY_ROWS)]:
+        del new_carry[job_id]
 
-    reason = (
-        pl.when(pl.col("_jobid").is_null() | (pl.col("_jobid") == ""))
-        .then(pl.lit("empty JobID"))
-        .when(
+    rules = [
+        (pl.col("_jobid").is_null() | (pl.col("_jobid") == ""), "empty JobID"),
+        (
             pl.col("job_id_raw").is_null()
             & (pl.col("array_job_id").is_not_null())
-            & pl.lit("jobidraw" not in has)
-        )
-        .then(
-            pl.lit("array task without a JobIDRaw column: its job id is unknown (add JobIDRaw to --format)")
-        )
-        .when(pl.col("job_id_raw").is_null())
-        .then(pl.lit("JobID/JobIDRaw is not a Slurm job id"))
-        .when(~pl.col("_is_step") & pl.col("submit_time").is_null())
-        .then(pl.lit("job without a Submit time (the key of the jobs table)"))
-        .when(pl.col("_is_step") & (pl.col("_step").is_null() | (pl.col("_step") == "")))
-        .then(pl.lit("empty step id"))
-        .when(pl.col("_is_step") & pl.col("job_submit_time").is_null())
-        .then(pl.lit("step without its job's allocation line earlier in the same output"))
-    )
-    for bad, field in bad_values:
+            & pl.lit("jobidraw" not in has),
+            "array task without a JobIDRaw column: its job id is unknown (add JobIDRaw to --format)",
+        ),
+        (pl.col("job_id_raw").is_null(), "JobID/JobIDRaw is not a Slurm job id"),
+        (
+            ~pl.col("_is_step") & pl.col("submit_time").is_null(),
+            "job without a Submit time (the key of the jobs table)",
+        ),
+        (pl.col("_is_step") & (pl.col("_step").is_null() | (pl.col("_step") == "")), "empty step id"),
+        (
+            pl.col("_is_step") & pl.col("job_submit_time").is_null(),
+            "step without its job's allocation line earlier in the same output",
+        ),
+    ]
+    reason = pl.when(rules[0][0]).then(pl.lit(rules[0][1]))
+    for rule, why in rules[1:]:
+        reason = reason.when(rule).then(pl.lit(why))
+    for bad, _, field in bad_values:
         shape = (
             _SHAPES.get(field)
             or _SHAPES[
@@ -1166,7 +1314,14 @@ def _typed(
             pl.format(f"{PRINTED[field]} {{}}: not {shape}", pl.col(field).str.strip_chars())
         )
     reason = reason.otherwise(None).alias("_reason")
-    typed = typed.with_columns(reason)
+    # Polars evaluates every branch of a when/then chain on every row (a formatted message per usage field
+    # per line): the chain runs only on the rows a cheap superset of its rules picks.
+    maybe = pl.any_horizontal([r for r, _ in rules] + [cheap for _, cheap, _ in bad_values]).fill_null(False)
+    suspects = typed.select(maybe).to_series().arg_true()
+    reasons = pl.Series("_reason", [None], dtype=pl.String).new_from_index(0, typed.height)
+    if suspects.len():
+        reasons = reasons.scatter(suspects, typed[suspects].select(reason).to_series())
+    typed = typed.with_columns(reasons)
     has_bad = typed["_reason"].is_not_null().any()
     bad = typed.filter(pl.col("_reason").is_not_null()) if has_bad else typed.clear()
     if bad.height:

@@ -452,7 +452,8 @@ def test_slices_give_the_same_result_as_one_pass(monkeypatch):
         rows.append(row(ONE_FREE_TEXT, JobID=f"{j}.0", JobIDRaw=f"{j}.0", Submit="2024-05-01T11:00:01"))
     data = live(rows, delim="|", names=ONE_FREE_TEXT)
     whole = p(data, delimiter="|")
-    monkeypatch.setattr(sacct, "CHUNK_LINES", 2)  # steps land at the start of the next slice
+    monkeypatch.setattr(sacct, "SLICE_BYTES", 1)  # a slice per line: steps land in the slices after their job
+    monkeypatch.setattr(sacct, "SLICE_SEEK_LINES", 0)
     sliced = p(data, delimiter="|")
     assert sliced.quarantine.height == whole.quarantine.height == 0
     for t in ("jobs", "job_steps"):

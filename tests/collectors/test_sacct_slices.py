@@ -1,0 +1,140 @@
+"""sacct text read in slices (`parse_slices`, what `ingest` loads slice by slice) gives the rows of the
+one-slice parse wherever the slices end, and a file ingested in tiny slices stores what one slice stores.
+
+Ground truth is the one-slice parse of real captures, whose rows the other tests check by hand:
+tests/fixtures/slurm-22.05/sacct_final.txt (the live format of the 22.05 test bed, jobs 12 and 13 requeued,
+each attempt with its steps), .../seff/seff_sacct.txt (the usage fields), and rug-cit-hpc's hb-jobinfo
+capture (headerless `--parsable`, a three-byte delimiter, 52 quarantined lines: test_ingest_cli.py).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import duckdb
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from polars.testing import assert_frame_equal
+from slurmscope.collectors import base, sacct
+
+from slurmscope.cli import main
+from tests.collectors.test_ingest_cli import HB_FORMAT
+
+FIX = Path(__file__).parents[1] / "fixtures"
+UTC = ZoneInfo("UTC")
+CAPTURES = {
+    "live": ("slurm-22.05/sacct_final.txt", {}),
+    "usage": ("slurm-22.05/seff/seff_sacct.txt", {}),
+    "headerless": ("rug-cit-hpc__hb-jobinfo/sacct.txt", {"fmt": HB_FORMAT, "delimiter": "☃"}),
+}
+
+
+def sliced(data: bytes, size: int, **kw) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    parts = list(sacct.parse_slices(io.BytesIO(data), cluster="c", tz=UTC, slice_bytes=size, **kw))
+    loaded = [p for p in parts if p.tables]
+    jobs = pl.concat([p.tables["jobs"] for p in loaded], how="vertical_relaxed")
+    steps = pl.concat([p.tables["job_steps"] for p in loaded], how="vertical_relaxed")
+    return jobs, steps, pl.concat([p.quarantine for p in parts])
+
+
+def line_starts(data: bytes) -> list[int]:
+    return [i + 1 for i, b in enumerate(data[:-1]) if b == ord("\n")]
+
+
+@pytest.mark.parametrize("capture", list(CAPTURES))
+@pytest.mark.parametrize("seek", ["job lines", "any line"])
+def test_every_slice_boundary_gives_the_rows_of_one_slice(capture, seek, monkeypatch):
+    """Slices of 1 byte (a job and its steps each, or a line each: every boundary of the file at once) and
+    of every line's offset (the first cut after each line, later cuts at multiples; every 10th line of the
+    242-line headerless capture): "any line" also cuts between a job and its steps, which then find their
+    allocation in the lines carried from the slices before."""
+    name, kw = CAPTURES[capture]
+    data = (FIX / name).read_bytes()
+    whole = sacct.parse(data, cluster="c", tz=UTC, **kw)
+    assert whole.tables["jobs"].height and whole.tables["job_steps"].height
+    if seek == "any line":
+        monkeypatch.setattr(sacct, "SLICE_SEEK_LINES", 0)
+    sizes = [1, *line_starts(data)[:: 10 if capture == "headerless" else 1]]
+    for size in sizes:
+        jobs, steps, q = sliced(data, size, **kw)
+        # attempt is the rank within a slice; ranked over all slices it is the one-slice parse's
+        attempt = sacct.output_attempts(jobs)
+        assert attempt.to_list() == whole.tables["jobs"]["attempt"].to_list(), size
+        assert_frame_equal(jobs.drop("attempt", "restarts"), whole.tables["jobs"].drop("attempt", "restarts"))
+        assert_frame_equal(steps, whole.tables["job_steps"])
+        assert_frame_equal(q, whole.quarantine)
+
+
+def test_a_slice_ends_before_a_job_line():
+    data = (FIX / CAPTURES["live"][0]).read_bytes()
+    blocks = list(sacct._blocks(io.BytesIO(data[1:]), data[:1], 1, b"\x1f", 0))
+    assert b"".join(blocks) == data
+    assert blocks[0] == data[: data.index(b"\n") + 1]  # the header alone
+    for block in blocks[1:]:
+        lines = block.decode().splitlines()
+        assert "." not in lines[0].split("\x1f")[0]  # starts with a job line
+        assert all("." in ln.split("\x1f")[0] for ln in lines[1:])  # then only its steps
+
+
+def _ingest(db: Path, path: Path, *args: str):
+    return CliRunner().invoke(
+        main, ["--db", str(db), "ingest", "sacct", str(path), *args], catch_exceptions=False
+    )
+
+
+def _dump(db: Path) -> dict[str, list]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return {
+            t: con.execute(f"SELECT * EXCLUDE (ingested_at) FROM {t} ORDER BY ALL").fetchall()  # noqa: S608 - test table names
+            for t in ("jobs", "job_steps")
+        } | {
+            "quarantine": con.execute(
+                "SELECT line_no, raw_text, reason, content_sha256 FROM quarantine ORDER BY ALL"
+            ).fetchall(),
+            "runs": con.execute("SELECT status, rows, quarantined, error FROM collector_runs").fetchall(),
+        }
+
+
+@pytest.mark.parametrize("capture", ["live", "headerless"])
+def test_ingest_in_tiny_slices_stores_what_one_slice_stores(tmp_path, monkeypatch, capture):
+    """Attempts (jobs 12 and 13 requeued) are ranked over the whole file once its slices are loaded."""
+    name, kw = CAPTURES[capture]
+    args = ["--format", kw["fmt"], "--delimiter", kw["delimiter"]] if kw else []
+    whole, tiny = tmp_path / "whole.duckdb", tmp_path / "tiny.duckdb"
+    assert _ingest(whole, FIX / name, *args).exit_code == 0
+    monkeypatch.setattr(sacct, "SLICE_BYTES", 1)
+    monkeypatch.setattr(sacct, "SLICE_SEEK_LINES", 0)
+    assert _ingest(tiny, FIX / name, *args).exit_code == 0
+    expected = _dump(whole)
+    assert _dump(tiny) == expected
+    if capture == "live":
+        attempts = {(r[2], r[4]) for r in expected["jobs"]}  # (job_id_raw, attempt)
+        assert {(12, 1), (12, 2), (13, 1), (13, 2)} <= attempts
+
+
+def test_a_crash_between_slices_leaves_nothing_half_loaded(tmp_path, monkeypatch):
+    """The transaction is the unit: the slices already upserted are rolled back with the run."""
+    path = FIX / CAPTURES["live"][0]
+    db = tmp_path / "s.duckdb"
+    monkeypatch.setattr(sacct, "SLICE_BYTES", 1)
+    calls = []
+    real = base.upsert
+
+    def crash_on_the_fifth(con, spec, df):
+        calls.append(spec.name)
+        if len(calls) == 5:
+            raise RuntimeError("killed")
+        return real(con, spec, df)
+
+    monkeypatch.setattr("slurmscope.collectors.ingest.upsert", crash_on_the_fifth)
+    with pytest.raises(RuntimeError, match="killed"):
+        _ingest(db, path, "--delimiter", "\x1f")
+    with duckdb.connect(str(db), read_only=True) as con:
+        for table in ("jobs", "job_steps", "quarantine", "collector_runs"):
+            assert con.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0, table  # noqa: S608
+    monkeypatch.setattr("slurmscope.collectors.ingest.upsert", real)
+    assert _ingest(db, path, "--delimiter", "\x1f").exit_code == 0
+    assert _dump(db)["runs"][0][:2] == ("ok", sacct.parse(path.read_bytes(), cluster="c", tz=UTC).rows)
