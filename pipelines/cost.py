@@ -1570,15 +1570,24 @@ def waste_daily(jobs: pl.LazyFrame, params: Params) -> pl.LazyFrame:
         params.billing,
     ).with_columns((pl.col("billed") / 3600.0 * pl.col("rate_per_gpu_hour")).alias("usd"))
     failed, requeued = pl.col("failed"), pl.col("requeued")
-    zero = pl.lit(0.0)
+    # Summed as integers (microsecond GPU-seconds, nano-dollars): a group's rows arrive in an order that varies
+    # between runs, and float sums in another order moved a report's cent between identical runs.
+    a = a.with_columns(
+        (pl.col("gs") * 1e6).round().cast(pl.Int64).alias("gs_us"),
+        (pl.col("usd") * 1e9).round().cast(pl.Int64).alias("usd_n"),
+    )
+
+    def total(col: str, which: pl.Expr, scale: float) -> pl.Expr:
+        return pl.col(col).filter(which).sum().cast(pl.Float64) / scale
+
     out = a.group_by("day", "account").agg(
         pl.len().cast(pl.Int64).alias("attempts"),
         failed.sum().cast(pl.Int64).alias("failed_attempts"),
-        pl.when(failed).then(pl.col("gs")).otherwise(zero).sum().alias("failed_gpu_seconds"),
-        pl.when(failed).then(pl.col("usd")).otherwise(zero).sum().alias("failed_cost_usd"),
+        total("gs_us", failed, 1e6).alias("failed_gpu_seconds"),
+        total("usd_n", failed, 1e9).alias("failed_cost_usd"),
         requeued.sum().cast(pl.Int64).alias("requeued_attempts"),
-        pl.when(requeued).then(pl.col("gs")).otherwise(zero).sum().alias("requeued_gpu_seconds"),
-        pl.when(requeued).then(pl.col("usd")).otherwise(zero).sum().alias("requeued_cost_usd"),
+        total("gs_us", requeued, 1e6).alias("requeued_gpu_seconds"),
+        total("usd_n", requeued, 1e9).alias("requeued_cost_usd"),
     )
     return ensure_columns(out, WASTE_SCHEMA)
 

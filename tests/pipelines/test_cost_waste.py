@@ -62,3 +62,24 @@ def test_billing_tres_prices_the_waste_as_it_charged_it(con):
     job(con, 1, t, 1, t, t + H, "TIMEOUT", billing=8)
     run_pipelines(con, cfg, now=t + 2 * H, full=True)
     assert con.execute(WASTE).fetchall() == [(date(2026, 11, 3), "a", 1, 1, 3600.0, 8.0, 0, 0.0, 0.0)]
+
+
+def test_the_dollars_do_not_depend_on_the_order_rows_arrive_in(tmp_path):
+    """At $36/GPU-h, failed attempts of 1, 2 and 3 GPU-seconds cost $0.01, $0.02 and $0.030000000000000002;
+    added in that order they make 0.06, in the reverse order 0.060000000000000005. The mart sums nano-dollars
+    as integers, so the same attempts stored in either order give the same bits (and the report the same
+    cents): 60,000,000 n$ = $0.06."""
+    from slurmscope.db import connect
+
+    cfg = load_config(env={}).with_overrides(billing={"rates": {"h100": 36.0}})
+    t = datetime(2026, 11, 3, tzinfo=UTC)
+    got = []
+    for order in ((1, 2, 3), (3, 2, 1)):
+        con = connect(tmp_path / f"{order[0]}.duckdb")
+        for n in order:
+            job(con, n, t, 1, t, t + timedelta(seconds=n), "FAILED")
+        run_pipelines(con, cfg, now=t + H, full=True)
+        got.append(con.execute(WASTE).fetchall())
+        con.close()
+    assert got[0] == got[1]
+    assert got[0][0][5] == 0.06
