@@ -110,14 +110,15 @@ INPUTS: dict[str, str] = {
     "prev_counters": """
         SELECT account, "partition", gpu_model, gpu_seconds_total, cost_usd_total
         FROM mart_usage_counters WHERE cluster = $cluster""",
-    # Whole-GPU mapping intervals and NVML samples inside the window (usage-weighted cost and energy).
+    # Whole-GPU mapping intervals and NVML samples inside the window (usage-weighted cost and energy); minutes
+    # older than retention's boundary are read back from their hourly rollups (slurmscope/rollup.py).
     "gpu_jobs": """
         SELECT node, gpu_uuid, job_id, interval_start, interval_end FROM gpu_jobs
         WHERE cluster = $cluster AND coalesce(mig_instance, '') = '' AND interval_start < $end
           AND (interval_end IS NULL OR interval_end > $start)""",
     "gpu_samples": """
-        SELECT node, gpu_uuid, minute, util_gpu_mean, energy_joules, power_mean_watts FROM gpu_samples
-        WHERE cluster = $cluster AND minute >= $start AND minute < $end""",
+        SELECT node, gpu_uuid, minute, util_gpu_mean, energy_joules, power_mean_watts
+        FROM gpu_minutes($cluster, $start, $end)""",
 }
 
 DAILY_SCHEMA = {

@@ -72,7 +72,7 @@ INPUTS: dict[str, str] = {
     "samples": f"""
         SELECT node, gpu_uuid, minute, gpu_index, model, temp_gpu_max_celsius, throttle_seconds,
                ecc_uncorrected_delta, ecc_uncorrected_total, remapped_pending, remapped_failed
-        FROM gpu_samples WHERE cluster = $cluster AND minute >= $start - {LOOKBACK} AND minute <= $end""",  # noqa: S608 - LOOKBACK is a module constant; values are $parameters
+        FROM gpu_minutes($cluster, $start - {LOOKBACK}, $end + INTERVAL 1 MICROSECOND)""",  # noqa: S608 - LOOKBACK is a module constant; values are $parameters
     "events": f"""
         SELECT node, gpu_uuid, event_time, event_type, xid FROM gpu_events
         WHERE cluster = $cluster AND event_time >= $start - {LOOKBACK} AND event_time <= $end

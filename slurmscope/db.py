@@ -26,6 +26,8 @@ from pathlib import Path
 
 import duckdb
 
+from slurmscope import rollup
+
 MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 DEFINITION_FOLDERS = ("views", "metrics")  # in creation order: metric queries may read views
 DEFINED = re.compile(r"^CREATE OR REPLACE (VIEW|MACRO) (\w+)(?:\([^)]*\))? AS\s+(TABLE\b)?", re.MULTILINE)
@@ -179,6 +181,7 @@ def migrate(con: duckdb.DuckDBPyConnection, upto: int | None = None) -> list[int
         applied.append(m.version)
     if upto is None:
         sync_definitions(con)
+        rollup.sync_macros(con)
     return applied
 
 

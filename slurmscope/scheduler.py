@@ -163,6 +163,27 @@ class Service:
         except Exception:
             log.exception("export to %s failed", out)
 
+    def run_retention(self) -> None:
+        """Retention's steps, each in its own turn at the write lock (collectors load in between)."""
+        from slurmscope.retention import run_retention
+
+        try:
+            done = run_retention(None, self.config, self.clock(), turn=self.with_db)
+        except Exception:
+            log.exception("retention failed")
+            return
+        for d in done:
+            level = logging.INFO if d.status == "ok" else logging.WARNING
+            log.log(
+                level,
+                "retention %s %s: %s removed %s rows %s",
+                d.table,
+                d.step.cluster,
+                d.status,
+                d.rows_removed,
+                d.detail or "",
+            )
+
     def render_now(self) -> None:
         try:
             self.with_db(self._render)
@@ -246,6 +267,14 @@ def build_scheduler(service: Service, intervals: dict[str, int] | None = None) -
             args=[missed],
             id="report-catch-up",
             name=f"missed monthly report {missed}",
+        )
+    retention = service.config.raw["retention"]
+    if any(retention[k] for k in ("gpu_minutes_days", "sacct_lake_months", "run_log_days")):
+        sched.add_job(
+            service.run_retention,
+            IntervalTrigger(seconds=retention["interval_seconds"], timezone=timezone.utc),
+            id="retention",
+            name="retention",
         )
     if service.config.get("lake", "export_dir"):
         sched.add_job(
