@@ -173,7 +173,9 @@ def roll_up(con: duckdb.DuckDBPyConnection, step: Step, now: datetime) -> Done:
         " WHERE h.cluster = $cluster AND h.hour >= $lo AND h.hour < $hi"
     )
     expanded = f"SELECT {cols}, epoch_us(minute) * 2 AS _order FROM ({rollup.expand_sql(stored, types)})"  # noqa: S608 - column names from rollup.RULES
-    source = f"{raw} UNION ALL {expanded}"
+    # the hours already rolled up are read back and cut by today's gpu_jobs like the new minutes, so that a
+    # minute that comes twice (a partial minute loaded late) lands in one row
+    source = rollup.segment_sql(f"{raw} UNION ALL {expanded}")
     params = {"cluster": step.cluster, "lo": step.start, "hi": step.end}
     with transaction(con):
         span = f"SELECT count(*), min(minute), max(minute) FROM gpu_samples WHERE {where}"  # noqa: S608 - a constant filter

@@ -1,7 +1,10 @@
 """Hourly rollups of the NVML minute rows: one aggregate rule per gpu_samples column, and the SQL built from it.
 
 Retention (slurmscope/retention.py) replaces minute rows older than `retention.gpu_minutes_days` by one
-`gpu_samples_hourly` row per GPU and UTC hour. RULES is the one list of how each column rolls up; the rollup
+`gpu_samples_hourly` row per GPU, UTC hour and set of jobs holding the GPU (`jobs`, from gpu_jobs): an hour
+in which one job ended and the next began becomes several rows (the minutes each job held in part are rows
+of their own), so a job's minutes are never averaged with another's and per-job efficiency, cost and energy
+keep their attribution. RULES is the one list of how each column rolls up; the rollup
 query, the reader macros and the lake's hourly table are generated from it, and a test fails when a
 gpu_samples column has no rule. A column added to gpu_samples is one line here (and the same ALTER TABLE
 for gpu_samples_hourly in its migration).
@@ -23,11 +26,12 @@ Why these aggregates (docs/configuration.md#retention lists each column):
   index, bus id, model): the last non-null value of the hour, as the loader keeps the latest of two partial
   minutes.
 
-Read back as minutes (`gpu_minutes`, for the pipelines), an hour becomes one row per minute that had a row
+Read back as minutes (`gpu_minutes`, for the pipelines), a row becomes one row per minute that had a row
 (`minute_mask`): SUM columns are spread evenly over those minutes (integers by whole units, the first
-`total mod n` minutes getting one more, so the hour's sum is exact), every other rule repeats the hour's
-value. Sums, maxima, sampled minutes and whole-hour means are therefore what the minutes gave; what varied
-inside an hour (which minutes were idle, a partial hour's share of the energy) becomes the hour's average.
+`total mod n` minutes getting one more, so the sum is exact), every other rule repeats the row's value.
+Sums, maxima, sampled minutes and means over whole rows are therefore what the minutes gave; what varied
+inside one job's part of an hour (which of its minutes were idle, a minute it held only in part) becomes
+that part's average.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class Agg(StrEnum):
 
 
 KEYS = ("cluster", "node", "gpu_uuid")
+HOURLY_KEYS = (*KEYS, "hour", "jobs")
 WEIGHT = "samples"
 """The MEAN rules' weight: NVML readings in the minute (one per sampling interval)."""
 
@@ -89,7 +94,7 @@ RULES: dict[str, Agg] = {
 """gpu_samples column -> how its minutes roll up into the hour (every column but the key and `minute`)."""
 
 HOURLY_EXTRA = ("minutes", "minute_mask")
-"""Columns only gpu_samples_hourly has: minutes that had a row, and which (bit k = minute k of the hour)."""
+"""Columns only gpu_samples_hourly has besides its key: minutes that had a row, and which (bit k = minute k)."""
 
 INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER")
 MINUTE_US = 60_000_000
@@ -112,11 +117,30 @@ def _q(name: str) -> str:
     return '"' + name + '"'
 
 
+def segment_sql(source: str) -> str:
+    """SQL: the minute rows of `source` with `jobs`: the whole-GPU jobs of gpu_jobs whose intervals overlap the
+    minute (an open interval runs on), each marked `<` when its interval starts inside the minute and `>`
+    when it ends inside it, sorted and comma-separated ('' when none). The minutes a job held only in part
+    so stay rows of their own, and pro-rating them by the seconds held (efficiency, cost) stays exact."""
+    inf = "CAST('infinity' AS TIMESTAMPTZ)"
+    end = f"coalesce(j.interval_end, {inf})"
+    mark = (
+        "j.job_id || CASE WHEN j.interval_start > s.minute THEN '<' ELSE '' END"
+        f" || CASE WHEN {end} < s.minute + INTERVAL 1 MINUTE THEN '>' ELSE '' END"
+    )
+    return (
+        f"SELECT s.*, coalesce((SELECT array_to_string(list_sort(list_distinct(list({mark}))), ',')"  # noqa: S608 - source is SQL built in this package
+        " FROM gpu_jobs j WHERE j.cluster = s.cluster AND j.node = s.node AND j.gpu_uuid = s.gpu_uuid"
+        " AND coalesce(j.mig_instance, '') = '' AND j.interval_start < s.minute + INTERVAL 1 MINUTE"
+        f" AND {end} > s.minute), '') AS jobs FROM ({source}) s"
+    )
+
+
 def aggregate_sql(source: str, order: str = "epoch_us(minute)") -> str:
-    """SQL: `source` (minute-shaped rows: the key, `minute` and the RULES columns) rolled up per GPU and UTC
-    hour, in gpu_samples_hourly's column order. `order` ranks rows for LAST (the greatest wins)."""
+    """SQL: `source` (minute-shaped rows: the key, `minute`, `jobs` and the RULES columns) rolled up per GPU,
+    UTC hour and jobs, in gpu_samples_hourly's column order. `order` ranks rows for LAST (the greatest wins)."""
     w = f"CAST(coalesce({_q(WEIGHT)}, 0) AS DOUBLE)"
-    parts = [*KEYS, f"{hour_of('minute')} AS hour"]
+    parts = [*KEYS, f"{hour_of('minute')} AS hour", "jobs"]
     parts.append("CAST(count(DISTINCT minute) AS INTEGER) AS minutes")
     parts.append(f"bit_or(CAST(1 AS BIGINT) << {minute_of_hour('minute')}) AS minute_mask")
     for col, agg in RULES.items():
@@ -197,7 +221,7 @@ CREATE OR REPLACE MACRO gpu_hours(cluster_name, lo, hi) AS TABLE
     SELECT {cast} FROM gpu_samples_hourly WHERE cluster = cluster_name AND hour > {hour_lo} AND hour < hi
         AND hour < {b}
     UNION ALL
-    SELECT {cast} FROM ({aggregate_sql(f"SELECT {cols} FROM gpu_samples WHERE cluster = cluster_name AND minute > {hour_lo} AND minute < hi AND minute >= {b}")})
+    SELECT {cast} FROM ({aggregate_sql(segment_sql(f"SELECT {cols} FROM gpu_samples WHERE cluster = cluster_name AND minute > {hour_lo} AND minute < hi AND minute >= {b}"))})
     WHERE hour > {hour_lo} AND hour < hi;
 """  # noqa: S608 - column names and types from RULES and the catalog
 

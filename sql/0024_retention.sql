@@ -14,18 +14,22 @@ ALTER TABLE gpu_samples ALTER COLUMN node SET NOT NULL;
 ALTER TABLE gpu_samples ALTER COLUMN gpu_uuid SET NOT NULL;
 ALTER TABLE gpu_samples ALTER COLUMN minute SET NOT NULL;
 
--- One row per GPU and UTC hour whose minutes retention rolled up: every gpu_samples column but `minute`,
--- each aggregated by its rule in slurmscope/rollup.py (RULES), plus how many minutes had a row and which
--- (bit k of minute_mask = minute k of the hour). Its columns are gpu_samples' as they stand when this
+-- One row per GPU, UTC hour and the jobs that held it, for the minutes retention rolled up: every gpu_samples
+-- column but `minute`, each aggregated by its rule in slurmscope/rollup.py (RULES), plus how many minutes had
+-- a row and which (bit k of minute_mask = minute k of the hour). `jobs` is the whole-GPU jobs of gpu_jobs
+-- whose intervals overlap those minutes (job ids, sorted, comma-separated; '' when none; `<` / `>` marks a job
+-- whose interval starts / ends inside the minute), so the minutes of two jobs sharing an hour are never
+-- averaged together (slurmscope.rollup.segment_sql). Its columns are gpu_samples' as they stand when this
 -- migration runs; a later migration that adds a gpu_samples column adds it here too (a test checks both).
 CREATE TABLE gpu_samples_hourly AS
-SELECT cluster, node, gpu_uuid, minute AS hour, CAST(0 AS INTEGER) AS minutes, CAST(0 AS BIGINT) AS minute_mask,
-       * EXCLUDE (cluster, node, gpu_uuid, minute)
+SELECT cluster, node, gpu_uuid, minute AS hour, CAST('' AS VARCHAR) AS jobs, CAST(0 AS INTEGER) AS minutes,
+       CAST(0 AS BIGINT) AS minute_mask, * EXCLUDE (cluster, node, gpu_uuid, minute)
 FROM gpu_samples LIMIT 0;
 ALTER TABLE gpu_samples_hourly ALTER COLUMN cluster SET NOT NULL;
 ALTER TABLE gpu_samples_hourly ALTER COLUMN node SET NOT NULL;
 ALTER TABLE gpu_samples_hourly ALTER COLUMN gpu_uuid SET NOT NULL;
 ALTER TABLE gpu_samples_hourly ALTER COLUMN hour SET NOT NULL;
+ALTER TABLE gpu_samples_hourly ALTER COLUMN jobs SET NOT NULL;
 ALTER TABLE gpu_samples_hourly ALTER COLUMN minutes SET NOT NULL;
 ALTER TABLE gpu_samples_hourly ALTER COLUMN minute_mask SET NOT NULL;
 
