@@ -129,7 +129,7 @@ def test_layout_and_rows_equal_the_database(demo_run, demo_lake):
     for table, column in lake.TABLES.items():
         # a SOURCES table is its query's rows: gpu_samples_hourly = the demo's minutes rolled up per hour
         rows = (
-            f"gpu_hours('simcluster', TIMESTAMPTZ '2026-11-01 00:00:00+00', TIMESTAMPTZ '2026-12-01 00:00:00+00')"
+            "gpu_hours('simcluster', TIMESTAMPTZ '2026-11-01 00:00:00+00', TIMESTAMPTZ '2026-12-01 00:00:00+00')"
             if table in lake.SOURCES
             else f'"{table}"'
         )

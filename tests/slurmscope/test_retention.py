@@ -14,12 +14,12 @@ import duckdb
 import polars as pl
 import pytest
 from click.testing import CliRunner
+from slurmscope.pipelines.runner import HISTORY_MARGIN, run_pipelines
 
 from slurmscope import lake
 from slurmscope.cli import main
 from slurmscope.config import load_config
 from slurmscope.db import connect
-from slurmscope.pipelines.runner import HISTORY_MARGIN, run_pipelines
 from slurmscope.retention import jobs_cutoff, run_retention
 
 SIM_END = datetime(2026, 11, 4, tzinfo=UTC)

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from slurmscope.collectors import nvml
 
 from slurmscope import rollup
-from slurmscope.collectors import nvml
 from slurmscope.db import connect
 from slurmscope.retention import Step, roll_up
 from slurmscope.rollup import RULES, Agg
