@@ -582,9 +582,7 @@ SCHEMA = Table(
                 "sacct_lake_months": KeepPeriod(
                     0, 3, "months", "cost rebuilds the open month and the one before, drift reads 61 days"
                 ),
-                "run_log_days": KeepPeriod(
-                    90, 40, "days", "the monthly report's catch-up looks back at the last month's runs"
-                ),
+                "run_log_days": KeepPeriod(7, 1, "days", "a whole day"),
                 "interval_seconds": Num(3600, low=60),
             }
         ),

@@ -180,8 +180,8 @@ def migrate(con: duckdb.DuckDBPyConnection, upto: int | None = None) -> list[int
             con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", [m.version, m.name])
         applied.append(m.version)
     if upto is None:
+        rollup.sync_macros(con)  # first: metric queries (sql/metrics/_gpu_latest.sql) call gpu_minutes
         sync_definitions(con)
-        rollup.sync_macros(con)
     return applied
 
 

@@ -12,7 +12,8 @@ Three kinds of history grow without end, and each has its own rule (docs/configu
   file, column for column. A month that fails a check stays and is reported as `waiting`.
 - **Run logs** (`collector_runs`, one row per loaded spool file; `spool_files`, the ledger that stops a
   file loading twice): rows older than `retention.run_log_days` go, except each collector's latest run and
-  latest successful run (what `status` and the collector metrics show).
+  latest successful run (what `status` and the collector metrics show) and its first run (serve's monthly
+  report catch-up asks since when the database has been collecting).
 
 Each step (one UTC day of minutes, one month of attempts, one run-log table) is one transaction that also
 records what it removed in `retention_runs` and moves the boundary: a crash between steps leaves every
@@ -284,7 +285,8 @@ def prune_jobs(con: duckdb.DuckDBPyConnection, cfg: Config, step: Step, now: dat
 
 
 def prune_run_log(con: duckdb.DuckDBPyConnection, step: Step, now: datetime) -> Done:
-    """Old collector runs (each collector's latest and latest successful run stay) or spool-file ledger rows."""
+    """Old collector runs (each collector's first, latest and latest successful run stay) or spool-file
+    ledger rows."""
     params = {"cluster": step.cluster, "before": step.end}
     if step.kind == "collector_runs":
         column = "started_at"
@@ -292,7 +294,9 @@ def prune_run_log(con: duckdb.DuckDBPyConnection, step: Step, now: datetime) -> 
             "cluster = $cluster AND started_at < $before AND run_id NOT IN ("
             "SELECT arg_max(run_id, started_at) FROM collector_runs WHERE cluster = $cluster GROUP BY collector"
             " UNION ALL SELECT arg_max(run_id, started_at) FROM collector_runs"
-            " WHERE cluster = $cluster AND status = 'ok' GROUP BY collector)"
+            " WHERE cluster = $cluster AND status = 'ok' GROUP BY collector"
+            " UNION ALL SELECT arg_min(run_id, started_at) FROM collector_runs WHERE cluster = $cluster"
+            " GROUP BY collector)"
         )
     else:
         column, where = "loaded_at", "cluster = $cluster AND loaded_at < $before"

@@ -164,10 +164,11 @@ def aggregate_sql(source: str, order: str = "epoch_us(minute)") -> str:
 
 def expand_sql(source: str, types: dict[str, str]) -> str:
     """SQL: hourly rows of `source` (gpu_samples_hourly's columns) back as one row per minute that had a row,
-    with gpu_samples' columns (`minute` after the key); `types` are gpu_samples' column types."""
+    with gpu_samples' columns in `types`' order (gpu_samples' column types, `minute` after the key)."""
     n = "_h.minutes"
     cols = [f"_h.{k}" for k in KEYS] + ["_h.hour + to_minutes(_k) AS minute"]
-    for col, agg in RULES.items():
+    for col in (c for c in types if c in RULES):
+        agg = RULES[col]
         c = f"_h.{_q(col)}"
         if agg is not Agg.SUM:
             cols.append(f"{c} AS {_q(col)}")
@@ -254,7 +255,7 @@ def sync_macros(con: duckdb.DuckDBPyConnection) -> bool:
     missing = [c for c in [*KEYS, "minute", *RULES] if c not in types]
     if missing:
         raise RuntimeError(f"gpu_samples has no column(s) {missing} that slurmscope.rollup.RULES names")
-    types = {c: types[c] for c in [*KEYS, "minute", *RULES]}
+    types = {c: t for c, t in types.items() if c in (*KEYS, "minute", *RULES)}  # the table's order
     sql = macros_sql(types, column_types(con, "gpu_samples_hourly"))
     checksum = MACRO_COMMENT + hashlib.sha256(sql.encode()).hexdigest()
     if row[0][0] == checksum:

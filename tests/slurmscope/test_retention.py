@@ -286,16 +286,18 @@ def test_a_full_rebuild_keeps_the_marts_of_months_only_the_lake_has(tmp_path):
 # ---- run logs ---------------------------------------------------------------------------------------------
 
 
-def test_old_run_log_rows_go_but_each_collectors_last_run_and_last_success_stay(tmp_path):
+def test_old_run_log_rows_go_but_each_collectors_first_last_and_last_good_run_stay(tmp_path):
     con = connect(tmp_path / "r.duckdb")
     rows = [  # collector, started, status
-        ("sinfo", "2026-01-01", "ok"),
+        ("sinfo", "2026-01-01", "ok"),  # sinfo's first run and last success: old, kept
         ("sinfo", "2026-01-02", "error"),  # sinfo's last run: old, kept
+        ("sacct", "2025-12-01", "error"),  # sacct's first run: kept
         ("sacct", "2026-01-01", "ok"),  # sacct's last success: old, kept
         ("sacct", "2026-01-02", "error"),
         ("sacct", "2026-06-10", "error"),  # recent
-        ("nvml", "2026-01-01", "ok"),
+        ("nvml", "2026-01-01", "ok"),  # nvml's first run: kept
         ("nvml", "2026-02-01", "ok"),
+        ("nvml", "2026-02-02", "error"),
         ("nvml", "2026-06-14", "ok"),
     ]
     for collector, started, status in rows:
@@ -315,9 +317,11 @@ def test_old_run_log_rows_go_but_each_collectors_last_run_and_last_success_stay(
         "SELECT collector, strftime(started_at, '%m-%d'), status FROM collector_runs ORDER BY ALL"
     )
     assert left.fetchall() == [
+        ("nvml", "01-01", "ok"),
         ("nvml", "06-14", "ok"),
         ("sacct", "01-01", "ok"),
         ("sacct", "06-10", "error"),
+        ("sacct", "12-01", "error"),
         ("sinfo", "01-01", "ok"),
         ("sinfo", "01-02", "error"),
     ]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -306,3 +308,14 @@ def test_rollups_equal_the_minutes_they_replace(db, rows):
         "SELECT gpu_uuid, minute FROM gpu_minutes(?, ?, ?) ORDER BY ALL", window
     ).fetchall() == (before_minutes)
     assert db.execute(per_hour, window).fetchall() == before
+
+
+def test_the_configuration_page_lists_every_rule():
+    doc = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text(encoding="utf-8")
+    names = {"sum": Agg.SUM, "max": Agg.MAX, "mean weighted by `samples`": Agg.MEAN, "bitwise or": Agg.BIT_OR}
+    names["last non-null"] = Agg.LAST
+    documented = {}
+    for rule, agg in names.items():
+        (row,) = [line for line in doc.splitlines() if line.startswith(f"| {rule} | ")]
+        documented.update(dict.fromkeys(re.findall(r"`(\w+)`", row.split(" | ")[1]), agg))
+    assert documented == RULES
