@@ -12,18 +12,20 @@ per-file run log the collector writes for each agent's minute (`collector_runs`,
 
 Steps (`all` runs them in this order, each measured on its own):
 
-- `ingest` (a): `--agents` agents (8 GPUs each) close one minute's spool file, written with the agent's own
-  spool writer (slurmscope.spool.write_spool_file, as simulator/writers/nvml_spool.py does); `collect nvml`
-  (collectors.collect.collect_with over `nvml.spool_paths`: read, one transaction per file, acknowledge)
-  loads them into the history, in a child process (its CPU seconds and peak RSS). Reference in the same run:
-  the same files into a copy whose gpu_samples keeps the primary-key index of migrations 0001-0023 and is
-  loaded with INSERT ... ON CONFLICT DO UPDATE (the loader before 0024).
+- `ingest` (a): `--agents` agents (8 GPUs each) close one minute's spool file (the minute after the
+  history), written with the agent's own spool writer (slurmscope.spool.write_spool_file, as
+  simulator/writers/nvml_spool.py does); `collect nvml` (collectors.collect.collect_with over
+  `nvml.spool_paths`: read, one transaction per file, acknowledge) loads them into the history, in a child
+  process (its CPU seconds and peak RSS). Reference in the same run (`--keyed`): the same files into a copy
+  whose gpu_samples keeps the primary-key index of migrations 0001-0023, loaded with INSERT ... ON CONFLICT
+  DO UPDATE (the loader before 0024).
 - `pipelines` (b): the pipelines that read NVML minutes (cost, efficiency, drift, health), incremental, as
   serve runs them once a day: the last good run of each is set to one day before the end, so the window is
   that day plus `pipelines.incremental_lookback_seconds` (and each pipeline's own look-back), in a child
   process (peak RSS). Run once on the minutes, once more after `retention`.
 - `retention`: `slurmscope.retention.run_retention` keeping `--keep-days` of minutes (a benchmark override:
-  the config's minimum is 7 days), every older day rolled up in its own transaction, then checkpointed.
+  the config's minimum is 7 days), every older hour rolled up in its own transaction, then checkpointed, in a
+  child process (its CPU seconds and peak RSS).
 - `storage` (c): the database file, DuckDB's used bytes, and each big table copied alone into a freshly
   migrated file (bytes per row, its key index included), before and after retention; `--keyed` adds the same for a gpu_samples with its
   primary-key index. The full-scale estimate multiplies these per-row figures (docs/benchmarks.md).
@@ -339,19 +341,17 @@ def ingest(args: argparse.Namespace) -> dict[str, Any]:
     with timer() as w:
         write_spool(args, minute)
     out: dict[str, Any] = {"agents": args.agents, "gpus": args.agents * 8, "write_spool_files": w}
-    work = Path(args.workdir) / "ingest.duckdb"
-    shutil.copy(_db(args), work)
     common = ["--gpus", str(args.gpus), "--days", str(args.days), "--workdir", args.workdir]
     common += ["--agents", str(args.agents), "--duckdb-memory", args.duckdb_memory, "--child", "ingest"]
-    out["unkeyed"] = in_child("benchmarks.fleet", *common, "--child-db", str(work))
-    if args.keyed:
+    if args.keyed:  # first, from the history as generated
         keyed = Path(args.workdir) / "keyed.duckdb"
         _keyed_copy(_db(args), keyed, minute)
         out["keyed_reference"] = in_child(
             "benchmarks.fleet", *common, "--child-db", str(keyed), "--keyed-loader"
         )
         keyed.unlink()
-    work.unlink()
+    # into the history itself: the minute loaded is the pipelines' `now`, outside their window
+    out["unkeyed"] = in_child("benchmarks.fleet", *common, "--child-db", str(_db(args)))
     return out
 
 
@@ -448,33 +448,40 @@ def pipelines(args: argparse.Namespace) -> dict[str, Any]:
 # ---- retention and storage ----------------------------------------------------------------------------------
 
 
-def retention(args: argparse.Namespace) -> dict[str, Any]:
+def retention_child(args: argparse.Namespace) -> dict[str, Any]:
     from slurmscope.retention import run_retention
 
     con = _connect(_db(args))
+    off = {"gpu_minutes_days": 0, "sacct_lake_months": 0, "run_log_days": 0}
     try:
-        cfg = _cfg(
-            args, retention={"gpu_minutes_days": args.keep_days, "sacct_lake_months": 0, "run_log_days": 0}
-        )
-        # the nvml run log goes with the minutes here (the config's run_log_days minimum is 40 days)
-        log_cfg = _cfg(
-            args, retention={"gpu_minutes_days": 0, "sacct_lake_months": 0, "run_log_days": args.keep_days}
-        )
         with timer() as t:
-            done = run_retention(con, cfg, _end(args))
-            done += run_retention(con, log_cfg, _end(args))
+            done = run_retention(
+                con, _cfg(args, retention={**off, "gpu_minutes_days": args.keep_days}), _end(args)
+            )
+        peak = peak_rss_mib()
+        with timer() as logs:
+            logged = run_retention(
+                con, _cfg(args, retention={**off, "run_log_days": args.keep_days}), _end(args)
+            )
     finally:
         con.close()
-    gpu = [d for d in done if d.table == "gpu_samples"]
     return {
-        **t,
-        "days_rolled_up": len(gpu),
-        "minute_rows_removed": sum(d.rows_removed for d in gpu),
-        "hourly_rows_written": sum(d.rows_written for d in gpu),
-        "run_log_rows_removed": {d.table: d.rows_removed for d in done if d.table != "gpu_samples"},
-        "cpu_s_per_day": round(t["cpu_s"] / max(1, len(gpu)), 1),
-        "peak_rss_mib": peak_rss_mib(),
+        "gpu_samples": {
+            **t,
+            "hours_rolled_up": len(done),
+            "minute_rows_removed": sum(d.rows_removed for d in done),
+            "hourly_rows_written": sum(d.rows_written for d in done),
+            "cpu_s_per_day": round(24 * t["cpu_s"] / max(1, len(done)), 1),
+            "peak_rss_mib": peak,
+        },
+        "run_logs": {**logs, "rows_removed": {d.table: d.rows_removed for d in logged}},
     }
+
+
+def retention(args: argparse.Namespace) -> dict[str, Any]:
+    common = ["--gpus", str(args.gpus), "--days", str(args.days), "--workdir", args.workdir]
+    common += ["--keep-days", str(args.keep_days), "--duckdb-memory", args.duckdb_memory]
+    return in_child("benchmarks.fleet", *common, "--child", "retention")
 
 
 def storage(args: argparse.Namespace, label: str) -> dict[str, Any]:
@@ -563,7 +570,7 @@ def steady(args: argparse.Namespace) -> dict[str, Any]:
         "file_mib_before": round(before / 2**20, 1),
         "file_mib_with_a_new_day": round(grown / 2**20, 1),
         "file_mib_after_retention": round(after / 2**20, 1),
-        "days_rolled_up": len(done),
+        "hours_rolled_up": len(done),
     }
 
 
@@ -572,6 +579,8 @@ def body(args: argparse.Namespace) -> dict[str, Any]:
         return ingest_child(args)
     if args.child == "pipelines":
         return pipelines_child(args)
+    if args.child == "retention":
+        return retention_child(args)
     steps = args.step.split(",")
     every = "all" in steps
     out: dict[str, Any] = {}

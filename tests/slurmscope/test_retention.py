@@ -100,9 +100,9 @@ def test_gpu_pipelines_over_a_range_spanning_the_cut_are_the_same_after_pruning(
     assert spanning > 0  # jobs whose GPU minutes lie on both sides of the cut
 
     done = run_retention(con, _cfg(gpu_minutes_days=7), RETENTION_NOW)
+    # one step per hour of Nov 1 and 2, oldest first
     assert [(d.table, d.step.start, d.status) for d in done] == [
-        ("gpu_samples", datetime(2026, 11, 1, tzinfo=UTC), "ok"),
-        ("gpu_samples", datetime(2026, 11, 2, tzinfo=UTC), "ok"),
+        ("gpu_samples", datetime(2026, 11, 1, tzinfo=UTC) + timedelta(hours=h), "ok") for h in range(48)
     ]
     assert con.execute("SELECT min(minute) FROM gpu_samples").fetchone()[0] == CUT
     hourly = con.execute(

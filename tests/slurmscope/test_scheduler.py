@@ -303,8 +303,8 @@ def test_retention_runs_on_its_interval_one_turn_at_the_lock_per_step(tmp_path):
     with_db = service.with_db
     service.with_db = lambda fn, **kw: turns.append(1) or with_db(fn, **kw)
     service.run_retention()
-    # the plan, one turn per day rolled up, and the checkpoint: collectors take the lock in between
-    assert len(turns) == 1 + 3 + 1
+    # the plan, one turn per hour rolled up, and the checkpoint: collectors take the lock in between
+    assert len(turns) == 1 + 3 * 24 + 1
     con = connect(db, read_only=True)
     assert con.execute("SELECT count(*), sum(minutes) FROM gpu_samples_hourly").fetchone() == (72, 3 * 1440)
     assert con.execute("SELECT count(*) FROM gpu_samples").fetchone()[0] == 0
