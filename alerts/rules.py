@@ -295,6 +295,34 @@ _ALERTS: tuple[Alert | str, ...] = (
         "gpu",
     ),
     Alert(
+        "GpuNvlinkErrors",
+        _new_or_increased(
+            'slurmscope_gpu_nvlink_errors_total{source="central", counter=~"replay|recovery"}',
+            t.EVENT_WINDOW,
+            "cluster, node, gpu",
+        )
+        + ' or (max by (cluster, node, gpu) (rate(slurmscope_gpu_nvlink_errors_total{source="central",'
+        f' counter=~"crc_flit|crc_data"}}[{t.NVLINK_CRC_WINDOW}])) >= {t.NVLINK_CRC_PER_SECOND})',
+        t.EVENT_FOR,
+        "critical",
+        "A GPU's NVLink errors break DCGM's limits.",
+        "GPU {{ $labels.gpu }} on node {{ $labels.node }} of cluster {{ $labels.cluster }}: NVLink replay or "
+        f"recovery errors in the last {t.EVENT_WINDOW}, or CRC errors at {t.NVLINK_CRC_PER_SECOND}/s or more "
+        "(value {{ $value }}); drain the node and reset the GPU.",
+        "gpu",
+    ),
+    Alert(
+        "GpuResetPending",
+        'max by (cluster, node, gpu) ((slurmscope_gpu_row_remap_pending{source="central"} == 1)'
+        ' or (slurmscope_gpu_retired_pages_pending{source="central"} == 1)) == 1',
+        t.RESET_PENDING_FOR,
+        "warning",
+        "A GPU has a row remapping or page retirement waiting for a reset.",
+        "GPU {{ $labels.gpu }} on node {{ $labels.node }} of cluster {{ $labels.cluster }} has a memory repair "
+        "pending; drain the node and reset the GPU when its jobs end.",
+        "gpu",
+    ),
+    Alert(
         "GpuFallenOffBus",
         _unless_agent_scraped(
             _new_or_increased(

@@ -30,6 +30,21 @@ EVENT_FOR = "0s"
 # A failed row remap needs a GPU replacement; any for longer than a few minutes is real.
 ROW_REMAP_FOR = "5m"
 
+# NVLink: DCGM's NVLink health watch fails a GPU on any replay or recovery error in a minute
+# (DCGM_LIMIT_MAX_NVLINK_ERROR = 1) and on CRC errors at 100 or more a second ("RM has informed us that CRC errors
+# only matter at rates of 100+ per second", DCGM_LIMIT_MAX_NVLINK_CRC_ERROR; NVIDIA/DCGM
+# modules/health/DcgmHealthWatch.cpp, dcgmlib DcgmGpuHardwareLimits.h). The counters are events, so the alert
+# fires at the first evaluation that sees them (EVENT_FOR); health.nvlink_crc_per_second is the same number (a
+# test keeps them equal).
+NVLINK_CRC_PER_SECOND = 100
+NVLINK_CRC_WINDOW = "5m"
+
+# A remapped row or a retired page waiting for a reset: NVIDIA says a pending remapping "won't affect future
+# work on the GPU since error-containment and dynamic page blacklisting will take care of that" (nvmlDevice-
+# GetRemappedRows), so this is a warning to drain and reset at the next opportunity, not a page; 15 minutes
+# keeps a reset that is already under way from raising it.
+RESET_PENDING_FOR = "15m"
+
 # Hardware-throttled (NVML HW slowdown 0x8, HW thermal 0x40, HW power brake 0x80: clocks cut by half or more)
 # more than a tenth of the time over 15 minutes (90 s): at half clock that is at least 5 % of the GPU's
 # throughput, and NVML reports HW slowdown at a clock change only for an instant. Before the causes were

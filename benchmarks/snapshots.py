@@ -31,6 +31,7 @@ def sinfo_output(nodes: int, partitions: int) -> bytes:
                 US.join(
                     [
                         f"gpu{n:05d}",
+                        f"host{n // 4:05d}",
                         "gpu*" if p == 0 else f"p{p}",
                         states[n % len(states)],
                         f"{n % 64}/{64 - n % 64}/0/64",

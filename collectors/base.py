@@ -9,15 +9,18 @@ delays only itself.
 The contract of a collector module (one line in collectors/registry.py lists it):
 - `KIND` (its registry kind) and `TABLES`: each raw table it writes, with its natural key (TableSpec).
 - `parse(data, *, cluster, snapshot_time, tz, fmt=None, delimiter=None, source="") -> Parsed`: pure, never
-  raises on bad input; what `ingest KIND FILE...` and the live run both call.
+  raises on bad input; what `ingest KIND FILE...` and the live run both call. `Parsed.warnings` carries
+  what was stored but should be known (e.g. host names standing in for node names); both callers add a
+  warning when rows name another cluster than the configured one, and print and record them all.
 - `command(cfg, *, start=None, end=None) -> list[str]`: the argument list of the live call, run by
   collectors/command.py (timeout, TZ=UTC, never a shell). Or, for a source that is not a command (an HTTP
   API), `fetch(cfg, window) -> bytes` with window = (start, end), either None, raising OSError
   (TimeoutError for a timeout) when the source fails; without `fetch` a live run runs `command(...)`.
 - Optional: `check_input(head, fmt, delimiter)` (refuse an unusable file before anything loads),
   `after_upsert(parsed)` (a hook run inside the load transaction, e.g. recomputing job attempts), and
-  `streams(head) -> bool` with `parse_stream(fh, **parse kwargs)`: `ingest` hands an open file instead of
-  its bytes when `streams` says so (sacct's JSON, gigabytes for a month, is never read whole).
+  `streams(head, fmt=None, delimiter=None) -> bool` with `parse_stream(fh, **parse kwargs)`: `ingest`
+  hands an open file instead of its bytes when `streams` says so (Slurm's JSON: a month of sacct's is
+  gigabytes, and is never read whole).
 The NVML spool (`spool=True` in the registry) loads whole files, one transaction each, so it keeps its own
 loader: `fetch(cfg, window)` pulls the files (HTTP or a shared path, no database), `load(con, cfg, pulls)`
 loads them, and `acknowledge(pulls)` tells each source it may prune what committed.
@@ -56,6 +59,7 @@ class Outcome:
     status: str  # 'ok' | 'error' | 'timeout'
     rows: int = 0
     error: str | None = None
+    warning: str | None = None  # also in collector_runs.warning: e.g. rows of another cluster
 
 
 @dataclass(frozen=True)
@@ -78,10 +82,35 @@ class Parsed:
 
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
     quarantine: pl.DataFrame = field(default_factory=quarantine_frame)
+    warnings: list[str] = field(
+        default_factory=list
+    )  # stored, but the operator should know (stderr, run record)
 
     @property
     def rows(self) -> int:
         return sum(df.height for df in self.tables.values())
+
+
+def cluster_mismatch(parsed: Parsed, cluster: str) -> str | None:
+    """A warning when rows name a cluster other than the configured one, naming both; else None.
+
+    An input's own `Cluster` column (sacct, sacctmgr events, JSON) wins, because it says where the rows came
+    from; every other kind takes the configured cluster. Rows that land under another name are invisible to
+    pipelines and reports run for the configured one, so the split is reported rather than left silent
+    (issue 14: a site's sacct under `slurmbed`, its sinfo under `default`, every mart empty).
+    """
+    found: set[str] = set()
+    for df in parsed.tables.values():
+        if df.height and "cluster" in df.columns:
+            found.update(c for c in df["cluster"].unique().to_list() if c)
+    others = sorted(found - {cluster})
+    if not others:
+        return None
+    names = ", ".join(repr(c) for c in others)
+    return (
+        f"rows name cluster {names} (the input's own Cluster column), not the configured cluster {cluster!r}"
+        f" (--cluster or cluster.name): they are stored under {names}"
+    )
 
 
 @dataclass(frozen=True)
@@ -201,6 +230,7 @@ def load(
     content: bytes | None = None,
     content_sha: str | None = None,
     watermark: datetime | None = None,
+    watermark_key: str | None = None,
     after_upsert=None,
     error: str | None = None,
     status: str | None = None,
@@ -211,7 +241,8 @@ def load(
     `after_upsert(con)` runs inside the transaction (e.g. to recompute job attempts). With `error`, the rows
     are stored but the run is recorded as an error with that text (output too damaged to trust: the caller
     then passes no watermark); `status` overrides the recorded status ('failed' for a garbage file given
-    to `ingest`); `warning` is kept in collector_runs.warning. Returns the collector_runs id.
+    to `ingest`); `warning` is kept in collector_runs.warning; `watermark_key` names the watermark to move
+    when it is not the collector's own (a history import keeps its own). Returns the collector_runs id.
     """
     digest = content_sha or (sha256(content) if content is not None else None)
     with transaction(con):
@@ -230,12 +261,7 @@ def load(
         if after_upsert is not None:
             after_upsert(con)
         if watermark is not None:
-            con.execute(
-                "INSERT INTO watermarks (cluster, collector, position, updated_at) VALUES (?, ?, ?, current_timestamp)"
-                " ON CONFLICT (cluster, collector) DO UPDATE SET position = excluded.position,"
-                " updated_at = excluded.updated_at",
-                [run.cluster, run.collector, watermark],
-            )
+            set_watermark(con, run.cluster, watermark_key or run.collector, watermark)
         return run.insert(
             con,
             status=status or ("ok" if error is None else "error"),
@@ -250,6 +276,15 @@ def record_failure(con: duckdb.DuckDBPyConnection, run: RunRecord, status: str, 
     """A failed run leaves data and watermark untouched and says why."""
     with transaction(con):
         return run.insert(con, status=status, error=error[:4000])
+
+
+def set_watermark(con: duckdb.DuckDBPyConnection, cluster: str, collector: str, position: datetime) -> None:
+    con.execute(
+        "INSERT INTO watermarks (cluster, collector, position, updated_at) VALUES (?, ?, ?, current_timestamp)"
+        " ON CONFLICT (cluster, collector) DO UPDATE SET position = excluded.position,"
+        " updated_at = excluded.updated_at",
+        [cluster, collector, position],
+    )
 
 
 def get_watermark(con: duckdb.DuckDBPyConnection, cluster: str, collector: str) -> datetime | None:

@@ -16,6 +16,7 @@ good ones are quarantined and the watermark moves on, so one unparseable line ca
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,9 +25,19 @@ from typing import TypeVar
 
 import duckdb
 from slurmscope.collectors import sacct, slurm_json
-from slurmscope.collectors.base import Outcome, Parsed, RunRecord, get_watermark, load, record_failure, sha256
+from slurmscope.collectors.base import (
+    Outcome,
+    Parsed,
+    RunRecord,
+    cluster_mismatch,
+    get_watermark,
+    load,
+    record_failure,
+    set_watermark,
+    sha256,
+)
 from slurmscope.collectors.command import CommandError, CommandTimeout, run_command
-from slurmscope.collectors.registry import COLLECTORS, Collector, active
+from slurmscope.collectors.registry import COLLECTORS, Collector, active, scheduled, unreachable
 
 from slurmscope.config import Config
 
@@ -59,7 +70,12 @@ def collect_with(
     """
     live = [c for c in COLLECTORS if c.live]
     if kind == "all":
-        specs = list(active(cfg.get("slurm", "source")))
+        specs = list(scheduled(cfg))
+    elif kind in unreachable(cfg):
+        raise ValueError(
+            f"collector {kind!r} cannot reach cluster {cfg.cluster!r} through -M (slurm.cluster_flag): it asks"
+            " the controllers of the local slurm.conf; set slurm.conf for this cluster"
+        )
     else:
         # `collect sacct` with slurm.source = "rest" reads jobs from slurmrestd; a kind named itself runs
         specs = [c for c in active(cfg.get("slurm", "source")) if c.replaces == kind]
@@ -129,7 +145,9 @@ class _Fetched:
     parsed: Parsed | None = None
     digest: str | None = None
     watermark: datetime | None = None
+    watermark_key: str | None = None
     verdict: str | None = None
+    warning: str | None = None
     elapsed: float = 0.0
 
 
@@ -163,7 +181,11 @@ def _fetch(
             data = module.fetch(cfg, window)
         else:
             argv = argv or module.command(cfg, start=window[0], end=window[1])
-            data = run_command(argv, timeout=float(cfg.get("slurm", "timeout_seconds"))).stdout
+            data = run_command(
+                argv,
+                timeout=float(cfg.get("slurm", "timeout_seconds")),
+                env=cfg.slurm_environment(os.environ),
+            ).stdout
     except CommandTimeout as exc:
         return failed("timeout", str(exc))
     except CommandError as exc:
@@ -187,6 +209,7 @@ def _fetch(
     verdict = untrusted_output(data, parsed.rows, parsed.quarantine.height) if check_garbage else None
     if verdict is not None:
         watermark = None
+    warnings = [*parsed.warnings, cluster_mismatch(parsed, cfg.cluster)]
     return _Fetched(
         spec,
         run,
@@ -194,6 +217,7 @@ def _fetch(
         digest=sha256(data),
         watermark=watermark,
         verdict=verdict,
+        warning="; ".join(w for w in warnings if w) or None,
         elapsed=time.monotonic() - t0,
     )
 
@@ -213,12 +237,14 @@ def _load(con: duckdb.DuckDBPyConnection, f: _Fetched) -> Outcome:
         f.run,
         content_sha=f.digest,
         watermark=f.watermark,
+        watermark_key=f.watermark_key,
         after_upsert=hook_factory(f.parsed) if hook_factory else None,
         error=f.verdict,
+        warning=f.warning,
     )
     if f.verdict is not None:
-        return Outcome(kind, "error", f.parsed.rows, f.verdict)
-    return Outcome(kind, "ok", f.parsed.rows)
+        return Outcome(kind, "error", f.parsed.rows, f.verdict, f.warning)
+    return Outcome(kind, "ok", f.parsed.rows, warning=f.warning)
 
 
 def _collect_snapshot(db: Callable, cfg: Config, spec: Collector, at: datetime) -> Outcome:
@@ -229,27 +255,96 @@ def _collect_snapshot(db: Callable, cfg: Config, spec: Collector, at: datetime) 
     return db(lambda con: _load(con, fetched))
 
 
-def sacct_windows(
-    watermark: datetime | None, now: datetime, *, overlap: float, window: float, lookback: float
-) -> list[tuple[datetime, datetime]]:
-    """[start, end) windows from the watermark minus the overlap (or now minus the lookback) up to now.
+def next_window_seconds(previous: float, rows: int, *, target_rows: int, low: float, high: float) -> float:
+    """The next sacct window, sized from what the last one returned: about `target_rows` records a call.
 
-    The overlap re-reads jobs that were still changing at the end of the last window (RUNNING ->
-    COMPLETED); upserts by attempt key make the re-read harmless.
+    A fixed window is wrong both ways: a day at a time took about 2,500 calls to read five years of a small
+    cluster, while a day of a busy one is millions of lines in one call. Growth is capped at 4x a call, so a
+    quiet week does not launch a month-long call into a busy one.
     """
-    start = (
-        (watermark - timedelta(seconds=overlap))
-        if watermark is not None
-        else now - timedelta(seconds=lookback)
-    )
-    start = min(start, now)
-    step = timedelta(seconds=max(window, 60.0))
-    out = []
-    while start < now:
-        end = min(start + step, now)
-        out.append((start, end))
-        start = end
-    return out or [(now, now)]
+    size = previous * 4 if rows <= 0 else previous * target_rows / rows
+    return max(low, min(high, previous * 4, size))
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """How a windowed source walks [start, end): the first window's length and the sizing bounds."""
+
+    first_seconds: float
+    target_rows: int
+    low_seconds: float
+    high_seconds: float
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> WindowPlan:
+        high = float(cfg.get("collect", "sacct_max_window_seconds"))
+        return cls(
+            first_seconds=min(float(cfg.get("collect", "sacct_window_seconds")), high),
+            target_rows=int(cfg.get("collect", "sacct_target_rows")),
+            low_seconds=min(60.0, high),
+            high_seconds=high,
+        )
+
+
+def _walk_windows(
+    db: Callable,
+    cfg: Config,
+    spec: Collector,
+    at: datetime,
+    start: datetime,
+    end: datetime,
+    *,
+    watermark_key: str,
+    progress: Callable[[datetime, int], None] | None = None,
+    warnings: dict[str, None] | None = None,
+) -> tuple[Outcome | None, int]:
+    """Load [start, end) in windows sized by what sacct returns, moving `watermark_key` after each one.
+
+    Returns (the failed window's outcome or None, rows loaded). A failure stops the walk: the windows after
+    it wait for the next run, which resumes from the last window that loaded. Each window's warning is
+    recorded with its run and added to `warnings` (once per text).
+    """
+    plan = WindowPlan.from_config(cfg)
+    live = {"delimiter": sacct.LIVE_DELIMITER}
+    size, rows = plan.first_seconds, 0
+    while True:
+        stop = min(start + timedelta(seconds=size), end)
+        fetched = _fetch(
+            cfg, spec, at, window=(start, stop), watermark=stop, parse_kwargs=live, check_garbage=True
+        )
+        fetched.watermark_key = watermark_key
+        out = db(lambda con, f=fetched: _load(con, f))
+        _note(warnings, out)
+        if out.status != "ok":
+            return out, rows
+        rows += out.rows
+        if progress is not None:
+            progress(stop, out.rows)
+        size = next_window_seconds(
+            (stop - start).total_seconds() or size,
+            out.rows,
+            target_rows=plan.target_rows,
+            low=plan.low_seconds,
+            high=plan.high_seconds,
+        )
+        start = stop
+        if start >= end:
+            return None, rows
+
+
+def _live_pending_ids(cfg: Config) -> list[str]:
+    """The ids slurmctld holds as pending now (`squeue`), so that `collect sacct` alone also finds held,
+    dependent and --begin jobs: slurmdbd selects a pending job for a -S/-E window by its eligible time,
+    which a held or dependent job does not have yet (Slurm's as_mysql_jobacct_process.c)."""
+    argv = sacct.command_pending_ids(cfg)
+    try:
+        out = run_command(
+            argv, timeout=float(cfg.get("slurm", "timeout_seconds")), env=cfg.slurm_environment(os.environ)
+        ).stdout
+    except CommandError as exc:
+        log.warning("cannot list pending jobs with squeue (%s); by-id lookups use the stored ones", exc)
+        return []
+    return sacct.valid_job_ids(out.decode("utf-8", "replace").split())
 
 
 def _collect_sacct(db: Callable, cfg: Config, spec: Collector, at: datetime) -> Outcome:
@@ -263,24 +358,46 @@ def _collect_sacct(db: Callable, cfg: Config, spec: Collector, at: datetime) -> 
 
     # The by-id list is read before this run's windows load: jobs those windows print are current anyway.
     watermark, ids = db(plan)
-    windows = sacct_windows(
-        watermark,
-        at,
-        overlap=float(cfg.get("collect", "sacct_overlap_seconds")),
-        window=float(cfg.get("collect", "sacct_window_seconds")),
-        lookback=float(cfg.get("collect", "sacct_initial_lookback_seconds")),
-    )
-    live = {"delimiter": sacct.LIVE_DELIMITER}
-    rows = 0
-    for start, end in windows:
-        fetched = _fetch(
-            cfg, spec, at, window=(start, end), watermark=end, parse_kwargs=live, check_garbage=True
-        )
-        out = db(lambda con, f=fetched: _load(con, f))
-        if out.status != "ok":
-            return Outcome(spec.kind, out.status, rows, out.error)  # later windows wait for the next run
-        rows += out.rows
     by_ids = getattr(spec.module, "fetch_ids", None)
+    if by_ids is None:
+        ids = sorted(set(ids) | set(_live_pending_ids(cfg)))
+    if watermark is None:
+        start = at - timedelta(seconds=float(cfg.get("collect", "sacct_initial_lookback_seconds")))
+    else:
+        start = watermark - timedelta(seconds=float(cfg.get("collect", "sacct_overlap_seconds")))
+    start = min(start, at)
+    warnings: dict[str, None] = {}
+    failed, rows = _walk_windows(db, cfg, spec, at, start, at, watermark_key=spec.kind, warnings=warnings)
+    if failed is not None:  # later windows wait for the next run
+        return Outcome(spec.kind, failed.status, rows, failed.error, _joined(warnings))
+    return _by_ids(db, cfg, spec, at, ids, since=start, rows=rows, warnings=warnings)
+
+
+def _note(warnings: dict[str, None] | None, out: Outcome) -> None:
+    if warnings is not None and out.warning:
+        warnings[out.warning] = None
+
+
+def _joined(warnings: dict[str, None] | None) -> str | None:
+    return "; ".join(warnings or {}) or None
+
+
+def _by_ids(
+    db: Callable,
+    cfg: Config,
+    spec: Collector,
+    at: datetime,
+    ids: list[str],
+    *,
+    since: datetime,
+    rows: int,
+    warnings: dict[str, None] | None = None,
+) -> Outcome:
+    """Ask by id for the pending jobs and for the holes in the ids of the jobs submitted since `since`."""
+    holes = db(lambda con: sacct.missing_job_ids(con, cfg.cluster, since))
+    ids = sorted(set(ids) | set(holes), key=lambda i: (len(i), i))
+    by_ids = getattr(spec.module, "fetch_ids", None)
+    live = {"delimiter": sacct.LIVE_DELIMITER}
     for i in range(0, len(ids), JOBS_PER_CALL):
         chunk = ids[i : i + JOBS_PER_CALL]
         fetched = _fetch(
@@ -293,10 +410,64 @@ def _collect_sacct(db: Callable, cfg: Config, spec: Collector, at: datetime) -> 
             check_garbage=True,
         )
         out = db(lambda con, f=fetched: _load(con, f))
+        _note(warnings, out)
         if out.status != "ok":
-            return Outcome(spec.kind, out.status, rows, "by job id: " + (out.error or ""))
+            return Outcome(spec.kind, out.status, rows, "by job id: " + (out.error or ""), _joined(warnings))
         rows += out.rows
-    return Outcome(spec.kind, "ok", rows)
+    return Outcome(spec.kind, "ok", rows, warning=_joined(warnings))
+
+
+def backfill_key(kind: str, since: datetime) -> str:
+    """The watermark a history import moves: one per start date, apart from the live collector's."""
+    return f"{kind}:since={since.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
+
+
+def backfill_with(
+    db: Callable[[Callable[[duckdb.DuckDBPyConnection], T]], T],
+    cfg: Config,
+    since: datetime,
+    *,
+    now: datetime | None = None,
+    progress: Callable[[float, float, int], None] | None = None,
+) -> Outcome:
+    """`collect sacct --since DATE`: read the accounting history from DATE up to where live collection
+    starts (its watermark, else now), in windows sized by what sacct returns.
+
+    Resumable: each loaded window moves a watermark of its own (backfill_key), so a run killed halfway
+    starts again where it stopped, and the live collector's watermark is not touched, which lets a site
+    that collects already import its older years. On a database that never collected, the live watermark
+    is set to where the import ended, so the next `collect` continues from there. `progress(done, total,
+    rows)` is told after every window (seconds of history done and in all).
+    """
+    at = (now or datetime.now(UTC)).astimezone(UTC).replace(microsecond=0)
+    since = since.astimezone(UTC)
+    spec = next(c for c in active(cfg.get("slurm", "source")) if c.windowed)
+    key = backfill_key(spec.kind, since)
+    marker, live_mark = db(
+        lambda con: (get_watermark(con, cfg.cluster, key), get_watermark(con, cfg.cluster, spec.kind))
+    )
+    end = min(live_mark or at, at)
+    start = min(marker or since, end)
+    total = (end - since).total_seconds()
+    if progress is not None:
+        progress((start - since).total_seconds(), total, 0)
+    if start >= end:
+        return Outcome(spec.kind, "ok", 0)
+
+    def told(stop: datetime, rows: int) -> None:
+        if progress is not None:
+            progress((stop - since).total_seconds(), total, rows)
+
+    warnings: dict[str, None] = {}
+    failed, rows = _walk_windows(
+        db, cfg, spec, at, start, end, watermark_key=key, progress=told, warnings=warnings
+    )
+    if failed is not None:
+        return Outcome(spec.kind, failed.status, rows, failed.error, _joined(warnings))
+    out = _by_ids(db, cfg, spec, at, [], since=since, rows=rows, warnings=warnings)
+    if out.status == "ok" and live_mark is None:
+        db(lambda con: set_watermark(con, cfg.cluster, spec.kind, end))
+    return out
 
 
 def _collect_spool(db: Callable, cfg: Config, spec: Collector) -> Outcome:

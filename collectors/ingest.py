@@ -20,7 +20,7 @@ from types import ModuleType
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import duckdb
-from slurmscope.collectors.base import IngestResult, Parsed, RunRecord, load, sha256
+from slurmscope.collectors.base import IngestResult, Parsed, RunRecord, cluster_mismatch, load, sha256
 from slurmscope.collectors.registry import COLLECTORS, Collector
 
 from slurmscope.config import Config
@@ -99,7 +99,10 @@ def garbage_verdict(data: bytes, rows: int, quarantined: int) -> str | None:
         return None
     hint = ""
     if data.lstrip()[:1] in (b"{", b"["):
-        hint = " (it looks like --json output, which this kind does not read: docs/collectors.md)"
+        hint = (
+            " (it looks like JSON: sacct, sinfo, squeue and sdiag read Slurm's JSON of the versions"
+            " docs/collectors.md lists, the other kinds none)"
+        )
     return (
         f"mostly garbage: {quarantined} of {rows + quarantined} lines quarantined{hint}; no rows loaded,"
         " the lines are in the quarantine table"
@@ -248,7 +251,7 @@ def _ingest_one(
     streams = getattr(module, "streams", None)
     warnings: list[str] = []
     head = read_input(path, limit=65536)
-    if streams is not None and streams(head):
+    if streams is not None and streams(head, fmt=fmt, delimiter=delimiter):
         # JSON is read as a stream (gigabytes for a month of sacct --json): never held whole, read once
         snapshot = snapshot_time(module, path, head, tz, at, warnings)
         try:
@@ -285,6 +288,10 @@ def _ingest_one(
         )
         verdict = garbage_verdict(data, parsed.rows, parsed.quarantine.height)
         del data  # the raw text is not needed for loading; a large dump should not be held twice
+    warnings.extend(parsed.warnings)
+    mismatch = cluster_mismatch(parsed, cfg.cluster) if verdict is None else None
+    if mismatch is not None:
+        warnings.append(mismatch)
     hook_factory = getattr(module, "after_upsert", None)
     run = RunRecord(cluster=cfg.cluster, collector=kind, source=source)
     if verdict is not None:
@@ -299,7 +306,12 @@ def _ingest_one(
             warning="; ".join(warnings) or None,
         )
         return IngestResult(
-            path=str(path), rows=0, quarantined=parsed.quarantine.height, error=verdict, status="failed"
+            path=str(path),
+            rows=0,
+            quarantined=parsed.quarantine.height,
+            error=verdict,
+            status="failed",
+            warnings=tuple(warnings),
         )
     load(
         con,

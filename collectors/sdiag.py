@@ -4,16 +4,20 @@ sdiag counters reset at midnight UTC and when slurmctld restarts, so this parser
 printed (plus the whole text in raw_text) and leaves deltas to the pipelines. The text format has been
 stable since Slurm 17.x with additions (RPC tables, "Main scheduler exit", "Backfill exit", pending RPC
 lists); labels are matched per section because "Last cycle" and "Total cycles" appear in both the main
-and the backfill section. `sdiag --json` is declined (docs/collectors.md): the live collector uses text.
+and the backfill section. Slurm's JSON of the statistics (`sdiag --json` of 23.02+, slurmrestd
+`/slurm/<version>/diag`) is recognised by its leading `{` and gives the row the text of the same moment
+gives (`json_row`), for the data parser versions in slurm_json.READ_DIAG.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 import polars as pl
+from slurmscope.collectors import slurm_json
 from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
 from slurmscope.collectors.parsing import split_lines
 from slurmscope.collectors.slurm_format import is_blank, out_of_range
@@ -96,7 +100,7 @@ _SECTIONS = (
 
 def command(cfg: Config, *, start: datetime | None = None, end: datetime | None = None) -> list[str]:
     """argv of the live sdiag call (plain text; documented in docs/collectors.md)."""
-    return [cfg.slurm_command("sdiag")]
+    return [cfg.slurm_command("sdiag"), *cfg.slurm_cluster_args()]
 
 
 def parse_ctime(s: str, tz: ZoneInfo) -> datetime | None:
@@ -124,7 +128,12 @@ def parse_ctime(s: str, tz: ZoneInfo) -> datetime | None:
 
 
 def snapshot_from(data: bytes, tz: ZoneInfo) -> datetime | None:
-    """The time sdiag prints for itself (`sdiag output at ... (epoch)`), or None: ingest's snapshot time."""
+    """The time sdiag prints for itself (`sdiag output at ... (epoch)`, JSON `req_time`), or None: ingest's
+    snapshot time."""
+    if slurm_json.is_json(data[:4096]):
+        doc = _document(data)
+        t = slurm_json.num(((doc or {}).get("statistics") or {}).get("req_time"))
+        return _epoch(t)
     for _no, text, _raw in split_lines(data[:4096]):
         low = text.strip().lower()
         if low.startswith("sdiag output at"):
@@ -145,8 +154,10 @@ def parse(
     """sdiag text -> one sched_stats row (snapshot time from "sdiag output at", else the given time).
 
     Every line is kept in raw_text; a counter line whose value is not a number, a date that cannot be
-    read, or input with no sdiag counter at all goes to quarantine.
+    read, or input with no sdiag counter at all goes to quarantine. Slurm's JSON is read by `json_row`.
     """
+    if slurm_json.is_json(data[:4096]):
+        return _parse_json(data, cluster=cluster, snapshot_time=snapshot_time)
     lines = split_lines(data)
     row: dict = {c: None for c in SCHED_STATS_SCHEMA}
     section = "header"
@@ -255,3 +266,150 @@ def parse(
     row["raw_text"] = data.decode("utf-8", errors="replace")
     df = pl.DataFrame([row], schema=SCHED_STATS_SCHEMA, orient="row")
     return Parsed(tables={"sched_stats": df}, quarantine=quarantine_frame(bad))
+
+
+# ------------------------------------------------------------------------------------------- JSON
+
+JSON_CAPTURE = "the text form (sdiag)"
+# sched_stats column -> the statistics member it is, where the two mean the same printed number.
+_JSON_SAME = {
+    "server_thread_count": "server_thread_count",
+    "agent_queue_size": "agent_queue_size",
+    "jobs_submitted": "jobs_submitted",
+    "jobs_started": "jobs_started",
+    "jobs_completed": "jobs_completed",
+    "jobs_canceled": "jobs_canceled",
+    "jobs_failed": "jobs_failed",
+    "jobs_pending": "jobs_pending",
+    "jobs_running": "jobs_running",
+    "main_last_cycle_us": "schedule_cycle_last",
+    "main_max_cycle_us": "schedule_cycle_max",
+    "main_total_cycles": "schedule_cycle_total",
+    "main_last_queue_length": "schedule_queue_length",
+    "bf_backfilled_jobs": "bf_backfilled_jobs",
+    "bf_backfilled_jobs_since_reset": "bf_last_backfilled_jobs",
+    "bf_backfilled_het_jobs": "bf_backfilled_het_jobs",
+    "bf_total_cycles": "bf_cycle_counter",
+    "bf_last_cycle_us": "bf_cycle_last",
+    "bf_max_cycle_us": "bf_cycle_max",
+    "bf_last_depth": "bf_last_depth",
+    "bf_last_depth_try": "bf_last_depth_try",
+    "bf_last_queue_length": "bf_queue_len",
+    "bf_table_size": "bf_table_size",
+}
+# Means sdiag prints only once a cycle ran (sum / counter); the JSON prints 0 before that.
+_JSON_MEANS = {
+    "main_mean_cycle_us": ("schedule_cycle_mean", "schedule_cycle_total"),
+    "main_mean_depth": ("schedule_cycle_mean_depth", "schedule_cycle_total"),
+    "bf_mean_cycle_us": ("bf_cycle_mean", "bf_cycle_counter"),
+    "bf_depth_mean": ("bf_depth_mean", "bf_cycle_counter"),
+    "bf_depth_mean_try": ("bf_depth_mean_try", "bf_cycle_counter"),
+    "bf_queue_length_mean": ("bf_queue_len_mean", "bf_cycle_counter"),
+}
+# v0.0.39 to v0.0.41 print the backfill queue length mean as `bf_table_size_mean` (parsers.c maps the
+# name to STATS_MSG_BF_QUEUE_LEN_MEAN: 23.02.4 v0.0.39 line 5164, 24.05.5 v0.0.41 line 7329; rivosinc's
+# 23.02.4 capture shows 3371 for both with a table size of 65). v0.0.41 also prints the sum, from which
+# the mean is computed as sdiag does; v0.0.39 and v0.0.40 skip the sum, so the mean is unknown there.
+_TABLE_SIZE_MEAN_WRONG = frozenset({"v0.0.39", "v0.0.40", "v0.0.41"})
+
+
+def _epoch(t) -> datetime | None:
+    if t is None or t == float("inf") or t <= 0:
+        return None
+    try:
+        return datetime.fromtimestamp(int(t), UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+def _document(data: bytes) -> dict | None:
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def json_row(stats: dict, version: str | None) -> dict:
+    """The sched_stats values sdiag's text prints for one JSON `statistics` block.
+
+    The text's arithmetic (src/sdiag/sdiag.c `_print_stats`, 22.05.8): means are sum / counter, printed
+    only when the counter is above 0 (the JSON prints 0 before, so those are NULL as in the text);
+    cycles per minute is counter / ((req_time - req_time_start) / 60), printed only past 60 s (v0.0.41
+    prints it from 60 s on, so it is recomputed here with sdiag's rule); `Last cycle when` is N/A at 0.
+    Fields a version does not print are NULL: v0.0.38 has no `bf_last_depth`/`bf_last_depth_try`, the
+    v0.0.39 and v0.0.40 captures no `bf_cycle_max`.
+    """
+    row: dict = {c: None for c in SCHED_STATS_SCHEMA}
+
+    def n(key: str):
+        v = slurm_json.num(stats.get(key))
+        return None if v is None or v == float("inf") else int(v)
+
+    for col, key in _JSON_SAME.items():
+        row[col] = n(key)
+    for col, (key, counter) in _JSON_MEANS.items():
+        row[col] = n(key) if (n(counter) or 0) > 0 else None
+    now, since = n("req_time"), n("req_time_start")
+    if now is not None and since is not None and now - since > 60 and n("schedule_cycle_total") is not None:
+        row["main_cycles_per_minute"] = n("schedule_cycle_total") // ((now - since) // 60)
+    counter = n("bf_cycle_counter") or 0
+    if counter > 0:
+        if version not in _TABLE_SIZE_MEAN_WRONG:
+            row["bf_table_size_mean"] = n("bf_table_size_mean")
+        elif n("bf_table_size_sum") is not None:
+            row["bf_table_size_mean"] = n("bf_table_size_sum") // counter
+    row["bf_last_cycle_when"] = _epoch(n("bf_when_last_cycle"))
+    row["data_since"] = _epoch(since)
+    row["snapshot_time"] = _epoch(now)
+    return row
+
+
+def _parse_json(data: bytes, *, cluster: str, snapshot_time: datetime) -> Parsed:
+    """One sched_stats row from Slurm's JSON, or one quarantine line saying why the document is declined."""
+    empty = {"sched_stats": pl.DataFrame(schema=SCHED_STATS_SCHEMA)}
+
+    def declined(why: str) -> Parsed:
+        return Parsed(tables=empty, quarantine=slurm_json.every_line(data, f"sdiag: {why}"))
+
+    doc = _document(data)
+    if doc is None:
+        return declined("not Slurm JSON: not one JSON object")
+    problem = json_problem(doc)
+    if problem:
+        return declined(problem)
+    row = json_row(doc["statistics"], slurm_json.version(doc.get("meta")))
+    problem = out_of_range({k: v for k, v in row.items() if isinstance(v, int)}, SCHED_STATS_SCHEMA)
+    if problem:
+        return declined(problem)
+    row["cluster"] = cluster
+    row["snapshot_time"] = row["snapshot_time"] or snapshot_time
+    row["raw_text"] = data.decode("utf-8", errors="replace")
+    return Parsed(tables={"sched_stats": pl.DataFrame([row], schema=SCHED_STATS_SCHEMA, orient="row")})
+
+
+def json_problem(doc: dict) -> str | None:
+    """Why a JSON document cannot be read as statistics (no meta, a declined version, no statistics)."""
+    if not isinstance(doc.get("meta"), dict):
+        return "Slurm JSON without a meta member: its data parser version is unknown"
+    v = slurm_json.version(doc["meta"])
+    if v is None:
+        return f"Slurm JSON whose meta names no data parser version; capture {JSON_CAPTURE} instead"
+    problem = slurm_json.check_version(v, slurm_json.READ_DIAG, JSON_CAPTURE)
+    if problem:
+        return problem
+    if not isinstance(doc.get("statistics"), dict):
+        errors = doc.get("errors") or []
+        why = "; ".join(str(e.get("error") or e) if isinstance(e, dict) else str(e) for e in errors)
+        return "Slurm JSON without `statistics`" + (f": Slurm reported {why}" if why else "")
+    return None
+
+
+def check_input(data: bytes, fmt: str | None, delimiter: str | None) -> str | None:
+    """Why `ingest` cannot read this input (a declined JSON version), or None."""
+    if not slurm_json.is_json(data):
+        return None
+    problem = slurm_json.check_version(slurm_json.sniff_version(data), slurm_json.READ_DIAG, JSON_CAPTURE)
+    if problem is None and b'"statistics"' in data and b'"meta"' not in data:
+        problem = "Slurm JSON without a meta member: its data parser version is unknown"
+    return problem

@@ -2,9 +2,19 @@
 
 The live command is node-oriented (`--Node`) with `--Format` fields ended by the unit separator 0x1F,
 which no node name, state, GRES string or partition can contain; `Reason` (the only free text) is last,
-so a 0x1F typed into a drain reason cannot shift the other columns. Recorded captures from other tools
+so a 0x1F typed into a drain reason cannot shift the other columns.
+
+A node is its NodeName (`NodeList`, `%N`), never its host name (`NodeHost`, `%n`): slurm.conf lets nodes
+share a NodeHostname (several slurmd per host with `--enable-multiple-slurmd`, aliased and cloud nodes;
+"By default, the NodeHostname will be identical in value to NodeName", slurm.conf(5), Slurm 22.05,
+https://slurm.schedmd.com/archive/slurm-22.05.8/slurm.conf.html#OPT_NodeHostname), and keying by it stored
+six nodes of one host as one node (issue 14). The host name is kept in its own column, `node_host`. Recorded captures from other tools
 use many `-o`/`-O` strings; `ingest sinfo --format` names one and the same parser reads it (see
 docs/collectors.md for the supported and declined ones).
+
+Slurm's JSON of the nodes (22.05's `sinfo --json`, `scontrol show nodes --json`, slurmrestd `/nodes`) is
+recognised by its leading `{` and read as a stream: each node gives the values the live `--Node --Format`
+line prints for it, typed by the same rules (`json_values`, docs/collectors.md "JSON and slurmrestd").
 
 `sinfo -N` prints a node once for every partition it belongs to, so capacity must count distinct nodes:
 `capacity()` does that, and docs/collectors.md says so for anyone querying node_states directly.
@@ -12,11 +22,14 @@ docs/collectors.md for the supported and declined ones).
 
 from __future__ import annotations
 
+import io
 import re
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import IO
 from zoneinfo import ZoneInfo
 
 import polars as pl
+from slurmscope.collectors import slurm_json
 from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
 from slurmscope.collectors.parsing import gpu_count, parse_mem_mb, parse_slurm_time, split_lines
 from slurmscope.collectors.slurm_format import (
@@ -43,6 +56,7 @@ TABLES = {
 
 US = "\x1f"
 LIVE_FIELDS = (
+    "NodeList",
     "NodeHost",
     "Partition",
     "StateComplete",
@@ -57,6 +71,8 @@ LIVE_FIELDS = (
 )
 # Size left empty after ':' = no padding, no truncation; the suffix after it is the separator.
 LIVE_FORMAT = ",".join(f"{f}:{US}" for f in LIVE_FIELDS) + ",Reason:"
+# The live format before migration 0017 (NodeHost, no NodeList): still read, as a host-only format.
+PREVIOUS_LIVE_FORMAT = ",".join(f"{f}:{US}" for f in LIVE_FIELDS[1:]) + ",Reason:"
 
 NODE_STATES_SCHEMA = {
     "cluster": pl.String,
@@ -81,6 +97,7 @@ NODE_STATES_SCHEMA = {
     "gpus_used": pl.Int32,
     "gpu_type": pl.String,
     "features": pl.String,
+    "node_host": pl.String,
 }
 
 NODE_GROUPS_SCHEMA = {
@@ -104,7 +121,13 @@ NODE_GROUPS_SCHEMA = {
 
 def command(cfg: Config, *, start: datetime | None = None, end: datetime | None = None) -> list[str]:
     """argv of the live sinfo call (documented in docs/collectors.md)."""
-    return [cfg.slurm_command("sinfo"), "--Node", "--noheader", f"--Format={LIVE_FORMAT}"]
+    return [
+        cfg.slurm_command("sinfo"),
+        *cfg.slurm_cluster_args(),
+        "--Node",
+        "--noheader",
+        f"--Format={LIVE_FORMAT}",
+    ]
 
 
 # ------------------------------------------------------------------------------------ node values
@@ -161,7 +184,7 @@ def _user(s: str | None) -> str | None:
 
 # sinfo -o letters and -O names that the node_states row uses; anything else is split and ignored.
 LETTERS = {
-    "n": "node",
+    "n": "node_host",
     "N": "nodelist",
     "P": "partition",
     "R": "partition",
@@ -181,7 +204,7 @@ LETTERS = {
     "D": "node_count",
 }
 LONG_NAMES = {
-    "nodehost": "node",
+    "nodehost": "node_host",
     "nodelist": "nodelist",
     "partition": "partition",
     "partitionname": "partition",
@@ -212,12 +235,13 @@ def line_format(fmt: str | None, delimiter: str | None = None) -> LineFormat:
     if delimiter:
         lf = lf.with_delimiter(delimiter)
     names = set(lf.names)
-    if not names & {"node", "nodelist", "node_count"}:
+    if not names & {"node_host", "nodelist", "node_count"}:
         raise ValueError(
-            f"sinfo format {fmt!r} has neither node names (NodeHost/NodeList, %n/%N) nor a node count "
-            "(Nodes, %D): its lines cannot be tied to nodes (see docs/collectors.md, declined formats)"
+            f"sinfo format {fmt!r} has neither node names (NodeList, %N) nor host names (NodeHost, %n) nor "
+            "a node count (Nodes, %D): its lines cannot be tied to nodes (see docs/collectors.md, declined "
+            "formats)"
         )
-    if not names & {"node", "nodelist"} and not names & {"state", "gres", "gres_used"}:
+    if not names & {"node_host", "nodelist"} and not names & {"state", "gres", "gres_used"}:
         raise ValueError(
             f"sinfo format {fmt!r} has no node names and neither state nor GRES columns: nothing to store "
             "(see docs/collectors.md, declined formats)"
@@ -225,17 +249,42 @@ def line_format(fmt: str | None, delimiter: str | None = None) -> LineFormat:
     return lf
 
 
+def _names(text: str) -> list[str]:
+    """expand_hostlist, without its parser for the common case of one plain name (a line of `--Node`)."""
+    plain = text.strip()
+    if plain and not any(c in plain for c in "[],") and plain not in NULL_WORDS and plain != "None assigned":
+        return [plain]
+    return expand_hostlist(text)
+
+
+def _one_host(text: str | None) -> str | None:
+    """The host name a line prints (NodeHost, `%n`) when it names exactly one host, else None."""
+    text = (text or "").strip()
+    if not text:
+        return None
+    try:
+        hosts = _names(text)
+    except ValueError:
+        return None
+    return hosts[0] if len(hosts) == 1 else None
+
+
 def _rows_for(
     values: dict[str, str], snapshot_time: datetime, cluster: str, tz: ZoneInfo
 ) -> tuple[list[dict], str | None]:
-    if "node" in values:
-        node = values["node"].strip()
-        nodes = [node] if node else []
-    else:
+    host = _one_host(values.get("node_host"))
+    if "nodelist" in values:
         try:
-            nodes = expand_hostlist(values["nodelist"])
+            nodes = _names(values["nodelist"])
         except ValueError as exc:
             return [], str(exc)
+    else:
+        # No node names: the host stands in (HOST_ONLY_WARNING); a line for several nodes is never one.
+        node = (values.get("node_host") or "").strip()
+        nodes = [node] if node else []
+        count = (values.get("node_count") or "").strip()
+        if nodes and _DIGITS.match(count) and int(count) > 1:
+            return [], f"one line for {count} nodes under the host name {node!r}: {CAPTURE_NODE_NAMES}"
     if not nodes:
         return [], "empty node name"
     partition = (values.get("partition") or "").strip()
@@ -288,6 +337,7 @@ def _rows_for(
         "gpus_used": gpus_used,
         "gpu_type": gtype or utype,
         "features": _null(values.get("features")),
+        "node_host": host,
     }
     problem = out_of_range(row, NODE_STATES_SCHEMA)
     if problem:
@@ -408,6 +458,8 @@ def snapshot_from(data: bytes, tz: ZoneInfo) -> datetime | None:
 
 def check_input(data: bytes, fmt: str | None, delimiter: str | None) -> str | None:
     """Why `ingest` cannot read this input as asked (an unusable --format, a declined layout), or None."""
+    if fmt is None and delimiter is None and slurm_json.is_json(data):
+        return json_problem(data)
     if fmt is None and delimiter is None:
         _table, problem = human_table([line for line in split_lines(data) if not is_blank(line[1])])
         if problem:
@@ -492,10 +544,10 @@ def _vector_node_rows(
     df = df.filter(~odd)
 
     def node(v: str) -> str:
-        v = v.strip()
-        if not v:
-            raise ValueError("empty node name")
-        return v
+        nodes = _names(v)
+        if len(nodes) != 1:
+            raise ValueError("not one node name")  # a hostlist (or none): the per-line path expands it
+        return nodes[0]
 
     def partition(v: str | None) -> str:
         v = (v or "").strip()
@@ -535,7 +587,8 @@ def _vector_node_rows(
         return m
 
     rules = {
-        "node": node,
+        "nodelist": node,
+        "node_host": _one_host,
         "partition": partition,
         "state": state,
         "cpus_state": cpus_state,
@@ -573,7 +626,7 @@ def _vector_node_rows(
         "line_no",
         cluster=pl.lit(cluster),
         snapshot_time=pl.lit(snapshot_time),
-        node=get("node"),
+        node=get("nodelist"),
         partition=get("partition", default=""),
         state=get("state", lambda r: r[1]),
         state_flags=get("state", lambda r: r[2]),
@@ -593,6 +646,7 @@ def _vector_node_rows(
         gpus_used=get("gres_used", lambda r: r[1], pl.Int64),
         gpu_type=pl.coalesce(get("gres", lambda r: r[2]), get("gres_used", lambda r: r[2])),
         features=get("features"),
+        node_host=get("node_host"),
     )
     out = out.select("line_no", *[pl.col(c).cast(t) for c, t in NODE_STATES_SCHEMA.items()])
     return out, slow
@@ -610,9 +664,15 @@ def parse(
 ) -> Parsed:
     """sinfo output -> node_states rows (node-oriented formats) or node_groups rows (aggregated ones).
 
-    Lines that do not fit the format go to quarantine; a first line of column titles is skipped.
+    Lines that do not fit the format go to quarantine; a first line of column titles is skipped. Slurm's
+    JSON of the nodes is read as `parse_stream` reads it.
     Raises ValueError only for a format string that cannot describe nodes (never for the data).
     """
+    if fmt is None and delimiter is None and slurm_json.is_json(data[:4096]):
+        out = parse_stream(io.BytesIO(data), cluster=cluster, snapshot_time=snapshot_time, tz=tz)
+        if out.tables:
+            return out
+        return Parsed(tables={}, quarantine=slurm_json.every_line(data, out.quarantine["reason"][0]))
     return _parse(
         data,
         cluster=cluster,
@@ -643,16 +703,22 @@ def _parse(
         table, _problem = human_table(lines)
         if table is not None:
             return _human_rows(lines, table, cluster, snapshot_time, tz)
+    if fmt is None and delimiter is None:
+        fmt = _live_or_previous(lines)
     lf = line_format(fmt, delimiter)
-    per_node = bool(set(lf.names) & {"node", "nodelist"})
-    id_cols = ("node", "nodelist") if per_node else ("node_count",)
+    per_node = bool(set(lf.names) & {"node_host", "nodelist"})
+    host_only = per_node and "nodelist" not in lf.names
+    id_cols = ("node_host", "nodelist") if per_node else ("node_count",)
     if lines:
         values, _reason = split_line(lines[0][1], lf)
         if values is not None and is_header(values, id_cols):
             lines = lines[1:]
     frames: list[pl.DataFrame] = []
     slow = lines
-    if vectorise and per_node and "nodelist" not in lf.names:
+    shared: dict[int, str] = {}
+    if host_only:
+        slow, shared = _shared_hosts(lines, lf)
+    if vectorise and per_node and not host_only:
         frames, slow = fast_path(
             lines, lf, lambda split: _vector_node_rows(split, cluster, snapshot_time, tz)
         )
@@ -673,6 +739,20 @@ def _parse(
                     groups.append(group)
                     continue
         bad.append({"line_no": line_no, "raw_text": text, "raw_bytes": raw, "reason": f"sinfo: {reason}"})
+    warnings: list[str] = []
+    if host_only and lines:
+        warnings.append(HOST_ONLY_WARNING)
+        for line_no, text, raw in lines:
+            if line_no in shared:
+                bad.append(
+                    {
+                        "line_no": line_no,
+                        "raw_text": text,
+                        "raw_bytes": raw,
+                        "reason": f"sinfo: {shared[line_no]}",
+                    }
+                )
+        bad.sort(key=lambda b: b["line_no"])
     tables: dict[str, pl.DataFrame] = {}
     if per_node:
         schema = {"line_no": pl.Int64, **NODE_STATES_SCHEMA}
@@ -691,7 +771,249 @@ def _parse(
             if groups
             else pl.DataFrame(schema=NODE_GROUPS_SCHEMA)
         )
-    return Parsed(tables=tables, quarantine=quarantine_frame(bad))
+    return Parsed(tables=tables, quarantine=quarantine_frame(bad), warnings=warnings)
+
+
+def _live_or_previous(lines: list) -> str:
+    """The live format, or the one before 0017 when most lines have its field count (captures recorded
+    with the command line documented before, simulator output of an older version)."""
+    count = len(LIVE_FIELDS)  # separators in a line of the live format; the previous one has one fewer
+    sample = [line[1].count(US) for line in lines[:200]]
+    previous = sum(n == count - 1 for n in sample)
+    return PREVIOUS_LIVE_FORMAT if previous > sum(n == count for n in sample) else LIVE_FORMAT
+
+
+CAPTURE_NODE_NAMES = (
+    "nodes that share a host name cannot be told apart without node names; capture with %N (-o) or NodeList "
+    "(-O), e.g. the live format (docs/collectors.md)"
+)
+HOST_ONLY_WARNING = (
+    "node names taken from host names: the format has %n/NodeHost but no %N/NodeList, which is right only where "
+    "every node has its own host name (slurm.conf NodeHostname); lines that show one host for several nodes "
+    "are quarantined, never merged; capture %N/NodeList to be sure"
+)
+
+
+# Values of the node itself, the same on each of its partitions' lines (the others describe the partition).
+NODE_VALUES = frozenset(
+    {
+        "state",
+        "cpus_state",
+        "cpus",
+        "memory",
+        "alloc_mem",
+        "free_mem",
+        "gres",
+        "gres_used",
+        "features",
+        "features_act",
+        "reason",
+        "reason_user",
+        "reason_time",
+    }
+)
+
+
+def _shared_hosts(lines: list, lf: LineFormat) -> tuple[list, dict[int, str]]:
+    """The lines of a host-only format (no node names) that can be one node each, and why the others cannot.
+
+    `sinfo -N` prints a node once per partition, and without `-N` sinfo groups the nodes that share a host
+    (Slurm 22.05 src/sinfo/sinfo.c `_match_node_data`): one host on two lines of one partition is two nodes,
+    and so are lines of one host whose node values differ (a node has one state whatever the partition).
+    Those lines are quarantined with the reason, all of them: keeping any would store several nodes as
+    one (issue 14). Identical lines of one host without a partition column stay one row: a node in several
+    partitions prints the same line for each, and HOST_ONLY_WARNING says what cannot be told apart.
+    """
+    groups: dict[str, list[tuple[int, dict]]] = {}
+    for line_no, text, _raw in lines:
+        values, _reason = split_line(text, lf)
+        host = (values or {}).get("node_host", "").strip()
+        if host:
+            groups.setdefault(host, []).append((line_no, values))
+    shared: dict[int, str] = {}
+    for host, group in groups.items():
+        if len(group) < 2:
+            continue
+        why = None
+        if "partition" in lf.names:
+            parts = [(v.get("partition") or "").strip().rstrip("*") for _, v in group]
+            twice = sorted({p for p in parts if parts.count(p) > 1})
+            if twice:
+                why = f"host name {host!r} is printed on {parts.count(twice[0])} lines of partition {twice[0]!r}"
+        nodes = {
+            tuple(sorted((k, v.strip()) for k, v in vals.items() if k in NODE_VALUES)) for _, vals in group
+        }
+        if why is None and len(nodes) > 1:
+            why = f"host name {host!r} is printed with different node values on {len(group)} lines"
+        if why is not None:
+            shared.update((line_no, f"{why}: {CAPTURE_NODE_NAMES}") for line_no, _ in group)
+    return [line for line in lines if line[0] not in shared], shared
+
+
+# ------------------------------------------------------------------------------------------- JSON
+
+# The node state flags in the order StateComplete prints them (`node_state_flags[]` in Slurm's
+# src/common/slurm_protocol_defs.c: 22.05.8, plus BLOCKED and EXTERNAL of 25.11.0); the data parser lists
+# them in another order (src/plugins/data_parser/v0.0.41/parsers.c, NODE_STATES), so a JSON state is put
+# in this one to give the text's `state_raw` and `state_flags`. Flags missing here keep their JSON order.
+NODE_FLAG_ORDER = (
+    "BLOCKED",
+    "CLOUD",
+    "COMPLETING",
+    "DRAIN",
+    "DYNAMIC_FUTURE",
+    "DYNAMIC_NORM",
+    "EXTERNAL",
+    "INVALID_REG",
+    "FAIL",
+    "MAINTENANCE",
+    "POWER_DOWN",
+    "POWER_UP",
+    "PERFCTRS",
+    "POWERED_DOWN",
+    "REBOOT_REQUESTED",
+    "REBOOT_ISSUED",
+    "RESERVED",
+    "RESUME",
+    "NOT_RESPONDING",
+    "PLANNED",
+    "POWERING_UP",
+    "POWERING_DOWN",
+)
+NODE_BASE_STATES = frozenset({"DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE", "UNKNOWN", "INVALID"})
+JSON_CAPTURE = "`scontrol show nodes --json`, slurmrestd /slurm/<version>/nodes, or the live text format"
+# JSON's `name` is the node (NodeName, what %N/NodeList prints) and `hostname` its host (node_states.node_host).
+NODE_HOST = "node_host"
+
+
+def _json_state(node: dict) -> tuple[str, list[str]]:
+    """(base state, flags) of a JSON node: v0.0.38 `state` + `state_flags`, v0.0.40+ one `state` list."""
+    st = node.get("state")
+    if isinstance(st, str):
+        base, flags = st.upper(), [f for f in node.get("state_flags") or [] if isinstance(f, str)]
+    else:
+        words = [w.upper() for w in st or [] if isinstance(w, str)]
+        base = next((w for w in words if w in NODE_BASE_STATES), "UNKNOWN")
+        flags = [w for w in words if w != base]
+    known = [f for f in NODE_FLAG_ORDER if f in flags]
+    return base, known + [f for f in flags if f not in NODE_FLAG_ORDER]
+
+
+def _json_text(v) -> str:
+    if isinstance(v, list):  # v0.0.40+ features
+        return ",".join(str(x) for x in v)
+    return "" if v is None else str(v)
+
+
+def json_values(node: dict) -> list[dict[str, str]]:
+    """The values `sinfo --Node --Format=<live>` prints for one JSON node, one dict per partition.
+
+    - StateComplete is the base state and each flag, `+`-joined in lower case (Slurm's
+      node_state_string_complete). The openapi/v0.0.3x plugins (Slurm 20.11 to 23.02, `state` a string)
+      come from a slurmctld query with SHOW_MIXED, which turns a partly allocated node MIXED even while it
+      drains; sinfo of those releases skipped that for draining nodes (src/sinfo/sinfo.c `_query_server`,
+      22.05.8: "don't worry about mixed since the whole node is being drained"), so `mixed` + DRAIN is
+      printed `allocated+drain` there. sinfo uses SHOW_MIXED itself from 23.11 (SchedMD commit 2fc502e0dc,
+      "Prune redundant logic and use SHOW_MIXED"), which is what v0.0.40+ documents show.
+    - CPUsState `A/I/O/T`: total is `cpus`, allocated `alloc_cpus`; the rest is other on a DRAIN or DOWN
+      node and idle otherwise (src/sinfo/sinfo.c `_update_sinfo`, the same rule in 22.05.8 and 25.11.0).
+    - Memory `real_memory`, AllocMem `alloc_memory`, Gres/GresUsed as printed, Features the configured
+      `features` (a list from v0.0.40), UserLong `reason_set_by_user`, Timestamp `reason_changed_at`.
+    - A node in no partition prints no line (sinfo lists the nodes of partitions).
+    """
+    name = node.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError("node without a name")
+    base, flags = _json_state(node)
+    if isinstance(node.get("state"), str) and base == "MIXED" and "DRAIN" in flags:
+        base = "ALLOCATED"
+    state = "+".join([base.lower(), *(f.lower() for f in flags)])
+    total = slurm_json.num(node.get("cpus"))
+    alloc = slurm_json.num(node.get("alloc_cpus")) or 0
+    if total is None:
+        cpus_state = ""
+    else:
+        rest = int(total) - int(alloc)
+        other = "DRAIN" in flags or base == "DOWN"
+        cpus_state = f"{int(alloc)}/{0 if other else rest}/{rest if other else 0}/{int(total)}"
+    mem, alloc_mem = slurm_json.num(node.get("real_memory")), slurm_json.num(node.get("alloc_memory"))
+    values = {
+        "nodelist": name,
+        NODE_HOST: _json_text(node.get("hostname")),
+        "state": state,
+        "cpus_state": cpus_state,
+        "memory": "" if mem is None else str(int(mem)),
+        "alloc_mem": "" if alloc_mem is None else str(int(alloc_mem)),
+        "gres": _json_text(node.get("gres")),
+        "gres_used": _json_text(node.get("gres_used")),
+        "features": _json_text(node.get("features")),
+        "reason_user": _json_text(node.get("reason_set_by_user")) or "Unknown",
+        "reason_time": slurm_json.epoch_text(node.get("reason_changed_at")),
+        "reason": _json_text(node.get("reason")),
+    }
+    parts = [p for p in node.get("partitions") or [] if isinstance(p, str) and p]
+    return [dict(values, partition=p) for p in parts]
+
+
+def json_problem(head: bytes) -> str | None:
+    """Why a JSON input cannot be read as nodes (a declined version, 23.02+ `sinfo --json`), or None."""
+    if re.search(rb'"sinfo"\s*:\s*\[', head):
+        return (
+            "`sinfo --json` of Slurm 23.02 and later prints partition and state groups (member `sinfo`), "
+            f"not nodes, and no real capture of it has been checked; capture {JSON_CAPTURE}"
+        )
+    return slurm_json.check_version(slurm_json.sniff_version(head), slurm_json.READ_NODES, JSON_CAPTURE)
+
+
+def streams(head: bytes, fmt: str | None = None, delimiter: str | None = None) -> bool:
+    """True for input that `parse_stream` reads from an open file instead of whole bytes: JSON, unless a
+    --format says the file is text (a `-o` format may print lines that start with `{`)."""
+    return fmt is None and delimiter is None and slurm_json.is_json(head)
+
+
+def parse_stream(
+    fh: IO[bytes],
+    *,
+    cluster: str,
+    snapshot_time: datetime,
+    tz: ZoneInfo | None = None,
+    fmt: str | None = None,
+    delimiter: str | None = None,
+    source: str = "",
+) -> Parsed:
+    """Slurm's JSON of the nodes -> the node_states rows the live text of the same moment gives.
+
+    Each node's values (`json_values`) are typed by the text path's `_rows_for`; times are epoch seconds,
+    so `tz` does not apply. A declined version or input that is not a nodes document quarantines one
+    line saying why; a malformed node is quarantined alone (line_no = its place in the array).
+    """
+
+    def convert(node: dict) -> list[dict]:
+        rows = []
+        for values in json_values(node):
+            new, reason = _rows_for(values, snapshot_time, cluster, UTC)
+            if reason is not None:
+                raise ValueError(reason)
+            rows += new
+        return rows
+
+    got = slurm_json.read_array(
+        fh,
+        "nodes",
+        convert,
+        NODE_STATES_SCHEMA,
+        read=slurm_json.READ_NODES,
+        capture=JSON_CAPTURE,
+        what="sinfo",
+    )
+    problem = got.problem
+    if problem is None and not got.found:
+        problem = "Slurm JSON without a `nodes` array: not the nodes of sinfo or slurmrestd"
+    if problem is not None:
+        bad = [{"line_no": 1, "raw_text": "", "raw_bytes": None, "reason": f"sinfo: {problem}"}]
+        return Parsed(tables={}, quarantine=quarantine_frame(bad))
+    df = got.rows(NODE_STATES_SCHEMA).unique(subset=["node", "partition"], keep="last", maintain_order=True)
+    return Parsed(tables={"node_states": df}, quarantine=quarantine_frame(got.bad))
 
 
 def capacity(node_states: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:

@@ -1,4 +1,4 @@
-"""Slurm's JSON (`sacct --json`, slurmrestd `/slurmdb/v0.0.XX/jobs`) read as a stream, turned into sacct lines.
+"""Slurm's JSON (`sacct|sinfo|squeue|sdiag --json`, slurmrestd) read as a stream, turned into the text's values.
 
 Why it is shaped like this:
 - A month of `sacct --json` is gigabytes, and `json.load` holds about ten times the text as Python
@@ -9,27 +9,46 @@ Why it is shaped like this:
   rules, each job (and each of its steps) is printed back as the sacct `--parsable2` line that `sacct
   --format=JSON_FIELDS` prints for it, and those lines go through the text parser (collectors/sacct.py).
   The JSON meaning of each field, per data parser version, is therefore in one place: `job_lines`.
+- The same holds for slurmctld's documents (`sinfo --json`/`squeue --json` of 22.05, `scontrol show
+  nodes --json`, slurmrestd `/slurm/v0.0.XX/nodes`, `/jobs`, `/diag`): collectors/sinfo.py, squeue.py
+  and sdiag.py give each node, job or statistics block the values their text prints and type them with
+  the text's own rules; `read_array` is their shared streaming loop.
 - Versions differ in shape, not meaning: v0.0.38 (Slurm 22.05) prints plain numbers, v0.0.39 and later
-  wrap most numbers as `{"set", "infinite", "number"}` and states as lists. `READ` lists the versions
-  checked against real output (docs/collectors.md); any other version is declined by name, because a
-  field that moved would silently read as empty.
+  wrap most numbers as `{"set", "infinite", "number"}` and states as lists. `READ` (jobs from slurmdbd),
+  `READ_NODES`, `READ_JOBS` and `READ_DIAG` list the versions checked against real output per document
+  (docs/collectors.md); any other version is declined by name, because a field that moved would silently
+  read as empty.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import IO, Any
 
-# The versions read, each checked against real output (docs/collectors.md, "JSON and slurmrestd").
-READ = ("v0.0.38", "v0.0.41", "v0.0.44")
+import polars as pl
+from slurmscope.collectors.base import quarantine_frame
+from slurmscope.collectors.parsing import split_lines
+from slurmscope.collectors.slurm_format import is_blank
+
+# The versions read per document, each checked against real output (docs/collectors.md, "JSON and
+# slurmrestd"): slurmdbd's jobs (sacct), slurmctld's nodes (sinfo), jobs (squeue) and statistics (sdiag).
+READ = ("v0.0.38", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44")
+READ_NODES = ("v0.0.38", "v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44")
+READ_JOBS = READ_NODES
+READ_DIAG = ("v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41")
+# Rows per slice of a streamed document: each slice becomes a DataFrame, so a large document is never
+# held as Python objects at once.
+ROWS_PER_SLICE = 20_000
 # The sacct fields the rendered lines carry, in order; UID is not among them (no JSON version prints a
 # job's uid), so a JSON load never blanks out the uid a text load stored.
 FIELDS = (
     "JobID,JobIDRaw,Cluster,Partition,QOS,Account,User,Submit,Eligible,Start,End,Elapsed,Timelimit,"
-    "State,ExitCode,NNodes,NCPUS,ReqMem,AllocTRES,NodeList,Flags,Priority,Reason,JobName"
+    "State,ExitCode,NNodes,NCPUS,ReqMem,AllocTRES,NodeList,Flags,Priority,Reason,"
+    "NTasks,TotalCPU,UserCPU,SystemCPU,MaxRSS,AveRSS,ReqTRES,TRESUsageInTot,TRESUsageInMax,ConsumedEnergyRaw,"
+    "Comment,AdminComment,JobName"
 )
 DELIMITER = "\x1f"
 # Columns a version prints wrong, so a JSON load leaves them as a text load stored them (or empty):
@@ -59,8 +78,15 @@ _VERSION_PATTERNS = (
 
 
 def version(meta: dict | None) -> str | None:
-    """The data parser version of a document's `meta` (`v0.0.41`), or None when it names none."""
-    plugin = (meta or {}).get("plugin") or {}
+    """The data parser version of a document's `meta` (`v0.0.41`), or None when it names none.
+
+    23.02's commands name it under `meta.plugins` (rivosinc's `sdiag --json` of 23.02.4), later ones and
+    slurmrestd under `meta.plugin`, 22.05 as the openapi plugin's type (`openapi/v0.0.38`).
+    """
+    meta = meta or {}
+    plugin = meta.get("plugin") or meta.get("plugins") or {}
+    if not isinstance(plugin, dict):
+        return None
     dp = plugin.get("data_parser") or ""
     if dp.startswith("data_parser/"):
         return dp.removeprefix("data_parser/")
@@ -81,18 +107,18 @@ def sniff_version(head: bytes) -> str | None:
     return None
 
 
-def check_version(v: str | None) -> str | None:
-    """Why a document of version `v` is declined (None when it is read)."""
-    if v is None or v in READ:
+def check_version(
+    v: str | None, read: tuple[str, ...] = READ, capture: str = "the text form (sacct --parsable2)"
+) -> str | None:
+    """Why a document of version `v` is declined (None when it is read), naming what to capture instead."""
+    if v is None or v in read:
         return None
-    return (
-        f"Slurm JSON of data parser {v} is not read (read: {', '.join(READ)}); "
-        "capture the text form (sacct --parsable2) instead"
-    )
+    return f"Slurm JSON of data parser {v} is not read (read: {', '.join(read)}); capture {capture} instead"
 
 
 def iter_document(fh: IO[bytes], array: str = "jobs") -> Iterator[tuple[str, Any]]:
-    """Yield (key, value) for each top-level member, and ("<array>[]", element) for each element of `array`.
+    """Yield (key, value) for each top-level member, and ("<array>[]", element) for each element of `array`
+    (an empty `array` is yielded as itself: ("<array>", [])).
 
     Raises ValueError on input that is not one JSON object. Reads `fh` in blocks; the buffer holds at
     most one element beyond what has been yielded.
@@ -181,6 +207,7 @@ def iter_document(fh: IO[bytes], array: str = "jobs") -> Iterator[tuple[str, Any
             pos += 1
             if peek() == "]":
                 pos += 1
+                yield array, []
             else:
                 while True:
                     yield f"{array}[]", value()
@@ -198,6 +225,132 @@ def iter_document(fh: IO[bytes], array: str = "jobs") -> Iterator[tuple[str, Any
             return
         if c != ",":
             raise ValueError(f"JSON: expected ',' or '}}', got {c!r}")
+
+
+class ArrayRead:
+    """What `read_array` found: the rows, the records it could not use, or why the whole document is declined."""
+
+    def __init__(self) -> None:
+        self.frames: list[pl.DataFrame] = []
+        self.bad: list[dict] = []
+        self.problem: str | None = None
+        self.meta: dict | None = None
+        self.version: str | None = None
+        self.records = 0
+        self.found = False  # the document has the array (possibly empty)
+
+    def rows(self, schema: dict) -> pl.DataFrame:
+        return pl.concat(self.frames, how="vertical_relaxed") if self.frames else pl.DataFrame(schema=schema)
+
+
+def read_array(
+    fh: IO[bytes],
+    array: str,
+    convert: Callable[[dict], list[dict]],
+    schema: dict,
+    *,
+    read: tuple[str, ...],
+    capture: str,
+    what: str,
+) -> ArrayRead:
+    """Stream the `array` member of a Slurm document through `convert` (one element -> its rows).
+
+    `convert` raises ValueError (or any error: a malformed record) to quarantine that record alone, with
+    its JSON and the reason. The document's version comes from `meta`, which the commands print first and
+    slurmrestd 23.11+ prints after the array: a declined version stops the read when it comes first and
+    drops the rows when it comes last; a document without `meta`, or whose meta names no version, is
+    declined (its version is unknown).
+    `errors` of a document that gave no record are one quarantine row with Slurm's text. Record numbers
+    count the array's elements from 1, in document order.
+    """
+    out = ArrayRead()
+    pending: list[dict] = []
+    errors: list = []
+
+    def flush() -> None:
+        nonlocal pending
+        if pending:
+            out.frames.append(pl.DataFrame(pending, schema=schema, orient="row"))
+            pending = []
+
+    try:
+        for key, value in iter_document(fh, array):
+            if key == "meta" and isinstance(value, dict):
+                out.meta, out.version = value, version(value)
+                out.problem = check_version(out.version, read, capture) or (
+                    None
+                    if out.version
+                    else f"Slurm JSON whose meta names no data parser version; capture {capture} instead"
+                )
+                if out.problem:
+                    return out
+            elif key == "errors" and value:
+                errors = value if isinstance(value, list) else [value]
+            elif key == array:
+                out.found = True
+            elif key == f"{array}[]":
+                out.found = True
+                out.records += 1
+                try:
+                    if not isinstance(value, dict):
+                        raise ValueError("not a JSON object")
+                    pending += convert(value)
+                except Exception as exc:  # one malformed record must not lose the others
+                    reason = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+                    out.bad.append(
+                        {
+                            "line_no": out.records,
+                            "raw_text": json.dumps(value)[:4000],
+                            "raw_bytes": None,
+                            "reason": f"{what}: unreadable record: {reason}",
+                        }
+                    )
+                if len(pending) >= ROWS_PER_SLICE:
+                    flush()
+    except (ValueError, RecursionError) as exc:
+        out.problem = f"not Slurm JSON: {exc}"
+        return out
+    if out.meta is None:
+        out.problem = "Slurm JSON without a meta member: its data parser version is unknown"
+        return out
+    flush()
+    if errors and not out.frames and not out.bad:
+        why = "; ".join(
+            str(e.get("error") or e.get("description") or e) if isinstance(e, dict) else str(e)
+            for e in errors
+        )
+        out.bad.append(
+            {
+                "line_no": 0,
+                "raw_text": "",
+                "raw_bytes": None,
+                "reason": f"Slurm reported errors: {why}"[:4000],
+            }
+        )
+    return out
+
+
+def every_line(data: bytes, reason: str) -> pl.DataFrame:
+    """Quarantine rows for a whole input declined at once: every non-blank line, with the one reason."""
+    rows = [
+        {"line_no": no, "raw_text": text, "raw_bytes": raw, "reason": reason}
+        for no, text, raw in split_lines(data)
+        if not is_blank(text)
+    ]
+    return quarantine_frame(rows)
+
+
+def epoch_text(v: Any) -> str:
+    """An epoch time as the text parsers take it (`0`, unset and infinite: the text's `Unknown`)."""
+    t = num(v)
+    if t is None or t == float("inf") or t <= 0:
+        return "Unknown"
+    return str(int(t))
+
+
+def duration_text(seconds: int | float | None) -> str:
+    """Seconds as Slurm prints a duration (`D-HH:MM:SS`, `HH:MM:SS`)."""
+    return _duration(seconds)
 
 
 # ------------------------------------------------------------------------------------ job -> lines
@@ -277,6 +430,16 @@ def _tres(items: Any) -> str:
     return ",".join(sorted(f"{k}={v}" for k, v in out))
 
 
+def _job_energy(alloc: Any) -> str:
+    """ConsumedEnergyRaw of a job line (src/sacct/print.c): the energy TRES of its allocation, 0 when it has
+    none, empty when it has one without a value (NO_VAL, printed as null by v0.0.38)."""
+    for t in alloc or []:
+        if isinstance(t, dict) and t.get("type") == "energy" and not t.get("name"):
+            c = num(t.get("count"))
+            return str(int(c)) if c is not None and c != float("inf") and c >= 0 else ""
+    return "0"
+
+
 def _tres_count(items: Any, typ: str) -> int | None:
     for t in items or []:
         if isinstance(t, dict) and t.get("type") == typ and not t.get("name"):
@@ -303,6 +466,72 @@ def _flags(v: Any) -> str:
     if "START_RECEIVED" in flags:
         out.append("StartReceived")
     return ",".join(f for f in out if f)
+
+
+# Step states below JOB_COMPLETE (slurm.h job_states): sacct leaves such steps out of a job's TotalCPU,
+# UserCPU and SystemCPU (src/sacct/options.c, get_data, Slurm 22.05).
+_UNFINISHED = frozenset({"PENDING", "RUNNING", "SUSPENDED"})
+
+
+def _cpu_time(secs: int, usecs: int) -> str:
+    """sacct's `_elapsed_time` (src/sacct/print.c, Slurm 22.05): TotalCPU, UserCPU, SystemCPU."""
+    if usecs >= 1_000_000:
+        secs += usecs // 1_000_000
+        usecs %= 1_000_000
+    subsec = usecs // 1000 if usecs > 0 else 0
+    s, m, h, d = secs % 60, (secs // 60) % 60, (secs // 3600) % 24, secs // 86400
+    if d:
+        return f"{d}-{h:02d}:{m:02d}:{s:02d}"
+    if h:
+        return f"{h:02d}:{m:02d}:{s:02d}"
+    if subsec:
+        return f"{m:02d}:{s:02d}.{subsec:03d}"
+    return f"00:{m:02d}:{s:02d}"
+
+
+def _sec_usec(v: Any) -> tuple[int, int] | None:
+    """A `{"seconds", "microseconds"}` CPU time (both numbers may be v0.0.39+ structs)."""
+    if not isinstance(v, dict):
+        return None
+    secs, usecs = num(v.get("seconds")), num(v.get("microseconds"))
+    if secs is None or secs == float("inf") or secs < 0:
+        return None
+    return int(secs), int(usecs) if usecs is not None and usecs != float("inf") and usecs >= 0 else 0
+
+
+def _step_cpu(step: dict, part: str) -> tuple[int, int] | None:
+    return _sec_usec((step.get("time") or {}).get(part))
+
+
+def _usage_tres(items: Any) -> str:
+    """A TRES usage list as sacct prints TRESUsageIn* with --noconvert (slurmdb_make_tres_string_from_simple
+    with TRES_STR_FLAG_BYTES): cpu (milliseconds, CPU_TIME_ADJ) as a time, the rest bare, the entries sorted
+    as text (slurm_char_list_to_xstr)."""
+    out = []
+    for t in items or []:
+        if not isinstance(t, dict):
+            continue
+        count = num(t.get("count"))
+        if count is None or count < 0:
+            continue
+        typ, name = t.get("type") or "", t.get("name") or ""
+        key = f"{typ}/{name}" if name else typ
+        if count == float("inf"):
+            out.append(f"{key}=NONE")
+        elif typ == "cpu":
+            out.append(f"{key}={_duration(int(count) // 1000) or '00:00:00'}")
+        else:
+            out.append(f"{key}={int(count)}")
+    return ",".join(sorted(out))
+
+
+def _usage_count(items: Any, typ: str) -> str:
+    """One entry of a TRES usage list as sacct prints MaxRSS / AveRSS with --noconvert (bytes, bare)."""
+    for t in items or []:
+        if isinstance(t, dict) and t.get("type") == typ and not t.get("name"):
+            c = num(t.get("count"))
+            return str(int(c)) if c is not None and c != float("inf") and c >= 0 else ""
+    return ""
 
 
 def _req_mem(job: dict) -> str:
@@ -356,6 +585,16 @@ def job_lines(job: dict) -> list[str]:
     jid = _job_id(job)
     raw = str(job.get("job_id"))
     node_list = job.get("nodes") or ""
+    cpu = {"total": [0, 0], "user": [0, 0], "system": [0, 0]}
+    for step in job.get("steps") or []:
+        if not set(_states(step.get("state"))) & _UNFINISHED:
+            for part, acc in cpu.items():
+                su = _step_cpu(step, part)
+                if su is not None:
+                    acc[0] += su[0]
+                    acc[1] += su[1]
+    comment = job.get("comment") or {}
+    comment = comment if isinstance(comment, dict) else {"job": comment}
     line = [
         jid,
         raw,
@@ -380,6 +619,18 @@ def job_lines(job: dict) -> list[str]:
         _flags(job.get("flags")),
         str(int(p)) if (p := num(job.get("priority"))) is not None and p != float("inf") else "",
         (state.get("reason") if isinstance(state, dict) else "") or "",
+        "",
+        _cpu_time(*cpu["total"]),
+        _cpu_time(*cpu["user"]),
+        _cpu_time(*cpu["system"]),
+        "",
+        "",
+        _tres(req),
+        "",
+        "",
+        _job_energy(alloc),
+        comment.get("job") or "",
+        comment.get("administrator") or "",
         job.get("name") or "",
     ]
     out = [DELIMITER.join(_clean(x) for x in line)]
@@ -392,12 +643,18 @@ def _step_line(step: dict, jid: str, raw: str, job: dict) -> str:
     tm = step.get("time") or {}
     sid = (step.get("step") or {}).get("id")
     if isinstance(sid, dict):  # v0.0.39+: {"job_id", "step_id"} in some captures
-        sid = sid.get("step_id") or ""
-    sid = str(sid or "")
+        sid = sid.get("step_id")
+    sid = "" if sid is None else str(sid)  # v0.0.38 prints a numbered step's id as a number: 0 is a step
     part = sid.rsplit(".", 1)[1] if "." in sid else sid
     nodes = step.get("nodes") or {}
-    alloc = (step.get("tres") or {}).get("allocated") or []
+    tres = step.get("tres") or {}
+    alloc = tres.get("allocated") or []
+    usage = tres.get("requested") or {}  # v0.0.38: "requested" holds tres_usage_in, "consumed" tres_usage_out
+    usage = usage if isinstance(usage, dict) else {}
     states = _states(step.get("state"))
+    tasks = num((step.get("tasks") or {}).get("count"))
+    energy = num(((step.get("statistics") or {}).get("energy") or {}).get("consumed"))
+    cpu = {part: _step_cpu(step, part) for part in ("total", "user", "system")}
     line = [
         f"{jid}.{part}",
         f"{raw}.{part}",
@@ -420,6 +677,16 @@ def _step_line(step: dict, jid: str, raw: str, job: dict) -> str:
         _tres(alloc),
         nodes.get("range") or "",
         "",
+        "",
+        "",
+        str(int(tasks)) if tasks is not None and tasks != float("inf") else "",
+        *(_cpu_time(*cpu[part]) if cpu[part] is not None else "" for part in ("total", "user", "system")),
+        _usage_count(usage.get("max"), "mem"),
+        _usage_count(usage.get("average"), "mem"),
+        "",
+        _usage_tres(usage.get("total")),
+        _usage_tres(usage.get("max")),
+        str(int(energy)) if energy is not None and energy != float("inf") and energy >= 0 else "",
         "",
         "",
         (step.get("step") or {}).get("name") or "",

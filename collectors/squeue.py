@@ -3,16 +3,21 @@
 The live call lists all partitions (`--all`), one line per array task (`--array`) and every state
 (`--states=all`) with `-o` fields ended by the unit separator 0x1F; the job name (`%j`), the only text a
 user types, is last so a 0x1F inside it cannot shift the other columns. Recorded captures with other
-`-o`/`-O` strings are read with `ingest squeue --format` (docs/collectors.md lists them).
+`-o`/`-O` strings are read with `ingest squeue --format` (docs/collectors.md lists them). Slurm's JSON of
+the jobs (`squeue --json`, slurmrestd `/slurm/<version>/jobs`) is recognised by its leading `{`, read as a
+stream, and each job gives the values the live line prints for it (`json_values`), typed by `_row`.
 """
 
 from __future__ import annotations
 
+import io
 import re
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import IO
 from zoneinfo import ZoneInfo
 
 import polars as pl
+from slurmscope.collectors import slurm_json
 from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
 from slurmscope.collectors.parsing import (
     duration_expr,
@@ -73,6 +78,7 @@ def command(cfg: Config, *, start: datetime | None = None, end: datetime | None 
     """argv of the live squeue call (documented in docs/collectors.md)."""
     return [
         cfg.slurm_command("squeue"),
+        *cfg.slurm_cluster_args(),
         "--all",
         "--array",
         "--noheader",
@@ -333,6 +339,8 @@ def _human_rows(lines: list, table: Table, cluster: str, snapshot_time: datetime
 
 def check_input(data: bytes, fmt: str | None, delimiter: str | None) -> str | None:
     """Why `ingest` cannot read this input as asked (an unusable --format, a declined layout), or None."""
+    if fmt is None and delimiter is None and slurm_json.is_json(data):
+        return slurm_json.check_version(slurm_json.sniff_version(data), slurm_json.READ_JOBS, JSON_CAPTURE)
     if fmt is None and delimiter is None:
         _table, problem = human_table([line for line in split_lines(data) if not is_blank(line[1])])
         if problem:
@@ -514,7 +522,13 @@ def parse(
     delimiter: str | None = None,
     source: str = "",
 ) -> Parsed:
-    """squeue output -> pending_jobs rows (one per job id; `-P` repeats collapse into one)."""
+    """squeue output -> pending_jobs rows (one per job id; `-P` repeats collapse into one); JSON as
+    `parse_stream` reads it."""
+    if fmt is None and delimiter is None and slurm_json.is_json(data[:4096]):
+        out = parse_stream(io.BytesIO(data), cluster=cluster, snapshot_time=snapshot_time, tz=tz)
+        if out.tables:
+            return out
+        return Parsed(tables={}, quarantine=slurm_json.every_line(data, out.quarantine["reason"][0]))
     return _parse(
         data,
         cluster=cluster,
@@ -573,3 +587,198 @@ def _parse(
         .drop("line_no")
     )
     return Parsed(tables={"pending_jobs": df}, quarantine=quarantine_frame(bad))
+
+
+# ------------------------------------------------------------------------------------------- JSON
+
+JSON_CAPTURE = "`squeue --json`, slurmrestd /slurm/<version>/jobs, or the live text format"
+# squeue's %T is job_state_string(): the first of these flags that is set, else the base state
+# (src/common/slurm_protocol_defs.c, 22.05.8 and 25.11.0); v0.0.40+ list the base state and the flags.
+_STATE_FLAG_PRECEDENCE = (
+    "COMPLETING",
+    "STAGE_OUT",
+    "CONFIGURING",
+    "EXPEDITING",
+    "RESIZING",
+    "REQUEUED",
+    "REQUEUE_FED",
+    "REQUEUE_HOLD",
+    "SPECIAL_EXIT",
+    "STOPPED",
+    "REVOKED",
+    "RESV_DEL_HOLD",
+    "SIGNALING",
+)
+_BASE_STATES = (
+    "PENDING",
+    "RUNNING",
+    "SUSPENDED",
+    "COMPLETED",
+    "CANCELLED",
+    "FAILED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "OUT_OF_MEMORY",
+)
+_TASK_RANGE = re.compile(r"^([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?$")
+
+
+def _json_state(v) -> str:
+    if isinstance(v, str):  # v0.0.38: job_state_string() already
+        return v
+    words = [w for w in v or [] if isinstance(w, str)]
+    flag = next((f for f in _STATE_FLAG_PRECEDENCE if f in words), None)
+    return flag or next((w for w in words if w in _BASE_STATES), words[0] if words else "")
+
+
+def array_tasks(task_string: str) -> list[int]:
+    """The task ids `squeue --array` prints one line each for: the array's task string without its `%`
+    throttle, read as Slurm's bit_unfmt reads it (`2-5`, `1,3,7-9`; `0-20:4` is the step form
+    xlate_array_task_str prints). A list Slurm cut short (`...`, SLURM_BITSTR_LEN) cannot be expanded."""
+    text = task_string.split("%", 1)[0]
+    if text.endswith("..."):
+        raise ValueError(f"array task list cut short by Slurm ({task_string!r}, SLURM_BITSTR_LEN)")
+    out: list[int] = []
+    for part in text.split(","):
+        m = _TASK_RANGE.match(part.strip())
+        if not m:
+            raise ValueError(f"not an array task list: {task_string!r}")
+        first = int(m.group(1))
+        last = int(m.group(2)) if m.group(2) else first
+        step = int(m.group(3)) if m.group(3) else 1
+        if last < first or step < 1 or (last - first) // step > 10_000_000:
+            raise ValueError(f"not an array task list: {task_string!r}")
+        out += range(first, last + 1, step)
+    return sorted(set(out))
+
+
+def _text(v) -> str:
+    return "" if v is None else str(v)
+
+
+def _int_text(v) -> str:
+    n = slurm_json.num(v)
+    return "" if n is None or n == float("inf") else str(int(n))
+
+
+def _tres_cpus(tres: str) -> str:
+    """The `cpu=N` count of a TRES string (`cpu=4,mem=4000M,node=4`), or ''."""
+    for item in tres.split(","):
+        name, _, count = item.partition("=")
+        if name == "cpu" and count.isdigit():
+            return count
+    return ""
+
+
+def json_values(job: dict) -> list[dict[str, str]]:
+    """The values of the live `squeue --all --array --states=all --format=<live>` line(s) of one JSON job.
+
+    squeue's print functions (src/squeue/print.c, 22.05.8): %i is `A_[tasks]`, `A_T`, `H+O` or the id;
+    %A the job id; %F the array's id (the job's own id otherwise); %K the task or `N/A`; %T
+    job_state_string(); %Q the priority; %V and %S epoch times (start `N/A` when 0); %D `node_count`; %C
+    `cpus` (see below); %b
+    `tres_per_node` or `N/A`; %l `time_limit` minutes (unset/infinite: UNLIMITED); %E `dependency` or
+    `(null)`; %r the state description when set, else the reason; %j the name. With `--array` a pending
+    array record prints one line per task (`_print_job_from_format`), each with that task id and the
+    record's own job id.
+
+    v0.0.38 prints no `cpus` for a job without a task count (src/plugins/openapi/v0.0.38/jobs.c; seen on
+    the test bed for a job cancelled while held). %C is then the `cpu=` count of `tres_req_str`: slurmctld
+    sets that to the job's total CPUs once it ran, else its minimum CPUs (set_job_tres_req_cnt,
+    src/slurmctld/job_mgr.c 22.05.8), the numbers squeue's %C prints (_pack_job_info there), except for a
+    job that is completing or pending again after a requeue.
+    """
+    raw = slurm_json.num(job.get("job_id"))
+    if raw is None:
+        raise ValueError("job without a job_id")
+    raw = int(raw)
+    arr = int(slurm_json.num(job.get("array_job_id")) or 0)
+    task = slurm_json.num(job.get("array_task_id"))
+    task_string = _text(job.get("array_task_string"))
+    het = int(slurm_json.num(job.get("het_job_id")) or 0)
+    het_off = int(slurm_json.num(job.get("het_job_offset")) or 0)
+    limit = slurm_json.num(job.get("time_limit"))
+    if isinstance(job.get("time_limit"), dict) and not job["time_limit"].get("set", True):
+        timelimit = "NOT_SET"
+    elif limit is None or limit == float("inf"):
+        timelimit = "UNLIMITED"
+    else:
+        timelimit = slurm_json.duration_text(int(limit) * 60)
+    start = slurm_json.num(job.get("start_time"))
+    values = {
+        "job_id_raw": str(raw),
+        "array_job_id": str(arr) if (task_string or task is not None) else str(raw),
+        "array_task_id": "N/A",
+        "user": _text(job.get("user_name")),
+        "account": _text(job.get("account")),
+        "partition": _text(job.get("partition")),
+        "qos": _text(job.get("qos")),
+        "state": _json_state(job.get("job_state")),
+        "priority": _int_text(job.get("priority")),
+        "submit_time": slurm_json.epoch_text(job.get("submit_time")),
+        "start_time": "N/A" if not start else slurm_json.epoch_text(start),
+        "nodes": _int_text(job.get("node_count")),
+        "cpus": _int_text(job.get("cpus")) or _tres_cpus(_text(job.get("tres_req_str"))),
+        "tres_per_node": _text(job.get("tres_per_node")) or "N/A",
+        "timelimit": timelimit,
+        "dependency": _text(job.get("dependency")) or "(null)",
+        "reason": _text(job.get("state_description")) or _text(job.get("state_reason")),
+        "name": _text(job.get("name")),
+    }
+    if task_string:
+        return [dict(values, job_id=f"{arr}_{t}", array_task_id=str(t)) for t in array_tasks(task_string)]
+    if task is not None and task != float("inf"):
+        return [dict(values, job_id=f"{arr}_{int(task)}", array_task_id=str(int(task)))]
+    if het:
+        return [dict(values, job_id=f"{het}+{het_off}")]
+    return [dict(values, job_id=str(raw))]
+
+
+def streams(head: bytes, fmt: str | None = None, delimiter: str | None = None) -> bool:
+    """True for input that `parse_stream` reads from an open file instead of whole bytes: JSON, unless a
+    --format says the file is text (a `-o` format may print lines that start with `{`)."""
+    return fmt is None and delimiter is None and slurm_json.is_json(head)
+
+
+def parse_stream(
+    fh: IO[bytes],
+    *,
+    cluster: str,
+    snapshot_time: datetime,
+    tz: ZoneInfo | None = None,
+    fmt: str | None = None,
+    delimiter: str | None = None,
+    source: str = "",
+) -> Parsed:
+    """Slurm's JSON of the jobs -> the pending_jobs rows the live text of the same moment gives.
+
+    Epoch times, so `tz` does not apply. A declined version or input that is not a jobs document
+    quarantines one line saying why; a malformed job is quarantined alone (line_no = its place in the
+    array). A document of slurmdbd's jobs (sacct --json) is not a queue and is refused by name.
+    """
+
+    def convert(job: dict) -> list[dict]:
+        if "steps" in job and "job_state" not in job:
+            raise ValueError("an accounting record (sacct --json), not a queue entry: use ingest sacct")
+        return [_row(v, cluster, snapshot_time, UTC) for v in json_values(job)]
+
+    got = slurm_json.read_array(
+        fh,
+        "jobs",
+        convert,
+        PENDING_JOBS_SCHEMA,
+        read=slurm_json.READ_JOBS,
+        capture=JSON_CAPTURE,
+        what="squeue",
+    )
+    problem = got.problem
+    if problem is None and not got.found:
+        problem = "Slurm JSON without a `jobs` array: not the jobs of squeue or slurmrestd"
+    if problem is not None:
+        bad = [{"line_no": 1, "raw_text": "", "raw_bytes": None, "reason": f"squeue: {problem}"}]
+        return Parsed(tables={}, quarantine=quarantine_frame(bad))
+    df = got.rows(PENDING_JOBS_SCHEMA).unique(subset=["job_id"], keep="last", maintain_order=True)
+    return Parsed(tables={"pending_jobs": df}, quarantine=quarantine_frame(got.bad))

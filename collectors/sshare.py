@@ -4,11 +4,14 @@
 one space per level of the tree, and a user row sits under its account with the next indentation. Depth
 and parent are rebuilt from that indentation, so pipelines can walk the tree without `sacctmgr`.
 `RawShares` is the word `parent` for associations that take their parent's shares; that becomes NULL.
+With `-M <cluster>` (slurm.cluster_flag) sshare prints `CLUSTER: <name>` before its header, whatever the
+cluster count (src/sshare/sshare.c `_multi_cluster`, Slurm 22.05 to 25.11): that line is skipped.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
@@ -50,6 +53,7 @@ _COLUMNS = {
     "grptresmins": "grp_tres_mins",
     "tresrunmins": "tres_run_mins",
 }
+_BANNER = re.compile(r"^CLUSTER: \S+\s*$")
 _FLOATS = ("norm_shares", "raw_usage", "norm_usage", "effectv_usage", "fairshare", "level_fs")
 
 SHARES_SCHEMA = {
@@ -73,7 +77,7 @@ SHARES_SCHEMA = {
 
 def command(cfg: Config, *, start: datetime | None = None, end: datetime | None = None) -> list[str]:
     """argv of the live sshare call (documented in docs/collectors.md)."""
-    return [cfg.slurm_command("sshare"), "--all", "--long", "--parsable2"]
+    return [cfg.slurm_command("sshare"), *cfg.slurm_cluster_args(), "--all", "--long", "--parsable2"]
 
 
 def _names(fields: list[str]) -> list[str]:
@@ -113,6 +117,8 @@ def parse(
 
     for line_no, text, raw in split_lines(data):
         if is_blank(text):
+            continue
+        if not seen_header and _BANNER.match(text):
             continue
         titles = [f.strip() for f in text.split(delim)]
         if not seen_header and all(t.isalpha() for t in titles) and "account" in _names(titles):

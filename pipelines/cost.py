@@ -7,8 +7,10 @@ frozen and only a listed re-issue adds a new version. An attempt pays its GPUs o
 "billing_tres", the GPU-equivalents of its billing TRES. Unallocated capacity is the unallocated line or,
 with billing.idle_cost = "spread", charged within its partition and GPU model by cost (down only with
 billing.bill_down, a reservation's reserved GPUs to its accounts); powered-off nodes are not capacity. NVML
-samples give the usage-weighted view (allocated-but-idle dollars, cost per useful GPU-hour, energy).
-docs/pipelines.md#cost has the formulas and worked examples.
+samples give the usage-weighted view (allocated-but-idle dollars, cost per useful GPU-hour, energy). For a
+report finance can audit, the rates applied, sinfo's allocation reconciled with sacct's charges (the difference
+in named causes) and waste by the day attempts ended are marts too. docs/pipelines.md#cost has the formulas
+and worked examples.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from slurmscope.pipelines.calendar import (
 )
 from slurmscope.pipelines.common import (
     NODE_STATES_SQL,
+    activity,
+    activity_sources,
     attribute_intervals,
     clip_interval,
     ensure_columns,
@@ -34,15 +38,17 @@ from slurmscope.pipelines.common import (
     mapped_job_id_raw,
     multi_attempt,
     node_intervals,
+    price_book,
     split_buckets,
     split_calendar,
     usage_interval,
+    with_columns_of,
     with_rate,
     with_requeued,
 )
 from slurmscope.pipelines.params import Billing, Params
 
-from slurmscope.config import parse_billing_weights
+from slurmscope.config import RATE_FIELDS, parse_billing_weights
 from slurmscope.hostlist import expand_hostlist_lenient
 from slurmscope.slurm_states import JOB_UNSUCCESSFUL_STATES
 
@@ -59,6 +65,10 @@ MART_TABLES: dict[str, str | None] = {
     "mart_cost_unallocated_monthly": "month",
     "mart_cost_reservation_daily": "day",
     "mart_budget_monthly": "month",
+    "mart_cost_rates_daily": "day",
+    "mart_cost_reconciliation_daily": "day",
+    "mart_cost_reconciliation_monthly": "month",
+    "mart_cost_waste_daily": "day",
 }
 
 WIDEN_SQL = """
@@ -69,7 +79,7 @@ INPUTS: dict[str, str] = {
     # Attempts that may overlap the window, plus pending later attempts (to tell which were requeued).
     "jobs": """
         SELECT job_id_raw, submit_time, account, "user", "partition", qos, state, start_time, end_time,
-               gpus, gpu_type, billing
+               gpus, gpu_type, billing, node_list
         FROM jobs
         WHERE cluster = $cluster AND (end_time IS NULL OR end_time >= $start)
           AND (start_time IS NULL OR start_time < $end)""",
@@ -88,8 +98,13 @@ INPUTS: dict[str, str] = {
     # Unallocated capacity cost of those days: a day without usage has nobody to spread it over that day.
     "capacity_month_before": """
         SELECT day, "partition", gpu_model, idle_cost_usd::DOUBLE AS idle_usd, down_cost_usd::DOUBLE AS down_usd,
-               reserved_cost_usd::DOUBLE AS reserved_usd
+               reserved_cost_usd::DOUBLE AS reserved_usd, capacity_cost_usd::DOUBLE AS capacity_cost_usd,
+               allocated_cost_usd::DOUBLE AS allocated_cost_usd
         FROM mart_capacity_daily WHERE cluster = $cluster AND day >= $start_month AND day < $start_date""",
+    # The reconciliation of those days (the month's row sums every day of the month).
+    "reconciliation_month_before": """
+        SELECT * EXCLUDE (cluster) FROM mart_cost_reconciliation_daily
+        WHERE cluster = $cluster AND day >= $start_month AND day < $start_date""",
     # Reservations that may overlap the window (their nodes' reserved GPUs go to their accounts).
     "reservations": """
         SELECT name, start_time, end_time, node_list, accounts FROM reservations
@@ -117,7 +132,8 @@ INPUTS: dict[str, str] = {
         WHERE cluster = $cluster AND coalesce(mig_instance, '') = '' AND interval_start < $end
           AND (interval_end IS NULL OR interval_end > $start)""",
     "gpu_samples": """
-        SELECT node, gpu_uuid, minute, util_gpu_mean, energy_joules, power_mean_watts
+        SELECT node, gpu_uuid, minute, util_gpu_mean, energy_joules, power_mean_watts, sm_active_mean,
+               activity_source
         FROM gpu_minutes($cluster, $start, $end)""",
 }
 
@@ -176,6 +192,8 @@ EFFICIENCY_SCHEMA = {
     "energy_joules": pl.Float64,
     "energy_kwh": pl.Float64,
     "energy_cost_usd": pl.Float64,
+    "gpm_gpu_seconds": pl.Float64,
+    "activity_source": pl.String,
 }
 UNALLOCATED_PARTS = ("idle", "down", "reserved")
 """Capacity minus allocation: what billing.idle_cost = "spread" may charge to the accounts (down only with
@@ -873,16 +891,19 @@ def unallocated_monthly(
     return pl.concat([ensure_columns(f, UNALLOCATED_SCHEMA) for f in (old, new)], how="vertical")
 
 
-def capacity(node_states: pl.LazyFrame, params: Params) -> pl.LazyFrame:
+def capacity(
+    node_states: pl.LazyFrame, params: Params, intervals: pl.LazyFrame | None = None
+) -> pl.LazyFrame:
     """mart_capacity_daily: GPU-seconds and cost of capacity and its four parts; cents by largest remainder
     within each row, so allocated + idle + down + reserved equals capacity to the cent.
 
     sinfo snapshots every node at once, so the nodes of a partition and model share their intervals: their
-    GPUs are summed per interval before the day split (~1,000 intervals per snapshot time down to a few)."""
+    GPUs are summed per interval before the day split (~1,000 intervals per snapshot time down to a few).
+    `intervals`: node_intervals of `node_states`, when the caller has them (the reconciliation reads them too)."""
     billing = params.billing
     counts = ["total", *CAPACITY_PARTS, "powered_down"]
     iv = (
-        node_intervals(node_states, params)
+        (node_intervals(node_states, params) if intervals is None else intervals)
         .with_columns(
             *clip_interval("snapshot_time", "until", params.start, params.now),
             # Powered-off GPUs (slurm_states.NODE_GPUS_POWERED_DOWN_FLAGS) are neither idle nor capacity.
@@ -980,12 +1001,19 @@ def cost_efficiency(
     Each whole-GPU mapping interval (gpu_jobs) goes to its attempt (common.attribute_intervals), is
     clipped to [window start, now), cut into UTC minutes and joined to that GPU's minute sample. A sampled
     held second costs the attempt's $/GPU-hour / 3600; it is idle when the minute's mean utilisation is under
-    drift.idle_util_percent, and it counts util_gpu_mean / 100 of a useful second. Energy is the minute's
-    energy-counter delta (else its mean power × 60 s) × held / 60.
+    drift.idle_util_percent, and it counts activity / 100 of a useful second: SM activity where the agent read
+    GPM, else GPU_UTIL (common.activity; `gpm_gpu_seconds` and `activity_source` say which). Energy is the
+    minute's energy-counter delta (else its mean power × 60 s) × held / 60.
     """
     billing = params.billing
     threshold = float(params.drift.idle_util_percent)
     price_kwh = float(billing.energy_usd_per_kwh) * float(billing.pue)
+    # No electricity price (the default 0) is "not configured", not free energy.
+    energy_cost = (
+        pl.col("energy_joules") / JOULES_PER_KWH * price_kwh
+        if price_kwh > 0
+        else pl.lit(None, dtype=pl.Float64)
+    )
     cluster = pl.lit(params.cluster)
     # Only jobs with a mapping interval can match one (attribute_intervals joins by job id), and every attempt
     # of such a job stays, so the requeue flags are those of the whole frame.
@@ -1044,10 +1072,15 @@ def cost_efficiency(
             .sum()
             .alias("idle_cost_usd"),
             pl.when(sampled)
-            .then(pl.col("held") * pl.col("util_gpu_mean") / 100.0)
+            .then(pl.col("held") * activity() / 100.0)
             .otherwise(zero)
             .sum()
             .alias("useful_gpu_seconds"),
+            pl.when(sampled & (pl.col("activity_source") == "gpm"))
+            .then(pl.col("held"))
+            .otherwise(zero)
+            .sum()
+            .alias("gpm_gpu_seconds"),
             energy.fill_null(0.0).sum().alias("energy_joules"),
         )
     )
@@ -1064,6 +1097,7 @@ def cost_efficiency(
                 "idle_cost_usd",
                 "useful_gpu_seconds",
                 "energy_joules",
+                "gpm_gpu_seconds",
             ).fill_null(0.0)
         )
         .with_columns(
@@ -1074,10 +1108,392 @@ def cost_efficiency(
             .then(pl.col("sampled_cost_usd") / (pl.col("useful_gpu_seconds") / 3600.0))
             .alias("cost_per_useful_gpu_hour"),
             (pl.col("energy_joules") / JOULES_PER_KWH).alias("energy_kwh"),
-            (pl.col("energy_joules") / JOULES_PER_KWH * price_kwh).alias("energy_cost_usd"),
+            energy_cost.alias("energy_cost_usd"),
+            activity_sources(pl.col("gpm_gpu_seconds"), pl.col("sampled_gpu_seconds")).alias(
+                "activity_source"
+            ),
         )
     )
     return ensure_columns(out.filter(pl.col("day") >= pl.lit(params.start_date)), EFFICIENCY_SCHEMA)
+
+
+RATE_SCHEMA = {
+    "day": pl.Date,
+    "partition": pl.String,
+    "gpu_model": pl.String,
+    "rate_per_gpu_hour": pl.Float64,
+    "price_key": pl.String,
+    "kind": pl.String,
+    **{f: pl.Float64 for f in RATE_FIELDS if f != "rate"},
+}
+RECONCILIATION_CAUSES = ("unrecorded", "unseen", "sampling", "gap")
+"""allocated (sinfo snapshots) − charged (sacct) = unrecorded − unseen + sampling − gap, per day, exactly."""
+RECONCILIATION_DAILY_SCHEMA = {
+    "day": pl.Date,
+    "allocated_gpu_seconds": pl.Float64,
+    "charged_gpu_seconds": pl.Float64,
+    **{f"{c}_gpu_seconds": pl.Float64 for c in RECONCILIATION_CAUSES},
+}
+RECONCILIATION_MONTHLY_SCHEMA = {
+    "month": pl.Date,
+    "allocated_gpu_seconds": pl.Float64,
+    "charged_gpu_seconds": pl.Float64,
+    "difference_gpu_seconds": pl.Float64,
+    **{f"{c}_gpu_seconds": pl.Float64 for c in RECONCILIATION_CAUSES},
+    "invoiced_gpu_seconds": pl.Float64,
+    "after_invoice_gpu_seconds": pl.Float64,
+    "capacity_cost_usd": pl.Float64,
+    "allocated_cost_usd": pl.Float64,
+    "invoiced_cost_usd": pl.Float64,
+    "usage_cost_usd": pl.Float64,
+    "unallocated_cost_usd": pl.Float64,
+    "blocked_cost_usd": pl.Float64,
+    "difference_cost_usd": pl.Float64,
+}
+
+
+def price_entries(billing: Billing) -> pl.LazyFrame:
+    """One row per price-book key as price_book keys it (`partition:<name>`, a lower-case GPU model,
+    `default`): `kind` 'rate' (a number or {rate = x}) or 'amortised' with every input of hourly_rate's
+    formula, the defaults it used included; NULL inputs for a rate."""
+    inputs = [f for f in RATE_FIELDS if f != "rate"]
+    rows = []
+    for key, entry in billing.rates.items():
+        name = key if key.startswith("partition:") else key.lower()
+        amortised = isinstance(entry, dict) and "rate" not in entry
+        values = [float(entry.get(f, RATE_FIELDS[f].default)) if amortised else None for f in inputs]
+        rows.append((name, "amortised" if amortised else "rate", *values))
+    schema = {"price_key": pl.String, "kind": pl.String, **{f: pl.Float64 for f in inputs}}
+    return pl.LazyFrame(rows, schema=schema, orient="row")
+
+
+def rates_daily(cap: pl.LazyFrame, d: pl.LazyFrame, params: Params) -> pl.LazyFrame:
+    """mart_cost_rates_daily: for each billing day, the $/GPU-hour applied to each (partition, GPU model) the
+    capacity rows with GPUs (partition sets) and the usage rows priced, the price-book key it came from (with_rate's
+    order: partition, else GPU model, else default) and, for an amortised entry, the inputs of its formula."""
+    billing = params.billing
+    models, parts, _ = price_book(billing)
+    gpus = (pl.col("capacity_gpu_seconds") > 0) | (pl.col("powered_down_gpu_seconds") > 0)
+    scopes = pl.concat(
+        [cap.filter(gpus).select("day", "partition", "gpu_model"), d.select("day", "partition", "gpu_model")],
+        how="vertical",
+    ).unique()
+    model = pl.col("gpu_model").str.to_lowercase()
+    key = (
+        pl.when(pl.col("partition").is_in(list(parts)))
+        .then(pl.lit("partition:") + pl.col("partition"))
+        .when(model.is_in(list(models)))
+        .then(model)
+        .otherwise(pl.lit("default"))
+    )
+    out = with_rate(scopes, billing).with_columns(key.alias("price_key"))
+    return ensure_columns(out.join(price_entries(billing), on="price_key", how="left"), RATE_SCHEMA)
+
+
+def node_pieces(
+    node_states: pl.LazyFrame, params: Params, intervals: pl.LazyFrame | None = None
+) -> pl.LazyFrame:
+    """The capacity rows' node intervals (node_intervals, clipped to the window) cut at billing-day bounds:
+    (day, node, allocated, ps, pe), the piece [ps, pe) in epoch microseconds. Most intervals lie in one day and
+    are not exploded; day bounds come from a table of the window's days, as in day_gpu_microseconds."""
+    tz, now = params.tz, params.now
+    first = local_date(params.start, tz) - timedelta(days=1)
+    table = day_bounds(first, local_date(now, tz) + timedelta(days=1), tz)
+    origin = (first - date(1970, 1, 1)).days
+    days = billing_days(node_states, "snapshot_time", params)
+
+    def at(day: pl.Expr, column: str) -> pl.Expr:
+        return pl.lit(table[column]).gather(day.cast(pl.Int32) - origin)
+
+    iv = (
+        (node_intervals(node_states, params) if intervals is None else intervals)
+        .with_columns(clip_interval("snapshot_time", "until", params.start, now))
+        .filter(pl.col("until") > pl.col("snapshot_time"))
+        .select(
+            "node",
+            pl.col("allocated").cast(pl.Int64),
+            pl.col("snapshot_time").dt.epoch("us").alias("s"),
+            pl.col("until").dt.epoch("us").alias("e"),
+        )
+        .with_columns(days.day(pl.col("s")).alias("day"), days.day(pl.col("e") - 1).alias("_last"))
+    )
+    single = iv.filter(pl.col("day") == pl.col("_last")).select(
+        "day", "node", "allocated", pl.col("s").alias("ps"), pl.col("e").alias("pe")
+    )
+    multi = (
+        iv.filter(pl.col("day") != pl.col("_last"))
+        .with_columns(pl.date_ranges("day", "_last", "1d").alias("day"))
+        .explode("day")
+        .select(
+            "day",
+            "node",
+            "allocated",
+            pl.max_horizontal("s", at(pl.col("day"), "_ps")).alias("ps"),
+            pl.min_horizontal("e", at(pl.col("day"), "_pe")).alias("pe"),
+        )
+        .filter(pl.col("pe") > pl.col("ps"))
+    )
+    return pl.concat([single, multi], how="vertical").filter(pl.col("day") >= pl.lit(params.start_date))
+
+
+def node_gpu_levels(jobs: pl.LazyFrame, params: Params) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """Per node, the step function of the GPUs sacct says attempts held there: (levels, names). `levels` has
+    (nk, t, level, before) at each change, `nk` the node's number in `names` (node, nk), `t` epoch
+    microseconds, `level` the GPUs held from t to the next change and `before` the GPU-microseconds held on
+    the node before t (integers: a difference of two is exact whatever the window).
+
+    An attempt's GPUs are spread over the nodes of its NodeList as Slurm's --gpus-per-node jobs are, evenly,
+    the first nodes taking one more when they do not divide (sacct records the job's total only). Attempts
+    without a NodeList are on no node. Hostlists are expanded once per distinct NodeList."""
+    if "node_list" not in jobs.collect_schema().names():
+        jobs = jobs.with_columns(pl.lit(None, dtype=pl.String).alias("node_list"))
+    a = (
+        usage(jobs, params.now)
+        .filter(pl.col("node_list").is_not_null())
+        .with_columns(clip_interval("use_start", "use_end", params.start, params.now))
+        .filter(pl.col("use_end") > pl.col("use_start"))
+        .select(
+            "node_list",
+            pl.col("gpus").cast(pl.Int64),
+            pl.col("use_start").dt.epoch("us").alias("s"),
+            pl.col("use_end").dt.epoch("us").alias("e"),
+        )
+    )
+    lists = (
+        a.select(pl.col("node_list").unique())
+        .with_columns(
+            pl.col("node_list")
+            .map_elements(expand_hostlist_lenient, return_dtype=pl.List(pl.String))
+            .alias("node")
+        )
+        .with_columns(pl.col("node").list.len().cast(pl.Int64).alias("_n"))
+        .filter(pl.col("_n") > 0)
+        .with_columns(pl.int_ranges(0, pl.col("_n")).alias("_k"))
+        .explode("node", "_k")
+        .cache()
+    )
+    names = lists.select(pl.col("node").unique().sort()).with_row_index("nk")
+    per_node = a.join(lists.join(names, on="node"), on="node_list").with_columns(
+        (
+            pl.col("gpus") // pl.col("_n") + (pl.col("_k") < pl.col("gpus") % pl.col("_n")).cast(pl.Int64)
+        ).alias("g")
+    )
+    # Sorted by time only (one key sorts far faster than node and time), each node's running sums are
+    # windows over its rows in that order. Several changes at one instant need no merging: the as-of join
+    # takes the last row at or before an instant, after all of them, and the rows between add no area.
+    steps = (
+        pl.concat(
+            [
+                per_node.select("nk", pl.col("s").alias("t"), "g"),
+                per_node.select("nk", pl.col("e").alias("t"), -pl.col("g")),
+            ],
+            how="vertical",
+        )
+        .sort("t")
+        .with_columns(pl.col("g").cum_sum().over("nk").alias("level"))
+    )
+    area = pl.col("level") * (pl.col("t").shift(-1).over("nk") - pl.col("t")).fill_null(0)
+    levels = (
+        steps.with_columns(area.alias("_area"))
+        .with_columns((pl.col("_area").cum_sum().over("nk") - pl.col("_area")).alias("before"))
+        .select("nk", "t", "level", "before")
+    )
+    return levels, names
+
+
+def reconciliation_daily(
+    node_states: pl.LazyFrame,
+    jobs: pl.LazyFrame,
+    d: pl.LazyFrame,
+    params: Params,
+    intervals: pl.LazyFrame | None = None,
+) -> pl.LazyFrame:
+    """mart_cost_reconciliation_daily: per billing day, the GPU-seconds sinfo snapshots show allocated (as
+    mart_capacity_daily counts them) against those sacct attempts are charged (mart_cost_daily), and the
+    difference split into four causes that add up to it exactly:
+
+    allocated − charged = unrecorded − unseen + sampling − gap.
+
+    Each snapshot stands for its node over an interval, cut at billing-day bounds into pieces [ps, pe) with
+    the snapshot's allocated GPUs A (node_pieces). J is the GPUs sacct attempts held on the node at ps (the
+    snapshot's time, or midnight for the later pieces of an interval that crosses it, so a day never depends
+    on the day before) and C the GPU-seconds they held in the piece (node_gpu_levels). Per piece:
+    unrecorded = max(A − J, 0) × (pe − ps) (sinfo showed GPUs allocated that no sacct attempt held: an attempt
+    not yet in accounting, MIG slices, GPUs outside accounting); unseen = max(J − A, 0) × (pe − ps) (attempts
+    held GPUs sinfo did not show allocated); sampling = J × (pe − ps) − C (a snapshot stands until the next:
+    attempts that started or ended in between). gap = charged − Σ C: GPU-seconds charged while no snapshot
+    covered the node (snapshot gaps longer than pipelines.node_snapshot_max_gap_seconds, nodes sinfo never
+    listed, attempts without a NodeList). Sums are integer GPU-microseconds."""
+    levels, names = node_gpu_levels(jobs, params)
+    levels = levels.rename({"t": "t0"})  # sorted by time
+
+    def value_at(lf: pl.LazyFrame, column: str, level: str, integral: str) -> pl.LazyFrame:
+        """The level and the integral of node_gpu_levels' step function at the instants `column`."""
+        return (
+            lf.sort(column)
+            .join_asof(
+                levels, left_on=column, right_on="t0", by="nk", strategy="backward", check_sortedness=False
+            )
+            .with_columns(
+                pl.col("level").fill_null(0).alias(level),
+                (pl.col("before") + pl.col("level") * (pl.col(column) - pl.col("t0")))
+                .fill_null(0)
+                .alias(integral),
+            )
+            .drop("level", "before", "t0")
+        )
+
+    # A node no attempt ran on has no number: no level, so J and C are 0.
+    pieces = node_pieces(node_states, params, intervals).join(names, on="node", how="left")
+    pieces = value_at(value_at(pieces, "ps", "j", "f_ps"), "pe", "_j_pe", "f_pe")
+    span = pl.col("pe") - pl.col("ps")
+    a, j = pl.col("allocated"), pl.col("j")
+    covered = pl.col("f_pe") - pl.col("f_ps")
+    per_day = pieces.group_by("day").agg(
+        (a * span).sum().alias("allocated"),
+        ((a - j).clip(lower_bound=0) * span).sum().alias("unrecorded"),
+        ((j - a).clip(lower_bound=0) * span).sum().alias("unseen"),
+        (j * span - covered).sum().alias("sampling"),
+        covered.sum().alias("_covered"),
+    )
+    charged = d.group_by("day").agg(
+        (pl.col("gpu_seconds") * 1e6).round().cast(pl.Int64).sum().alias("charged")
+    )
+    parts = ["allocated", "unrecorded", "unseen", "sampling", "_covered", "charged"]
+    out = (
+        per_day.join(charged, on="day", how="full", coalesce=True)
+        .with_columns(pl.col(parts).fill_null(0))
+        .with_columns((pl.col("charged") - pl.col("_covered")).alias("gap"))
+        .select(
+            "day",
+            *[
+                (pl.col(c) / 1e6).alias(f"{c}_gpu_seconds")
+                for c in ("allocated", "charged", *RECONCILIATION_CAUSES)
+            ],
+        )
+    )
+    return ensure_columns(out, RECONCILIATION_DAILY_SCHEMA)
+
+
+def reconciliation_monthly(
+    days: pl.LazyFrame,
+    invoices: pl.LazyFrame,
+    unallocated: pl.LazyFrame,
+    capacity_days: pl.LazyFrame,
+    params: Params,
+) -> pl.LazyFrame:
+    """mart_cost_reconciliation_monthly: per billing month from the window's, the month's reconciliation in
+    GPU-seconds (the sums of `days`, mart_cost_reconciliation_daily, whole months) and in dollars.
+
+    GPU-seconds: difference = allocated − charged (= unrecorded − unseen + sampling − gap);
+    after_invoice = charged − invoiced, the sacct GPU-seconds that changed after the invoice's latest
+    version was issued (late records of a frozen month; 0 for an open month).
+    Dollars (cents): capacity − invoiced − unallocated = difference = allocated − usage + blocked, where
+    invoiced is the latest invoice (usage = its cost less its spread), unallocated the unallocated line
+    (idle + down + reserved) and blocked the idle dollars billing TRES already paid (both
+    mart_cost_unallocated_monthly), capacity and allocated the month's mart_capacity_daily rows
+    (`capacity_days`)."""
+    month = pl.col("day").dt.month_start().alias("month")
+    start = pl.lit(params.start_month)
+    us = ["allocated", "charged", *RECONCILIATION_CAUSES]
+    gpu = (
+        days.with_columns(month)
+        .group_by("month")
+        .agg(*[(pl.col(f"{c}_gpu_seconds") * 1e6).round().cast(pl.Int64).sum().alias(c) for c in us])
+        .with_columns((pl.col("allocated") - pl.col("charged")).alias("difference"))
+        .select("month", *[(pl.col(c) / 1e6).alias(f"{c}_gpu_seconds") for c in (*us, "difference")])
+    )
+    latest = invoices.filter(pl.col("version") == pl.col("version").max().over("month"))
+    billed = latest.group_by("month").agg(
+        (pl.col("gpu_hours").sum() * 3.6e9).round().cast(pl.Int64).alias("_invoiced"),
+        pl.col("cost_usd").cast(pl.Float64).sum().alias("invoiced_cost_usd"),
+        (pl.col("cost_usd").cast(pl.Float64) - pl.col("spread_cost_usd").cast(pl.Float64))
+        .sum()
+        .alias("usage_cost_usd"),
+    )
+    line = unallocated.group_by("month").agg(
+        (pl.col("idle_cost_usd") + pl.col("down_cost_usd") + pl.col("reserved_cost_usd"))
+        .sum()
+        .alias("unallocated_cost_usd"),
+        pl.col("blocked_cost_usd").sum(),
+    )
+    cap = (
+        capacity_days.with_columns(month)
+        .group_by("month")
+        .agg(pl.col("capacity_cost_usd").sum(), pl.col("allocated_cost_usd").sum())
+    )
+    money = ["capacity_cost_usd", "allocated_cost_usd", "invoiced_cost_usd", "usage_cost_usd"]
+    money += ["unallocated_cost_usd", "blocked_cost_usd"]
+    cents = [((pl.col(c) * 100).round() / 100).alias(c) for c in money]
+    out = (
+        gpu.join(billed, on="month", how="full", coalesce=True)
+        .join(line, on="month", how="full", coalesce=True)
+        .join(cap, on="month", how="full", coalesce=True)
+        .filter(pl.col("month") >= start)
+        .with_columns(pl.col(f"{c}_gpu_seconds" for c in (*us, "difference")).fill_null(0.0))
+        .with_columns(pl.col("_invoiced").fill_null(0), *[c.fill_null(0.0) for c in cents])
+        .with_columns(
+            (pl.col("_invoiced") / 1e6).alias("invoiced_gpu_seconds"),
+            (
+                ((pl.col("charged_gpu_seconds") * 1e6).round().cast(pl.Int64) - pl.col("_invoiced")) / 1e6
+            ).alias("after_invoice_gpu_seconds"),
+            (pl.col("capacity_cost_usd") - pl.col("invoiced_cost_usd") - pl.col("unallocated_cost_usd"))
+            .round(2)
+            .alias("difference_cost_usd"),
+        )
+    )
+    return ensure_columns(out, RECONCILIATION_MONTHLY_SCHEMA)
+
+
+WASTE_SCHEMA = {
+    "day": pl.Date,
+    "account": pl.String,
+    "attempts": pl.Int64,
+    "failed_attempts": pl.Int64,
+    "failed_gpu_seconds": pl.Float64,
+    "failed_cost_usd": pl.Float64,
+    "requeued_attempts": pl.Int64,
+    "requeued_gpu_seconds": pl.Float64,
+    "requeued_cost_usd": pl.Float64,
+}
+
+
+def waste_daily(jobs: pl.LazyFrame, params: Params) -> pl.LazyFrame:
+    """mart_cost_waste_daily: per billing day on which GPU attempts ended, and account, the attempts that ended
+    and, of them, those that failed (the states of mart_cost_daily's failed_*) and those requeued (a later
+    attempt of the same job exists), with their whole GPU-seconds and dollars at their rate (billed
+    GPU-equivalents with billing.charge_by = "billing_tres").
+
+    By the day an attempt ended, not the days it ran: whether an attempt failed is known only when it ends,
+    so a month's figures are final once the month has ended; an attempt running across the month's end
+    counts, whole, in the month it ends in (mart_cost_daily's failed_* spread it over the days it ran, and
+    change for a past month when it ends)."""
+    now = params.now
+    if "billing" not in jobs.collect_schema().names():
+        jobs = jobs.with_columns(pl.lit(None, dtype=pl.Float64).alias("billing"))
+    ended = attempts(jobs, now).filter(~pl.col("running") & pl.col("end_time").is_not_null())
+    days = billing_days(ended, "end_time", params)
+    seconds = (pl.col("use_end") - pl.col("use_start")).dt.total_microseconds().clip(lower_bound=0) / 1e6
+    a = with_rate(
+        ended.with_columns(
+            days.day(pl.col("use_end").dt.epoch("us") - 1).alias("day"),
+            (seconds * pl.col("gpus").cast(pl.Float64)).alias("gs"),
+            (seconds * gpu_equivalents(params.billing)).alias("billed"),
+        ).filter(pl.col("day") >= pl.lit(params.start_date)),
+        params.billing,
+    ).with_columns((pl.col("billed") / 3600.0 * pl.col("rate_per_gpu_hour")).alias("usd"))
+    failed, requeued = pl.col("failed"), pl.col("requeued")
+    zero = pl.lit(0.0)
+    out = a.group_by("day", "account").agg(
+        pl.len().cast(pl.Int64).alias("attempts"),
+        failed.sum().cast(pl.Int64).alias("failed_attempts"),
+        pl.when(failed).then(pl.col("gs")).otherwise(zero).sum().alias("failed_gpu_seconds"),
+        pl.when(failed).then(pl.col("usd")).otherwise(zero).sum().alias("failed_cost_usd"),
+        requeued.sum().cast(pl.Int64).alias("requeued_attempts"),
+        pl.when(requeued).then(pl.col("gs")).otherwise(zero).sum().alias("requeued_gpu_seconds"),
+        pl.when(requeued).then(pl.col("usd")).otherwise(zero).sum().alias("requeued_cost_usd"),
+    )
+    return ensure_columns(out, WASTE_SCHEMA)
 
 
 def _frame(frames: dict[str, pl.LazyFrame], name: str, schema: dict[str, pl.DataType]) -> pl.LazyFrame:
@@ -1088,7 +1504,8 @@ def _frame(frames: dict[str, pl.LazyFrame], name: str, schema: dict[str, pl.Data
 def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.LazyFrame]:
     # Capacity feeds its mart and the spread of every daily row; the daily rows feed four marts: cached, so
     # the one collect computes each once (without, the spread made the cost pipeline ~10x slower).
-    cap = capacity(frames["node_states"], params).cache()
+    intervals = node_intervals(frames["node_states"], params).cache()
+    cap = capacity(frames["node_states"], params, intervals).cache()
     pools = unallocated_pools(cap)
     res_schema = {"name": pl.String, "start_time": UTC_DT, "end_time": UTC_DT}
     res_schema |= {"node_list": pl.String, "accounts": pl.String}
@@ -1113,7 +1530,8 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
         [_month_rows(before).select(*cols).cast(floats), _month_rows(d).select(*cols).cast(floats)],
         how="vertical",
     ).cache()
-    pools_before = _frame(frames, "capacity_month_before", dict(POOL_COLUMNS))
+    cap_costs = {"capacity_cost_usd": pl.Float64, "allocated_cost_usd": pl.Float64}
+    pools_before = _frame(frames, "capacity_month_before", {**dict(POOL_COLUMNS), **cap_costs})
     month_pools = pl.concat(
         [ensure_columns(pools_before, dict(POOL_COLUMNS)), ensure_columns(pools, dict(POOL_COLUMNS))],
         how="vertical",
@@ -1135,9 +1553,8 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
             "interval_end": UTC_DT,
         },
     )
-    samples = _frame(
-        frames,
-        "gpu_samples",
+    samples = with_columns_of(  # an older caller's frame may lack the GPM columns: GPU_UTIL then
+        frames.get("gpu_samples"),
         {
             "node": pl.String,
             "gpu_uuid": pl.String,
@@ -1145,17 +1562,38 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
             "util_gpu_mean": pl.Float64,
             "energy_joules": pl.Float64,
             "power_mean_watts": pl.Float64,
+            "sm_active_mean": pl.Float64,
+            "activity_source": pl.String,
         },
+    )
+    unallocated = unallocated_monthly(
+        month_days, month_pools, prev_unallocated, frames["prev_monthly"], params, month_res
+    ).cache()
+    recon = reconciliation_daily(frames["node_states"], frames["jobs"], d, params, intervals).cache()
+    recon_before = _frame(frames, "reconciliation_month_before", RECONCILIATION_DAILY_SCHEMA)
+    month_recon = pl.concat(
+        [ensure_columns(recon_before, RECONCILIATION_DAILY_SCHEMA), recon], how="vertical"
+    )
+    month_capacity = pl.concat(
+        [
+            ensure_columns(pools_before, {"day": pl.Date, **cap_costs}),
+            ensure_columns(cap, {"day": pl.Date, **cap_costs}),
+        ],
+        how="vertical",
     )
     return {
         "mart_cost_daily": ensure_columns(d, DAILY_SCHEMA),
         "mart_capacity_daily": cap,
         "mart_cost_monthly": invoices,
         "mart_budget_monthly": budgets(invoices, params),
-        "mart_cost_unallocated_monthly": unallocated_monthly(
-            month_days, month_pools, prev_unallocated, frames["prev_monthly"], params, month_res
-        ),
+        "mart_cost_unallocated_monthly": unallocated,
         "mart_cost_reservation_daily": res,
         "mart_usage_counters": counters(d, frames["daily_before"], frames["prev_counters"], params),
         "mart_cost_efficiency_daily": cost_efficiency(d, frames["jobs"], gpu_jobs, samples, params),
+        "mart_cost_rates_daily": rates_daily(cap, d, params),
+        "mart_cost_reconciliation_daily": recon,
+        "mart_cost_reconciliation_monthly": reconciliation_monthly(
+            month_recon, invoices, unallocated, month_capacity, params
+        ),
+        "mart_cost_waste_daily": waste_daily(frames["jobs"], params),
     }

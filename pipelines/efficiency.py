@@ -11,7 +11,13 @@ from __future__ import annotations
 
 import polars as pl
 from slurmscope.pipelines.calendar import UTC_DT, local_day
-from slurmscope.pipelines.common import attribute_intervals, split_buckets, with_columns_of
+from slurmscope.pipelines.common import (
+    activity,
+    activity_sources,
+    attribute_intervals,
+    split_buckets,
+    with_columns_of,
+)
 from slurmscope.pipelines.params import Params
 
 NAME = "efficiency"
@@ -28,7 +34,7 @@ INPUTS: dict[str, str] = {
     # (minutes older than retention's boundary read back from their hourly rollups, slurmscope/rollup.py).
     "gpu_samples": """
         SELECT cluster, node, gpu_uuid, minute, samples, util_gpu_mean, util_gpu_max, mem_used_max_bytes,
-               energy_joules
+               energy_joules, sm_active_mean, activity_source
         FROM gpu_minutes($cluster, coalesce((
             SELECT min(interval_start) FROM gpu_jobs
             WHERE cluster = $cluster AND coalesce(mig_instance, '') = '' AND interval_start < $end
@@ -67,6 +73,10 @@ JOB_SCHEMA = {
     "zero_util": pl.Boolean,
     "alloc_start": UTC_DT,
     "alloc_end": UTC_DT,
+    "sm_active_mean": pl.Float64,
+    "useful_gpu_seconds": pl.Float64,
+    "gpm_gpu_seconds": pl.Float64,
+    "activity_source": pl.String,
 }
 IDLE_SCHEMA = {
     "cluster": pl.String,
@@ -85,7 +95,9 @@ def gpu_minutes(intervals: pl.LazyFrame, samples: pl.LazyFrame, threshold: float
     """One row per (interval, minute) it held the GPU, with that minute's NVML sample when there is one.
 
     `held` = seconds of the minute inside the interval; a sample's energy is pro-rated by `held`/60.
-    `idle` = the minute was sampled and its mean utilisation was below `threshold` percent.
+    `idle` = the minute was sampled and its mean utilisation was below `threshold` percent: GPU_UTIL, which is
+    the instrument for "no kernel ran". `activity` = SM activity where GPM measured it, else GPU_UTIL
+    (common.activity), and `gpm` says which.
     """
     m = split_buckets(intervals, "interval_start", "interval_end", 60, out="minute").rename(
         {"overlap_seconds": "held"}
@@ -94,13 +106,18 @@ def gpu_minutes(intervals: pl.LazyFrame, samples: pl.LazyFrame, threshold: float
         sampled=pl.col("util_gpu_mean").is_not_null(),
         idle=pl.col("util_gpu_mean") < threshold,
         energy=pl.col("energy_joules") * pl.col("held") / 60.0,
+        activity=activity(),
+        gpm=(pl.col("activity_source") == "gpm").fill_null(False),
     )
 
 
 def job_efficiency(minutes: pl.LazyFrame, threshold: float) -> pl.LazyFrame:
     """Per attempt: time-weighted mean and max utilisation, peak memory, energy, GPU-seconds held,
-    idle GPU-seconds and `zero_util` (sampled, and no sample ever reached the threshold)."""
+    idle GPU-seconds and `zero_util` (sampled, and no sample ever reached the threshold); the useful
+    GPU-seconds (held x activity / 100 over sampled minutes), the SM activity over the GPM-measured minutes and
+    which source the activity came from."""
     sampled_held = pl.col("held").filter(pl.col("sampled"))
+    gpm_held = pl.col("held").filter(pl.col("gpm"))
     keys = ["cluster", "job_id_raw", "submit_time"]
     agg = (
         minutes.filter(pl.col("submit_time").is_not_null())
@@ -125,11 +142,21 @@ def job_efficiency(minutes: pl.LazyFrame, threshold: float) -> pl.LazyFrame:
             pl.col("util_gpu_max").max().alias("_peak"),
             pl.col("interval_start").min().alias("alloc_start"),
             pl.col("interval_end").max().alias("alloc_end"),
+            (pl.col("sm_active_mean") * pl.col("held")).filter(pl.col("gpm")).sum().alias("_sm_held"),
+            (pl.col("held") * pl.col("activity") / 100.0)
+            .filter(pl.col("sampled"))
+            .sum()
+            .alias("useful_gpu_seconds"),
+            gpm_held.sum().alias("gpm_gpu_seconds"),
         )
     )
     return agg.with_columns(
         energy_joules=pl.when(pl.col("_energy_n") > 0).then(pl.col("energy_joules")),
         zero_util=(pl.col("sampled_gpu_seconds") > 0) & (pl.col("_peak").fill_null(0.0) < threshold),
+        activity_source=activity_sources(pl.col("gpm_gpu_seconds"), pl.col("sampled_gpu_seconds")),
+        sm_active_mean=pl.when(pl.col("gpm_gpu_seconds") > 0).then(
+            pl.col("_sm_held") / pl.col("gpm_gpu_seconds")
+        ),
     )
 
 
@@ -187,6 +214,8 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
             "util_gpu_max": pl.Float64,
             "mem_used_max_bytes": pl.Int64,
             "energy_joules": pl.Float64,
+            "sm_active_mean": pl.Float64,
+            "activity_source": pl.String,
         },
     ).select(
         "cluster",
@@ -197,6 +226,8 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
         "util_gpu_max",
         "mem_used_max_bytes",
         "energy_joules",
+        "sm_active_mean",
+        "activity_source",
     )
     jobs = with_columns_of(
         frames.get("jobs"),

@@ -441,23 +441,105 @@ def _is_lake_target(text: str) -> bool:
 
 
 SLURM_COMMANDS = ("sacct", "sinfo", "squeue", "sshare", "sdiag", "sacctmgr", "scontrol")
+ALL_CLUSTERS = "all"
+"""`--cluster all`: the word is reserved, so no cluster may be named so."""
+CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def is_cluster_name(name: str) -> bool:
+    """A name that is also a directory of `report --cluster all` and a lake partition; never 'all'."""
+    return bool(CLUSTER_NAME.fullmatch(name)) and name.lower() != ALL_CLUSTERS
+
+
+PER_CLUSTER_SECTIONS = ("slurm", "collect", "nvml", "fairshare", "billing", "budgets")
+"""Sections a `[[clusters]]` entry may override for its cluster: how it is reached (Slurm commands or
+slurmrestd, agents), how it is collected, and how it is charged. The rest (database, exporter, lake, alerts,
+pipelines tuning, drift, health, report) belongs to the one service and applies to every cluster."""
+
+
+def _partial(spec: Any, value: Any, at: _At) -> Any:
+    """Only the keys a `[[clusters]]` entry gives, each checked by the section's own spec."""
+    if not isinstance(spec, Table):
+        return spec.parse(value, at)  # a whole-table key (budgets): the entry's table replaces it
+    if not isinstance(value, Mapping):
+        raise at.error("a table", value)
+    out = {}
+    for key, item in value.items():
+        if key not in spec.fields:
+            raise at.unknown(key, spec.fields)
+        out[key] = spec.fields[key].parse(item, at.child(key))
+    return out
+
+
+@dataclass(frozen=True)
+class Clusters:
+    """`[[clusters]]`: several clusters served by one `serve` into one database.
+
+    Each entry is a name, optionally its time zone, and the keys of PER_CLUSTER_SECTIONS that differ for it
+    (its own slurm.conf, `-M`, binaries, slurmrestd, agents, price book); everything else comes from the
+    file's top-level sections. The first entry is the default of commands run without `--cluster`.
+    """
+
+    default: list[dict[str, Any]]
+
+    def parse(self, value: Any, at: _At) -> list[dict[str, Any]]:
+        expected = "an array of tables [[clusters]], each with a name"
+        if not isinstance(value, list) or not value:
+            raise at.error(expected, value)
+        known = {"name": None, "timezone": None, **dict.fromkeys(PER_CLUSTER_SECTIONS)}
+        out: list[dict[str, Any]] = []
+        seen: dict[str, str] = {}
+        for i, entry in enumerate(value):
+            where = at.item(i)
+            if not isinstance(entry, Mapping):
+                raise where.error('a table with name = "<cluster>"', entry)
+            for key in entry:
+                if key not in known:
+                    raise where.unknown(key, known)
+            if "name" not in entry:
+                raise ConfigError(f"{at.source}: key '{where.key}' needs name = \"<cluster>\"")
+            name = CLUSTER.fields["name"].parse(entry["name"], where.child("name"))
+            if name.lower() in seen:
+                raise ConfigError(
+                    f"{at.source}: keys '{seen[name.lower()]}' and '{where.child('name').key}' name the same "
+                    f"cluster {name!r} (names are case-insensitive: Slurm's database lowercases them)"
+                )
+            seen[name.lower()] = where.child("name").key
+            parsed: dict[str, Any] = {"name": name}
+            if "timezone" in entry:
+                parsed["timezone"] = ZONE.parse(entry["timezone"], where.child("timezone"))
+            for section in PER_CLUSTER_SECTIONS:
+                if section in entry:
+                    parsed[section] = _partial(SCHEMA.fields[section], entry[section], where.child(section))
+            out.append(parsed)
+        return out
+
+
 ZONE = Str("UTC", check=_is_zone, what="an IANA time zone such as 'Europe/Berlin'")
 DAY = 86400  # the longest health window: pipelines/health.py reads one day of events and samples back
+CLUSTER = Table(
+    {
+        "name": Str(
+            "default",
+            check=is_cluster_name,
+            what="a cluster name (letters, digits, '_', '.', '-', at most 64, not 'all')",
+        ),
+        "timezone": ZONE,
+    }
+)
 
 SCHEMA = Table(
     {
-        "cluster": Table(
-            {
-                "name": Str("default", check=bool, what="a non-empty string"),
-                "timezone": ZONE,
-            }
-        ),
+        "cluster": CLUSTER,
+        "clusters": Clusters([]),
         "database": Table({"path": Str("slurmscope.duckdb", check=bool, what="a file path")}),
         "slurm": Table(
             {
                 "bin_dir": Str(""),
                 **{name: Str(name, check=bool, what="a command name or path") for name in SLURM_COMMANDS},
                 "timeout_seconds": Num(60.0, positive=True),
+                "conf": Str(""),
+                "cluster_flag": Bool(False),
                 "source": Str("cli", choices=("cli", "rest")),
                 "rest_socket": Str(""),
                 "rest_url": Str(
@@ -467,12 +549,16 @@ SCHEMA = Table(
                 ),
                 "rest_user": Str(""),
                 "rest_token_file": Str(""),
-                "rest_api_version": Str("v0.0.38", choices=("v0.0.38", "v0.0.41", "v0.0.44")),
+                "rest_api_version": Str(
+                    "v0.0.38", choices=("v0.0.38", "v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44")
+                ),
             }
         ),
         "collect": Table(
             {
                 "sacct_window_seconds": Num(86400, low=1),
+                "sacct_max_window_seconds": Num(31 * 86400, low=60),
+                "sacct_target_rows": Num(50000, low=100),
                 "sacct_overlap_seconds": Num(3600),
                 "sacct_initial_lookback_seconds": Num(7 * 86400),
                 "events_lookback_seconds": Num(30 * 86400),
@@ -605,6 +691,10 @@ SCHEMA = Table(
                 "temp_failing_celsius": Num(95.0),
                 "sample_max_age_seconds": Num(900, high=DAY),
                 "gpu_forget_seconds": Num(86400, high=DAY),
+                "nvlink_replay_recovery": Num(1, low=1),
+                "nvlink_crc_per_second": Num(100.0, positive=True),
+                "remap_growth_rows": Num(2, low=1),
+                "remap_window_seconds": Num(86400, low=60, high=DAY),
             }
         ),
     }
@@ -635,6 +725,48 @@ class Config:
     @property
     def cluster(self) -> str:
         return self.raw["cluster"]["name"]
+
+    @property
+    def clusters(self) -> tuple[str, ...]:
+        """Every configured cluster: the `[[clusters]]` names in file order, else the one `cluster.name`."""
+        return tuple(c["name"] for c in self.raw.get("clusters") or ()) or (self.cluster,)
+
+    @property
+    def listed(self) -> bool:
+        """True when the file lists `[[clusters]]` (rather than the single `[cluster]`)."""
+        return bool(self.raw.get("clusters"))
+
+    def for_cluster(self, name: str) -> Config:
+        """The settings of cluster `name` alone: the top-level sections with its `[[clusters]]` entry on top,
+        and `clusters` that one name (so a `serve` or render given this config serves only it).
+
+        A name the file does not list keeps the top-level sections under that name (`ingest --cluster x`
+        of a recorded file from a cluster that is not collected live).
+        """
+        raw = copy.deepcopy(self.raw)
+        raw["cluster"]["name"] = name
+        entry = next((c for c in raw.get("clusters") or () if c["name"] == name), {})
+        raw["clusters"] = [entry] if entry else []
+        if "timezone" in entry:
+            raw["cluster"]["timezone"] = entry["timezone"]
+        for section in PER_CLUSTER_SECTIONS:
+            if section not in entry:
+                continue
+            if isinstance(SCHEMA.fields[section], Table):
+                raw[section].update(entry[section])
+            else:
+                raw[section] = entry[section]
+        return Config(source=self.source, raw=raw)
+
+    def slurm_cluster_args(self) -> list[str]:
+        """`-M <cluster>` when `slurm.cluster_flag` is set: the command asks slurmdbd for this cluster's
+        controller (https://slurm.schedmd.com/multi_cluster.html); otherwise nothing."""
+        return ["-M", self.cluster] if self.raw["slurm"]["cluster_flag"] else []
+
+    def slurm_environment(self, base: Mapping[str, str]) -> dict[str, str] | None:
+        """`base` with SLURM_CONF set to `slurm.conf`, or None (inherit) when no slurm.conf is set."""
+        conf = self.raw["slurm"]["conf"]
+        return {**base, "SLURM_CONF": conf} if conf else None
 
     @property
     def timezone(self) -> ZoneInfo:
@@ -710,7 +842,18 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
             raise ConfigError(f"{source}: not valid TOML: {exc}") from None
         _moved(data, source)
         raw = SCHEMA.parse(data, _At(source, ""))
+        if raw["clusters"] and isinstance(data.get("cluster"), Mapping) and "name" in data["cluster"]:
+            raise ConfigError(
+                f"{source}: key 'cluster.name' and [[clusters]] both name clusters; list every cluster in"
+                " [[clusters]] (the first is the default of --cluster)"
+            )
     _environment(raw, env)
+    if raw["clusters"]:
+        if "SLURMSCOPE_CLUSTER_NAME" in env:
+            raise ConfigError(
+                f"environment SLURMSCOPE_CLUSTER_NAME: {source} lists [[clusters]]; choose one with --cluster"
+            )
+        raw["cluster"]["name"] = raw["clusters"][0]["name"]
     _check_together(raw, source)
     return Config(source=source, raw=raw)
 

@@ -235,6 +235,63 @@ def connect_waiting(
             time.sleep(sleep)
 
 
+# Tables that record the collection itself (runs, positions, bad lines, pulled files), not a cluster's data.
+BOOKKEEPING_TABLES = ("collector_runs", "pipeline_runs", "quarantine", "spool_files", "watermarks")
+
+
+def _data_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The raw tables with a cluster column (ARCHITECTURE.md §5: every table has one), marts excluded."""
+    rows = con.execute(
+        "SELECT table_name FROM information_schema.tables JOIN information_schema.columns"
+        " USING (table_catalog, table_schema, table_name)"
+        " WHERE table_catalog = current_database() AND table_type = 'BASE TABLE' AND column_name = 'cluster'"
+        " AND NOT starts_with(table_name, 'mart_') AND NOT list_contains(?, table_name) ORDER BY 1",
+        [list(BOOKKEEPING_TABLES)],
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def _cluster_rows(con: duckdb.DuckDBPyConnection, tables: list[str]) -> dict[str, int]:
+    present: dict[str, int] = {}
+    for name in tables:  # table names from information_schema (_data_tables), double-quoted
+        for c, n in con.execute(f'SELECT cluster, count(*) FROM "{name}" GROUP BY cluster').fetchall():  # noqa: S608 - name from information_schema
+            present[c] = present.get(c, 0) + n
+    return present
+
+
+def missing_cluster(con: duckdb.DuckDBPyConnection, cluster: str) -> str | None:
+    """Why a command run for `cluster` would work on nothing while other clusters have data, else None.
+
+    sacct rows take the file's own Cluster column and the other kinds the configured name, so one site's
+    accounting can sit under a name the command was not given while its sinfo and sshare rows sit under
+    the default (issue 14: every mart empty, "no invoice rows", exit 0). Jobs are what the marts and the
+    report are made of, so a cluster without jobs while another has some is refused, as is a cluster
+    without any row while another has some; the message lists the clusters the database does hold. An
+    empty database is not this case.
+    """
+    if con.execute("SELECT 1 FROM jobs WHERE cluster = ? LIMIT 1", [cluster]).fetchone():
+        return None
+    jobs = _cluster_rows(con, ["jobs"])
+    if jobs:
+        listed = ", ".join(f"{c!r} ({n:,} rows)" for c, n in sorted(jobs.items()))
+        return (
+            f"no jobs for cluster {cluster!r} (--cluster or cluster.name), but the database holds jobs of"
+            f" {listed}: pass --cluster with one of them, or ingest with --cluster"
+        )
+    tables = _data_tables(con)
+    for name in tables:
+        if con.execute(f'SELECT 1 FROM "{name}" WHERE cluster = ? LIMIT 1', [cluster]).fetchone():  # noqa: S608 - name from information_schema
+            return None
+    present = _cluster_rows(con, tables)
+    if not present:
+        return None
+    listed = ", ".join(f"{c!r} ({n:,} rows)" for c, n in sorted(present.items()))
+    return (
+        f"no data for cluster {cluster!r} (--cluster or cluster.name), but the database holds {listed}:"
+        " pass --cluster with one of them"
+    )
+
+
 @contextmanager
 def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
     """BEGIN/COMMIT around a block; ROLLBACK and re-raise on any error."""

@@ -13,6 +13,7 @@ missing database is reported, never created.
 from __future__ import annotations
 
 import email.utils
+import functools
 import ipaddress
 import json
 import os
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from slurmscope.collectors import sacct_rest
+from slurmscope.collectors import slurmrestd
 from slurmscope.config import Config
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
@@ -95,10 +96,15 @@ Http = Callable[..., Response]  # http(url, *, headers=None, ca_file=None, timeo
 Clock = Callable[[], float]
 
 
-def run_subprocess(argv: Sequence[str], timeout: float, stdin: bytes | None = None) -> Ran:
-    """An argument list, TZ=UTC, killed with its process group past the timeout, as the collectors run."""
+def run_subprocess(
+    argv: Sequence[str], timeout: float, stdin: bytes | None = None, *, slurm_conf: str = ""
+) -> Ran:
+    """An argument list, TZ=UTC (and the cluster's `slurm.conf` as SLURM_CONF), killed with its process
+    group past the timeout, as the collectors run."""
     env = dict(os.environ)
     env["TZ"] = "UTC"
+    if slurm_conf:
+        env["SLURM_CONF"] = slurm_conf
     try:
         proc = subprocess.Popen(
             list(argv),
@@ -173,9 +179,10 @@ def _command_fix(cfg: Config, name: str, ran: Ran) -> str:
 
 
 SLURM_PROBES: dict[str, Callable[[Config], list[str]]] = {
-    "sinfo": lambda cfg: [cfg.slurm_command("sinfo"), "--noheader", "--format=%P"],
+    "sinfo": lambda cfg: [cfg.slurm_command("sinfo"), *cfg.slurm_cluster_args(), "--noheader", "--format=%P"],
     "sacct": lambda cfg: [
         cfg.slurm_command("sacct"),
+        *cfg.slurm_cluster_args(),
         "--noheader",
         "--allocations",
         "--parsable2",
@@ -205,6 +212,13 @@ def check_slurm_commands(cfg: Config, run: Runner) -> list[Result]:
             results.append(
                 Result(f"slurm.{name}", FAIL, f"{cmd[0]}: {ran.why()}", _command_fix(cfg, name, ran))
             )
+    if cfg.get("slurm", "cluster_flag") and not cfg.get("slurm", "conf"):
+        why = (
+            f"cluster {cfg.cluster} is reached by -M, which scontrol ping ignores"
+            " (it pings the controllers of the local slurm.conf)"
+        )
+        results.append(Result("slurm.scontrol_ping", SKIP, why))
+        return results
     cmd = [cfg.slurm_command("scontrol"), "ping"]
     ran = run(cmd, timeout, None)
     pings = PING_LINE.findall(ran.stdout.decode("utf-8", "replace"))
@@ -244,7 +258,9 @@ def slurm_config(cfg: Config, run: Runner) -> tuple[dict[str, str], str | None]:
     if _bin_dir_problem(cfg):
         return {}, "slurm.bin_dir is not a directory"
     ran = run(
-        [cfg.slurm_command("scontrol"), "show", "config"], float(cfg.get("slurm", "timeout_seconds")), None
+        [cfg.slurm_command("scontrol"), *cfg.slurm_cluster_args(), "show", "config"],
+        float(cfg.get("slurm", "timeout_seconds")),
+        None,
     )
     if not ran.ok:
         return {}, f"scontrol show config: {ran.why()}"
@@ -271,15 +287,19 @@ def check_accounting(cfg: Config, slurm_conf: dict[str, str], error: str | None)
     )
 
 
-def check_rest(cfg: Config, get: Callable[[Config, str], bytes] = sacct_rest.get) -> Result:
-    """slurmrestd as the job source: one authenticated `ping` through the collector's own client.
+def check_rest(cfg: Config, get: Callable[[Config, str], bytes] = slurmrestd.get) -> Result:
+    """slurmrestd as the Slurm source: one authenticated `ping` through the REST collectors' own client.
 
     The ping goes over the configured socket or URL with the configured token, at the configured API
     version, so a wrong socket path, an expired JWT or a plugin slurmrestd was not started with fails here
     and not at the next collect.
     """
     if cfg.get("slurm", "source") != "rest":
-        return Result("slurm.rest", SKIP, "slurm.source is 'cli': jobs are read with sacct")
+        return Result(
+            "slurm.rest",
+            SKIP,
+            "slurm.source is 'cli': Slurm is read with its commands (sacct, sinfo, squeue, sdiag)",
+        )
     version = cfg.get("slurm", "rest_api_version")
     where = cfg.get("slurm", "rest_socket") or cfg.get("slurm", "rest_url") or "(no socket or URL)"
     try:
@@ -705,7 +725,9 @@ def run_checks(
     http: Http = http_get,
     clock: Clock = time.time,
 ) -> list[Result]:
-    """Every check, in the order an operator would fix them."""
+    """Every check, in the order an operator would fix them, for the cluster of `cfg` (`--cluster`)."""
+    if run is run_subprocess and cfg.get("slurm", "conf"):
+        run = functools.partial(run_subprocess, slurm_conf=cfg.get("slurm", "conf"))
     results = check_slurm_commands(cfg, run)
     slurm_conf, conf_error = slurm_config(cfg, run)
     results.append(check_rest(cfg))

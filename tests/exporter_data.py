@@ -66,6 +66,8 @@ EXPECTED_FIRING = EXPECTED_ALERTS - {
     "GpuCountMismatch",
 }
 QUIET_ALERTS = {
+    "GpuNvlinkErrors",
+    "GpuResetPending",
     "SlurmControllerUnreachable",
     "SlurmAccountBudgetSpent",
     "SlurmAccountBudgetForecastOver",
@@ -380,7 +382,7 @@ def build_marts(con: duckdb.DuckDBPyConnection) -> None:
         """
         INSERT INTO mart_cost_efficiency_daily
         SELECT $cluster, CAST(d AS DATE), account, 86400, 48, 43200, 24, 3600, 2, 30240, 0.7, 24 / 8.4,
-               7.2e7, 20, 0
+               7.2e7, 20, 0, 0, 'gpu_util'
         FROM generate_series($start, $end, INTERVAL 1 DAY) g(d), (VALUES ('a'), ('b')) a(account)
     """,
     )

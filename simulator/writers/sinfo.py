@@ -52,6 +52,7 @@ def sinfo(sim: Sim) -> str:
                 US.join(
                     (
                         n.name,
+                        n.name,  # NodeHost: each simulated node runs on its own host
                         pname,
                         state,
                         f"{cpus_alloc}/{cpus_idle}/{cpus_other}/{n.cpus}",

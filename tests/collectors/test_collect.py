@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from slurmscope.collectors import collect as collect_mod
 from slurmscope.collectors.base import Outcome, get_watermark
-from slurmscope.collectors.collect import collect, sacct_windows
+from slurmscope.collectors.collect import backfill_key, backfill_with, collect, next_window_seconds
 from slurmscope.collectors.registry import COLLECTORS
 from slurmscope.collectors.sacct import LIVE_FIELDS
 
@@ -64,7 +64,7 @@ def job(
         "Reason": "None",
         "JobName": "n",
     }
-    return [values[n] for n in LIVE_FIELDS.split(",")]
+    return [values.get(n, "") for n in LIVE_FIELDS.split(",")]
 
 
 @pytest.fixture
@@ -74,7 +74,15 @@ def env(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
     log = tmp_path / "sacct.log"
     monkeypatch.setenv("FAKE_SACCT_LOG", str(log))
-    for var in ("FAKE_SACCT_MODE", "FAKE_SACCT_OUTPUT", "FAKE_SACCT_JOBS_OUTPUT", "FAKE_SACCT_FAIL_ON_CALL"):
+    for var in (
+        "FAKE_SACCT_MODE",
+        "FAKE_SACCT_OUTPUT",
+        "FAKE_SACCT_JOBS_OUTPUT",
+        "FAKE_SACCT_FAIL_ON_CALL",
+        "FAKE_SACCT_HISTORY",
+        "FAKE_SQUEUE_OUTPUT",
+        "FAKE_SQUEUE_MODE",
+    ):
         monkeypatch.delenv(var, raising=False)
     cfg = load_config(None, env={}).with_overrides(
         slurm={"bin_dir": str(FAKES), "timeout_seconds": 5.0},
@@ -174,16 +182,136 @@ def test_windows_are_chunked_and_a_failure_keeps_the_last_good_chunk(con, env):
     assert get_watermark(con, cfg.cluster, "sacct") == NOW - timedelta(days=2)
 
 
-def test_sacct_windows_helper():
-    wins = sacct_windows(None, NOW, overlap=3600, window=86400, lookback=2.5 * 86400)
-    assert wins == [
-        (NOW - timedelta(days=2.5), NOW - timedelta(days=1.5)),
-        (NOW - timedelta(days=1.5), NOW - timedelta(days=0.5)),
-        (NOW - timedelta(days=0.5), NOW),
-    ]
-    assert sacct_windows(NOW - timedelta(hours=2), NOW, overlap=3600, window=86400, lookback=0) == [
-        (NOW - timedelta(hours=3), NOW)
-    ]
+def test_next_window_aims_at_the_target_rows_and_grows_at_most_4x():
+    day = 86400.0
+    # 20,000 rows in a day with a 50,000 target: 2.5 days next (50,000 / 20,000 x 1 day)
+    assert next_window_seconds(day, 20_000, target_rows=50_000, low=60, high=31 * day) == 2.5 * day
+    # 500 rows: 100 days would be the target, 4 days is the cap on growth per call
+    assert next_window_seconds(day, 500, target_rows=50_000, low=60, high=31 * day) == 4 * day
+    assert next_window_seconds(day, 0, target_rows=50_000, low=60, high=31 * day) == 4 * day
+    # a busy day (1M rows): 1/20 of a day next, never below the floor
+    assert next_window_seconds(day, 1_000_000, target_rows=50_000, low=60, high=31 * day) == day / 20
+    assert next_window_seconds(600, 10**9, target_rows=50_000, low=60, high=31 * day) == 60
+    assert next_window_seconds(20 * day, 0, target_rows=50_000, low=60, high=31 * day) == 31 * day
+
+
+def history(tmp_path, monkeypatch, days: int, per_day: int, start: datetime) -> int:
+    """`days` days of finished jobs, `per_day` a day, each submitted, run an hour, done; returns how many."""
+    rows, n = [], 0
+    for d in range(days):
+        for k in range(per_day):
+            n += 1
+            sub = start + timedelta(days=d, minutes=10 * k)
+            fmt = "%Y-%m-%dT%H:%M:%S"
+            r = job(str(n), "COMPLETED", submit=sub.strftime(fmt), start=sub.strftime(fmt))
+            r[LIVE_FIELDS.split(",").index("End")] = (sub + timedelta(hours=1)).strftime(fmt)
+            rows.append(r)
+    p = tmp_path / "history.txt"
+    p.write_bytes(output(*rows))
+    monkeypatch.setenv("FAKE_SACCT_HISTORY", str(p))
+    return n
+
+
+def test_history_import_walks_years_in_windows_sized_by_what_sacct_returns(con, env, tmp_path):
+    cfg, _, calls, monkeypatch = env
+    cfg = cfg.with_overrides(collect={"sacct_target_rows": 200, "sacct_max_window_seconds": 90 * 86400})
+    since = NOW - timedelta(days=400)
+    n = history(tmp_path, monkeypatch, 400, 3, since)
+    seen = []
+    out = backfill_with(lambda fn: fn(con), cfg, since, now=NOW, progress=lambda d, t, r: seen.append((d, t)))
+    assert out.status == "ok"
+    assert con.execute("SELECT count(*), count(DISTINCT job_id_raw) FROM jobs").fetchone() == (n, n)
+    windows = [a for a in calls() if _arg(a, "--starttime")]
+    # 3 jobs a day and a target of 200 a call: about 67 days a call once grown, not one call per day
+    assert len(windows) < 20, len(windows)
+    starts = [_arg(a, "--starttime") for a in windows]
+    ends = [_arg(a, "--endtime") for a in windows]
+    assert starts[0] == since.strftime("%Y-%m-%dT%H:%M:%S") and ends[-1] == NOW.strftime("%Y-%m-%dT%H:%M:%S")
+    assert starts[1:] == ends[:-1]  # contiguous, no gap and no overlap
+    assert seen[-1] == (400 * 86400.0, 400 * 86400.0)
+    # a database that never collected continues live collection from where the import ended
+    assert get_watermark(con, cfg.cluster, "sacct") == NOW
+    assert get_watermark(con, cfg.cluster, backfill_key("sacct", since)) == NOW
+
+
+def test_a_job_cancelled_before_it_was_eligible_is_found_by_its_id(con, env, tmp_path):
+    """No window prints a job that never became eligible; its id is a hole between stored ids."""
+    cfg, _, calls, monkeypatch = env
+    since = NOW - timedelta(days=3)
+    history(tmp_path, monkeypatch, 3, 4, since)
+    p = tmp_path / "history.txt"
+    lines = p.read_bytes().decode().splitlines()
+    names = LIVE_FIELDS.split(",")
+    rec = lines[6].split(US)  # job 6
+    rec[names.index("Eligible")] = "Unknown"
+    rec[names.index("Start")] = "Unknown"
+    rec[names.index("State")] = "CANCELLED by 1000"
+    lines[6] = US.join(rec)
+    p.write_text("\n".join(lines) + "\n")
+    assert backfill_with(lambda fn: fn(con), cfg, since, now=NOW).status == "ok"
+    assert con.execute("SELECT state FROM jobs WHERE job_id_raw = 6").fetchall() == [("CANCELLED",)]
+    (by_id,) = [a for a in calls() if _arg(a, "--jobs")]
+    assert _arg(by_id, "--jobs") == "6"
+
+
+def test_a_killed_history_import_resumes_from_its_last_window(con, env, tmp_path):
+    cfg, _, calls, monkeypatch = env
+    cfg = cfg.with_overrides(collect={"sacct_target_rows": 200})
+    since = NOW - timedelta(days=120)
+    n = history(tmp_path, monkeypatch, 120, 4, since)
+    monkeypatch.setenv("FAKE_SACCT_FAIL_ON_CALL", "3")
+    first = backfill_with(lambda fn: fn(con), cfg, since, now=NOW)
+    assert first.status == "error"
+    reached = get_watermark(con, cfg.cluster, backfill_key("sacct", since))
+    assert since < reached < NOW
+    assert get_watermark(con, cfg.cluster, "sacct") is None  # live collection has not started
+    monkeypatch.delenv("FAKE_SACCT_FAIL_ON_CALL")
+    done = len(calls())
+    again = backfill_with(lambda fn: fn(con), cfg, since, now=NOW)
+    assert again.status == "ok"
+    assert _arg(calls()[done], "--starttime") == reached.strftime("%Y-%m-%dT%H:%M:%S")
+    assert con.execute("SELECT count(*), count(DISTINCT job_id_raw) FROM jobs").fetchone() == (n, n)
+
+
+def test_importing_older_history_leaves_live_collection_where_it_is(con, env, tmp_path):
+    cfg, _, calls, monkeypatch = env
+    since = NOW - timedelta(days=30)
+    history(tmp_path, monkeypatch, 30, 2, since)
+    live = NOW - timedelta(days=10)
+    con.execute(
+        "INSERT INTO watermarks (cluster, collector, position) VALUES (?, 'sacct', ?)", [cfg.cluster, live]
+    )
+    assert backfill_with(lambda fn: fn(con), cfg, since, now=NOW).status == "ok"
+    assert _arg(calls()[-1], "--endtime") == live.strftime("%Y-%m-%dT%H:%M:%S")
+    assert get_watermark(con, cfg.cluster, "sacct") == live
+    # days 0-19: day 20's first job is submitted at the live watermark itself, live collection's to read
+    assert con.execute("SELECT count(*) FROM jobs").fetchone()[0] == 2 * 20
+
+
+def test_collect_sacct_alone_asks_squeue_for_pending_jobs(con, env, tmp_path):
+    """No squeue snapshot stored: held, dependent and --begin jobs are found through slurmctld's own list."""
+    cfg, set_output, calls, monkeypatch = env
+    set_output(output())
+    set_output(
+        output(job("91", "PENDING"), job("92", "PENDING")), name="jobs.txt", var="FAKE_SACCT_JOBS_OUTPUT"
+    )
+    (tmp_path / "squeue.txt").write_text("91\n92\n")
+    monkeypatch.setenv("FAKE_SQUEUE_OUTPUT", str(tmp_path / "squeue.txt"))
+    monkeypatch.setenv("FAKE_SQUEUE_LOG", str(tmp_path / "squeue.log"))
+    [out] = collect(con, cfg, "sacct", now=NOW)
+    assert out.status == "ok" and out.rows == 2
+    (sq,) = [json.loads(line)["argv"] for line in (tmp_path / "squeue.log").read_text().splitlines()]
+    assert "--states=PENDING" in sq and "--format=%A" in sq
+    by_id = [a for a in calls() if _arg(a, "--jobs")]
+    assert sorted(_arg(by_id[0], "--jobs").split(",")) == ["91", "92"]
+
+
+def test_an_unreachable_squeue_only_narrows_the_by_id_lookup(con, env, tmp_path):
+    cfg, set_output, calls, monkeypatch = env
+    set_output(output(job("1", "COMPLETED", start=SUB, end=SUB)))
+    monkeypatch.setenv("FAKE_SQUEUE_MODE", "fail")
+    [out] = collect(con, cfg, "sacct", now=NOW)
+    assert out.status == "ok" and out.rows == 1
 
 
 def test_jobs_hidden_by_the_window_are_fetched_by_id(con, env):
@@ -222,7 +350,7 @@ def test_all_runs_every_kind_in_order_and_sacct_after_squeue(con, env, monkeypat
         collect_mod, "_collect_spool", lambda db, cfg, c: ran.append(c.kind) or Outcome(c.kind, "ok")
     )
     outs = collect(con, cfg, "all", now=NOW)
-    order = [c.kind for c in COLLECTORS if c.kind != "sacct_rest"]  # slurm.source = "cli": sacct reads jobs
+    order = [c.kind for c in COLLECTORS if not c.replaces]  # slurm.source = "cli": no slurmrestd source
     assert [o.collector for o in outs] == order
     assert ran == [k for k in order if k != "sacct"]
     assert order.index("squeue") < order.index("sacct")
@@ -313,3 +441,34 @@ def test_a_collector_with_its_own_fetch_runs_no_command(con, env, monkeypatch):
         "SELECT status FROM collector_runs WHERE collector = 'sdiag' ORDER BY run_id"
     ).fetchall()
     assert runs == [("ok",), ("timeout",)]
+
+
+def test_live_rows_of_another_cluster_warn_naming_both(con, env, tmp_path):
+    """A real 22.05 sacct (ClusterName=slurmbed) collected with the configured cluster left at `default`:
+    the rows keep Slurm's Cluster column, and the run says so, in the outcome, collector_runs and stderr."""
+    cfg, set_output, _calls, _ = env
+    set_output((REAL / "sacct_final.txt").read_bytes())
+    [out] = collect(con, cfg, "sacct", now=NOW)
+    assert out.status == "ok" and out.rows > 0
+    assert out.warning == (
+        "rows name cluster 'slurmbed' (the input's own Cluster column), not the configured cluster 'default'"
+        " (--cluster or cluster.name): they are stored under 'slurmbed'"
+    )
+    assert con.execute("SELECT DISTINCT cluster FROM jobs").fetchall() == [("slurmbed",)]
+    assert con.execute("SELECT cluster, status, warning FROM collector_runs").fetchall() == [
+        ("default", "ok", out.warning)
+    ]
+    # the same through the command line: one warning line on stderr, exit 0
+    from click.testing import CliRunner
+
+    from slurmscope.cli import main
+
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[slurm]\nbin_dir = "{FAKES}"\n')
+    result = CliRunner().invoke(
+        main, ["--config", str(conf), "--db", str(tmp_path / "cli.duckdb"), "collect", "sacct", "--once"]
+    )
+    assert result.exit_code == 0, result.output
+    assert f"sacct: warning: {out.warning}" in result.stderr.splitlines()
+    [quiet] = collect(con, cfg.with_overrides(cluster={"name": "slurmbed"}), "sacct", now=NOW)
+    assert (quiet.status, quiet.rows, quiet.warning) == ("ok", out.rows, None)

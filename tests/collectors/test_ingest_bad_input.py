@@ -1,6 +1,6 @@
 """Bad input is not a success (issue 14 item 8): garbage fails the run, empty input warns, compression is read.
 
-Ground truth: a real `sinfo --json` and the live-format sacct capture of the Slurm 22.05 test bed
+Ground truth: real `sinfo --json` captures and the live-format sacct capture of the Slurm 22.05 test bed
 (tests/fixtures/slurm-22.05/), whose row counts the other tests establish; random bytes from a fixed seed.
 """
 
@@ -61,11 +61,15 @@ def test_random_bytes_fail_the_run_and_the_exit(tmp_path):
     assert row.split(",")[1] == "failed"  # `status` no longer says ok
 
 
-def test_json_output_is_a_failed_run_that_says_json(tmp_path):
+def test_json_cut_short_is_a_failed_run(tmp_path):
+    # the bed's real `sinfo --json` (read whole it loads 9 rows: tests/collectors/test_sinfo_json.py), cut
+    f = tmp_path / "sinfo.json"
+    f.write_bytes((FIX / "human" / "human_sinfo_json.txt").read_bytes()[:5000])
     db = tmp_path / "s.duckdb"
-    res = ingest(db, "sinfo", str(FIX / "human" / "human_sinfo_json.txt"))
-    assert res.exit_code != 0 and "--json" in res.output
-    assert runs(db)[0][1] == "failed"
+    res = ingest(db, "sinfo", str(f))
+    assert res.exit_code != 0 and "mostly garbage" in res.output
+    assert runs(db)[0][1:3] == ("failed", 0)
+    assert count(db, "node_states") == 0
 
 
 def test_a_few_bad_lines_among_good_ones_still_succeed(tmp_path):
@@ -127,10 +131,17 @@ def test_truncated_gzip_is_refused_as_damaged(tmp_path):
     assert res.exit_code != 0 and "damaged gzip" in res.output
 
 
+def test_json_given_to_a_kind_that_reads_none_fails_with_a_hint(tmp_path):
+    db = tmp_path / "s.duckdb"
+    res = ingest(db, "sshare", str(FIX / "json-state" / "rest_nodes_a.json"))
+    assert res.exit_code != 0 and "it looks like JSON" in res.output
+    assert runs(db)[0][1] == "failed"
+
+
 @pytest.mark.parametrize("kind, name", [("sinfo", "sinfo_out.json"), ("squeue", "squeue_out.json")])
-def test_real_json_of_another_site_is_a_failed_run(tmp_path, kind, name):
-    # rivosinc's real Slurm 21.08.5 `sinfo --json` / `squeue --json` (tests/fixtures/PROVENANCE.md)
+def test_json_of_a_declined_version_is_refused_by_name(tmp_path, kind, name):
+    # rivosinc's real Slurm 21.08.5 `sinfo --json` / `squeue --json` (openapi/v0.0.37, not read)
     db = tmp_path / "s.duckdb"
     res = ingest(db, kind, str(FIX.parent / "rivosinc__prometheus-slurm-exporter" / name))
-    assert res.exit_code != 0 and "--json" in res.output
-    assert [r[1] for r in runs(db)] == ["failed"]
+    assert res.exit_code != 0 and "v0.0.37 is not read" in res.output
+    assert runs(db) == []  # refused before anything loads, as a sacct version is

@@ -50,8 +50,10 @@ def test_serve_schedules_every_live_collector_at_its_interval(tmp_path, source):
     sched.start(paused=True)
     jobs = {j.id: j for j in sched.get_jobs() if j.id.startswith("collect-")}
     sched.shutdown(wait=False)
-    # jobs are read once: by sacct (cli) or by slurmrestd (rest), never both
-    replaced = {"sacct"} if source == "rest" else {"sacct_rest"}
+    # jobs, nodes, the queue and diag are read once: by their command (cli) or slurmrestd (rest), never both
+    rest_kinds = {"sacct_rest", "sinfo_rest", "squeue_rest", "sdiag_rest"}
+    assert {c.kind for c in COLLECTORS if c.replaces} == rest_kinds
+    replaced = {k.removesuffix("_rest") for k in rest_kinds} if source == "rest" else rest_kinds
     assert {k: j.trigger.interval.total_seconds() for k, j in jobs.items()} == {
         f"collect-{c.kind}": c.interval_seconds for c in COLLECTORS if c.live and c.kind not in replaced
     }

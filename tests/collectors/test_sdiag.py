@@ -177,10 +177,11 @@ def test_bad_counter_is_quarantined_but_snapshot_kept():
     assert p.tables["sched_stats"]["jobs_started"].to_list() == [3]
 
 
-def test_json_capture_is_declined():
-    # rivosinc's `sdiag --json` capture shape: the text parser refuses it line by line
+def test_json_whose_meta_names_no_version_is_declined():
+    # rivosinc's `sdiag --json` shape without the data parser it names (tests/collectors/test_sdiag_json.py)
     p = parse('{"meta": {"Slurm": {"release": "23.02.4"}}, "statistics": {"jobs_submitted": 1}}\n')
     assert p.tables["sched_stats"].height == 0 and p.quarantine.height == 1
+    assert "names no data parser version" in p.quarantine["reason"][0]
 
 
 def test_cli_ingest_then_query(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
@@ -330,6 +331,7 @@ def test_declined_formats_are_refused_with_a_reason(path, fmt):
 
 def live_line(
     node="gpu01",
+    host="h01",
     part="gpu*",
     state="mixed+drain",
     cpus="8/56/0/64",
@@ -342,7 +344,7 @@ def live_line(
     ts="2024-04-30T08:15:00",
     reason="bad GPU xid 79",
 ) -> str:
-    return US.join([node, part, state, cpus, mem, alloc, gres, used, feat, user, ts, reason])
+    return US.join([node, host, part, state, cpus, mem, alloc, gres, used, feat, user, ts, reason])
 
 
 def test_live_command_line():
@@ -351,7 +353,7 @@ def test_live_command_line():
     argv = sinfo.command(load_config(None))
     assert argv[:3] == ["sinfo", "--Node", "--noheader"]
     assert argv[3] == (
-        "--Format=NodeHost:\x1f,Partition:\x1f,StateComplete:\x1f,CPUsState:\x1f,Memory:\x1f,"
+        "--Format=NodeList:\x1f,NodeHost:\x1f,Partition:\x1f,StateComplete:\x1f,CPUsState:\x1f,Memory:\x1f,"
         "AllocMem:\x1f,Gres:\x1f,GresUsed:\x1f,Features:\x1f,UserLong:\x1f,Timestamp:\x1f,Reason:"
     )
 
@@ -425,7 +427,7 @@ def test_non_gpu_gres_ignored_and_short_lines_quarantined():
     p = parse(data)
     assert p.tables["node_states"]["gpus_total"].to_list() == [2]
     assert p.quarantine["line_no"].to_list() == [2]
-    assert "expected 12" in p.quarantine["reason"][0]
+    assert "expected 13" in p.quarantine["reason"][0]
 
 
 def test_hostlist_rows_expand_to_one_row_per_node():
@@ -583,23 +585,26 @@ def test_real_slurm_22_05_sinfo(fixtures):
     assert p.quarantine.height == 0
     df = p.tables["node_states"]
     assert df.height == 9  # cpu01 once, gpu01-04 in gpu* and debug
-    r = one(df, node="gpu03", partition="gpu")
-    # the workload drains gpu03 while a job runs: allocated+drain, 3 GPUs in use, its reason and root as user
+    # the workload drains a node while a job runs (the run's own record says which, and why)
+    record = json.loads((fixtures / "slurm-22.05/workload_record_sinfo.json").read_text())
+    drained = record["drain_node"]
+    r = one(df, node=drained, partition="gpu")
+    # allocated+drain, 3 GPUs in use (IDX:0-1,4 in the capture), its reason and root as user
     assert (r["state"], r["state_flags"], r["state_raw"], r["gpus_used"]) == (
         "ALLOCATED",
         "DRAIN",
         "allocated+drain",
         3,
     )
-    assert (r["reason"], r["reason_user"]) == ("slurmbed: ECC errors on GPU 3", "root")
+    assert (r["reason"], r["reason_user"]) == (record["nodes"][drained]["reason"], "root")
     raw = next(
         line
         for line in (fixtures / "slurm-22.05/sinfo_mid.txt").read_text().splitlines()
-        if line.startswith(f"gpu03{US}gpu*")
+        if line.startswith(f"{drained}{US}") and line.split(US)[2] == "gpu*"
     )
     fields = raw.split(US)
-    assert r["cpus_other"] == int(fields[3].split("/")[2])
-    assert r["reason_time"] == datetime.fromisoformat(fields[10]).replace(tzinfo=UTC)
+    assert (r["node_host"], r["cpus_other"]) == (fields[1], int(fields[4].split("/")[2]))
+    assert r["reason_time"] == datetime.fromisoformat(fields[11]).replace(tzinfo=UTC)
     cap = sinfo.capacity(df).row(0, named=True)
     assert (cap["nodes"], cap["gpus_total"], cap["cpus_total"]) == (5, 32, 80)
 
@@ -618,7 +623,8 @@ def test_numbers_too_large_for_their_column_are_quarantined():
 # ------------------------------------------------------------------------- vectorised == per-line path
 
 _LIVE_VALUES = [
-    ["gpu01", "gpu02", " gpu03 ", "", "n\x1c1", "(null)"],
+    ["gpu01", "gpu02", " gpu03 ", "", "n\x1c1", "(null)", "gpu[04-05]", "gpu[06"],
+    ["vm", "gpu01", " vm ", "", "h[1-2]", "(null)", "vm[1"],
     ["gpu*", "debug", "", "(null)", "all"],
     ["mixed+drain", "idle~", "DOWN*", "drained*", "weird?", "", "allocated$", "mix"],
     ["8/56/0/64", "0/0/0/0", "N/A", "1/2/3", "²/0/0/1", "99999999999/0/0/1", ""],
@@ -654,3 +660,162 @@ def test_vectorised_path_equals_per_line_path(data, zone):
     slow = sinfo._parse(data, vectorise=False, **kw)
     assert_frame_equal(fast.tables["node_states"], slow.tables["node_states"])
     assert_frame_equal(fast.quarantine.sort("line_no"), slow.quarantine.sort("line_no"))
+
+
+# ------------------------------------------------------------------------------------- node identity
+# A node is its NodeName (NodeList, %N); its host name (NodeHost, %n) is a column. slurm.conf lets nodes
+# share a NodeHostname (docs/testbed.md: the bed runs five slurmd on one host, each printed with host `vm`).
+
+
+def _both_paths(data: str, fmt: str | None = None):
+    kw = dict(cluster="c", snapshot_time=T0, tz=UTCZ, fmt=fmt, delimiter=None, source="")
+    return [sinfo._parse(data.encode(), vectorise=v, **kw) for v in (True, False)]
+
+
+def test_nodes_that_share_a_host_are_one_row_each_with_the_host_kept():
+    data = "".join(
+        live_line(node=n, host="vm", part=p) + "\n" for n in ("gpu01", "gpu02") for p in ("gpu*", "debug")
+    )
+    for p in _both_paths(data):
+        df = p.tables["node_states"].sort("node", "partition")
+        assert df.select("node", "partition", "node_host").rows() == [
+            ("gpu01", "debug", "vm"),
+            ("gpu01", "gpu", "vm"),
+            ("gpu02", "debug", "vm"),
+            ("gpu02", "gpu", "vm"),
+        ]
+        assert (p.quarantine.height, p.warnings) == (0, [])
+
+
+def test_a_recorded_format_with_both_names_keys_by_the_node_name():
+    text = "NODELIST|HOSTNAMES|PARTITION|STATE\ngpu01|vm|gpu*|idle\ngpu02|vm|gpu*|down\ngpu[03-04]|vm|debug|idle\n"
+    for p in _both_paths(text, "%N|%n|%P|%T"):
+        df = p.tables["node_states"]
+        assert df.select("node", "node_host", "state").rows() == [
+            ("gpu01", "vm", "IDLE"),
+            ("gpu02", "vm", "DOWN"),
+            ("gpu03", "vm", "IDLE"),
+            ("gpu04", "vm", "IDLE"),
+        ]
+        assert p.warnings == []
+
+
+def test_host_only_format_stores_distinct_hosts_with_a_warning():
+    p = parse("a01,idle\na02,down\n", "%n,%T")
+    assert p.tables["node_states"].select("node", "node_host", "state").rows() == [
+        ("a01", "a01", "IDLE"),
+        ("a02", "a02", "DOWN"),
+    ]
+    assert p.warnings == [sinfo.HOST_ONLY_WARNING] and "%N/NodeList" in p.warnings[0]
+
+
+def test_host_only_lines_that_show_one_host_twice_in_a_partition_are_quarantined_never_merged():
+    # what `sinfo -N -o '%n|%P|%T'` prints on the bed: gpu01-02 of host vm in one partition, cpu01 alone in
+    # another; the host stands for several nodes, so none of its lines is one node (h2 is)
+    p = parse("vm|gpu*|idle\nvm|gpu*|down\nvm|cpu|idle\nh2|cpu|idle\n", "%n|%P|%T")
+    assert p.tables["node_states"].select("node", "partition").rows() == [("h2", "cpu")]
+    assert p.quarantine["line_no"].to_list() == [1, 2, 3]
+    assert all(
+        "printed on 2 lines of partition 'gpu'" in r and "%N (-o) or NodeList (-O)" in r
+        for r in p.quarantine["reason"]
+    )
+    identical = parse("vm|gpu*|idle\nvm|gpu*|idle\n", "%n|%P|%T")  # two idle nodes look the same
+    assert identical.tables["node_states"].height == 0 and identical.quarantine.height == 2
+
+
+def test_host_only_line_for_several_nodes_is_quarantined():
+    # without --Node, sinfo groups the nodes that share a host: `vm|gpu*|idle|4` is four nodes
+    p = parse("vm|gpu*|idle|4\nvm|cpu|idle|1\n", "%n|%P|%T|%D")
+    assert p.tables["node_states"].select("node", "partition").rows() == [("vm", "cpu")]
+    assert p.quarantine["reason"].to_list() == [
+        f"sinfo: one line for 4 nodes under the host name 'vm': {sinfo.CAPTURE_NODE_NAMES}"
+    ]
+    # one of them DOWN: a group of 3 and a line for 1 in the same partition; no line of that host is one node
+    p = parse("vm|gpu*|idle|3\nvm|gpu*|down|1\nvm|cpu|idle|1\n", "%n|%P|%T|%D")
+    assert p.tables["node_states"].height == 0 and p.quarantine["line_no"].to_list() == [1, 2, 3]
+
+
+def test_host_only_lines_of_one_host_with_different_states_across_partitions_are_quarantined():
+    p = parse("vm|gpu*|down\nvm|cpu|idle\nh2|gpu*|idle\nh2|cpu|idle\n", "%n|%P|%T")
+    assert p.tables["node_states"].select("node", "partition").rows() == [("h2", "gpu"), ("h2", "cpu")]
+    assert p.quarantine["line_no"].to_list() == [1, 2]
+    assert "different node values on 2 lines" in p.quarantine["reason"][0]
+
+
+def test_host_only_without_partition_keeps_repeated_identical_lines_as_one_and_refuses_differing_ones():
+    same = parse("a01,idle\na01,idle\n", "%n,%T")  # one node in two partitions prints the same line
+    assert same.tables["node_states"].height == 1 and same.quarantine.height == 0
+    differ = parse("a01,idle\na01,down\n", "%n,%T")  # one node has one state: two nodes behind a01
+    assert differ.tables["node_states"].height == 0
+    assert differ.quarantine["line_no"].to_list() == [1, 2]
+
+
+def test_the_previous_live_format_is_read_as_host_only():
+    old = US.join(
+        live_line(node="gpu01", host="x").split(US)[:1] + live_line().split(US)[2:]
+    )  # NodeHost first, 12 fields
+    p = parse(old + "\n" + old.replace("gpu01", "gpu02", 1) + "\n")
+    assert p.tables["node_states"].select("node", "node_host").rows() == [
+        ("gpu01", "gpu01"),
+        ("gpu02", "gpu02"),
+    ]
+    assert p.warnings == [sinfo.HOST_ONLY_WARNING]
+
+
+# Real captures of the shared-host bed (tests/integration/test_node_identity_live.py): five slurmd on host
+# `vm`, gpu03 DOWN with reason "Xid 79: GPU has fallen off the bus". Each is read with the format its .argv
+# file records.
+HOSTS = "slurm-22.05/sinfo_hosts_{}"
+
+
+def _capture(fixtures: Path, tag: str) -> tuple[bytes, str, list[str]]:
+    base = fixtures / HOSTS.format(tag)
+    argv = Path(f"{base}.argv").read_text().splitlines()
+    data = Path(f"{base}.txt").read_bytes()
+    return data, argv[-1], [line for line in data.decode().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("tag", ["live", "names"])
+def test_real_shared_host_capture_gives_every_node_its_row(fixtures, tag):
+    data, fmt, lines = _capture(fixtures, tag)
+    p = parse(data, None if tag == "live" else fmt)
+    sep = US if tag == "live" else "|"
+    rows = [line.split(sep) for line in lines if not line.startswith("NODELIST")]
+    assert {r[1] for r in rows} == {"vm"}  # the premise: one host name for all
+    df = p.tables["node_states"]
+    assert (p.quarantine.height, p.warnings) == (0, [])
+    assert sorted(df.select("node", "partition", "node_host").rows()) == sorted(
+        (r[0], r[2].rstrip("*"), r[1]) for r in rows
+    )
+    down = df.filter(pl.col("state") == "DOWN")
+    assert sorted(down["node"].to_list()) == ["gpu03", "gpu03"]
+    assert set(down["reason"]) == {"Xid 79: GPU has fallen off the bus"}
+    if tag == "live":
+        cap = sinfo.capacity(df).row(0, named=True)
+        assert (cap["nodes"], cap["gpus_total"], cap["cpus_total"]) == (5, 32, 80)  # 4 x 8 H100, 5 x 16 CPUs
+
+
+@pytest.mark.parametrize(("tag", "fmt"), [("previous", None), ("only", "argv"), ("groups", "argv")])
+def test_real_host_only_captures_of_shared_hosts_are_quarantined_whole(fixtures, tag, fmt):
+    """Keyed by host, these stored one node `vm` (issue 14); no line of them is one node."""
+    data, argv_fmt, lines = _capture(fixtures, tag)
+    p = parse(data, argv_fmt if fmt == "argv" else None)
+    records = [line for line in lines if not line.startswith("HOSTNAMES")]
+    assert p.tables["node_states"].height == 0
+    assert p.quarantine.height == len(records)
+    assert all("%N (-o) or NodeList (-O)" in r for r in p.quarantine["reason"])
+    assert p.warnings == [sinfo.HOST_ONLY_WARNING]
+
+
+def test_ingesting_the_previous_live_format_of_shared_hosts_fails_and_says_why(
+    fixtures, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    src = fixtures / (HOSTS.format("previous") + ".txt")
+    db = tmp_path / "p.duckdb"
+    res = CliRunner().invoke(
+        main, ["--db", str(db), "ingest", "sinfo", str(src), "--at", "2026-12-04T15:00:50Z"]
+    )
+    assert res.exit_code == 1
+    assert "mostly garbage: 9 of 9 lines quarantined" in res.output
+    assert f"warning: {sinfo.HOST_ONLY_WARNING}" in res.output

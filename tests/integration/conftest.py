@@ -12,7 +12,8 @@ everything it needs:
 
 Skips (with the reason) when not root or when Debian's Slurm packages are missing. The captures of every
 live command are written to a temporary folder, or to tests/fixtures/slurm-22.05/ when
-SLURMBED_UPDATE_FIXTURES=1 (that is how the committed real fixtures are regenerated).
+SLURMBED_UPDATE_FIXTURES=1 (that is how the committed real fixtures are regenerated); a comma-separated
+list of kinds instead (`SLURMBED_UPDATE_FIXTURES=sinfo`) regenerates only those kinds' files.
 """
 
 from __future__ import annotations
@@ -66,6 +67,14 @@ class Bed:
     db: Path
     captures: Path
     collects: list[CollectRun] = field(default_factory=list)
+    fixture_kinds: frozenset[str] = frozenset()  # kinds whose captures also go to FIXTURE_DIR
+
+    def publish(self, kind: str, tag: str) -> None:
+        """Copy `<kind>_<tag>.txt` and `.argv` into the committed fixtures when SLURMBED_UPDATE_FIXTURES names the kind."""
+        if kind not in self.fixture_kinds or self.captures == FIXTURE_DIR:
+            return
+        for suffix in (".txt", ".argv"):
+            shutil.copyfile(self.captures / f"{kind}_{tag}{suffix}", FIXTURE_DIR / f"{kind}_{tag}{suffix}")
 
     def env(self) -> dict[str, str]:
         return self.cluster.env()
@@ -137,8 +146,10 @@ def slurmbed(tmp_path_factory: pytest.TempPathFactory):
         f'[slurm]\nbin_dir = "{Path(shutil.which("sacct") or "/usr/bin/sacct").parent}"\ntimeout_seconds = 30.0\n\n'
         "[collect]\nsacct_initial_lookback_seconds = 86400\nsacct_overlap_seconds = 3600\n"
     )
-    captures = FIXTURE_DIR if os.environ.get("SLURMBED_UPDATE_FIXTURES") == "1" else work / "captures"
-    bed = Bed(cluster, workload, capture, work, config, work / "live.duckdb", captures)
+    update = os.environ.get("SLURMBED_UPDATE_FIXTURES", "")
+    captures = FIXTURE_DIR if update == "1" else work / "captures"
+    kinds = frozenset(k.strip() for k in update.split(",") if k.strip() and update != "1")
+    bed = Bed(cluster, workload, capture, work, config, work / "live.duckdb", captures, fixture_kinds=kinds)
     try:
         yield bed
     finally:
@@ -167,12 +178,17 @@ def live(slurmbed: Bed) -> Live:
             mid["states"] = dict(driver.poller.states)
         mid["collect"] = bed.collect()
         mid["jobs"] = bed.query("SELECT job_id, job_id_raw, submit_time, state FROM jobs ORDER BY 2, 3")
-        bed.capture.capture_all(bed.captures, "mid")
+        for kind in bed.capture.capture_all(bed.captures, "mid"):
+            bed.publish(kind, "mid")
 
     record = driver.run(at_mid)
     final = bed.collect()
-    bed.capture.capture_all(bed.captures, "final")
+    for kind in bed.capture.capture_all(bed.captures, "final"):
+        bed.publish(kind, "final")
     (bed.captures / "workload_record.json").write_text(json.dumps(record, indent=2, sort_keys=True))
+    if bed.fixture_kinds and bed.captures != FIXTURE_DIR:  # the record of the run those captures come from
+        name = f"workload_record_{'_'.join(sorted(bed.fixture_kinds))}.json"
+        (FIXTURE_DIR / name).write_text(json.dumps(record, indent=2, sort_keys=True))
     return Live(record, mid["collect"], final, mid["jobs"], mid["states"])
 
 

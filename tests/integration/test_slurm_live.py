@@ -158,7 +158,10 @@ def test_node_states_and_drain_reasons_match_what_the_driver_did(slurmbed, live)
         [slurmbed.cluster.CLUSTER],
     )
     assert (down, "DOWN", rec["nodes"][down]["down_reason"]) in {(n, s, r) for n, s, r, _ in events}
-    assert [e[3] is not None for e in events if e[0] == down and e[1] == "DOWN"] == [True]  # ended on resume
+    down_reason = rec["nodes"][down]["down_reason"]  # another test may down the same node with its own reason
+    assert [e[3] is not None for e in events if e[:3] == (down, "DOWN", down_reason)] == [
+        True
+    ]  # ended on resume
     assert [(e[2], e[3]) for e in events if e[0] == drained and e[1] == "DRAIN"] == [
         (rec["nodes"][drained]["reason"], None)
     ]
@@ -220,6 +223,47 @@ def test_jobs_the_sacct_window_hides_are_collected(slurmbed, live):
         "after-held": "PENDING",
         "begin-later": "PENDING",
     }
+
+
+def test_collect_sacct_alone_with_a_history_import_finds_every_attempt(slurmbed, live, tmp_path):
+    """A fresh database that never saw an squeue snapshot: `collect sacct --since DATE` imports the history
+    and asks slurmctld for the pending ids itself, so it holds the same attempts as `collect all`'s, the
+    held, dependency and --begin jobs included."""
+    import subprocess
+    import sys
+    from datetime import UTC, datetime, timedelta
+
+    import duckdb
+
+    day = (datetime.now(UTC) - timedelta(days=1)).strftime("%Y-%m-%d")
+    db = tmp_path / "alone.duckdb"
+    argv = [sys.executable, "-c", "from slurmscope.cli import main; main()", "--config", str(slurmbed.config)]
+    r = subprocess.run(
+        [*argv, "--db", str(db), "collect", "sacct", "--since", day],
+        env=slurmbed.env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    raw_ids = sorted({int(j["job_id_raw"]) for j in _driver_jobs(live)})
+    sql = (
+        "SELECT job_id_raw, submit_time, state FROM jobs WHERE cluster = ? AND list_contains(?, job_id_raw)"
+        " ORDER BY ALL"
+    )
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        alone = con.execute(sql, [slurmbed.cluster.CLUSTER, raw_ids]).fetchall()
+        marks = dict(con.execute("SELECT collector, position FROM watermarks").fetchall())
+    finally:
+        con.close()
+    assert alone == slurmbed.query(sql, [slurmbed.cluster.CLUSTER, raw_ids])
+    hidden = {
+        int(j["job_id_raw"]) for j in _driver_jobs(live) if j["name"] in ("held", "after-held", "begin-later")
+    }
+    assert hidden <= {raw for raw, _, state in alone if state == "PENDING"}
+    assert f"sacct:since={day}T00:00:00Z" in marks and "sacct" in marks
 
 
 def test_reservation_is_collected(slurmbed, live):

@@ -48,6 +48,15 @@ def _run(argv: list[str]) -> bytes:
     return r.stdout
 
 
+def write_capture(out: Path, name: str, argv: list[str], data: bytes | None = None) -> Path:
+    """`out/<name>.txt` (the bytes printed; `argv` is run when `data` is None) and `out/<name>.argv`."""
+    out.mkdir(parents=True, exist_ok=True)
+    p = out / f"{name}.txt"
+    p.write_bytes(_run(argv) if data is None else data)
+    (out / f"{name}.argv").write_text("\n".join(a.replace(US, "\\x1f") for a in argv) + "\n")
+    return p
+
+
 def capture_all(out: Path, tag: str, start: datetime | None = None) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     now = datetime.now(UTC)
@@ -60,11 +69,7 @@ def capture_all(out: Path, tag: str, start: datetime | None = None) -> dict[str,
     if hidden:
         cmds["sacct_jobs"] = sacct.command_jobs(load_config(env={}), hidden)
     for name, argv in cmds.items():
-        data = squeue_out if name == "squeue" else _run(argv)
-        p = out / f"{name}_{tag}.txt"
-        p.write_bytes(data)
-        (out / f"{name}_{tag}.argv").write_text("\n".join(a.replace(US, "\\x1f") for a in argv) + "\n")
-        written[name] = p
+        written[name] = write_capture(out, f"{name}_{tag}", argv, squeue_out if name == "squeue" else None)
     return written
 
 

@@ -243,8 +243,8 @@ AccountingStorageEnforce=associations,limits,qos
 AccountingStorageTRES=gres/gpu,gres/gpu:h100
 AccountingStoreFlags=job_comment
 JobCompType=jobcomp/none
-NodeName=gpu[01-04] NodeAddr=127.0.0.1 Port=17001-17004 CPUs={NODE_CPUS} Boards=1 SocketsPerBoard=2 CoresPerSocket=8 ThreadsPerCore=1 RealMemory={NODE_MEM_MB} Gres=gpu:h100:8 Features=h100,ib State=UNKNOWN
-NodeName=cpu01 NodeAddr=127.0.0.1 Port=17005 CPUs={NODE_CPUS} Boards=1 SocketsPerBoard=2 CoresPerSocket=8 ThreadsPerCore=1 RealMemory={NODE_MEM_MB} Features=cpu State=UNKNOWN
+NodeName=gpu[01-04] NodeHostname={host} NodeAddr=127.0.0.1 Port=17001-17004 CPUs={NODE_CPUS} Boards=1 SocketsPerBoard=2 CoresPerSocket=8 ThreadsPerCore=1 RealMemory={NODE_MEM_MB} Gres=gpu:h100:8 Features=h100,ib State=UNKNOWN
+NodeName=cpu01 NodeHostname={host} NodeAddr=127.0.0.1 Port=17005 CPUs={NODE_CPUS} Boards=1 SocketsPerBoard=2 CoresPerSocket=8 ThreadsPerCore=1 RealMemory={NODE_MEM_MB} Features=cpu State=UNKNOWN
 PartitionName=gpu Nodes=gpu[01-04] Default=YES MaxTime=2:00:00 DefaultTime=10:00 State=UP TRESBillingWeights="{gpu_weights}"
 PartitionName=debug Nodes=gpu[01-04] MaxTime=30:00 DefaultTime=5:00 State=UP
 PartitionName=cpu Nodes=cpu01 MaxTime=4:00:00 DefaultTime=10:00 State=UP

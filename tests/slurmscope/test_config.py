@@ -189,7 +189,10 @@ def test_xid_actions_override_reads_codes_as_integers(tmp_path):
 @pytest.mark.parametrize(
     ("text", "expect"),
     [
-        ("[retention]\ngpu_minutes_days = 3\n", "key 'retention.gpu_minutes_days' expects 0 (keep everything) or"),
+        (
+            "[retention]\ngpu_minutes_days = 3\n",
+            "key 'retention.gpu_minutes_days' expects 0 (keep everything) or",
+        ),
         ("[retention]\ngpu_minutes_days = 7.5\n", "an integer number of days >= 7"),
         ("[retention]\nsacct_lake_months = 2\n", "key 'retention.sacct_lake_months' expects 0 (keep"),
         ("[retention]\nrun_log_days = -1\n", "days >= 1"),
@@ -213,6 +216,8 @@ def test_retention_defaults_and_a_lake_only_sacct_history(tmp_path):
         "interval_seconds": 3600,
     }
     p = tmp_path / "r.toml"
-    p.write_text('[retention]\nsacct_lake_months = 6\ngpu_minutes_days = 0\n[lake]\nexport_dir = "/srv/lake"\n')
+    p.write_text(
+        '[retention]\nsacct_lake_months = 6\ngpu_minutes_days = 0\n[lake]\nexport_dir = "/srv/lake"\n'
+    )
     cfg = load_config(p, env={"SLURMSCOPE_RETENTION_RUN_LOG_DAYS": "0"})
     assert cfg.raw["retention"]["sacct_lake_months"] == 6 and cfg.raw["retention"]["run_log_days"] == 0

@@ -7,7 +7,7 @@ import inspect
 import pkgutil
 import re
 import shutil
-from datetime import date
+from datetime import date, datetime, timezone
 from pathlib import Path
 
 import duckdb
@@ -61,6 +61,43 @@ def test_database_made_by_migration_1_upgrades_in_place(db_path):
     assert c.execute("SELECT count(*) FROM watermarks").fetchone()[0] == 1
     assert migrate(c) == []
     c.close()
+
+
+def test_node_states_of_0016_upgrade_to_0017_with_rows_kept_and_the_host_column_added(db_path):
+    """Rows stored before 0017 keep their node and have no recorded host; loads after it store both."""
+    from slurmscope.collectors import sinfo
+
+    c = duckdb.connect(str(db_path))
+    migrate(c, upto=16)
+    c.execute(
+        'INSERT INTO node_states (cluster, snapshot_time, node, "partition", state)'
+        " VALUES ('c', TIMESTAMPTZ '2024-05-01 12:00:00+00', 'gpu01', 'gpu', 'IDLE')"
+    )
+    c.close()
+    con = connect(db_path)
+    try:
+        assert applied_versions(con) == [m.version for m in migrations()]
+        assert con.execute("SELECT node, node_host, state FROM node_states").fetchall() == [
+            ("gpu01", None, "IDLE")
+        ]
+        line = "\x1f".join(
+            ["gpu02", "vm", "gpu*", "down", "0/0/16/16", "64000", "0", "gpu:h100:8", "gpu:h100:0"]
+        )
+        parsed = sinfo.parse(
+            (line + "\x1fh100\x1froot(0)\x1f2024-05-01T11:59:00\x1fXid 79\n").encode(),
+            cluster="c",
+            snapshot_time=datetime(2024, 5, 1, 12, 5, tzinfo=timezone.utc),
+            tz=timezone.utc,
+        )
+        load(con, parsed, sinfo.TABLES, RunRecord(cluster="c", collector="sinfo", source="live"))
+        assert con.execute(
+            "SELECT node, node_host, state FROM node_states ORDER BY snapshot_time"
+        ).fetchall() == [
+            ("gpu01", None, "IDLE"),
+            ("gpu02", "vm", "DOWN"),
+        ]
+    finally:
+        con.close()
 
 
 def _banded(tmp_path: Path, name: str) -> Path:
@@ -232,6 +269,7 @@ SCHEMA_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "collectors.nvml.SCHEMAS['gpu_events']": ("gpu_events", MART),
     "collectors.nvml.SCHEMAS['gpu_jobs']": ("gpu_jobs", MART),
     "collectors.nvml.SCHEMAS['gpu_inventory']": ("gpu_inventory", MART),
+    "collectors.nvml.SCHEMAS['gpu_nvlink_errors']": ("gpu_nvlink_errors", MART),
     "collectors.ping.CONTROLLER_PINGS_SCHEMA": ("controller_pings", ()),
     "collectors.reservations.RESERVATIONS_SCHEMA": ("reservations", ()),
     "collectors.sdiag.SCHED_STATS_SCHEMA": ("sched_stats", ()),
@@ -251,9 +289,14 @@ SCHEMA_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "pipelines.cost.UNALLOCATED_SCHEMA": ("mart_cost_unallocated_monthly", MART),
     "pipelines.cost.RESERVATION_SCHEMA": ("mart_cost_reservation_daily", MART),
     "pipelines.cost.BUDGET_SCHEMA": ("mart_budget_monthly", MART),
+    "pipelines.cost.RATE_SCHEMA": ("mart_cost_rates_daily", MART),
+    "pipelines.cost.RECONCILIATION_DAILY_SCHEMA": ("mart_cost_reconciliation_daily", MART),
+    "pipelines.cost.RECONCILIATION_MONTHLY_SCHEMA": ("mart_cost_reconciliation_monthly", MART),
+    "pipelines.cost.WASTE_SCHEMA": ("mart_cost_waste_daily", MART),
     "pipelines.drift.SCHEMA": ("mart_drift", ()),
     "pipelines.efficiency.JOB_SCHEMA": ("mart_job_efficiency", ()),
     "pipelines.efficiency.IDLE_SCHEMA": ("mart_idle_gpus_daily", ()),
+    "pipelines.cpu_mem_efficiency.SCHEMA": ("mart_job_cpu_mem_efficiency", MART),
     "pipelines.fairshare.schema.FAIRSHARE_SCHEMA": ("mart_fairshare", ()),
     "pipelines.fairshare.schema.DAILY_SCHEMA": ("mart_fairshare_daily", ()),
     "pipelines.fairshare.schema.SUBMITS_SCHEMA": ("mart_fairshare_submits", ()),
