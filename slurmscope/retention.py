@@ -184,7 +184,8 @@ def roll_up(con: duckdb.DuckDBPyConnection, step: Step, now: datetime) -> Done:
         span = f"SELECT count(*), min(minute), max(minute) FROM gpu_samples WHERE {where}"  # noqa: S608 - a constant filter
         n, lo, hi = con.execute(span, params).fetchall()[0]
         con.execute(
-            f"CREATE OR REPLACE TEMP TABLE _rollup AS {rollup.aggregate_sql(source, order='_order')}", params
+            f"CREATE OR REPLACE TEMP TABLE _rollup AS {rollup.aggregate_sql(source, order='_order', repeated_minutes=True)}",
+            params,
         )
         con.execute(
             "DELETE FROM gpu_samples_hourly h WHERE h.cluster = $cluster AND h.hour >= $lo AND h.hour < $hi"

@@ -1,30 +1,43 @@
 """Hourly rollups of the NVML minute rows: one aggregate rule per gpu_samples column, and the SQL built from it.
 
 Retention (slurmscope/retention.py) replaces minute rows older than `retention.gpu_minutes_days` by one
-`gpu_samples_hourly` row per GPU, UTC hour and set of jobs holding the GPU (`jobs`, from gpu_jobs): an hour
-in which one job ended and the next began becomes several rows (the minutes each job held in part are rows
-of their own), so a job's minutes are never averaged with another's and per-job efficiency, cost and energy
-keep their attribution. RULES is the one list of how each column rolls up; the rollup
-query, the reader macros and the lake's hourly table are generated from it, and a test fails when a
-gpu_samples column has no rule. A column added to gpu_samples is one line here (and the same ALTER TABLE
-for gpu_samples_hourly in its migration).
+`gpu_samples_hourly` row per GPU, UTC hour, set of jobs holding the GPU (`jobs`, from gpu_jobs) and activity
+source, with each minute that counted errors (EVENT_COLUMNS) a row of its own. An hour in which one job ended
+and the next began becomes several rows (the minutes each job held in part are rows of their own), so a
+job's minutes are never averaged with another's and per-job efficiency, cost and energy keep their
+attribution; the minutes whose activity GPM measured are never averaged with those GPU_UTIL measured, so
+useful GPU-hours and the GPM-measured seconds keep theirs; and health's per-minute error limits see each
+error minute as it was. RULES is the one list of how each column rolls up; the rollup query, the reader
+macros and the lake's hourly table are generated from it, and a test fails when a gpu_samples column has no
+rule. A column added to gpu_samples is one line here (sql/0024_retention.sql creates gpu_samples_hourly
+from gpu_samples' columns; a later migration adding a gpu_samples column adds it to both tables).
 
 Why these aggregates (docs/configuration.md#retention lists each column):
 
-- SUM: time and counts that add up over the hour: `samples`, energy (the delta of NVML's total-energy
-  counter, nvmlDeviceGetTotalEnergyConsumption), throttled and per-cause clock-event seconds, the per-minute
-  deltas of the ECC, PCIe-replay and NVLink counters, `null_fields`.
+- SUM: time and counts that add up over the hour: `samples`, `gpm_samples`, energy (the delta of NVML's
+  total-energy counter, nvmlDeviceGetTotalEnergyConsumption), throttled and per-cause clock-event seconds,
+  NVML's violation times per policy (nvmlDeviceGetViolationStatus), the per-minute deltas of the ECC,
+  PCIe-replay and NVLink (aggregate and per-counter) counters, `null_fields`.
 - MAX: the minute maxima (utilisation, memory used, power, temperatures): the hour's maximum is the maximum
-  of its minutes' maxima.
+  of its minutes' maxima; and the NVLink error totals, remapped rows and retired pages, counters that only
+  grow (NVML API reference, nvmlDeviceGetNvLinkErrorCounter, nvmlDeviceGetRemappedRows,
+  nvmlDeviceGetRetiredPages; r570 docs), whose maximum is the hour's last reading, as well as the PCIe link
+  generation and width (nvmlDeviceGetCurrPcieLinkGeneration / Width): the best link the hour had.
 - MEAN: the minute means (utilisation, power, clocks), weighted by each minute's `samples`. The agent reads
   the GPU once per `nvml.interval_seconds`, so a minute's `samples` are its sampled seconds divided by that
   interval: this is the mean over all sampled seconds of the hour, the same weighting the loader uses to
-  merge two partial records of one minute (collectors/nvml.py, merge_samples).
+  merge two partial records of one minute (collectors/nvml.py, merge_samples). The GPM means (SM activity,
+  SM occupancy, tensor and DRAM activity) are weighted by `gpm_samples`, the readings that had GPM values,
+  as the loader weights them.
 - BIT_OR: `throttle_reasons`, the OR of NVML's clock-event reason bits seen (a bit set in any minute is set
-  for the hour).
+  for the hour). BOOL_OR: `retired_pages_pending`, a retirement waiting for a reset in any minute.
 - LAST: state and identity read at the minute (aggregate ECC totals, remapped-row flags, retired pages, GPU
   index, bus id, model): the last non-null value of the hour, as the loader keeps the latest of two partial
   minutes.
+- SOURCE: `activity_source`, derived per minute by the loader's rule ('gpm' when any reading had GPM values,
+  else 'gpu_util' when one had GPU_UTIL, else null) and a key of the row: the minutes of a row share it, so
+  pipelines/common.py activity_sources() over the minutes read back ('gpm', 'gpu_util', 'mixed' or null)
+  is what it was over the stored minutes.
 
 Read back as minutes (`gpu_minutes`, for the pipelines), a row becomes one row per minute that had a row
 (`minute_mask`): SUM columns are spread evenly over those minutes (integers by whole units, the first
@@ -47,13 +60,18 @@ class Agg(StrEnum):
     MAX = "max"
     MEAN = "mean"
     BIT_OR = "bit_or"
+    BOOL_OR = "bool_or"
     LAST = "last"
+    SOURCE = "source"
 
 
 KEYS = ("cluster", "node", "gpu_uuid")
 HOURLY_KEYS = (*KEYS, "hour", "jobs")
 WEIGHT = "samples"
 """The MEAN rules' weight: NVML readings in the minute (one per sampling interval)."""
+GPM_WEIGHT = "gpm_samples"
+"""The weight of the GPM means: the readings that had GPM values (the loader merges them alike)."""
+GPM_MEANS = ("sm_active_mean", "sm_occupancy_mean", "tensor_active_mean", "dram_active_mean")
 
 RULES: dict[str, Agg] = {
     "gpu_index": Agg.LAST,
@@ -90,8 +108,49 @@ RULES: dict[str, Agg] = {
     "sw_thermal_seconds": Agg.SUM,
     "hw_thermal_seconds": Agg.SUM,
     "hw_power_brake_seconds": Agg.SUM,
+    "nvlink_crc_flit_delta": Agg.SUM,
+    "nvlink_crc_data_delta": Agg.SUM,
+    "nvlink_replay_delta": Agg.SUM,
+    "nvlink_recovery_delta": Agg.SUM,
+    "nvlink_crc_flit_total": Agg.MAX,
+    "nvlink_crc_data_total": Agg.MAX,
+    "nvlink_replay_total": Agg.MAX,
+    "nvlink_recovery_total": Agg.MAX,
+    "pcie_link_gen": Agg.MAX,
+    "pcie_link_width": Agg.MAX,
+    "remapped_correctable": Agg.MAX,
+    "remapped_uncorrectable": Agg.MAX,
+    "retired_pages_sbe": Agg.MAX,
+    "retired_pages_dbe": Agg.MAX,
+    "retired_pages_pending": Agg.BOOL_OR,
+    "violation_power_seconds": Agg.SUM,
+    "violation_thermal_seconds": Agg.SUM,
+    "violation_sync_boost_seconds": Agg.SUM,
+    "violation_board_limit_seconds": Agg.SUM,
+    "violation_low_util_seconds": Agg.SUM,
+    "violation_reliability_seconds": Agg.SUM,
+    "gpm_samples": Agg.SUM,
+    "sm_active_mean": Agg.MEAN,
+    "sm_occupancy_mean": Agg.MEAN,
+    "tensor_active_mean": Agg.MEAN,
+    "dram_active_mean": Agg.MEAN,
+    "activity_source": Agg.SOURCE,
 }
 """gpu_samples column -> how its minutes roll up into the hour (every column but the key and `minute`)."""
+
+
+def weight_of(col: str) -> str:
+    """The weight of a MEAN column: `gpm_samples` for the GPM means, `samples` for the others."""
+    return GPM_WEIGHT if col in GPM_MEANS else WEIGHT
+
+
+MINUTE_SOURCE = (
+    "CASE WHEN sum(coalesce(gpm_samples, 0)) OVER _m > 0 THEN 'gpm'"
+    " WHEN bool_or(util_gpu_mean IS NOT NULL) OVER _m THEN 'gpu_util' END"
+)
+"""SQL: a minute's activity source from all its rows (two partial records of one minute: the loader's rule,
+collectors/nvml.py activity_source): 'gpm' when any reading had GPM values, else 'gpu_util' when one had
+GPU_UTIL, else null. `_m` is the window of one GPU-minute."""
 
 HOURLY_EXTRA = ("minutes", "minute_mask")
 """Columns only gpu_samples_hourly has besides its key: minutes that had a row, and which (bit k = minute k)."""
@@ -136,30 +195,64 @@ def segment_sql(source: str) -> str:
     )
 
 
-def aggregate_sql(source: str, order: str = "epoch_us(minute)") -> str:
+EVENT_COLUMNS = (
+    "ecc_uncorrected_delta",
+    "pcie_replay_delta",
+    "nvlink_crc_flit_delta",
+    "nvlink_crc_data_delta",
+    "nvlink_replay_delta",
+    "nvlink_recovery_delta",
+)
+"""The error counts the health rules judge minute by minute (pipelines/health.py, prepare_samples: DCGM's
+per-minute NVLink and PCIe-replay limits, uncorrectable ECC errors as events). A minute that counted any is a
+row of its own, so health reads back its counts, its minute and its link settings as they were; a healthy
+GPU has none, so this costs rows only where errors were counted."""
+
+
+def aggregate_sql(source: str, order: str = "epoch_us(minute)", *, repeated_minutes: bool = False) -> str:
     """SQL: `source` (minute-shaped rows: the key, `minute`, `jobs` and the RULES columns) rolled up per GPU,
-    UTC hour and jobs, in gpu_samples_hourly's column order. `order` ranks rows for LAST (the greatest wins)."""
-    w = f"CAST(coalesce({_q(WEIGHT)}, 0) AS DOUBLE)"
+    UTC hour, jobs and activity source, each minute that counted errors (EVENT_COLUMNS) apart, in
+    gpu_samples_hourly's column order. `order` ranks rows for LAST (the greatest wins) and orders the sums:
+    a parallel sum of floats adds in whatever order its threads finish, so the same minutes gave sums a few
+    ulps apart from one run to the next, and the lake rewrote unchanged months (measured on the demo: 150-285
+    of 1,283 hours differed between two runs; ordered, none, at 4x the time of this query). `repeated_minutes`: a
+    minute may come in several rows (retention merging a late partial minute into its rolled-up hour), so its
+    source and whether it counted errors are worked out over all of them (MINUTE_SOURCE)."""
+    hit = " OR ".join(f"coalesce({_q(c)}, 0) > 0" for c in EVENT_COLUMNS)
+    if repeated_minutes:
+        source = (
+            f"SELECT * REPLACE ({MINUTE_SOURCE} AS activity_source),"  # noqa: S608 - SQL built in this package
+            f" CASE WHEN bool_or({hit}) OVER _m THEN minute END AS _event FROM ({source})"
+            " WINDOW _m AS (PARTITION BY cluster, node, gpu_uuid, minute)"
+        )
+    else:
+        source = f"SELECT *, CASE WHEN {hit} THEN minute END AS _event FROM ({source})"  # noqa: S608 - SQL built in this package
     parts = [*KEYS, f"{hour_of('minute')} AS hour", "jobs"]
     parts.append("CAST(count(DISTINCT minute) AS INTEGER) AS minutes")
     parts.append(f"bit_or(CAST(1 AS BIGINT) << {minute_of_hour('minute')}) AS minute_mask")
     for col, agg in RULES.items():
         c = _q(col)
         if agg is Agg.SUM:
-            parts.append(f"sum({c}) AS {c}")
+            parts.append(f"sum({c} ORDER BY {order}) AS {c}")
         elif agg is Agg.MAX:
             parts.append(f"max({c}) AS {c}")
         elif agg is Agg.BIT_OR:
             parts.append(f"bit_or({c}) AS {c}")
+        elif agg is Agg.BOOL_OR:
+            parts.append(f"bool_or({c}) AS {c}")
         elif agg is Agg.LAST:
             parts.append(f"arg_max({c}, {order}) FILTER (WHERE {c} IS NOT NULL) AS {c}")
+        elif agg is Agg.SOURCE:
+            parts.append(c)  # a grouping key: a row's minutes all have the same source
         else:
-            weighted = f"sum({w}) FILTER (WHERE {c} IS NOT NULL)"
+            w = f"CAST(coalesce({_q(weight_of(col))}, 0) AS DOUBLE)"
+            weighted = f"sum({w} ORDER BY {order}) FILTER (WHERE {c} IS NOT NULL)"
             parts.append(
-                f"CASE WHEN {weighted} > 0 THEN sum({c} * {w}) FILTER (WHERE {c} IS NOT NULL) / {weighted}"
-                f" ELSE avg({c}) END AS {c}"
+                f"CASE WHEN {weighted} > 0 THEN sum({c} * {w} ORDER BY {order}) FILTER (WHERE {c} IS NOT NULL)"
+                f" / {weighted} ELSE avg({c} ORDER BY {order}) END AS {c}"
             )
-    return f"SELECT {', '.join(parts)} FROM ({source}) GROUP BY ALL"  # noqa: S608 - column names from RULES
+    group = ", ".join([*KEYS, "hour", "jobs", _q("activity_source"), "_event"])
+    return f"SELECT {', '.join(parts)} FROM ({source}) GROUP BY {group}"  # noqa: S608 - column names from RULES
 
 
 def expand_sql(source: str, types: dict[str, str]) -> str:

@@ -14,7 +14,8 @@ ALTER TABLE gpu_samples ALTER COLUMN node SET NOT NULL;
 ALTER TABLE gpu_samples ALTER COLUMN gpu_uuid SET NOT NULL;
 ALTER TABLE gpu_samples ALTER COLUMN minute SET NOT NULL;
 
--- One row per GPU, UTC hour and the jobs that held it, for the minutes retention rolled up: every gpu_samples
+-- One row per GPU, UTC hour, the jobs that held it and the activity source (each minute that counted errors
+-- apart: slurmscope.rollup.aggregate_sql), for the minutes retention rolled up: every gpu_samples
 -- column but `minute`, each aggregated by its rule in slurmscope/rollup.py (RULES), plus how many minutes had
 -- a row and which (bit k of minute_mask = minute k of the hour). `jobs` is the whole-GPU jobs of gpu_jobs
 -- whose intervals overlap those minutes (job ids, sorted, comma-separated; '' when none; `<` / `>` marks a job
