@@ -422,42 +422,68 @@ _LATEST = (
 )
 
 
-def _sample_merge_sql() -> str:
-    sets = ["samples = coalesce(samples, 0) + coalesce(excluded.samples, 0)"]
+def _sample_merge_sets() -> list[str]:
+    """SET clauses merging a new partial record (`excluded.c`) into the stored one (`g.c`) of a GPU-minute."""
+    sets = ["samples = coalesce(g.samples, 0) + coalesce(excluded.samples, 0)"]
     for (
         c
     ) in GPM_COLUMNS:  # weighted by the GPM readings; gpm_samples itself adds below (SET reads old values)
         sets.append(
-            f"{c} = CASE WHEN excluded.{c} IS NULL THEN {c} WHEN {c} IS NULL THEN excluded.{c} "
-            f"ELSE ({c} * coalesce(gpm_samples, 0) + excluded.{c} * coalesce(excluded.gpm_samples, 0)) "
-            f"/ nullif(coalesce(gpm_samples, 0) + coalesce(excluded.gpm_samples, 0), 0) END"
+            f"{c} = CASE WHEN excluded.{c} IS NULL THEN g.{c} WHEN g.{c} IS NULL THEN excluded.{c} "
+            f"ELSE (g.{c} * coalesce(g.gpm_samples, 0) + excluded.{c} * coalesce(excluded.gpm_samples, 0)) "
+            f"/ nullif(coalesce(g.gpm_samples, 0) + coalesce(excluded.gpm_samples, 0), 0) END"
         )
     sets.append(
-        "activity_source = CASE WHEN coalesce(gpm_samples, 0) + coalesce(excluded.gpm_samples, 0) > 0 THEN 'gpm'"
-        " WHEN util_gpu_mean IS NOT NULL OR excluded.util_gpu_mean IS NOT NULL THEN 'gpu_util' END"
+        "activity_source = CASE WHEN coalesce(g.gpm_samples, 0) + coalesce(excluded.gpm_samples, 0) > 0 THEN 'gpm'"
+        " WHEN g.util_gpu_mean IS NOT NULL OR excluded.util_gpu_mean IS NOT NULL THEN 'gpu_util' END"
     )
     for c in _WMEAN:
         sets.append(
-            f"{c} = CASE WHEN excluded.{c} IS NULL THEN {c} WHEN {c} IS NULL THEN excluded.{c} "
-            f"ELSE ({c} * coalesce(samples, 0) + excluded.{c} * coalesce(excluded.samples, 0)) "
-            f"/ nullif(coalesce(samples, 0) + coalesce(excluded.samples, 0), 0) END"
+            f"{c} = CASE WHEN excluded.{c} IS NULL THEN g.{c} WHEN g.{c} IS NULL THEN excluded.{c} "
+            f"ELSE (g.{c} * coalesce(g.samples, 0) + excluded.{c} * coalesce(excluded.samples, 0)) "
+            f"/ nullif(coalesce(g.samples, 0) + coalesce(excluded.samples, 0), 0) END"
         )
-    sets += [f"{c} = greatest({c}, excluded.{c})" for c in _MAX]
+    sets += [f"{c} = greatest(g.{c}, excluded.{c})" for c in _MAX]
     sets += [
-        f"{c} = CASE WHEN {c} IS NULL AND excluded.{c} IS NULL THEN NULL "
-        f"ELSE coalesce({c}, 0) + coalesce(excluded.{c}, 0) END"
+        f"{c} = CASE WHEN g.{c} IS NULL AND excluded.{c} IS NULL THEN NULL "
+        f"ELSE coalesce(g.{c}, 0) + coalesce(excluded.{c}, 0) END"
         for c in _ADD
     ]
     sets.append(
-        "throttle_reasons = CASE WHEN throttle_reasons IS NULL AND excluded.throttle_reasons IS NULL "
-        "THEN NULL ELSE coalesce(throttle_reasons, 0) | coalesce(excluded.throttle_reasons, 0) END"
+        "throttle_reasons = CASE WHEN g.throttle_reasons IS NULL AND excluded.throttle_reasons IS NULL "
+        "THEN NULL ELSE coalesce(g.throttle_reasons, 0) | coalesce(excluded.throttle_reasons, 0) END"
     )
-    sets += [f"{c} = coalesce(excluded.{c}, {c})" for c in _LATEST]
-    cols = ", ".join(_SAMPLE_COLS)
-    return (
-        f"INSERT INTO gpu_samples ({cols}) SELECT {cols} FROM _nvml_samples "  # noqa: S608 - column lists are module constants (SCHEMAS)
-        f"ON CONFLICT (cluster, node, gpu_uuid, minute) DO UPDATE SET " + ", ".join(sets)
-    )
+    sets += [f"{c} = coalesce(excluded.{c}, g.{c})" for c in _LATEST]
+    return sets
+
+
+_SAMPLE_KEY = (
+    "g.cluster = {s}.cluster AND g.node = {s}.node AND g.gpu_uuid = {s}.gpu_uuid AND g.minute = {s}.minute"
+)
+# gpu_samples has no key index (sql/0024_retention.sql): the stored rows of the file's minutes are found by
+# the minute range, which DuckDB's row-group min/max turn into a read of the newest row groups only.
+_SAMPLE_IN_RANGE = "g.cluster = $cluster AND g.node = $node AND g.minute >= $lo AND g.minute <= $hi"
+_SAMPLE_UPDATE_SQL = (
+    f"UPDATE gpu_samples AS g SET {', '.join(_sample_merge_sets())} FROM _nvml_samples AS excluded "  # noqa: S608 - column lists are module constants (SCHEMAS)
+    f"WHERE {_SAMPLE_IN_RANGE} AND {_SAMPLE_KEY.format(s='excluded')}"
+)
+_SAMPLE_INSERT_SQL = (
+    f"INSERT INTO gpu_samples ({', '.join(_SAMPLE_COLS)}) SELECT {', '.join(_SAMPLE_COLS)} FROM _nvml_samples s "  # noqa: S608 - column lists are module constants (SCHEMAS)
+    f"WHERE NOT EXISTS (SELECT 1 FROM gpu_samples g WHERE {_SAMPLE_IN_RANGE} AND {_SAMPLE_KEY.format(s='s')})"
+)
+
+
+def _merge_samples(con: duckdb.DuckDBPyConnection, cluster: str, node: str, df: pl.DataFrame) -> None:
+    """Upsert a file's GPU-minutes (one node): a minute already stored merges the new partial record into
+    it (an agent that restarted mid-minute), the others are inserted; (cluster, node, gpu_uuid, minute)
+    stays unique without an index."""
+    params = {"cluster": cluster, "node": node, "lo": df["minute"].min(), "hi": df["minute"].max()}
+    con.register("_nvml_samples", df.to_arrow())
+    try:
+        con.execute(_SAMPLE_UPDATE_SQL, params)
+        con.execute(_SAMPLE_INSERT_SQL, params)
+    finally:
+        con.unregister("_nvml_samples")
 
 
 _LINK_COLS = ["cluster"] + list(SCHEMAS["gpu_nvlink_errors"])
@@ -536,12 +562,7 @@ def ingest_bytes(
 
     def after(c: duckdb.DuckDBPyConnection) -> None:
         if samples is not None:
-            _merge(
-                c,
-                "_nvml_samples",
-                _sample_merge_sql(),
-                samples.with_columns(pl.lit(cluster).alias("cluster")),
-            )
+            _merge_samples(c, cluster, ps.node, samples.with_columns(pl.lit(cluster).alias("cluster")))
         if jobs is not None:
             _merge(c, "_nvml_jobs", _JOB_MERGE_SQL, jobs.with_columns(pl.lit(cluster).alias("cluster")))
         if links is not None:

@@ -127,7 +127,8 @@ INPUTS: dict[str, str] = {
     "prev_counters": """
         SELECT account, "partition", gpu_model, gpu_seconds_total, cost_usd_total
         FROM mart_usage_counters WHERE cluster = $cluster""",
-    # Whole-GPU mapping intervals and NVML samples inside the window (usage-weighted cost and energy).
+    # Whole-GPU mapping intervals and NVML samples inside the window (usage-weighted cost and energy); minutes
+    # older than retention's boundary are read back from their hourly rollups (slurmscope/rollup.py).
     "gpu_jobs": """
         SELECT node, gpu_uuid, job_id, interval_start, interval_end FROM gpu_jobs
         WHERE cluster = $cluster AND coalesce(mig_instance, '') = '' AND interval_start < $end
@@ -135,7 +136,7 @@ INPUTS: dict[str, str] = {
     "gpu_samples": """
         SELECT node, gpu_uuid, minute, util_gpu_mean, energy_joules, power_mean_watts, sm_active_mean,
                activity_source
-        FROM gpu_samples WHERE cluster = $cluster AND minute >= $start AND minute < $end""",
+        FROM gpu_minutes($cluster, $start, $end)""",
     # Partitions' TRESBillingWeights in the last `scontrol show partition` at or before now (charge_by =
     # "billing_tres" without billing.tres_billing_weights).
     "partition_weights": """

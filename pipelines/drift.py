@@ -57,12 +57,20 @@ INPUTS: dict[str, str] = {
     "gpu_samples": """
         SELECT cluster, node, gpu_uuid, minute, model, util_gpu_mean, temp_gpu_max_celsius,
                power_mean_watts, sm_clock_mean_mhz
-        FROM gpu_samples WHERE cluster = $cluster AND minute >= $start - INTERVAL 2 DAY AND minute < $end""",
-    # error counters are sparse: only minutes that counted something
+        FROM gpu_minutes($cluster, $start - INTERVAL 2 DAY, $end)""",
+    # error counters are sparse: only minutes that counted something; before retention's boundary, the
+    # rolled-up hours that did, dated at the hour (node_errors sums them per node and day)
     "gpu_errors": f"""
         SELECT cluster, node, minute, coalesce(ecc_corrected_delta, 0) AS ecc_corrected,
                coalesce(ecc_uncorrected_delta, 0) AS ecc_uncorrected
         FROM gpu_samples WHERE cluster = $cluster AND minute >= $start - {HISTORY} AND minute < $end
+          AND minute >= gpu_rollup_boundary($cluster)
+          AND (coalesce(ecc_corrected_delta, 0) > 0 OR coalesce(ecc_uncorrected_delta, 0) > 0)
+        UNION ALL
+        SELECT cluster, node, hour AS minute, coalesce(ecc_corrected_delta, 0) AS ecc_corrected,
+               coalesce(ecc_uncorrected_delta, 0) AS ecc_uncorrected
+        FROM gpu_samples_hourly WHERE cluster = $cluster AND hour >= $start - {HISTORY} AND hour < $end
+          AND hour < gpu_rollup_boundary($cluster)
           AND (coalesce(ecc_corrected_delta, 0) > 0 OR coalesce(ecc_uncorrected_delta, 0) > 0)""",  # noqa: S608 - HISTORY and column lists are module constants; values are $parameters
     "gpu_events": f"""
         SELECT cluster, node, event_time, event_type, xid FROM gpu_events

@@ -30,17 +30,17 @@ INPUTS: dict[str, str] = {
         WHERE cluster = $cluster AND coalesce(mig_instance, '') = '' AND interval_start < $end
           AND job_id IN (SELECT job_id FROM gpu_jobs WHERE cluster = $cluster
                          AND coalesce(interval_end, $end) >= $start AND interval_start < $end)""",
-    # Samples back to the earliest of those intervals, so a long job's efficiency covers its whole run.
+    # Samples back to the earliest of those intervals, so a long job's efficiency covers its whole run
+    # (minutes older than retention's boundary read back from their hourly rollups, slurmscope/rollup.py).
     "gpu_samples": """
         SELECT cluster, node, gpu_uuid, minute, samples, util_gpu_mean, util_gpu_max, mem_used_max_bytes,
                energy_joules, sm_active_mean, activity_source
-        FROM gpu_samples
-        WHERE cluster = $cluster AND minute < $end AND minute >= coalesce((
+        FROM gpu_minutes($cluster, coalesce((
             SELECT min(interval_start) FROM gpu_jobs
             WHERE cluster = $cluster AND coalesce(mig_instance, '') = '' AND interval_start < $end
               AND job_id IN (SELECT job_id FROM gpu_jobs WHERE cluster = $cluster
                              AND coalesce(interval_end, $end) >= $start AND interval_start < $end)
-        ) - INTERVAL 1 MINUTE, $start)""",
+        ) - INTERVAL 1 MINUTE, $start), $end)""",
     # Only the attempts of the jobs mapped above can be matched (by job_id_raw): a full run would otherwise
     # read and sort every attempt of the history (10M rows, 4 GB) to attribute a few thousand intervals.
     # The regexp is attribute_intervals' extraction (ASCII digits: other digits fail its strict cast, and

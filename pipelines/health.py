@@ -76,7 +76,7 @@ INPUTS: dict[str, str] = {
                nvlink_crc_flit_delta, nvlink_crc_data_delta, nvlink_replay_delta, nvlink_recovery_delta,
                pcie_replay_delta, pcie_link_gen, pcie_link_width, violation_board_limit_seconds,
                violation_reliability_seconds
-        FROM gpu_samples WHERE cluster = $cluster AND minute >= $start - {LOOKBACK} AND minute <= $end""",  # noqa: S608 - LOOKBACK is a module constant; values are $parameters
+        FROM gpu_minutes($cluster, $start - {LOOKBACK}, $end + INTERVAL 1 MICROSECOND)""",  # noqa: S608 - LOOKBACK is a module constant; values are $parameters
     "events": f"""
         SELECT node, gpu_uuid, event_time, event_type, xid FROM gpu_events
         WHERE cluster = $cluster AND event_time >= $start - {LOOKBACK} AND event_time <= $end

@@ -66,6 +66,9 @@ def pipeline_names() -> list[str]:
 
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+HISTORY_MARGIN = timedelta(days=62)
+"""The longest history a pipeline reads before its window (drift's 61-day baselines, drift.HISTORY), plus a
+day: a rebuild starts this far after the first month whose attempts are all still in DuckDB."""
 _PARAM = re.compile(r"\$([a-z_]+)")
 _JOBS = re.compile(r"\bjobs\b")
 
@@ -113,6 +116,16 @@ def default_start(
     if late is not None and late.astimezone(UTC) < start:
         start = late.astimezone(UTC)
     return start
+
+
+def history_floor(con: duckdb.DuckDBPyConnection, cluster: str) -> datetime | None:
+    """The earliest instant a rebuild may start at when retention moved sacct months to the lake only
+    (slurmscope/retention.py): the marts before it were built from attempts DuckDB no longer has, so they are
+    kept as they are rather than rebuilt from a partial history. None when no month left."""
+    row = con.execute(
+        "SELECT boundary FROM retention_state WHERE cluster = ? AND name = 'jobs'", [cluster]
+    ).fetchall()
+    return row[0][0].astimezone(UTC) + HISTORY_MARGIN if row else None
 
 
 def pipeline_params(cfg: Config, window: Window) -> Params:
@@ -326,6 +339,7 @@ def run_pipelines(
             raise ValueError(f"unknown pipeline(s) {unknown}; registered: {names}")
         modules = [m for m in modules if m.NAME in only]
     lookback = float(cfg.get("pipelines", "incremental_lookback_seconds"))
+    floor = history_floor(con, cfg.cluster)
     results: dict[str, int] = {}
     for module in modules:
         name = module.NAME
@@ -336,6 +350,11 @@ def run_pipelines(
             reads_jobs = any(_JOBS.search(sql) for sql in module.INPUTS.values())
             start = default_start(con, cfg.cluster, name, lookback, reads_jobs)
             window = Window(EPOCH, now, True) if start is None else Window(start, now, False)
+        if floor is not None and window.start < floor:
+            log.warning(
+                "pipeline %s: sacct history before %s is only in the lake; rebuilding from there", name, floor
+            )
+            window = Window(min(floor, now), now, False)
         try:
             written: dict[str, int] = {}
             for part in _slices(con, cfg, module, window):

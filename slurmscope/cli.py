@@ -716,25 +716,90 @@ def _print_rows(cols: list[str], rows: list[tuple], fmt: str) -> None:
     click.echo(out.getvalue(), nl=False)
 
 
+STATUS_SECTIONS = ("collectors", "database", "retention")
+
+
 @main.command()
 @click.option(
     "--format", "fmt", type=click.Choice(["csv", "json", "table"]), default="table", show_default=True
 )
+@click.option(
+    "--section",
+    "sections",
+    type=click.Choice(STATUS_SECTIONS),
+    multiple=True,
+    help="Only these sections (repeatable; default: all three, or the collectors' with --format csv).",
+)
 @click.pass_context
-def status(ctx: click.Context, fmt: str) -> None:
-    """Last run per collector, watermarks and quarantine counts; with `--cluster all`, every configured
-    cluster's, in a first column `cluster`."""
+def status(ctx: click.Context, fmt: str, sections: tuple[str, ...]) -> None:
+    """Collectors (last run, watermark, quarantine), the database's size, and what retention removed; with
+    `--cluster all`, every configured cluster's collectors and retention, in a first column `cluster`. CSV
+    is one table: the collectors', or the one `--section` names."""
+    if fmt == "csv" and len(sections) > 1:
+        raise click.UsageError("--format csv prints one table: give one --section")
+    wanted = sections or (("collectors",) if fmt == "csv" else STATUS_SECTIONS)
     app = _context(ctx)
     con = _connect(app, read_only=True, create=False)
+    clusters = [c.cluster for c in app.targets()]
     try:
-        cur = con.execute(STATUS_SQL, [[c.cluster for c in app.targets()]])
-        cols = [d[0] for d in cur.description]
-        rows = cur.fetchall()
+        tables = {
+            "collectors": lambda: _rows(con, STATUS_SQL, [clusters]),
+            "database": lambda: _database_size(con, app.db_path),
+            "retention": lambda: _retention_status(con, clusters),
+        }
+        out = {name: tables[name]() for name in STATUS_SECTIONS if name in wanted}
     finally:
         con.close()
     if not app.every:
-        cols, rows = cols[1:], [r[1:] for r in rows]
-    _print_rows(cols, rows, fmt)
+        out = {
+            k: ((cols[1:], [r[1:] for r in rows]) if cols[0] == "cluster" else (cols, rows))
+            for k, (cols, rows) in out.items()
+        }
+    if fmt == "json":
+        click.echo(
+            json.dumps(
+                {k: [dict(zip(c, r, strict=True)) for r in rows] for k, (c, rows) in out.items()},
+                default=str,
+                indent=1,
+            )
+        )
+        return
+    for i, (name, (cols, rows)) in enumerate(out.items()):
+        if i:
+            click.echo("")
+        if fmt == "table":
+            click.echo(f"# {name}")
+        _print_rows(cols, rows, fmt)
+
+
+def _rows(con, sql: str, params: list) -> tuple[list[str], list[tuple]]:
+    cur = con.execute(sql, params)
+    return [d[0] for d in cur.description], cur.fetchall()
+
+
+def _database_size(con, path: str) -> tuple[list[str], list[tuple]]:
+    """The file on disk and DuckDB's own account of it: blocks in use, free blocks it will reuse, the WAL."""
+    on_disk = Path(path).stat().st_size if path != ":memory:" else None
+    size = con.execute(
+        "SELECT block_size, used_blocks, free_blocks, wal_size FROM pragma_database_size()"
+    ).fetchall()
+    block, used, free, wal = size[0]
+    return (
+        ["file", "file_bytes", "used_bytes", "free_bytes", "wal"],
+        [(path, on_disk, used * block, free * block, wal)],
+    )
+
+
+def _retention_status(con, clusters: list[str]) -> tuple[list[str], list[tuple]]:
+    """RETENTION_SQL per cluster, with a first column `cluster` (as STATUS_SQL's)."""
+    exists = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'retention_runs' AND database_name = current_database()"
+    ).fetchall()[0][0]
+    rows = []
+    if exists:  # else a database no writer has migrated to this version yet
+        for cluster in clusters:
+            rows += [(cluster, *r) for r in _rows(con, RETENTION_SQL, [cluster])[1]]
+    return ["cluster", *RETENTION_COLUMNS], rows
 
 
 STATUS_SQL = """
@@ -755,6 +820,55 @@ LEFT JOIN q USING (cluster, collector)
 WHERE list_contains(?, r.cluster)
 ORDER BY r.cluster, r.collector
 """
+
+RETENTION_TABLES = ("gpu_samples", "jobs", "job_steps", "collector_runs", "spool_files")
+RETENTION_SQL = f"""
+WITH t(table_name) AS (VALUES {", ".join(f"('{t}')" for t in RETENTION_TABLES)}),
+runs AS (SELECT * FROM retention_runs WHERE cluster = $1),
+last AS (SELECT table_name, max(run_at) AS run_at FROM runs GROUP BY ALL),
+lr AS (
+    SELECT table_name, run_at, sum(rows_removed) AS removed, min(range_start) AS removed_from,
+           max(range_end) AS removed_to, sum(rows_written) AS hourly_rows_written,
+           CASE WHEN bool_or(status = 'waiting') THEN 'waiting' ELSE 'ok' END AS status,
+           string_agg(detail, '; ') AS detail
+    FROM runs JOIN last USING (table_name, run_at) GROUP BY ALL
+),
+total AS (SELECT table_name, sum(rows_removed) AS removed_total FROM runs GROUP BY ALL),
+kept AS (
+    SELECT 'gpu_samples' AS table_name, (SELECT count(*) FROM gpu_samples WHERE cluster = $1) AS rows
+    UNION ALL SELECT 'jobs', (SELECT count(*) FROM jobs WHERE cluster = $1)
+    UNION ALL SELECT 'job_steps', (SELECT count(*) FROM job_steps WHERE cluster = $1)
+    UNION ALL SELECT 'collector_runs', (SELECT count(*) FROM collector_runs WHERE cluster = $1)
+    UNION ALL SELECT 'spool_files', (SELECT count(*) FROM spool_files WHERE cluster = $1)
+),
+state AS (
+    SELECT CASE name WHEN 'gpu_samples' THEN 'gpu_samples' ELSE 'jobs' END AS table_name, boundary,
+           CASE name WHEN 'gpu_samples' THEN 'gpu_samples_hourly ('
+               || (SELECT count(*) FROM gpu_samples_hourly WHERE cluster = $1) || ' rows)' ELSE 'lake' END AS older_in
+    FROM retention_state WHERE cluster = $1
+    UNION ALL SELECT 'job_steps', boundary, 'lake' FROM retention_state WHERE cluster = $1 AND name = 'jobs'
+)
+SELECT table_name AS "table", kept.rows, state.boundary, state.older_in,
+       lr.run_at AS last_run, lr.removed AS last_removed, lr.removed_from, lr.removed_to,
+       lr.hourly_rows_written, coalesce(total.removed_total, 0) AS removed_total, lr.status, lr.detail
+FROM t LEFT JOIN kept USING (table_name) LEFT JOIN state USING (table_name) LEFT JOIN lr USING (table_name)
+LEFT JOIN total USING (table_name)
+ORDER BY list_position([{", ".join(f"'{t}'" for t in RETENTION_TABLES)}], table_name)
+"""  # noqa: S608 - table names are the literals of RETENTION_TABLES
+RETENTION_COLUMNS = [
+    "table",
+    "rows",
+    "boundary",
+    "older_in",
+    "last_run",
+    "last_removed",
+    "removed_from",
+    "removed_to",
+    "hourly_rows_written",
+    "removed_total",
+    "status",
+    "detail",
+]
 
 
 if __name__ == "__main__":

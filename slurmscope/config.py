@@ -100,6 +100,29 @@ class Num:
         return value if self.integer else float(value)
 
 
+@dataclass(frozen=True)
+class KeepPeriod:
+    """A retention period in whole days or months: 0 keeps everything, otherwise at least `minimum`."""
+
+    default: int
+    minimum: int
+    unit: str
+    why: str
+
+    def expected(self) -> str:
+        return f"0 (keep everything) or an integer number of {self.unit} >= {self.minimum} ({self.why})"
+
+    def parse(self, value: Any, at: _At) -> int:
+        if at.env and isinstance(value, str):
+            try:
+                value = int(value)
+            except ValueError:
+                raise at.error(self.expected(), value) from None
+        if isinstance(value, bool) or not isinstance(value, int) or (value != 0 and value < self.minimum):
+            raise at.error(self.expected(), value)
+        return value
+
+
 def _port(default: int) -> Num:
     return Num(default, low=1, high=65535, label="a TCP port")
 
@@ -809,6 +832,18 @@ SCHEMA = Table(
                 "export_interval_seconds": Num(3600, low=60),
             }
         ),
+        "retention": Table(  # slurmscope/retention.py, run by `serve` (docs/configuration.md#retention)
+            {
+                "gpu_minutes_days": KeepPeriod(
+                    35, 7, "days", "the incremental health and drift runs read up to 5 days of minutes"
+                ),
+                "sacct_lake_months": KeepPeriod(
+                    0, 3, "months", "cost rebuilds the open month and the one before, drift reads 61 days"
+                ),
+                "run_log_days": KeepPeriod(7, 1, "days", "a whole day"),
+                "interval_seconds": Num(3600, low=60),
+            }
+        ),
         "alerts": Table(  # runbook_url = runbook_base_url + <AlertName>.md (docs/configuration.md)
             {
                 "runbook_base_url": Str(
@@ -948,7 +983,7 @@ def _environment(raw: dict[str, Any], env: Mapping[str, str]) -> None:
             raise ConfigError(
                 f"environment: {name} names no config key (expected SLURMSCOPE_<SECTION>_<KEY>)"
             )
-        if not isinstance(spec, (Num, Bool, Str, List)):
+        if not isinstance(spec, (Num, Bool, Str, List, KeepPeriod)):
             raise ConfigError(f"environment: {name}: {section}.{key} is a table; set it in the config file")
         raw[section][key] = spec.parse(value, _At(f"environment {name}", f"{section}.{key}", env=True))
 
@@ -992,7 +1027,17 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
                 f"environment SLURMSCOPE_CLUSTER_NAME: {source} lists [[clusters]]; choose one with --cluster"
             )
         raw["cluster"]["name"] = raw["clusters"][0]["name"]
+    _check_together(raw, source)
     return Config(source=source, raw=raw)
+
+
+def _check_together(raw: dict[str, Any], source: str) -> None:
+    """Keys that are valid alone but not with each other."""
+    if raw["retention"]["sacct_lake_months"] and not raw["lake"]["export_dir"]:
+        raise ConfigError(
+            f"{source}: key 'retention.sacct_lake_months' expects 0 while lake.export_dir is empty: sacct months "
+            "are removed from the database only once the Parquet lake holds them"
+        )
 
 
 def check_listen(address: str, port: int, hint: str) -> None:

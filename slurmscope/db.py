@@ -26,6 +26,8 @@ from pathlib import Path
 
 import duckdb
 
+from slurmscope import rollup
+
 MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 DEFINITION_FOLDERS = ("views", "metrics")  # in creation order: metric queries may read views
 DEFINED = re.compile(r"^CREATE OR REPLACE (VIEW|MACRO) (\w+)(?:\([^)]*\))? AS\s+(TABLE\b)?", re.MULTILINE)
@@ -178,6 +180,7 @@ def migrate(con: duckdb.DuckDBPyConnection, upto: int | None = None) -> list[int
             con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", [m.version, m.name])
         applied.append(m.version)
     if upto is None:
+        rollup.sync_macros(con)  # first: metric queries (sql/metrics/_gpu_latest.sql) call gpu_minutes
         sync_definitions(con)
     return applied
 

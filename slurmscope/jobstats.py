@@ -117,7 +117,8 @@ def job_report(con: duckdb.DuckDBPyConnection, cfg: Config, job_id: str, now: da
 def _gpu_rows(
     con: duckdb.DuckDBPyConnection, cfg: Config, jobs: pl.DataFrame, raw: int, now: datetime
 ) -> pl.DataFrame:
-    """Per attempt and GPU: utilisation, SM activity, memory, power and energy over the minutes it held it."""
+    """Per attempt and GPU: utilisation, SM activity, memory, power and energy over the minutes it held it
+    (read through gpu_minutes: minutes older than retention's boundary come back from their hourly rollups)."""
     cluster = cfg.cluster
     mapping = _utc(
         _frame(
@@ -131,18 +132,18 @@ def _gpu_rows(
     samples = _utc(
         _frame(
             con,
-            """SELECT s.cluster, s.node, s.gpu_uuid, s.minute, s.gpu_index, s.util_gpu_mean, s.util_gpu_max,
-                       s.mem_used_max_bytes, s.mem_total_bytes, s.power_mean_watts, s.energy_joules,
-                       s.sm_active_mean, s.activity_source,
-                       CASE WHEN s.activity_source = 'gpm' THEN s.sm_active_mean END AS sm_active
-                FROM gpu_samples s
-                JOIN (SELECT DISTINCT node, gpu_uuid, min(interval_start) OVER w AS lo,
+            """WITH g AS (SELECT DISTINCT node, gpu_uuid, min(interval_start) OVER w AS lo,
                              max(coalesce(interval_end, ?)) OVER w AS hi
                       FROM gpu_jobs WHERE cluster = ? AND coalesce(mig_instance, '') = ''
                         AND TRY_CAST(regexp_extract(job_id, '^([0-9]+)', 1) AS BIGINT) = ?
-                      WINDOW w AS (PARTITION BY node, gpu_uuid)) g
-                  ON s.node = g.node AND s.gpu_uuid = g.gpu_uuid
-                WHERE s.cluster = ? AND s.minute >= g.lo - INTERVAL 1 MINUTE AND s.minute < g.hi""",
+                      WINDOW w AS (PARTITION BY node, gpu_uuid))
+                SELECT s.cluster, s.node, s.gpu_uuid, s.minute, s.gpu_index, s.util_gpu_mean, s.util_gpu_max,
+                       s.mem_used_max_bytes, s.mem_total_bytes, s.power_mean_watts, s.energy_joules,
+                       s.sm_active_mean, s.activity_source,
+                       CASE WHEN s.activity_source = 'gpm' THEN s.sm_active_mean END AS sm_active
+                FROM gpu_minutes(?, (SELECT min(lo) FROM g) - INTERVAL 1 MINUTE, (SELECT max(hi) FROM g)) s
+                JOIN g ON s.node = g.node AND s.gpu_uuid = g.gpu_uuid
+                WHERE s.minute >= g.lo - INTERVAL 1 MINUTE AND s.minute < g.hi""",
             [now, cluster, raw, cluster],
         )
     )

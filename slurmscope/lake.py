@@ -51,12 +51,27 @@ RAW_TABLES: dict[str, str] = {
     "sched_stats": "snapshot_time",
     "node_events": "time_start",
     "gpu_samples": "minute",
+    "gpu_samples_hourly": "hour",
     "gpu_nvlink_errors": "minute",
     "gpu_events": "event_time",
     "gpu_jobs": "interval_start",
 }
 """Raw tables and the column whose UTC month files a row. Each is part of the natural key, so a row never
 moves to another month when an upsert updates it."""
+
+SOURCES: dict[str, str] = {"gpu_samples_hourly": "gpu_hours(?, ?, ?)"}
+"""Tables exported from a query rather than read as stored: every hour of NVML history rolled up, the hours
+retention rolled up and the minutes it still keeps alike (slurmscope.rollup), so that the lake's hourly table
+is complete whatever `retention.gpu_minutes_days` says. Parameters: cluster, month start, month end."""
+
+NATURAL_KEYS: dict[str, tuple[str, ...]] = {
+    "gpu_samples": ("node", "gpu_uuid", "minute"),
+    "jobs": ("job_id_raw", "submit_time"),
+    "job_steps": ("job_id_raw", "job_submit_time", "step_id"),
+}
+"""The tables retention thins (slurmscope/retention.py), by natural key (besides `cluster`). Re-exporting a
+month retention has removed rows from merges the lake's file with the database: rows only the lake still
+has are kept, a row in both is the database's."""
 
 MART_TABLES: dict[str, str | None] = {
     "mart_cost_daily": "day",
@@ -162,7 +177,7 @@ def month_bounds(month: str) -> tuple[date, date]:
     return first, date(year + mon // 12, mon % 12 + 1, 1)
 
 
-def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, str]]:
+def columns(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, str]]:
     return con.execute(
         "SELECT column_name, data_type FROM information_schema.columns"
         " WHERE table_name = ? AND table_schema = 'main' ORDER BY ordinal_position",
@@ -298,8 +313,57 @@ def _months(
         rows = con.execute(sql, params).fetchall()
         return [(c, now_month) for (c,) in rows]
     expr = _month_expr(column, types[column])
-    sql = f"SELECT DISTINCT cluster, {expr} FROM {_q(table)} WHERE {where} ORDER BY 1, 2"  # noqa: S608 - names from TABLES and the catalog, quoted; values are parameters
-    return con.execute(sql, params).fetchall()
+    sql = f"SELECT DISTINCT cluster, {expr} FROM {_q(table)} WHERE {where}"  # noqa: S608 - names from TABLES and the catalog, quoted; values are parameters
+    if table == "gpu_samples_hourly":  # the hours still kept as minutes count too
+        sql += f" UNION SELECT DISTINCT cluster, {_month_expr('minute', types[column])} FROM gpu_samples WHERE {where}"  # noqa: S608 - names from TABLES and the catalog, quoted
+        params = params * 2
+    return con.execute(f"SELECT * FROM ({sql}) ORDER BY 1, 2", params).fetchall()  # noqa: S608 - built above from quoted names
+
+
+def thinned_months(con: duckdb.DuckDBPyConnection) -> set[tuple[str, str, str]]:
+    """(table, cluster, month) of which retention has removed rows (from `retention_runs`)."""
+    rows = con.execute(
+        "SELECT DISTINCT table_name, cluster, strftime(timezone('UTC', m), '%Y-%m') FROM retention_runs,"
+        " unnest(generate_series(date_trunc('month', timezone('UTC', range_start)),"
+        " date_trunc('month', timezone('UTC', range_end)), INTERVAL 1 MONTH)) AS t(m)"
+        " WHERE status = 'ok' AND rows_removed > 0 AND range_start IS NOT NULL"
+    ).fetchall()
+    return {(t, c, m) for t, c, m in rows if t in NATURAL_KEYS}
+
+
+def _source(
+    con: duckdb.DuckDBPyConnection,
+    target: Target,
+    table: str,
+    cols: list[tuple[str, str]],
+    part: Partition,
+    column: str | None,
+    merge_with: dict | None,
+) -> tuple[str, list]:
+    """The SELECT (and its parameters) of a partition's rows: the table's month, the SOURCES query, or the
+    table's month merged with the lake's existing file (a month retention thinned)."""
+    types = dict(cols)
+    if table in SOURCES:
+        first, nxt = month_bounds(part.month)
+        lo = datetime(first.year, first.month, 1, tzinfo=timezone.utc)
+        hi = datetime(nxt.year, nxt.month, 1, tzinfo=timezone.utc)
+        return f"SELECT * FROM {SOURCES[table]}", [part.cluster, lo, hi]  # noqa: S608 - a query of SOURCES
+    where, params = ("TRUE", []) if column is None else _bounds_sql(column, types[column], part.month)
+    own = f"SELECT * FROM {_q(table)} WHERE cluster = ? AND {where}"  # noqa: S608 - names from TABLES and the catalog, quoted; values are parameters
+    if merge_with is None:
+        return own, [part.cluster, *params]
+    con.register("_lake_old", read_partition(target, merge_with))
+    names = ", ".join(_q(n) for n, _ in cols)
+    same = " AND ".join(f"t.{_q(k)} = o.{_q(k)}" for k in NATURAL_KEYS[table])
+    t_where = where.replace(_q(column), f"t.{_q(column)}")
+    kept = (
+        f"SELECT ? AS cluster, * FROM _lake_old o WHERE NOT EXISTS (SELECT 1 FROM {_q(table)} t"  # noqa: S608 - names from TABLES and the catalog, quoted; values are parameters
+        f" WHERE t.cluster = ? AND {t_where} AND {same})"
+    )
+    return (
+        f"SELECT {names} FROM ({kept} UNION ALL BY NAME {own})",  # noqa: S608 - names from TABLES and the catalog, quoted; values are parameters
+        [part.cluster, part.cluster, *params, part.cluster, *params],
+    )
 
 
 def _default_since(now: datetime) -> str:
@@ -344,13 +408,14 @@ def export(
             f"mart table(s) {', '.join(unknown)} have no month column in slurmscope.lake.MART_TABLES"
         )
     wanted = list(tables) if tables is not None else list(TABLES)
+    thinned = thinned_months(con) if "retention_runs" in present else set()
     only = None if clusters is None else list(clusters)
     done: list[Written] = []
     for table in wanted:
         if table not in present:
             continue
         column = TABLES[table]
-        cols = _columns(con, table)
+        cols = columns(con, table)
         types = dict(cols)
         if "month" in types and column != "month":
             raise ExportError(f"{table}.month would clash with the month= partition key")
@@ -365,25 +430,29 @@ def export(
             if month < since and (table, cluster, month) in listed:
                 continue
             part = Partition(table, cluster, month)
-            where, params = ("TRUE", []) if column is None else _bounds_sql(column, types[column], month)
-            sql = f"SELECT * FROM {_q(table)} WHERE cluster = ? AND {where} ORDER BY {order}"  # noqa: S608 - names from TABLES and the catalog, quoted; values are parameters
-            rel = con.sql(sql, params=[cluster, *params])
-            tmp = write_partition_file(target, part.rel_dir, rel.to_arrow_reader(ROW_GROUP_ROWS))
+            old = listed.get((table, cluster, month))
+            merge = old if (table, cluster, month) in thinned and old and _exists(target, old) else None
+            source, params = _source(con, target, table, cols, part, column, merge)
+            try:
+                rel = con.sql(f"SELECT * FROM ({source}) ORDER BY {order}", params=params)  # noqa: S608 - built by _source from quoted names
+                tmp = write_partition_file(target, part.rel_dir, rel.to_arrow_reader(ROW_GROUP_ROWS))
+                lo = hi = None
+                if column is not None:
+                    col = _q(column)
+                    sql = f"SELECT min({col}), max({col}) FROM ({source})"  # noqa: S608 - built by _source from quoted names
+                    lo, hi = con.execute(sql, params).fetchall()[0]
+            finally:
+                if merge is not None:
+                    con.unregister("_lake_old")
             sha, size = _sha256(target, tmp)
             with target.fs.open_input_file(tmp) as fh:
                 meta = pq.read_metadata(fh)
             rows = meta.num_rows
-            old = listed.get((table, cluster, month))
             final = target.path(part.rel_path)
             if old and old["sha256"] == sha and target.fs.get_file_info(final).type == pafs.FileType.File:
                 target.fs.delete_file(tmp)
                 result = Written(part, rows, "unchanged")
             else:
-                lo = hi = None
-                if column is not None:
-                    col = _q(column)
-                    sql = f"SELECT min({col}), max({col}) FROM {_q(table)} WHERE cluster = ? AND {where}"  # noqa: S608 - names from TABLES and the catalog, quoted; values are parameters
-                    lo, hi = con.execute(sql, [cluster, *params]).fetchall()[0]
                 target.fs.move(tmp, final)
                 entry = {
                     "table": table,
@@ -413,16 +482,28 @@ def export(
     return done
 
 
+def _exists(target: Target, entry: dict) -> bool:
+    return target.fs.get_file_info(target.path(entry["path"])).type == pafs.FileType.File
+
+
+def verify_partition(target: Target, entry: dict) -> str | None:
+    """Why a manifest entry's file cannot be trusted (missing, or bytes other than the manifest's), or None."""
+    path = target.path(entry["path"])
+    if not _exists(target, entry):
+        return f"{entry['path']}: missing"
+    sha, _ = _sha256(target, path)
+    if sha != entry["sha256"]:
+        return f"{entry['path']}: checksum differs from the manifest"
+    return None
+
+
+def read_partition(target: Target, entry: dict) -> pa.Table:
+    """A partition's rows as written (without the partition keys, which the path carries)."""
+    with target.fs.open_input_file(target.path(entry["path"])) as fh:
+        return pq.read_table(fh)
+
+
 def verify(out: str) -> list[str]:
     """Problems found: a listed partition whose file is missing or whose bytes differ from the manifest."""
     target = open_target(out)
-    problems = []
-    for p in read_manifest(target)["partitions"]:
-        path = target.path(p["path"])
-        if target.fs.get_file_info(path).type != pafs.FileType.File:
-            problems.append(f"{p['path']}: missing")
-            continue
-        sha, _ = _sha256(target, path)
-        if sha != p["sha256"]:
-            problems.append(f"{p['path']}: checksum differs from the manifest")
-    return problems
+    return [p for p in (verify_partition(target, e) for e in read_manifest(target)["partitions"]) if p]

@@ -197,6 +197,27 @@ class Service:
         except Exception:
             log.exception("export to %s failed", out)
 
+    def run_retention(self) -> None:
+        """Retention's steps, each in its own turn at the write lock (collectors load in between)."""
+        from slurmscope.retention import run_retention
+
+        try:
+            done = run_retention(None, self.config, self.clock(), turn=self.with_db)
+        except Exception:
+            log.exception("retention failed")
+            return
+        for d in done:
+            level = logging.INFO if d.status == "ok" else logging.WARNING
+            log.log(
+                level,
+                "retention %s %s: %s removed %s rows %s",
+                d.table,
+                d.step.cluster,
+                d.status,
+                d.rows_removed,
+                d.detail or "",
+            )
+
     def render_now(self) -> None:
         try:
             self.with_db(self._render)
@@ -231,14 +252,14 @@ def build_scheduler(service: Service, intervals: dict[str, int] | None = None) -
 
     For each served cluster: every live collector of the registry that reaches it (`registry.scheduled`) at
     its own interval (or `intervals`, for every cluster), the pipelines after new rows and nightly, and the
-    monthly report. One lake export for all clusters.
+    monthly report. One lake export and one retention schedule for all clusters.
     """
     several = len(service.clusters) > 1
     per_cluster = {
         cluster: intervals or {c.kind: c.interval_seconds for c in scheduled(service.cluster_config(cluster))}
         for cluster in service.clusters
     }
-    jobs = sum(len(kinds) + 4 for kinds in per_cluster.values()) + 1
+    jobs = sum(len(kinds) + 4 for kinds in per_cluster.values()) + 2  # + the lake export and retention
     # One thread per job (they mostly wait on the write lock), so none misses its slot waiting for a thread.
     sched = BackgroundScheduler(
         executors={"default": ThreadPoolExecutor(max_workers=jobs)},
@@ -300,6 +321,14 @@ def build_scheduler(service: Service, intervals: dict[str, int] | None = None) -
                 id=job_id("report-catch-up", cluster, several),
                 name=f"missed monthly report {missed} of {cluster}",
             )
+    retention = service.config.raw["retention"]
+    if any(retention[k] for k in ("gpu_minutes_days", "sacct_lake_months", "run_log_days")):
+        sched.add_job(
+            service.run_retention,
+            IntervalTrigger(seconds=retention["interval_seconds"], timezone=timezone.utc),
+            id="retention",
+            name="retention",
+        )
     if service.config.get("lake", "export_dir"):
         sched.add_job(
             service.run_export,

@@ -259,3 +259,71 @@ def test_kill_during_collect_then_rerun_equals_uninterrupted(tmp_path):
         run(cmd(db), env)
         assert state_digest(db, STATE_TABLES) == expected, f"kill point {i}"
     assert killed >= 3
+
+
+RETAIN = """
+import sys
+from datetime import datetime, timezone
+from slurmscope.config import load_config
+from slurmscope.db import connect
+from slurmscope.retention import run_retention
+
+cfg = load_config(None, env={}).with_overrides(cluster={"name": "c"}, retention={"gpu_minutes_days": 7})
+run_retention(connect(sys.argv[1]), cfg, datetime(2026, 3, 10, 6, tzinfo=timezone.utc))
+"""
+# every GPU-minute the readers see (raw or rolled up), and the totals a rollup must keep per GPU-hour
+SEEN = {
+    "minutes": "SELECT node, gpu_uuid, minute FROM gpu_minutes('c', '-infinity'::TIMESTAMPTZ,"
+    " 'infinity'::TIMESTAMPTZ) ORDER BY ALL",
+    "hour_sums": "SELECT node, gpu_uuid, date_trunc('hour', minute), sum(samples), sum(energy_joules),"
+    " sum(ecc_corrected_delta) FROM gpu_minutes('c', '-infinity'::TIMESTAMPTZ, 'infinity'::TIMESTAMPTZ)"
+    " GROUP BY ALL ORDER BY ALL",
+}
+RETAINED = {
+    "gpu_samples": "SELECT * FROM gpu_samples ORDER BY ALL",
+    "gpu_samples_hourly": "SELECT * FROM gpu_samples_hourly ORDER BY ALL",
+    "retention_state": "SELECT cluster, name, boundary FROM retention_state ORDER BY ALL",
+    "retention_runs": "SELECT * EXCLUDE (run_at) FROM retention_runs ORDER BY ALL",
+}
+
+
+@pytest.mark.slow
+def test_kill_during_retention_leaves_every_minute_raw_or_rolled_up(tmp_path):
+    """Each hour is rolled up, deleted and the boundary moved in one transaction: after a kill every minute
+    is seen once (raw or rolled up) with its sums, and a rerun gives the uninterrupted result."""
+    env = _env()
+    base = tmp_path / "base.duckdb"
+    con = connect(base)
+    con.execute(
+        "INSERT INTO gpu_samples (cluster, node, gpu_uuid, minute, samples, util_gpu_mean, energy_joules,"
+        " ecc_corrected_delta) SELECT 'c', 'n' || (g // 8), 'GPU-' || g, TIMESTAMPTZ '2026-03-01 00:00:00+00'"
+        " + to_minutes(m), 6, (m * 7 + g) % 100, 60.0 * (100 + m % 500), CAST(m % 997 = 0 AS INTEGER)"
+        " FROM range(16) a(g), range(5 * 1440) b(m)"
+    )
+    con.execute(  # jobs changing within hours, so that hours split into several rollup rows
+        "INSERT INTO gpu_jobs (cluster, node, gpu_uuid, job_id, interval_start, interval_end, mig_instance)"
+        " SELECT 'c', 'n' || (g // 8), 'GPU-' || g, CAST(k AS VARCHAR),"
+        " TIMESTAMPTZ '2026-03-01 00:00:00+00' + to_seconds(k * 5000 + g), "
+        " TIMESTAMPTZ '2026-03-01 00:00:00+00' + to_seconds(k * 5000 + 4000 + g), ''"
+        " FROM range(16) a(g), range(90) b(k)"
+    )
+    con.close()
+    cmd = lambda db: [sys.executable, "-c", RETAIN, str(db)]  # noqa: E731
+    ref = tmp_path / "ref.duckdb"
+    shutil.copy(base, ref)
+    seen = state_digest(base, SEEN)
+    duration = run(cmd(ref), env)
+    expected = state_digest(ref, RETAINED)
+    assert expected.count("retention_runs") == 2 * 24  # March 1-2 rolled up, an hour a step (cut at March 3)
+    assert state_digest(ref, SEEN) == seen
+    rng = random.Random(11)
+    killed = 0
+    for i in range(4):
+        db = tmp_path / f"r{i}.duckdb"
+        shutil.copy(base, db)
+        killed += kill_at(cmd(db), env, rng.uniform(0.5, duration))
+        assert_intact(db)
+        assert state_digest(db, SEEN) == seen, f"kill point {i}"
+        run(cmd(db), env)
+        assert state_digest(db, RETAINED) == expected, f"kill point {i}"
+    assert killed >= 2

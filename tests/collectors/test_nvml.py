@@ -154,6 +154,7 @@ def test_partial_minutes_from_two_files_merge_exactly(tmp_path, con, cfg):
     ).fetchone()
     # util mean (30+60+0+0+0+90)/6 = 30; power (2*200 + 4*110)/6 = 140; energy 840; ECC delta 1 (0 + 1)
     assert row == (6, 30.0, 90.0, 140.0, 300.0, 840.0, 1, 7, 5)
+    assert con.execute("SELECT count(*) FROM gpu_samples").fetchone()[0] == 1  # one row per GPU-minute
     # the same two chunks inside one file give the same row
     con2 = connect(tmp_path / "other.duckdb")
     try:

@@ -184,3 +184,40 @@ def test_xid_actions_override_reads_codes_as_integers(tmp_path):
     p = tmp_path / "s.toml"
     p.write_text('[health.xid_actions]\n92 = "reset_gpu"\n"62" = "ignore"\n')
     assert load_config(p, env={}).get("health", "xid_actions") == {92: "reset_gpu", 62: "ignore"}
+
+
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        (
+            "[retention]\ngpu_minutes_days = 3\n",
+            "key 'retention.gpu_minutes_days' expects 0 (keep everything) or",
+        ),
+        ("[retention]\ngpu_minutes_days = 7.5\n", "an integer number of days >= 7"),
+        ("[retention]\nsacct_lake_months = 2\n", "key 'retention.sacct_lake_months' expects 0 (keep"),
+        ("[retention]\nrun_log_days = -1\n", "days >= 1"),
+        ("[retention]\ninterval_seconds = 10\n", "key 'retention.interval_seconds' expects an integer >= 60"),
+        ("[retention]\nsacct_lake_months = 6\n", "expects 0 while lake.export_dir is empty"),
+    ],
+)
+def test_retention_periods_are_0_or_at_least_their_minimum(tmp_path, text, expect):
+    p = tmp_path / "r.toml"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(p, env={})
+    assert str(p) in str(err.value) and expect in str(err.value)
+
+
+def test_retention_defaults_and_a_lake_only_sacct_history(tmp_path):
+    assert load_config(None, env={}).raw["retention"] == {
+        "gpu_minutes_days": 35,
+        "sacct_lake_months": 0,
+        "run_log_days": 7,
+        "interval_seconds": 3600,
+    }
+    p = tmp_path / "r.toml"
+    p.write_text(
+        '[retention]\nsacct_lake_months = 6\ngpu_minutes_days = 0\n[lake]\nexport_dir = "/srv/lake"\n'
+    )
+    cfg = load_config(p, env={"SLURMSCOPE_RETENTION_RUN_LOG_DAYS": "0"})
+    assert cfg.raw["retention"]["sacct_lake_months"] == 6 and cfg.raw["retention"]["run_log_days"] == 0

@@ -277,3 +277,38 @@ def test_no_catch_up_without_a_database(tmp_path):
     service = Service(load_config(env={}), str(tmp_path / "none.duckdb"), clock=_at("2026-11-03T10:00"))
     assert service.missed_report_month() is None
     assert not (tmp_path / "none.duckdb").exists()
+
+
+def test_retention_runs_on_its_interval_one_turn_at_the_lock_per_step(tmp_path):
+    from datetime import UTC, datetime
+
+    from slurmscope.db import connect
+
+    off = load_config(env={}).with_overrides(retention={"gpu_minutes_days": 0, "run_log_days": 0})
+    assert (
+        build_scheduler(Service(config=off, db_path=str(tmp_path / "x.duckdb")), {"sacct": 300}).get_job(
+            "retention"
+        )
+        is None
+    )
+    cfg = load_config(env={}).with_overrides(cluster={"name": "c"}, retention={"interval_seconds": 600})
+    db = tmp_path / "r.duckdb"
+    con = connect(db)
+    con.execute(  # three days of minutes for one GPU, 40 days old
+        "INSERT INTO gpu_samples (cluster, node, gpu_uuid, minute, samples, energy_joules)"
+        " SELECT 'c', 'n', 'g', TIMESTAMPTZ '2026-01-01 00:00:00+00' + to_minutes(m), 6, 60.0 FROM range(3 * 1440) t(m)"
+    )
+    con.close()
+    service = Service(config=cfg, db_path=str(db), clock=lambda: datetime(2026, 2, 10, tzinfo=UTC))
+    job = build_scheduler(service, {"sacct": 300}).get_job("retention")
+    assert job.trigger.interval.total_seconds() == 600
+    turns = []
+    with_db = service.with_db
+    service.with_db = lambda fn, **kw: turns.append(1) or with_db(fn, **kw)
+    service.run_retention()
+    # the plan, one turn per hour rolled up, and the checkpoint: collectors take the lock in between
+    assert len(turns) == 1 + 3 * 24 + 1
+    con = connect(db, read_only=True)
+    assert con.execute("SELECT count(*), sum(minutes) FROM gpu_samples_hourly").fetchone() == (72, 3 * 1440)
+    assert con.execute("SELECT count(*) FROM gpu_samples").fetchone()[0] == 0
+    con.close()
