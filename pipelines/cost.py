@@ -26,12 +26,18 @@ from slurmscope.pipelines.calendar import (
     lookup,
 )
 from slurmscope.pipelines.common import (
+    MIG_INVENTORY_COLUMNS,
+    MIG_INVENTORY_SQL,
+    MIG_NODE_SEP,
+    MIG_UNITS,
     NODE_STATES_SQL,
     attribute_intervals,
     clip_interval,
     ensure_columns,
+    exploded_mig,
     largest_remainder_cents,
     mapped_job_id_raw,
+    mig_node_states,
     multi_attempt,
     node_intervals,
     split_buckets,
@@ -39,9 +45,11 @@ from slurmscope.pipelines.common import (
     usage_interval,
     with_rate,
     with_requeued,
+    with_slice_fractions,
 )
 from slurmscope.pipelines.params import Billing, Params
 
+from slurmscope import mig
 from slurmscope.config import parse_billing_weights
 from slurmscope.hostlist import expand_hostlist_lenient
 from slurmscope.slurm_states import JOB_UNSUCCESSFUL_STATES
@@ -69,7 +77,7 @@ INPUTS: dict[str, str] = {
     # Attempts that may overlap the window, plus pending later attempts (to tell which were requeued).
     "jobs": """
         SELECT job_id_raw, submit_time, account, "user", "partition", qos, state, start_time, end_time,
-               gpus, gpu_type, billing
+               gpus, gpu_type, billing, CASE WHEN mig_slices > 0 THEN alloc_tres END AS mig_tres
         FROM jobs
         WHERE cluster = $cluster AND (end_time IS NULL OR end_time >= $start)
           AND (start_time IS NULL OR start_time < $end)""",
@@ -110,11 +118,14 @@ INPUTS: dict[str, str] = {
     "prev_counters": """
         SELECT account, "partition", gpu_model, gpu_seconds_total, cost_usd_total
         FROM mart_usage_counters WHERE cluster = $cluster""",
-    # Whole-GPU mapping intervals and NVML samples inside the window (usage-weighted cost and energy).
+    # Mapping intervals (whole GPUs and MIG slices) and NVML samples inside the window (usage-weighted cost
+    # and energy), and the MIG devices' NVML names (their profile gives their share of a GPU).
     "gpu_jobs": """
-        SELECT node, gpu_uuid, job_id, interval_start, interval_end FROM gpu_jobs
-        WHERE cluster = $cluster AND coalesce(mig_instance, '') = '' AND interval_start < $end
+        SELECT node, gpu_uuid, job_id, interval_start, interval_end, coalesce(mig_instance, '') AS mig_instance
+        FROM gpu_jobs
+        WHERE cluster = $cluster AND interval_start < $end
           AND (interval_end IS NULL OR interval_end > $start)""",
+    "mig_inventory": MIG_INVENTORY_SQL,
     "gpu_samples": """
         SELECT node, gpu_uuid, minute, util_gpu_mean, energy_joules, power_mean_watts FROM gpu_samples
         WHERE cluster = $cluster AND minute >= $start AND minute < $end""",
@@ -136,6 +147,7 @@ DAILY_SCHEMA = {
     "running_gpu_seconds": pl.Float64,
     "spread_cost_usd": pl.Float64,
     "billed_gpu_seconds": pl.Float64,
+    "mig_gpu_seconds": pl.Float64,
 }
 MONTHLY_SCHEMA = {
     "month": pl.Date,
@@ -159,6 +171,7 @@ CAPACITY_SCHEMA = {
     "capacity_cost_usd": pl.Float64,
     **{f"{p}_cost_usd": pl.Float64 for p in CAPACITY_PARTS},
     "powered_down_gpu_seconds": pl.Float64,
+    "mig_gpu_seconds": pl.Float64,
 }
 EFFICIENCY_SCHEMA = {
     "day": pl.Date,
@@ -175,6 +188,7 @@ EFFICIENCY_SCHEMA = {
     "energy_joules": pl.Float64,
     "energy_kwh": pl.Float64,
     "energy_cost_usd": pl.Float64,
+    "mig_gpu_seconds": pl.Float64,
 }
 UNALLOCATED_PARTS = ("idle", "down", "reserved")
 """Capacity minus allocation: what billing.idle_cost = "spread" may charge to the accounts (down only with
@@ -330,14 +344,9 @@ def day_gpu_microseconds(
     return days.filter(day.is_not_null()).select("day", *KEYS, *flags, v.alias("v")).filter(pl.col("v") > 0)
 
 
-def gpu_equivalents(billing: Billing) -> pl.Expr:
-    """GPUs an attempt is charged for: its GPUs, or with billing.charge_by = "billing_tres" its billing TRES
-    (sacct AllocTRES `billing=`, Slurm's TRESBillingWeights arithmetic) over its partition's GRES/gpu weight
-    (`GRES/gpu:<model>` first), never fewer than its GPUs. An attempt without a billing TRES or whose
-    partition has no entry in billing.tres_billing_weights is charged its GPUs."""
-    gpus = pl.col("gpus").cast(pl.Float64)
-    if billing.charge_by != "billing_tres":
-        return gpus
+def _gpu_weights(billing: Billing) -> tuple[dict[str, float], dict[str, float]]:
+    """(`<partition>\\x00<type>` -> GRES/gpu:<type> weight, partition -> GRES/gpu weight) of
+    billing.tres_billing_weights; types in lower case."""
     typed: dict[str, float] = {}
     plain: dict[str, float] = {}
     for partition, text in billing.tres_billing_weights.items():
@@ -346,13 +355,97 @@ def gpu_equivalents(billing: Billing) -> pl.Expr:
                 plain[partition] = w
             elif name.startswith("gres/gpu:"):
                 typed[f"{partition}\x00{name.removeprefix('gres/gpu:')}"] = w
-    key = pl.col("partition").fill_null("") + "\x00" + pl.col("gpu_type").fill_null("").str.to_lowercase()
+    return typed, plain
+
+
+def _weight(table: dict[str, float], column: str) -> pl.Expr:
+    key = pl.col("partition").fill_null("") + "\x00" + pl.col(column).fill_null("").str.to_lowercase()
+    return key.replace_strict(table, default=None, return_dtype=pl.Float64)
+
+
+def gpu_equivalents(billing: Billing) -> pl.Expr:
+    """GPUs an attempt is charged for: its GPUs, or with billing.charge_by = "billing_tres" its billing TRES
+    (sacct AllocTRES `billing=`, Slurm's TRESBillingWeights arithmetic) over its partition's GRES/gpu weight
+    (`GRES/gpu:<model>` first), never fewer than its GPUs. An attempt without a billing TRES or whose
+    partition has no entry in billing.tres_billing_weights is charged its GPUs."""
+    gpus = pl.col("gpus").cast(pl.Float64)
+    if billing.charge_by != "billing_tres":
+        return gpus
+    typed, plain = _gpu_weights(billing)
     weight = pl.coalesce(
-        key.replace_strict(typed, default=None, return_dtype=pl.Float64),
+        _weight(typed, "gpu_type"),
         pl.col("partition").replace_strict(plain, default=None, return_dtype=pl.Float64),
     )
     billed = pl.col("billing").cast(pl.Float64) / weight
     return pl.when(billed.is_not_null()).then(pl.max_horizontal(billed, gpus)).otherwise(gpus)
+
+
+def mig_gpu_equivalents(billing: Billing) -> pl.Expr:
+    """Units (1/MIG_UNITS GPU) a row of MIG slices (mig_attempts) is charged for: its units, or with
+    billing.charge_by = "billing_tres" its share of the attempt's billing TRES over the weight of a whole GPU
+    of its model (`GRES/gpu:<model>`, else `GRES/gpu`), never fewer than its units.
+
+    Slurm lists each slice as one `gres/gpu` besides its typed `gres/gpu:<profile>` and sums every weighted
+    TRES (tres.html, "Billing Weights"). Where TRESBillingWeights weighs the MIG type (`GRES/gpu:1g.10gb`),
+    its billing is taken as it stands; where it does not, the slices' `GRES/gpu` weight (a whole GPU's each)
+    is taken out and the slices' fraction of a GPU put in, so an unweighted slice is not billed as a GPU."""
+    units = pl.col("gpus").cast(pl.Float64)
+    if billing.charge_by != "billing_tres":
+        return units
+    typed, plain = _gpu_weights(billing)
+    untyped = pl.col("partition").replace_strict(plain, default=None, return_dtype=pl.Float64)
+    whole = pl.coalesce(_weight(typed, "gpu_type"), untyped)
+    b = pl.col("billing").cast(pl.Float64)
+    as_billed = b / whole * MIG_UNITS
+    replaced = (b - untyped.fill_null(0.0) * pl.col("mig_count")).clip(
+        lower_bound=0.0
+    ) / whole * MIG_UNITS + units
+    billed = pl.when(_weight(typed, "mig_type").is_not_null()).then(as_billed).otherwise(replaced)
+    return pl.when(billed.is_not_null()).then(pl.max_horizontal(billed, units)).otherwise(units)
+
+
+def mig_attempts(jobs: pl.LazyFrame, billing: Billing) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """(the attempts' whole GPUs, their MIG slices): the second has a row per attempt and GPU model of its
+    slices (`mig_tres`: AllocTRES of the attempts sacct counted slices for) with `gpus` in units of
+    1/MIG_UNITS GPU and `gpu_type` the model (slurmscope.mig; billing.mig_models). An attempt holding both
+    splits its billing TRES between them by GPU share, and its whole GPUs take the slices' model where sacct
+    typed only the slices."""
+    names = jobs.collect_schema().names()
+    if "mig_tres" not in names:
+        none = pl.lit(None, dtype=pl.String), pl.lit(None, dtype=pl.Int64)
+        return jobs, jobs.filter(pl.lit(False)).with_columns(
+            none[0].alias("mig_type"), none[1].alias("mig_count")
+        )
+    plain = jobs.filter(pl.col("mig_tres").is_null())
+    keys = ["job_id_raw", "submit_time"]
+    slices = exploded_mig(jobs.filter(pl.col("mig_tres").is_not_null()), "mig_tres", billing.mig_models)
+    held = (pl.col("gpus").fill_null(0) * MIG_UNITS + pl.col("mig_units").sum().over(keys)).cast(pl.Float64)
+    slices = slices.with_columns(
+        (pl.col("billing") * pl.col("mig_units") / held).alias("billing"),
+        pl.col("mig_units").alias("gpus"),
+        pl.col("mig_model").alias("gpu_type"),
+        (pl.col("gpus").fill_null(0) * MIG_UNITS).alias("_whole"),
+        (pl.col("mig_units").sum().over(keys)).alias("_mig"),
+        pl.col("mig_model").first().over(keys, order_by="mig_model").alias("_model"),
+        pl.col("gpu_type").alias("_type"),
+    )
+    mixed = (
+        slices.filter(pl.col("_whole") > 0)
+        .unique(keys)
+        .select(
+            *[c for c in names if c not in ("billing", "gpus", "gpu_type")],
+            (pl.col("billing") / pl.col("mig_units") * pl.col("_whole")).alias("billing"),
+            (pl.col("_whole") // MIG_UNITS).alias("gpus"),
+            pl.when(pl.col("_type").str.contains(mig.TYPE_REGEX).fill_null(True))
+            .then(pl.col("_model"))
+            .otherwise(pl.col("_type"))
+            .alias("gpu_type"),
+        )
+    )
+    return (
+        pl.concat([plain, mixed.select(names)], how="vertical_relaxed"),
+        slices.select(*names, "mig_type", "mig_count"),
+    )
 
 
 def daily(jobs: pl.LazyFrame, params: Params) -> pl.LazyFrame:
@@ -361,10 +454,27 @@ def daily(jobs: pl.LazyFrame, params: Params) -> pl.LazyFrame:
     Requeued GPU-seconds come from the jobs with several attempts alone (a few per cent of the attempts):
     flagging every attempt took a group-by of all job ids and a join over all attempts. With
     billing.charge_by = "billing_tres" a second pass weighs each attempt by gpu_equivalents: the billed
-    GPU-seconds the dollars are computed from."""
-    billing, now = params.billing, params.now
+    GPU-seconds the dollars are computed from. MIG slices (mig_attempts) go through the same passes counted
+    in units of 1/MIG_UNITS GPU, and are summed into the rows of their GPU model (`mig_gpu_seconds` says how
+    many of a row's GPU-seconds they are): a 3g slice of a 7-slice A100 is 3/7 of an A100 for its time."""
     if "billing" not in jobs.collect_schema().names():
         jobs = jobs.with_columns(pl.lit(None, dtype=pl.Float64).alias("billing"))
+    whole, slices = mig_attempts(jobs, params.billing)
+    billing = params.billing
+    parts = [
+        _daily(whole, params, 1, gpu_equivalents(billing)).with_columns(pl.lit(0.0).alias("mig_gpu_seconds")),
+        _daily(slices, params, MIG_UNITS, mig_gpu_equivalents(billing)).with_columns(
+            pl.col("gpu_seconds").alias("mig_gpu_seconds")
+        ),
+    ]
+    sums = [c for c in DAILY_SCHEMA if c not in ("day", *KEYS)]
+    out = pl.concat(parts, how="vertical").group_by("day", *KEYS).agg(pl.col(sums).sum())
+    return ensure_columns(out, DAILY_SCHEMA)
+
+
+def _daily(jobs: pl.LazyFrame, params: Params, per_gpu: int, equivalents: pl.Expr) -> pl.LazyFrame:
+    """daily() of attempts whose `gpus` count 1/`per_gpu` of a GPU, billed as `equivalents` of them."""
+    billing, now = params.billing, params.now
     clip = clip_interval("use_start", "use_end", params.start, now)
     from_start = pl.col("day") >= pl.lit(params.start_date)
     v, zero = pl.col("v"), pl.lit(0, dtype=pl.Int64)
@@ -397,12 +507,12 @@ def daily(jobs: pl.LazyFrame, params: Params) -> pl.LazyFrame:
         return (
             out.join(rq, on=["day", *KEYS], how="left")
             .with_columns(pl.col(f"requeued_{prefix}gpu_seconds").fill_null(0))
-            .with_columns(pl.col(columns).cast(pl.Float64) / 1e6)
+            .with_columns(pl.col(columns).cast(pl.Float64) / (1e6 * per_gpu))
         )
 
     out = passes(None, "")
     if by_tres:
-        billed = passes(gpu_equivalents(billing), "billed_")
+        billed = passes(equivalents, "billed_")
         out = out.join(billed, on=["day", *KEYS], how="left").with_columns(
             pl.col("^.*billed_gpu_seconds$").fill_null(0.0)
         )
@@ -417,7 +527,7 @@ def daily(jobs: pl.LazyFrame, params: Params) -> pl.LazyFrame:
         ],
         pl.lit(0.0).alias("spread_cost_usd"),  # set by spread_daily, which needs the day's capacity
     )
-    return ensure_columns(out, DAILY_SCHEMA)
+    return ensure_columns(out, {c: t for c, t in DAILY_SCHEMA.items() if c != "mig_gpu_seconds"})
 
 
 def with_gpu_cost(rows: pl.LazyFrame) -> pl.LazyFrame:
@@ -558,7 +668,7 @@ def reservation_daily(
         return pl.LazyFrame(schema=RESERVATION_SCHEMA)
     now_l = pl.lit(params.now, dtype=UTC_DT)
     iv = (
-        node_intervals(node_states, params)
+        gpu_intervals(node_states, params)
         .filter(pl.col("reserved") > 0)
         .with_columns(clip_interval("snapshot_time", "until", params.start, params.now))
         .join(reservation_accounts(reservations), on="node")
@@ -872,22 +982,42 @@ def unallocated_monthly(
     return pl.concat([ensure_columns(f, UNALLOCATED_SCHEMA) for f in (old, new)], how="vertical")
 
 
+def gpu_intervals(node_states: pl.LazyFrame, params: Params) -> pl.LazyFrame:
+    """node_intervals of the nodes' whole GPUs and of their MIG slices (common.mig_node_states), counted in
+    GPUs (Float64: a 1g slice of a 7-slice GPU is 1/7) under their GPU model, `slice` true for the slices.
+    A node with only slices lists no whole GPUs; its zero-GPU rows (typed by a MIG profile) are left out."""
+    counts = ["total", "used", *CAPACITY_PARTS, "powered_down"]
+    whole = (
+        node_intervals(node_states, params)
+        .filter(~((pl.col("total") == 0) & pl.col("gpu_model").str.contains(mig.TYPE_REGEX)))
+        .with_columns(pl.col(counts).cast(pl.Float64), pl.lit(False).alias("slice"))
+    )
+    slices = node_intervals(mig_node_states(node_states, params.billing.mig_models), params).with_columns(
+        pl.col("node").str.split(MIG_NODE_SEP).list.first().alias("node"),
+        (pl.col(counts).cast(pl.Float64) / MIG_UNITS),
+        pl.lit(True).alias("slice"),
+    )
+    return pl.concat([whole, slices], how="vertical_relaxed")
+
+
 def capacity(node_states: pl.LazyFrame, params: Params) -> pl.LazyFrame:
     """mart_capacity_daily: GPU-seconds and cost of capacity and its four parts; cents by largest remainder
-    within each row, so allocated + idle + down + reserved equals capacity to the cent.
+    within each row, so allocated + idle + down + reserved equals capacity to the cent. MIG slices count as
+    their fraction of a GPU of their model (gpu_intervals); `mig_gpu_seconds` is their part of capacity.
 
     sinfo snapshots every node at once, so the nodes of a partition and model share their intervals: their
     GPUs are summed per interval before the day split (~1,000 intervals per snapshot time down to a few)."""
     billing = params.billing
-    counts = ["total", *CAPACITY_PARTS, "powered_down"]
+    counts = ["total", *CAPACITY_PARTS, "powered_down", "mig"]
     iv = (
-        node_intervals(node_states, params)
+        gpu_intervals(node_states, params)
         .with_columns(
             *clip_interval("snapshot_time", "until", params.start, params.now),
             # Powered-off GPUs (slurm_states.NODE_GPUS_POWERED_DOWN_FLAGS) are neither idle nor capacity.
             (pl.col("total") - pl.col("powered_down")).alias("total"),
             (pl.col("idle") - pl.col("powered_down")).alias("idle"),
         )
+        .with_columns(pl.when(pl.col("slice")).then(pl.col("total")).otherwise(0.0).alias("mig"))
         .group_by("snapshot_time", "until", "partition", "gpu_model")
         .agg(pl.col(counts).sum())
     )
@@ -902,7 +1032,7 @@ def capacity(node_states: pl.LazyFrame, params: Params) -> pl.LazyFrame:
             .alias("capacity_gpu_seconds"),
             *[
                 (pl.col(p) * pl.col("overlap_seconds")).sum().cast(pl.Float64).alias(f"{p}_gpu_seconds")
-                for p in (*CAPACITY_PARTS, "powered_down")
+                for p in (*CAPACITY_PARTS, "powered_down", "mig")
             ],
         )
         .filter(pl.col("day") >= pl.lit(params.start_date))
@@ -910,7 +1040,13 @@ def capacity(node_states: pl.LazyFrame, params: Params) -> pl.LazyFrame:
     sums = with_rate(sums, billing)
     keys = ["day", "partition", "gpu_model"]
     long = sums.unpivot(
-        index=[*keys, "rate_per_gpu_hour", "capacity_gpu_seconds", "powered_down_gpu_seconds"],
+        index=[
+            *keys,
+            "rate_per_gpu_hour",
+            "capacity_gpu_seconds",
+            "powered_down_gpu_seconds",
+            "mig_gpu_seconds",
+        ],
         on=[f"{p}_gpu_seconds" for p in CAPACITY_PARTS],
         variable_name="part",
         value_name="gs",
@@ -922,6 +1058,7 @@ def capacity(node_states: pl.LazyFrame, params: Params) -> pl.LazyFrame:
         .agg(
             pl.col("capacity_gpu_seconds").first(),
             pl.col("powered_down_gpu_seconds").first(),
+            pl.col("mig_gpu_seconds").first(),
             *[
                 pl.col("gs").filter(pl.col("part") == f"{p}_gpu_seconds").sum().alias(f"{p}_gpu_seconds")
                 for p in CAPACITY_PARTS
@@ -971,26 +1108,41 @@ def counters(
 
 
 def cost_efficiency(
-    d: pl.LazyFrame, jobs: pl.LazyFrame, gpu_jobs: pl.LazyFrame, samples: pl.LazyFrame, params: Params
+    d: pl.LazyFrame,
+    jobs: pl.LazyFrame,
+    gpu_jobs: pl.LazyFrame,
+    samples: pl.LazyFrame,
+    params: Params,
+    inventory: pl.LazyFrame | None = None,
 ) -> pl.LazyFrame:
     """mart_cost_efficiency_daily: per billing day and account, the charged GPU-seconds and dollars (from the
     daily rows `d`) beside what NVML says the GPUs did while the account's attempts held them.
 
-    Each whole-GPU mapping interval (gpu_jobs) goes to its attempt (common.attribute_intervals), is
+    Each mapping interval (gpu_jobs) goes to its attempt (common.attribute_intervals), is
     clipped to [window start, now), cut into UTC minutes and joined to that GPU's minute sample. A sampled
     held second costs the attempt's $/GPU-hour / 3600; it is idle when the minute's mean utilisation is under
     drift.idle_util_percent, and it counts util_gpu_mean / 100 of a useful second. Energy is the minute's
-    energy-counter delta (else its mean power × 60 s) × held / 60.
+    energy-counter delta (else its mean power × 60 s) × held / 60. A MIG slice's interval holds its share of
+    a GPU (common.with_slice_fractions) at the rate of its GPU model and is joined to samples of the MIG
+    device itself, which NVML does not give: its GPU-seconds are in mig_gpu_seconds, unsampled.
     """
     billing = params.billing
     threshold = float(params.drift.idle_util_percent)
     price_kwh = float(billing.energy_usd_per_kwh) * float(billing.pue)
     cluster = pl.lit(params.cluster)
+    keys = ["job_id_raw", "submit_time"]
+    if "mig_instance" not in gpu_jobs.collect_schema().names():
+        gpu_jobs = gpu_jobs.with_columns(pl.lit("").alias("mig_instance"))
     # Only jobs with a mapping interval can match one (attribute_intervals joins by job id), and every attempt
     # of such a job stays, so the requeue flags are those of the whole frame.
     mapped = gpu_jobs.select(mapped_job_id_raw(pl.col("job_id")).alias("job_id_raw")).unique()
-    att = attempts(jobs.join(mapped, on="job_id_raw", how="semi"), params.now)
-    j = att.select(
+    whole, slices = mig_attempts(jobs.join(mapped, on="job_id_raw", how="semi"), billing)
+    both = pl.concat(
+        [whole.with_columns(pl.lit(False).alias("slice")), slices.with_columns(pl.lit(True).alias("slice"))],
+        how="diagonal_relaxed",
+    )
+    att = attempts(both, params.now)
+    j = att.unique(keys).select(
         cluster.alias("cluster"),
         "job_id_raw",
         pl.col("job_id_raw").cast(pl.String).alias("job_id"),
@@ -1005,14 +1157,24 @@ def cost_efficiency(
     iv = attribute_intervals(gpu_jobs.with_columns(cluster.alias("cluster")), j, params.now)
     iv = (
         iv.filter(pl.col("submit_time").is_not_null())
-        .with_columns(clip_interval("interval_start", "interval_end", params.start, params.now))
+        .with_columns(
+            *clip_interval("interval_start", "interval_end", params.start, params.now),
+            (pl.col("mig_instance") != "").alias("slice"),
+        )
         .join(
-            att.select("job_id_raw", "submit_time", "partition", "gpu_model"),
-            on=["job_id_raw", "submit_time"],
+            att.select(*keys, "slice", "partition", "gpu_model").unique([*keys, "slice"], keep="first"),
+            on=[*keys, "slice"],
         )
     )
-    minutes = split_buckets(iv, "interval_start", "interval_end", 60, out="minute").rename(
-        {"overlap_seconds": "held"}
+    held_units = slices.group_by(keys).agg(pl.col("gpus").sum().alias("mig_units"))
+    inventory = ensure_columns(_optional(inventory, dict(MIG_INVENTORY_COLUMNS)), dict(MIG_INVENTORY_COLUMNS))
+    iv = with_slice_fractions(iv, inventory, held_units).with_columns(
+        pl.when(pl.col("slice")).then(pl.col("mig_instance")).otherwise(pl.col("gpu_uuid")).alias("gpu_uuid")
+    )
+    minutes = (
+        split_buckets(iv, "interval_start", "interval_end", 60, out="minute")
+        .rename({"overlap_seconds": "held"})
+        .with_columns(pl.col("held") * pl.col("gpu_fraction"))
     )
     m = with_rate(minutes.join(samples, on=["node", "gpu_uuid", "minute"], how="left"), billing)
     sampled = pl.col("util_gpu_mean").is_not_null()
@@ -1048,6 +1210,7 @@ def cost_efficiency(
             .sum()
             .alias("useful_gpu_seconds"),
             energy.fill_null(0.0).sum().alias("energy_joules"),
+            pl.when(pl.col("slice")).then(pl.col("held")).otherwise(zero).sum().alias("mig_gpu_seconds"),
         )
     )
     charged = d.group_by("day", "account").agg(pl.col("gpu_seconds").sum(), pl.col("cost_usd").sum())
@@ -1063,6 +1226,7 @@ def cost_efficiency(
                 "idle_cost_usd",
                 "useful_gpu_seconds",
                 "energy_joules",
+                "mig_gpu_seconds",
             ).fill_null(0.0)
         )
         .with_columns(
@@ -1082,6 +1246,10 @@ def cost_efficiency(
 def _frame(frames: dict[str, pl.LazyFrame], name: str, schema: dict[str, pl.DataType]) -> pl.LazyFrame:
     """An optional input (a caller that passes only the jobs and node states gets empty telemetry)."""
     return frames[name] if name in frames else pl.LazyFrame(schema=schema)
+
+
+def _optional(frame: pl.LazyFrame | None, schema: dict[str, pl.DataType]) -> pl.LazyFrame:
+    return pl.LazyFrame(schema=schema) if frame is None else frame
 
 
 def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.LazyFrame]:
@@ -1156,5 +1324,12 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
         ),
         "mart_cost_reservation_daily": res,
         "mart_usage_counters": counters(d, frames["daily_before"], frames["prev_counters"], params),
-        "mart_cost_efficiency_daily": cost_efficiency(d, frames["jobs"], gpu_jobs, samples, params),
+        "mart_cost_efficiency_daily": cost_efficiency(
+            d,
+            frames["jobs"],
+            gpu_jobs,
+            samples,
+            params,
+            _frame(frames, "mig_inventory", dict(MIG_INVENTORY_COLUMNS)),
+        ),
     }

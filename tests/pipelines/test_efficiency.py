@@ -111,6 +111,8 @@ def test_job_efficiency_per_attempt():
             "idle_gpu_seconds": [120.0, 150.0],
             "zero_util": [False, True],
             "alloc_end": [m(3), NOW],
+            "mig_gpus": [None, None],  # no MIG slices
+            "mig_activity": [None, None],
         },
         schema={k: v for k, v in eff.JOB_SCHEMA.items() if k != "alloc_start"},
     ).select(got.columns)

@@ -291,6 +291,7 @@ SCHEMA_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "pipelines.drift.SCHEMA": ("mart_drift", ()),
     "pipelines.efficiency.JOB_SCHEMA": ("mart_job_efficiency", ()),
     "pipelines.efficiency.IDLE_SCHEMA": ("mart_idle_gpus_daily", ()),
+    "pipelines.efficiency.MIG_SCHEMA": ("mart_mig_efficiency", ()),
     "pipelines.fairshare.schema.FAIRSHARE_SCHEMA": ("mart_fairshare", ()),
     "pipelines.fairshare.schema.DAILY_SCHEMA": ("mart_fairshare_daily", ()),
     "pipelines.fairshare.schema.SUBMITS_SCHEMA": ("mart_fairshare_submits", ()),
