@@ -81,6 +81,7 @@ class ReportData:
     spread_cost_usd: Decimal = Decimal(0)  # unallocated capacity in the charges (billing.idle_cost = spread)
     unallocated_cost_usd: Decimal | None = None  # capacity dollars charged to nobody (the unallocated line)
     powered_down_gpu_hours: float | None = None  # powered-off GPUs, outside capacity
+    mig_gpu_hours: float | None = None  # MIG slices' part of capacity, by fraction of a GPU
     frozen: bool | None = None
 
     @property
@@ -133,6 +134,15 @@ def _has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
             0
         ]
     )
+
+
+def _mig_gpu_hours(con: duckdb.DuckDBPyConnection, cluster: str, month: date, nxt: date) -> float | None:
+    """GPU-hours of MIG slices within the month's capacity (docs/pipelines.md#mig), None when there are none."""
+    hours = con.execute(
+        "SELECT sum(mig_gpu_seconds) / 3600 FROM mart_capacity_daily WHERE cluster = ? AND day >= ? AND day < ?",
+        [cluster, month, nxt],
+    ).fetchone()[0]
+    return float(hours) if hours else None
 
 
 def collect_data(con: duckdb.DuckDBPyConnection, cluster: str, month: date) -> ReportData:
@@ -212,6 +222,7 @@ def collect_data(con: duckdb.DuckDBPyConnection, cluster: str, month: date) -> R
             [cluster, month, nxt],
         ).fetchone()[0]
         d.powered_down_gpu_hours = float(off) if off else None
+        d.mig_gpu_hours = _mig_gpu_hours(con, cluster, month, nxt)
     d.capacity = _rows(
         con,
         """
@@ -655,6 +666,11 @@ def render_html(d: ReportData, users_out: list[dict]) -> str:
                 *(
                     [["GPU-hours powered off (not capacity)", _fmt(d.powered_down_gpu_hours)]]
                     if d.powered_down_gpu_hours
+                    else []
+                ),
+                *(
+                    [["of capacity, MIG slices (each its fraction of a GPU)", _fmt(d.mig_gpu_hours)]]
+                    if d.mig_gpu_hours
                     else []
                 ),
                 *(

@@ -285,3 +285,18 @@ def test_cost_efficiency_counts_held_slices_by_fraction_at_their_models_rate(con
          pytest.approx(3600 * 3 / 7 * 0.02)),
         ("b", pytest.approx(3600 / 7), 0.0, 0.0, 0.0, 0.0),
     ]  # fmt: skip
+
+
+def test_report_counts_the_slices_within_capacity(con, tmp_path):
+    from datetime import date
+
+    from slurmscope.report import collect_data, render_html
+
+    cluster(con, tmp_path)
+    run(con)
+    d = collect_data(con, "default", date(2026, 2, 1))
+    html = render_html(d, d.users)
+    # 3 GPU-h of capacity, 1 of them m1's seven slices; $11 charged (x $10, y $1)
+    assert "GPU-hours available (capacity)</td><td>3.0" in html
+    assert "of capacity, MIG slices (each its fraction of a GPU)</td><td>1.0" in html
+    assert "Charged to accounts (USD)</td><td>11.00" in html
