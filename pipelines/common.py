@@ -452,7 +452,8 @@ def exploded_mig(frame: pl.LazyFrame, column: str, models: Mapping[str, str]) ->
     """`frame`'s rows whose `column` lists MIG slices, one per (row, MIG type), with mig_model, mig_type,
     mig_units and mig_count."""
     return (
-        frame.with_columns(mig_holdings(column, models).alias("_mig"))
+        frame.filter(pl.col(column).is_not_null())
+        .with_columns(mig_holdings(column, models).alias("_mig"))
         .filter(pl.col("_mig").is_not_null())
         .explode("_mig")
         .unnest("_mig")
@@ -471,6 +472,9 @@ def mig_node_states(node_states: pl.LazyFrame, models: Mapping[str, str]) -> pl.
     if "mig_gres" not in names:
         return node_states.filter(pl.lit(False))
     key = ["snapshot_time", "node", "mig_model"]
+    node_states = node_states.join(
+        node_states.filter(pl.col("mig_gres").is_not_null()).select("node").unique(), on="node", how="semi"
+    )
     total = (
         exploded_mig(node_states.select("snapshot_time", "node", "mig_gres"), "mig_gres", models)
         .group_by(key)
