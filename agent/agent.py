@@ -37,6 +37,29 @@ log = logging.getLogger(__name__)
 
 XID_DEDUP_SECONDS = 10.0
 
+# pynvml's names for the spool's NVLink counters, violation policies and GPM metrics, in the order of
+# slurmscope/spool.py's NVLINK_COUNTERS, VIOLATION_POLICIES and GPM_FIELDS (tests/agent/test_agent_counters.py checks).
+NVLINK_COUNTER_IDS = {
+    "crc_flit": "NVML_NVLINK_ERROR_DL_CRC_FLIT",
+    "crc_data": "NVML_NVLINK_ERROR_DL_CRC_DATA",
+    "replay": "NVML_NVLINK_ERROR_DL_REPLAY",
+    "recovery": "NVML_NVLINK_ERROR_DL_RECOVERY",
+}
+VIOLATION_POLICY_IDS = {
+    "power": "NVML_PERF_POLICY_POWER",
+    "thermal": "NVML_PERF_POLICY_THERMAL",
+    "sync_boost": "NVML_PERF_POLICY_SYNC_BOOST",
+    "board_limit": "NVML_PERF_POLICY_BOARD_LIMIT",
+    "low_util": "NVML_PERF_POLICY_LOW_UTILIZATION",
+    "reliability": "NVML_PERF_POLICY_RELIABILITY",
+}
+GPM_METRIC_IDS = {
+    "sm_active": "NVML_GPM_METRIC_SM_UTIL",
+    "sm_occupancy": "NVML_GPM_METRIC_SM_OCCUPANCY",
+    "tensor_active": "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
+    "dram_active": "NVML_GPM_METRIC_DRAM_BW_UTIL",
+}
+
 
 def _str(v: Any) -> str:
     return v.decode("utf-8", errors="replace") if isinstance(v, bytes) else str(v)
@@ -180,6 +203,7 @@ class Agent:
                 dev.bus_id = normalize_bus_id(dev.bus_id_raw)
             dev.serial = _opt_str(self._call(dev, "serial", nv.nvmlDeviceGetSerial, handle))
             self._discover_mig(dev)
+            self._discover_gpm(dev)
         except _GpuLost:
             self._mark_lost(dev, now, "during discovery")
         dev.agg = MinuteAggregator(dev.identity(), self.interval, self.flush_seconds)
@@ -204,6 +228,22 @@ class Agent:
             name = self._call(dev, "name", nv.nvmlDeviceGetName, mh)
             if u is not None and gi is not None and ci is not None:
                 dev.migs.append((_str(u), int(gi), int(ci), _opt_str(name)))
+
+    def _discover_gpm(self, dev: Device) -> None:
+        """GPM where NVML says the GPU supports it (Hopper and newer); two sample buffers, used in turn.
+
+        A GPU in MIG mode is left to GPU_UTIL: its per-instance GPM (nvmlGpmMigSampleGet) is not read."""
+        nv = self.nvml
+        dev.gpm = False
+        if dev.mig_mode:
+            return
+        support = self._call(dev, "gpm", nv.nvmlGpmQueryDeviceSupport, dev.handle)
+        if support is None or not support.isSupportedDevice:
+            return
+        bufs = [self._call(dev, "gpm", nv.nvmlGpmSampleAlloc) for _ in range(2)]
+        if None in bufs:
+            return
+        dev.gpm, dev.gpm_buf = True, bufs
 
     def _register_events(self) -> None:
         nv = self.nvml
@@ -357,13 +397,15 @@ class Agent:
             if v.nvmlReturn == nv.NVML_SUCCESS:
                 r.temp_mem = float(v.value.uiVal)
             else:
-                err = {3: "NotSupported", 4: "NoPermission", 15: "GpuIsLost"}.get(v.nvmlReturn, "Other")
+                err = _RETURN_NAMES.get(v.nvmlReturn, "Other")
                 key = (dev.index, "memory_temperature", err)
                 self.field_errors[key] = self.field_errors.get(key, 0) + 1
         r.sm_clock = self._call(dev, "sm_clock", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
         r.mem_clock = self._call(dev, "mem_clock", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
         r.reasons = self._clock_reasons(dev)
         r.pcie_replay = self._call(dev, "pcie_replay", nv.nvmlDeviceGetPcieReplayCounter, h)
+        if dev.gpm:
+            r.gpm = self._gpm(dev)
         if slow:
             corr = nv.NVML_MEMORY_ERROR_TYPE_CORRECTED
             unc = nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
@@ -382,6 +424,7 @@ class Agent:
                 )
             rows = self._call(dev, "remapped_rows", nv.nvmlDeviceGetRemappedRows, h)
             if rows is not None:
+                r.remapped_corr, r.remapped_unc = int(rows[0]), int(rows[1])
                 r.remapped_pending, r.remapped_failed = bool(rows[2]), bool(rows[3])
             pages = self._call(
                 dev,
@@ -398,8 +441,14 @@ class Agent:
                     h,
                     nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR,
                 )
+                r.retired_sbe, r.retired_dbe = len(pages), None if dbe is None else len(dbe)
                 r.retired_pages = len(pages) + len(dbe or [])
-            r.nvlink_errors = self._nvlink_errors(dev)
+                pending = self._call(dev, "retired_pages", nv.nvmlDeviceGetRetiredPagesPendingStatus, h)
+                r.retired_pending = None if pending is None else bool(pending)
+            r.pcie_gen = self._call(dev, "pcie_link", nv.nvmlDeviceGetCurrPcieLinkGeneration, h)
+            r.pcie_width = self._call(dev, "pcie_link", nv.nvmlDeviceGetCurrPcieLinkWidth, h)
+            r.violations = self._violations(dev)
+            r.nvlink = self._nvlink(dev)
             self._check_slow_health(dev, r, now)
         r.errors = sum(self.field_errors.values()) - before
         return r
@@ -421,14 +470,10 @@ class Agent:
             self.field_errors[key] = self.field_errors.get(key, 0) + 1
             return None
 
-    def _nvlink_errors(self, dev: Device) -> int | None:
-        nv, total, links = self.nvml, 0, 0
-        counters = (
-            nv.NVML_NVLINK_ERROR_DL_REPLAY,
-            nv.NVML_NVLINK_ERROR_DL_RECOVERY,
-            nv.NVML_NVLINK_ERROR_DL_CRC_FLIT,
-            nv.NVML_NVLINK_ERROR_DL_CRC_DATA,
-        )
+    def _nvlink(self, dev: Device) -> dict[int, dict[str, int]] | None:
+        """Each link's error counters (nvmlDeviceGetNvLinkErrorCounter); None without NVLink (or in MIG mode)."""
+        nv, out = self.nvml, {}
+        ids = {c: getattr(nv, name) for c, name in NVLINK_COUNTER_IDS.items()}
         for link in range(nv.NVML_NVLINK_MAX_LINKS):
             try:
                 nv.nvmlDeviceGetNvLinkState(dev.handle, link)
@@ -440,11 +485,52 @@ class Agent:
                     self.field_errors[key] = self.field_errors.get(key, 0) + 1
                     return None
                 break  # past the last link
-            links += 1
-            for c in counters:
-                v = self._call(dev, "nvlink", nv.nvmlDeviceGetNvLinkErrorCounter, dev.handle, link, c)
-                total += v or 0
-        return total if links else None
+            counts = {}
+            for c, counter in ids.items():
+                v = self._call(dev, "nvlink", nv.nvmlDeviceGetNvLinkErrorCounter, dev.handle, link, counter)
+                if v is not None:
+                    counts[c] = int(v)
+            out[link] = counts
+        return out or None
+
+    def _violations(self, dev: Device) -> dict[str, int] | None:
+        """NVML's violation time (ns) per policy (nvmlDeviceGetViolationStatus); policies NVML refuses are left
+        out."""
+        nv, out = self.nvml, {}
+        for policy, name in VIOLATION_POLICY_IDS.items():
+            v = self._call(dev, "violation", nv.nvmlDeviceGetViolationStatus, dev.handle, getattr(nv, name))
+            if v is not None:
+                out[policy] = int(v.violationTime)
+        return out or None
+
+    def _gpm(self, dev: Device) -> dict[str, float] | None:
+        """The GPM metrics between this round's sample and the previous one (None in the first round or when
+        NVML fails); the two buffers swap roles each round."""
+        nv = self.nvml
+        cur, prev = dev.gpm_buf[dev.gpm_next], dev.gpm_buf[1 - dev.gpm_next]
+        if self._call(dev, "gpm", nv.nvmlGpmSampleGet, dev.handle, cur) is None:
+            dev.gpm_have_prev = False
+            return None
+        have_prev, dev.gpm_have_prev, dev.gpm_next = dev.gpm_have_prev, True, 1 - dev.gpm_next
+        if not have_prev:
+            return None
+        mg = nv.c_nvmlGpmMetricsGet_t()
+        mg.version = nv.NVML_GPM_METRICS_GET_VERSION
+        mg.numMetrics = len(GPM_METRIC_IDS)
+        mg.sample1, mg.sample2 = prev, cur
+        for i, name in enumerate(GPM_METRIC_IDS.values()):
+            mg.metrics[i].metricId = getattr(nv, name)
+        if self._call(dev, "gpm", nv.nvmlGpmMetricsGet, mg) is None:
+            return None
+        out = {}
+        for i, field_ in enumerate(GPM_METRIC_IDS):
+            m = mg.metrics[i]
+            if m.nvmlReturn == nv.NVML_SUCCESS:
+                out[field_] = float(m.value)
+            else:
+                key = (dev.index, f"gpm_{field_}", _RETURN_NAMES.get(m.nvmlReturn, "Other"))
+                self.field_errors[key] = self.field_errors.get(key, 0) + 1
+        return out or None
 
     def _check_slow_health(self, dev: Device, r: Reading, now: float) -> None:
         prev = dev.last
@@ -452,6 +538,8 @@ class Agent:
             self._unhealthy(dev, now, "row remapping failed", "nvml")
         if r.remapped_pending and not (prev and prev.remapped_pending):
             self._event(now, dev, "ecc", detail="row remapping pending (reset required)")
+        if r.retired_pending and not (prev and prev.retired_pending):
+            self._event(now, dev, "ecc", detail="page retirement pending (reset or reboot required)")
         if (
             r.ecc_unc_vol is not None
             and prev is not None
@@ -642,9 +730,7 @@ class Agent:
     def _flush_partial_minutes(self) -> None:
         for dev in self.devices:
             if dev.agg is not None:
-                rec = dev.agg.flush()
-                if rec:
-                    self.pending.append(rec)
+                self.pending.extend(dev.agg.flush())
 
     def close(self, now: float) -> Path | None:
         """Graceful stop: write the partial minute and close the hour's file (the loader merges minutes)."""
@@ -667,6 +753,9 @@ class Agent:
             out = None
         if self.initialized:
             try:
+                for dev in self.devices:
+                    for buf in dev.gpm_buf:
+                        self.nvml.nvmlGpmSampleFree(buf)
                 if self.event_set is not None:
                     self.nvml.nvmlEventSetFree(self.event_set)
                 self.nvml.nvmlShutdown()
@@ -725,6 +814,7 @@ class Agent:
                     "lost": d.lost,
                     "xids": dict(d.xids),
                     "mig": bool(d.mig_mode),
+                    "gpm": d.gpm,
                     "throttle_total": d.throttle_seconds_total,
                     "clock_events": dict(d.clock_event_seconds_total),
                     "driver": self.driver_version or "",
@@ -739,6 +829,10 @@ class Agent:
             "checks": dict(self.attributor.checks),
             "initialized": self.initialized,
         }
+
+
+_RETURN_NAMES = {3: "NotSupported", 4: "NoPermission", 15: "GpuIsLost"}
+"""NVML return codes a per-value result carries (nvmlFieldValue_t, nvmlGpmMetric_t) -> the error's name."""
 
 
 class _GpuLost(Exception):

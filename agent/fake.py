@@ -50,6 +50,9 @@ FIELDS = (
     "retired_pages",
     "remapped_rows",
     "nvlink",
+    "pcie_link",
+    "violation",
+    "gpm",
     "mig_mode",
     "processes",
     "events",
@@ -104,6 +107,8 @@ class GpuProfile:
     mig_mode: int | None  # 1 enabled, 0 disabled, None NotSupported
     mig_devices: tuple[MigProfile, ...] = ()
     source: str = ""
+    pcie_link_gen: int | None = None  # current PCIe generation and width
+    pcie_link_width: int | None = None
 
 
 def _num(value: str | None) -> float | None:
@@ -235,6 +240,8 @@ def profile_from_capture(text: str, state: str = "idle", source: str = "") -> Gp
         mig_mode=mig_mode,
         mig_devices=_mig_from_capture(text) if mig_mode == 1 else (),
         source=source,
+        pcie_link_gen=_int(q.get("pcie.link.gen.current")),
+        pcie_link_width=_int(q.get("pcie.link.width.current")),
     )
 
 
@@ -325,6 +332,8 @@ def profile_from_xml(text: str, gpu: int = 0, source: str = "") -> GpuProfile:
         mig_mode=mig_mode,
         mig_devices=tuple(migs),
         source=source,
+        pcie_link_gen=_int(t("pci/pci_gpu_link_info/pcie_gen/current_link_gen")),
+        pcie_link_width=_int(t("pci/pci_gpu_link_info/link_widths/current_link_width")),
     )
 
 
@@ -390,6 +399,78 @@ def profile_to_dict(p: GpuProfile) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------------
+# Models for what no capture holds: GPM profiling metrics and violation time
+# --------------------------------------------------------------------------------------------------
+
+GPM_ARCHITECTURE = re.compile(r"\b(GH200|H100|H200|H800|H20)\b")
+"""Hopper product names: NVML's GPM is "for Hopper or newer fully supported devices" (nvmlGpmQueryDeviceSupport).
+The captures do not record GPM support; the fake decides it from the product name, so the H100 and H200
+profiles have GPM and the L40S (Ada) and A100 (Ampere) profiles do not."""
+
+
+def gpm_supported(profile: GpuProfile) -> bool:
+    return bool(GPM_ARCHITECTURE.search(profile.name))
+
+
+def gpm_model(util_gpu: float, values: dict[str, Any]) -> dict[str, float]:
+    """The fake's GPM metrics (percent) for a GPU at `util_gpu` percent GPU_UTIL. A model, not a measurement: no
+    GPM capture exists to distil. It says what the efficiency pipeline needs to be tested against: SM activity
+    is below GPU_UTIL (a kernel running on some SMs counts fully in GPU_UTIL), and occupancy, tensor and DRAM
+    activity are shares of it. The ratios are illustrative; `values` (sm_active, sm_occupancy, tensor_active,
+    dram_active) replace any of them."""
+    sm = float(values.get("sm_active", 0.85 * util_gpu))
+    return {
+        "sm_active": sm,
+        "sm_occupancy": float(values.get("sm_occupancy", 0.5 * sm)),
+        "tensor_active": float(values.get("tensor_active", 0.6 * sm)),
+        "dram_active": float(values.get("dram_active", 0.4 * util_gpu)),
+    }
+
+
+VIOLATION_REASONS = {"power": 0x4 | 0x80, "thermal": 0x20 | 0x40, "sync_boost": 0x10, "low_util": 0x1}
+"""The fake's violation-time model: a policy's time accrues while one of these clock-event reasons is reported
+(power: SW power cap or HW power brake; thermal: SW or HW thermal slowdown; sync boost; low utilisation: idle).
+Board limit and reliability accrue only in a spec's `violations` intervals; so can any policy."""
+
+GPM_METRICS = {
+    pynvml.NVML_GPM_METRIC_SM_UTIL: "sm_active",
+    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: "sm_occupancy",
+    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: "tensor_active",
+    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: "dram_active",
+}
+VIOLATION_POLICIES = {
+    pynvml.NVML_PERF_POLICY_POWER: "power",
+    pynvml.NVML_PERF_POLICY_THERMAL: "thermal",
+    pynvml.NVML_PERF_POLICY_SYNC_BOOST: "sync_boost",
+    pynvml.NVML_PERF_POLICY_BOARD_LIMIT: "board_limit",
+    pynvml.NVML_PERF_POLICY_LOW_UTILIZATION: "low_util",
+    pynvml.NVML_PERF_POLICY_RELIABILITY: "reliability",
+}
+
+
+class FakeGpmSample:
+    """Opaque to the agent, like pynvml's nvmlGpmSample_t: what nvmlGpmSampleGet saw, for nvmlGpmMetricsGet."""
+
+    __slots__ = ("gpu", "integrals", "time")
+
+    def __init__(self) -> None:
+        self.gpu: FakeGpu | None = None
+        self.time: float | None = None
+        self.integrals: dict[str, float] = {}
+
+
+class FakeGpmMetricsGet:
+    """pynvml.c_nvmlGpmMetricsGet_t's fields, holding fake samples (pynvml's ctypes struct cannot)."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.numMetrics = 0  # noqa: N815 - pynvml's name
+        self.sample1: FakeGpmSample | None = None
+        self.sample2: FakeGpmSample | None = None
+        self.metrics = (pynvml.c_nvmlGpmMetric_t * pynvml.NVML_GPM_METRIC_MAX)()
+
+
+# --------------------------------------------------------------------------------------------------
 # The fake library
 # --------------------------------------------------------------------------------------------------
 
@@ -420,7 +501,14 @@ class FakeGpu:
     clock_events: list[tuple[float, float, int]] = field(default_factory=list)
     processes: list[FakeProcess] = field(default_factory=list)
     values: dict[str, Any] = field(default_factory=dict)  # util_gpu, util_mem, power_mw, memory_used_bytes...
+    # (at, link, counter, count): NVML's error counter `counter` (pynvml NVML_NVLINK_ERROR_DL_*) of `link` reads
+    # `count` from `at` on (the latest step at or before now wins; `values["nvlink_errors"]` overrides)
+    nvlink_steps: list[tuple[float, int, int, int]] = field(default_factory=list)
+    # (from, until, policy): violation time of `policy` (VIOLATION_POLICIES' names) accrues in [from, until)
+    violations: list[tuple[float, float, str]] = field(default_factory=list)
     energy_mj: float = 0.0
+    violation_ns: dict[str, float] = field(default_factory=dict)
+    gpm_integrals: dict[str, float] = field(default_factory=dict)  # percent x seconds per GPM metric
     _energy_t: float | None = None
 
     def value(self, name: str) -> Any:
@@ -483,6 +571,18 @@ class FakeNVML:
     NVML_NVLINK_ERROR_DL_CRC_FLIT = pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT
     NVML_NVLINK_ERROR_DL_CRC_DATA = pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA
     NVML_FI_DEV_MEMORY_TEMP = pynvml.NVML_FI_DEV_MEMORY_TEMP
+    NVML_PERF_POLICY_POWER = pynvml.NVML_PERF_POLICY_POWER
+    NVML_PERF_POLICY_THERMAL = pynvml.NVML_PERF_POLICY_THERMAL
+    NVML_PERF_POLICY_SYNC_BOOST = pynvml.NVML_PERF_POLICY_SYNC_BOOST
+    NVML_PERF_POLICY_BOARD_LIMIT = pynvml.NVML_PERF_POLICY_BOARD_LIMIT
+    NVML_PERF_POLICY_LOW_UTILIZATION = pynvml.NVML_PERF_POLICY_LOW_UTILIZATION
+    NVML_PERF_POLICY_RELIABILITY = pynvml.NVML_PERF_POLICY_RELIABILITY
+    NVML_GPM_METRIC_SM_UTIL = pynvml.NVML_GPM_METRIC_SM_UTIL
+    NVML_GPM_METRIC_SM_OCCUPANCY = pynvml.NVML_GPM_METRIC_SM_OCCUPANCY
+    NVML_GPM_METRIC_ANY_TENSOR_UTIL = pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL
+    NVML_GPM_METRIC_DRAM_BW_UTIL = pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL
+    NVML_GPM_METRICS_GET_VERSION = pynvml.NVML_GPM_METRICS_GET_VERSION
+    c_nvmlGpmMetricsGet_t = FakeGpmMetricsGet  # noqa: N815 - pynvml's name
     nvmlEventTypeXidCriticalError = pynvml.nvmlEventTypeXidCriticalError  # noqa: N815
 
     def __init__(
@@ -562,11 +662,38 @@ class FakeNVML:
             _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
 
     def _advance_energy(self, gpu: FakeGpu) -> None:
+        """Integrate what accrues over time (energy, violation time, GPM) from the last call to now.
+
+        Values are constant between calls (set_values integrates first) and the clock-event reasons change only
+        at the edges of `clock_events` and `violations`, so the integral is exact, piece by piece."""
         now = self.clock()
         if gpu._energy_t is not None and now > gpu._energy_t:
+            t0 = gpu._energy_t
             power = gpu.value("power_mw") or 0
-            gpu.energy_mj += power * (now - gpu._energy_t)
+            gpu.energy_mj += power * (now - t0)
+            gpm = gpm_model(gpu.value("util_gpu") or 0, gpu.values)
+            for name, v in gpm.items():
+                gpu.gpm_integrals[name] = gpu.gpm_integrals.get(name, 0.0) + v * (now - t0)
+            edges = {t0, now} | {
+                t for a, b, *_ in (*gpu.clock_events, *gpu.violations) for t in (a, b) if t0 < t < now
+            }
+            cuts = sorted(edges)
+            for a, b in zip(cuts, cuts[1:], strict=False):
+                reasons = self._reasons_at(gpu, a)
+                for policy in VIOLATION_POLICIES.values():
+                    held = bool(reasons & VIOLATION_REASONS.get(policy, 0)) or any(
+                        x <= a < y and p == policy for x, y, p in gpu.violations
+                    )
+                    if held:
+                        gpu.violation_ns[policy] = gpu.violation_ns.get(policy, 0.0) + (b - a) * 1e9
         gpu._energy_t = now
+
+    def _reasons_at(self, gpu: FakeGpu, t: float) -> int:
+        val = gpu.value("clock_event_reasons") or 0
+        for since, until, mask in gpu.clock_events:
+            if since <= t < until:
+                val = mask
+        return int(val)
 
     def set_values(self, index: int, **values: Any) -> None:
         """Change readings from now on (energy is integrated piecewise, so set before the change)."""
@@ -701,6 +828,66 @@ class FakeNVML:
         self._gate(handle, "pcie_replay", val)
         return int(val)
 
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: FakeHandle) -> int:  # noqa: N802
+        val = handle.gpu.value("pcie_link_gen")
+        self._gate(handle, "pcie_link", val)
+        return int(val)
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: FakeHandle) -> int:  # noqa: N802
+        val = handle.gpu.value("pcie_link_width")
+        self._gate(handle, "pcie_link", val)
+        return int(val)
+
+    def nvmlDeviceGetViolationStatus(self, device: FakeHandle, perfPolicyType: int) -> Any:  # noqa: N802, N803
+        """Violation time per policy (VIOLATION_REASONS, the spec's `violations`), integrated like energy."""
+        self._gate(device, "violation")
+        policy = VIOLATION_POLICIES.get(perfPolicyType)
+        if policy is None:
+            _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        self._advance_energy(device.gpu)
+        out = pynvml.c_nvmlViolationTime_t()
+        out.referenceTime = int(self.clock() * 1e6)
+        out.violationTime = int(device.gpu.violation_ns.get(policy, 0.0))
+        return out
+
+    # -- GPM (model: gpm_model) --------------------------------------------------------------------
+    def nvmlGpmQueryDeviceSupport(self, device: FakeHandle) -> Any:  # noqa: N802
+        self._gate(device, "gpm")
+        out = pynvml.c_nvmlGpmSupport_t()
+        out.version = pynvml.NVML_GPM_SUPPORT_VERSION
+        out.isSupportedDevice = int(gpm_supported(device.gpu.profile))
+        return out
+
+    def nvmlGpmSampleAlloc(self) -> FakeGpmSample:  # noqa: N802
+        self._check_init()
+        return FakeGpmSample()
+
+    def nvmlGpmSampleFree(self, gpmSample: FakeGpmSample) -> None:  # noqa: N802, N803
+        self._check_init()
+
+    def nvmlGpmSampleGet(self, device: FakeHandle, gpmSample: FakeGpmSample) -> FakeGpmSample:  # noqa: N802, N803
+        gpu = device.gpu
+        self._gate(device, "gpm", True if gpm_supported(gpu.profile) else None)
+        self._advance_energy(gpu)
+        gpmSample.gpu, gpmSample.time, gpmSample.integrals = gpu, self.clock(), dict(gpu.gpm_integrals)
+        return gpmSample
+
+    def nvmlGpmMetricsGet(self, metricsGet: FakeGpmMetricsGet) -> FakeGpmMetricsGet:  # noqa: N802, N803
+        """Each metric's mean between the two samples; a metric the model lacks is NotSupported."""
+        self._check_init()
+        a, b = metricsGet.sample1, metricsGet.sample2
+        if a is None or b is None or a.gpu is None or a.gpu is not b.gpu or b.time <= a.time:
+            _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        for i in range(metricsGet.numMetrics):
+            m = metricsGet.metrics[i]
+            name = GPM_METRICS.get(m.metricId)
+            if name is None:
+                m.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+                continue
+            m.nvmlReturn = pynvml.NVML_SUCCESS
+            m.value = (b.integrals.get(name, 0.0) - a.integrals.get(name, 0.0)) / (b.time - a.time)
+        return metricsGet
+
     # -- slow fields ------------------------------------------------------------------------------
     def nvmlDeviceGetTotalEccErrors(self, handle: FakeHandle, errorType: int, counterType: int) -> int:  # noqa: N802, N803
         gpu = handle.gpu
@@ -715,6 +902,11 @@ class FakeNVML:
             0 if sourceFilter == pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS else 1
         ]
         return [0x1000 * (k + 1) for k in range(n)]
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, device: FakeHandle) -> int:  # noqa: N802
+        """Pending where retired pages are supported (pre-Hopper); `values["retired_pages_pending"]` sets it."""
+        self._gate(device, "retired_pages", device.gpu.value("retired_pages"))
+        return int(bool(device.gpu.values.get("retired_pages_pending", False)))
 
     def nvmlDeviceGetRemappedRows(self, device: FakeHandle) -> tuple[int, int, int, int]:  # noqa: N802
         rows = device.gpu.value("remapped_rows")
@@ -734,8 +926,12 @@ class FakeNVML:
 
     def nvmlDeviceGetNvLinkErrorCounter(self, device: FakeHandle, link: int, counter: int) -> int:  # noqa: N802
         self.nvmlDeviceGetNvLinkState(device, link)
+        now, count = self.clock(), 0
+        for at, lk, ctr, n in sorted(device.gpu.nvlink_steps):
+            if at <= now and (lk, ctr) == (link, counter):
+                count = n
         errors = device.gpu.values.get("nvlink_errors", {})
-        return int(errors.get((link, counter), 0))
+        return int(errors.get((link, counter), count))
 
     def nvmlDeviceGetMigMode(self, device: FakeHandle) -> list[int]:  # noqa: N802
         mode = device.gpu.value("mig_mode")
@@ -838,6 +1034,14 @@ def _derived_uuid(base: str, i: int, prefix: str = "GPU-") -> str:
 # --------------------------------------------------------------------------------------------------
 
 
+NVLINK_SPEC_COUNTERS = {
+    "crc_flit": pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT,
+    "crc_data": pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA,
+    "replay": pynvml.NVML_NVLINK_ERROR_DL_REPLAY,
+    "recovery": pynvml.NVML_NVLINK_ERROR_DL_RECOVERY,
+}
+
+
 def fake_from_spec(
     spec: dict[str, Any], *, clock: Callable[[], float], sleep: Callable[[float], None] | None = None
 ) -> FakeNVML:
@@ -846,7 +1050,8 @@ def fake_from_spec(
     {"gpus": [{"model": "h100", "state": "idle", "count": 8, "not_supported": ["ecc"],
                "lost_at": 120.0, "xid_events": [[30.0, 79]], "processes": [{"pid": 4242}],
                "clock_events": [[0.0, 600.0, 4], [300.0, 480.0, 12]],
-               "values": {"util_gpu": 35}}],
+               "nvlink_errors": [[60.0, 2, "replay", 3]], "violations": [[0.0, 30.0, "board_limit"]],
+               "values": {"util_gpu": 35, "sm_active": 60}}],
      "start": 0.0}
     Times in the spec are seconds after `start` (default: the clock at build time).
     """
@@ -867,6 +1072,13 @@ def fake_from_spec(
                 xid_events=[(start + float(t), int(x)) for t, x in entry.get("xid_events", ())],
                 clock_events=[
                     (start + float(a), start + float(b), int(m)) for a, b, m in entry.get("clock_events", ())
+                ],
+                nvlink_steps=[
+                    (start + float(at), int(link), NVLINK_SPEC_COUNTERS[name], int(n))
+                    for at, link, name, n in entry.get("nvlink_errors", ())
+                ],
+                violations=[
+                    (start + float(a), start + float(b), str(p)) for a, b, p in entry.get("violations", ())
                 ],
                 processes=[FakeProcess(**p) for p in entry.get("processes", ())],
                 values=dict(entry.get("values", {})),

@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from slurmscope.agent.spool import ack_file, count_spool, list_spool
 
-from slurmscope.spool import CLOCK_EVENT_CAUSES
+from slurmscope.spool import CLOCK_EVENT_CAUSES, GPM_FIELDS
 
 if TYPE_CHECKING:
     from slurmscope.agent.agent import Agent
@@ -79,12 +79,30 @@ def metric_families(agent: Agent) -> list[Any]:
             1,
         ),
         ("slurmscope_gpu_remapped_rows_failed", "1 when a row remapping failed.", "remapped_failed", 1),
-        ("slurmscope_gpu_retired_pages", "Retired framebuffer pages (pre-Ampere).", "retired_pages", 1),
+        (
+            "slurmscope_gpu_retired_pages_pending",
+            "1 when a page retirement awaits a GPU reset or reboot (pre-Ampere).",
+            "retired_pending",
+            1,
+        ),
+        ("slurmscope_gpu_pcie_link_generation", "Current PCIe link generation.", "pcie_gen", 1),
+        ("slurmscope_gpu_pcie_link_width", "Current PCIe link width (lanes).", "pcie_width", 1),
     ]
     counters = [
         ("slurmscope_gpu_energy_joules", "Energy since driver load (NVML counter).", "energy_mj", 1e-3),
         ("slurmscope_gpu_pcie_replay", "PCIe replays since reset.", "pcie_replay", 1),
-        ("slurmscope_gpu_nvlink_errors", "NVLink replay+recovery+CRC errors, all links.", "nvlink_errors", 1),
+    ]
+    by_cause = [
+        (
+            "slurmscope_gpu_retired_pages",
+            "Retired framebuffer pages (pre-Ampere), by cause.",
+            (("multiple_single_bit", "retired_sbe"), ("double_bit", "retired_dbe")),
+        ),
+        (
+            "slurmscope_gpu_remapped_rows",
+            "Rows remapped to spare rows over the GPU's life (InfoROM), by the errors that caused them.",
+            (("correctable", "remapped_corr"), ("uncorrectable", "remapped_unc")),
+        ),
     ]
     for d in snap["devices"]:
         labels = [cluster, *(d["labels"][k] for k in base), AGENT_SOURCE]
@@ -100,6 +118,12 @@ def metric_families(agent: Agent) -> list[Any]:
             labels, 1 if d["lost"] else 0
         )
         g("slurmscope_gpu_mig_enabled", "1 when MIG mode is on.").add_metric(labels, 1 if d["mig"] else 0)
+        if d["gpm"] is not None:
+            g(
+                "slurmscope_gpu_gpm_supported",
+                "1 when NVML's GPM profiling metrics are read (Hopper and newer, not in MIG mode); 0: the"
+                " activity is GPU_UTIL.",
+            ).add_metric(labels, 1 if d["gpm"] else 0)
         c(
             "slurmscope_gpu_throttle_seconds",
             "Seconds with a hardware clock-event reason active (HW slowdown, HW thermal, HW power brake).",
@@ -126,6 +150,46 @@ def metric_families(agent: Agent) -> list[Any]:
             v = getattr(r, attr)
             if v is not None:
                 c(name, doc).add_metric(labels, float(v) * scale)
+        for name, doc, causes in by_cause:
+            for cause, attr in causes:
+                v = getattr(r, attr)
+                if v is not None:
+                    fam = g(name, doc, ("cause",)) if name.endswith("pages") else c(name, doc, ("cause",))
+                    fam.add_metric(labels + [cause], float(v))
+        totals = r.nvlink_totals
+        if totals is not None:
+            nf = c(
+                "slurmscope_gpu_nvlink_errors",
+                "NVLink data-link errors NVML counted, all links, by counter (crc_flit, crc_data, replay,"
+                " recovery).",
+                ("counter",),
+            )
+            lf = c(
+                "slurmscope_gpu_nvlink_link_errors",
+                "NVLink data-link errors per link and counter; a link's series appears with its first error.",
+                ("link", "counter"),
+            )
+            for counter, v in totals.items():
+                nf.add_metric(labels + [counter], float(v))
+            for link, counts in sorted(r.nvlink.items()):
+                for counter, v in counts.items():
+                    if v:
+                        lf.add_metric(labels + [str(link), counter], float(v))
+        if r.violations is not None:
+            vf = c(
+                "slurmscope_gpu_violation_seconds",
+                "Time NVML's perf policies held the GPU below its application clocks, by policy; only"
+                " board_limit and reliability are faults.",
+                ("policy",),
+            )
+            for policy, ns in r.violations.items():
+                vf.add_metric(labels + [policy], ns / 1e9)
+        for name in GPM_FIELDS if r.gpm else ():
+            if name in r.gpm:
+                g(
+                    f"slurmscope_gpu_{name}_ratio",
+                    f"GPM {name.replace('_', ' ')} over the last sampling interval (0-1).",
+                ).add_metric(labels, r.gpm[name] / 100.0)
         for kind, attr in (("corrected", "ecc_corr_agg"), ("uncorrected", "ecc_unc_agg")):
             v = getattr(r, attr)
             if v is not None:

@@ -2,10 +2,16 @@
 
 Change a number here, rebuild (`slurmscope alerts build --out alerts`) and the promtool tests in
 alerts/tests/ fail until their hand-written series are moved to the new boundary: on purpose, so that a
-threshold never moves without someone looking at what it means for the pager.
+threshold never moves without someone looking at what it means for the pager. A site moves one in its config
+instead (`[alerts.thresholds]`, validated in slurmscope/config.py THRESHOLD_KEYS): `alerts build` renders
+the rules with it (resolve()), and these stay the defaults.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from types import SimpleNamespace
+from typing import Any
 
 # A node that is DOWN for 10 minutes is not a reboot or a slurmd restart (those take 1-5 minutes).
 NODE_DOWN_FOR = "10m"
@@ -29,6 +35,21 @@ EVENT_FOR = "0s"
 
 # A failed row remap needs a GPU replacement; any for longer than a few minutes is real.
 ROW_REMAP_FOR = "5m"
+
+# NVLink: DCGM's NVLink health watch fails a GPU on any replay or recovery error in a minute
+# (DCGM_LIMIT_MAX_NVLINK_ERROR = 1) and on CRC errors at 100 or more a second ("RM has informed us that CRC errors
+# only matter at rates of 100+ per second", DCGM_LIMIT_MAX_NVLINK_CRC_ERROR; NVIDIA/DCGM
+# modules/health/DcgmHealthWatch.cpp, dcgmlib DcgmGpuHardwareLimits.h). The counters are events, so the alert
+# fires at the first evaluation that sees them (EVENT_FOR); health.nvlink_crc_per_second is the same number (a
+# test keeps them equal).
+NVLINK_CRC_PER_SECOND = 100
+NVLINK_CRC_WINDOW = "5m"
+
+# A remapped row or a retired page waiting for a reset: NVIDIA says a pending remapping "won't affect future
+# work on the GPU since error-containment and dynamic page blacklisting will take care of that" (nvmlDevice-
+# GetRemappedRows), so this is a warning to drain and reset at the next opportunity, not a page; 15 minutes
+# keeps a reset that is already under way from raising it.
+RESET_PENDING_FOR = "15m"
 
 # Hardware-throttled (NVML HW slowdown 0x8, HW thermal 0x40, HW power brake 0x80: clocks cut by half or more)
 # more than a tenth of the time over 15 minutes (90 s): at half clock that is at least 5 % of the GPU's
@@ -137,3 +158,20 @@ METRICS_STALE_FOR = "5m"
 DRIFT_FOR = "30m"
 # Account and partition trends (usage, cost, failure rate, wait) move slowly: an hour, and only a ticket.
 TREND_DRIFT_FOR = "1h"
+
+
+def resolve(overrides: Mapping[str, Any] | None = None) -> SimpleNamespace:
+    """Every constant above, with config alerts.thresholds (keys: the lower-case names) applied.
+
+    An override equal in value to an integer default stays an integer, so `3` and `3.0` render alike; the
+    committed rule file is resolve()'s render, i.e. the defaults here."""
+    values = {name: value for name, value in globals().items() if name.isupper()}
+    for key, value in (overrides or {}).items():
+        name = key.upper()
+        if name not in values:
+            raise KeyError(f"no alert threshold {key!r}")
+        default = values[name]
+        if isinstance(default, int) and isinstance(value, float) and value.is_integer():
+            value = int(value)
+        values[name] = value
+    return SimpleNamespace(**values)

@@ -88,7 +88,7 @@ def day_output(n_history: int, jobs: int, updates: int) -> bytes:
             "Reason": "None",
             "JobName": f"train-{i % 997}",
         }
-        out.append("\x1f".join(job[k] for k in names))
+        out.append("\x1f".join(job.get(k, "") for k in names))
         for step in ("batch", "extern"):
             s = dict(
                 job,
@@ -106,7 +106,7 @@ def day_output(n_history: int, jobs: int, updates: int) -> bytes:
                 JobName=step,
                 AllocTRES=f"cpu={8 * gpus},gres/gpu:h100={gpus},gres/gpu={gpus},mem={64 * gpus}G,node=1",
             )
-            out.append("\x1f".join(s[k] for k in names))
+            out.append("\x1f".join(s.get(k, "") for k in names))
 
     for i in range(n_history - updates + 1, n_history + 1):
         sub = history_submit(i, n_history)

@@ -25,8 +25,8 @@ INSERT INTO jobs (cluster, job_id, job_id_raw, submit_time, attempt, account, "u
 WITH base AS (
     SELECT i,
            $t0::TIMESTAMPTZ + to_microseconds(CAST((i - $first) * ($span_us / $n) AS BIGINT)) AS submit,
-           CAST(hash(i) >> 2 AS BIGINT) AS h1, CAST(hash(i + 7919) >> 2 AS BIGINT) AS h2,
-           CAST(hash(i * 31 + 3) >> 2 AS BIGINT) AS h3
+           CAST(hash(i + $salt) >> 2 AS BIGINT) AS h1, CAST(hash(i + $salt + 7919) >> 2 AS BIGINT) AS h2,
+           CAST(hash(i * 31 + 3 + $salt) >> 2 AS BIGINT) AS h3
     FROM range($first, $first + $n) t(i)
 ), shaped AS (
     SELECT i, submit, h1, h2, h3,
@@ -37,7 +37,7 @@ WITH base AS (
            (i % 33 = 1) AS second_attempt
     FROM base
 )
-SELECT 'bench', CAST(CASE WHEN second_attempt THEN i - 1 ELSE i END AS VARCHAR),
+SELECT $cluster, CAST(CASE WHEN second_attempt THEN i - 1 ELSE i END AS VARCHAR),
        CASE WHEN second_attempt THEN i - 1 ELSE i END,
        submit, CASE WHEN second_attempt THEN 2 ELSE 1 END,
        'acct' || (h2 % 500 % 50), 'user' || (h2 % 500), ['gpu', 'gpu-long', 'debug', 'preempt'][1 + (h2 % 500 + h3 % 2) % 4],
@@ -58,53 +58,74 @@ FROM shaped
 """
 
 
-def generate(con: duckdb.DuckDBPyConnection, n_jobs: int, days: int, now: datetime) -> float:
-    """Jobs, node snapshots and events, sdiag snapshots; returns the seconds it took."""
+def generate(
+    con: duckdb.DuckDBPyConnection,
+    n_jobs: int,
+    days: int,
+    now: datetime,
+    cluster: str = "bench",
+    salt: int = 0,
+) -> float:
+    """Jobs, node snapshots and events, sdiag snapshots of `cluster`, appended to what the database holds
+    (so several clusters are generated one after the other, one cluster's rows in memory at a time); `salt`
+    shifts the hashes that shape the attempts, so clusters differ. Returns the seconds it took."""
     t = time.perf_counter()
     span_us = days * 86400 * 1_000_000
     con.execute(
-        JOBS_SQL, {"t0": START, "span_us": span_us, "n": n_jobs, "first": 0, "now": now, "ingested": START}
+        JOBS_SQL,
+        {
+            "t0": START,
+            "span_us": span_us,
+            "n": n_jobs,
+            "first": 0,
+            "now": now,
+            "ingested": START,
+            "cluster": cluster,
+            "salt": salt,
+        },
     )
     con.execute(
         """
         INSERT INTO node_states (cluster, snapshot_time, node, "partition", state, state_flags, gpus_total,
                                  gpus_used, gpu_type)
-        SELECT 'bench', $t0::TIMESTAMPTZ + to_hours(6 * s), 'gpu' || lpad(CAST(n AS VARCHAR), 4, '0'),
+        SELECT $cluster, $t0::TIMESTAMPTZ + to_hours(6 * s), 'gpu' || lpad(CAST(n AS VARCHAR), 4, '0'),
                ['gpu', 'gpu-long', 'debug', 'preempt'][1 + n % 4],
                CASE WHEN hash(n, s) % 200 = 0 THEN 'DOWN' WHEN hash(n, s) % 97 = 0 THEN 'IDLE' ELSE 'MIXED' END,
                CASE WHEN hash(n, s) % 150 = 0 THEN 'DRAIN' ELSE '' END,
                8, CAST(hash(n, s) % 9 AS INTEGER), ['h100', 'a100', 'l40s'][1 + n % 3]
         FROM range(1024) a(n), range(CAST($days * 4 AS BIGINT)) b(s)
     """,
-        {"t0": START, "days": days},
+        {"t0": START, "days": days, "cluster": cluster},
     )
     con.execute(
         """
         INSERT INTO node_events (cluster, node, time_start, time_end, state, reason, event_type)
-        SELECT 'bench', 'gpu' || lpad(CAST(hash(k) % 1024 AS VARCHAR), 4, '0'),
+        SELECT $cluster, 'gpu' || lpad(CAST(hash(k) % 1024 AS VARCHAR), 4, '0'),
                $t0::TIMESTAMPTZ + to_seconds(CAST(k * $days * 86400 // 3000 AS BIGINT)),
                $t0::TIMESTAMPTZ + to_seconds(CAST(k * $days * 86400 // 3000 + 600 + hash(k) % 20000 AS BIGINT)),
                ['DOWN', 'DRAIN'][1 + k % 2], 'xid ' || (hash(k) % 100), 'node'
         FROM range(3000) t(k)
     """,
-        {"t0": START, "days": days},
+        {"t0": START, "days": days, "cluster": cluster},
     )
     con.execute(
         """
         INSERT INTO sched_stats (cluster, snapshot_time, data_since, jobs_submitted, jobs_started, bf_total_cycles,
                                  bf_backfilled_jobs, bf_mean_cycle_us, bf_max_cycle_us)
-        SELECT 'bench', ts, date_trunc('day', ts), CAST(epoch(ts) % 86400 / 3 AS BIGINT),
+        SELECT $cluster, ts, date_trunc('day', ts), CAST(epoch(ts) % 86400 / 3 AS BIGINT),
                CAST(epoch(ts) % 86400 / 3 AS BIGINT), CAST(epoch(ts) % 86400 / 30 AS BIGINT),
                CAST((epoch(ts) - epoch($t0::TIMESTAMPTZ)) / 10 AS BIGINT), 150000, 900000
         FROM (SELECT $t0::TIMESTAMPTZ + to_minutes(5 * k) AS ts FROM range(CAST($days * 288 AS BIGINT)) t(k))
     """,
-        {"t0": START, "days": days},
+        {"t0": START, "days": days, "cluster": cluster},
     )
     con.execute("CHECKPOINT")
     return time.perf_counter() - t
 
 
-def gpu_data(con: duckdb.DuckDBPyConnection, gpus: int, days: int, now: datetime) -> None:
+def gpu_data(
+    con: duckdb.DuckDBPyConnection, gpus: int, days: int, now: datetime, cluster: str = "bench"
+) -> None:
     """NVML minutes, GPU-to-job intervals, inventory and XIDs for `gpus` GPUs over the last `days` days."""
     t0 = now - timedelta(days=days)
     con.execute(
@@ -112,49 +133,51 @@ def gpu_data(con: duckdb.DuckDBPyConnection, gpus: int, days: int, now: datetime
         INSERT INTO gpu_samples (cluster, node, gpu_uuid, minute, model, samples, util_gpu_mean, util_gpu_max,
                                  mem_used_max_bytes, power_mean_watts, energy_joules, temp_gpu_max_celsius,
                                  sm_clock_mean_mhz, ecc_corrected_delta)
-        SELECT 'bench', 'gpu' || lpad(CAST(g // 8 AS VARCHAR), 4, '0'), 'GPU-' || g,
+        SELECT $cluster, 'gpu' || lpad(CAST(g // 8 AS VARCHAR), 4, '0'), 'GPU-' || g,
                $t0::TIMESTAMPTZ + to_minutes(m), 'h100', 6, u, least(100, u + 5), 40000000000,
                100 + 5 * u, 60 * (100 + 5 * u), 40 + 0.3 * u + CASE WHEN g = 3 THEN 9 ELSE 0 END,
                1980 - CASE WHEN g = 3 THEN 240 ELSE 0 END, CASE WHEN hash(g, m) % 50000 = 0 THEN 1 ELSE 0 END
         FROM range($gpus) a(g), range(CAST($days * 1440 AS BIGINT)) b(m),
              LATERAL (SELECT CAST(hash(g, m // 30) % 100 AS DOUBLE) AS u)
     """,
-        {"t0": t0, "gpus": gpus, "days": days},
+        {"t0": t0, "gpus": gpus, "days": days, "cluster": cluster},
     )
     con.execute(
         """
         INSERT INTO gpu_jobs (cluster, node, gpu_uuid, job_id, interval_start, interval_end, mig_instance, source)
-        SELECT 'bench', 'gpu' || lpad(CAST(g // 8 AS VARCHAR), 4, '0'), 'GPU-' || g,
+        SELECT $cluster, 'gpu' || lpad(CAST(g // 8 AS VARCHAR), 4, '0'), 'GPU-' || g,
                CAST(j.job_id_raw AS VARCHAR), j.start_time, j.end_time, '', 'prolog'
         FROM range($gpus) a(g),
              LATERAL (SELECT job_id_raw, start_time, end_time FROM jobs
-                      WHERE start_time >= $t0::TIMESTAMPTZ AND end_time IS NOT NULL
+                      WHERE cluster = $cluster AND start_time >= $t0::TIMESTAMPTZ AND end_time IS NOT NULL
                         AND job_id_raw % $gpus = g AND job_id_raw % 97 = 0) j
     """,
-        {"t0": t0, "gpus": gpus},
+        {"t0": t0, "gpus": gpus, "cluster": cluster},
     )
     con.execute(
         """
         INSERT INTO gpu_inventory (cluster, node, gpu_uuid, seen_at, model, driver_version, cuda_version)
-        SELECT 'bench', 'gpu' || lpad(CAST(g // 8 AS VARCHAR), 4, '0'), 'GPU-' || g, $now, 'h100',
+        SELECT $cluster, 'gpu' || lpad(CAST(g // 8 AS VARCHAR), 4, '0'), 'GPU-' || g, $now, 'h100',
                CASE WHEN g // 8 = 1 THEN '535.104' ELSE '550.54' END, '12.4'
         FROM range($gpus) a(g)
     """,
-        {"now": now, "gpus": gpus},
+        {"now": now, "gpus": gpus, "cluster": cluster},
     )
     con.execute(
         """
         INSERT INTO gpu_events (cluster, node, gpu_uuid, event_time, event_type, xid, source)
-        SELECT 'bench', 'gpu' || lpad(CAST(k % ($gpus // 8) AS VARCHAR), 4, '0'), '', $t0::TIMESTAMPTZ + to_minutes(k * 37),
+        SELECT $cluster, 'gpu' || lpad(CAST(k % ($gpus // 8) AS VARCHAR), 4, '0'), '', $t0::TIMESTAMPTZ + to_minutes(k * 37),
                'xid', 79, 'kmsg'
         FROM range(CAST($days * 1440 / 37 AS BIGINT)) t(k)
     """,
-        {"t0": t0, "gpus": gpus, "days": days},
+        {"t0": t0, "gpus": gpus, "days": days, "cluster": cluster},
     )
     con.execute("CHECKPOINT")
 
 
-def next_day(con: duckdb.DuckDBPyConnection, jobs: int, days: int, now: datetime) -> None:
+def next_day(
+    con: duckdb.DuckDBPyConnection, jobs: int, days: int, now: datetime, cluster: str = "bench", salt: int = 0
+) -> None:
     """One more day of attempts ingested after the full run, and one late record: an attempt that started
     5 days before the run and reached the database only now (slurmdbd backlog)."""
     later = now + timedelta(days=1)
@@ -169,6 +192,8 @@ def next_day(con: duckdb.DuckDBPyConnection, jobs: int, days: int, now: datetime
             "first": jobs + 10,
             "now": later,
             "ingested": ingested,
+            "cluster": cluster,
+            "salt": salt,
         },
     )
     con.execute(
@@ -180,5 +205,7 @@ def next_day(con: duckdb.DuckDBPyConnection, jobs: int, days: int, now: datetime
             "first": jobs + 10 + per_day + 1,
             "now": later,
             "ingested": ingested,
+            "cluster": cluster,
+            "salt": salt,
         },
     )

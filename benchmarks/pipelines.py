@@ -11,7 +11,8 @@ runs the other two steps in the same process). `full` is one `run_pipelines(full
 adds one more day of attempts plus one late record (started 5 days earlier, ingested after the full run)
 and times the incremental run a day later; it needs the full run of this script at the same `--days`.
 `--each` runs the step for each pipeline in its own process, so each reports its own CPU seconds and peak
-RSS. Both steps first put the database back to the generated history (later job ids and later runs
+RSS. `--skip-marts` leaves the named marts out of the run (not computed, not written): the reference for what
+those marts cost. Both steps first put the database back to the generated history (later job ids and later runs
 deleted), so they can be repeated.
 
 Config: billing zone Europe/Berlin (a DST zone, so the day split is really exercised), a 6-hour node
@@ -67,8 +68,24 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     return {"generate": t, "rows": sizes, "db_mib": round(Path(args.db).stat().st_size / 2**20)}
 
 
+def skip_marts(names: set[str]) -> None:
+    """The reference run: the pipelines without `names`, neither computed nor written (measures what marts
+    cost, e.g. the cost pipeline's reconciliation, against the same pipeline on the same database)."""
+    for module in runner.PIPELINES:
+        if names & set(module.MART_TABLES):
+            module.MART_TABLES = {k: v for k, v in module.MART_TABLES.items() if k not in names}
+            compute = module.compute
+
+            def without(frames, params, compute=compute):
+                return {k: v for k, v in compute(frames, params).items() if k not in names}
+
+            module.compute = without
+
+
 def measure(args: argparse.Namespace, only: list[str], incremental: bool) -> dict[str, Any]:
     """One step in this process, with its read / compute / write split and each pipeline's share."""
+    if args.skip_marts:
+        skip_marts(set(args.skip_marts.split(",")))
     spent = {"read": 0.0, "write": 0.0}
     per: dict[str, dict[str, float]] = {}
 
@@ -139,6 +156,7 @@ def step(args: argparse.Namespace, only: list[str], incremental: bool) -> dict[s
     common = ["--db", args.db, "--jobs", str(args.jobs), "--days", str(args.days)]
     common += ["--slice-days", str(args.slice_days), "--duckdb-memory", args.duckdb_memory]
     common += ["--threads", str(args.threads), "--step", "incremental" if incremental else "full"]
+    common += ["--skip-marts", args.skip_marts]
     each = {name: in_child("benchmarks.pipelines", *common, "--child", name) for name in only}
     return {
         "each": each,
@@ -174,6 +192,7 @@ def main() -> None:
     ap.add_argument("--slice-days", type=int, default=30, help="pipelines.full_slice_days")
     ap.add_argument("--threads", type=int, default=0, help="DuckDB threads (0: DuckDB's default)")
     ap.add_argument("--duckdb-memory", default="1GB", help="DuckDB memory_limit ('': 80%% of RAM)")
+    ap.add_argument("--skip-marts", default="", help="comma-separated marts left out (a reference run)")
     ap.add_argument("--child", default="", help=argparse.SUPPRESS)
     run("pipelines", ap, body)
 

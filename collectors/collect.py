@@ -16,6 +16,7 @@ good ones are quarantined and the watermark moves on, so one unparseable line ca
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from slurmscope.collectors.base import (
     sha256,
 )
 from slurmscope.collectors.command import CommandError, CommandTimeout, run_command
-from slurmscope.collectors.registry import COLLECTORS, Collector, active
+from slurmscope.collectors.registry import COLLECTORS, Collector, active, scheduled, unreachable
 
 from slurmscope.config import Config
 
@@ -69,7 +70,12 @@ def collect_with(
     """
     live = [c for c in COLLECTORS if c.live]
     if kind == "all":
-        specs = list(active(cfg.get("slurm", "source")))
+        specs = list(scheduled(cfg))
+    elif kind in unreachable(cfg):
+        raise ValueError(
+            f"collector {kind!r} cannot reach cluster {cfg.cluster!r} through -M (slurm.cluster_flag): it asks"
+            " the controllers of the local slurm.conf; set slurm.conf for this cluster"
+        )
     else:
         # `collect sacct` with slurm.source = "rest" reads jobs from slurmrestd; a kind named itself runs
         specs = [c for c in active(cfg.get("slurm", "source")) if c.replaces == kind]
@@ -175,7 +181,11 @@ def _fetch(
             data = module.fetch(cfg, window)
         else:
             argv = argv or module.command(cfg, start=window[0], end=window[1])
-            data = run_command(argv, timeout=float(cfg.get("slurm", "timeout_seconds"))).stdout
+            data = run_command(
+                argv,
+                timeout=float(cfg.get("slurm", "timeout_seconds")),
+                env=cfg.slurm_environment(os.environ),
+            ).stdout
     except CommandTimeout as exc:
         return failed("timeout", str(exc))
     except CommandError as exc:
@@ -328,7 +338,9 @@ def _live_pending_ids(cfg: Config) -> list[str]:
     which a held or dependent job does not have yet (Slurm's as_mysql_jobacct_process.c)."""
     argv = sacct.command_pending_ids(cfg)
     try:
-        out = run_command(argv, timeout=float(cfg.get("slurm", "timeout_seconds"))).stdout
+        out = run_command(
+            argv, timeout=float(cfg.get("slurm", "timeout_seconds")), env=cfg.slurm_environment(os.environ)
+        ).stdout
     except CommandError as exc:
         log.warning("cannot list pending jobs with squeue (%s); by-id lookups use the stored ones", exc)
         return []

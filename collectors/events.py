@@ -68,6 +68,8 @@ def command(cfg: Config, *, start: datetime | None = None, end: datetime | None 
         argv.append(f"Start={_iso(start)}")
     if end is not None:
         argv.append(f"End={_iso(end)}")
+    if cfg.slurm_cluster_args():  # sacctmgr has no -M: its own filter names the cluster
+        argv.append(f"Clusters={cfg.cluster}")
     argv.append("format=" + ",".join(FIELDS))
     return argv
 

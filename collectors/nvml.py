@@ -37,7 +37,15 @@ from slurmscope.collectors.base import (
 )
 
 from slurmscope.config import Config
-from slurmscope.spool import CLOCK_EVENT_CAUSES, parse_iso, read_spool_bytes
+from slurmscope.spool import (
+    CLOCK_EVENT_CAUSES,
+    GPM_FIELDS,
+    NVLINK_COUNTERS,
+    VIOLATION_POLICIES,
+    activity_source,
+    parse_iso,
+    read_spool_bytes,
+)
 from slurmscope.webconfig import basic_auth_header, client_context
 
 log = logging.getLogger(__name__)
@@ -50,6 +58,7 @@ TABLES = {
         "gpu_jobs", ("cluster", "node", "gpu_uuid", "job_id", "mig_instance", "interval_start")
     ),
     "gpu_inventory": TableSpec("gpu_inventory", ("cluster", "node", "gpu_uuid", "seen_at")),
+    "gpu_nvlink_errors": TableSpec("gpu_nvlink_errors", ("cluster", "node", "gpu_uuid", "minute", "link")),
 }
 
 TS = pl.Datetime("us", "UTC")
@@ -92,6 +101,19 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "sw_thermal_seconds": pl.Float64,
         "hw_thermal_seconds": pl.Float64,
         "hw_power_brake_seconds": pl.Float64,
+        **{f"nvlink_{c}_delta": pl.Int64 for c in NVLINK_COUNTERS},
+        **{f"nvlink_{c}_total": pl.Int64 for c in NVLINK_COUNTERS},
+        "pcie_link_gen": pl.Int32,
+        "pcie_link_width": pl.Int32,
+        "remapped_correctable": pl.Int64,
+        "remapped_uncorrectable": pl.Int64,
+        "retired_pages_sbe": pl.Int64,
+        "retired_pages_dbe": pl.Int64,
+        "retired_pages_pending": pl.Boolean,
+        **{f"violation_{p}_seconds": pl.Float64 for p in VIOLATION_POLICIES},
+        "gpm_samples": pl.Int32,
+        **{f"{f}_mean": pl.Float64 for f in GPM_FIELDS},
+        "activity_source": pl.String,
     },
     "gpu_events": {
         "node": pl.String,
@@ -126,14 +148,23 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "cuda_version": pl.String,
         "mig_mode": pl.Boolean,
     },
+    "gpu_nvlink_errors": {
+        "node": pl.String,
+        "gpu_uuid": pl.String,
+        "minute": TS,
+        "link": pl.Int32,
+        **{f"{c}_delta": pl.Int64 for c in NVLINK_COUNTERS},
+    },
 }
 CAUSE_COLUMNS = tuple(f"{c}_seconds" for c in CLOCK_EVENT_CAUSES)
+GPM_COLUMNS = tuple(f"{f}_mean" for f in GPM_FIELDS)
 
 RECORD_TABLE = {
     "sample": "gpu_samples",
     "event": "gpu_events",
     "job": "gpu_jobs",
     "inventory": "gpu_inventory",
+    "nvlink": "gpu_nvlink_errors",
 }
 
 
@@ -164,6 +195,26 @@ def _coerce(value: Any, dtype: Any) -> Any:
     return value
 
 
+ADD_V3 = (
+    "nvlink_errors_delta",
+    *(f"nvlink_{c}_delta" for c in NVLINK_COUNTERS),
+    *(f"violation_{p}_seconds" for p in VIOLATION_POLICIES),
+    "gpm_samples",
+)
+"""Columns two chunks of a minute add (besides energy, throttle and the older deltas)."""
+LATEST_V3 = (
+    *(f"nvlink_{c}_total" for c in NVLINK_COUNTERS),
+    "pcie_link_gen",
+    "pcie_link_width",
+    "remapped_correctable",
+    "remapped_uncorrectable",
+    "retired_pages_sbe",
+    "retired_pages_dbe",
+    "retired_pages_pending",
+)
+"""Columns where the later chunk's value wins (counters that only grow, link settings, flags)."""
+
+
 def merge_samples(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """Combine two partial aggregates of one GPU-minute (the SQL merge does the same in the database)."""
     na, nb = a.get("samples") or 0, b.get("samples") or 0
@@ -184,6 +235,10 @@ def merge_samples(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         return None if x is None and y is None else (x or 0) + (y or 0)
 
     out["samples"] = na + nb
+    ga, gb = a.get("gpm_samples") or 0, b.get("gpm_samples") or 0
+    for k in GPM_COLUMNS:
+        x, y = a.get(k), b.get(k)
+        out[k] = y if x is None else x if y is None or ga + gb == 0 else (x * ga + y * gb) / (ga + gb)
     for k in (
         "util_gpu_mean",
         "util_mem_mean",
@@ -208,7 +263,7 @@ def merge_samples(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         "pcie_replay_delta",
         "ecc_corrected_delta",
         "ecc_uncorrected_delta",
-        "nvlink_errors_delta",
+        *ADD_V3,
         "null_fields",
     ):
         out[k] = add(k)
@@ -220,12 +275,14 @@ def merge_samples(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         "remapped_pending",
         "remapped_failed",
         "retired_pages",
+        *LATEST_V3,
         "gpu_index",
         "gpu_minor",
         "pci_bus_id",
         "model",
     ):
         out[k] = b.get(k) if b.get(k) is not None else a.get(k)
+    out["activity_source"] = activity_source(out["gpm_samples"], out["util_gpu_mean"])
     return out
 
 
@@ -271,6 +328,7 @@ def parse_spool(data: bytes) -> ParsedSpool:
         for no, raw, reason in content.bad_lines
     ]
     samples: dict[tuple[str, str], dict[str, Any]] = {}
+    links: dict[tuple[str, Any, int], dict[str, Any]] = {}
     for no, rec in content.records:
         table = RECORD_TABLE[rec["type"]]
         schema = SCHEMAS[table]
@@ -293,12 +351,29 @@ def parse_spool(data: bytes) -> ParsedSpool:
             row["gpu_uuid"] = ""
         if table == "gpu_samples":
             key = (row["gpu_uuid"], row["minute"])
-            samples[key] = merge_samples(samples[key], row) if key in samples else row
+            if key in samples:
+                samples[key] = merge_samples(samples[key], row)
+            else:
+                row["activity_source"] = activity_source(row["gpm_samples"], row["util_gpu_mean"])
+                samples[key] = row
+        elif table == "gpu_nvlink_errors":
+            key = (row["gpu_uuid"], row["minute"], row["link"])
+            links[key] = _add_links(links[key], row) if key in links else row
         else:
             rows[table].append(row)
     rows["gpu_samples"] = list(samples.values())
+    rows["gpu_nvlink_errors"] = list(links.values())
     tables = {t: pl.DataFrame(r, schema=SCHEMAS[t], orient="row") for t, r in rows.items() if r}
     return ParsedSpool(node, Parsed(tables=tables, quarantine=quarantine_frame(bad)), None)
+
+
+def _add_links(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two chunks of one link's minute: the rises add."""
+    out = dict(a)
+    for c in NVLINK_COUNTERS:
+        x, y = a[f"{c}_delta"], b[f"{c}_delta"]
+        out[f"{c}_delta"] = None if x is None and y is None else (x or 0) + (y or 0)
+    return out
 
 
 def _is_utf8(raw: bytes) -> bool:
@@ -330,7 +405,7 @@ _ADD = (
     "pcie_replay_delta",
     "ecc_corrected_delta",
     "ecc_uncorrected_delta",
-    "nvlink_errors_delta",
+    *ADD_V3,
     "null_fields",
 )
 _LATEST = (
@@ -339,6 +414,7 @@ _LATEST = (
     "remapped_pending",
     "remapped_failed",
     "retired_pages",
+    *LATEST_V3,
     "gpu_index",
     "gpu_minor",
     "pci_bus_id",
@@ -348,6 +424,18 @@ _LATEST = (
 
 def _sample_merge_sql() -> str:
     sets = ["samples = coalesce(samples, 0) + coalesce(excluded.samples, 0)"]
+    for (
+        c
+    ) in GPM_COLUMNS:  # weighted by the GPM readings; gpm_samples itself adds below (SET reads old values)
+        sets.append(
+            f"{c} = CASE WHEN excluded.{c} IS NULL THEN {c} WHEN {c} IS NULL THEN excluded.{c} "
+            f"ELSE ({c} * coalesce(gpm_samples, 0) + excluded.{c} * coalesce(excluded.gpm_samples, 0)) "
+            f"/ nullif(coalesce(gpm_samples, 0) + coalesce(excluded.gpm_samples, 0), 0) END"
+        )
+    sets.append(
+        "activity_source = CASE WHEN coalesce(gpm_samples, 0) + coalesce(excluded.gpm_samples, 0) > 0 THEN 'gpm'"
+        " WHEN util_gpu_mean IS NOT NULL OR excluded.util_gpu_mean IS NOT NULL THEN 'gpu_util' END"
+    )
     for c in _WMEAN:
         sets.append(
             f"{c} = CASE WHEN excluded.{c} IS NULL THEN {c} WHEN {c} IS NULL THEN excluded.{c} "
@@ -369,6 +457,23 @@ def _sample_merge_sql() -> str:
     return (
         f"INSERT INTO gpu_samples ({cols}) SELECT {cols} FROM _nvml_samples "  # noqa: S608 - column lists are module constants (SCHEMAS)
         f"ON CONFLICT (cluster, node, gpu_uuid, minute) DO UPDATE SET " + ", ".join(sets)
+    )
+
+
+_LINK_COLS = ["cluster"] + list(SCHEMAS["gpu_nvlink_errors"])
+
+
+def _link_merge_sql() -> str:
+    """A link's minute seen again (an agent restart split it): the rises add."""
+    sets = [
+        f"{c}_delta = CASE WHEN {c}_delta IS NULL AND excluded.{c}_delta IS NULL THEN NULL "
+        f"ELSE coalesce({c}_delta, 0) + coalesce(excluded.{c}_delta, 0) END"
+        for c in NVLINK_COUNTERS
+    ]
+    cols = ", ".join(_LINK_COLS)
+    return (
+        f"INSERT INTO gpu_nvlink_errors ({cols}) SELECT {cols} FROM _nvml_links "  # noqa: S608 - column lists are module constants (SCHEMAS)
+        "ON CONFLICT (cluster, node, gpu_uuid, minute, link) DO UPDATE SET " + ", ".join(sets)
     )
 
 
@@ -426,7 +531,8 @@ def ingest_bytes(
     tables = dict(ps.parsed.tables)
     samples = tables.pop("gpu_samples", None)
     jobs = tables.pop("gpu_jobs", None)
-    extra_rows = (0 if samples is None else samples.height) + (0 if jobs is None else jobs.height)
+    links = tables.pop("gpu_nvlink_errors", None)
+    extra_rows = sum(0 if df is None else df.height for df in (samples, jobs, links))
 
     def after(c: duckdb.DuckDBPyConnection) -> None:
         if samples is not None:
@@ -438,6 +544,8 @@ def ingest_bytes(
             )
         if jobs is not None:
             _merge(c, "_nvml_jobs", _JOB_MERGE_SQL, jobs.with_columns(pl.lit(cluster).alias("cluster")))
+        if links is not None:
+            _merge(c, "_nvml_links", _link_merge_sql(), links.with_columns(pl.lit(cluster).alias("cluster")))
         if ps.node is not None:
             c.execute(
                 "INSERT INTO spool_files (cluster, node, file_name, sha256, rows) VALUES (?, ?, ?, ?, ?)",

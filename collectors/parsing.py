@@ -13,7 +13,8 @@ the scalar version would give None or raise).
 
 Stable API (other parsers import these): split_lines, split_fields, parse_slurm_time, time_expr,
 fast_time_expr, parse_time_columns, parse_duration, duration_expr, parse_duration_columns, parse_tres, gpu_count, is_mig_type, parse_mem_mb, parse_req_mem,
-parse_exit_code, parse_int, int_expr. Hostlists are in slurmscope.hostlist, the words Slurm prints for no
+parse_exit_code, parse_int, int_expr, and the usage fields' parse_cpu_time, parse_size_bytes, parse_tres_usage with their
+column helpers. Hostlists are in slurmscope.hostlist, the words Slurm prints for no
 value (NULL_WORDS) in slurmscope.slurm_states.
 """
 
@@ -425,6 +426,252 @@ def parse_mem_mb(s: str | None, default_unit: str = "M") -> float | None:
     return parse_req_mem(s, default_unit)[0]
 
 
+# ------------------------------------------------------------------------------------- usage fields
+
+_CPU_TIME = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)(?:\.(\d+))?$")
+_SIZE_VALUE = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)([KMGTPE]?)$")
+_UNIT_POWER = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
+_DIGITS = list(range(1, 16))
+_TENS = [float(10**n) for n in _DIGITS]
+
+
+def parse_cpu_time(s: str | None) -> float | None:
+    """Seconds (with the fraction kept) of sacct's TotalCPU, UserCPU, SystemCPU; None when empty.
+
+    sacct prints these with `_elapsed_time` (src/sacct/print.c, Slurm 22.05): `D-HH:MM:SS` from a day on,
+    `HH:MM:SS` from an hour on, `MM:SS.mmm` below an hour when there are microseconds (milliseconds
+    shown), else `00:MM:SS`. Raises ValueError for any other text.
+    """
+    if s is None:
+        return None
+    s = s.strip()
+    if s in NULL_WORDS:
+        return None
+    m = _CPU_TIME.match(s)
+    if not m:
+        raise ValueError(f"not a CPU time as sacct prints it: {s!r}")
+    days, hours, minutes, seconds, frac = m.groups()
+    whole = int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes) * 60 + int(seconds)
+    return float(whole) + (int(frac) / 10 ** len(frac) if frac else 0.0)
+
+
+_BIGINT_MAX = 2**63 - 1
+
+
+def parse_size_bytes(s: str | None) -> int | None:
+    """Bytes of a usage size as sacct prints it (MaxRSS, AveRSS, the sizes of TRESUsageIn*); None when empty.
+
+    Slurm stores these in bytes and prints them with convert_num_unit from UNIT_NONE: with `--noconvert`
+    the bare byte count (`4849664`), otherwise scaled by 1024 with a suffix (`4736K`, `4.62M`: two
+    decimals when not whole). A suffix is a power of 1024 of bytes; the result is rounded half up.
+    """
+    if s is None:
+        return None
+    s = s.strip()
+    if s in NULL_WORDS:
+        return None
+    m = _SIZE_VALUE.match(s)
+    if not m:
+        raise ValueError(f"not a size as sacct prints it: {s!r}")
+    value = int(math.floor(float(m.group(1)) * float(1024 ** _UNIT_POWER[m.group(2)]) + 0.5))
+    if value > _BIGINT_MAX:
+        raise ValueError(f"size beyond a BIGINT of bytes: {s!r}")
+    return value
+
+
+def parse_tres_usage(s: str | None) -> dict[str, float]:
+    """A TRESUsageIn*/TRESUsageOut* string as {name: value}: `cpu` in seconds, every other entry in its base
+    unit (bytes for mem, vmem, fs/disk, gres/gpumem; joules for energy; percent for gres/gpuutil).
+
+    sacct prints usage TRES with TRES_STR_FLAG_BYTES (src/common/slurmdb_defs.c,
+    slurmdb_make_tres_string_from_simple, Slurm 22.05): cpu as a time (`secs2time_str`), every other
+    count through convert_num_unit from UNIT_NONE (bare, or scaled by 1024 with a suffix). `NONE` and
+    `INVALID` (no value) entries are left out. Unlike parse_tres, a malformed entry raises ValueError: a usage string is
+    a measurement, and a misprinted one is quarantined rather than read in part.
+    """
+    out: dict[str, float] = {}
+    if s is None or s.strip() in NULL_WORDS:
+        return out
+    for entry in s.split(","):
+        name, eq, value = entry.strip().partition("=")
+        if not eq or not name:
+            raise ValueError(f"not a TRES usage entry (name=value): {entry.strip()!r}")
+        value = value.strip()
+        if value in NULL_WORDS or value == "UNLIMITED":  # NONE, INVALID: no measurement
+            continue
+        if name == "cpu":
+            secs = parse_cpu_time(value)
+            if secs is None:
+                raise ValueError(f"TRES usage entry without a value: {entry.strip()!r}")
+            out[name] = secs
+        else:
+            size = parse_size_bytes(value)
+            if size is None:
+                raise ValueError(f"TRES usage entry without a value: {entry.strip()!r}")
+            out[name] = float(size)
+    return out
+
+
+def parse_cpu_time_columns(df: pl.DataFrame, columns: dict[str, str]) -> pl.DataFrame:
+    """Add Float64 seconds columns {out: source text column} with exactly parse_cpu_time's result.
+
+    Vectorised for the printed shapes, in stages (eager Polars does not share sub-expressions: the regex
+    runs once); rows the expression leaves null while holding a value go through the scalar parser (which
+    gives null for text in no shape: the caller quarantines those lines).
+    """
+    for out, src in columns.items():
+        if src not in df.columns:
+            df = df.with_columns(pl.lit(None, pl.Float64).alias(out))
+            continue
+        df = df.with_columns(
+            pl.col(src).str.strip_chars().str.extract_groups(_CPU_TIME.pattern).alias("_cpu_g")
+        )
+        field = [pl.col("_cpu_g").struct.field(str(i)) for i in range(1, 6)]
+        df = df.with_columns(
+            *[f.cast(pl.Int64, strict=False).alias(f"_cpu_{i}") for i, f in enumerate(field[:4])],
+            pl.all_horizontal([f.is_null() | (f.str.len_chars() <= 12) for f in field[:4]]).alias(
+                "_cpu_small"
+            ),
+            field[4].alias("_cpu_frac"),
+        )
+        frac = pl.col("_cpu_frac")
+        frac_value = (
+            pl.when(frac.is_null())
+            .then(0.0)
+            .when(frac.str.len_chars() <= 15)
+            .then(
+                frac.cast(pl.Int64, strict=False).cast(pl.Float64)
+                / frac.str.len_chars().replace_strict(_DIGITS, _TENS, default=None, return_dtype=pl.Float64)
+            )
+        )
+        whole = (
+            pl.col("_cpu_0").fill_null(0) * 86400
+            + pl.col("_cpu_1").fill_null(0) * 3600
+            + pl.col("_cpu_2") * 60
+            + pl.col("_cpu_3")
+        )
+        df = df.with_columns(
+            pl.when(pl.col("_cpu_small")).then(whole.cast(pl.Float64) + frac_value).otherwise(None).alias(out)
+        ).drop("_cpu_g", "_cpu_0", "_cpu_1", "_cpu_2", "_cpu_3", "_cpu_small", "_cpu_frac")
+        df = _scalar_fallback(df, src, out, parse_cpu_time, pl.Float64)
+    return df
+
+
+def parse_size_columns(df: pl.DataFrame, columns: dict[str, str]) -> pl.DataFrame:
+    """Add Int64 byte columns {out: source text column} with exactly parse_size_bytes's result."""
+    for out, src in columns.items():
+        if src not in df.columns:
+            df = df.with_columns(pl.lit(None, pl.Int64).alias(out))
+            continue
+        df = df.with_columns(
+            pl.col(src).str.strip_chars().str.extract_groups(_SIZE_VALUE.pattern).alias("_size_g")
+        )
+        df = df.with_columns(
+            pl.col("_size_g").struct.field("1").alias("_size_n"),
+            pl.col("_size_g").struct.field("2").alias("_size_u"),
+        )
+        num, unit = pl.col("_size_n"), pl.col("_size_u")
+        factor = unit.replace_strict(
+            list(_UNIT_POWER),
+            [float(1024**k) for k in _UNIT_POWER.values()],
+            default=None,
+            return_dtype=pl.Float64,
+        )
+        value = num.cast(pl.Float64, strict=False) * factor
+        df = df.with_columns(
+            pl.when((num.str.len_chars() <= 15) & (value < 9.0e15))
+            .then((value + 0.5).floor().cast(pl.Int64))
+            .otherwise(None)
+            .alias(out)
+        ).drop("_size_g", "_size_n", "_size_u")
+        df = _scalar_fallback(df, src, out, parse_size_bytes, pl.Int64)
+    return df
+
+
+def parse_tres_usage_columns(df: pl.DataFrame, src: str, columns: dict[str, str], ok: str) -> pl.DataFrame:
+    """Add Float64 columns {out: TRES name} with parse_tres_usage(text).get(name), and Boolean `ok`: whether
+    the string is readable (parse_tres_usage raises for it when not; null text is readable).
+
+    Vectorised by exploding the strings into their entries, so each entry is read by the column helpers
+    above (exactly the scalar parsers) and a row is readable when all its entries are; a name given twice
+    takes its last value, as the scalar parser's dict does. Usage strings are unique per step, so parsing
+    once per distinct value would still be a Python call per row.
+    """
+    text = pl.col(src).str.strip_chars()
+    rows = df.select(text.alias("_t")).with_row_index("_row")
+    present = rows.filter(pl.col("_t").is_not_null() & ~pl.col("_t").is_in(list(NULL_WORDS)))
+    entries = (
+        present.with_columns(pl.col("_t").str.split(",").alias("_e"))
+        .explode("_e")
+        .with_columns(pl.col("_e").str.strip_chars())
+        .with_columns(
+            pl.col("_e").str.contains("=", literal=True).alias("_eq"),
+            pl.col("_e").str.splitn("=", 2).alias("_kv"),
+        )
+        .with_columns(
+            pl.col("_kv").struct.field("field_0").alias("_name"),
+            pl.col("_kv").struct.field("field_1").str.strip_chars().alias("_value"),
+        )
+        .with_columns(
+            (pl.col("_value").is_in(list(NULL_WORDS)) | (pl.col("_value") == "UNLIMITED")).alias("_skip")
+        )
+    )
+    is_cpu = pl.col("_name") == "cpu"
+    # each value read by the one rule for its name (text of the other kind would go to the scalar fallback)
+    entries = entries.with_columns(
+        pl.when(is_cpu & ~pl.col("_skip")).then(pl.col("_value")).alias("_cpu_text"),
+        pl.when(~is_cpu & ~pl.col("_skip")).then(pl.col("_value")).alias("_size_text"),
+    )
+    entries = parse_cpu_time_columns(entries, {"_cpu": "_cpu_text"})
+    entries = parse_size_columns(entries, {"_size": "_size_text"})
+    entries = entries.with_columns(
+        pl.when(pl.col("_skip"))
+        .then(None)
+        .when(is_cpu)
+        .then(pl.col("_cpu"))
+        .otherwise(pl.col("_size").cast(pl.Float64))
+        .alias("_v")
+    ).with_columns(
+        (pl.col("_eq") & (pl.col("_name") != "") & (pl.col("_skip") | pl.col("_v").is_not_null())).alias(
+            "_ok"
+        )
+    )
+    per_row = entries.group_by("_row").agg(
+        pl.col("_ok").all().alias(ok),
+        *[
+            pl.col("_v").filter((pl.col("_name") == name) & ~pl.col("_skip")).last().alias(out)
+            for out, name in columns.items()
+        ],
+    )
+    joined = rows.select("_row").join(per_row, on="_row", how="left").sort("_row")
+    return df.with_columns(
+        joined[ok].fill_null(True).alias(ok),
+        *[joined[out].cast(pl.Float64).alias(out) for out in columns],
+    )
+
+
+def _scalar_fallback(df: pl.DataFrame, src: str, out: str, fn, dtype) -> pl.DataFrame:
+    """Rows whose text holds a value the expression left null: the scalar parser's answer (null if it raises)."""
+    text = df[src].str.strip_chars()
+    odd = (df[out].is_null() & text.is_not_null() & ~text.is_in(list(NULL_WORDS))).arg_true()
+    if not odd.len():
+        return df
+    vals = []
+    for v in df[src].gather(odd).to_list():
+        try:
+            r = fn(v)
+        except ValueError:
+            r = None
+        vals.append(r if dtype != pl.Int64 or r is None or -(2**63) <= r < 2**63 else None)
+    return df.with_columns(df[out].scatter(odd, pl.Series(vals, dtype=dtype)))
+
+
+def unreadable(src: str, out: str) -> pl.Expr:
+    """Rows of `df` whose `src` text holds a value (not empty, not a sentinel) that parsed to null."""
+    text = pl.col(src).str.strip_chars()
+    return pl.col(out).is_null() & text.is_not_null() & ~text.is_in(list(NULL_WORDS))
+
+
 # ---------------------------------------------------------------------------------------------- TRES
 
 _SIZE = re.compile(r"^(\d+(?:\.\d*)?)([KMGTPE])$", re.IGNORECASE)
@@ -563,8 +810,15 @@ __all__ = [
     "parse_int",
     "parse_mem_mb",
     "parse_req_mem",
+    "parse_cpu_time",
+    "parse_cpu_time_columns",
+    "parse_size_bytes",
+    "parse_size_columns",
     "parse_slurm_time",
     "parse_tres",
+    "parse_tres_usage",
+    "parse_tres_usage_columns",
+    "unreadable",
     "split_fields",
     "split_lines",
     "time_expr",

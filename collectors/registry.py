@@ -14,6 +14,7 @@ from types import ModuleType
 from slurmscope.collectors import (
     events,
     nvml,
+    partitions,
     ping,
     reservations,
     sacct,
@@ -28,6 +29,8 @@ from slurmscope.collectors import (
     sshare,
 )
 
+from slurmscope.config import Config
+
 
 @dataclass(frozen=True)
 class Collector:
@@ -41,7 +44,9 @@ class Collector:
     `phase_seconds`: serve runs it this many seconds after each epoch-aligned interval boundary rather
     than whenever it started (None: from its start). `windowed`: an accounting source read in time windows
     from a stored watermark (with lookups by id for what a window hides), not as a snapshot.
-    `replaces`: the kind this source stands in for when `slurm.source = "rest"`.
+    `replaces`: the kind this source stands in for when `slurm.source = "rest"`. `by_cluster_flag`: its
+    command reaches another cluster with `-M` (`slurm.cluster_flag`); `scontrol ping` does not (it pings
+    the controllers named in the local slurm.conf), so it runs only where that cluster's slurm.conf is set.
     """
 
     kind: str
@@ -56,6 +61,7 @@ class Collector:
     phase_seconds: int | None = None
     windowed: bool = False
     replaces: str | None = None
+    by_cluster_flag: bool = True
 
 
 # Node and queue state move fast (1 min), accounting comes in 5-minute windows, the controller's settings
@@ -65,7 +71,8 @@ class Collector:
 # time_start): re-reading the whole lookback keeps ongoing events (no end yet) current without a watermark.
 COLLECTORS: tuple[Collector, ...] = (
     Collector("config", slurm_config, 3600),
-    Collector("ping", ping, 60, data_exit_codes=frozenset({1})),
+    Collector("partitions", partitions, 3600),
+    Collector("ping", ping, 60, data_exit_codes=frozenset({1}), by_cluster_flag=False),
     Collector("sinfo", sinfo, 60, feeds_pipelines=True),
     Collector("sinfo_rest", sinfo_rest, 60, ingestable=False, feeds_pipelines=True, replaces="sinfo"),
     Collector("squeue", squeue, 60),
@@ -93,6 +100,21 @@ def active(source: str) -> tuple[Collector, ...]:
     return tuple(
         c for c in COLLECTORS if c.live and (source == "rest" if c.replaces else c.kind not in replaced)
     )
+
+
+def unreachable(cfg: Config) -> frozenset[str]:
+    """Kinds that cannot reach `cfg`'s cluster: with `slurm.cluster_flag` and no `slurm.conf` the cluster is
+    reached only through `-M`, which `scontrol ping` ignores (src/scontrol/scontrol.c `_print_ping` and
+    src/api/reconfigure.c `slurm_ping` in Slurm 22.05 read the local slurm.conf's controllers)."""
+    if not cfg.get("slurm", "cluster_flag") or cfg.get("slurm", "conf"):
+        return frozenset()
+    return frozenset(c.kind for c in COLLECTORS if not c.by_cluster_flag)
+
+
+def scheduled(cfg: Config) -> tuple[Collector, ...]:
+    """The live collectors `collect all` and `serve` run for `cfg`'s cluster."""
+    skip = unreachable(cfg)
+    return tuple(c for c in active(cfg.get("slurm", "source")) if c.kind not in skip)
 
 
 def collector(kind: str) -> Collector:

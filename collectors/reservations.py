@@ -45,7 +45,7 @@ _CLOCK = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
 
 def command(cfg: Config, *, start: datetime | None = None, end: datetime | None = None) -> list[str]:
     """argv of the live call (documented in docs/collectors.md)."""
-    return [cfg.slurm_command("scontrol"), "show", "reservation", "--oneliner"]
+    return [cfg.slurm_command("scontrol"), *cfg.slurm_cluster_args(), "show", "reservation", "--oneliner"]
 
 
 def pairs(text: str) -> dict[str, str]:

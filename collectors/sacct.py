@@ -34,13 +34,17 @@ from slurmscope.collectors.base import Parsed, TableSpec, quarantine_frame
 from slurmscope.collectors.parsing import (
     gpu_count,
     int_expr,
+    parse_cpu_time_columns,
     parse_duration_columns,
     parse_exit_code,
     parse_req_mem,
+    parse_size_columns,
     parse_time_columns,
     parse_tres,
+    parse_tres_usage_columns,
     split_fields,
     split_lines,
+    unreadable,
 )
 
 from slurmscope.config import Config
@@ -56,10 +60,13 @@ TABLES = {
     "job_steps": TableSpec("job_steps", ("cluster", "job_id_raw", "job_submit_time", "step_id")),
 }
 
-# The live field list (docs/ingest.md): JobName is the only free-text field and comes last.
+# The live field list (docs/ingest.md): the usage fields follow the allocation's, and the free-text fields
+# (Comment, AdminComment, JobName) come last.
 LIVE_FIELDS = (
     "JobID,JobIDRaw,Cluster,Partition,QOS,Account,User,UID,Submit,Eligible,Start,End,Elapsed,Timelimit,"
-    "State,ExitCode,NNodes,NCPUS,ReqMem,AllocTRES,NodeList,Flags,Priority,Reason,JobName"
+    "State,ExitCode,NNodes,NCPUS,ReqMem,AllocTRES,NodeList,Flags,Priority,Reason,"
+    "NTasks,TotalCPU,UserCPU,SystemCPU,MaxRSS,AveRSS,ReqTRES,TRESUsageInTot,TRESUsageInMax,ConsumedEnergyRaw,"
+    "Comment,AdminComment,JobName"
 )
 # ASCII unit separator: never typed by users, accepted by sacct's --delimiter.
 LIVE_DELIMITER = "\x1f"
@@ -124,6 +131,41 @@ ALL_FIELDS = {
     ),
 }
 
+# Usage fields (docs/ingest.md, "Usage fields"), read strictly: a value in no shape sacct prints quarantines
+# its line, naming the field and the value (a misprinted measurement means the columns cannot be trusted).
+CPU_TIME_FIELDS = {
+    "total_cpu_seconds": "totalcpu",
+    "user_cpu_seconds": "usercpu",
+    "system_cpu_seconds": "systemcpu",
+}
+SIZE_FIELDS = {"max_rss_bytes": "maxrss", "ave_rss_bytes": "averss"}
+COUNT_FIELDS = {"ntasks": "ntasks", "consumed_energy_joules": "consumedenergyraw"}
+# From the TRES usage strings: (column, field, TRES name).
+TRES_USAGE_FIELDS = (
+    ("mem_tot_bytes", "tresusageintot", "mem"),
+    ("gpu_util_tot_percent", "tresusageintot", "gres/gpuutil"),
+    ("gpu_mem_tot_bytes", "tresusageintot", "gres/gpumem"),
+    ("gpu_util_max_percent", "tresusageinmax", "gres/gpuutil"),
+    ("gpu_mem_max_bytes", "tresusageinmax", "gres/gpumem"),
+)
+PRINTED = {
+    "totalcpu": "TotalCPU",
+    "usercpu": "UserCPU",
+    "systemcpu": "SystemCPU",
+    "maxrss": "MaxRSS",
+    "averss": "AveRSS",
+    "ntasks": "NTasks",
+    "consumedenergyraw": "ConsumedEnergyRaw",
+    "tresusageintot": "TRESUsageInTot",
+    "tresusageinmax": "TRESUsageInMax",
+}
+_SHAPES = {
+    "totalcpu": "a CPU time as sacct prints it ([D-]HH:MM:SS, MM:SS.mmm)",
+    "maxrss": "a size as sacct prints it (bytes, or a number with K/M/G/T/P)",
+    "ntasks": "a count",
+    "tresusageintot": "a TRES usage string (name=value,...)",
+}
+
 HEADER_REQUIRED = ("jobid", "submit")
 # A line of only these characters carries no record and is skipped (not quarantined).
 BLANK = " \t\r"
@@ -139,6 +181,7 @@ def command(cfg: Config, *, start: datetime | None = None, end: datetime | None 
     """The live window query (COMMANDS.md): every user, every attempt, steps included, unit separator."""
     argv = [
         cfg.slurm_command("sacct"),
+        *cfg.slurm_cluster_args(),
         "--allusers",
         "--duplicates",
         "--parsable2",
@@ -157,6 +200,7 @@ def command_jobs(cfg: Config, job_ids: Iterable[str]) -> list[str]:
     """The same query by job id, for jobs a time window hides (held, dependency, future --begin)."""
     return [
         cfg.slurm_command("sacct"),
+        *cfg.slurm_cluster_args(),
         "--allusers",
         "--duplicates",
         "--parsable2",
@@ -169,7 +213,14 @@ def command_jobs(cfg: Config, job_ids: Iterable[str]) -> list[str]:
 
 def command_pending_ids(cfg: Config) -> list[str]:
     """Ids of the jobs slurmctld holds as pending (one per line; an array's pending part under its own id)."""
-    return [cfg.slurm_command("squeue"), "--noheader", "--all", "--states=PENDING", "--format=%A"]
+    return [
+        cfg.slurm_command("squeue"),
+        *cfg.slurm_cluster_args(),
+        "--noheader",
+        "--all",
+        "--states=PENDING",
+        "--format=%A",
+    ]
 
 
 def _sacct_time(t: datetime) -> str:
@@ -497,7 +548,10 @@ def _map_unique(
 
 def _tres_info(s: str) -> tuple:
     gpus, gtype, mig = gpu_count(s)
-    return gpus, gtype, mig, parse_tres(s).get("billing")
+    tres = parse_tres(s)
+    mem = tres.get("mem")
+    mem_bytes = round(mem * 1048576.0) if mem is not None and 0 <= mem * 1048576.0 < 9.2e18 else None
+    return gpus, gtype, mig, tres.get("billing"), mem_bytes
 
 
 def _state_info(s: str) -> tuple:
@@ -862,8 +916,8 @@ def _typed(
             _map_unique(
                 base["_tres"],
                 _tres_info,
-                ["gpus", "gpu_type", "mig_slices", "billing"],
-                [pl.Int32, pl.String, pl.Int32, pl.Float64],
+                ["gpus", "gpu_type", "mig_slices", "billing", "alloc_mem_bytes"],
+                [pl.Int32, pl.String, pl.Int32, pl.Float64, pl.Int64],
             )
         )
     if "state" in has:
@@ -881,6 +935,20 @@ def _typed(
     base = base.rename({c: f"_in_{c}" for c in ("state", "flags") if c in base.columns})
     if mapped:
         base = pl.concat([base, *mapped], how="horizontal")
+    for field in ("tresusageintot", "tresusageinmax"):
+        if field in has:
+            wanted = {f"_u_{col}": name for col, f, name in TRES_USAGE_FIELDS if f == field}
+            base = parse_tres_usage_columns(base, field, wanted, f"_ok_{field}")
+    base = parse_cpu_time_columns(base, {f"_u_{k}": v for k, v in CPU_TIME_FIELDS.items() if v in has})
+    base = parse_size_columns(base, {f"_u_{k}": v for k, v in SIZE_FIELDS.items() if v in has})
+    base = base.with_columns(
+        int_expr(pl.col(src)).alias(f"_u_{out}") for out, src in COUNT_FIELDS.items() if src in has
+    )
+    bad_values = [
+        (unreadable(src, f"_u_{out}"), src)
+        for out, src in {**CPU_TIME_FIELDS, **SIZE_FIELDS, **COUNT_FIELDS}.items()
+        if src in has
+    ] + [(pl.col(f"_ok_{f}").not_(), f) for f in ("tresusageintot", "tresusageinmax") if f in has]
     if tres_field:
         base = base.with_columns(pl.col("gpus").fill_null(0), pl.col("mig_slices").fill_null(0))
 
@@ -961,6 +1029,13 @@ def _typed(
         "sched_by": same("sched_by") if "flags" in has else None,
         "flags": _null_if_blank(pl.col("_in_flags")) if "flags" in has else None,
         "priority": int_expr(_col(df, "priority")),
+        "req_mem_scope": pl.col("_mem_scope") if "reqmem" in has else None,
+        "alloc_mem_bytes": same("alloc_mem_bytes") if tres_field else None,
+        "req_tres": _null_if_blank(_col(df, "reqtres")),
+        "comment": _null_if_blank(_col(df, "comment")),
+        "admin_comment": _null_if_blank(_col(df, "admincomment")),
+        **{c: pl.col(f"_u_{c}") if f in has else None for c, f in CPU_TIME_FIELDS.items()},
+        "consumed_energy_joules": pl.col("_u_consumed_energy_joules") if "consumedenergyraw" in has else None,
     }
     job_present = {
         "user": "user",
@@ -978,10 +1053,43 @@ def _typed(
         "sched_by": "flags",
         "flags": "flags",
         "priority": "priority",
+        "req_mem_scope": "reqmem",
+        "alloc_mem_bytes": tres_field,
+        "req_tres": "reqtres",
+        "comment": "comment",
+        "admin_comment": "admincomment",
+        **CPU_TIME_FIELDS,
+        "consumed_energy_joules": "consumedenergyraw",
     }
     job_only = {k: v for k, v in job_only.items() if job_present[k] in has}
+    step_present = {
+        **COUNT_FIELDS,
+        **CPU_TIME_FIELDS,
+        **SIZE_FIELDS,
+        "tres_usage_in_tot": "tresusageintot",
+        "tres_usage_in_max": "tresusageinmax",
+        **{col: field for col, field, _ in TRES_USAGE_FIELDS},
+    }
+    step_only: dict[str, pl.Expr] = {
+        c: pl.col(f"_u_{c}")
+        for c, f in step_present.items()
+        if f in has and c not in ("tres_usage_in_tot", "tres_usage_in_max")
+    }
+    step_only.update(
+        {
+            c: _null_if_blank(pl.col(f))
+            for c, f in (("tres_usage_in_tot", "tresusageintot"), ("tres_usage_in_max", "tresusageinmax"))
+            if f in has
+        }
+    )
+    step_only = {
+        c: (v.cast(pl.Int64) if c.endswith("_bytes") else v.cast(pl.Int32) if c == "ntasks" else v)
+        for c, v in step_only.items()
+    }
 
-    typed = base.with_columns(**common, **job_only)
+    typed = base.with_columns(**common, **job_only).with_columns(
+        **{f"_step_{c}": v for c, v in step_only.items()}
+    )
     # A PENDING attempt holds no allocation, but sacct 22.05 may print the previous attempt's AllocTRES and
     # Flags on a requeued job that waits again: never count GPUs or a scheduler for it.
     pending = pl.col("state") == "PENDING"
@@ -1040,9 +1148,24 @@ def _typed(
         .then(pl.lit("empty step id"))
         .when(pl.col("_is_step") & pl.col("job_submit_time").is_null())
         .then(pl.lit("step without its job's allocation line earlier in the same output"))
-        .otherwise(None)
-        .alias("_reason")
     )
+    for bad, field in bad_values:
+        shape = (
+            _SHAPES.get(field)
+            or _SHAPES[
+                {
+                    "usercpu": "totalcpu",
+                    "systemcpu": "totalcpu",
+                    "averss": "maxrss",
+                    "consumedenergyraw": "ntasks",
+                    "tresusageinmax": "tresusageintot",
+                }[field]
+            ]
+        )
+        reason = reason.when(bad).then(
+            pl.format(f"{PRINTED[field]} {{}}: not {shape}", pl.col(field).str.strip_chars())
+        )
+    reason = reason.otherwise(None).alias("_reason")
     typed = typed.with_columns(reason)
     has_bad = typed["_reason"].is_not_null().any()
     bad = typed.filter(pl.col("_reason").is_not_null()) if has_bad else typed.clear()
@@ -1080,6 +1203,7 @@ def _typed(
         "step_id",
         "job_id",
         *[c for c in common if c != "cluster"],
+        *[f"_step_{c}" for c in step_only],
     ]
     # Keep only the output columns before filtering, so the raw text columns are freed, not copied.
     keep = [c for c in dict.fromkeys(job_cols + step_cols) if c not in ("job_id", "step_id")]
@@ -1089,7 +1213,11 @@ def _typed(
     del base, df
     ok = pl.col("_reason").is_null()
     jobs = typed.filter(ok & ~pl.col("_is_step")).select(list(dict.fromkeys(job_cols)))
-    steps = typed.filter(ok & pl.col("_is_step")).select(list(dict.fromkeys(step_cols)))
+    steps = (
+        typed.filter(ok & pl.col("_is_step"))
+        .select(list(dict.fromkeys(step_cols)))
+        .rename({f"_step_{c}": c for c in step_only})
+    )
     del typed
     return jobs, steps, new_carry
 

@@ -100,7 +100,7 @@ _SECTIONS = (
 
 def command(cfg: Config, *, start: datetime | None = None, end: datetime | None = None) -> list[str]:
     """argv of the live sdiag call (plain text; documented in docs/collectors.md)."""
-    return [cfg.slurm_command("sdiag")]
+    return [cfg.slurm_command("sdiag"), *cfg.slurm_cluster_args()]
 
 
 def parse_ctime(s: str, tz: ZoneInfo) -> datetime | None:

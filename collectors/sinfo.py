@@ -121,7 +121,13 @@ NODE_GROUPS_SCHEMA = {
 
 def command(cfg: Config, *, start: datetime | None = None, end: datetime | None = None) -> list[str]:
     """argv of the live sinfo call (documented in docs/collectors.md)."""
-    return [cfg.slurm_command("sinfo"), "--Node", "--noheader", f"--Format={LIVE_FORMAT}"]
+    return [
+        cfg.slurm_command("sinfo"),
+        *cfg.slurm_cluster_args(),
+        "--Node",
+        "--noheader",
+        f"--Format={LIVE_FORMAT}",
+    ]
 
 
 # ------------------------------------------------------------------------------------ node values

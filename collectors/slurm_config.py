@@ -38,7 +38,7 @@ _STATUS = re.compile(r"^(Slurmctld|Slurmdbd)\(([^)]*)\) at (\S+) is (\w+)")
 
 def command(cfg: Config, *, start: datetime | None = None, end: datetime | None = None) -> list[str]:
     """argv of the live call (documented in docs/collectors.md)."""
-    return [cfg.slurm_command("scontrol"), "show", "config"]
+    return [cfg.slurm_command("scontrol"), *cfg.slurm_cluster_args(), "show", "config"]
 
 
 def parse(

@@ -46,7 +46,9 @@ ROWS_PER_SLICE = 20_000
 # job's uid), so a JSON load never blanks out the uid a text load stored.
 FIELDS = (
     "JobID,JobIDRaw,Cluster,Partition,QOS,Account,User,Submit,Eligible,Start,End,Elapsed,Timelimit,"
-    "State,ExitCode,NNodes,NCPUS,ReqMem,AllocTRES,NodeList,Flags,Priority,Reason,JobName"
+    "State,ExitCode,NNodes,NCPUS,ReqMem,AllocTRES,NodeList,Flags,Priority,Reason,"
+    "NTasks,TotalCPU,UserCPU,SystemCPU,MaxRSS,AveRSS,ReqTRES,TRESUsageInTot,TRESUsageInMax,ConsumedEnergyRaw,"
+    "Comment,AdminComment,JobName"
 )
 DELIMITER = "\x1f"
 # Columns a version prints wrong, so a JSON load leaves them as a text load stored them (or empty):
@@ -428,6 +430,16 @@ def _tres(items: Any) -> str:
     return ",".join(sorted(f"{k}={v}" for k, v in out))
 
 
+def _job_energy(alloc: Any) -> str:
+    """ConsumedEnergyRaw of a job line (src/sacct/print.c): the energy TRES of its allocation, 0 when it has
+    none, empty when it has one without a value (NO_VAL, printed as null by v0.0.38)."""
+    for t in alloc or []:
+        if isinstance(t, dict) and t.get("type") == "energy" and not t.get("name"):
+            c = num(t.get("count"))
+            return str(int(c)) if c is not None and c != float("inf") and c >= 0 else ""
+    return "0"
+
+
 def _tres_count(items: Any, typ: str) -> int | None:
     for t in items or []:
         if isinstance(t, dict) and t.get("type") == typ and not t.get("name"):
@@ -454,6 +466,72 @@ def _flags(v: Any) -> str:
     if "START_RECEIVED" in flags:
         out.append("StartReceived")
     return ",".join(f for f in out if f)
+
+
+# Step states below JOB_COMPLETE (slurm.h job_states): sacct leaves such steps out of a job's TotalCPU,
+# UserCPU and SystemCPU (src/sacct/options.c, get_data, Slurm 22.05).
+_UNFINISHED = frozenset({"PENDING", "RUNNING", "SUSPENDED"})
+
+
+def _cpu_time(secs: int, usecs: int) -> str:
+    """sacct's `_elapsed_time` (src/sacct/print.c, Slurm 22.05): TotalCPU, UserCPU, SystemCPU."""
+    if usecs >= 1_000_000:
+        secs += usecs // 1_000_000
+        usecs %= 1_000_000
+    subsec = usecs // 1000 if usecs > 0 else 0
+    s, m, h, d = secs % 60, (secs // 60) % 60, (secs // 3600) % 24, secs // 86400
+    if d:
+        return f"{d}-{h:02d}:{m:02d}:{s:02d}"
+    if h:
+        return f"{h:02d}:{m:02d}:{s:02d}"
+    if subsec:
+        return f"{m:02d}:{s:02d}.{subsec:03d}"
+    return f"00:{m:02d}:{s:02d}"
+
+
+def _sec_usec(v: Any) -> tuple[int, int] | None:
+    """A `{"seconds", "microseconds"}` CPU time (both numbers may be v0.0.39+ structs)."""
+    if not isinstance(v, dict):
+        return None
+    secs, usecs = num(v.get("seconds")), num(v.get("microseconds"))
+    if secs is None or secs == float("inf") or secs < 0:
+        return None
+    return int(secs), int(usecs) if usecs is not None and usecs != float("inf") and usecs >= 0 else 0
+
+
+def _step_cpu(step: dict, part: str) -> tuple[int, int] | None:
+    return _sec_usec((step.get("time") or {}).get(part))
+
+
+def _usage_tres(items: Any) -> str:
+    """A TRES usage list as sacct prints TRESUsageIn* with --noconvert (slurmdb_make_tres_string_from_simple
+    with TRES_STR_FLAG_BYTES): cpu (milliseconds, CPU_TIME_ADJ) as a time, the rest bare, the entries sorted
+    as text (slurm_char_list_to_xstr)."""
+    out = []
+    for t in items or []:
+        if not isinstance(t, dict):
+            continue
+        count = num(t.get("count"))
+        if count is None or count < 0:
+            continue
+        typ, name = t.get("type") or "", t.get("name") or ""
+        key = f"{typ}/{name}" if name else typ
+        if count == float("inf"):
+            out.append(f"{key}=NONE")
+        elif typ == "cpu":
+            out.append(f"{key}={_duration(int(count) // 1000) or '00:00:00'}")
+        else:
+            out.append(f"{key}={int(count)}")
+    return ",".join(sorted(out))
+
+
+def _usage_count(items: Any, typ: str) -> str:
+    """One entry of a TRES usage list as sacct prints MaxRSS / AveRSS with --noconvert (bytes, bare)."""
+    for t in items or []:
+        if isinstance(t, dict) and t.get("type") == typ and not t.get("name"):
+            c = num(t.get("count"))
+            return str(int(c)) if c is not None and c != float("inf") and c >= 0 else ""
+    return ""
 
 
 def _req_mem(job: dict) -> str:
@@ -507,6 +585,16 @@ def job_lines(job: dict) -> list[str]:
     jid = _job_id(job)
     raw = str(job.get("job_id"))
     node_list = job.get("nodes") or ""
+    cpu = {"total": [0, 0], "user": [0, 0], "system": [0, 0]}
+    for step in job.get("steps") or []:
+        if not set(_states(step.get("state"))) & _UNFINISHED:
+            for part, acc in cpu.items():
+                su = _step_cpu(step, part)
+                if su is not None:
+                    acc[0] += su[0]
+                    acc[1] += su[1]
+    comment = job.get("comment") or {}
+    comment = comment if isinstance(comment, dict) else {"job": comment}
     line = [
         jid,
         raw,
@@ -531,6 +619,18 @@ def job_lines(job: dict) -> list[str]:
         _flags(job.get("flags")),
         str(int(p)) if (p := num(job.get("priority"))) is not None and p != float("inf") else "",
         (state.get("reason") if isinstance(state, dict) else "") or "",
+        "",
+        _cpu_time(*cpu["total"]),
+        _cpu_time(*cpu["user"]),
+        _cpu_time(*cpu["system"]),
+        "",
+        "",
+        _tres(req),
+        "",
+        "",
+        _job_energy(alloc),
+        comment.get("job") or "",
+        comment.get("administrator") or "",
         job.get("name") or "",
     ]
     out = [DELIMITER.join(_clean(x) for x in line)]
@@ -543,12 +643,18 @@ def _step_line(step: dict, jid: str, raw: str, job: dict) -> str:
     tm = step.get("time") or {}
     sid = (step.get("step") or {}).get("id")
     if isinstance(sid, dict):  # v0.0.39+: {"job_id", "step_id"} in some captures
-        sid = sid.get("step_id") or ""
-    sid = str(sid or "")
+        sid = sid.get("step_id")
+    sid = "" if sid is None else str(sid)  # v0.0.38 prints a numbered step's id as a number: 0 is a step
     part = sid.rsplit(".", 1)[1] if "." in sid else sid
     nodes = step.get("nodes") or {}
-    alloc = (step.get("tres") or {}).get("allocated") or []
+    tres = step.get("tres") or {}
+    alloc = tres.get("allocated") or []
+    usage = tres.get("requested") or {}  # v0.0.38: "requested" holds tres_usage_in, "consumed" tres_usage_out
+    usage = usage if isinstance(usage, dict) else {}
     states = _states(step.get("state"))
+    tasks = num((step.get("tasks") or {}).get("count"))
+    energy = num(((step.get("statistics") or {}).get("energy") or {}).get("consumed"))
+    cpu = {part: _step_cpu(step, part) for part in ("total", "user", "system")}
     line = [
         f"{jid}.{part}",
         f"{raw}.{part}",
@@ -571,6 +677,16 @@ def _step_line(step: dict, jid: str, raw: str, job: dict) -> str:
         _tres(alloc),
         nodes.get("range") or "",
         "",
+        "",
+        "",
+        str(int(tasks)) if tasks is not None and tasks != float("inf") else "",
+        *(_cpu_time(*cpu[part]) if cpu[part] is not None else "" for part in ("total", "user", "system")),
+        _usage_count(usage.get("max"), "mem"),
+        _usage_count(usage.get("average"), "mem"),
+        "",
+        _usage_tres(usage.get("total")),
+        _usage_tres(usage.get("max")),
+        str(int(energy)) if energy is not None and energy != float("inf") and energy >= 0 else "",
         "",
         "",
         (step.get("step") or {}).get("name") or "",

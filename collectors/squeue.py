@@ -78,6 +78,7 @@ def command(cfg: Config, *, start: datetime | None = None, end: datetime | None 
     """argv of the live squeue call (documented in docs/collectors.md)."""
     return [
         cfg.slurm_command("squeue"),
+        *cfg.slurm_cluster_args(),
         "--all",
         "--array",
         "--noheader",

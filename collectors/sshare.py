@@ -4,11 +4,14 @@
 one space per level of the tree, and a user row sits under its account with the next indentation. Depth
 and parent are rebuilt from that indentation, so pipelines can walk the tree without `sacctmgr`.
 `RawShares` is the word `parent` for associations that take their parent's shares; that becomes NULL.
+With `-M <cluster>` (slurm.cluster_flag) sshare prints `CLUSTER: <name>` before its header, whatever the
+cluster count (src/sshare/sshare.c `_multi_cluster`, Slurm 22.05 to 25.11): that line is skipped.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
@@ -36,6 +39,9 @@ LONG_FIELDS = (
     "GrpTRESMins",
     "TRESRunMins",
 )
+LIVE_FIELDS = (*LONG_FIELDS, "GrpTRESRaw")
+"""The live call's columns: --long's, and GrpTRESRaw, the decayed TRES-minutes Slurm holds against each
+GrpTRESMins limit (sshare's `usage_tres_raw / 60`, the number acct_policy.c compares), which --long omits."""
 
 _COLUMNS = {
     "account": "account",
@@ -49,7 +55,9 @@ _COLUMNS = {
     "levelfs": "level_fs",
     "grptresmins": "grp_tres_mins",
     "tresrunmins": "tres_run_mins",
+    "grptresraw": "grp_tres_raw",
 }
+_BANNER = re.compile(r"^CLUSTER: \S+\s*$")
 _FLOATS = ("norm_shares", "raw_usage", "norm_usage", "effectv_usage", "fairshare", "level_fs")
 
 SHARES_SCHEMA = {
@@ -68,12 +76,19 @@ SHARES_SCHEMA = {
     "level_fs": pl.Float64,
     "grp_tres_mins": pl.String,
     "tres_run_mins": pl.String,
+    "grp_tres_raw": pl.String,
 }
 
 
 def command(cfg: Config, *, start: datetime | None = None, end: datetime | None = None) -> list[str]:
     """argv of the live sshare call (documented in docs/collectors.md)."""
-    return [cfg.slurm_command("sshare"), "--all", "--long", "--parsable2"]
+    return [
+        cfg.slurm_command("sshare"),
+        *cfg.slurm_cluster_args(),
+        "--all",
+        "--parsable2",
+        f"--format={','.join(LIVE_FIELDS)}",
+    ]
 
 
 def _names(fields: list[str]) -> list[str]:
@@ -113,6 +128,8 @@ def parse(
 
     for line_no, text, raw in split_lines(data):
         if is_blank(text):
+            continue
+        if not seen_header and _BANNER.match(text):
             continue
         titles = [f.strip() for f in text.split(delim)]
         if not seen_header and all(t.isalpha() for t in titles) and "account" in _names(titles):
@@ -161,6 +178,7 @@ def parse(
             **floats,
             "grp_tres_mins": (v.get("grp_tres_mins") or "").strip() or None,
             "tres_run_mins": (v.get("tres_run_mins") or "").strip() or None,
+            "grp_tres_raw": (v.get("grp_tres_raw") or "").strip() or None,
         }
         problem = out_of_range(row, SHARES_SCHEMA)
         if problem:

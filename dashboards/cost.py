@@ -1,4 +1,5 @@
-"""Cost and chargeback: spend per account from monotone counters (cost per GPU-hour is a rule)."""
+"""Cost and chargeback: spend per account from monotone counters (cost per GPU-hour is a rule), and each
+account's budgets and Slurm allocations: burn-down and period-end forecast."""
 
 from __future__ import annotations
 
@@ -60,6 +61,59 @@ def build():
                 "Capacity by state (GPUs, daily mean)",
                 [Q(f"sum by (state) (rate(slurmscope_capacity_gpu_seconds_total{{{CP}}}[1d]))", "{{state}}")],
                 stacked=True,
+            )
+        )
+        .with_panel(
+            ts(
+                "Budget used this period (burn-down)",
+                [
+                    Q(
+                        f"max by (account, budget) (slurmscope_account_budget_spent_ratio{{{CA}}})",
+                        "{{account}} {{budget}}",
+                    )
+                ],
+                "percentunit",
+                description="Share of each budget used so far in its period: config budgets (usd, gpu_hours) from "
+                "the invoices, Slurm's allocations (GrpTRESMins:<tres>) as Slurm counts them, sshare GrpTRESRaw "
+                "(decayed). SlurmAccountBudgetSpent fires at alerts.thresholds.budget_spent_ratio "
+                "(docs/pipelines.md#budgets).",
+            )
+        )
+        .with_panel(
+            ts(
+                "Budget forecast at period end",
+                [
+                    Q(
+                        f"max by (account, budget) (slurmscope_account_budget_forecast_ratio{{{CA}}})",
+                        "{{account}} {{budget}}",
+                    )
+                ],
+                "percentunit",
+                description="Used / elapsed share of the period: where each budget ends at this period's mean rate; "
+                "above 100% SlurmAccountBudgetForecastOver fires. None in a period's first day, nor for Slurm "
+                "allocations whose usage decays or never resets.",
+            )
+        )
+        .with_panel(
+            tbl(
+                "Budgets: used and forecast now",
+                [
+                    Q(f"max by (account, budget) (slurmscope_account_budget_spent_ratio{{{CA}}})", "used"),
+                    Q(
+                        f"max by (account, budget) (slurmscope_account_budget_forecast_ratio{{{CA}}})",
+                        "forecast",
+                    ),
+                ],
+                w=12,
+                description="Per account and budget, the share used and the period-end forecast (1 = the whole "
+                "budget); the periods and amounts are in the monthly report and mart_budget_period.",
+            )
+        )
+        .with_panel(
+            tbl(
+                "Money budgets this period",
+                [Q(f"max by (account) (slurmscope_account_budget_usd{{{CA}}})")],
+                w=12,
             )
         )
         .with_panel(

@@ -18,6 +18,7 @@ from slurmscope.pipelines.common import (
     ensure_columns,
     gpu_class,
     node_intervals,
+    split_calendar,
     usage_interval,
 )
 from slurmscope.pipelines.params import Params
@@ -32,12 +33,6 @@ MART_TABLES: dict[str, str | None] = {
     "mart_occupancy": "bucket_start",
     "mart_wait_times": "day",
 }
-
-WIDEN_SQL = """
-    SELECT CAST(timezone($tz, min(start_time)) AS DATE) FROM jobs
-    WHERE cluster = $cluster AND gpus > 0 AND start_time < $start AND (end_time IS NULL OR end_time > $end)"""
-"""mart_backfill_daily charges an attempt's GPU-hours to its start day, up to now while it runs: the days on
-which running GPU attempts started are rebuilt by every run until they end."""
 
 INPUTS: dict[str, str] = {
     # Attempts running or pending at some point of the window.
@@ -140,17 +135,33 @@ def _start_day(lf: pl.LazyFrame, params: Params) -> pl.LazyFrame:
 
 
 def backfill_daily(jobs: pl.LazyFrame, params: Params) -> pl.LazyFrame:
-    """Attempts by start day, partition and sched_by; GPU-hours of the whole attempt (to now if running)."""
-    j = _start_day(_norm(jobs), params).with_columns(usage_interval(params.now))
-    hours = (pl.col("use_end") - pl.col("use_start")).dt.total_microseconds() / 1e6 * pl.col("gpus") / 3600.0
+    """Per billing day, partition and sched_by: the attempts started that day (`jobs`) and the GPU-hours that
+    attempts held that day (`gpu_hours`: the overlap of [start, end or now) with the day, whatever day they
+    started), so that a month's rows add up to the GPU-hours inside the month, as mart_cost_daily charges
+    them, and a day that has ended never changes.
+
+    Overlaps are summed in integer GPU-microseconds, so a sum is the same whatever window computed it."""
+    j = _norm(jobs).filter(pl.col("start_time").is_not_null())
+    keys = ["day", "partition", "sched_by"]
+    started = _start_day(j, params).group_by(keys).agg(pl.len().cast(pl.Int64).alias("jobs"))
+    held = (
+        j.filter(pl.col("gpus") > 0)
+        .with_columns(usage_interval(params.now))
+        .with_columns(clip_interval("use_start", "use_end", params.start, params.now))
+    )
+    parts = split_calendar(held, "use_start", "use_end", params.tz, every="1d", out="day")
+    micro = (pl.col("overlap_seconds") * 1e6).round().cast(pl.Int64) * pl.col("gpus").cast(pl.Int64)
+    hours = (
+        parts.filter(pl.col("day") >= pl.lit(params.start_date)).group_by(keys).agg(micro.sum().alias("_us"))
+    )
+    total_jobs = pl.col("jobs").sum().over("day", "partition")
+    total_hours = pl.col("gpu_hours").sum().over("day", "partition")
     out = (
-        j.group_by("day", "partition", "sched_by")
-        .agg(pl.len().cast(pl.Int64).alias("jobs"), hours.clip(lower_bound=0).sum().alias("gpu_hours"))
+        started.join(hours, on=keys, how="full", coalesce=True)
+        .with_columns(pl.col("jobs").fill_null(0), (pl.col("_us").fill_null(0) / 3.6e9).alias("gpu_hours"))
         .with_columns(
-            (pl.col("jobs") / pl.col("jobs").sum().over("day", "partition")).alias("share"),
-            pl.when(pl.col("gpu_hours").sum().over("day", "partition") > 0)
-            .then(pl.col("gpu_hours") / pl.col("gpu_hours").sum().over("day", "partition"))
-            .alias("gpu_hours_share"),
+            pl.when(total_jobs > 0).then(pl.col("jobs") / total_jobs).alias("share"),
+            pl.when(total_hours > 0).then(pl.col("gpu_hours") / total_hours).alias("gpu_hours_share"),
         )
     )
     return ensure_columns(out, DAILY_SCHEMA)

@@ -184,6 +184,30 @@ def attribute_intervals(gpu_jobs: pl.LazyFrame, jobs: pl.LazyFrame, now: datetim
     )
 
 
+def activity() -> pl.Expr:
+    """A GPU minute's activity in percent: its GPM SM activity where the agent read GPM (activity_source 'gpm':
+    the share of SMs busy, dcgm-exporter's SM-active field), else its GPU_UTIL (NVML utilisation.gpu, which says
+    only that some kernel ran: a memory-bound or NCCL-waiting job reads near 100 %). Null when neither was read."""
+    return (
+        pl.when(pl.col("activity_source") == "gpm")
+        .then(pl.col("sm_active_mean"))
+        .otherwise(pl.col("util_gpu_mean"))
+    )
+
+
+def activity_sources(gpm_seconds: pl.Expr, sampled_seconds: pl.Expr) -> pl.Expr:
+    """Where a row's activity came from: 'gpm', 'gpu_util' or 'mixed' (some of each), null when unsampled."""
+    return (
+        pl.when(sampled_seconds <= 0)
+        .then(pl.lit(None, dtype=pl.String))
+        .when(gpm_seconds >= sampled_seconds)
+        .then(pl.lit("gpm"))
+        .when(gpm_seconds <= 0)
+        .then(pl.lit("gpu_util"))
+        .otherwise(pl.lit("mixed"))
+    )
+
+
 def gpu_seconds(overlap: str = "overlap_seconds", gpus: str = "gpus") -> pl.Expr:
     """GPU-seconds: overlap × whole GPUs (MIG slices are not whole GPUs; a null count is 0)."""
     return pl.col(overlap) * pl.col(gpus).fill_null(0).cast(pl.Float64)

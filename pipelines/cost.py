@@ -7,8 +7,10 @@ frozen and only a listed re-issue adds a new version. An attempt pays its GPUs o
 "billing_tres", the GPU-equivalents of its billing TRES. Unallocated capacity is the unallocated line or,
 with billing.idle_cost = "spread", charged within its partition and GPU model by cost (down only with
 billing.bill_down, a reservation's reserved GPUs to its accounts); powered-off nodes are not capacity. NVML
-samples give the usage-weighted view (allocated-but-idle dollars, cost per useful GPU-hour, energy).
-docs/pipelines.md#cost has the formulas and worked examples.
+samples give the usage-weighted view (allocated-but-idle dollars, cost per useful GPU-hour, energy). For a
+report finance can audit, the rates applied, sinfo's allocation reconciled with sacct's charges (the difference
+in named causes) and waste by the day attempts ended are marts too. docs/pipelines.md#cost has the formulas
+and worked examples.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta
 
 import polars as pl
+from slurmscope.pipelines.budgets import config_budgets, slurm_allocations, slurm_settings
 from slurmscope.pipelines.calendar import (
     UTC_DT,
     DayLookup,
@@ -31,6 +34,8 @@ from slurmscope.pipelines.common import (
     MIG_NODE_SEP,
     MIG_UNITS,
     NODE_STATES_SQL,
+    activity,
+    activity_sources,
     attribute_intervals,
     clip_interval,
     ensure_columns,
@@ -40,9 +45,11 @@ from slurmscope.pipelines.common import (
     mig_node_states,
     multi_attempt,
     node_intervals,
+    price_book,
     split_buckets,
     split_calendar,
     usage_interval,
+    with_columns_of,
     with_rate,
     with_requeued,
     with_slice_fractions,
@@ -50,7 +57,7 @@ from slurmscope.pipelines.common import (
 from slurmscope.pipelines.params import Billing, Params
 
 from slurmscope import mig
-from slurmscope.config import parse_billing_weights
+from slurmscope.config import RATE_FIELDS, parse_billing_weights
 from slurmscope.hostlist import expand_hostlist_lenient
 from slurmscope.slurm_states import JOB_UNSUCCESSFUL_STATES
 
@@ -67,6 +74,11 @@ MART_TABLES: dict[str, str | None] = {
     "mart_cost_unallocated_monthly": "month",
     "mart_cost_reservation_daily": "day",
     "mart_budget_monthly": "month",
+    "mart_cost_rates_daily": "day",
+    "mart_cost_reconciliation_daily": "day",
+    "mart_cost_reconciliation_monthly": "month",
+    "mart_cost_waste_daily": "day",
+    "mart_budget_period": None,  # every period of every budget, rewritten by each run (a few rows per account)
 }
 
 WIDEN_SQL = """
@@ -77,7 +89,7 @@ INPUTS: dict[str, str] = {
     # Attempts that may overlap the window, plus pending later attempts (to tell which were requeued).
     "jobs": """
         SELECT job_id_raw, submit_time, account, "user", "partition", qos, state, start_time, end_time,
-               gpus, gpu_type, billing, CASE WHEN mig_slices > 0 THEN alloc_tres END AS mig_tres
+               gpus, gpu_type, billing, node_list, CASE WHEN mig_slices > 0 THEN alloc_tres END AS mig_tres
         FROM jobs
         WHERE cluster = $cluster AND (end_time IS NULL OR end_time >= $start)
           AND (start_time IS NULL OR start_time < $end)""",
@@ -96,8 +108,13 @@ INPUTS: dict[str, str] = {
     # Unallocated capacity cost of those days: a day without usage has nobody to spread it over that day.
     "capacity_month_before": """
         SELECT day, "partition", gpu_model, idle_cost_usd::DOUBLE AS idle_usd, down_cost_usd::DOUBLE AS down_usd,
-               reserved_cost_usd::DOUBLE AS reserved_usd
+               reserved_cost_usd::DOUBLE AS reserved_usd, capacity_cost_usd::DOUBLE AS capacity_cost_usd,
+               allocated_cost_usd::DOUBLE AS allocated_cost_usd
         FROM mart_capacity_daily WHERE cluster = $cluster AND day >= $start_month AND day < $start_date""",
+    # The reconciliation of those days (the month's row sums every day of the month).
+    "reconciliation_month_before": """
+        SELECT * EXCLUDE (cluster) FROM mart_cost_reconciliation_daily
+        WHERE cluster = $cluster AND day >= $start_month AND day < $start_date""",
     # Reservations that may overlap the window (their nodes' reserved GPUs go to their accounts).
     "reservations": """
         SELECT name, start_time, end_time, node_list, accounts FROM reservations
@@ -127,8 +144,42 @@ INPUTS: dict[str, str] = {
           AND (interval_end IS NULL OR interval_end > $start)""",
     "mig_inventory": MIG_INVENTORY_SQL,
     "gpu_samples": """
-        SELECT node, gpu_uuid, minute, util_gpu_mean, energy_joules, power_mean_watts FROM gpu_samples
-        WHERE cluster = $cluster AND minute >= $start AND minute < $end""",
+        SELECT node, gpu_uuid, minute, util_gpu_mean, energy_joules, power_mean_watts, sm_active_mean,
+               activity_source
+        FROM gpu_samples WHERE cluster = $cluster AND minute >= $start AND minute < $end""",
+    # Partitions' TRESBillingWeights in the last `scontrol show partition` at or before now (charge_by =
+    # "billing_tres" without billing.tres_billing_weights).
+    "partition_weights": """
+        SELECT "partition", value AS weights FROM slurm_partitions
+        WHERE cluster = $cluster AND key = 'TRESBillingWeights' AND value IS NOT NULL
+          AND snapshot_time = (SELECT max(snapshot_time) FROM slurm_partitions
+                               WHERE cluster = $cluster AND snapshot_time <= $now)""",
+    # Budgets by period: each earlier month's latest invoice version per account (the window's come from
+    # monthly()), the last sshare snapshot (GrpTRESMins), Slurm's decay settings and a year of GPU-seconds
+    # per day (the longest PriorityUsageResetPeriod) for the GPU-hours an allocation's subtree spent, read
+    # only when the last snapshot has a GPU allocation at all.
+    "budget_months_before": """
+        SELECT m.month, m.account, sum(m.cost_usd)::DOUBLE AS spent_usd, sum(m.gpu_hours) AS spent_gpu_hours
+        FROM mart_cost_monthly m
+        JOIN (SELECT month, max(version) AS version FROM mart_cost_monthly
+              WHERE cluster = $cluster AND month < $start_month GROUP BY month) l USING (month, version)
+        WHERE m.cluster = $cluster GROUP BY m.month, m.account""",
+    "shares_last": """
+        SELECT snapshot_time, account, "user", parent, grp_tres_mins, grp_tres_raw, raw_usage FROM shares
+        WHERE cluster = $cluster
+          AND snapshot_time = (SELECT max(snapshot_time) FROM shares WHERE cluster = $cluster AND snapshot_time <= $now)""",
+    "slurm_priority": """
+        SELECT key, value FROM slurm_config
+        WHERE cluster = $cluster AND key IN ('PriorityDecayHalfLife', 'PriorityUsageResetPeriod')
+          AND snapshot_time = (SELECT max(snapshot_time) FROM slurm_config
+                               WHERE cluster = $cluster AND snapshot_time <= $now)""",
+    "gpu_days_before": """
+        SELECT day, account, gpu_model, sum(gpu_seconds) AS gpu_seconds FROM mart_cost_daily
+        WHERE cluster = $cluster AND day < $start_date AND day >= $start_date - INTERVAL 367 DAY
+          AND EXISTS (SELECT 1 FROM shares WHERE cluster = $cluster AND grp_tres_mins LIKE '%gres/gpu%'
+                        AND snapshot_time = (SELECT max(snapshot_time) FROM shares
+                                             WHERE cluster = $cluster AND snapshot_time <= $now))
+        GROUP BY ALL""",
 }
 
 DAILY_SCHEMA = {
@@ -188,6 +239,8 @@ EFFICIENCY_SCHEMA = {
     "energy_joules": pl.Float64,
     "energy_kwh": pl.Float64,
     "energy_cost_usd": pl.Float64,
+    "gpm_gpu_seconds": pl.Float64,
+    "activity_source": pl.String,
     "mig_gpu_seconds": pl.Float64,
 }
 UNALLOCATED_PARTS = ("idle", "down", "reserved")
@@ -344,12 +397,23 @@ def day_gpu_microseconds(
     return days.filter(day.is_not_null()).select("day", *KEYS, *flags, v.alias("v")).filter(pl.col("v") > 0)
 
 
-def _gpu_weights(billing: Billing) -> tuple[dict[str, float], dict[str, float]]:
-    """(`<partition>\\x00<type>` -> GRES/gpu:<type> weight, partition -> GRES/gpu weight) of
-    billing.tres_billing_weights; types in lower case."""
+def billing_weights(billing: Billing, collected: pl.LazyFrame | None) -> dict[str, str]:
+    """Partition -> TRESBillingWeights that charge_by = "billing_tres" divides by: billing.tres_billing_weights
+    when the config sets it (exactly that table, like the price book), else Slurm's own, from the last
+    `scontrol show partition` (slurm_partitions) at or before now."""
+    if billing.tres_billing_weights or collected is None:
+        return dict(billing.tres_billing_weights)
+    return {p: w for p, w in collected.collect().select("partition", "weights").iter_rows() if w}
+
+
+def _gpu_weights(
+    billing: Billing, weights: dict[str, str] | None = None
+) -> tuple[dict[str, float], dict[str, float]]:
+    """(`<partition>\\x00<type>` -> GRES/gpu:<type> weight, partition -> GRES/gpu weight) of `weights`
+    (billing_weights; billing.tres_billing_weights when None); types in lower case."""
     typed: dict[str, float] = {}
     plain: dict[str, float] = {}
-    for partition, text in billing.tres_billing_weights.items():
+    for partition, text in (billing.tres_billing_weights if weights is None else weights).items():
         for name, w in (parse_billing_weights(text) or {}).items():
             if name == "gres/gpu":
                 plain[partition] = w
@@ -363,15 +427,15 @@ def _weight(table: dict[str, float], column: str) -> pl.Expr:
     return key.replace_strict(table, default=None, return_dtype=pl.Float64)
 
 
-def gpu_equivalents(billing: Billing) -> pl.Expr:
+def gpu_equivalents(billing: Billing, weights: dict[str, str] | None = None) -> pl.Expr:
     """GPUs an attempt is charged for: its GPUs, or with billing.charge_by = "billing_tres" its billing TRES
     (sacct AllocTRES `billing=`, Slurm's TRESBillingWeights arithmetic) over its partition's GRES/gpu weight
     (`GRES/gpu:<model>` first), never fewer than its GPUs. An attempt without a billing TRES or whose
-    partition has no entry in billing.tres_billing_weights is charged its GPUs."""
+    partition's weights (billing_weights) give no GPU weight is charged its GPUs."""
     gpus = pl.col("gpus").cast(pl.Float64)
     if billing.charge_by != "billing_tres":
         return gpus
-    typed, plain = _gpu_weights(billing)
+    typed, plain = _gpu_weights(billing, weights)
     weight = pl.coalesce(
         _weight(typed, "gpu_type"),
         pl.col("partition").replace_strict(plain, default=None, return_dtype=pl.Float64),
@@ -380,7 +444,7 @@ def gpu_equivalents(billing: Billing) -> pl.Expr:
     return pl.when(billed.is_not_null()).then(pl.max_horizontal(billed, gpus)).otherwise(gpus)
 
 
-def mig_gpu_equivalents(billing: Billing) -> pl.Expr:
+def mig_gpu_equivalents(billing: Billing, weights: dict[str, str] | None = None) -> pl.Expr:
     """Units (1/MIG_UNITS GPU) a row of MIG slices (mig_attempts) is charged for: its units, or with
     billing.charge_by = "billing_tres" its share of the attempt's billing TRES over the weight of a whole GPU
     of its model (`GRES/gpu:<model>`, else `GRES/gpu`), never fewer than its units.
@@ -392,7 +456,7 @@ def mig_gpu_equivalents(billing: Billing) -> pl.Expr:
     units = pl.col("gpus").cast(pl.Float64)
     if billing.charge_by != "billing_tres":
         return units
-    typed, plain = _gpu_weights(billing)
+    typed, plain = _gpu_weights(billing, weights)
     untyped = pl.col("partition").replace_strict(plain, default=None, return_dtype=pl.Float64)
     whole = pl.coalesce(_weight(typed, "gpu_type"), untyped)
     b = pl.col("billing").cast(pl.Float64)
@@ -448,7 +512,7 @@ def mig_attempts(jobs: pl.LazyFrame, billing: Billing) -> tuple[pl.LazyFrame, pl
     )
 
 
-def daily(jobs: pl.LazyFrame, params: Params) -> pl.LazyFrame:
+def daily(jobs: pl.LazyFrame, params: Params, weights: dict[str, str] | None = None) -> pl.LazyFrame:
     """mart_cost_daily rows for days from the window's start (billing zone) up to now.
 
     Requeued GPU-seconds come from the jobs with several attempts alone (a few per cent of the attempts):
@@ -462,8 +526,10 @@ def daily(jobs: pl.LazyFrame, params: Params) -> pl.LazyFrame:
     whole, slices = mig_attempts(jobs, params.billing)
     billing = params.billing
     parts = [
-        _daily(whole, params, 1, gpu_equivalents(billing)).with_columns(pl.lit(0.0).alias("mig_gpu_seconds")),
-        _daily(slices, params, MIG_UNITS, mig_gpu_equivalents(billing)).with_columns(
+        _daily(whole, params, 1, gpu_equivalents(billing, weights)).with_columns(
+            pl.lit(0.0).alias("mig_gpu_seconds")
+        ),
+        _daily(slices, params, MIG_UNITS, mig_gpu_equivalents(billing, weights)).with_columns(
             pl.col("gpu_seconds").alias("mig_gpu_seconds")
         ),
     ]
@@ -573,20 +639,22 @@ FORECAST_MIN_DAYS = 1.0
 
 
 def budgets(invoices: pl.LazyFrame, params: Params) -> pl.LazyFrame:
-    """mart_budget_monthly: per month of the window (and the month of now) and budgeted account (config
-    `budgets`), what its invoice rows (latest version) have spent and the month-end forecast.
+    """mart_budget_monthly: per month of the window (and the month of now) and account with a monthly budget
+    (config `budgets`, period "month"), what its invoice rows (latest version) have spent and the month-end
+    forecast; budgets of other periods are in mart_budget_period (pipelines/budgets.py).
 
     Forecast = spent / elapsed share of the billing month (a straight burn-down at the month's mean rate so
     far, running attempts included up to now), from FORECAST_MIN_DAYS into the month; = spent once the month
-    has ended. Accounts without a budget get no row."""
-    if not params.budgets:
+    has ended. Accounts without a monthly budget get no row."""
+    monthly_budgets = {a: b for a, b in params.budgets.items() if b["period"] == "month"}
+    if not monthly_budgets:
         return pl.LazyFrame(schema=BUDGET_SCHEMA)
     tz, now = params.tz, params.now
     acct = pl.LazyFrame(
         {
-            "account": list(params.budgets),
-            "budget_usd": [b.get("usd_per_month") for b in params.budgets.values()],
-            "budget_gpu_hours": [b.get("gpu_hours_per_month") for b in params.budgets.values()],
+            "account": list(monthly_budgets),
+            "budget_usd": [b.get("usd") for b in monthly_budgets.values()],
+            "budget_gpu_hours": [b.get("gpu_hours") for b in monthly_budgets.values()],
         },
         schema={"account": pl.String, "budget_usd": pl.Float64, "budget_gpu_hours": pl.Float64},
     )
@@ -630,6 +698,48 @@ def budgets(invoices: pl.LazyFrame, params: Params) -> pl.LazyFrame:
         )
     )
     return ensure_columns(out, BUDGET_SCHEMA)
+
+
+def budget_periods(
+    frames: dict[str, pl.LazyFrame], invoices: pl.LazyFrame, d: pl.LazyFrame, params: Params
+) -> pl.LazyFrame:
+    """mart_budget_period: config budgets by period from every month's latest invoice version, and Slurm's
+    GrpTRESMins allocations (pipelines/budgets.py)."""
+    latest = invoices.filter(pl.col("version") == pl.col("version").max().over("month"))
+    window = latest.group_by("month", "account").agg(
+        pl.col("cost_usd").cast(pl.Float64).sum().alias("spent_usd"),
+        pl.col("gpu_hours").sum().alias("spent_gpu_hours"),
+    )
+    month_cols = {
+        "month": pl.Date,
+        "account": pl.String,
+        "spent_usd": pl.Float64,
+        "spent_gpu_hours": pl.Float64,
+    }
+    before = ensure_columns(_frame(frames, "budget_months_before", month_cols), month_cols)
+    months = pl.concat([before.select(list(month_cols)), window.select(list(month_cols))], how="vertical")
+    share_cols = {
+        "snapshot_time": UTC_DT,
+        "account": pl.String,
+        "user": pl.String,
+        "parent": pl.String,
+        "grp_tres_mins": pl.String,
+        "grp_tres_raw": pl.String,
+        "raw_usage": pl.Float64,
+    }
+    day_cols = {"day": pl.Date, "account": pl.String, "gpu_model": pl.String, "gpu_seconds": pl.Float64}
+    gpu_days = pl.concat(
+        [
+            ensure_columns(_frame(frames, "gpu_days_before", day_cols), day_cols).select(list(day_cols)),
+            d.select("day", "account", "gpu_model", "gpu_seconds").cast({"gpu_seconds": pl.Float64}),
+        ],
+        how="vertical",
+    )
+    settings = slurm_settings(
+        _frame(frames, "slurm_priority", {"key": pl.String, "value": pl.String}), params
+    )
+    slurm = slurm_allocations(_frame(frames, "shares_last", share_cols), settings, gpu_days, params)
+    return pl.concat([config_budgets(months, params), slurm], how="vertical")
 
 
 def reservation_accounts(reservations: pl.LazyFrame) -> pl.LazyFrame:
@@ -1000,17 +1110,20 @@ def gpu_intervals(node_states: pl.LazyFrame, params: Params) -> pl.LazyFrame:
     return pl.concat([whole, slices], how="vertical_relaxed")
 
 
-def capacity(node_states: pl.LazyFrame, params: Params) -> pl.LazyFrame:
+def capacity(
+    node_states: pl.LazyFrame, params: Params, intervals: pl.LazyFrame | None = None
+) -> pl.LazyFrame:
     """mart_capacity_daily: GPU-seconds and cost of capacity and its four parts; cents by largest remainder
     within each row, so allocated + idle + down + reserved equals capacity to the cent. MIG slices count as
     their fraction of a GPU of their model (gpu_intervals); `mig_gpu_seconds` is their part of capacity.
 
     sinfo snapshots every node at once, so the nodes of a partition and model share their intervals: their
-    GPUs are summed per interval before the day split (~1,000 intervals per snapshot time down to a few)."""
+    GPUs are summed per interval before the day split (~1,000 intervals per snapshot time down to a few).
+    `intervals`: node_intervals of `node_states`, when the caller has them (the reconciliation reads them too)."""
     billing = params.billing
     counts = ["total", *CAPACITY_PARTS, "powered_down", "mig"]
     iv = (
-        gpu_intervals(node_states, params)
+        (gpu_intervals(node_states, params) if intervals is None else intervals)
         .with_columns(
             *clip_interval("snapshot_time", "until", params.start, params.now),
             # Powered-off GPUs (slurm_states.NODE_GPUS_POWERED_DOWN_FLAGS) are neither idle nor capacity.
@@ -1121,14 +1234,23 @@ def cost_efficiency(
     Each mapping interval (gpu_jobs) goes to its attempt (common.attribute_intervals), is
     clipped to [window start, now), cut into UTC minutes and joined to that GPU's minute sample. A sampled
     held second costs the attempt's $/GPU-hour / 3600; it is idle when the minute's mean utilisation is under
-    drift.idle_util_percent, and it counts util_gpu_mean / 100 of a useful second. Energy is the minute's
-    energy-counter delta (else its mean power × 60 s) × held / 60. A MIG slice's interval holds its share of
-    a GPU (common.with_slice_fractions) at the rate of its GPU model and is joined to samples of the MIG
-    device itself, which NVML does not give: its GPU-seconds are in mig_gpu_seconds, unsampled.
+    drift.idle_util_percent, and it counts activity / 100 of a useful second: SM activity where the agent read
+    GPM, else GPU_UTIL (common.activity; `gpm_gpu_seconds` and `activity_source` say which). Energy is the
+    minute's energy-counter delta (else its mean power × 60 s) × held / 60. A MIG slice's interval holds its
+    share of a GPU (common.with_slice_fractions) at the rate of its GPU model and is joined to samples of the
+    MIG device itself, which NVML does not give (GPM included: the agents read GPM per whole GPU): its
+    GPU-seconds are in mig_gpu_seconds, unsampled, and neither GPM nor GPU_UTIL of its parent GPU is
+    attributed to it.
     """
     billing = params.billing
     threshold = float(params.drift.idle_util_percent)
     price_kwh = float(billing.energy_usd_per_kwh) * float(billing.pue)
+    # No electricity price (the default 0) is "not configured", not free energy.
+    energy_cost = (
+        pl.col("energy_joules") / JOULES_PER_KWH * price_kwh
+        if price_kwh > 0
+        else pl.lit(None, dtype=pl.Float64)
+    )
     cluster = pl.lit(params.cluster)
     keys = ["job_id_raw", "submit_time"]
     if "mig_instance" not in gpu_jobs.collect_schema().names():
@@ -1205,10 +1327,15 @@ def cost_efficiency(
             .sum()
             .alias("idle_cost_usd"),
             pl.when(sampled)
-            .then(pl.col("held") * pl.col("util_gpu_mean") / 100.0)
+            .then(pl.col("held") * activity() / 100.0)
             .otherwise(zero)
             .sum()
             .alias("useful_gpu_seconds"),
+            pl.when(sampled & (pl.col("activity_source") == "gpm"))
+            .then(pl.col("held"))
+            .otherwise(zero)
+            .sum()
+            .alias("gpm_gpu_seconds"),
             energy.fill_null(0.0).sum().alias("energy_joules"),
             pl.when(pl.col("slice")).then(pl.col("held")).otherwise(zero).sum().alias("mig_gpu_seconds"),
         )
@@ -1227,6 +1354,7 @@ def cost_efficiency(
                 "useful_gpu_seconds",
                 "energy_joules",
                 "mig_gpu_seconds",
+                "gpm_gpu_seconds",
             ).fill_null(0.0)
         )
         .with_columns(
@@ -1237,10 +1365,465 @@ def cost_efficiency(
             .then(pl.col("sampled_cost_usd") / (pl.col("useful_gpu_seconds") / 3600.0))
             .alias("cost_per_useful_gpu_hour"),
             (pl.col("energy_joules") / JOULES_PER_KWH).alias("energy_kwh"),
-            (pl.col("energy_joules") / JOULES_PER_KWH * price_kwh).alias("energy_cost_usd"),
+            energy_cost.alias("energy_cost_usd"),
+            activity_sources(pl.col("gpm_gpu_seconds"), pl.col("sampled_gpu_seconds")).alias(
+                "activity_source"
+            ),
         )
     )
     return ensure_columns(out.filter(pl.col("day") >= pl.lit(params.start_date)), EFFICIENCY_SCHEMA)
+
+
+RATE_SCHEMA = {
+    "day": pl.Date,
+    "partition": pl.String,
+    "gpu_model": pl.String,
+    "rate_per_gpu_hour": pl.Float64,
+    "price_key": pl.String,
+    "kind": pl.String,
+    **{f: pl.Float64 for f in RATE_FIELDS if f != "rate"},
+}
+RECONCILIATION_CAUSES = ("unrecorded", "unseen", "sampling", "gap")
+"""allocated (sinfo snapshots) − charged (sacct) = unrecorded − unseen + sampling − gap, per day, exactly."""
+RECONCILIATION_DAILY_SCHEMA = {
+    "day": pl.Date,
+    "allocated_gpu_seconds": pl.Float64,
+    "charged_gpu_seconds": pl.Float64,
+    **{f"{c}_gpu_seconds": pl.Float64 for c in RECONCILIATION_CAUSES},
+}
+RECONCILIATION_MONTHLY_SCHEMA = {
+    "month": pl.Date,
+    "allocated_gpu_seconds": pl.Float64,
+    "charged_gpu_seconds": pl.Float64,
+    "difference_gpu_seconds": pl.Float64,
+    **{f"{c}_gpu_seconds": pl.Float64 for c in RECONCILIATION_CAUSES},
+    "invoiced_gpu_seconds": pl.Float64,
+    "after_invoice_gpu_seconds": pl.Float64,
+    "capacity_cost_usd": pl.Float64,
+    "allocated_cost_usd": pl.Float64,
+    "invoiced_cost_usd": pl.Float64,
+    "usage_cost_usd": pl.Float64,
+    "unallocated_cost_usd": pl.Float64,
+    "blocked_cost_usd": pl.Float64,
+    "difference_cost_usd": pl.Float64,
+}
+
+
+def price_entries(billing: Billing) -> pl.LazyFrame:
+    """One row per price-book key as price_book keys it (`partition:<name>`, a lower-case GPU model,
+    `default`): `kind` 'rate' (a number or {rate = x}) or 'amortised' with every input of hourly_rate's
+    formula, the defaults it used included; NULL inputs for a rate."""
+    inputs = [f for f in RATE_FIELDS if f != "rate"]
+    rows = []
+    for key, entry in billing.rates.items():
+        name = key if key.startswith("partition:") else key.lower()
+        amortised = isinstance(entry, dict) and "rate" not in entry
+        values = [float(entry.get(f, RATE_FIELDS[f].default)) if amortised else None for f in inputs]
+        rows.append((name, "amortised" if amortised else "rate", *values))
+    schema = {"price_key": pl.String, "kind": pl.String, **{f: pl.Float64 for f in inputs}}
+    return pl.LazyFrame(rows, schema=schema, orient="row")
+
+
+def rates_daily(cap: pl.LazyFrame, d: pl.LazyFrame, params: Params) -> pl.LazyFrame:
+    """mart_cost_rates_daily: for each billing day, the $/GPU-hour applied to each (partition, GPU model) the
+    capacity rows with GPUs (partition sets) and the usage rows priced, the price-book key it came from (with_rate's
+    order: partition, else GPU model, else default) and, for an amortised entry, the inputs of its formula."""
+    billing = params.billing
+    models, parts, _ = price_book(billing)
+    gpus = (pl.col("capacity_gpu_seconds") > 0) | (pl.col("powered_down_gpu_seconds") > 0)
+    scopes = pl.concat(
+        [cap.filter(gpus).select("day", "partition", "gpu_model"), d.select("day", "partition", "gpu_model")],
+        how="vertical",
+    ).unique()
+    model = pl.col("gpu_model").str.to_lowercase()
+    key = (
+        pl.when(pl.col("partition").is_in(list(parts)))
+        .then(pl.lit("partition:") + pl.col("partition"))
+        .when(model.is_in(list(models)))
+        .then(model)
+        .otherwise(pl.lit("default"))
+    )
+    out = with_rate(scopes, billing).with_columns(key.alias("price_key"))
+    return ensure_columns(out.join(price_entries(billing), on="price_key", how="left"), RATE_SCHEMA)
+
+
+def node_pieces(
+    node_states: pl.LazyFrame, params: Params, intervals: pl.LazyFrame | None = None
+) -> pl.LazyFrame:
+    """The capacity rows' node intervals (gpu_intervals, clipped to the window) cut at billing-day bounds:
+    (day, node, allocated, ps, pe), the piece [ps, pe) in epoch microseconds and `allocated` in units of
+    1/MIG_UNITS GPU, a node's whole GPUs and MIG slices together. Most intervals lie in one day and are not
+    exploded; day bounds come from a table of the window's days, as in day_gpu_microseconds."""
+    tz, now = params.tz, params.now
+    first = local_date(params.start, tz) - timedelta(days=1)
+    table = day_bounds(first, local_date(now, tz) + timedelta(days=1), tz)
+    origin = (first - date(1970, 1, 1)).days
+    days = billing_days(node_states, "snapshot_time", params)
+
+    def at(day: pl.Expr, column: str) -> pl.Expr:
+        return pl.lit(table[column]).gather(day.cast(pl.Int32) - origin)
+
+    iv = (
+        (gpu_intervals(node_states, params) if intervals is None else intervals)
+        .with_columns(clip_interval("snapshot_time", "until", params.start, now))
+        .filter(pl.col("until") > pl.col("snapshot_time"))
+        .select(
+            "node",
+            "slice",
+            (pl.col("allocated") * MIG_UNITS).round().cast(pl.Int64).alias("allocated"),
+            pl.col("snapshot_time").dt.epoch("us").alias("s"),
+            pl.col("until").dt.epoch("us").alias("e"),
+        )
+    )
+    # A node's slices stand over the same snapshots as its whole GPUs: one piece each, so that J is set against
+    # all the node's GPUs at once. Only the few nodes with slices are grouped.
+    sliced = iv.filter(pl.col("slice")).select("node").unique()
+    iv = (
+        pl.concat(
+            [
+                iv.join(sliced, on="node", how="anti").drop("slice"),
+                iv.join(sliced, on="node", how="semi")
+                .group_by("node", "s", "e")
+                .agg(pl.col("allocated").sum()),
+            ],
+            how="diagonal",
+        )
+        .select("node", "allocated", "s", "e")
+        .with_columns(days.day(pl.col("s")).alias("day"), days.day(pl.col("e") - 1).alias("_last"))
+    )
+    single = iv.filter(pl.col("day") == pl.col("_last")).select(
+        "day", "node", "allocated", pl.col("s").alias("ps"), pl.col("e").alias("pe")
+    )
+    multi = (
+        iv.filter(pl.col("day") != pl.col("_last"))
+        .with_columns(pl.date_ranges("day", "_last", "1d").alias("day"))
+        .explode("day")
+        .select(
+            "day",
+            "node",
+            "allocated",
+            pl.max_horizontal("s", at(pl.col("day"), "_ps")).alias("ps"),
+            pl.min_horizontal("e", at(pl.col("day"), "_pe")).alias("pe"),
+        )
+        .filter(pl.col("pe") > pl.col("ps"))
+    )
+    return pl.concat([single, multi], how="vertical").filter(pl.col("day") >= pl.lit(params.start_date))
+
+
+def node_gpu_levels(jobs: pl.LazyFrame, params: Params) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """Per node, the step function of the GPUs sacct says attempts held there: (levels, names). `levels` has
+    (nk, t, level, before) at each change, `nk` the node's number in `names` (node, nk), `t` epoch
+    microseconds, `level` the GPUs held from t to the next change and `before` the GPU-microseconds held on
+    the node before t, GPUs in units of 1/MIG_UNITS GPU (integers: a difference of two is exact whatever the
+    window). A MIG slice counts as its fraction of a GPU (mig_attempts), as in mart_cost_daily.
+
+    An attempt's GPUs are spread over the nodes of its NodeList as Slurm's --gpus-per-node jobs are, evenly,
+    the first nodes taking one more when they do not divide (sacct records the job's total only); its MIG
+    slices likewise, by units.
+    Attempts without a NodeList are on no node. Hostlists are expanded once per distinct NodeList."""
+    names = jobs.collect_schema().names()
+    if "node_list" not in names:
+        jobs = jobs.with_columns(pl.lit(None, dtype=pl.String).alias("node_list"))
+    if "billing" not in names:
+        jobs = jobs.with_columns(pl.lit(None, dtype=pl.Float64).alias("billing"))
+    whole, slices = mig_attempts(jobs, params.billing)
+    names = whole.collect_schema().names()
+    # `_step`: units per count of `gpus` (whole GPUs are spread over the nodes as whole GPUs, slices as units)
+    held = pl.concat(
+        [
+            whole.with_columns(pl.lit(MIG_UNITS, dtype=pl.Int64).alias("_step")),
+            slices.select(names).with_columns(pl.lit(1, dtype=pl.Int64).alias("_step")),
+        ],
+        how="vertical_relaxed",
+    )
+    a = (
+        usage(held, params.now)
+        .filter(pl.col("node_list").is_not_null())
+        .with_columns(clip_interval("use_start", "use_end", params.start, params.now))
+        .filter(pl.col("use_end") > pl.col("use_start"))
+        .select(
+            "node_list",
+            "_step",
+            pl.col("gpus").cast(pl.Int64),
+            pl.col("use_start").dt.epoch("us").alias("s"),
+            pl.col("use_end").dt.epoch("us").alias("e"),
+        )
+    )
+    lists = (
+        a.select(pl.col("node_list").unique())
+        .with_columns(
+            pl.col("node_list")
+            .map_elements(expand_hostlist_lenient, return_dtype=pl.List(pl.String))
+            .alias("node")
+        )
+        .with_columns(pl.col("node").list.len().cast(pl.Int64).alias("_n"))
+        .filter(pl.col("_n") > 0)
+        .with_columns(pl.int_ranges(0, pl.col("_n")).alias("_k"))
+        .explode("node", "_k")
+        .cache()
+    )
+    names = lists.select(pl.col("node").unique().sort()).with_row_index("nk")
+    per_node = a.join(lists.join(names, on="node"), on="node_list").with_columns(
+        (
+            (pl.col("gpus") // pl.col("_n") + (pl.col("_k") < pl.col("gpus") % pl.col("_n")).cast(pl.Int64))
+            * pl.col("_step")
+        ).alias("g")
+    )
+    # Sorted by time only (one key sorts far faster than node and time), each node's running sums are
+    # windows over its rows in that order. Several changes at one instant need no merging: the as-of join
+    # takes the last row at or before an instant, after all of them, and the rows between add no area.
+    steps = (
+        pl.concat(
+            [
+                per_node.select("nk", pl.col("s").alias("t"), "g"),
+                per_node.select("nk", pl.col("e").alias("t"), -pl.col("g")),
+            ],
+            how="vertical",
+        )
+        .sort("t")
+        .with_columns(pl.col("g").cum_sum().over("nk").alias("level"))
+    )
+    area = pl.col("level") * (pl.col("t").shift(-1).over("nk") - pl.col("t")).fill_null(0)
+    levels = (
+        steps.with_columns(area.alias("_area"))
+        .with_columns((pl.col("_area").cum_sum().over("nk") - pl.col("_area")).alias("before"))
+        .select("nk", "t", "level", "before")
+    )
+    return levels, names
+
+
+def _unit_seconds(units_us: pl.Expr) -> pl.Expr:
+    """GPU-seconds of integer microseconds of 1/MIG_UNITS GPU: whole GPU-microseconds / 1e6 plus the rest, so
+    that a whole-GPU figure is the same float as GPU-microseconds / 1e6 (a plan may turn a division by a
+    constant into a multiplication by its inverse, which 1/28e6 would not survive exactly)."""
+    return (units_us // MIG_UNITS) / 1e6 + (units_us % MIG_UNITS) / (1e6 * MIG_UNITS)
+
+
+def reconciliation_daily(
+    node_states: pl.LazyFrame,
+    jobs: pl.LazyFrame,
+    d: pl.LazyFrame,
+    params: Params,
+    intervals: pl.LazyFrame | None = None,
+) -> pl.LazyFrame:
+    """mart_cost_reconciliation_daily: per billing day, the GPU-seconds sinfo snapshots show allocated (as
+    mart_capacity_daily counts them) against those sacct attempts are charged (mart_cost_daily), and the
+    difference split into four causes that add up to it exactly:
+
+    allocated − charged = unrecorded − unseen + sampling − gap.
+
+    Each snapshot stands for its node over an interval, cut at billing-day bounds into pieces [ps, pe) with
+    the snapshot's allocated GPUs A (node_pieces). J is the GPUs sacct attempts held on the node at ps (the
+    snapshot's time, or midnight for the later pieces of an interval that crosses it, so a day never depends
+    on the day before) and C the GPU-seconds they held in the piece (node_gpu_levels). Per piece:
+    unrecorded = max(A − J, 0) × (pe − ps) (sinfo showed GPUs allocated that no sacct attempt held: an attempt
+    not yet in accounting, GPUs outside accounting); unseen = max(J − A, 0) × (pe − ps) (attempts
+    held GPUs sinfo did not show allocated); sampling = J × (pe − ps) − C (a snapshot stands until the next:
+    attempts that started or ended in between). gap = charged − Σ C: GPU-seconds charged while no snapshot
+    covered the node (snapshot gaps longer than pipelines.node_snapshot_max_gap_seconds, nodes sinfo never
+    listed, attempts without a NodeList). MIG slices count on both sides as their fraction of a GPU (sinfo's
+    and sacct's slices alike, docs/pipelines.md#mig). Sums are integer microseconds of 1/MIG_UNITS GPU."""
+    levels, names = node_gpu_levels(jobs, params)
+    levels = levels.rename({"t": "t0"})  # sorted by time
+
+    def value_at(lf: pl.LazyFrame, column: str, level: str, integral: str) -> pl.LazyFrame:
+        """The level and the integral of node_gpu_levels' step function at the instants `column`."""
+        return (
+            lf.sort(column)
+            .join_asof(
+                levels, left_on=column, right_on="t0", by="nk", strategy="backward", check_sortedness=False
+            )
+            .with_columns(
+                pl.col("level").fill_null(0).alias(level),
+                (pl.col("before") + pl.col("level") * (pl.col(column) - pl.col("t0")))
+                .fill_null(0)
+                .alias(integral),
+            )
+            .drop("level", "before", "t0")
+        )
+
+    # A node no attempt ran on has no number: no level, so J and C are 0.
+    pieces = node_pieces(node_states, params, intervals).join(names, on="node", how="left")
+    pieces = value_at(value_at(pieces, "ps", "j", "f_ps"), "pe", "_j_pe", "f_pe")
+    span = pl.col("pe") - pl.col("ps")
+    a, j = pl.col("allocated"), pl.col("j")
+    covered = pl.col("f_pe") - pl.col("f_ps")
+    per_day = pieces.group_by("day").agg(
+        (a * span).sum().alias("allocated"),
+        ((a - j).clip(lower_bound=0) * span).sum().alias("unrecorded"),
+        ((j - a).clip(lower_bound=0) * span).sum().alias("unseen"),
+        (j * span - covered).sum().alias("sampling"),
+        covered.sum().alias("_covered"),
+    )
+    charged = d.group_by("day").agg(
+        (pl.col("gpu_seconds") * (1e6 * MIG_UNITS)).round().cast(pl.Int64).sum().alias("charged")
+    )
+    parts = ["allocated", "unrecorded", "unseen", "sampling", "_covered", "charged"]
+    out = (
+        per_day.join(charged, on="day", how="full", coalesce=True)
+        .with_columns(pl.col(parts).fill_null(0))
+        .with_columns((pl.col("charged") - pl.col("_covered")).alias("gap"))
+        .select(
+            "day",
+            *[
+                _unit_seconds(pl.col(c)).alias(f"{c}_gpu_seconds")
+                for c in ("allocated", "charged", *RECONCILIATION_CAUSES)
+            ],
+        )
+    )
+    return ensure_columns(out, RECONCILIATION_DAILY_SCHEMA)
+
+
+def reconciliation_monthly(
+    days: pl.LazyFrame,
+    invoices: pl.LazyFrame,
+    unallocated: pl.LazyFrame,
+    capacity_days: pl.LazyFrame,
+    params: Params,
+) -> pl.LazyFrame:
+    """mart_cost_reconciliation_monthly: per billing month from the window's, the month's reconciliation in
+    GPU-seconds (the sums of `days`, mart_cost_reconciliation_daily, whole months) and in dollars.
+
+    GPU-seconds: difference = allocated − charged (= unrecorded − unseen + sampling − gap);
+    after_invoice = charged − invoiced, the sacct GPU-seconds that changed after the invoice's latest
+    version was issued (late records of a frozen month; 0 for an open month).
+    Dollars (cents): capacity − invoiced − unallocated = difference = allocated − usage + blocked, where
+    invoiced is the latest invoice (usage = its cost less its spread), unallocated the unallocated line
+    (idle + down + reserved) and blocked the idle dollars billing TRES already paid (both
+    mart_cost_unallocated_monthly), capacity and allocated the month's mart_capacity_daily rows
+    (`capacity_days`)."""
+    month = pl.col("day").dt.month_start().alias("month")
+    start = pl.lit(params.start_month)
+    us = ["allocated", "charged", *RECONCILIATION_CAUSES]
+    gpu = (
+        days.with_columns(month)
+        .group_by("month")
+        .agg(*[(pl.col(f"{c}_gpu_seconds") * 1e6).round().cast(pl.Int64).sum().alias(c) for c in us])
+        .with_columns((pl.col("allocated") - pl.col("charged")).alias("difference"))
+        .select("month", *[(pl.col(c) / 1e6).alias(f"{c}_gpu_seconds") for c in (*us, "difference")])
+    )
+    latest = invoices.filter(pl.col("version") == pl.col("version").max().over("month"))
+    billed = latest.group_by("month").agg(
+        (pl.col("gpu_hours").sum() * 3.6e9).round().cast(pl.Int64).alias("_invoiced"),
+        pl.col("cost_usd").cast(pl.Float64).sum().alias("invoiced_cost_usd"),
+        (pl.col("cost_usd").cast(pl.Float64) - pl.col("spread_cost_usd").cast(pl.Float64))
+        .sum()
+        .alias("usage_cost_usd"),
+    )
+    line = unallocated.group_by("month").agg(
+        (pl.col("idle_cost_usd") + pl.col("down_cost_usd") + pl.col("reserved_cost_usd"))
+        .sum()
+        .alias("unallocated_cost_usd"),
+        pl.col("blocked_cost_usd").sum(),
+    )
+    cap = (
+        capacity_days.with_columns(month)
+        .group_by("month")
+        .agg(pl.col("capacity_cost_usd").sum(), pl.col("allocated_cost_usd").sum())
+    )
+    money = ["capacity_cost_usd", "allocated_cost_usd", "invoiced_cost_usd", "usage_cost_usd"]
+    money += ["unallocated_cost_usd", "blocked_cost_usd"]
+    cents = [((pl.col(c) * 100).round() / 100).alias(c) for c in money]
+    out = (
+        gpu.join(billed, on="month", how="full", coalesce=True)
+        .join(line, on="month", how="full", coalesce=True)
+        .join(cap, on="month", how="full", coalesce=True)
+        .filter(pl.col("month") >= start)
+        .with_columns(pl.col(f"{c}_gpu_seconds" for c in (*us, "difference")).fill_null(0.0))
+        .with_columns(pl.col("_invoiced").fill_null(0), *[c.fill_null(0.0) for c in cents])
+        .with_columns(
+            (pl.col("_invoiced") / 1e6).alias("invoiced_gpu_seconds"),
+            (
+                ((pl.col("charged_gpu_seconds") * 1e6).round().cast(pl.Int64) - pl.col("_invoiced")) / 1e6
+            ).alias("after_invoice_gpu_seconds"),
+            (pl.col("capacity_cost_usd") - pl.col("invoiced_cost_usd") - pl.col("unallocated_cost_usd"))
+            .round(2)
+            .alias("difference_cost_usd"),
+        )
+    )
+    return ensure_columns(out, RECONCILIATION_MONTHLY_SCHEMA)
+
+
+WASTE_SCHEMA = {
+    "day": pl.Date,
+    "account": pl.String,
+    "attempts": pl.Int64,
+    "failed_attempts": pl.Int64,
+    "failed_gpu_seconds": pl.Float64,
+    "failed_cost_usd": pl.Float64,
+    "requeued_attempts": pl.Int64,
+    "requeued_gpu_seconds": pl.Float64,
+    "requeued_cost_usd": pl.Float64,
+}
+
+
+def waste_daily(jobs: pl.LazyFrame, params: Params, weights: dict[str, str] | None = None) -> pl.LazyFrame:
+    """mart_cost_waste_daily: per billing day on which GPU attempts ended, and account, the attempts that ended
+    and, of them, those that failed (the states of mart_cost_daily's failed_*) and those requeued (a later
+    attempt of the same job exists), with their whole GPU-seconds and dollars at their rate (billed
+    GPU-equivalents with billing.charge_by = "billing_tres", by `weights` as daily() bills them). MIG slices
+    count as their fraction of a GPU at their model's rate (mig_attempts, as in mart_cost_daily); an attempt
+    is counted once however many GPU models its slices and GPUs span.
+
+    By the day an attempt ended, not the days it ran: whether an attempt failed is known only when it ends,
+    so a month's figures are final once the month has ended; an attempt running across the month's end
+    counts, whole, in the month it ends in (mart_cost_daily's failed_* spread it over the days it ran, and
+    change for a past month when it ends)."""
+    now, billing = params.now, params.billing
+    if "billing" not in jobs.collect_schema().names():
+        jobs = jobs.with_columns(pl.lit(None, dtype=pl.Float64).alias("billing"))
+    whole, slices = mig_attempts(jobs, billing)
+    names, keys = whole.collect_schema().names(), ["job_id_raw", "submit_time"]
+    if "mig_tres" in names:
+        # An attempt with whole GPUs is counted by its whole row; one with slices only by its slice rows.
+        mixed = whole.filter(pl.col("mig_tres").is_not_null()).select(*keys, pl.lit(True).alias("_mixed"))
+        slices = slices.join(mixed, on=keys, how="left")
+        share = pl.when(pl.col("_mixed").fill_null(False)).then(0.0).otherwise(1.0 / pl.len().over(keys))
+    else:
+        share = pl.lit(1.0)
+    rows = pl.concat(
+        [
+            whole.with_columns(
+                gpu_equivalents(billing, weights).alias("_eq"),
+                pl.lit(1.0).alias("_per"),
+                pl.lit(1.0).alias("_n"),
+            ),
+            slices.with_columns(
+                mig_gpu_equivalents(billing, weights).alias("_eq"),
+                pl.lit(float(MIG_UNITS)).alias("_per"),
+                share.alias("_n"),
+            ).select(*names, "_eq", "_per", "_n"),
+        ],
+        how="vertical_relaxed",
+    )
+    ended = attempts(rows, now).filter(~pl.col("running") & pl.col("end_time").is_not_null())
+    days = billing_days(ended, "end_time", params)
+    seconds = (pl.col("use_end") - pl.col("use_start")).dt.total_microseconds().clip(lower_bound=0) / 1e6
+    a = with_rate(
+        ended.with_columns(
+            days.day(pl.col("use_end").dt.epoch("us") - 1).alias("day"),
+            (seconds * pl.col("gpus").cast(pl.Float64) / pl.col("_per")).alias("gs"),
+            (seconds * pl.col("_eq") / pl.col("_per")).alias("billed"),
+        ).filter(pl.col("day") >= pl.lit(params.start_date)),
+        billing,
+    ).with_columns((pl.col("billed") / 3600.0 * pl.col("rate_per_gpu_hour")).alias("usd"))
+    failed, requeued = pl.col("failed"), pl.col("requeued")
+    zero = pl.lit(0.0)
+    n = pl.col("_n")
+
+    def count(rows: pl.Expr) -> pl.Expr:
+        return rows.sum().round().cast(pl.Int64)
+
+    out = a.group_by("day", "account").agg(
+        count(n).alias("attempts"),
+        count(pl.when(failed).then(n).otherwise(zero)).alias("failed_attempts"),
+        pl.when(failed).then(pl.col("gs")).otherwise(zero).sum().alias("failed_gpu_seconds"),
+        pl.when(failed).then(pl.col("usd")).otherwise(zero).sum().alias("failed_cost_usd"),
+        count(pl.when(requeued).then(n).otherwise(zero)).alias("requeued_attempts"),
+        pl.when(requeued).then(pl.col("gs")).otherwise(zero).sum().alias("requeued_gpu_seconds"),
+        pl.when(requeued).then(pl.col("usd")).otherwise(zero).sum().alias("requeued_cost_usd"),
+    )
+    return ensure_columns(out, WASTE_SCHEMA)
 
 
 def _frame(frames: dict[str, pl.LazyFrame], name: str, schema: dict[str, pl.DataType]) -> pl.LazyFrame:
@@ -1255,14 +1838,16 @@ def _optional(frame: pl.LazyFrame | None, schema: dict[str, pl.DataType]) -> pl.
 def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.LazyFrame]:
     # Capacity feeds its mart and the spread of every daily row; the daily rows feed four marts: cached, so
     # the one collect computes each once (without, the spread made the cost pipeline ~10x slower).
-    cap = capacity(frames["node_states"], params).cache()
+    intervals = gpu_intervals(frames["node_states"], params).cache()
+    cap = capacity(frames["node_states"], params, intervals).cache()
     pools = unallocated_pools(cap)
     res_schema = {"name": pl.String, "start_time": UTC_DT, "end_time": UTC_DT}
     res_schema |= {"node_list": pl.String, "accounts": pl.String}
     res = reservation_daily(
         frames["node_states"], _frame(frames, "reservations", res_schema), cap, params
     ).cache()
-    d = spread_daily(daily(frames["jobs"], params), pools, params, res).cache()
+    weights = billing_weights(params.billing, frames.get("partition_weights"))
+    d = spread_daily(daily(frames["jobs"], params, weights), pools, params, res).cache()
     cols = ("day", "account", "user", "partition", "gpu_model", "gpu_seconds", "cost_usd", "gpu_cost_usd")
     floats = {"gpu_seconds": pl.Float64, "cost_usd": pl.Float64, "gpu_cost_usd": pl.Float64}
     before = _frame(
@@ -1280,7 +1865,8 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
         [_month_rows(before).select(*cols).cast(floats), _month_rows(d).select(*cols).cast(floats)],
         how="vertical",
     ).cache()
-    pools_before = _frame(frames, "capacity_month_before", dict(POOL_COLUMNS))
+    cap_costs = {"capacity_cost_usd": pl.Float64, "allocated_cost_usd": pl.Float64}
+    pools_before = _frame(frames, "capacity_month_before", {**dict(POOL_COLUMNS), **cap_costs})
     month_pools = pl.concat(
         [ensure_columns(pools_before, dict(POOL_COLUMNS)), ensure_columns(pools, dict(POOL_COLUMNS))],
         how="vertical",
@@ -1302,9 +1888,8 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
             "interval_end": UTC_DT,
         },
     )
-    samples = _frame(
-        frames,
-        "gpu_samples",
+    samples = with_columns_of(  # an older caller's frame may lack the GPM columns: GPU_UTIL then
+        frames.get("gpu_samples"),
         {
             "node": pl.String,
             "gpu_uuid": pl.String,
@@ -1312,16 +1897,32 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
             "util_gpu_mean": pl.Float64,
             "energy_joules": pl.Float64,
             "power_mean_watts": pl.Float64,
+            "sm_active_mean": pl.Float64,
+            "activity_source": pl.String,
         },
+    )
+    unallocated = unallocated_monthly(
+        month_days, month_pools, prev_unallocated, frames["prev_monthly"], params, month_res
+    ).cache()
+    recon = reconciliation_daily(frames["node_states"], frames["jobs"], d, params, intervals).cache()
+    recon_before = _frame(frames, "reconciliation_month_before", RECONCILIATION_DAILY_SCHEMA)
+    month_recon = pl.concat(
+        [ensure_columns(recon_before, RECONCILIATION_DAILY_SCHEMA), recon], how="vertical"
+    )
+    month_capacity = pl.concat(
+        [
+            ensure_columns(pools_before, {"day": pl.Date, **cap_costs}),
+            ensure_columns(cap, {"day": pl.Date, **cap_costs}),
+        ],
+        how="vertical",
     )
     return {
         "mart_cost_daily": ensure_columns(d, DAILY_SCHEMA),
         "mart_capacity_daily": cap,
         "mart_cost_monthly": invoices,
         "mart_budget_monthly": budgets(invoices, params),
-        "mart_cost_unallocated_monthly": unallocated_monthly(
-            month_days, month_pools, prev_unallocated, frames["prev_monthly"], params, month_res
-        ),
+        "mart_budget_period": budget_periods(frames, invoices, d, params),
+        "mart_cost_unallocated_monthly": unallocated,
         "mart_cost_reservation_daily": res,
         "mart_usage_counters": counters(d, frames["daily_before"], frames["prev_counters"], params),
         "mart_cost_efficiency_daily": cost_efficiency(
@@ -1332,4 +1933,10 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
             params,
             _frame(frames, "mig_inventory", dict(MIG_INVENTORY_COLUMNS)),
         ),
+        "mart_cost_rates_daily": rates_daily(cap, d, params),
+        "mart_cost_reconciliation_daily": recon,
+        "mart_cost_reconciliation_monthly": reconciliation_monthly(
+            month_recon, invoices, unallocated, month_capacity, params
+        ),
+        "mart_cost_waste_daily": waste_daily(frames["jobs"], params, weights),
     }

@@ -14,6 +14,8 @@ from slurmscope.pipelines.calendar import UTC_DT, local_day
 from slurmscope.pipelines.common import (
     MIG_INVENTORY_COLUMNS,
     MIG_INVENTORY_SQL,
+    activity,
+    activity_sources,
     attribute_intervals,
     exploded_mig,
     split_buckets,
@@ -41,7 +43,7 @@ INPUTS: dict[str, str] = {
     # Samples back to the earliest of those intervals, so a long job's efficiency covers its whole run.
     "gpu_samples": """
         SELECT cluster, node, gpu_uuid, minute, samples, util_gpu_mean, util_gpu_max, mem_used_max_bytes,
-               energy_joules
+               energy_joules, sm_active_mean, activity_source
         FROM gpu_samples
         WHERE cluster = $cluster AND minute < $end AND minute >= coalesce((
             SELECT min(interval_start) FROM gpu_jobs
@@ -83,6 +85,10 @@ JOB_SCHEMA = {
     "zero_util": pl.Boolean,
     "alloc_start": UTC_DT,
     "alloc_end": UTC_DT,
+    "sm_active_mean": pl.Float64,
+    "useful_gpu_seconds": pl.Float64,
+    "gpm_gpu_seconds": pl.Float64,
+    "activity_source": pl.String,
     "mig_gpus": pl.Float64,
     "mig_activity": pl.String,
 }
@@ -129,9 +135,18 @@ def gpu_minutes(intervals: pl.LazyFrame, samples: pl.LazyFrame, threshold: float
     `held` = seconds of the minute inside the interval; a sample's energy is pro-rated by `held`/60.
     `gpu_held` = held × the interval's `gpu_fraction` (1 for a whole GPU, a MIG slice's share of its GPU):
     GPU-seconds. A MIG interval (`mig_instance`) is joined to samples of the MIG device itself, which NVML
-    does not give (utilisation is not supported per MIG device): its minutes are unsampled.
-    `idle` = the minute was sampled and its mean utilisation was below `threshold` percent.
+    does not give (utilisation is not supported per MIG device, and the agents read GPM per whole GPU): its
+    minutes are unsampled, and the parent GPU's activity is not attributed to a slice.
+    `idle` = the minute was sampled and its mean utilisation was below `threshold` percent: GPU_UTIL, which is
+    the instrument for "no kernel ran". `activity` = SM activity where GPM measured it, else GPU_UTIL
+    (common.activity), and `gpm` says which.
+    Intervals without `mig_instance` and `gpu_fraction` (a caller reading whole GPUs only) are whole GPUs.
     """
+    names = intervals.collect_schema().names()
+    if "mig_instance" not in names:
+        intervals = intervals.with_columns(pl.lit("").alias("mig_instance"))
+    if "gpu_fraction" not in names:
+        intervals = intervals.with_columns(pl.lit(1.0).alias("gpu_fraction"))
     slice_ = pl.col("mig_instance") != ""
     m = split_buckets(
         intervals.with_columns(
@@ -149,14 +164,19 @@ def gpu_minutes(intervals: pl.LazyFrame, samples: pl.LazyFrame, threshold: float
         energy=pl.col("energy_joules") * pl.col("held") / 60.0,
         gpu_held=pl.col("held") * pl.col("gpu_fraction"),
         slice=slice_,
+        activity=activity(),
+        gpm=(pl.col("activity_source") == "gpm").fill_null(False),
     )
 
 
 def job_efficiency(minutes: pl.LazyFrame, threshold: float) -> pl.LazyFrame:
     """Per attempt: time-weighted mean and max utilisation, peak memory, energy, GPU-seconds held (a MIG
     slice by its fraction), idle GPU-seconds and `zero_util` (sampled, and no sample ever reached the
-    threshold); `gpus` counts whole GPUs, the slices are in mig_gpus (mig_efficiency)."""
+    threshold); the useful GPU-seconds (held x activity / 100 over sampled minutes), the SM activity over the
+    GPM-measured minutes and which source the activity came from (whole GPUs only: a slice has no sample);
+    `gpus` counts whole GPUs, the slices are in mig_gpus (mig_efficiency)."""
     sampled_held = pl.col("gpu_held").filter(pl.col("sampled"))
+    gpm_held = pl.col("gpu_held").filter(pl.col("gpm"))
     keys = ["cluster", "job_id_raw", "submit_time"]
     agg = (
         minutes.filter(pl.col("submit_time").is_not_null())
@@ -183,11 +203,21 @@ def job_efficiency(minutes: pl.LazyFrame, threshold: float) -> pl.LazyFrame:
             pl.col("util_gpu_max").max().alias("_peak"),
             pl.col("interval_start").min().alias("alloc_start"),
             pl.col("interval_end").max().alias("alloc_end"),
+            (pl.col("sm_active_mean") * pl.col("gpu_held")).filter(pl.col("gpm")).sum().alias("_sm_held"),
+            (pl.col("gpu_held") * pl.col("activity") / 100.0)
+            .filter(pl.col("sampled"))
+            .sum()
+            .alias("useful_gpu_seconds"),
+            gpm_held.sum().alias("gpm_gpu_seconds"),
         )
     )
     return agg.with_columns(
         energy_joules=pl.when(pl.col("_energy_n") > 0).then(pl.col("energy_joules")),
         zero_util=(pl.col("sampled_gpu_seconds") > 0) & (pl.col("_peak").fill_null(0.0) < threshold),
+        activity_source=activity_sources(pl.col("gpm_gpu_seconds"), pl.col("sampled_gpu_seconds")),
+        sm_active_mean=pl.when(pl.col("gpm_gpu_seconds") > 0).then(
+            pl.col("_sm_held") / pl.col("gpm_gpu_seconds")
+        ),
     )
 
 
@@ -224,11 +254,11 @@ def mig_efficiency(minutes: pl.LazyFrame) -> pl.LazyFrame:
         .then(None)
         .otherwise(pl.col("gpu_seconds"))
         .alias("gpu_seconds"),
-        activity(pl.col("_sampled"), pl.col("held_seconds")).alias("activity"),
+        slice_activity(pl.col("_sampled"), pl.col("held_seconds")).alias("activity"),
     )
 
 
-def activity(sampled: pl.Expr, held: pl.Expr) -> pl.Expr:
+def slice_activity(sampled: pl.Expr, held: pl.Expr) -> pl.Expr:
     """'unavailable' (no sample of the MIG instance), 'sampled' (every held second), else 'partial'."""
     return (
         pl.when(sampled <= 0)
@@ -252,7 +282,7 @@ def with_mig(jobs_eff: pl.LazyFrame, slices: pl.LazyFrame) -> pl.LazyFrame:
         jobs_eff.join(per_attempt, on=keys, how="left")
         .with_columns(
             pl.when(pl.col("_h").is_not_null())
-            .then(activity(pl.col("_s"), pl.col("_h")))
+            .then(slice_activity(pl.col("_s"), pl.col("_h")))
             .alias("mig_activity")
         )
         .drop("_s", "_h")
@@ -315,6 +345,8 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
             "util_gpu_max": pl.Float64,
             "mem_used_max_bytes": pl.Int64,
             "energy_joules": pl.Float64,
+            "sm_active_mean": pl.Float64,
+            "activity_source": pl.String,
         },
     ).select(
         "cluster",
@@ -325,6 +357,8 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
         "util_gpu_max",
         "mem_used_max_bytes",
         "energy_joules",
+        "sm_active_mean",
+        "activity_source",
     )
     jobs = with_columns_of(
         frames.get("jobs"),

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 import polars as pl
-from slurmscope.pipelines.common import UTC_DT, ensure_columns
+from slurmscope.pipelines.common import UTC_DT, ensure_columns, with_columns_of
 from slurmscope.pipelines.params import Health, Params
 
 from slurmscope import xid as xids
@@ -71,7 +71,11 @@ INPUTS: dict[str, str] = {
         FROM s WHERE node IN (SELECT node FROM multi) GROUP BY snapshot_time, node""",
     "samples": f"""
         SELECT node, gpu_uuid, minute, gpu_index, model, temp_gpu_max_celsius, throttle_seconds,
-               ecc_uncorrected_delta, ecc_uncorrected_total, remapped_pending, remapped_failed
+               ecc_uncorrected_delta, ecc_uncorrected_total, remapped_pending, remapped_failed,
+               remapped_uncorrectable, retired_pages_sbe, retired_pages_dbe, retired_pages_pending,
+               nvlink_crc_flit_delta, nvlink_crc_data_delta, nvlink_replay_delta, nvlink_recovery_delta,
+               pcie_replay_delta, pcie_link_gen, pcie_link_width, violation_board_limit_seconds,
+               violation_reliability_seconds
         FROM gpu_samples WHERE cluster = $cluster AND minute >= $start - {LOOKBACK} AND minute <= $end""",  # noqa: S608 - LOOKBACK is a module constant; values are $parameters
     "events": f"""
         SELECT node, gpu_uuid, event_time, event_type, xid FROM gpu_events
@@ -97,8 +101,26 @@ STATUSES = ("ok", "degraded", "failing")
 # An XID's reason names the action NVIDIA's catalogue (slurmscope/xid.py) gives it, most drastic first.
 XID_FAILING = tuple(f"xid_{a}" for a in xids.FAILING_ACTIONS)
 XID_DEGRADED = (f"xid_{xids.Action.INVESTIGATE}",)
-GPU_FAILING = ("fallen_off_bus", "row_remap_failed", "uncorrectable_ecc", *XID_FAILING, "overheating")
-GPU_DEGRADED = ("row_remap_pending", *XID_DEGRADED, "throttling", "hot", "telemetry_stale")
+GPU_FAILING = (
+    "fallen_off_bus",
+    "row_remap_failed",
+    "uncorrectable_ecc",
+    *XID_FAILING,
+    "nvlink_errors",
+    "retired_pages_limit",
+    "overheating",
+)
+GPU_DEGRADED = (
+    "row_remap_pending",
+    "retired_pages_pending",
+    "row_remap_growing",
+    *XID_DEGRADED,
+    "nvlink_crc_errors",
+    "pcie_replay_rate",
+    "throttling",
+    "hot",
+    "telemetry_stale",
+)
 NODE_FAILING = ("gpu_failing", "gpu_missing", "xid_critical", "slurm_down")
 NODE_DEGRADED = ("gpu_degraded", "slurm_drain", "slurm_unavailable")
 GPU_REASONS = GPU_FAILING + GPU_DEGRADED
@@ -134,6 +156,18 @@ GPU_SCHEMA = {
 }
 
 
+# DCGM's health watches (NVIDIA/DCGM modules/health/DcgmHealthWatch.cpp, DcgmGpuHardwareLimits.h, DCGM 4.x):
+# the limits the new rules take where config has no key of its own.
+RETIRED_PAGES_LIMIT = 63
+"""DCGM_LIMIT_MAX_RETIRED_PAGES: single- plus double-bit retired pages at which DCGM fails the GPU's memory."""
+PCIE_REPLAY_RATE_FALLBACK = 8
+"""DCGM_LIMIT_MAX_PCIREPLAY_RATE, "8 replays per minute is the maximum recommended by RM": the limit where the
+link's generation or width is unknown."""
+PCIE_REPLAYS_PER_LANE_MINUTE = {1: 0.15, 2: 0.3, 3: 0.48, 4: 0.96, 5: 1.92, 6: 3.84}
+"""DCGM's expected replay rate per lane and minute by PCIe generation (a bit error rate of 1e-12 at 2.5, 5, 8,
+16, 32, 64 Gb/s: 2.5e9 x 1e-12 x 60 = 0.15); a link of `w` lanes may replay ceil(rate x w) times a minute."""
+
+
 def settings(health: Health) -> dict[str, Any]:
     """The `health` config section with every time window capped to what the inputs read."""
     h = asdict(health)
@@ -142,6 +176,7 @@ def settings(health: Health) -> dict[str, Any]:
         "throttle_window_seconds",
         "sample_max_age_seconds",
         "gpu_forget_seconds",
+        "remap_window_seconds",
     ):
         h[key] = min(float(h[key]), MAX_LOOKBACK_SECONDS)
     overrides = {int(k): v for k, v in h.pop("xid_actions").items()}
@@ -269,29 +304,112 @@ def _classify_events(events: pl.LazyFrame, h: dict[str, Any]) -> dict[str, pl.La
     return out
 
 
+COUNTER_COLUMNS = (
+    ("remapped_uncorrectable", pl.Int64),
+    ("retired_pages_sbe", pl.Int64),
+    ("retired_pages_dbe", pl.Int64),
+    ("retired_pages_pending", pl.Boolean),
+    ("nvlink_crc_flit_delta", pl.Int64),
+    ("nvlink_crc_data_delta", pl.Int64),
+    ("nvlink_replay_delta", pl.Int64),
+    ("nvlink_recovery_delta", pl.Int64),
+    ("pcie_replay_delta", pl.Int64),
+    ("pcie_link_gen", pl.Int32),
+    ("pcie_link_width", pl.Int32),
+    ("violation_board_limit_seconds", pl.Float64),
+    ("violation_reliability_seconds", pl.Float64),
+)
+"""The per-counter sample columns (migration 0022): a frame without them (a benchmark's, an older test's) is
+judged as minutes without them are: not read."""
+
+
+def pcie_replays_allowed(gen: pl.Expr, width: pl.Expr) -> pl.Expr:
+    """Replays a minute may count before the link is suspect: DCGM's rule, ceil(rate per lane of the current
+    generation x current width), above the highest generation it knows its rate; 8 where either is unknown."""
+    rate = gen.clip(upper_bound=max(PCIE_REPLAYS_PER_LANE_MINUTE)).replace_strict(
+        PCIE_REPLAYS_PER_LANE_MINUTE, default=None, return_dtype=pl.Float64
+    )
+    return (rate * width).ceil().fill_null(float(PCIE_REPLAY_RATE_FALLBACK))
+
+
 def prepare_samples(samples: pl.LazyFrame, h: dict[str, Any]) -> pl.LazyFrame:
     """The NVML minutes with an integer GPU key `_gid`, sorted by GPU and minute, plus what the rules derive:
 
     - `ecc_n`: uncorrectable ECC errors counted in that minute: the minute's own delta, or the rise of the
       aggregate counter since the GPU's previous sample when that is larger (a minute the agent missed, or a
       source that only reports the total);
-    - `throttle_ratio`: mean throttled share of the GPU's samples in the throttle window ending at the minute.
+    - `throttle_ratio`: mean throttled share of the GPU's samples in the throttle window ending at the minute,
+      a minute's throttled time being its hardware clock-event seconds or its hardware violation time (board
+      limit, reliability), whichever is longer;
+    - `nvlink_n` (replay + recovery errors) and `nvlink_crc` (the larger of the CRC flit and CRC data errors),
+      summed over links; `nvlink_bad`: the minute breaks DCGM's NVLink limits (health.nvlink_replay_recovery
+      replay or recovery errors, or health.nvlink_crc_per_second CRC errors a second); `nvlink_crc_seen`: CRC
+      errors below that rate; `pcie_over`: more PCIe replays than the link's allowance (pcie_replays_allowed);
+    - `remap_growth`: rows remapped for uncorrectable errors since the lowest count in the remap window.
 
     Sorting and windowing on an integer key rather than (node, uuid) strings is what keeps a day of a
     thousand GPUs' minutes fast (docs/benchmarks.md).
     """
     gid = pl.concat_str(["node", "gpu_uuid"], separator="\x1f").cast(pl.Categorical).to_physical()
-    lf = samples.with_columns(gid.alias("_gid")).sort("_gid", "minute")
+    hw_violation = pl.col("violation_board_limit_seconds").fill_null(0.0) + pl.col(
+        "violation_reliability_seconds"
+    ).fill_null(0.0)
+    thr = (pl.max_horizontal(pl.col("throttle_seconds").fill_null(0.0), hw_violation) / 60.0).clip(0.0, 1.0)
+    nvlink_n = pl.col("nvlink_replay_delta").fill_null(0) + pl.col("nvlink_recovery_delta").fill_null(0)
+    nvlink_crc = pl.max_horizontal(
+        pl.col("nvlink_crc_flit_delta").fill_null(0), pl.col("nvlink_crc_data_delta").fill_null(0)
+    )
+    nvlink_bad = (nvlink_n >= int(h["nvlink_replay_recovery"])) | (
+        nvlink_crc / 60.0 >= float(h["nvlink_crc_per_second"])
+    )
+    # What each minute says on its own is worked out before the sort, so the sort moves 5 columns, not 13.
+    lf = (
+        with_columns_of(samples, dict(COUNTER_COLUMNS))
+        .with_columns(
+            gid.alias("_gid"),
+            thr.alias("_thr"),
+            nvlink_n.alias("nvlink_n"),
+            nvlink_crc.alias("nvlink_crc"),
+            nvlink_bad.alias("nvlink_bad"),
+            (~nvlink_bad & (nvlink_crc > 0)).alias("nvlink_crc_seen"),
+            (
+                pl.col("pcie_replay_delta").fill_null(0)
+                > pcie_replays_allowed(pl.col("pcie_link_gen"), pl.col("pcie_link_width"))
+            ).alias("pcie_over"),
+        )
+        .drop(
+            "throttle_seconds",
+            "nvlink_crc_flit_delta",
+            "nvlink_crc_data_delta",
+            "nvlink_replay_delta",
+            "nvlink_recovery_delta",
+            "pcie_link_gen",
+            "pcie_link_width",
+            "violation_board_limit_seconds",
+            "violation_reliability_seconds",
+        )
+        .sort("_gid", "minute")
+    )
     same = pl.col("_gid") == pl.col("_gid").shift(1)
     total = pl.col("ecc_uncorrected_total")
     rise = pl.when(same).then(total - total.shift(1)).clip(lower_bound=0).fill_null(0)
-    thr = (pl.col("throttle_seconds").fill_null(0.0) / 60.0).clip(0.0, 1.0)
+    unc = pl.col("remapped_uncorrectable")
+    window = f"{int(h['remap_window_seconds'])}s"
     return lf.with_columns(
         pl.max_horizontal(pl.col("ecc_uncorrected_delta").fill_null(0), rise).alias("ecc_n"),
-        thr.rolling_mean_by("minute", window_size=f"{int(h['throttle_window_seconds'])}s")
+        pl.col("_thr")
+        .rolling_mean_by("minute", window_size=f"{int(h['throttle_window_seconds'])}s")
         .over("_gid")
         .alias("throttle_ratio"),
-    )
+        (unc - unc.rolling_min_by("minute", window_size=window).over("_gid")).alias("remap_growth"),
+    ).drop("_thr", "remapped_uncorrectable")
+
+
+def event_minutes(samples: pl.LazyFrame) -> pl.LazyFrame:
+    """(node, minute) of the minutes that turn a verdict like an event does: uncorrectable ECC errors, NVLink
+    errors, PCIe replays over the link's allowance (`samples` from prepare_samples)."""
+    hit = (pl.col("ecc_n") > 0) | pl.col("nvlink_bad") | pl.col("nvlink_crc_seen") | pl.col("pcie_over")
+    return samples.filter(hit).select("node", pl.col("minute").alias("t"))
 
 
 def gpu_verdicts(
@@ -311,6 +429,11 @@ def gpu_verdicts(
         "throttle_ratio",
         "remapped_pending",
         "remapped_failed",
+        "retired_pages_pending",
+        (pl.col("retired_pages_sbe").fill_null(0) + pl.col("retired_pages_dbe").fill_null(0)).alias(
+            "retired_pages"
+        ),
+        "remap_growth",
     )
     lf = _asof(grid, latest, "last_minute", "_gid")
     lf = lf.filter(
@@ -326,6 +449,13 @@ def gpu_verdicts(
     for action in XID_CLASSES:
         lf = _last_event(lf, cls[str(action)], by, f"{action}_at", ("xid",)).rename({"xid": f"{action}_xid"})
     lf = _last_event(lf, ecc, by, "ecc_at", ("ecc_n",))
+    minute = pl.col("minute").alias("event_time")
+    nvlink = samples.filter("nvlink_bad").select("_gid", minute, "nvlink_n", "nvlink_crc")
+    lf = _last_event(lf, nvlink, by, "nvlink_at", ("nvlink_n", "nvlink_crc"))
+    crc = samples.filter("nvlink_crc_seen").select("_gid", minute, pl.col("nvlink_crc").alias("crc_n"))
+    lf = _last_event(lf, crc, by, "crc_at", ("crc_n",))
+    pcie = samples.filter("pcie_over").select("_gid", minute, "pcie_replay_delta")
+    lf = _last_event(lf, pcie, by, "pcie_at", ("pcie_replay_delta",))
     win = h["event_window_seconds"]
     temp = pl.col("temp_gpu_max_celsius")
     stale = (pl.col("t") - pl.col("last_minute")) >= _secs(h["sample_max_age_seconds"])
@@ -337,8 +467,14 @@ def gpu_verdicts(
         "row_remap_failed": fresh & pl.col("remapped_failed").fill_null(False),
         "uncorrectable_ecc": _recent("ecc_at", win),
         **{f"xid_{a}": _recent(f"{a}_at", win) for a in XID_CLASSES},
+        "nvlink_errors": _recent("nvlink_at", win),
+        "retired_pages_limit": fresh & (pl.col("retired_pages") >= RETIRED_PAGES_LIMIT),
         "overheating": fresh & (temp >= float(h["temp_failing_celsius"])),
         "row_remap_pending": fresh & pl.col("remapped_pending").fill_null(False),
+        "retired_pages_pending": fresh & pl.col("retired_pages_pending").fill_null(False),
+        "row_remap_growing": fresh & (pl.col("remap_growth") >= int(h["remap_growth_rows"])),
+        "nvlink_crc_errors": _recent("crc_at", win),
+        "pcie_replay_rate": _recent("pcie_at", win),
         "throttling": fresh & (pl.col("throttle_ratio") > float(h["throttle_ratio"])),
         "hot": fresh & (temp >= float(h["temp_degraded_celsius"])),
         "telemetry_stale": stale,
@@ -351,6 +487,15 @@ EVIDENCE = (
     *[f"{a}_{c}" for a in XID_CLASSES for c in ("xid", "at")],
     "ecc_n",
     "ecc_at",
+    "nvlink_at",
+    "nvlink_n",
+    "nvlink_crc",
+    "crc_at",
+    "crc_n",
+    "pcie_at",
+    "pcie_replay_delta",
+    "retired_pages",
+    "remap_growth",
     "temp_gpu_max_celsius",
     "throttle_ratio",
     "last_minute",
@@ -382,6 +527,32 @@ def gpu_detail() -> pl.Expr:
                 pl.when(has("uncorrectable_ecc")).then(
                     pl.format(
                         "{} uncorrectable ECC at {}", pl.col("ecc_n"), pl.col("ecc_at").dt.strftime(fmt)
+                    )
+                ),
+                pl.when(has("nvlink_errors")).then(
+                    pl.format(
+                        "NVLink {} replay/recovery, {} CRC errors at {}",
+                        pl.col("nvlink_n"),
+                        pl.col("nvlink_crc"),
+                        pl.col("nvlink_at").dt.strftime(fmt),
+                    )
+                ),
+                pl.when(has("retired_pages_limit", "retired_pages_pending")).then(
+                    pl.format("{} retired pages", pl.col("retired_pages"))
+                ),
+                pl.when(has("row_remap_growing")).then(
+                    pl.format("{} rows remapped (uncorrectable) in the window", pl.col("remap_growth"))
+                ),
+                pl.when(has("nvlink_crc_errors")).then(
+                    pl.format(
+                        "{} NVLink CRC errors at {}", pl.col("crc_n"), pl.col("crc_at").dt.strftime(fmt)
+                    )
+                ),
+                pl.when(has("pcie_replay_rate")).then(
+                    pl.format(
+                        "{} PCIe replays at {}",
+                        pl.col("pcie_replay_delta"),
+                        pl.col("pcie_at").dt.strftime(fmt),
                     )
                 ),
                 pl.when(has(f"xid_{xids.Action.INVESTIGATE}")).then(
@@ -566,7 +737,7 @@ def evaluations(
 ) -> pl.LazyFrame:
     """The instants a node is judged at, each with the sinfo snapshot in force then (`samples` prepared).
 
-    Every sinfo snapshot, and every NVML event, uncorrectable-ECC minute and inventory of the window: a
+    Every sinfo snapshot, and every NVML event, event minute (event_minutes) and inventory of the window: a
     GPU that falls off the bus between two hourly snapshots turns the node failing at that minute, not at
     the next snapshot. A node is judged only while its latest snapshot is at most `gap_seconds` old; a
     snapshot before the window (`nodes` has each node's latest) only stands for the node at the window's
@@ -582,7 +753,7 @@ def evaluations(
         pl.concat(
             [
                 events.select("node", pl.col("event_time").alias("t")),
-                samples.filter(pl.col("ecc_n") > 0).select("node", pl.col("minute").alias("t")),
+                event_minutes(samples),
                 inventory.select("node", pl.col("seen_at").alias("t")),
             ]
         )

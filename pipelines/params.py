@@ -78,6 +78,10 @@ class Health:
     temp_failing_celsius: float
     sample_max_age_seconds: float
     gpu_forget_seconds: float
+    nvlink_replay_recovery: int
+    nvlink_crc_per_second: float
+    remap_growth_rows: int
+    remap_window_seconds: float
 
 
 SECTIONS: dict[str, type] = {

@@ -34,6 +34,7 @@ from slurmscope.pipelines import (
     backfill,
     calendar,
     cost,
+    cpu_mem_efficiency,
     drift,
     efficiency,
     fairshare,
@@ -47,7 +48,16 @@ from slurmscope.db import transaction
 
 log = logging.getLogger(__name__)
 
-PIPELINES: tuple[ModuleType, ...] = (cost, reliability, backfill, fairshare, efficiency, drift, health)
+PIPELINES: tuple[ModuleType, ...] = (
+    cost,
+    reliability,
+    backfill,
+    fairshare,
+    efficiency,
+    cpu_mem_efficiency,
+    drift,
+    health,
+)
 """Run in this order: a pipeline reading another's mart comes after it (drift reads fair-share's)."""
 
 

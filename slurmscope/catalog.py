@@ -313,7 +313,8 @@ CATALOG: tuple[Metric, ...] = (
         name="slurmscope_account_energy_cost_usd_total",
         type="counter",
         unit="usd",
-        help="That energy priced at billing.energy_usd_per_kwh x billing.pue (informational, not invoiced).",
+        help="That energy priced at billing.energy_usd_per_kwh x billing.pue (informational, not invoiced); "
+        "absent while no electricity price is configured.",
         labels=("cluster", "account"),
         source="mart_cost_efficiency_daily (days <= today)",
         requires=("mart_cost_efficiency_daily",),
@@ -333,40 +334,43 @@ CATALOG: tuple[Metric, ...] = (
         type="gauge",
         unit="usd",
         help="Effective cost per useful GPU-hour this month so far: cost of the NVML-sampled allocations /"
-        " (held GPU-hours x utilisation); absent for accounts with no sampled use.",
+        " (held GPU-hours x activity: GPM SM activity where the GPU has GPM, GPU_UTIL elsewhere;"
+        " mart_cost_efficiency_daily.activity_source says which); absent for accounts with no sampled use.",
         labels=("cluster", "account"),
         source="mart_cost_efficiency_daily (month of now, days <= today)",
         requires=("mart_cost_efficiency_daily",),
     ),
-    # ---- budgets (mart_budget_monthly, config `budgets`) -------------------------------------------------
+    # ---- budgets and allocations (mart_budget_period: config `budgets`, Slurm's GrpTRESMins) -----------
     Metric(
         name="slurmscope_account_budget_usd",
         type="gauge",
         unit="usd",
-        help="Monthly budget of the account (config budgets.<account>.usd_per_month); absent without one.",
+        help="Money budget of the account for the current period (config budgets.<account>.usd or"
+        " usd_per_month); absent without one.",
         labels=("cluster", "account"),
-        source="mart_budget_monthly (month of now)",
-        requires=("mart_budget_monthly",),
+        source="mart_budget_period (the period holding now)",
+        requires=("mart_budget_period",),
     ),
     Metric(
         name="slurmscope_account_budget_spent_ratio",
         type="gauge",
         unit="ratio",
-        help="Share of the account's monthly budget spent so far this billing month, per budget kind (usd or"
-        " gpu_hours); 1 = all of it.",
+        help="Share of the account's budget used so far this period, per budget: usd or gpu_hours (config"
+        " budgets: its invoices), GrpTRESMins:<tres> (Slurm's allocation: sshare GrpTRESRaw / GrpTRESMins,"
+        " the decayed usage Slurm enforces); 1 = all of it.",
         labels=("cluster", "account", "budget"),
-        source="mart_budget_monthly (month of now)",
-        requires=("mart_budget_monthly",),
+        source="mart_budget_period (the period holding now)",
+        requires=("mart_budget_period",),
     ),
     Metric(
         name="slurmscope_account_budget_forecast_ratio",
         type="gauge",
         unit="ratio",
-        help="Month-end forecast (spent / elapsed share of the month) over the account's monthly budget, per"
-        " budget kind; absent in the month's first day.",
+        help="Period-end forecast (used / elapsed share of the period) over the account's budget, per budget;"
+        " absent in the period's first day and for Slurm allocations whose usage decays or never resets.",
         labels=("cluster", "account", "budget"),
-        source="mart_budget_monthly (month of now)",
-        requires=("mart_budget_monthly",),
+        source="mart_budget_period (the period holding now)",
+        requires=("mart_budget_period",),
     ),
     # ---- occupancy and backfill (marts) ---------------------------------------------------------------
     Metric(
@@ -649,6 +653,27 @@ CATALOG: tuple[Metric, ...] = (
         requires=("mart_job_efficiency",),
     ),
     Metric(
+        name="slurmscope_account_cpu_efficiency_ratio",
+        type="gauge",
+        unit="ratio",
+        help="CPU efficiency of the account's jobs that ended this billing month, as Slurm's seff computes it per"
+        " job (CPU time of all steps / (elapsed x allocated CPUs)): their CPU-seconds used / core-seconds allocated.",
+        labels=("cluster", "account"),
+        source="mart_job_cpu_mem_efficiency (end_day in the month of now, <= today)",
+        requires=("mart_job_cpu_mem_efficiency",),
+    ),
+    Metric(
+        name="slurmscope_account_memory_efficiency_ratio",
+        type="gauge",
+        unit="ratio",
+        help="Memory efficiency of the account's jobs that ended this billing month, as Slurm's seff computes it per"
+        " job (largest step peak x its tasks / requested memory): their memory used / memory requested; jobs"
+        " without a recorded peak are left out.",
+        labels=("cluster", "account"),
+        source="mart_job_cpu_mem_efficiency (end_day in the month of now, <= today)",
+        requires=("mart_job_cpu_mem_efficiency",),
+    ),
+    Metric(
         name="slurmscope_drift_score",
         type="gauge",
         unit="",
@@ -704,8 +729,9 @@ CATALOG: tuple[Metric, ...] = (
         unit="",
         help="Why the GPU has its verdict: `reason` is the first rule that holds ('' when ok), from a fixed"
         " list (fallen_off_bus, row_remap_failed, uncorrectable_ecc, xid_contact_support, xid_reboot_node,"
-        " xid_reset_gpu, overheating, row_remap_pending, xid_investigate, throttling, hot, telemetry_stale;"
-        " xid_* name the action of NVIDIA's XID catalogue).",
+        " xid_reset_gpu, nvlink_errors, retired_pages_limit, overheating, row_remap_pending,"
+        " retired_pages_pending, row_remap_growing, xid_investigate, nvlink_crc_errors, pcie_replay_rate,"
+        " throttling, hot, telemetry_stale; xid_* name the action of NVIDIA's XID catalogue).",
         labels=("cluster", "node", "gpu", "gpu_model", "status", "reason", "source"),
         source="mart_gpu_health (run in force at now)",
         requires=("mart_gpu_health",),
@@ -752,6 +778,24 @@ CATALOG: tuple[Metric, ...] = (
         "slurmscope_gpu_row_remap_pending",
         "",
         "1 when the GPU has a row remapping pending (needs a GPU reset).",
+    ),
+    _gpu(
+        "slurmscope_gpu_retired_pages_pending",
+        "",
+        "1 when a page retirement awaits a GPU reset or reboot (GPUs before Ampere); absent where NVML has no"
+        " retired pages.",
+    ),
+    Metric(
+        name="slurmscope_gpu_nvlink_errors_total",
+        type="counter",
+        unit="",
+        help="NVLink data-link errors NVML has counted on the GPU, summed over its links, by `counter` (crc_flit,"
+        " crc_data, replay, recovery); absent without NVLink. Per link: the agent's"
+        " slurmscope_gpu_nvlink_link_errors_total and the gpu_nvlink_errors table.",
+        labels=("cluster", "node", "gpu", "gpu_model", "counter", "source"),
+        source="gpu_samples (latest minute per GPU)",
+        requires=("gpu_samples",),
+        shared_query="metric_gpu_latest",
     ),
     Metric(
         name="slurmscope_gpu_ecc_errors_total",

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from slurmscope.config import Config, ConfigError, check_listen, load_config
+from slurmscope.config import ALL_CLUSTERS, Config, ConfigError, check_listen, is_cluster_name, load_config
 
 if TYPE_CHECKING:
     from slurmscope.collectors.registry import Collector
@@ -47,8 +47,37 @@ class KindChoice(click.Choice):
 
 @dataclass
 class Context:
+    """`config`: the one cluster a command acts on (`--cluster NAME`, else the first configured); `base`:
+    the whole file, every configured cluster; `every`: `--cluster all` was given; `named`: a name was."""
+
     config: Config
     db_path: str
+    base: Config | None = None
+    every: bool = False
+    named: bool = False  # `--cluster NAME` was given
+
+    def targets(self) -> list[Config]:
+        """The clusters of a command that takes `--cluster all`: each configured one, else the selected one."""
+        if self.every and self.base is not None:
+            return [self.base.for_cluster(name) for name in self.base.clusters]
+        return [self.config]
+
+    def check_listed(self) -> None:
+        """A command that reaches Slurm refuses a name the file's `[[clusters]]` does not list: it would run
+        the top-level Slurm access under a mistyped name."""
+        base = self.base
+        if base is not None and base.listed and self.config.cluster not in base.clusters:
+            raise click.BadParameter(
+                f"cluster {self.config.cluster!r} is not in [[clusters]] of {base.source}"
+                f" (configured: {', '.join(base.clusters)})",
+                param_hint="--cluster",
+            )
+
+
+ACCEPTS_ALL = {"collect", "pipelines", "report", "export", "status", "serve"}
+"""Commands that take `--cluster all` (ARCHITECTURE.md §4); the others (ingest, agent, demo, doctor) act on
+one cluster, and the rest (query, dashboards, alerts, simulate) on none."""
+NO_CLUSTER = {"query", "dashboards", "alerts", "simulate"}
 
 
 def _context(ctx: click.Context) -> Context:
@@ -82,7 +111,11 @@ class _Main(click.Group):
     envvar="SLURMSCOPE_DB",
     help="DuckDB file (default from config: ./slurmscope.duckdb).",
 )
-@click.option("--cluster", help="Cluster name (default from config, else 'default').")
+@click.option(
+    "--cluster",
+    help="Cluster name (default: the first configured, else 'default'); 'all': every configured cluster "
+    "(collect, pipelines run, report, export, status, serve).",
+)
 @click.option("-v", "--verbose", count=True, help="More logging on stderr.")
 @click.pass_context
 def main(
@@ -98,9 +131,25 @@ def main(
         cfg = load_config(config_path)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    if cluster:
-        cfg = cfg.with_overrides(cluster={"name": cluster})
-    ctx.ensure_object(dict)["app"] = Context(config=cfg, db_path=db_path or cfg.db_path)
+    every = cluster is not None and cluster.lower() == ALL_CLUSTERS
+    if every and ctx.invoked_subcommand not in ACCEPTS_ALL | NO_CLUSTER:
+        raise click.BadParameter(
+            f"'all' is for {', '.join(sorted(ACCEPTS_ALL))}; `{ctx.invoked_subcommand}` acts on one cluster",
+            param_hint="--cluster",
+        )
+    if cluster is not None and not every and not is_cluster_name(cluster):
+        raise click.BadParameter(
+            f"expects a cluster name (letters, digits, '_', '.', '-', at most 64), got {cluster!r}",
+            param_hint="--cluster",
+        )
+    selected = cfg.for_cluster(cluster if cluster and not every else cfg.cluster)
+    ctx.ensure_object(dict)["app"] = Context(
+        config=selected,
+        db_path=db_path or cfg.db_path,
+        base=cfg,
+        every=every,
+        named=bool(cluster) and not every,
+    )
 
 
 LOCK_WAIT_SECONDS = 30.0
@@ -214,26 +263,33 @@ def collect(ctx: click.Context, kind: str, once: bool, since: datetime | None) -
     from slurmscope.collectors.collect import collect as run_collect
 
     app = _context(ctx)
+    app.check_listed()
     if since is not None and kind not in ("all", "sacct"):
         raise click.BadParameter(f"--since imports job history: use it with sacct or all, not {kind}")
+    failed: list[str] = []
     con = _connect(app)
     try:
-        if since is not None:
-            _backfill(con, app.config, since, backfill_with)
-        outcomes = run_collect(con, app.config, kind)
+        for cfg in app.targets():
+            try:
+                if since is not None:
+                    _backfill(con, cfg, since, backfill_with)
+                outcomes = run_collect(con, cfg, kind)
+            except ValueError as exc:
+                raise click.ClickException(str(exc)) from None
+            where = f"{cfg.cluster}: " if app.every else ""
+            for o in outcomes:
+                click.echo(
+                    f"{where}{o.collector}: {o.status} rows={o.rows}"
+                    + (f" error={o.error}" if o.error else ""),
+                    err=True,
+                )
+                if o.warning:
+                    click.echo(f"{where}{o.collector}: warning: {o.warning}", err=True)
+            failed += [f"{where}{o.collector}" for o in outcomes if o.status != "ok"]
     finally:
         con.close()
-    failed = [o for o in outcomes if o.status != "ok"]
-    for o in outcomes:
-        click.echo(
-            f"{o.collector}: {o.status} rows={o.rows}" + (f" error={o.error}" if o.error else ""), err=True
-        )
-        if o.warning:
-            click.echo(f"{o.collector}: warning: {o.warning}", err=True)
     if failed:
-        raise click.ClickException(
-            f"{len(failed)} collector(s) failed: " + ", ".join(o.collector for o in failed)
-        )
+        raise click.ClickException(f"{len(failed)} collector(s) failed: " + ", ".join(failed))
 
 
 def _backfill(con, cfg: Config, since: datetime, backfill_with) -> None:
@@ -329,17 +385,28 @@ def pipelines_run(
             ) from None
         now = now if now.tzinfo else now.replace(tzinfo=timezone.utc)
     app = _context(ctx)
+    failed: list[str] = []
     con = _connect(app, create=False)
     try:
-        _require_cluster_data(con, app.config.cluster)
-        results = run_pipelines(con, app.config, since=since, full=full, only=only or None, now=now)
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
+        for cfg in app.targets():  # one cluster at a time: memory is one cluster's, not the sum
+            try:
+                _require_cluster_data(con, cfg.cluster)
+                results = run_pipelines(con, cfg, since=since, full=full, only=only or None, now=now)
+            except (ValueError, click.ClickException) as exc:
+                message = exc.message if isinstance(exc, click.ClickException) else str(exc)
+                if not app.every:
+                    raise click.ClickException(message) from None
+                failed.append(message)  # a cluster without data yet: the others still run
+                continue
+            where = f"{cfg.cluster}: " if app.every else ""
+            for name, rows in results.items():
+                click.echo(
+                    f"{where}{name}: {rows} rows" if rows >= 0 else f"{where}{name}: failed (see log)",
+                    err=True,
+                )
+            failed += [f"{where}{name}" for name, rows in results.items() if rows < 0]
     finally:
         con.close()
-    for name, rows in results.items():
-        click.echo(f"{name}: {rows} rows" if rows >= 0 else f"{name}: failed (see log)", err=True)
-    failed = [name for name, rows in results.items() if rows < 0]
     if failed:
         raise click.ClickException(f"pipeline(s) failed: {', '.join(failed)}")
 
@@ -353,13 +420,18 @@ def serve(ctx: click.Context, port: int | None, address: str | None) -> None:
     from slurmscope.scheduler import serve as run_serve
 
     app = _context(ctx)
+    if app.named:
+        app.check_listed()  # --cluster NAME: serve that cluster alone
+        served = app.config
+    else:
+        served = app.base or app.config  # every configured cluster (also `--cluster all`)
     address = address or app.config.get("exporter", "address")
     port = port if port is not None else app.config.get("exporter", "port")
     try:
         check_listen(address, port, "pass --port or --address, or set exporter.port / exporter.address")
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    run_serve(app.config, app.db_path, address=address, port=port)
+    run_serve(served, app.db_path, address=address, port=port)
 
 
 def _month(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
@@ -378,26 +450,32 @@ def _month(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
 @click.option("--format", "formats", default="html,csv", show_default=True)
 @click.pass_context
 def report(ctx: click.Context, month: str, out_dir: str, formats: str) -> None:
-    """Monthly cost and usage report (self-contained HTML and CSVs)."""
+    """Monthly cost and usage report (self-contained HTML and CSVs); with `--cluster all`, one per cluster
+    in OUT/<cluster>/."""
     from slurmscope.report import build_report
 
     app = _context(ctx)
+    kinds = [f.strip() for f in formats.split(",") if f.strip()]
+    problems: list[str] = []
     con = _connect(app, read_only=True, create=False)
     try:
-        _require_cluster_data(con, app.config.cluster)
-        written = build_report(
-            con,
-            app.config,
-            month=month,
-            out_dir=Path(out_dir),
-            formats=[f.strip() for f in formats.split(",") if f.strip()],
-        )
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
+        for cfg in app.targets():
+            where = Path(out_dir) / cfg.cluster if app.every else Path(out_dir)
+            try:
+                _require_cluster_data(con, cfg.cluster)
+                written = build_report(con, cfg, month=month, out_dir=where, formats=kinds)
+            except (ValueError, click.ClickException) as exc:
+                message = exc.message if isinstance(exc, click.ClickException) else str(exc)
+                if not app.every:
+                    raise click.ClickException(message) from None
+                problems.append(message)
+                continue  # the other clusters' reports are still written
+            for path in written:
+                click.echo(str(path))
     finally:
         con.close()
-    for path in written:
-        click.echo(str(path))
+    if problems:
+        raise click.ClickException("; ".join(problems))
 
 
 @main.command()
@@ -414,6 +492,8 @@ def export(ctx: click.Context, out: str, since: str | None) -> None:
     from slurmscope.lake import export as run_export
 
     app = _context(ctx)
+    # no --cluster: every cluster in the database (the archive); `all`: the configured ones; a name: that one
+    clusters = [c.cluster for c in app.targets()] if app.every or app.named else None
     con = _connect(app, read_only=True, create=False)
 
     def show(w) -> None:
@@ -421,7 +501,7 @@ def export(ctx: click.Context, out: str, since: str | None) -> None:
         click.echo(f"{p.table}\t{p.cluster}\t{p.month}\t{w.rows}\t{w.status}")
 
     try:
-        done = run_export(con, out, since=since, on_partition=show)
+        done = run_export(con, out, since=since, on_partition=show, clusters=clusters)
     except (ExportError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     finally:
@@ -460,15 +540,22 @@ def alerts() -> None:
 @click.pass_context
 def alerts_build(ctx: click.Context, out_dir: str, runbook_base: str | None) -> None:
     """Write the rule files (and their promtool tests)."""
-    from slurmscope.alerts.build import build_all
+    from slurmscope.alerts.build import build_all, config_thresholds
 
-    base = runbook_base or _context(ctx).config.get("alerts", "runbook_base_url")
+    cfg = _context(ctx).config
+    base = runbook_base or cfg.get("alerts", "runbook_base_url")
     try:
-        written = build_all(Path(out_dir), base, _context(ctx).config.get("health", "xid_actions"))
+        written = build_all(Path(out_dir), base, cfg.get("health", "xid_actions"), config_thresholds(cfg))
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--runbook-base") from None
     for path in written:
         click.echo(str(path))
+    if len(written) == 1:
+        click.echo(
+            "alerts build: no promtool cases written: they test the default thresholds and XID actions, "
+            "which the config moves (docs/cli.md)",
+            err=True,
+        )
 
 
 @main.command()
@@ -543,6 +630,34 @@ def doctor(ctx: click.Context, prometheus: str | None, fmt: str) -> None:
 
 
 @main.command()
+@click.argument("job_id", metavar="JOBID")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Output format.",
+)
+@click.pass_context
+def job(ctx: click.Context, job_id: str, fmt: str) -> None:
+    """One job's CPU, memory and per-GPU use for every attempt, with a verdict (read-only)."""
+    from datetime import UTC, datetime
+
+    from slurmscope.jobstats import JobNotFound, job_report, render_json, render_text
+
+    app = _context(ctx)
+    con = _connect(app, read_only=True, create=False)
+    try:
+        report = job_report(con, app.config, job_id, datetime.now(UTC))
+    except JobNotFound as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        con.close()
+    click.echo(render_json(report) if fmt == "json" else render_text(report), nl=False)
+
+
+@main.command()
 @click.argument("sql")
 @click.option(
     "--format", "fmt", type=click.Choice(["csv", "json", "table"]), default="table", show_default=True
@@ -607,15 +722,18 @@ def _print_rows(cols: list[str], rows: list[tuple], fmt: str) -> None:
 )
 @click.pass_context
 def status(ctx: click.Context, fmt: str) -> None:
-    """Last run per collector, watermarks and quarantine counts."""
+    """Last run per collector, watermarks and quarantine counts; with `--cluster all`, every configured
+    cluster's, in a first column `cluster`."""
     app = _context(ctx)
     con = _connect(app, read_only=True, create=False)
     try:
-        cur = con.execute(STATUS_SQL, [app.config.cluster])
+        cur = con.execute(STATUS_SQL, [[c.cluster for c in app.targets()]])
         cols = [d[0] for d in cur.description]
         rows = cur.fetchall()
     finally:
         con.close()
+    if not app.every:
+        cols, rows = cols[1:], [r[1:] for r in rows]
     _print_rows(cols, rows, fmt)
 
 
@@ -627,15 +745,15 @@ WITH last AS (
 ), q AS (
     SELECT cluster, split_part(source, ':', 1) AS collector, count(*) AS quarantined FROM quarantine GROUP BY ALL
 )
-SELECT r.collector, r.status AS last_status, r.started_at AS last_run, ok.last_success, r.rows AS last_rows,
+SELECT r.cluster, r.collector, r.status AS last_status, r.started_at AS last_run, ok.last_success, r.rows AS last_rows,
        w.position AS watermark, coalesce(q.quarantined, 0) AS quarantined_lines, r.error AS last_error
 FROM collector_runs r
 JOIN last USING (cluster, collector, started_at)
 LEFT JOIN ok USING (cluster, collector)
 LEFT JOIN watermarks w USING (cluster, collector)
 LEFT JOIN q USING (cluster, collector)
-WHERE r.cluster = ?
-ORDER BY r.collector
+WHERE list_contains(?, r.cluster)
+ORDER BY r.cluster, r.collector
 """
 
 

@@ -330,36 +330,173 @@ class MigModels:
         return out
 
 
-BUDGET_FIELDS: dict[str, Num] = {
-    "usd_per_month": Num(0.0, positive=True),
-    "gpu_hours_per_month": Num(0.0, positive=True),
+BUDGET_AMOUNTS: dict[str, Num] = {
+    "usd": Num(0.0, positive=True),
+    "gpu_hours": Num(0.0, positive=True),
 }
+BUDGET_MONTHLY = {"usd_per_month": "usd", "gpu_hours_per_month": "gpu_hours"}
+BUDGET_PERIODS = ("month", "quarter", "year")
+BUDGET_EXPECTED = (
+    "a table { usd_per_month = 5000 }, { gpu_hours_per_month = 2000 } or "
+    '{ period = "quarter", usd = 15000, gpu_hours = 6000 }'
+)
+PERIOD_EXPECTED = (
+    "'month', 'quarter', 'year' or a table { start = \"YYYY-MM\", end = \"YYYY-MM\" } (months, inclusive)"
+)
+
+
+def _budget_period(value: Any, at: _At) -> str | dict[str, str]:
+    """`period`: a calendar month, quarter or year (billing zone), or one span of whole months."""
+    if isinstance(value, str):
+        if value not in BUDGET_PERIODS:
+            raise at.error(PERIOD_EXPECTED, value)
+        return value
+    if not isinstance(value, Mapping):
+        raise at.error(PERIOD_EXPECTED, value)
+    for key in value:
+        if key not in ("start", "end"):
+            raise at.unknown(key, {"start": None, "end": None})
+    out = {}
+    for key in ("start", "end"):
+        if key not in value:
+            raise ConfigError(f"{at.source}: key '{at.key}' needs start and end (months 'YYYY-MM')")
+        month = value[key]
+        if not isinstance(month, str) or not _is_month(month):
+            raise at.child(key).error("a month 'YYYY-MM'", month)
+        out[key] = month
+    if out["start"] > out["end"]:
+        raise ConfigError(f"{at.source}: key '{at.key}': start {out['start']} is after end {out['end']}")
+    return out
 
 
 @dataclass(frozen=True)
 class Budgets:
-    """`budgets`: account -> {usd_per_month, gpu_hours_per_month} (either or both, each > 0).
+    """`budgets`: account -> {period, usd, gpu_hours}: an amount of money and/or GPU-hours per period.
 
-    An account without an entry has no budget (no burn-down, no budget alert), never a budget of 0."""
+    `usd_per_month` / `gpu_hours_per_month` are the monthly shorthand (period "month"). A period is whole
+    billing months because spending is read from the monthly invoices. An account without an entry has no
+    budget (no burn-down, no budget alert), never a budget of 0; outside a {start, end} period it has none."""
 
-    default: dict[str, dict[str, float]]
+    default: dict[str, dict[str, Any]]
 
-    def parse(self, value: Any, at: _At) -> dict[str, dict[str, float]]:
+    def parse(self, value: Any, at: _At) -> dict[str, dict[str, Any]]:
         if not isinstance(value, Mapping):
-            raise at.error("a table of <account> = { usd_per_month = ..., gpu_hours_per_month = ... }", value)
-        out: dict[str, dict[str, float]] = {}
+            raise at.error("a table of <account> = { period = ..., usd = ..., gpu_hours = ... }", value)
+        known = {"period": None, **BUDGET_AMOUNTS, **BUDGET_MONTHLY}
+        out: dict[str, dict[str, Any]] = {}
         for account, entry in value.items():
             where = at.child(account)
             if not isinstance(entry, Mapping):
-                raise where.error("a table { usd_per_month = 5000 } or { gpu_hours_per_month = 2000 }", entry)
+                raise where.error(BUDGET_EXPECTED, entry)
             for key in entry:
-                if key not in BUDGET_FIELDS:
-                    raise where.unknown(key, BUDGET_FIELDS)
-            if not entry:
+                if key not in known:
+                    raise where.unknown(key, known)
+            period = _budget_period(entry["period"], where.child("period")) if "period" in entry else "month"
+            budget: dict[str, Any] = {"period": period}
+            for key, item in entry.items():
+                if key == "period":
+                    continue
+                amount = BUDGET_MONTHLY.get(key, key)
+                if key in BUDGET_MONTHLY and period != "month":
+                    raise ConfigError(
+                        f"{at.source}: key '{where.child(key).key}' is a monthly amount but the period is "
+                        f"{period!r}: use {amount} (the amount per period)"
+                    )
+                if amount in budget:
+                    raise ConfigError(
+                        f"{at.source}: keys '{where.child(key).key}' and '{where.child(amount).key}' both "
+                        f"set the {amount} budget: use one"
+                    )
+                budget[amount] = float(BUDGET_AMOUNTS[amount].parse(item, where.child(key)))
+            if len(budget) == 1:
                 raise ConfigError(
-                    f"{at.source}: key '{where.key}' needs usd_per_month or gpu_hours_per_month"
+                    f"{at.source}: key '{where.key}' needs an amount: usd or gpu_hours "
+                    "(usd_per_month or gpu_hours_per_month for a monthly budget)"
                 )
-            out[account] = {k: float(BUDGET_FIELDS[k].parse(v, where.child(k))) for k, v in entry.items()}
+            out[account] = budget
+        return out
+
+
+def _is_duration(text: str) -> bool:
+    return bool(re.fullmatch(r"(?:[0-9]+(?:ms|s|m|h|d|w|y))+", text))
+
+
+DURATION = Str("", check=_is_duration, what="a Prometheus duration such as '10m', '1h30m' or '0s'")
+THRESHOLD_KEYS: dict[str, Num | Str] = {
+    # how far past the line an alert fires; each is the lower-case name of its constant in alerts/thresholds.py
+    "node_drained_max_seconds": Num(0, low=1),
+    "node_flap_events": Num(0, low=1),
+    "job_failure_ratio": Num(0.0, positive=True, high=1),
+    "job_failure_min_jobs": Num(0, low=1),
+    "requeues_per_hour": Num(0),
+    "node_fail_kills_per_hour": Num(0, low=1),
+    "backfill_stall_seconds": Num(0, low=1),
+    "wait_p90_drift_factor": Num(0.0, positive=True),
+    "wait_p90_min_seconds": Num(0),
+    "wait_p90_min_jobs": Num(0, low=1),
+    "starvation_pending_seconds": Num(0, low=1),
+    "budget_spent_ratio": Num(0.0, positive=True),
+    "budget_forecast_ratio": Num(0.0, positive=True),
+    "util_drift_factor": Num(0.0, positive=True, high=1),
+    "collector_stale_runs": Num(0, low=1),
+    "collector_stale_min_seconds": Num(0),
+    "pipeline_stale_seconds": Num(0, low=1),
+    "metrics_stale_seconds": Num(0, low=1),
+    "agents_down_ratio": Num(0.0, positive=True, high=1),
+    "agents_down_min": Num(0, low=1),
+    # how long the condition must hold (the rule's `for:`)
+    **{
+        f"{name}_for": DURATION
+        for name in (
+            "node_down",
+            "node_drained",
+            "node_flap",
+            "row_remap",
+            "throttle",
+            "job_failure",
+            "requeue",
+            "node_fail",
+            "backfill_stall",
+            "wait_p90_drift",
+            "starvation",
+            "budget_spent",
+            "budget_forecast",
+            "util_drift",
+            "gpu_mismatch",
+            "collector_stale",
+            "collector_failing",
+            "pipeline_stale",
+            "exporter_down",
+            "agent_down",
+            "agents_down",
+            "rule_failures",
+            "controller_down",
+            "metrics_stale",
+            "drift",
+            "trend_drift",
+        )
+    },
+}
+
+
+@dataclass(frozen=True)
+class AlertThresholds:
+    """`alerts.thresholds`: the alert thresholds an operator tunes, by the lower-case name of their constant
+    in alerts/thresholds.py, which holds every default with its reason (the core cannot import it, so only
+    the keys a file sets are kept here; tests/alerts/test_rules_thresholds.py checks that each key names a
+    constant whose default it accepts).
+    The GPU throttling threshold is health.throttle_ratio, one number for the verdict and the alert."""
+
+    default: dict[str, Any]
+
+    def parse(self, value: Any, at: _At) -> dict[str, Any]:
+        if not isinstance(value, Mapping):
+            raise at.error("a table of <threshold> = <value>", value)
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if key not in THRESHOLD_KEYS:
+                raise at.unknown(key, THRESHOLD_KEYS)
+            out[key] = THRESHOLD_KEYS[key].parse(item, at.child(key))
         return out
 
 
@@ -444,23 +581,105 @@ def _is_lake_target(text: str) -> bool:
 
 
 SLURM_COMMANDS = ("sacct", "sinfo", "squeue", "sshare", "sdiag", "sacctmgr", "scontrol")
+ALL_CLUSTERS = "all"
+"""`--cluster all`: the word is reserved, so no cluster may be named so."""
+CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def is_cluster_name(name: str) -> bool:
+    """A name that is also a directory of `report --cluster all` and a lake partition; never 'all'."""
+    return bool(CLUSTER_NAME.fullmatch(name)) and name.lower() != ALL_CLUSTERS
+
+
+PER_CLUSTER_SECTIONS = ("slurm", "collect", "nvml", "fairshare", "billing", "budgets")
+"""Sections a `[[clusters]]` entry may override for its cluster: how it is reached (Slurm commands or
+slurmrestd, agents), how it is collected, and how it is charged. The rest (database, exporter, lake, alerts,
+pipelines tuning, drift, health, report) belongs to the one service and applies to every cluster."""
+
+
+def _partial(spec: Any, value: Any, at: _At) -> Any:
+    """Only the keys a `[[clusters]]` entry gives, each checked by the section's own spec."""
+    if not isinstance(spec, Table):
+        return spec.parse(value, at)  # a whole-table key (budgets): the entry's table replaces it
+    if not isinstance(value, Mapping):
+        raise at.error("a table", value)
+    out = {}
+    for key, item in value.items():
+        if key not in spec.fields:
+            raise at.unknown(key, spec.fields)
+        out[key] = spec.fields[key].parse(item, at.child(key))
+    return out
+
+
+@dataclass(frozen=True)
+class Clusters:
+    """`[[clusters]]`: several clusters served by one `serve` into one database.
+
+    Each entry is a name, optionally its time zone, and the keys of PER_CLUSTER_SECTIONS that differ for it
+    (its own slurm.conf, `-M`, binaries, slurmrestd, agents, price book); everything else comes from the
+    file's top-level sections. The first entry is the default of commands run without `--cluster`.
+    """
+
+    default: list[dict[str, Any]]
+
+    def parse(self, value: Any, at: _At) -> list[dict[str, Any]]:
+        expected = "an array of tables [[clusters]], each with a name"
+        if not isinstance(value, list) or not value:
+            raise at.error(expected, value)
+        known = {"name": None, "timezone": None, **dict.fromkeys(PER_CLUSTER_SECTIONS)}
+        out: list[dict[str, Any]] = []
+        seen: dict[str, str] = {}
+        for i, entry in enumerate(value):
+            where = at.item(i)
+            if not isinstance(entry, Mapping):
+                raise where.error('a table with name = "<cluster>"', entry)
+            for key in entry:
+                if key not in known:
+                    raise where.unknown(key, known)
+            if "name" not in entry:
+                raise ConfigError(f"{at.source}: key '{where.key}' needs name = \"<cluster>\"")
+            name = CLUSTER.fields["name"].parse(entry["name"], where.child("name"))
+            if name.lower() in seen:
+                raise ConfigError(
+                    f"{at.source}: keys '{seen[name.lower()]}' and '{where.child('name').key}' name the same "
+                    f"cluster {name!r} (names are case-insensitive: Slurm's database lowercases them)"
+                )
+            seen[name.lower()] = where.child("name").key
+            parsed: dict[str, Any] = {"name": name}
+            if "timezone" in entry:
+                parsed["timezone"] = ZONE.parse(entry["timezone"], where.child("timezone"))
+            for section in PER_CLUSTER_SECTIONS:
+                if section in entry:
+                    parsed[section] = _partial(SCHEMA.fields[section], entry[section], where.child(section))
+            out.append(parsed)
+        return out
+
+
 ZONE = Str("UTC", check=_is_zone, what="an IANA time zone such as 'Europe/Berlin'")
 DAY = 86400  # the longest health window: pipelines/health.py reads one day of events and samples back
+CLUSTER = Table(
+    {
+        "name": Str(
+            "default",
+            check=is_cluster_name,
+            what="a cluster name (letters, digits, '_', '.', '-', at most 64, not 'all')",
+        ),
+        "timezone": ZONE,
+    }
+)
 
 SCHEMA = Table(
     {
-        "cluster": Table(
-            {
-                "name": Str("default", check=bool, what="a non-empty string"),
-                "timezone": ZONE,
-            }
-        ),
+        "cluster": CLUSTER,
+        "clusters": Clusters([]),
         "database": Table({"path": Str("slurmscope.duckdb", check=bool, what="a file path")}),
         "slurm": Table(
             {
                 "bin_dir": Str(""),
                 **{name: Str(name, check=bool, what="a command name or path") for name in SLURM_COMMANDS},
                 "timeout_seconds": Num(60.0, positive=True),
+                "conf": Str(""),
+                "cluster_flag": Bool(False),
                 "source": Str("cli", choices=("cli", "rest")),
                 "rest_socket": Str(""),
                 "rest_url": Str(
@@ -588,7 +807,8 @@ SCHEMA = Table(
                     "file:///opt/slurmscope/docs/runbooks/",
                     check=_is_base_url,
                     what="an absolute URL ending in '/'",
-                )
+                ),
+                "thresholds": AlertThresholds({}),
             }
         ),
         "health": Table(  # node and GPU health verdicts (pipelines/health.py, docs/pipelines.md#health)
@@ -601,6 +821,10 @@ SCHEMA = Table(
                 "temp_failing_celsius": Num(95.0),
                 "sample_max_age_seconds": Num(900, high=DAY),
                 "gpu_forget_seconds": Num(86400, high=DAY),
+                "nvlink_replay_recovery": Num(1, low=1),
+                "nvlink_crc_per_second": Num(100.0, positive=True),
+                "remap_growth_rows": Num(2, low=1),
+                "remap_window_seconds": Num(86400, low=60, high=DAY),
             }
         ),
     }
@@ -631,6 +855,48 @@ class Config:
     @property
     def cluster(self) -> str:
         return self.raw["cluster"]["name"]
+
+    @property
+    def clusters(self) -> tuple[str, ...]:
+        """Every configured cluster: the `[[clusters]]` names in file order, else the one `cluster.name`."""
+        return tuple(c["name"] for c in self.raw.get("clusters") or ()) or (self.cluster,)
+
+    @property
+    def listed(self) -> bool:
+        """True when the file lists `[[clusters]]` (rather than the single `[cluster]`)."""
+        return bool(self.raw.get("clusters"))
+
+    def for_cluster(self, name: str) -> Config:
+        """The settings of cluster `name` alone: the top-level sections with its `[[clusters]]` entry on top,
+        and `clusters` that one name (so a `serve` or render given this config serves only it).
+
+        A name the file does not list keeps the top-level sections under that name (`ingest --cluster x`
+        of a recorded file from a cluster that is not collected live).
+        """
+        raw = copy.deepcopy(self.raw)
+        raw["cluster"]["name"] = name
+        entry = next((c for c in raw.get("clusters") or () if c["name"] == name), {})
+        raw["clusters"] = [entry] if entry else []
+        if "timezone" in entry:
+            raw["cluster"]["timezone"] = entry["timezone"]
+        for section in PER_CLUSTER_SECTIONS:
+            if section not in entry:
+                continue
+            if isinstance(SCHEMA.fields[section], Table):
+                raw[section].update(entry[section])
+            else:
+                raw[section] = entry[section]
+        return Config(source=self.source, raw=raw)
+
+    def slurm_cluster_args(self) -> list[str]:
+        """`-M <cluster>` when `slurm.cluster_flag` is set: the command asks slurmdbd for this cluster's
+        controller (https://slurm.schedmd.com/multi_cluster.html); otherwise nothing."""
+        return ["-M", self.cluster] if self.raw["slurm"]["cluster_flag"] else []
+
+    def slurm_environment(self, base: Mapping[str, str]) -> dict[str, str] | None:
+        """`base` with SLURM_CONF set to `slurm.conf`, or None (inherit) when no slurm.conf is set."""
+        conf = self.raw["slurm"]["conf"]
+        return {**base, "SLURM_CONF": conf} if conf else None
 
     @property
     def timezone(self) -> ZoneInfo:
@@ -706,7 +972,18 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
             raise ConfigError(f"{source}: not valid TOML: {exc}") from None
         _moved(data, source)
         raw = SCHEMA.parse(data, _At(source, ""))
+        if raw["clusters"] and isinstance(data.get("cluster"), Mapping) and "name" in data["cluster"]:
+            raise ConfigError(
+                f"{source}: key 'cluster.name' and [[clusters]] both name clusters; list every cluster in"
+                " [[clusters]] (the first is the default of --cluster)"
+            )
     _environment(raw, env)
+    if raw["clusters"]:
+        if "SLURMSCOPE_CLUSTER_NAME" in env:
+            raise ConfigError(
+                f"environment SLURMSCOPE_CLUSTER_NAME: {source} lists [[clusters]]; choose one with --cluster"
+            )
+        raw["cluster"]["name"] = raw["clusters"][0]["name"]
     return Config(source=source, raw=raw)
 
 

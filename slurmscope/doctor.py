@@ -13,6 +13,7 @@ missing database is reported, never created.
 from __future__ import annotations
 
 import email.utils
+import functools
 import ipaddress
 import json
 import os
@@ -95,10 +96,15 @@ Http = Callable[..., Response]  # http(url, *, headers=None, ca_file=None, timeo
 Clock = Callable[[], float]
 
 
-def run_subprocess(argv: Sequence[str], timeout: float, stdin: bytes | None = None) -> Ran:
-    """An argument list, TZ=UTC, killed with its process group past the timeout, as the collectors run."""
+def run_subprocess(
+    argv: Sequence[str], timeout: float, stdin: bytes | None = None, *, slurm_conf: str = ""
+) -> Ran:
+    """An argument list, TZ=UTC (and the cluster's `slurm.conf` as SLURM_CONF), killed with its process
+    group past the timeout, as the collectors run."""
     env = dict(os.environ)
     env["TZ"] = "UTC"
+    if slurm_conf:
+        env["SLURM_CONF"] = slurm_conf
     try:
         proc = subprocess.Popen(
             list(argv),
@@ -173,9 +179,10 @@ def _command_fix(cfg: Config, name: str, ran: Ran) -> str:
 
 
 SLURM_PROBES: dict[str, Callable[[Config], list[str]]] = {
-    "sinfo": lambda cfg: [cfg.slurm_command("sinfo"), "--noheader", "--format=%P"],
+    "sinfo": lambda cfg: [cfg.slurm_command("sinfo"), *cfg.slurm_cluster_args(), "--noheader", "--format=%P"],
     "sacct": lambda cfg: [
         cfg.slurm_command("sacct"),
+        *cfg.slurm_cluster_args(),
         "--noheader",
         "--allocations",
         "--parsable2",
@@ -205,6 +212,13 @@ def check_slurm_commands(cfg: Config, run: Runner) -> list[Result]:
             results.append(
                 Result(f"slurm.{name}", FAIL, f"{cmd[0]}: {ran.why()}", _command_fix(cfg, name, ran))
             )
+    if cfg.get("slurm", "cluster_flag") and not cfg.get("slurm", "conf"):
+        why = (
+            f"cluster {cfg.cluster} is reached by -M, which scontrol ping ignores"
+            " (it pings the controllers of the local slurm.conf)"
+        )
+        results.append(Result("slurm.scontrol_ping", SKIP, why))
+        return results
     cmd = [cfg.slurm_command("scontrol"), "ping"]
     ran = run(cmd, timeout, None)
     pings = PING_LINE.findall(ran.stdout.decode("utf-8", "replace"))
@@ -244,7 +258,9 @@ def slurm_config(cfg: Config, run: Runner) -> tuple[dict[str, str], str | None]:
     if _bin_dir_problem(cfg):
         return {}, "slurm.bin_dir is not a directory"
     ran = run(
-        [cfg.slurm_command("scontrol"), "show", "config"], float(cfg.get("slurm", "timeout_seconds")), None
+        [cfg.slurm_command("scontrol"), *cfg.slurm_cluster_args(), "show", "config"],
+        float(cfg.get("slurm", "timeout_seconds")),
+        None,
     )
     if not ran.ok:
         return {}, f"scontrol show config: {ran.why()}"
@@ -567,6 +583,19 @@ def shipped_rule_names() -> tuple[set[str], set[str]]:
     return records, alerts
 
 
+def config_rules(cfg: Config) -> dict[str, Any]:
+    """The rule file `slurmscope alerts build` writes with this config (thresholds, XID actions)."""
+    import yaml
+
+    from slurmscope.alerts.build import config_thresholds, render_rules
+
+    return yaml.safe_load(
+        render_rules(
+            cfg.get("alerts", "runbook_base_url"), cfg.get("health", "xid_actions"), config_thresholds(cfg)
+        )
+    )
+
+
 def _prom_api(http: Http, base: str, path: str) -> Any:
     import json
 
@@ -584,8 +613,49 @@ def _names(names: Sequence[str], limit: int = 8) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def check_prometheus_rules(prometheus: str | None, http: Http) -> Result:
-    """Every recording and alerting rule slurmscope ships is loaded, and none fails to evaluate."""
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?![\w.])")
+
+
+def _numbers(expr: str) -> list[float]:
+    """The numeric literals of a PromQL expression (thresholds, factors), strings, ranges and offsets left
+    out: Prometheus prints a loaded rule's query re-formatted, but its numbers are the rule file's."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', "", expr)
+    text = re.sub(r"\[[^\]]*\]", "", text)
+    text = re.sub(r"\boffset\s+[0-9a-z]+", "", text)
+    return sorted(float(n) for n in _NUMBER.findall(text))
+
+
+def _seconds(duration: str) -> float:
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+    return sum(int(n) * units[u] for n, u in re.findall(r"(\d+)(ms|s|m|h|d|w|y)", duration))
+
+
+def rules_off_config(loaded: Mapping[str, Mapping[str, Any]], expected: Mapping[str, Any]) -> list[str]:
+    """Alerts whose loaded `for` or thresholds are not those of `expected` (the rule file this config
+    renders: `alerts build` with alerts.thresholds and health.*), each with what differs."""
+    out = []
+    for group in expected["groups"]:
+        for rule in group["rules"]:
+            got = loaded.get(rule.get("alert", ""))
+            if not got or "query" not in got:
+                continue
+            diffs = []
+            if "duration" in got and float(got["duration"]) != _seconds(rule["for"]):
+                diffs.append(f"for {float(got['duration']):g} s, the config says {rule['for']}")
+            have, want = _numbers(got["query"]), _numbers(rule["expr"])
+            if have != want:
+                shown = sorted(set(have) ^ set(want)) or have
+                diffs.append("thresholds " + ", ".join(f"{n:g}" for n in shown) + " differ")
+            if diffs:
+                out.append(f"{rule['alert']} ({'; '.join(diffs)})")
+    return out
+
+
+def check_prometheus_rules(
+    prometheus: str | None, http: Http, expected: Mapping[str, Any] | None = None
+) -> Result:
+    """Every recording and alerting rule slurmscope ships is loaded, none fails to evaluate, and (given the
+    config's render, `expected`) the loaded alerts fire at the config's thresholds and `for`."""
     if not prometheus:
         return Result("prometheus.rules", SKIP, "no --prometheus URL given")
     try:
@@ -625,6 +695,14 @@ def check_prometheus_rules(prometheus: str | None, http: Http) -> Result:
             FAIL,
             f"failing to evaluate: {_names(broken)} ({error})",
             "see the rule's lastError in Prometheus' /rules page; check the slurmscope version matches",
+        )
+    off = rules_off_config(loaded, expected) if expected is not None else []
+    if off:
+        return Result(
+            "prometheus.rules",
+            WARN,
+            f"loaded, but not at this config's thresholds: {_names(off, 4)}",
+            "run `slurmscope alerts build --out /etc/prometheus/slurmscope` with this config and reload Prometheus",
         )
     return Result("prometheus.rules", PASS, f"{len(records)} recording rules and {len(alerts)} alerts loaded")
 
@@ -709,7 +787,9 @@ def run_checks(
     http: Http = http_get,
     clock: Clock = time.time,
 ) -> list[Result]:
-    """Every check, in the order an operator would fix them."""
+    """Every check, in the order an operator would fix them, for the cluster of `cfg` (`--cluster`)."""
+    if run is run_subprocess and cfg.get("slurm", "conf"):
+        run = functools.partial(run_subprocess, slurm_conf=cfg.get("slurm", "conf"))
     results = check_slurm_commands(cfg, run)
     slurm_conf, conf_error = slurm_config(cfg, run)
     results.append(check_rest(cfg))
@@ -720,7 +800,7 @@ def run_checks(
     results += check_agents(cfg, http)
     results += check_clock(cfg, http, clock)
     results.append(check_exporter_address(cfg, prometheus))
-    results.append(check_prometheus_rules(prometheus, http))
+    results.append(check_prometheus_rules(prometheus, http, config_rules(cfg) if prometheus else None))
     results.append(check_prometheus_targets(cfg, prometheus, http))
     results.append(check_grafana(cfg))
     return results

@@ -69,7 +69,9 @@ def snapshot(
     shift_seconds: float = 0.0,
     metrics: list[Metric] | None = None,
 ) -> Snapshot:
-    """Run every enabled catalog query for `now`.
+    """Run every enabled catalog query for `now`, once per configured cluster (the macros take one cluster;
+    every family has a `cluster` label, so the clusters' samples never collide). A family is up when its
+    query ran for every cluster; a cluster whose query failed loses only its own samples.
 
     `shift_seconds` moves the time axis: values of `*_timestamp_seconds` families are shifted by it, so
     that a history recorded at another time can be replayed as if it ended at another instant.
@@ -77,7 +79,8 @@ def snapshot(
     tables = _tables(con)
     snap = Snapshot(now=now)
     metrics = metrics if metrics is not None else enabled_metrics(cfg)
-    _run_queries(con, snap, metrics, tables, [cfg.cluster, now], shift_seconds)
+    for cluster in cfg.clusters:
+        _run_queries(con, snap, metrics, tables, [cluster, now], shift_seconds)
     return snap
 
 
@@ -130,8 +133,8 @@ def _run_queries(
             if metric.is_timestamp:
                 value += shift_seconds
             out.append((labels, value))
-        snap.samples[metric.name] = out
-        snap.up[metric.name] = True
+        snap.samples.setdefault(metric.name, []).extend(out)
+        snap.up.setdefault(metric.name, True)  # stays 0 when the query failed for another cluster
 
 
 def _by_family(

@@ -2,7 +2,8 @@
 
 It opens the database only for the length of one job (collect, pipelines, render), serialised by one lock
 that no Slurm command or agent pull runs under, and serves /metrics from the bytes rendered after each job; why, in
-docs/architecture.md ("One writer").
+docs/architecture.md ("One writer"). Several clusters (`[[clusters]]`) share that one lock and database: each
+has its own collector, pipeline and report jobs, with its own settings (`Config.for_cluster`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from slurmscope.collectors.collect import collect_with
-from slurmscope.collectors.registry import COLLECTORS, active, collector
+from slurmscope.collectors.registry import COLLECTORS, collector, scheduled
 from slurmscope.config import Config
 from slurmscope.db import connect
 
@@ -60,15 +61,32 @@ class FairLock:
 
 @dataclass
 class Service:
-    """State shared by the scheduled jobs: the write lock, the latest /metrics bytes, what is dirty."""
+    """State shared by the scheduled jobs: the write lock, the latest /metrics bytes, which clusters have new
+    rows for the pipelines (`dirty`).
+
+    `config` lists the clusters served (`Config.clusters`); a job for one cluster runs with that cluster's
+    settings. With one cluster the monthly report goes to `report_dir/<month>/`, with several to
+    `report_dir/<month>/<cluster>/` (the layout of `report --cluster all --out report_dir/<month>`).
+    """
 
     config: Config
     db_path: str
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
     lock: FairLock = field(default_factory=FairLock)
     metrics: bytes = b""
-    dirty: bool = False
+    dirty: set[str] = field(default_factory=set)
     report_dir: Path = Path("reports")
+
+    @property
+    def clusters(self) -> tuple[str, ...]:
+        return self.config.clusters
+
+    def cluster_config(self, cluster: str | None) -> Config:
+        return self.config.for_cluster(cluster or self.clusters[0])
+
+    def report_path(self, month: str, cluster: str) -> Path:
+        several = len(self.clusters) > 1
+        return self.report_dir / month / cluster if several else self.report_dir / month
 
     def with_db(self, fn: Callable, *, read_only: bool = False):
         """Run fn(con) with the database open only for its duration, serialised with other writes."""
@@ -79,64 +97,76 @@ class Service:
             finally:
                 con.close()
 
-    def run_collector(self, kind: str) -> None:
+    def run_collector(self, kind: str, cluster: str | None = None) -> None:
+        cfg = self.cluster_config(cluster)
         try:
             # The Slurm command runs between two turns at the lock, not inside one (collect_with).
-            outcomes = collect_with(self.with_db, self.config, kind)
+            outcomes = collect_with(self.with_db, cfg, kind)
             self.with_db(self._render)
         except Exception:
-            log.exception("collector %s crashed", kind)
+            log.exception("collector %s of %s crashed", kind, cfg.cluster)
             return
         for o in outcomes:
             level = logging.INFO if o.status == "ok" else logging.WARNING
-            log.log(level, "collector %s: %s rows=%s %s", o.collector, o.status, o.rows, o.error or "")
+            log.log(
+                level,
+                "collector %s of %s: %s rows=%s %s",
+                o.collector,
+                cfg.cluster,
+                o.status,
+                o.rows,
+                o.error or "",
+            )
             if o.warning:
-                log.warning("collector %s: %s", o.collector, o.warning)
+                log.warning("collector %s of %s: %s", o.collector, cfg.cluster, o.warning)
             # New rows from a collector that feeds the marts: the pipelines run incrementally next.
             if o.status == "ok" and collector(o.collector).feeds_pipelines and o.rows:
-                self.dirty = True
+                self.dirty.add(cfg.cluster)
 
-    def run_pipelines(self, *, full: bool = False) -> None:
-        if not full and not self.dirty:
+    def run_pipelines(self, *, full: bool = False, cluster: str | None = None) -> None:
+        cfg = self.cluster_config(cluster)
+        if not full and cfg.cluster not in self.dirty:
             return
         from slurmscope.pipelines.runner import run_pipelines
 
-        self.dirty = False
+        self.dirty.discard(cfg.cluster)
 
         def job(con):
-            result = run_pipelines(con, self.config, full=full, now=self.clock())
+            result = run_pipelines(con, cfg, full=full, now=self.clock())
             self._render(con)
             return result
 
         try:
             result = self.with_db(job)
-            log.info("pipelines (%s): %s", "full" if full else "incremental", result)
+            log.info("pipelines of %s (%s): %s", cfg.cluster, "full" if full else "incremental", result)
         except Exception:
-            self.dirty = True
-            log.exception("pipelines failed")
+            self.dirty.add(cfg.cluster)
+            log.exception("pipelines of %s failed", cfg.cluster)
 
-    def run_monthly_report(self, month: str | None = None) -> None:
+    def run_monthly_report(self, month: str | None = None, cluster: str | None = None) -> None:
         from slurmscope.report import build_report
 
+        cfg = self.cluster_config(cluster)
         label = month or _month_before(self.clock())
+        out_dir = self.report_path(label, cfg.cluster)
         try:
             self.with_db(
-                lambda con: build_report(
-                    con, self.config, month=label, out_dir=self.report_dir / label, formats=["html", "csv"]
-                ),
+                lambda con: build_report(con, cfg, month=label, out_dir=out_dir, formats=["html", "csv"]),
                 read_only=True,
             )
         except Exception:
-            log.exception("monthly report %s failed", label)
+            log.exception("monthly report %s of %s failed", label, cfg.cluster)
 
-    def missed_report_month(self) -> str | None:
+    def missed_report_month(self, cluster: str | None = None) -> str | None:
         """The month whose report fell due while serve was not running, or None.
 
         The job store is in memory, so a 04:00-on-the-1st run missed by a stopped serve is not remembered;
         instead the latest due report is made at start when it is not on disk and the database was already
-        collecting before it fell due (a fresh installation has no month to report). Within the misfire
-        grace the cron job runs it itself. Only the latest month: older gaps are an operator's call.
+        collecting this cluster before it fell due (a fresh installation, or a cluster added since, has no
+        month to report). Within the misfire grace the cron job runs it itself. Only the latest month: older
+        gaps are an operator's call.
         """
+        cluster = cluster or self.clusters[0]
         now = self.clock()
         due = now.replace(day=1, hour=REPORT_HOUR, minute=0, second=0, microsecond=0)
         if now < due:
@@ -144,12 +174,14 @@ class Service:
         if (now - due).total_seconds() <= MISFIRE_GRACE_SECONDS:
             return None
         label = _month_before(due)
-        if (self.report_dir / label / "report.html").exists():
+        if (self.report_path(label, cluster) / "report.html").exists():
             return None
         if self.db_path == ":memory:" or not Path(self.db_path).exists():
             return None
         first = self.with_db(
-            lambda con: con.execute("SELECT min(started_at) FROM collector_runs").fetchone()[0],
+            lambda con: con.execute(
+                "SELECT min(started_at) FROM collector_runs WHERE cluster = ?", [cluster]
+            ).fetchone()[0],
             read_only=True,
         )
         return label if first is not None and first < due else None
@@ -189,66 +221,85 @@ def _month_before(t: datetime) -> str:
     return f"{before.year:04d}-{before.month:02d}"
 
 
+def job_id(base: str, cluster: str, several: bool) -> str:
+    """`collect-sacct` with one cluster (as before clusters were listed); `collect-sacct@<cluster>` with several."""
+    return f"{base}@{cluster}" if several else base
+
+
 def build_scheduler(service: Service, intervals: dict[str, int] | None = None) -> BackgroundScheduler:
     """One BackgroundScheduler, in-memory job store rebuilt from config at every start, UTC.
 
-    Without `intervals`, every live collector of the registry at its own interval.
+    For each served cluster: every live collector of the registry that reaches it (`registry.scheduled`) at
+    its own interval (or `intervals`, for every cluster), the pipelines after new rows and nightly, and the
+    monthly report. One lake export for all clusters.
     """
-    intervals = intervals or {
-        c.kind: c.interval_seconds for c in active(service.config.get("slurm", "source"))
+    several = len(service.clusters) > 1
+    per_cluster = {
+        cluster: intervals or {c.kind: c.interval_seconds for c in scheduled(service.cluster_config(cluster))}
+        for cluster in service.clusters
     }
+    jobs = sum(len(kinds) + 4 for kinds in per_cluster.values()) + 1
     # One thread per job (they mostly wait on the write lock), so none misses its slot waiting for a thread.
     sched = BackgroundScheduler(
-        executors={"default": ThreadPoolExecutor(max_workers=len(intervals) + 4)},
+        executors={"default": ThreadPoolExecutor(max_workers=jobs)},
         timezone=timezone.utc,
         job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": MISFIRE_GRACE_SECONDS},
     )
     phases = {c.kind: c.phase_seconds for c in COLLECTORS}
-    for kind, seconds in intervals.items():
-        phase = phases.get(kind)
-        # With a phase, the runs after the first fall at the phase past each epoch-aligned boundary.
-        start = None if phase is None else datetime.fromtimestamp(phase, timezone.utc)
+    for cluster, kinds in per_cluster.items():
+        for kind, seconds in kinds.items():
+            phase = phases.get(kind)
+            # With a phase, the runs after the first fall at the phase past each epoch-aligned boundary.
+            start = None if phase is None else datetime.fromtimestamp(phase, timezone.utc)
+            sched.add_job(
+                service.run_collector,
+                IntervalTrigger(seconds=seconds, start_date=start, timezone=timezone.utc),
+                args=[kind],
+                kwargs={"cluster": cluster},
+                id=job_id(f"collect-{kind}", cluster, several),
+                name=f"collect {kind} of {cluster}",
+                next_run_time=service.clock(),
+            )
         sched.add_job(
-            service.run_collector,
-            IntervalTrigger(seconds=seconds, start_date=start, timezone=timezone.utc),
-            args=[kind],
-            id=f"collect-{kind}",
-            name=f"collect {kind}",
-            next_run_time=service.clock(),
+            service.run_pipelines,
+            IntervalTrigger(seconds=60, timezone=timezone.utc),
+            kwargs={"cluster": cluster},
+            id=job_id("pipelines-incremental", cluster, several),
+            name=f"pipelines of {cluster} after new data",
         )
-    sched.add_job(
-        service.run_pipelines,
-        IntervalTrigger(seconds=60, timezone=timezone.utc),
-        id="pipelines-incremental",
-        name="pipelines after new data",
-    )
-    sched.add_job(
-        service.run_pipelines,
-        CronTrigger(hour=2, minute=30, timezone=timezone.utc),
-        kwargs={"full": True},
-        id="pipelines-full",
-        name="nightly full rebuild",
-    )
-    sched.add_job(
-        service.run_monthly_report,
-        CronTrigger(day=1, hour=REPORT_HOUR, timezone=timezone.utc),
-        id="report-monthly",
-        name="monthly report",
-    )
-    try:
-        missed = service.missed_report_month()
-    except Exception:
-        log.exception("cannot tell whether a monthly report was missed")
-        missed = None
-    if missed:
-        log.warning("monthly report %s was missed while serve was not running: making it now", missed)
+        sched.add_job(
+            service.run_pipelines,
+            CronTrigger(hour=2, minute=30, timezone=timezone.utc),
+            kwargs={"full": True, "cluster": cluster},
+            id=job_id("pipelines-full", cluster, several),
+            name=f"nightly full rebuild of {cluster}",
+        )
         sched.add_job(
             service.run_monthly_report,
-            DateTrigger(run_date=service.clock(), timezone=timezone.utc),
-            args=[missed],
-            id="report-catch-up",
-            name=f"missed monthly report {missed}",
+            CronTrigger(day=1, hour=REPORT_HOUR, timezone=timezone.utc),
+            kwargs={"cluster": cluster},
+            id=job_id("report-monthly", cluster, several),
+            name=f"monthly report of {cluster}",
         )
+        try:
+            missed = service.missed_report_month(cluster)
+        except Exception:
+            log.exception("cannot tell whether a monthly report of %s was missed", cluster)
+            missed = None
+        if missed:
+            log.warning(
+                "monthly report %s of %s was missed while serve was not running: making it now",
+                missed,
+                cluster,
+            )
+            sched.add_job(
+                service.run_monthly_report,
+                DateTrigger(run_date=service.clock(), timezone=timezone.utc),
+                args=[missed],
+                kwargs={"cluster": cluster},
+                id=job_id("report-catch-up", cluster, several),
+                name=f"missed monthly report {missed} of {cluster}",
+            )
     if service.config.get("lake", "export_dir"):
         sched.add_job(
             service.run_export,

@@ -1,4 +1,4 @@
-"""The NVML spool format (version 2; version 1 still read): what a node agent writes and the collector reads.
+"""The NVML spool format (version 3; versions 1 and 2 still read): what a node agent writes and the collector reads.
 
 Both sides import this one module, so the writer and the reader cannot drift apart; docs/nvml.md defines
 the format. A file is JSON Lines: a header, one record per line, a footer with the record count and the
@@ -19,11 +19,44 @@ from pathlib import Path
 from typing import Any
 
 SPOOL_FORMAT = "slurmscope-nvml-spool"
-SPOOL_VERSION = 2
-READ_VERSIONS = (1, 2)
-"""Agents not yet upgraded keep writing version 1 during a rolling upgrade; their files load with the meaning
-version 1 documented (upgrade_v1_sample)."""
-RECORD_TYPES = ("sample", "event", "job", "inventory")
+SPOOL_VERSION = 3
+READ_VERSIONS = (1, 2, 3)
+"""Agents not yet upgraded keep writing version 1 or 2 during a rolling upgrade; their files load with the
+meaning their version documented (upgrade_v1_sample; a version 2 sample lacks only keys version 3 added, which
+load as null: not read)."""
+RECORD_TYPES = ("sample", "event", "job", "inventory", "nvlink")
+
+# NVLink data-link error counters (nvmlNvLinkErrorCounter_t: NVML_NVLINK_ERROR_DL_CRC_FLIT, _DL_CRC_DATA,
+# _DL_REPLAY, _DL_RECOVERY), read per link. Version 3 keeps per GPU and minute the sum over links of each
+# counter's rise (`nvlink_<counter>_delta`) and of the raw counters (`nvlink_<counter>_total`), and one `nvlink`
+# record per link and minute in which a counter rose (links without errors write nothing).
+NVLINK_COUNTERS = ("crc_flit", "crc_data", "replay", "recovery")
+
+# NVML's violation-time counters (nvmlDeviceGetViolationStatus, nvmlPerfPolicyType_t): how long each policy held
+# the GPU below its application clocks, as `violation_<policy>_seconds` per minute. NVIDIA does not label them
+# hardware or software; slurmscope counts as a fault only the two limits of the board itself, which neither the
+# site's settings nor the workload explain: board limit and board reliability limit. Power is the configured
+# power limit (the at-power-cap state of a training job), thermal includes the driver's software thermal target
+# (the hardware part is the HW thermal clock-event reason above), sync boost a configured sync-boost group and
+# low utilisation the workload: reported, never a fault.
+VIOLATION_POLICIES = ("power", "thermal", "sync_boost", "board_limit", "low_util", "reliability")
+HW_VIOLATIONS = ("board_limit", "reliability")
+
+# GPM (GPU Performance Monitoring, Hopper and newer: nvmlGpmQueryDeviceSupport, nvmlGpmMetricsGet) profiling
+# fields, as `<name>_mean` percent over the minute's `gpm_samples` readings: SM activity (NVML_GPM_METRIC_SM_UTIL,
+# "percentage of SMs that were busy"), SM occupancy (NVML_GPM_METRIC_SM_OCCUPANCY, "warps that were active vs
+# theoretical maximum"), tensor activity (NVML_GPM_METRIC_ANY_TENSOR_UTIL) and DRAM activity
+# (NVML_GPM_METRIC_DRAM_BW_UTIL, "DRAM bw used vs theoretical maximum"). `activity_source` names what a minute's
+# activity comes from: 'gpm' (SM activity) or 'gpu_util' (NVML utilisation.gpu, where GPM is not supported).
+GPM_FIELDS = ("sm_active", "sm_occupancy", "tensor_active", "dram_active")
+
+
+def activity_source(gpm_samples: int | None, util_gpu_mean: float | None) -> str | None:
+    """'gpm' when the minute has GPM readings, else 'gpu_util' when it has GPU_UTIL, else None."""
+    if gpm_samples:
+        return "gpm"
+    return None if util_gpu_mean is None else "gpu_util"
+
 
 # Clock-event reasons per cause (NVML nvmlClocksEventReasons,
 # https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html): the sample record counts the
@@ -197,6 +230,7 @@ class SpoolContent:
 
 REQUIRED = {
     "sample": ("gpu_uuid", "minute"),
+    "nvlink": ("gpu_uuid", "minute", "link"),
     "event": ("event_time", "event_type"),
     "job": ("gpu_uuid", "job_id", "interval_start"),
     "inventory": ("gpu_uuid", "seen_at"),

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import settings
 
 from slurmscope.db import connect
+from tests.cluster_pair import cluster_pair  # noqa: F401  (two clusters from the demo, built once per session)
 from tests.demo_fixture import demo_run  # noqa: F401  (the one shared small demo, built once per session)
 
 FIXTURES = Path(__file__).parent / "fixtures"

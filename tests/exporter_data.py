@@ -66,6 +66,8 @@ EXPECTED_FIRING = EXPECTED_ALERTS - {
     "GpuCountMismatch",
 }
 QUIET_ALERTS = {
+    "GpuNvlinkErrors",
+    "GpuResetPending",
     "SlurmControllerUnreachable",
     "SlurmAccountBudgetSpent",
     "SlurmAccountBudgetForecastOver",
@@ -382,9 +384,9 @@ def build_marts(con: duckdb.DuckDBPyConnection) -> None:
         """
         INSERT INTO mart_cost_efficiency_daily (cluster, day, account, gpu_seconds, cost_usd, sampled_gpu_seconds,
             sampled_cost_usd, idle_gpu_seconds, idle_cost_usd, useful_gpu_seconds, useful_share,
-            cost_per_useful_gpu_hour, energy_joules, energy_kwh, energy_cost_usd)
+            cost_per_useful_gpu_hour, energy_joules, energy_kwh, energy_cost_usd, gpm_gpu_seconds, activity_source)
         SELECT $cluster, CAST(d AS DATE), account, 86400, 48, 43200, 24, 3600, 2, 30240, 0.7, 24 / 8.4,
-               7.2e7, 20, 0
+               7.2e7, 20, 0, 0, 'gpu_util'
         FROM generate_series($start, $end, INTERVAL 1 DAY) g(d), (VALUES ('a'), ('b')) a(account)
     """,
     )

@@ -1,9 +1,11 @@
-"""Just enough PNG decoding (8-bit RGB/RGBA, non-interlaced) to ask whether a screenshot shows anything."""
+"""Just enough PNG decoding (8-bit RGB/RGBA, non-interlaced) to ask whether a screenshot, or a region of it,
+shows anything."""
 
 from __future__ import annotations
 
 import struct
 import zlib
+from collections import Counter
 
 
 def decode_png(data: bytes) -> tuple[int, int, list[bytes]]:
@@ -54,3 +56,15 @@ def distinct_colours(data: bytes, step: int = 4) -> int:
         for x in range(0, width, step):
             seen.add(r[x * bpp : x * bpp + 3])
     return len(seen)
+
+
+def region_colours(data: bytes, x: int, y: int, w: int, h: int) -> Counter:
+    """How many pixels of each RGB colour the box (x, y, w, h) holds (clipped to the image)."""
+    width, height, rows = decode_png(data)
+    bpp = len(rows[0]) // width
+    seen: Counter = Counter()
+    for yy in range(max(y, 0), min(y + h, height)):
+        r = rows[yy]
+        for xx in range(max(x, 0), min(x + w, width)):
+            seen[r[xx * bpp : xx * bpp + 3]] += 1
+    return seen

@@ -105,6 +105,8 @@ SQL_INTERPOLATION_ALLOWED: dict[str, set[str]] = {
         "_hour_join('s', 'h0')",
     },
     "pipelines/health.py": {"LOOKBACK"},  # "INTERVAL 1 DAY"
+    # the SM activity column: one of jobstats.SM_ACTIVE_COLUMNS, present in gpu_samples' schema
+    "slurmscope/jobstats.py": {"extra"},
     "pipelines/reliability.py": {"_JOB_COLS", "FAULT_LEAD_SECONDS"},  # a column list literal; an int constant
     # mart table and window column from the pipeline registry (MART_TABLES), checked against the catalog
     "pipelines/runner.py": {"cols", "qcol", "table"},

@@ -424,7 +424,7 @@ def test_minute_aggregation_by_hand():
     assert rec["sw_power_cap_seconds"] == 30.0 and rec["hw_slowdown_seconds"] == 10.0
     assert rec["throttle_seconds"] == 10.0
     assert rec["sw_thermal_seconds"] == rec["hw_thermal_seconds"] == rec["hw_power_brake_seconds"] == 0.0
-    nxt = agg.flush()
+    (nxt,) = agg.flush()
     assert nxt["energy_joules"] == 2.0  # 10000 -> 12000 lands in 08:01
     assert nxt["ecc_corrected_delta"] is None  # never read: unknown, not zero
 

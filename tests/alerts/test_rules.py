@@ -181,3 +181,12 @@ def test_promtool_check_and_test_rules(tmp_path):
 def test_the_throttle_alert_and_the_health_verdict_use_one_threshold():
     """Both count hardware clock-event causes only; a GPU the verdict calls throttling is the one paged on."""
     assert load_config(env={}).get("health", "throttle_ratio") == thresholds.THROTTLE_RATIO
+
+
+def test_the_nvlink_alert_and_the_health_verdict_use_dcgms_limits():
+    """GpuNvlinkErrors pages on what the verdict calls `nvlink_errors` (failing): any replay or recovery error,
+    CRC errors at DCGM's 100 a second."""
+    health = load_config(env={}).raw["health"]
+    assert health["nvlink_crc_per_second"] == thresholds.NVLINK_CRC_PER_SECOND
+    assert health["nvlink_replay_recovery"] == 1
+    assert 'counter=~"replay|recovery"' in next(a.expr for a in ALERTS if a.name == "GpuNvlinkErrors")

@@ -64,7 +64,7 @@ def job(
         "Reason": "None",
         "JobName": "n",
     }
-    return [values[n] for n in LIVE_FIELDS.split(",")]
+    return [values.get(n, "") for n in LIVE_FIELDS.split(",")]
 
 
 @pytest.fixture

@@ -354,11 +354,11 @@ def test_chunks_merge_to_the_whole_minute(rows, flush):
         r = dict(time=T0 + i, util_gpu=util, power_w=power, energy_mj=energy, reasons=reasons)
         assert whole.add(Reading(**r)) == []
         parts += chunked.add(Reading(**r))
-    parts.append(chunked.flush())
+    parts += chunked.flush()
     merged = parts[0]
     for p in parts[1:]:
         merged = merge_samples(merged, p)
-    ref = whole.flush()
+    (ref,) = whole.flush()
     for key in (
         "samples",
         "util_gpu_max",

@@ -84,7 +84,7 @@ def test_rows_stored_before_the_migration_are_split_the_same_way(tmp_path):
     con.close()
 
 
-@pytest.mark.parametrize("version", [0, 3, "2"])
+@pytest.mark.parametrize("version", [0, 4, "2"])
 def test_other_versions_are_still_rejected(tmp_path, version):
     from slurmscope.spool import read_spool_bytes
 

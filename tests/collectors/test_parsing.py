@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import polars as pl
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from slurmscope.collectors.parsing import (
     duration_expr,
@@ -342,3 +342,149 @@ def test_column_helpers_match_scalars_on_random_text(values):
             assert d == parse_duration(v), v
         except ValueError:
             assert d is None, v
+
+
+# ---------------------------------------------------------------------------------------- usage fields
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        # the four shapes of sacct's _elapsed_time (src/sacct/print.c, 22.05), values from the seff capture
+        ("00:06.078", 6.078),
+        ("00:00:00", 0.0),
+        ("01:02:03", 3723.0),
+        ("2-01:00:00", 2 * 86400 + 3600.0),
+        ("59:59.999", 3599.999),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_parse_cpu_time(text, seconds):
+    from slurmscope.collectors.parsing import parse_cpu_time
+
+    assert parse_cpu_time(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["abc", "6.078", "1:2:3:4", "00:06,078", "-00:01"])
+def test_cpu_time_garbage_raises(text):
+    from slurmscope.collectors.parsing import parse_cpu_time
+
+    with pytest.raises(ValueError, match="CPU time"):
+        parse_cpu_time(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("429182976", 429182976),  # --noconvert: bytes, bare (MaxRSS of the seff capture's job 2)
+        ("4736K", 4736 * 1024),
+        ("409.30M", 429182157),  # 409.30 x 1048576 = 429182156.8, rounded half up
+        ("1.5G", 1610612736),
+        ("0", 0),
+        ("", None),
+    ],
+)
+def test_parse_size_bytes(text, size):
+    from slurmscope.collectors.parsing import parse_size_bytes
+
+    assert parse_size_bytes(text) == size
+
+
+def test_tres_usage_in_base_units_and_garbage_raises():
+    from slurmscope.collectors.parsing import parse_tres_usage
+
+    # step 3.0 of the seff capture, plus the GPU accounting entries a site with gres/gpuutil prints
+    got = parse_tres_usage(
+        "cpu=00:01:05,energy=0,fs/disk=88236,gres/gpumem=2G,gres/gpuutil=87,mem=436043776,pages=0,vmem=NONE"
+    )
+    assert got == {
+        "cpu": 65.0,
+        "energy": 0.0,
+        "fs/disk": 88236.0,
+        "gres/gpumem": 2.0 * 2**30,
+        "gres/gpuutil": 87.0,
+        "mem": 436043776.0,
+        "pages": 0.0,
+    }
+    assert parse_tres_usage("") == {}
+    for bad in ("mem", "mem=12Q", "cpu=x"):
+        with pytest.raises(ValueError):
+            parse_tres_usage(bad)
+
+
+_USAGE_TEXT = st.one_of(
+    st.none(),
+    st.text(alphabet="0123456789-:.KMGTPEk ", max_size=16),
+    st.builds(
+        lambda d, h, m, s, f: f"{d}-{h:02d}:{m:02d}:{s:02d}" if d else f"{m:02d}:{s:02d}.{f:03d}",
+        st.integers(0, 400),
+        st.integers(0, 23),
+        st.integers(0, 59),
+        st.integers(0, 59),
+        st.integers(0, 999),
+    ),
+    st.builds(
+        lambda n, u: f"{n}{u}", st.floats(0, 1e6).map(lambda x: f"{x:.2f}"), st.sampled_from(list("KMGT"))
+    ),
+)
+
+
+@settings(max_examples=300)
+@given(st.lists(_USAGE_TEXT, max_size=30))
+@example(["8E"])  # 2**63 bytes: beyond a BIGINT, null on both paths
+def test_usage_column_helpers_match_the_scalars(values):
+    """The vectorised path of the usage fields gives exactly the scalar parsers' results (null where they raise)."""
+    from slurmscope.collectors.parsing import (
+        parse_cpu_time,
+        parse_cpu_time_columns,
+        parse_size_bytes,
+        parse_size_columns,
+    )
+
+    df = pl.DataFrame({"a": values}, schema={"a": pl.String})
+    got_c = parse_cpu_time_columns(df, {"c": "a"})["c"].to_list()
+    got_s = parse_size_columns(df, {"s": "a"})["s"].to_list()
+    for v, c, s in zip(values, got_c, got_s, strict=True):
+        for got, fn in ((c, parse_cpu_time), (s, parse_size_bytes)):
+            try:
+                want = fn(v)
+            except ValueError:
+                want = None
+            assert got == want, (v, fn.__name__)
+
+
+_ENTRY = st.one_of(
+    st.sampled_from(
+        ["cpu=00:01:05", "cpu=1-00:00:01", "cpu=5", "mem=4096", "mem=4.5M", "mem=NONE", "mem=", "=5"]
+    ),
+    st.sampled_from(
+        ["gres/gpuutil=87", "gres/gpumem=2G", "energy=0", "vmem=12Q", "mem", "", " mem = 7 ", "cpu=x"]
+    ),
+    st.builds(
+        lambda k, v: f"{k}={v}",
+        st.sampled_from(["mem", "cpu", "gres/gpuutil"]),
+        st.text("0123456789.:-KMG", max_size=8),
+    ),
+)
+
+
+@settings(max_examples=300)
+@given(st.lists(st.one_of(st.none(), st.lists(_ENTRY, max_size=6).map(",".join)), max_size=20))
+def test_tres_usage_columns_match_the_scalar_parser(values):
+    from slurmscope.collectors.parsing import parse_tres_usage, parse_tres_usage_columns
+
+    df = pl.DataFrame({"a": values}, schema={"a": pl.String})
+    got = parse_tres_usage_columns(df, "a", {"m": "mem", "u": "gres/gpuutil", "c": "cpu"}, "ok")
+    for v, row in zip(values, got.iter_rows(named=True), strict=True):
+        try:
+            want = parse_tres_usage(v)
+        except ValueError:
+            assert row["ok"] is False, v
+            continue
+        assert row["ok"] is True, v
+        assert (row["m"], row["u"], row["c"]) == (
+            want.get("mem"),
+            want.get("gres/gpuutil"),
+            want.get("cpu"),
+        ), v

@@ -15,9 +15,13 @@ US = "\x1f"
 UTCZ = ZoneInfo("UTC")
 
 
-def live(rows: list[list[str]], delim: str = US, eol: str = "\n") -> bytes:
-    """Output of the live command: header line then rows, in LIVE_FIELDS order."""
-    names = LIVE_FIELDS.split(",")
+# The live list without its other free-text fields: JobName is then the only one (delimiter recovery).
+ONE_FREE_TEXT = [n for n in LIVE_FIELDS.split(",") if n not in ("Comment", "AdminComment")]
+
+
+def live(rows: list[list[str]], delim: str = US, eol: str = "\n", names: list[str] | None = None) -> bytes:
+    """Output of the live command: header line then rows, in LIVE_FIELDS order (or `names`)."""
+    names = names or LIVE_FIELDS.split(",")
     lines = [delim.join(names)]
     for r in rows:
         assert len(r) == len(names), r
@@ -25,7 +29,7 @@ def live(rows: list[list[str]], delim: str = US, eol: str = "\n") -> bytes:
     return (eol.join(lines) + eol).encode("utf-8")
 
 
-def row(**kw: str) -> list[str]:
+def row(names: list[str] | None = None, **kw: str) -> list[str]:
     """One live-format line with defaults for every field not given."""
     base = {
         "JobID": "100",
@@ -54,10 +58,10 @@ def row(**kw: str) -> list[str]:
         "Reason": "None",
         "JobName": "train",
     }
-    unknown = set(kw) - set(base)
+    unknown = set(kw) - set(base) - set(LIVE_FIELDS.split(","))
     assert not unknown, unknown
     base.update(kw)
-    return [base[n] for n in LIVE_FIELDS.split(",")]
+    return [base.get(n, "") for n in names or LIVE_FIELDS.split(",")]
 
 
 def p(data: bytes, **kw) -> sacct.Parsed:
@@ -196,7 +200,12 @@ def test_arrays_and_het_jobs():
 
 
 def test_job_name_with_the_delimiter_is_recovered_when_it_is_the_only_free_text_field():
-    data = live([row(JobName="a|b|c"), row(JobID="101", JobIDRaw="101", JobName='quote " and |')], delim="|")
+    one = ONE_FREE_TEXT
+    data = live(
+        [row(one, JobName="a|b|c"), row(one, JobID="101", JobIDRaw="101", JobName='quote " and |')],
+        delim="|",
+        names=one,
+    )
     out = p(data, delimiter="|")
     assert out.quarantine.height == 0
     assert job(out, "100")["name"] == "a|b|c"
@@ -225,7 +234,7 @@ def test_two_free_text_fields_with_extra_delimiters_are_quarantined_with_reason(
 def test_short_line_is_quarantined():
     out = p(live([row()]) + b"105\x1f105\n")
     assert out.tables["jobs"].height == 1
-    assert out.quarantine["reason"].to_list() == ["2 fields, expected 25"]
+    assert out.quarantine["reason"].to_list() == [f"2 fields, expected {len(LIVE_FIELDS.split(','))}"]
 
 
 def test_multibyte_delimiters_and_crlf():
@@ -397,7 +406,7 @@ def test_every_line_after_a_header_is_kept_or_quarantined(rows, delim):
 
 def test_delimiter_is_detected_from_the_header_when_not_given():
     for delim in ("☃", "^|^", US, "|"):
-        data = live([row(JobName="a|b")], delim=delim)
+        data = live([row(ONE_FREE_TEXT, JobName="a|b")], delim=delim, names=ONE_FREE_TEXT)
         out = parse(data, cluster="c", tz=UTCZ)
         assert out.quarantine.height == 0, delim
         assert job(out, "100")["name"] == "a|b"
@@ -430,15 +439,18 @@ def test_slices_give_the_same_result_as_one_pass(monkeypatch):
     for j in range(1, 8):
         rows.append(
             row(
+                ONE_FREE_TEXT,
                 JobID=str(j),
                 JobIDRaw=str(j),
                 Submit=f"2024-05-01T10:0{j}:00",
                 JobName="a|b" if j == 3 else "n",
             )
         )
-        rows.append(row(JobID=f"{j}.batch", JobIDRaw=f"{j}.batch", Submit="2024-05-01T11:00:00"))
-        rows.append(row(JobID=f"{j}.0", JobIDRaw=f"{j}.0", Submit="2024-05-01T11:00:01"))
-    data = live(rows, delim="|")
+        rows.append(
+            row(ONE_FREE_TEXT, JobID=f"{j}.batch", JobIDRaw=f"{j}.batch", Submit="2024-05-01T11:00:00")
+        )
+        rows.append(row(ONE_FREE_TEXT, JobID=f"{j}.0", JobIDRaw=f"{j}.0", Submit="2024-05-01T11:00:01"))
+    data = live(rows, delim="|", names=ONE_FREE_TEXT)
     whole = p(data, delimiter="|")
     monkeypatch.setattr(sacct, "CHUNK_LINES", 2)  # steps land at the start of the next slice
     sliced = p(data, delimiter="|")
@@ -499,3 +511,96 @@ def test_output_attempts_equals_the_dense_rank_per_job(rows):
     )
     expected = df.select(pl.col("submit_time").rank("dense").over("cluster", "job_id_raw").cast(pl.Int32))
     assert sacct.output_attempts(df).to_list() == expected.to_series().to_list()
+
+
+# ---------------------------------------------------------------------------------------- usage fields
+
+_CPU = st.one_of(
+    st.sampled_from(["", "00:06.078", "01:02:03", "2-00:00:01", "00:00:00", "garbage", "1:2"]),
+    st.builds(
+        lambda m, s, f: f"{m:02d}:{s:02d}.{f:03d}",
+        st.integers(0, 59),
+        st.integers(0, 59),
+        st.integers(0, 999),
+    ),
+)
+_SIZE = st.one_of(
+    st.sampled_from(["", "0", "4736K", "409.30M", "12Q", "1.5G", "-5"]),
+    st.integers(0, 2**40).map(str),
+)
+_TRES = st.sampled_from(
+    ["", "cpu=00:00:01,mem=4096,gres/gpuutil=87,gres/gpumem=2G", "energy=0", "mem", "cpu=x"]
+)
+_COUNT = st.sampled_from(["", "1", "2", "16", "x"])
+
+
+@settings(max_examples=150)
+@given(st.lists(st.tuples(_COUNT, _CPU, _SIZE, _SIZE, _TRES, _COUNT), min_size=1, max_size=12))
+def test_usage_fields_of_each_step_line_equal_the_scalar_parsers_or_quarantine_it(steps):
+    """The vectorised parse against a per-line reference: each step line holds exactly what the scalar parsers
+    give for its values, or, when one of them raises, is quarantined with a reason naming that field."""
+    from slurmscope.collectors.parsing import parse_cpu_time, parse_int, parse_size_bytes, parse_tres_usage
+
+    names = [*ONE_FREE_TEXT]
+    lines = [row(names)]
+    for i, (nt, cpu, rss, ave, tres, energy) in enumerate(steps):
+        kw = dict(NTasks=nt, TotalCPU=cpu, UserCPU=cpu, MaxRSS=rss, AveRSS=ave, TRESUsageInTot=tres)
+        lines.append(row(names, JobID=f"100.{i}", JobIDRaw=f"100.{i}", ConsumedEnergyRaw=energy, **kw))
+    out = p(live(lines, names=names))
+    got = {r["step_id"]: r for r in out.tables["job_steps"].to_dicts()} if "job_steps" in out.tables else {}
+    reasons = dict(zip(out.quarantine["line_no"].to_list(), out.quarantine["reason"].to_list(), strict=True))
+    for i, (nt, cpu, rss, ave, tres, energy) in enumerate(steps):
+        values = [
+            ("NTasks", parse_int, nt),
+            ("TotalCPU", parse_cpu_time, cpu),
+            ("MaxRSS", parse_size_bytes, rss),
+        ]
+        values += [("AveRSS", parse_size_bytes, ave), ("TRESUsageInTot", parse_tres_usage, tres)]
+        values += [("ConsumedEnergyRaw", parse_int, energy)]
+        want, bad = {}, []
+        for name, fn, text in values:
+            try:
+                want[name] = fn(text)
+            except ValueError:
+                bad.append(name)
+        if bad:
+            assert str(i) not in got
+            assert reasons[i + 3].split(" ")[0] in bad  # header, job line, then step i
+            continue
+        r = got[str(i)]
+        assert r["ntasks"] == want["NTasks"] and r["consumed_energy_joules"] == want["ConsumedEnergyRaw"]
+        assert r["total_cpu_seconds"] == want["TotalCPU"] == r["user_cpu_seconds"]
+        assert (r["max_rss_bytes"], r["ave_rss_bytes"]) == (want["MaxRSS"], want["AveRSS"])
+        usage = want["TRESUsageInTot"]
+        assert r["mem_tot_bytes"] == (int(usage["mem"]) if "mem" in usage else None)
+        assert r["gpu_util_tot_percent"] == usage.get("gres/gpuutil")
+        assert r["gpu_mem_tot_bytes"] == (int(usage["gres/gpumem"]) if "gres/gpumem" in usage else None)
+    assert out.rows + out.quarantine.height == len(lines)
+
+
+def test_usage_values_of_a_real_capture_in_base_units():
+    """tests/fixtures/slurm-22.05/seff/seff_sacct.txt, read by hand: job 1's line prints sacct's roll-up
+    00:06.078 (its two steps' 4 s 694943 us + 1 s 383701 us, summed in microseconds as sacct does, shown in
+    ms; the steps print 00:04.694 and 00:01.383); step 3.0 ran 2 tasks, MaxRSS 218042368 B,
+    TRESUsageInTot mem 436043776 B (the sum of the two peaks); job 4's AllocTRES mem=16000M."""
+    from pathlib import Path
+
+    data = (Path(__file__).parents[1] / "fixtures" / "slurm-22.05" / "seff" / "seff_sacct.txt").read_bytes()
+    out = parse(data, cluster="c", tz=UTCZ)
+    assert out.quarantine.height == 0
+    j = {r["job_id"]: r for r in out.tables["jobs"].to_dicts()}
+    s = {r["job_id"]: r for r in out.tables["job_steps"].to_dicts()}
+    assert j["1"]["total_cpu_seconds"] == 6.078 and j["1"]["req_tres"] == "billing=4,cpu=4,mem=2000M,node=1"
+    assert (s["1.batch"]["total_cpu_seconds"], s["1.0"]["total_cpu_seconds"]) == (4.694, 1.383)
+    assert (s["3.0"]["ntasks"], s["3.0"]["max_rss_bytes"], s["3.0"]["mem_tot_bytes"]) == (
+        2,
+        218042368,
+        436043776,
+    )
+    assert s["3.0"]["tres_usage_in_max"].startswith("cpu=00:00:00,energy=0,fs/disk=44118,mem=218042368")
+    assert (j["4"]["alloc_mem_bytes"], j["4"]["req_mem_bytes"], j["4"]["req_mem_scope"]) == (
+        16000 * 2**20,
+        1000 * 2**20,
+        None,
+    )
+    assert (j["2"]["consumed_energy_joules"], s["2.batch"]["consumed_energy_joules"]) == (None, 0)

@@ -142,7 +142,30 @@ def test_tres_run_mins_kept_as_text():
 def test_live_command_line():
     from slurmscope.config import load_config
 
-    assert sshare.command(load_config(None)) == ["sshare", "--all", "--long", "--parsable2"]
+    fields = "Account,User,RawShares,NormShares,RawUsage,NormUsage,EffectvUsage,FairShare,LevelFS,GrpTRESMins,TRESRunMins,GrpTRESRaw"
+    assert sshare.command(load_config(None)) == ["sshare", "--all", "--parsable2", f"--format={fields}"]
+    # the real 22.05 capture of that command line: --long's columns, then GrpTRESRaw
+    argv = (FIX / "slurm-22.05-budgets/sshare_budgets.argv").read_text().splitlines()
+    assert argv == sshare.command(load_config(None))
+
+
+def test_grp_tres_mins_and_raw_from_the_real_capture():
+    """Account and user limits as sacctmgr set them (assoc_budgets.txt); GrpTRESRaw, the decayed TRES-minutes
+    Slurm compares with them, agrees with the jobs: research's subtree ran 16 GPUs for 91 s (sacct_budgets.txt)
+    = 24.27 GPU-minutes, printed truncated as 24; 37 billing units for 91 s = 56.1 billing-minutes -> 56."""
+    df = parse((FIX / "slurm-22.05-budgets/sshare_budgets.txt").read_bytes()).tables["shares"]
+    limits = {
+        (a, u): lim
+        for a, u, lim in (
+            line.split("|")
+            for line in (FIX / "slurm-22.05-budgets/assoc_budgets.txt").read_text().splitlines()
+        )
+    }
+    assert {(r["account"], r["user"]): r["grp_tres_mins"] or "" for r in df.to_dicts()} == limits
+    research = assoc(df, "research")
+    assert research["grp_tres_mins"] == "billing=6000,gres/gpu=3000"
+    assert "billing=56," in research["grp_tres_raw"] and "gres/gpu=24," in research["grp_tres_raw"]
+    assert "gres/gpu=21," in assoc(df, "pretraining")["grp_tres_raw"]  # 14 GPUs x 91 s = 21.2 minutes
 
 
 def test_header_wins_over_default_columns_and_other_delimiters():

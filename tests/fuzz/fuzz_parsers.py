@@ -416,6 +416,28 @@ def specs() -> dict[str, Spec]:
         ]
         return b"ReservationName=" + junk(rnd) + b"".join(b" " + p for p in pairs)
 
+    part_keys = [
+        k.encode()
+        for k in (
+            "AllowAccounts",
+            "Default",
+            "Nodes",
+            "MaxTime",
+            "State",
+            "TRES",
+            "TRESBillingWeights",
+            "QoS",
+        )
+    ]
+
+    def part_line(rnd: random.Random) -> bytes:
+        pairs = [
+            (rnd.choice(part_keys) if rnd.random() < 0.85 else junk(rnd)) + b"=" + junk(rnd)
+            for _ in range(rnd.randint(0, 8))
+        ]
+        lead = b"PartitionName=" + junk(rnd) if rnd.random() < 0.6 else b"  "
+        return lead + b"".join(b" " + p for p in pairs)
+
     sacct_cols, sshare_cols, events_cols = (
         SACCT_HEADER.split("|"),
         list(sshare.LONG_FIELDS),
@@ -505,6 +527,16 @@ def specs() -> dict[str, Spec]:
             consumed_ok=lambda text, solo: bool(reservations._EMPTY.match(text.strip())),
         ),
         "ping": Spec(lines=(ping_line, ping_line, soup_line)),
+        "partitions": Spec(
+            lines=(part_line, part_line, soup_line),
+            # an indented line continues the PartitionName record above it (scontrol's multi-line form)
+            context=lambda text: not text.strip().startswith("PartitionName=") and "=" in text,
+            context_reaches_back=True,
+            record_start=lambda text: text.strip().startswith("PartitionName="),
+            consumed_ok=lambda text, solo: consumed_whole(
+                "partitions", text.encode("utf-8", "surrogatepass")
+            ),
+        ),
     }
 
 
@@ -577,7 +609,7 @@ def consumed_whole(kind: str, raw: bytes) -> bool:
     """A line the parser reads as context and documents as giving no row (a column-title header, a config
     section title or "as of" line, sshare's dashed rule, sdiag's rule of stars, "No reservations in the
     system"), by the parser's own test where it has one. An input of only such lines may give nothing."""
-    from slurmscope.collectors import events, reservations, sshare
+    from slurmscope.collectors import events, partitions, reservations, sshare
     from slurmscope.collectors import slurm_config as config
 
     text = raw.decode("utf-8", errors="replace").removesuffix("\r")
@@ -596,6 +628,8 @@ def consumed_whole(kind: str, raw: bytes) -> bool:
         return bool(config._AS_OF.match(s) or (config._SECTION.match(s) and "=" not in s))
     if kind == "reservations":
         return bool(reservations._EMPTY.match(s))
+    if kind == "partitions":  # the empty list, or a record's first line whose settings follow it
+        return bool(partitions._EMPTY.match(s)) or (len(s.split()) == 1 and s.startswith("PartitionName="))
     if kind == "sdiag":
         return set(s) == {"*"}
     if kind in ("sinfo", "squeue"):

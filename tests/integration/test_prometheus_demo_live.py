@@ -78,8 +78,8 @@ IMPOSSIBLE_IN_DEMO = {
     "GpuCountMismatch": "the simulated inventory lists every GPU of a telemetry node (a GPU that falls off the bus "
     "is not removed from it)",
     "SlurmControllerUnreachable": "the simulator writes no `scontrol ping` snapshots (controller_pings is empty)",
-    "SlurmAccountBudgetSpent": "the demo config sets no budgets: mart_budget_monthly is empty",
-    "SlurmAccountBudgetForecastOver": "the demo config sets no budgets: mart_budget_monthly is empty",
+    "SlurmAccountBudgetSpent": "no budgets in the demo config, no GrpTRESMins in its sshare: mart_budget_period is empty",
+    "SlurmAccountBudgetForecastOver": "no budgets in the demo config, no GrpTRESMins in its sshare: mart_budget_period is empty",
     "SlurmscopeCollectorStale": "the demo's ingest runs are recorded at wall-clock time, after the simulated "
     "period: no collector run is at or before the rendered instant",
     "SlurmscopeCollectorFailing": "as SlurmscopeCollectorStale: no collector run inside the simulated period",
@@ -669,6 +669,7 @@ def test_impossible_alerts_have_no_cause(demo_prom):
     assert mismatch == []
     assert q("SELECT count(*) FROM controller_pings").fetchone()[0] == 0
     assert q("SELECT count(*) FROM mart_budget_monthly").fetchone()[0] == 0
+    assert q("SELECT count(*) FROM mart_budget_period").fetchone()[0] == 0
     first_run = q("SELECT min(started_at) FROM collector_runs WHERE cluster = ?", [c]).fetchone()[0]
     assert first_run is None or first_run > d.end
     active = {n for n, _ in _active(d.port)}

@@ -33,6 +33,7 @@ from slurmscope.alerts.build import DEFAULT_RUNBOOK_BASE
 from slurmscope.alerts.rules import ALERTS
 from slurmscope.collectors.base import Outcome
 from slurmscope.collectors.collect import collect
+from slurmscope.collectors.sacct import LIVE_FIELDS
 from slurmscope.pipelines.backfill import DELTA_COUNTERS, sched_deltas
 from slurmscope.pipelines.runner import Window, pipeline_params
 
@@ -46,7 +47,7 @@ pytestmark = pytest.mark.slurm
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "alerts" / "slurmscope.rules.yaml"
 US = b"\x1f"
-N_FIELDS = 25  # collectors/sacct.py LIVE_FIELDS
+N_FIELDS = len(LIVE_FIELDS.split(","))
 
 
 @dataclass

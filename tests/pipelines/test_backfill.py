@@ -114,6 +114,59 @@ def test_backfill_daily_shares():
     assert_frame_equal(got, want)
 
 
+def test_backfill_daily_counts_gpu_hours_on_the_days_they_were_held():
+    """A month's "started by" GPU-hours are those held inside the month: an attempt running across the month
+    end gives each day its overlap, so the month's rows stay the same when later runs see it run on or end."""
+    j = jobs(
+        [
+            # backfill, 2 GPUs from 30 Jan 22:00, still running: 2 h x 2 on 30 Jan, 24 h x 2 on 31 Jan, ...
+            (
+                1,
+                ts("2026-01-30 21:00"),
+                None,
+                ts("2026-01-30 22:00"),
+                None,
+                "a",
+                "gpu",
+                "RUNNING",
+                2,
+                "h100",
+                "backfill",
+            ),
+            # main, 1 GPU on 31 Jan 10:00-12:00: 2 GPU-h
+            (
+                2,
+                ts("2026-01-31 09:00"),
+                None,
+                ts("2026-01-31 10:00"),
+                ts("2026-01-31 12:00"),
+                "a",
+                "gpu",
+                "COMPLETED",
+                1,
+                "h100",
+                "main",
+            ),
+        ]
+    )
+    january = pl.col("day") < date(2026, 2, 1)
+    cols = ["day", "sched_by", "jobs", "gpu_hours"]
+    at_month_end = bf.backfill_daily(j, params("2026-02-01 00:00")).filter(january).sort(cols).collect()
+    assert at_month_end.select(cols).rows() == [
+        (date(2026, 1, 30), "backfill", 1, 4.0),
+        (date(2026, 1, 31), "backfill", 0, 48.0),
+        (date(2026, 1, 31), "main", 1, 2.0),
+    ]
+    # 31 Jan: shares among the day's started attempts (only main started) and GPU-hours (48 : 2).
+    day31 = at_month_end.filter(pl.col("day") == date(2026, 1, 31)).sort("sched_by")
+    assert day31["share"].to_list() == [0.0, 1.0]
+    assert day31["gpu_hours_share"].to_list() == [48 / 50, 2 / 50]
+    # Three days later the attempt has run 3 more days (it would have added 144 GPU-h to 30 Jan before).
+    later = bf.backfill_daily(j, params("2026-02-04 00:00")).collect()
+    assert_frame_equal(later.filter(january).sort(cols), at_month_end)
+    assert later.filter(~january)["gpu_hours"].sum() == 3 * 48.0
+
+
 def test_wait_time_percentiles():
     start = ts(f"{D} 10:00")
     waits = [1, 2, 3, 10]

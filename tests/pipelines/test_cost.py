@@ -720,13 +720,13 @@ def test_cost_per_useful_gpu_hour_idle_dollars_and_energy_per_account(since):
         orient="row",
     )
     samples = pl.LazyFrame(
-        [  # node, gpu, minute, util %, energy J (counter delta), mean power W
-            ("n1", "g0", m[0], 100.0, 6000.0, 100.0),
-            ("n1", "g0", m[1], 50.0, 3000.0, 50.0),
-            ("n1", "g0", m[2], 2.0, None, 100.0),  # no energy counter: 100 W x 60 s = 6000 J
-            ("n1", "g1", m[0], 80.0, 1200.0, 20.0),
+        [  # node, gpu, minute, util %, energy J (counter delta), mean power W, GPM SM activity %, source
+            ("n1", "g0", m[0], 100.0, 6000.0, 100.0, 70.0, "gpm"),
+            ("n1", "g0", m[1], 50.0, 3000.0, 50.0, 30.0, "gpm"),
+            ("n1", "g0", m[2], 2.0, None, 100.0, 1.0, "gpm"),  # no energy counter: 100 W x 60 s = 6000 J
+            ("n1", "g1", m[0], 80.0, 1200.0, 20.0, None, "gpu_util"),  # g1 has no GPM
             # g1 has no sample for the second minute
-            ("n1", "g1", m[2], 0.0, 600.0, 10.0),  # held 30 s: 300 J
+            ("n1", "g1", m[2], 0.0, 600.0, 10.0, None, "gpu_util"),  # held 30 s: 300 J
         ],
         schema={
             "node": pl.String,
@@ -735,6 +735,8 @@ def test_cost_per_useful_gpu_hour_idle_dollars_and_energy_per_account(since):
             "util_gpu_mean": pl.Float64,
             "energy_joules": pl.Float64,
             "power_mean_watts": pl.Float64,
+            "sm_active_mean": pl.Float64,
+            "activity_source": pl.String,
         },
         orient="row",
     )
@@ -743,10 +745,11 @@ def test_cost_per_useful_gpu_hour_idle_dollars_and_energy_per_account(since):
         p = replace(p, start=ts(since), start_date=date(2026, 2, 2))
     d = cost.daily(jobs, p)
     got = cost.cost_efficiency(d, jobs, gpu_jobs, samples, p).collect().sort("account")
-    # a: sampled 180 (g0) + 60 + 30 (g1) = 270 GPU-s = $0.27; idle (< 5 %) 60 + 30 = 90 s = $0.09;
-    # useful 60x1 + 60x0.5 + 60x0.02 + 60x0.8 + 30x0 = 139.2 s; share 139.2 / 270; $/useful GPU-h
-    # 0.27 / (139.2 / 3600) = 6.98276; energy 6000 + 3000 + 6000 + 1200 + 300 = 16500 J = 0.0045833 kWh,
-    # x 1.5 PUE x $0.15 = $0.00103125.
+    # a: sampled 180 (g0) + 60 + 30 (g1) = 270 GPU-s = $0.27; idle (< 5 % GPU_UTIL) 60 + 30 = 90 s = $0.09;
+    # useful by SM activity on g0 (GPM) and GPU_UTIL on g1: 60x0.7 + 60x0.3 + 60x0.01 + 60x0.8 + 30x0 = 108.6 s
+    # (139.2 s by GPU_UTIL alone); share 108.6 / 270; $/useful GPU-h 0.27 / (108.6 / 3600) = 8.95028; energy
+    # 6000 + 3000 + 6000 + 1200 + 300 = 16500 J = 0.0045833 kWh, x 1.5 PUE x $0.15 = $0.00103125; 180 of the
+    # 270 sampled GPU-s measured by GPM: 'mixed'.
     want = pl.DataFrame(
         [
             (
@@ -758,20 +761,80 @@ def test_cost_per_useful_gpu_hour_idle_dollars_and_energy_per_account(since):
                 0.27,
                 90.0,
                 0.09,
-                139.2,
-                139.2 / 270,
-                0.27 * 3600 / 139.2,
+                108.6,
+                108.6 / 270,
+                0.27 * 3600 / 108.6,
                 16500.0,
                 16500 / 3.6e6,
                 0.00103125,
+                180.0,
+                "mixed",
                 0.0,  # no MIG slices
             ),
-            (date(2026, 2, 3), "b", 600.0, 0.60, 0.0, 0.0, 0.0, 0.0, 0.0, None, None, 0.0, 0.0, 0.0, 0.0),
+            (
+                date(2026, 2, 3),
+                "b",
+                600.0,
+                0.60,
+                0.0,
+                0.0,
+                0.0,
+                0.0,
+                0.0,
+                None,
+                None,
+                0.0,
+                0.0,
+                0.0,
+                0.0,
+                None,
+                0.0,
+            ),
         ],
         schema=cost.EFFICIENCY_SCHEMA,
         orient="row",
     )
     assert_frame_equal(got, want, check_exact=False, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def test_energy_cost_without_an_electricity_price_is_not_configured_rather_than_free():
+    t = ts("2026-02-03 00:00")
+    jobs = jobs_frame(
+        [(1, t, "a", "u", "gpu", "normal", "COMPLETED", t, t + timedelta(minutes=1), 1, "h100")]
+    )
+    gpu_jobs = pl.LazyFrame(
+        [("n1", "g0", "1", t, t + timedelta(minutes=1))],
+        schema={
+            "node": pl.String,
+            "gpu_uuid": pl.String,
+            "job_id": pl.String,
+            "interval_start": UTC_DT,
+            "interval_end": UTC_DT,
+        },
+        orient="row",
+    )
+    samples = pl.LazyFrame(
+        [("n1", "g0", t, 90.0, 3.6e6, None, None, "gpu_util")],  # a 3.6 MJ counter delta in the minute: 1 kWh
+        schema={
+            "node": pl.String,
+            "gpu_uuid": pl.String,
+            "minute": UTC_DT,
+            "util_gpu_mean": pl.Float64,
+            "energy_joules": pl.Float64,
+            "power_mean_watts": pl.Float64,
+            "sm_active_mean": pl.Float64,
+            "activity_source": pl.String,
+        },
+        orient="row",
+    )
+
+    def energy(**billing):
+        p = params(ts("2026-02-03 01:00"), rates={"h100": 1.0}, **billing)
+        got = cost.cost_efficiency(cost.daily(jobs, p), jobs, gpu_jobs, samples, p).collect()
+        return got.select("energy_kwh", "energy_cost_usd").row(0)
+
+    assert energy() == (1.0, None)  # billing.energy_usd_per_kwh defaults to 0: no price, not $0
+    assert energy(energy_usd_per_kwh=0.2, pue=1.5) == (1.0, pytest.approx(0.3))
 
 
 def test_spread_of_an_incremental_run_takes_earlier_days_of_the_month_from_the_marts(con):
@@ -804,8 +867,8 @@ def test_exporter_serves_energy_idle_dollars_and_cost_per_useful_gpu_hour_from_t
     run = (
         "INSERT INTO mart_cost_efficiency_daily (cluster, day, account, gpu_seconds, cost_usd, sampled_gpu_seconds,"
         " sampled_cost_usd, idle_gpu_seconds, idle_cost_usd, useful_gpu_seconds, useful_share,"
-        " cost_per_useful_gpu_hour, energy_joules, energy_kwh, energy_cost_usd)"
-        " VALUES ('default', ?, 'a', 0, 0, ?, ?, 0, ?, ?, NULL, NULL, ?, 0, ?)"
+        " cost_per_useful_gpu_hour, energy_joules, energy_kwh, energy_cost_usd, gpm_gpu_seconds, activity_source)"
+        " VALUES ('default', ?, 'a', 0, 0, ?, ?, 0, ?, ?, NULL, NULL, ?, 0, ?, 0, 'gpu_util')"
     )
     # day, sampled s, sampled $, idle $, useful s, J, energy $: October is before this month, 3 Nov is "today",
     # 4 Nov is after now (a replayed history): only the month to date counts for $/useful GPU-hour.

@@ -373,6 +373,7 @@ def test_report_shows_the_unallocated_line_and_powered_off_hours(con):
     from datetime import date
 
     from slurmscope.report import collect_data, render_html
+    from tests.htmltables import row
 
     two_models(con)
     node(con, "c1", "IDLE", 0, 4, flags="CLOUD+POWERED_DOWN")
@@ -380,6 +381,6 @@ def test_report_shows_the_unallocated_line_and_powered_off_hours(con):
     d = collect_data(con, "default", date(2026, 2, 1))
     html = render_html(d, d.users)
     # Charged $3 (x $2, y $1); idle H100 $2 + A100 $1 charged to nobody; 4 powered-off GPUs for an hour.
-    assert "Charged to accounts (USD)</td><td>3.00" in html
-    assert "Unallocated, charged to nobody (USD)</td><td>3.00" in html
-    assert "GPU-hours powered off (not capacity)</td><td>4.0" in html
+    assert row(html, "Charged to accounts (USD)", "totals")[1] == "3.00"
+    assert row(html, "Unallocated, charged to nobody (USD)", "totals")[1] == "3.00"
+    assert row(html, "GPU-hours powered off (not capacity)", "totals")[1] == "4.0"

@@ -3,7 +3,9 @@ expected values worked out by hand in the comments."""
 
 from __future__ import annotations
 
+import tempfile
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from slurmscope.pipelines.runner import run_pipelines
@@ -22,15 +24,21 @@ def job(con, job_id, account, gpus, start, hours):
     )
 
 
+BUDGETS = """
+[billing.rates]
+h100 = 2.0
+[budgets]
+a = { usd_per_month = 1000.0 }
+b = { gpu_hours_per_month = 10.0 }
+d = { usd_per_month = 50.0, gpu_hours_per_month = 5.0 }
+"""
+
+
 def cfg():
-    return load_config(env={}).with_overrides(
-        billing={"rates": {"h100": 2.0}},
-        budgets={
-            "a": {"usd_per_month": 1000.0},
-            "b": {"gpu_hours_per_month": 10.0},
-            "d": {"usd_per_month": 50.0, "gpu_hours_per_month": 5.0},
-        },
-    )
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "slurmscope.toml"
+        path.write_text(BUDGETS)
+        return load_config(path, env={})
 
 
 def rows(con):
@@ -76,7 +84,7 @@ def test_no_forecast_in_the_first_day_and_spent_is_the_forecast_once_the_month_e
 def test_budget_keys_are_validated(tmp_path):
     path = tmp_path / "s.toml"
     for text, key in [
-        ("[budgets.a]\nusd = 5\n", "budgets.a"),  # unknown key: did you mean usd_per_month?
+        ("[budgets.a]\nusd_per_mont = 5\n", "budgets.a"),  # unknown key: did you mean usd_per_month?
         ('[budgets.a]\nusd_per_month = "lots"\n', "budgets.a.usd_per_month"),
         ("[budgets.a]\nusd_per_month = 0\n", "budgets.a.usd_per_month"),
         ("[budgets]\na = 5\n", "budgets.a"),

@@ -297,6 +297,51 @@ def test_report_counts_the_slices_within_capacity(con, tmp_path):
     d = collect_data(con, "default", date(2026, 2, 1))
     html = render_html(d, d.users)
     # 3 GPU-h of capacity, 1 of them m1's seven slices; $11 charged (x $10, y $1)
-    assert "GPU-hours available (capacity)</td><td>3.0" in html
-    assert "of capacity, MIG slices (each its fraction of a GPU)</td><td>1.0" in html
-    assert "Charged to accounts (USD)</td><td>11.00" in html
+    assert 'GPU-hours available (capacity)</td><td class="n">3.0' in html
+    assert 'of capacity, MIG slices (each its fraction of a GPU)</td><td class="n">1.0' in html
+    assert 'Charged to accounts (USD)</td><td class="n">11.00' in html
+    # the reconciliation: 11/7 = 1.57 GPU-h allocated by sinfo and charged by sacct, slices included
+    recon = html[html.index('class="reconcile"') :]
+    assert 'of capacity, MIG slices (each its fraction of a GPU)</td><td class="n">1.00' in recon
+    assert 'allocated in sinfo snapshots</td><td class="n">1.57' in recon
+    assert '− charged from sacct</td><td class="n">1.57' in recon
+    assert '= difference</td><td class="n">0.00' in recon
+
+
+def test_reconciliation_and_waste_count_slices_by_fraction(con, tmp_path):
+    cluster(con, tmp_path)
+    # job 4 (b, y) on m1 failed after its hour, holding a 2g and the other 1g slice: two MIG types of one A100
+    # (2/7 + 1/7 = 3/7 GPU); sinfo's single snapshot showed them idle.
+    tres = "billing=8,cpu=2,gres/gpu:a100_2g.10gb=1,gres/gpu:a100_1g.5gb=1,gres/gpu=2,mem=16G,node=1"
+    failed = (
+        f"4|4|default|gpu|normal|b|y|{T}|{T}|{T}|2026-02-03T01:00:00|01:00:00|02:00:00|FAILED|1:0|1|2|16G|{tres}"
+        "|m1|j4"
+    )
+    sacct = tmp_path / "sacct4.txt"
+    sacct.write_text(f"{SACCT_HEADER}\n{failed}\n")
+    ingest_files(con, load_config(env={}), "sacct", [sacct], timezone="UTC")
+    run(con)
+    # sinfo allocated: w1 1 GPU-h + m1's 3g and 1g, 3/7 + 1/7 = 11/7 GPU-h. sacct charged: 11/7 + job 4's 3/7
+    # = 14/7 = 2 GPU-h. At the snapshot m1 held 3/7 + 1/7 + 3/7 = 7/7 by sacct against 4/7 allocated by sinfo:
+    # unseen 3/7 GPU-h; w1 1 against 1. Nothing unrecorded, no sampling (all attempts span the hour), no gap.
+    h = 3600.0
+    assert rows(
+        con,
+        "SELECT allocated_gpu_seconds, charged_gpu_seconds, unrecorded_gpu_seconds, unseen_gpu_seconds,"
+        " sampling_gpu_seconds, gap_gpu_seconds FROM mart_cost_reconciliation_daily",
+    ) == [(pytest.approx(11 / 7 * h), pytest.approx(2 * h), 0.0, pytest.approx(3 / 7 * h), 0.0, 0.0)]
+    # the same per month: allocated - charged = -3/7 GPU-h = unrecorded - unseen + sampling - gap
+    assert rows(
+        con,
+        "SELECT allocated_gpu_seconds, charged_gpu_seconds, difference_gpu_seconds FROM mart_cost_reconciliation_monthly",
+    ) == [(pytest.approx(11 / 7 * h), pytest.approx(2 * h), pytest.approx(-3 / 7 * h))]
+    # waste by account: a ended 2 attempts (job 1's slice, job 3's GPU); b 2 (job 2, and job 4 counted once
+    # for its two MIG types), job 4 failed: 3/7 GPU-h at $7 = $3.
+    assert rows(
+        con,
+        "SELECT account, attempts, failed_attempts, failed_gpu_seconds, failed_cost_usd, requeued_attempts"
+        " FROM mart_cost_waste_daily ORDER BY 1",
+    ) == [
+        ("a", 2, 0, 0.0, 0.0, 0),
+        ("b", 2, 1, pytest.approx(3 / 7 * h), pytest.approx(3.0), 0),
+    ]

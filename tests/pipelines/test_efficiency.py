@@ -49,15 +49,15 @@ def frames() -> dict[str, pl.LazyFrame]:
         schema_overrides={"interval_start": UTC_DT, "interval_end": UTC_DT},
     )
     rows = [
-        # node, gpu, minute, util mean, util max, mem, energy
-        ("n1", "g1", 0, 50.0, 80.0, 1_000_000_000, 600.0),
-        ("n1", "g1", 1, 60.0, 90.0, 2_000_000_000, 600.0),
-        ("n1", "g1", 2, 70.0, 100.0, 3_000_000_000, 600.0),
-        ("n1", "g2", 0, 2.0, 3.0, 10, 60.0),
-        ("n1", "g2", 1, 1.0, 4.0, 10, 60.0),  # g2 minute 2 was never sampled
-        ("n2", "g3", 0, 0.0, 0.0, 5, 30.0),
-        ("n2", "g3", 1, 0.0, 1.0, 5, 30.0),
-        ("n2", "g3", 2, 0.0, 0.0, 5, 30.0),
+        # node, gpu, minute, util mean, util max, mem, energy, GPM SM activity (g1 is a Hopper with GPM)
+        ("n1", "g1", 0, 50.0, 80.0, 1_000_000_000, 600.0, 40.0),
+        ("n1", "g1", 1, 60.0, 90.0, 2_000_000_000, 600.0, 45.0),
+        ("n1", "g1", 2, 70.0, 100.0, 3_000_000_000, 600.0, 50.0),
+        ("n1", "g2", 0, 2.0, 3.0, 10, 60.0, None),
+        ("n1", "g2", 1, 1.0, 4.0, 10, 60.0, None),  # g2 minute 2 was never sampled
+        ("n2", "g3", 0, 0.0, 0.0, 5, 30.0, None),
+        ("n2", "g3", 1, 0.0, 1.0, 5, 30.0, None),
+        ("n2", "g3", 2, 0.0, 0.0, 5, 30.0, None),
     ]
     samples = pl.LazyFrame(
         {
@@ -69,6 +69,8 @@ def frames() -> dict[str, pl.LazyFrame]:
             "util_gpu_max": [r[4] for r in rows],
             "mem_used_max_bytes": [r[5] for r in rows],
             "energy_joules": [r[6] for r in rows],
+            "sm_active_mean": [r[7] for r in rows],
+            "activity_source": ["gpu_util" if r[7] is None else "gpm" for r in rows],
         },
         schema_overrides={"minute": UTC_DT},
     )
@@ -90,8 +92,10 @@ def test_job_efficiency_per_attempt():
     # job 10: g1 held 180 s (3 sampled minutes), g2 held 180 s but sampled 120 s.
     #   util_mean = (50+60+70)*60 + (2+1)*60 over 300 sampled s = 10980/300 = 36.6
     #   idle = g2's two sampled minutes below 5 % = 120 s; energy = 3*600 + 2*60 = 1920 J
+    #   activity: g1 by GPM SM activity, g2 by GPU_UTIL (no GPM): 'mixed'; sm_active_mean over g1's 180 s =
+    #   (40+45+50)/3 = 45; useful = 60*(0.40+0.45+0.50) + 60*(0.02+0.01) = 81 + 1.8 = 82.8 s
     # job 11 attempt 2: g3 from 10:00:30 to now 10:03 = 30 + 60 + 60 = 150 s, all at 0 %, max 1 % < 5 %
-    #   -> zero_util; energy 30*30/60 + 30 + 30 = 75 J
+    #   -> zero_util; energy 30*30/60 + 30 + 30 = 75 J; GPU_UTIL only, useful 0 s
     want = pl.DataFrame(
         {
             "cluster": ["c", "c"],
@@ -111,6 +115,10 @@ def test_job_efficiency_per_attempt():
             "idle_gpu_seconds": [120.0, 150.0],
             "zero_util": [False, True],
             "alloc_end": [m(3), NOW],
+            "sm_active_mean": [45.0, None],
+            "useful_gpu_seconds": [82.8, 0.0],
+            "gpm_gpu_seconds": [180.0, 0.0],
+            "activity_source": ["mixed", "gpu_util"],
             "mig_gpus": [None, None],  # no MIG slices
             "mig_activity": [None, None],
         },

@@ -28,6 +28,10 @@ MARTS = [
     "mart_wait_times",
     "mart_job_outcomes_node_daily",
     "mart_cost_efficiency_daily",
+    "mart_cost_rates_daily",
+    "mart_cost_reconciliation_daily",
+    "mart_cost_reconciliation_monthly",
+    "mart_cost_waste_daily",
 ]
 SOURCES = ["cost", "reliability", "backfill"]
 
@@ -142,6 +146,10 @@ KEYS = {  # the unique key of each mart (documented in the migrations; no index 
     "mart_wait_times": 'day, "partition", account, gpu_class, gpu_model',
     "mart_job_outcomes_node_daily": "day, node, state",
     "mart_cost_efficiency_daily": "day, account",
+    "mart_cost_rates_daily": 'day, "partition", gpu_model',
+    "mart_cost_reconciliation_daily": "day",
+    "mart_cost_reconciliation_monthly": "month",
+    "mart_cost_waste_daily": "day, account",
 }
 
 
@@ -156,7 +164,7 @@ def assert_unique_keys(con):
 def test_pipelines_run_in_dependency_order():
     """drift reads mart_fairshare_daily, so fair-share runs first; every pipeline is listed once."""
     names = runner.pipeline_names()
-    assert len(names) == len(set(names)) == 7
+    assert len(names) == len(set(names)) == 8
     assert names.index("fairshare") < names.index("drift")
 
 

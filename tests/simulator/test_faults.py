@@ -255,7 +255,7 @@ def crashes(caplog, kind: str) -> list[logging.LogRecord]:
     return [
         r
         for r in caplog.records
-        if r.name == "slurmscope.serve" and r.getMessage() == f"collector {kind} crashed"
+        if r.name == "slurmscope.serve" and r.getMessage() == f"collector {kind} of default crashed"
     ]
 
 
@@ -282,18 +282,18 @@ def test_serve_job_fails_cleanly_while_another_process_holds_the_database(tmp_pa
         (rec,) = crashes(caplog, "sinfo")
         assert rec.exc_info and "lock" in str(rec.exc_info[1]).lower()
         assert service.metrics == b"" and not service.dirty
-        service.dirty = True
+        service.dirty = {"default"}
         service.run_pipelines()  # also refused; stays due for the next slot
-        assert service.dirty
-        assert any("pipelines failed" in r.getMessage() for r in caplog.records)
+        assert service.dirty == {"default"}
+        assert any(r.getMessage() == "pipelines of default failed" for r in caplog.records)
     finally:
         holder.stdin.close()
         holder.wait(timeout=30)
     caplog.clear()
-    service.dirty = False
+    service.dirty = set()
     service.run_collector("sinfo")  # the lock is gone: the next slot just works
     assert not crashes(caplog, "sinfo")
-    assert b"slurmscope_" in service.metrics and service.dirty
+    assert b"slurmscope_" in service.metrics and service.dirty == {"default"}
     con = connect(db, read_only=True)
     try:
         assert con.execute("SELECT count(*) FROM node_states").fetchone()[0] == expected_nodes()
@@ -388,7 +388,7 @@ def sacct_lines(first_id: int, n: int) -> bytes:
             "Reason": "None",
             "JobName": f"train-{uuid.UUID(int=i).hex[:8]}",
         }
-        rows.append("\x1f".join(v[k] for k in names))
+        rows.append("\x1f".join(v.get(k, "") for k in names))
     return ("\n".join(rows) + "\n").encode()
 
 

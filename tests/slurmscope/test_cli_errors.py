@@ -295,6 +295,7 @@ def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path):
         ["report", "--month", "2026-11", "--out", "r"],
         ["export", "--out", "lake"],
         ["pipelines", "run"],
+        ["job", "12"],
     ],
     ids=lambda a: a[0],
 )

@@ -221,14 +221,14 @@ def test_a_hanging_nvml_agent_does_not_hold_the_write_lock(tmp_path):
     assert status == "timeout" and "timed out" in error
 
 
-def _store(path: Path, first_run: str) -> None:
-    """A database whose first collector run started at `first_run` (UTC)."""
+def _store(path: Path, first_run: str, cluster: str = "default") -> None:
+    """A database whose first collector run of `cluster` started at `first_run` (UTC)."""
     from slurmscope.db import connect
 
     con = connect(path)
     con.execute(
-        "INSERT INTO collector_runs (cluster, collector, started_at, status) VALUES ('t', 'sacct', ?, 'ok')",
-        [datetime.fromisoformat(first_run).replace(tzinfo=timezone.utc)],
+        "INSERT INTO collector_runs (cluster, collector, started_at, status) VALUES (?, 'sacct', ?, 'ok')",
+        [cluster, datetime.fromisoformat(first_run).replace(tzinfo=timezone.utc)],
     )
     con.close()
 
@@ -260,7 +260,7 @@ def test_missed_monthly_report_is_made_at_start_and_not_again(demo_run, tmp_path
 
     db = tmp_path / "db.duckdb"
     shutil.copyfile(demo_run.db_path, db)
-    _store(db, "2026-11-20T00:00")
+    _store(db, "2026-11-20T00:00", "simcluster")
     cfg = load_config(env={}).with_overrides(cluster={"name": "simcluster"})
     reports = tmp_path / "reports"
     service = Service(cfg, str(db), clock=_at("2026-12-05T10:00"), report_dir=reports)
