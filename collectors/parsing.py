@@ -27,6 +27,7 @@ from zoneinfo import ZoneInfo
 
 import polars as pl
 
+from slurmscope.mig import is_mig_type
 from slurmscope.slurm_states import NULL_WORDS
 
 # ---------------------------------------------------------------------------------------------- lines
@@ -770,7 +771,6 @@ def unreadable(src: str, out: str) -> pl.Expr:
 
 # ---------------------------------------------------------------------------------------------- TRES
 
-_MIG = re.compile(r"(?:^|[_.:-])(?:\d+c\.)?\d+g\.\d+gb(?:\+me)?$", re.IGNORECASE)
 _SIZE = re.compile(r"^(\d+(?:\.\d*)?)([KMGTPE])$", re.IGNORECASE)
 
 
@@ -805,11 +805,6 @@ def parse_tres(s: str | None) -> dict[str, float]:
         if d is not None:
             out[name] = float(d)
     return out
-
-
-def is_mig_type(gpu_type: str | None) -> bool:
-    """True for MIG profile names (`1g.10gb`, `nvidia_a100_3g.40gb`, `1c.3g.20gb`, `1g.10gb+me`)."""
-    return bool(gpu_type) and bool(_MIG.search(gpu_type))
 
 
 def _gres_entries(s: str) -> list[tuple[str, str | None, float | None, bool]]:

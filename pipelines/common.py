@@ -15,6 +15,7 @@ import polars as pl
 from slurmscope.pipelines.calendar import UTC_DT, day_start, local_day
 from slurmscope.pipelines.params import Billing, Params
 
+from slurmscope import mig
 from slurmscope.config import RATE_FIELDS, ConfigError
 from slurmscope.slurm_states import (
     NODE_GPUS_DOWN_FLAGS,
@@ -361,14 +362,19 @@ def _priced(rows: pl.Series) -> pl.Series:
 
 
 NODE_STATES_SQL = """
-    SELECT s.snapshot_time, s.node, p."partition", s.state, s.state_flags, s.gpus_total, s.gpus_used, s.gpu_type
+    SELECT s.snapshot_time, s.node, p."partition", s.state, s.state_flags, s.gpus_total, s.gpus_used, s.gpu_type,
+           CASE WHEN regexp_matches(s.gres, '{MIG}', 'i') THEN s.gres END AS mig_gres,
+           CASE WHEN regexp_matches(s.gres, '{MIG}', 'i') THEN s.gres_used END AS mig_gres_used
     FROM node_states s JOIN (
         SELECT node, string_agg("partition", ',' ORDER BY "partition") AS "partition",
                min("partition") AS first_partition
         FROM (SELECT DISTINCT node, "partition" FROM node_states WHERE cluster = $cluster) GROUP BY node
     ) p ON s.node = p.node AND s."partition" = p.first_partition
-    WHERE s.cluster = $cluster AND s.snapshot_time >= $start - INTERVAL 1 DAY AND s.snapshot_time < $end"""
-"""sinfo snapshots one row per node (DuckDB does the de-duplication of multi-partition nodes much faster)."""
+    WHERE s.cluster = $cluster AND s.snapshot_time >= $start - INTERVAL 1 DAY AND s.snapshot_time < $end""".replace(
+    "{MIG}", mig.SQL_PREFILTER
+)
+"""sinfo snapshots one row per node (DuckDB does the de-duplication of multi-partition nodes much faster), with
+the GRES strings of the nodes that have MIG slices (mig_node_states reads them)."""
 
 
 def node_intervals(node_states: pl.LazyFrame, params: Params) -> pl.LazyFrame:
@@ -426,6 +432,163 @@ def node_intervals(node_states: pl.LazyFrame, params: Params) -> pl.LazyFrame:
         # The part of `idle` on a powered-off node (NODE_GPUS_POWERED_DOWN_FLAGS): not capacity to cost.
         pl.when(down | reserved | ~off).then(0).otherwise(rest).alias("powered_down"),
     )
+
+
+# --- MIG slices ---------------------------------------------------------------------------------------
+
+MIG_DTYPE = pl.List(
+    pl.Struct({"mig_model": pl.String, "mig_type": pl.String, "mig_units": pl.Int64, "mig_count": pl.Int64})
+)
+MIG_UNITS = mig.units_per_gpu()
+"""A MIG slice counts as a fraction of a GPU (slurmscope.mig); counts of slices are kept in 1/MIG_UNITS of a GPU
+(units), so that they sum exactly, as whole-GPU counts do."""
+
+
+def mig_holdings(column: str, models: Mapping[str, str]) -> pl.Expr:
+    """Per row, the MIG slices the TRES or GRES string in `column` lists, as [{mig_model, mig_type, mig_units,
+    mig_count}] per MIG type (slurmscope.mig.holdings; billing.mig_models names the model of a type that
+    names none; units of 1/MIG_UNITS GPU; devices); null
+    where it lists none. A type whose GPU's slice count cannot be told fails the collect with a ConfigError
+    that names the billing.mig_models key to add: a slice must not be counted as nothing."""
+
+    def parse(texts: pl.Series) -> pl.Series:
+        seen: dict[str, list[dict[str, Any]] | None] = {}
+        unresolved: set[str] = set()
+        out = []
+        for text in texts.to_list():
+            if text is None:
+                out.append(None)
+                continue
+            if text not in seen:
+                found = mig.holdings(text, models, unresolved)
+                seen[text] = [
+                    {"mig_model": m, "mig_type": t, "mig_units": u, "mig_count": n} for m, t, u, n in found
+                ] or None
+            out.append(seen[text])
+        if unresolved:
+            raise ConfigError(mig.unresolved_message(unresolved))
+        return pl.Series(texts.name, out, dtype=MIG_DTYPE)
+
+    return pl.col(column).map_batches(parse, return_dtype=MIG_DTYPE, is_elementwise=True)
+
+
+def exploded_mig(frame: pl.LazyFrame, column: str, models: Mapping[str, str]) -> pl.LazyFrame:
+    """`frame`'s rows whose `column` lists MIG slices, one per (row, MIG type), with mig_model, mig_type,
+    mig_units and mig_count."""
+    return (
+        frame.filter(pl.col(column).is_not_null())
+        .with_columns(mig_holdings(column, models).alias("_mig"))
+        .filter(pl.col("_mig").is_not_null())
+        .explode("_mig")
+        .unnest("_mig")
+    )
+
+
+MIG_NODE_SEP = "\x00"
+
+
+def mig_node_states(node_states: pl.LazyFrame, models: Mapping[str, str]) -> pl.LazyFrame:
+    """The MIG slices of NODE_STATES_SQL rows as node states node_intervals reads: one pseudo-node
+    (the node's name, MIG_NODE_SEP, the GPU model) per node and model of its slices, gpus_total and gpus_used in units (Gres and
+    GresUsed of sinfo), gpu_type the model. Every snapshot of such a node gets a row (0 when the node had no
+    slices of that model then), so that an interval ends when the node's slices go, not at the next gap."""
+    names = node_states.collect_schema().names()
+    if "mig_gres" not in names:
+        return node_states.filter(pl.lit(False))
+    key = ["snapshot_time", "node", "mig_model"]
+    node_states = node_states.join(
+        node_states.filter(pl.col("mig_gres").is_not_null()).select("node").unique(), on="node", how="semi"
+    )
+    total = (
+        exploded_mig(node_states.select("snapshot_time", "node", "mig_gres"), "mig_gres", models)
+        .group_by(key)
+        .agg(pl.col("mig_units").sum())
+    )
+    used = (
+        exploded_mig(node_states.select("snapshot_time", "node", "mig_gres_used"), "mig_gres_used", models)
+        .group_by(key)
+        .agg(pl.col("mig_units").sum().alias("_used"))
+    )
+    seen = total.select("node", "mig_model").unique()
+    rows = (
+        node_states.drop("gpus_total", "gpus_used", "gpu_type", "mig_gres", "mig_gres_used")
+        .join(seen, on="node")
+        .join(total.select(*key, "mig_units"), on=key, how="left")
+        .join(used, on=key, how="left")
+    )
+    return rows.select(
+        (pl.col("node") + MIG_NODE_SEP + pl.col("mig_model")).alias("node"),
+        *[
+            c
+            for c in names
+            if c not in ("node", "gpus_total", "gpus_used", "gpu_type", "mig_gres", "mig_gres_used")
+        ],
+        pl.col("mig_units").fill_null(0).alias("gpus_total"),
+        pl.col("_used").fill_null(0).alias("gpus_used"),
+        pl.col("mig_model").alias("gpu_type"),
+    )
+
+
+MIG_INVENTORY_SQL = """
+    SELECT node, gpu_uuid AS mig_instance, arg_max(model, seen_at) AS device_name FROM gpu_inventory
+    WHERE cluster = $cluster AND model LIKE '% MIG%' GROUP BY node, gpu_uuid"""
+"""The MIG devices the agents reported (their own inventory rows) with their latest NVML name."""
+
+MIG_INVENTORY_COLUMNS = (("node", pl.String), ("mig_instance", pl.String), ("device_name", pl.String))
+"""MIG_INVENTORY_SQL's columns (pairs, not a schema dict: no table has them)."""
+_NVML_SLICE = pl.Struct({"gpu_model": pl.String, "mig_profile": pl.String, "nvml_fraction": pl.Float64})
+
+
+def _nvml_slices(names: pl.Series) -> pl.Series:
+    out = []
+    for name in names.to_list():
+        found = mig.nvml_slice(name)
+        profile = mig.parse_type(name.rpartition(" MIG")[2].strip()) if name else None
+        out.append(
+            {
+                "gpu_model": found[0] if found else (name.partition(" MIG")[0] if name else None),
+                "mig_profile": profile.profile if profile else None,
+                "nvml_fraction": float(found[1]) if found else None,
+            }
+        )
+    return pl.Series(names.name, out, dtype=_NVML_SLICE)
+
+
+def with_slice_fractions(
+    iv: pl.LazyFrame, inventory: pl.LazyFrame, sacct_units: pl.LazyFrame
+) -> pl.LazyFrame:
+    """Attributed mapping intervals (attribute_intervals; `mig_instance` '' for a whole GPU) with the share
+    of a GPU each holds: `gpu_fraction` 1 for a whole GPU; for a MIG instance, the compute slices of its
+    profile over its GPU's (slurmscope.mig.nvml_slice of the instance's NVML name in gpu_inventory,
+    `fraction_source` 'nvml'), else the attempt's MIG GPUs from sacct (`sacct_units`: job_id_raw, submit_time,
+    mig_units) over the instances it held ('sacct'), else NULL ('unknown': no share is made up);
+    `gpu_model` and `mig_profile` from the NVML name."""
+    keys = ["job_id_raw", "submit_time"]
+    slice_ = pl.col("mig_instance") != ""
+    inv = inventory.select(
+        "node",
+        "mig_instance",
+        pl.col("device_name").map_batches(_nvml_slices, return_dtype=_NVML_SLICE).alias("_n"),
+    ).unnest("_n")
+    held = (
+        iv.filter(slice_)
+        .group_by(keys)
+        .agg(pl.col("mig_instance").n_unique().alias("_n"))
+        .join(sacct_units, on=keys)
+        .select(*keys, (pl.col("mig_units") / MIG_UNITS / pl.col("_n")).alias("_sacct"))
+    )
+    out = iv.join(inv, on=["node", "mig_instance"], how="left").join(held, on=keys, how="left")
+    return out.with_columns(
+        pl.when(~slice_).then(1.0).otherwise(pl.coalesce("nvml_fraction", "_sacct")).alias("gpu_fraction"),
+        pl.when(~slice_)
+        .then(None)
+        .when(pl.col("nvml_fraction").is_not_null())
+        .then(pl.lit("nvml"))
+        .when(pl.col("_sacct").is_not_null())
+        .then(pl.lit("sacct"))
+        .otherwise(pl.lit("unknown"))
+        .alias("fraction_source"),
+    ).drop("nvml_fraction", "_sacct")
 
 
 # --- small helpers ------------------------------------------------------------------------------------

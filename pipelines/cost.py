@@ -29,14 +29,20 @@ from slurmscope.pipelines.calendar import (
     lookup,
 )
 from slurmscope.pipelines.common import (
+    MIG_INVENTORY_COLUMNS,
+    MIG_INVENTORY_SQL,
+    MIG_NODE_SEP,
+    MIG_UNITS,
     NODE_STATES_SQL,
     activity,
     activity_sources,
     attribute_intervals,
     clip_interval,
     ensure_columns,
+    exploded_mig,
     largest_remainder_cents,
     mapped_job_id_raw,
+    mig_node_states,
     multi_attempt,
     node_intervals,
     price_book,
@@ -46,9 +52,11 @@ from slurmscope.pipelines.common import (
     with_columns_of,
     with_rate,
     with_requeued,
+    with_slice_fractions,
 )
 from slurmscope.pipelines.params import Billing, Params
 
+from slurmscope import mig
 from slurmscope.config import RATE_FIELDS, parse_billing_weights
 from slurmscope.hostlist import expand_hostlist_lenient
 from slurmscope.slurm_states import JOB_FAILURE_STATES
@@ -81,7 +89,7 @@ INPUTS: dict[str, str] = {
     # Attempts that may overlap the window, plus pending later attempts (to tell which were requeued).
     "jobs": """
         SELECT job_id_raw, submit_time, account, "user", "partition", qos, state, start_time, end_time,
-               gpus, gpu_type, billing, node_list
+               gpus, gpu_type, billing, node_list, CASE WHEN mig_slices > 0 THEN alloc_tres END AS mig_tres
         FROM jobs
         WHERE cluster = $cluster AND (end_time IS NULL OR end_time >= $start)
           AND (start_time IS NULL OR start_time < $end)""",
@@ -127,12 +135,15 @@ INPUTS: dict[str, str] = {
     "prev_counters": """
         SELECT account, "partition", gpu_model, gpu_seconds_total, cost_usd_total
         FROM mart_usage_counters WHERE cluster = $cluster""",
-    # Whole-GPU mapping intervals and NVML samples inside the window (usage-weighted cost and energy); minutes
-    # older than retention's boundary are read back from their hourly rollups (slurmscope/rollup.py).
+    # Mapping intervals (whole GPUs and MIG slices) and NVML samples inside the window (usage-weighted cost
+    # and energy), and the MIG devices' NVML names (their profile gives their share of a GPU); minutes older
+    # than retention's boundary are read back from their hourly rollups (slurmscope/rollup.py).
     "gpu_jobs": """
-        SELECT node, gpu_uuid, job_id, interval_start, interval_end FROM gpu_jobs
-        WHERE cluster = $cluster AND coalesce(mig_instance, '') = '' AND interval_start < $end
+        SELECT node, gpu_uuid, job_id, interval_start, interval_end, coalesce(mig_instance, '') AS mig_instance
+        FROM gpu_jobs
+        WHERE cluster = $cluster AND interval_start < $end
           AND (interval_end IS NULL OR interval_end > $start)""",
+    "mig_inventory": MIG_INVENTORY_SQL,
     "gpu_samples": """
         SELECT node, gpu_uuid, minute, util_gpu_mean, energy_joules, power_mean_watts, sm_active_mean,
                activity_source
@@ -188,6 +199,7 @@ DAILY_SCHEMA = {
     "running_gpu_seconds": pl.Float64,
     "spread_cost_usd": pl.Float64,
     "billed_gpu_seconds": pl.Float64,
+    "mig_gpu_seconds": pl.Float64,
 }
 MONTHLY_SCHEMA = {
     "month": pl.Date,
@@ -211,6 +223,7 @@ CAPACITY_SCHEMA = {
     "capacity_cost_usd": pl.Float64,
     **{f"{p}_cost_usd": pl.Float64 for p in CAPACITY_PARTS},
     "powered_down_gpu_seconds": pl.Float64,
+    "mig_gpu_seconds": pl.Float64,
 }
 EFFICIENCY_SCHEMA = {
     "day": pl.Date,
@@ -229,6 +242,7 @@ EFFICIENCY_SCHEMA = {
     "energy_cost_usd": pl.Float64,
     "gpm_gpu_seconds": pl.Float64,
     "activity_source": pl.String,
+    "mig_gpu_seconds": pl.Float64,
 }
 UNALLOCATED_PARTS = ("idle", "down", "reserved")
 """Capacity minus allocation: what billing.idle_cost = "spread" may charge to the accounts (down only with
@@ -393,14 +407,11 @@ def billing_weights(billing: Billing, collected: pl.LazyFrame | None) -> dict[st
     return {p: w for p, w in collected.collect().select("partition", "weights").iter_rows() if w}
 
 
-def gpu_equivalents(billing: Billing, weights: dict[str, str] | None = None) -> pl.Expr:
-    """GPUs an attempt is charged for: its GPUs, or with billing.charge_by = "billing_tres" its billing TRES
-    (sacct AllocTRES `billing=`, Slurm's TRESBillingWeights arithmetic) over its partition's GRES/gpu weight
-    (`GRES/gpu:<model>` first), never fewer than its GPUs. An attempt without a billing TRES or whose
-    partition's weights (billing_weights) give no GPU weight is charged its GPUs."""
-    gpus = pl.col("gpus").cast(pl.Float64)
-    if billing.charge_by != "billing_tres":
-        return gpus
+def _gpu_weights(
+    billing: Billing, weights: dict[str, str] | None = None
+) -> tuple[dict[str, float], dict[str, float]]:
+    """(`<partition>\\x00<type>` -> GRES/gpu:<type> weight, partition -> GRES/gpu weight) of `weights`
+    (billing_weights; billing.tres_billing_weights when None); types in lower case."""
     typed: dict[str, float] = {}
     plain: dict[str, float] = {}
     for partition, text in (billing.tres_billing_weights if weights is None else weights).items():
@@ -409,13 +420,97 @@ def gpu_equivalents(billing: Billing, weights: dict[str, str] | None = None) -> 
                 plain[partition] = w
             elif name.startswith("gres/gpu:"):
                 typed[f"{partition}\x00{name.removeprefix('gres/gpu:')}"] = w
-    key = pl.col("partition").fill_null("") + "\x00" + pl.col("gpu_type").fill_null("").str.to_lowercase()
+    return typed, plain
+
+
+def _weight(table: dict[str, float], column: str) -> pl.Expr:
+    key = pl.col("partition").fill_null("") + "\x00" + pl.col(column).fill_null("").str.to_lowercase()
+    return key.replace_strict(table, default=None, return_dtype=pl.Float64)
+
+
+def gpu_equivalents(billing: Billing, weights: dict[str, str] | None = None) -> pl.Expr:
+    """GPUs an attempt is charged for: its GPUs, or with billing.charge_by = "billing_tres" its billing TRES
+    (sacct AllocTRES `billing=`, Slurm's TRESBillingWeights arithmetic) over its partition's GRES/gpu weight
+    (`GRES/gpu:<model>` first), never fewer than its GPUs. An attempt without a billing TRES or whose
+    partition's weights (billing_weights) give no GPU weight is charged its GPUs."""
+    gpus = pl.col("gpus").cast(pl.Float64)
+    if billing.charge_by != "billing_tres":
+        return gpus
+    typed, plain = _gpu_weights(billing, weights)
     weight = pl.coalesce(
-        key.replace_strict(typed, default=None, return_dtype=pl.Float64),
+        _weight(typed, "gpu_type"),
         pl.col("partition").replace_strict(plain, default=None, return_dtype=pl.Float64),
     )
     billed = pl.col("billing").cast(pl.Float64) / weight
     return pl.when(billed.is_not_null()).then(pl.max_horizontal(billed, gpus)).otherwise(gpus)
+
+
+def mig_gpu_equivalents(billing: Billing, weights: dict[str, str] | None = None) -> pl.Expr:
+    """Units (1/MIG_UNITS GPU) a row of MIG slices (mig_attempts) is charged for: its units, or with
+    billing.charge_by = "billing_tres" its share of the attempt's billing TRES over the weight of a whole GPU
+    of its model (`GRES/gpu:<model>`, else `GRES/gpu`), never fewer than its units.
+
+    Slurm lists each slice as one `gres/gpu` besides its typed `gres/gpu:<profile>` and sums every weighted
+    TRES (tres.html, "Billing Weights"). Where TRESBillingWeights weighs the MIG type (`GRES/gpu:1g.10gb`),
+    its billing is taken as it stands; where it does not, the slices' `GRES/gpu` weight (a whole GPU's each)
+    is taken out and the slices' fraction of a GPU put in, so an unweighted slice is not billed as a GPU."""
+    units = pl.col("gpus").cast(pl.Float64)
+    if billing.charge_by != "billing_tres":
+        return units
+    typed, plain = _gpu_weights(billing, weights)
+    untyped = pl.col("partition").replace_strict(plain, default=None, return_dtype=pl.Float64)
+    whole = pl.coalesce(_weight(typed, "gpu_type"), untyped)
+    b = pl.col("billing").cast(pl.Float64)
+    as_billed = b / whole * MIG_UNITS
+    replaced = (b - untyped.fill_null(0.0) * pl.col("mig_count")).clip(
+        lower_bound=0.0
+    ) / whole * MIG_UNITS + units
+    billed = pl.when(_weight(typed, "mig_type").is_not_null()).then(as_billed).otherwise(replaced)
+    return pl.when(billed.is_not_null()).then(pl.max_horizontal(billed, units)).otherwise(units)
+
+
+def mig_attempts(jobs: pl.LazyFrame, billing: Billing) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """(the attempts' whole GPUs, their MIG slices): the second has a row per attempt and GPU model of its
+    slices (`mig_tres`: AllocTRES of the attempts sacct counted slices for) with `gpus` in units of
+    1/MIG_UNITS GPU and `gpu_type` the model (slurmscope.mig; billing.mig_models). An attempt holding both
+    splits its billing TRES between them by GPU share, and its whole GPUs take the slices' model where sacct
+    typed only the slices."""
+    names = jobs.collect_schema().names()
+    if "mig_tres" not in names:
+        none = pl.lit(None, dtype=pl.String), pl.lit(None, dtype=pl.Int64)
+        return jobs, jobs.filter(pl.lit(False)).with_columns(
+            none[0].alias("mig_type"), none[1].alias("mig_count")
+        )
+    plain = jobs.filter(pl.col("mig_tres").is_null())
+    keys = ["job_id_raw", "submit_time"]
+    slices = exploded_mig(jobs.filter(pl.col("mig_tres").is_not_null()), "mig_tres", billing.mig_models)
+    held = (pl.col("gpus").fill_null(0) * MIG_UNITS + pl.col("mig_units").sum().over(keys)).cast(pl.Float64)
+    slices = slices.with_columns(
+        (pl.col("billing") * pl.col("mig_units") / held).alias("billing"),
+        pl.col("mig_units").alias("gpus"),
+        pl.col("mig_model").alias("gpu_type"),
+        (pl.col("gpus").fill_null(0) * MIG_UNITS).alias("_whole"),
+        (pl.col("mig_units").sum().over(keys)).alias("_mig"),
+        pl.col("mig_model").first().over(keys, order_by="mig_model").alias("_model"),
+        pl.col("gpu_type").alias("_type"),
+    )
+    mixed = (
+        slices.filter(pl.col("_whole") > 0)
+        .unique(keys)
+        .select(
+            *[c for c in names if c not in ("billing", "gpus", "gpu_type")],
+            (pl.col("billing") / pl.col("mig_units") * pl.col("_whole")).alias("billing"),
+            (pl.col("_whole") // MIG_UNITS).alias("gpus"),
+            pl.when(pl.col("_type").str.contains(mig.TYPE_REGEX).fill_null(True))
+            .then(pl.col("_model"))
+            .otherwise(pl.col("_type"))
+            .alias("gpu_type"),
+        )
+    )
+    return (
+        pl.concat([plain, mixed.select(names)], how="vertical_relaxed"),
+        slices.select(*names, "mig_type", "mig_count"),
+    )
 
 
 def daily(jobs: pl.LazyFrame, params: Params, weights: dict[str, str] | None = None) -> pl.LazyFrame:
@@ -424,10 +519,29 @@ def daily(jobs: pl.LazyFrame, params: Params, weights: dict[str, str] | None = N
     Requeued GPU-seconds come from the jobs with several attempts alone (a few per cent of the attempts):
     flagging every attempt took a group-by of all job ids and a join over all attempts. With
     billing.charge_by = "billing_tres" a second pass weighs each attempt by gpu_equivalents: the billed
-    GPU-seconds the dollars are computed from."""
-    billing, now = params.billing, params.now
+    GPU-seconds the dollars are computed from. MIG slices (mig_attempts) go through the same passes counted
+    in units of 1/MIG_UNITS GPU, and are summed into the rows of their GPU model (`mig_gpu_seconds` says how
+    many of a row's GPU-seconds they are): a 3g slice of a 7-slice A100 is 3/7 of an A100 for its time."""
     if "billing" not in jobs.collect_schema().names():
         jobs = jobs.with_columns(pl.lit(None, dtype=pl.Float64).alias("billing"))
+    whole, slices = mig_attempts(jobs, params.billing)
+    billing = params.billing
+    parts = [
+        _daily(whole, params, 1, gpu_equivalents(billing, weights)).with_columns(
+            pl.lit(0.0).alias("mig_gpu_seconds")
+        ),
+        _daily(slices, params, MIG_UNITS, mig_gpu_equivalents(billing, weights)).with_columns(
+            pl.col("gpu_seconds").alias("mig_gpu_seconds")
+        ),
+    ]
+    sums = [c for c in DAILY_SCHEMA if c not in ("day", *KEYS)]
+    out = pl.concat(parts, how="vertical").group_by("day", *KEYS).agg(pl.col(sums).sum())
+    return ensure_columns(out, DAILY_SCHEMA)
+
+
+def _daily(jobs: pl.LazyFrame, params: Params, per_gpu: int, equivalents: pl.Expr) -> pl.LazyFrame:
+    """daily() of attempts whose `gpus` count 1/`per_gpu` of a GPU, billed as `equivalents` of them."""
+    billing, now = params.billing, params.now
     clip = clip_interval("use_start", "use_end", params.start, now)
     from_start = pl.col("day") >= pl.lit(params.start_date)
     v, zero = pl.col("v"), pl.lit(0, dtype=pl.Int64)
@@ -460,12 +574,12 @@ def daily(jobs: pl.LazyFrame, params: Params, weights: dict[str, str] | None = N
         return (
             out.join(rq, on=["day", *KEYS], how="left")
             .with_columns(pl.col(f"requeued_{prefix}gpu_seconds").fill_null(0))
-            .with_columns(pl.col(columns).cast(pl.Float64) / 1e6)
+            .with_columns(pl.col(columns).cast(pl.Float64) / (1e6 * per_gpu))
         )
 
     out = passes(None, "")
     if by_tres:
-        billed = passes(gpu_equivalents(billing, weights), "billed_")
+        billed = passes(equivalents, "billed_")
         out = out.join(billed, on=["day", *KEYS], how="left").with_columns(
             pl.col("^.*billed_gpu_seconds$").fill_null(0.0)
         )
@@ -480,7 +594,7 @@ def daily(jobs: pl.LazyFrame, params: Params, weights: dict[str, str] | None = N
         ],
         pl.lit(0.0).alias("spread_cost_usd"),  # set by spread_daily, which needs the day's capacity
     )
-    return ensure_columns(out, DAILY_SCHEMA)
+    return ensure_columns(out, {c: t for c, t in DAILY_SCHEMA.items() if c != "mig_gpu_seconds"})
 
 
 def with_gpu_cost(rows: pl.LazyFrame) -> pl.LazyFrame:
@@ -665,7 +779,7 @@ def reservation_daily(
         return pl.LazyFrame(schema=RESERVATION_SCHEMA)
     now_l = pl.lit(params.now, dtype=UTC_DT)
     iv = (
-        node_intervals(node_states, params)
+        gpu_intervals(node_states, params)
         .filter(pl.col("reserved") > 0)
         .with_columns(clip_interval("snapshot_time", "until", params.start, params.now))
         .join(reservation_accounts(reservations), on="node")
@@ -979,25 +1093,45 @@ def unallocated_monthly(
     return pl.concat([ensure_columns(f, UNALLOCATED_SCHEMA) for f in (old, new)], how="vertical")
 
 
+def gpu_intervals(node_states: pl.LazyFrame, params: Params) -> pl.LazyFrame:
+    """node_intervals of the nodes' whole GPUs and of their MIG slices (common.mig_node_states), counted in
+    GPUs (Float64: a 1g slice of a 7-slice GPU is 1/7) under their GPU model, `slice` true for the slices.
+    A node with only slices lists no whole GPUs; its zero-GPU rows (typed by a MIG profile) are left out."""
+    counts = ["total", "used", *CAPACITY_PARTS, "powered_down"]
+    whole = (
+        node_intervals(node_states, params)
+        .filter(~((pl.col("total") == 0) & pl.col("gpu_model").str.contains(mig.TYPE_REGEX)))
+        .with_columns(pl.col(counts).cast(pl.Float64), pl.lit(False).alias("slice"))
+    )
+    slices = node_intervals(mig_node_states(node_states, params.billing.mig_models), params).with_columns(
+        pl.col("node").str.split(MIG_NODE_SEP).list.first().alias("node"),
+        (pl.col(counts).cast(pl.Float64) / MIG_UNITS),
+        pl.lit(True).alias("slice"),
+    )
+    return pl.concat([whole, slices], how="vertical_relaxed")
+
+
 def capacity(
     node_states: pl.LazyFrame, params: Params, intervals: pl.LazyFrame | None = None
 ) -> pl.LazyFrame:
     """mart_capacity_daily: GPU-seconds and cost of capacity and its four parts; cents by largest remainder
-    within each row, so allocated + idle + down + reserved equals capacity to the cent.
+    within each row, so allocated + idle + down + reserved equals capacity to the cent. MIG slices count as
+    their fraction of a GPU of their model (gpu_intervals); `mig_gpu_seconds` is their part of capacity.
 
     sinfo snapshots every node at once, so the nodes of a partition and model share their intervals: their
     GPUs are summed per interval before the day split (~1,000 intervals per snapshot time down to a few).
     `intervals`: node_intervals of `node_states`, when the caller has them (the reconciliation reads them too)."""
     billing = params.billing
-    counts = ["total", *CAPACITY_PARTS, "powered_down"]
+    counts = ["total", *CAPACITY_PARTS, "powered_down", "mig"]
     iv = (
-        (node_intervals(node_states, params) if intervals is None else intervals)
+        (gpu_intervals(node_states, params) if intervals is None else intervals)
         .with_columns(
             *clip_interval("snapshot_time", "until", params.start, params.now),
             # Powered-off GPUs (slurm_states.NODE_GPUS_POWERED_DOWN_FLAGS) are neither idle nor capacity.
             (pl.col("total") - pl.col("powered_down")).alias("total"),
             (pl.col("idle") - pl.col("powered_down")).alias("idle"),
         )
+        .with_columns(pl.when(pl.col("slice")).then(pl.col("total")).otherwise(0.0).alias("mig"))
         .group_by("snapshot_time", "until", "partition", "gpu_model")
         .agg(pl.col(counts).sum())
     )
@@ -1012,7 +1146,7 @@ def capacity(
             .alias("capacity_gpu_seconds"),
             *[
                 (pl.col(p) * pl.col("overlap_seconds")).sum().cast(pl.Float64).alias(f"{p}_gpu_seconds")
-                for p in (*CAPACITY_PARTS, "powered_down")
+                for p in (*CAPACITY_PARTS, "powered_down", "mig")
             ],
         )
         .filter(pl.col("day") >= pl.lit(params.start_date))
@@ -1020,7 +1154,13 @@ def capacity(
     sums = with_rate(sums, billing)
     keys = ["day", "partition", "gpu_model"]
     long = sums.unpivot(
-        index=[*keys, "rate_per_gpu_hour", "capacity_gpu_seconds", "powered_down_gpu_seconds"],
+        index=[
+            *keys,
+            "rate_per_gpu_hour",
+            "capacity_gpu_seconds",
+            "powered_down_gpu_seconds",
+            "mig_gpu_seconds",
+        ],
         on=[f"{p}_gpu_seconds" for p in CAPACITY_PARTS],
         variable_name="part",
         value_name="gs",
@@ -1032,6 +1172,7 @@ def capacity(
         .agg(
             pl.col("capacity_gpu_seconds").first(),
             pl.col("powered_down_gpu_seconds").first(),
+            pl.col("mig_gpu_seconds").first(),
             *[
                 pl.col("gs").filter(pl.col("part") == f"{p}_gpu_seconds").sum().alias(f"{p}_gpu_seconds")
                 for p in CAPACITY_PARTS
@@ -1081,17 +1222,26 @@ def counters(
 
 
 def cost_efficiency(
-    d: pl.LazyFrame, jobs: pl.LazyFrame, gpu_jobs: pl.LazyFrame, samples: pl.LazyFrame, params: Params
+    d: pl.LazyFrame,
+    jobs: pl.LazyFrame,
+    gpu_jobs: pl.LazyFrame,
+    samples: pl.LazyFrame,
+    params: Params,
+    inventory: pl.LazyFrame | None = None,
 ) -> pl.LazyFrame:
     """mart_cost_efficiency_daily: per billing day and account, the charged GPU-seconds and dollars (from the
     daily rows `d`) beside what NVML says the GPUs did while the account's attempts held them.
 
-    Each whole-GPU mapping interval (gpu_jobs) goes to its attempt (common.attribute_intervals), is
+    Each mapping interval (gpu_jobs) goes to its attempt (common.attribute_intervals), is
     clipped to [window start, now), cut into UTC minutes and joined to that GPU's minute sample. A sampled
     held second costs the attempt's $/GPU-hour / 3600; it is idle when the minute's mean utilisation is under
     drift.idle_util_percent, and it counts activity / 100 of a useful second: SM activity where the agent read
     GPM, else GPU_UTIL (common.activity; `gpm_gpu_seconds` and `activity_source` say which). Energy is the
-    minute's energy-counter delta (else its mean power × 60 s) × held / 60.
+    minute's energy-counter delta (else its mean power × 60 s) × held / 60. A MIG slice's interval holds its
+    share of a GPU (common.with_slice_fractions) at the rate of its GPU model and is joined to samples of the
+    MIG device itself, which NVML does not give (GPM included: the agents read GPM per whole GPU): its
+    GPU-seconds are in mig_gpu_seconds, unsampled, and neither GPM nor GPU_UTIL of its parent GPU is
+    attributed to it.
     """
     billing = params.billing
     threshold = float(params.drift.idle_util_percent)
@@ -1103,11 +1253,19 @@ def cost_efficiency(
         else pl.lit(None, dtype=pl.Float64)
     )
     cluster = pl.lit(params.cluster)
+    keys = ["job_id_raw", "submit_time"]
+    if "mig_instance" not in gpu_jobs.collect_schema().names():
+        gpu_jobs = gpu_jobs.with_columns(pl.lit("").alias("mig_instance"))
     # Only jobs with a mapping interval can match one (attribute_intervals joins by job id), and every attempt
     # of such a job stays, so the requeue flags are those of the whole frame.
     mapped = gpu_jobs.select(mapped_job_id_raw(pl.col("job_id")).alias("job_id_raw")).unique()
-    att = attempts(jobs.join(mapped, on="job_id_raw", how="semi"), params.now)
-    j = att.select(
+    whole, slices = mig_attempts(jobs.join(mapped, on="job_id_raw", how="semi"), billing)
+    both = pl.concat(
+        [whole.with_columns(pl.lit(False).alias("slice")), slices.with_columns(pl.lit(True).alias("slice"))],
+        how="diagonal_relaxed",
+    )
+    att = attempts(both, params.now)
+    j = att.unique(keys).select(
         cluster.alias("cluster"),
         "job_id_raw",
         pl.col("job_id_raw").cast(pl.String).alias("job_id"),
@@ -1122,14 +1280,24 @@ def cost_efficiency(
     iv = attribute_intervals(gpu_jobs.with_columns(cluster.alias("cluster")), j, params.now)
     iv = (
         iv.filter(pl.col("submit_time").is_not_null())
-        .with_columns(clip_interval("interval_start", "interval_end", params.start, params.now))
+        .with_columns(
+            *clip_interval("interval_start", "interval_end", params.start, params.now),
+            (pl.col("mig_instance") != "").alias("slice"),
+        )
         .join(
-            att.select("job_id_raw", "submit_time", "partition", "gpu_model"),
-            on=["job_id_raw", "submit_time"],
+            att.select(*keys, "slice", "partition", "gpu_model").unique([*keys, "slice"], keep="first"),
+            on=[*keys, "slice"],
         )
     )
-    minutes = split_buckets(iv, "interval_start", "interval_end", 60, out="minute").rename(
-        {"overlap_seconds": "held"}
+    held_units = slices.group_by(keys).agg(pl.col("gpus").sum().alias("mig_units"))
+    inventory = ensure_columns(_optional(inventory, dict(MIG_INVENTORY_COLUMNS)), dict(MIG_INVENTORY_COLUMNS))
+    iv = with_slice_fractions(iv, inventory, held_units).with_columns(
+        pl.when(pl.col("slice")).then(pl.col("mig_instance")).otherwise(pl.col("gpu_uuid")).alias("gpu_uuid")
+    )
+    minutes = (
+        split_buckets(iv, "interval_start", "interval_end", 60, out="minute")
+        .rename({"overlap_seconds": "held"})
+        .with_columns(pl.col("held") * pl.col("gpu_fraction"))
     )
     m = with_rate(minutes.join(samples, on=["node", "gpu_uuid", "minute"], how="left"), billing)
     sampled = pl.col("util_gpu_mean").is_not_null()
@@ -1170,6 +1338,7 @@ def cost_efficiency(
             .sum()
             .alias("gpm_gpu_seconds"),
             energy.fill_null(0.0).sum().alias("energy_joules"),
+            pl.when(pl.col("slice")).then(pl.col("held")).otherwise(zero).sum().alias("mig_gpu_seconds"),
         )
     )
     charged = d.group_by("day", "account").agg(pl.col("gpu_seconds").sum(), pl.col("cost_usd").sum())
@@ -1185,6 +1354,7 @@ def cost_efficiency(
                 "idle_cost_usd",
                 "useful_gpu_seconds",
                 "energy_joules",
+                "mig_gpu_seconds",
                 "gpm_gpu_seconds",
             ).fill_null(0.0)
         )
@@ -1281,9 +1451,10 @@ def rates_daily(cap: pl.LazyFrame, d: pl.LazyFrame, params: Params) -> pl.LazyFr
 def node_pieces(
     node_states: pl.LazyFrame, params: Params, intervals: pl.LazyFrame | None = None
 ) -> pl.LazyFrame:
-    """The capacity rows' node intervals (node_intervals, clipped to the window) cut at billing-day bounds:
-    (day, node, allocated, ps, pe), the piece [ps, pe) in epoch microseconds. Most intervals lie in one day and
-    are not exploded; day bounds come from a table of the window's days, as in day_gpu_microseconds."""
+    """The capacity rows' node intervals (gpu_intervals, clipped to the window) cut at billing-day bounds:
+    (day, node, allocated, ps, pe), the piece [ps, pe) in epoch microseconds and `allocated` in units of
+    1/MIG_UNITS GPU, a node's whole GPUs and MIG slices together. Most intervals lie in one day and are not
+    exploded; day bounds come from a table of the window's days, as in day_gpu_microseconds."""
     tz, now = params.tz, params.now
     first = local_date(params.start, tz) - timedelta(days=1)
     table = day_bounds(first, local_date(now, tz) + timedelta(days=1), tz)
@@ -1294,15 +1465,31 @@ def node_pieces(
         return pl.lit(table[column]).gather(day.cast(pl.Int32) - origin)
 
     iv = (
-        (node_intervals(node_states, params) if intervals is None else intervals)
+        (gpu_intervals(node_states, params) if intervals is None else intervals)
         .with_columns(clip_interval("snapshot_time", "until", params.start, now))
         .filter(pl.col("until") > pl.col("snapshot_time"))
         .select(
             "node",
-            pl.col("allocated").cast(pl.Int64),
+            "slice",
+            (pl.col("allocated") * MIG_UNITS).round().cast(pl.Int64).alias("allocated"),
             pl.col("snapshot_time").dt.epoch("us").alias("s"),
             pl.col("until").dt.epoch("us").alias("e"),
         )
+    )
+    # A node's slices stand over the same snapshots as its whole GPUs: one piece each, so that J is set against
+    # all the node's GPUs at once. Only the few nodes with slices are grouped.
+    sliced = iv.filter(pl.col("slice")).select("node").unique()
+    iv = (
+        pl.concat(
+            [
+                iv.join(sliced, on="node", how="anti").drop("slice"),
+                iv.join(sliced, on="node", how="semi")
+                .group_by("node", "s", "e")
+                .agg(pl.col("allocated").sum()),
+            ],
+            how="diagonal",
+        )
+        .select("node", "allocated", "s", "e")
         .with_columns(days.day(pl.col("s")).alias("day"), days.day(pl.col("e") - 1).alias("_last"))
     )
     single = iv.filter(pl.col("day") == pl.col("_last")).select(
@@ -1328,20 +1515,36 @@ def node_gpu_levels(jobs: pl.LazyFrame, params: Params) -> tuple[pl.LazyFrame, p
     """Per node, the step function of the GPUs sacct says attempts held there: (levels, names). `levels` has
     (nk, t, level, before) at each change, `nk` the node's number in `names` (node, nk), `t` epoch
     microseconds, `level` the GPUs held from t to the next change and `before` the GPU-microseconds held on
-    the node before t (integers: a difference of two is exact whatever the window).
+    the node before t, GPUs in units of 1/MIG_UNITS GPU (integers: a difference of two is exact whatever the
+    window). A MIG slice counts as its fraction of a GPU (mig_attempts), as in mart_cost_daily.
 
     An attempt's GPUs are spread over the nodes of its NodeList as Slurm's --gpus-per-node jobs are, evenly,
-    the first nodes taking one more when they do not divide (sacct records the job's total only). Attempts
-    without a NodeList are on no node. Hostlists are expanded once per distinct NodeList."""
-    if "node_list" not in jobs.collect_schema().names():
+    the first nodes taking one more when they do not divide (sacct records the job's total only); its MIG
+    slices likewise, by units.
+    Attempts without a NodeList are on no node. Hostlists are expanded once per distinct NodeList."""
+    names = jobs.collect_schema().names()
+    if "node_list" not in names:
         jobs = jobs.with_columns(pl.lit(None, dtype=pl.String).alias("node_list"))
+    if "billing" not in names:
+        jobs = jobs.with_columns(pl.lit(None, dtype=pl.Float64).alias("billing"))
+    whole, slices = mig_attempts(jobs, params.billing)
+    names = whole.collect_schema().names()
+    # `_step`: units per count of `gpus` (whole GPUs are spread over the nodes as whole GPUs, slices as units)
+    held = pl.concat(
+        [
+            whole.with_columns(pl.lit(MIG_UNITS, dtype=pl.Int64).alias("_step")),
+            slices.select(names).with_columns(pl.lit(1, dtype=pl.Int64).alias("_step")),
+        ],
+        how="vertical_relaxed",
+    )
     a = (
-        usage(jobs, params.now)
+        usage(held, params.now)
         .filter(pl.col("node_list").is_not_null())
         .with_columns(clip_interval("use_start", "use_end", params.start, params.now))
         .filter(pl.col("use_end") > pl.col("use_start"))
         .select(
             "node_list",
+            "_step",
             pl.col("gpus").cast(pl.Int64),
             pl.col("use_start").dt.epoch("us").alias("s"),
             pl.col("use_end").dt.epoch("us").alias("e"),
@@ -1363,7 +1566,8 @@ def node_gpu_levels(jobs: pl.LazyFrame, params: Params) -> tuple[pl.LazyFrame, p
     names = lists.select(pl.col("node").unique().sort()).with_row_index("nk")
     per_node = a.join(lists.join(names, on="node"), on="node_list").with_columns(
         (
-            pl.col("gpus") // pl.col("_n") + (pl.col("_k") < pl.col("gpus") % pl.col("_n")).cast(pl.Int64)
+            (pl.col("gpus") // pl.col("_n") + (pl.col("_k") < pl.col("gpus") % pl.col("_n")).cast(pl.Int64))
+            * pl.col("_step")
         ).alias("g")
     )
     # Sorted by time only (one key sorts far faster than node and time), each node's running sums are
@@ -1389,6 +1593,13 @@ def node_gpu_levels(jobs: pl.LazyFrame, params: Params) -> tuple[pl.LazyFrame, p
     return levels, names
 
 
+def _unit_seconds(units_us: pl.Expr) -> pl.Expr:
+    """GPU-seconds of integer microseconds of 1/MIG_UNITS GPU: whole GPU-microseconds / 1e6 plus the rest, so
+    that a whole-GPU figure is the same float as GPU-microseconds / 1e6 (a plan may turn a division by a
+    constant into a multiplication by its inverse, which 1/28e6 would not survive exactly)."""
+    return (units_us // MIG_UNITS) / 1e6 + (units_us % MIG_UNITS) / (1e6 * MIG_UNITS)
+
+
 def reconciliation_daily(
     node_states: pl.LazyFrame,
     jobs: pl.LazyFrame,
@@ -1407,11 +1618,12 @@ def reconciliation_daily(
     snapshot's time, or midnight for the later pieces of an interval that crosses it, so a day never depends
     on the day before) and C the GPU-seconds they held in the piece (node_gpu_levels). Per piece:
     unrecorded = max(A − J, 0) × (pe − ps) (sinfo showed GPUs allocated that no sacct attempt held: an attempt
-    not yet in accounting, MIG slices, GPUs outside accounting); unseen = max(J − A, 0) × (pe − ps) (attempts
+    not yet in accounting, GPUs outside accounting); unseen = max(J − A, 0) × (pe − ps) (attempts
     held GPUs sinfo did not show allocated); sampling = J × (pe − ps) − C (a snapshot stands until the next:
     attempts that started or ended in between). gap = charged − Σ C: GPU-seconds charged while no snapshot
     covered the node (snapshot gaps longer than pipelines.node_snapshot_max_gap_seconds, nodes sinfo never
-    listed, attempts without a NodeList). Sums are integer GPU-microseconds."""
+    listed, attempts without a NodeList). MIG slices count on both sides as their fraction of a GPU (sinfo's
+    and sacct's slices alike, docs/pipelines.md#mig). Sums are integer microseconds of 1/MIG_UNITS GPU."""
     levels, names = node_gpu_levels(jobs, params)
     levels = levels.rename({"t": "t0"})  # sorted by time
 
@@ -1445,7 +1657,7 @@ def reconciliation_daily(
         covered.sum().alias("_covered"),
     )
     charged = d.group_by("day").agg(
-        (pl.col("gpu_seconds") * 1e6).round().cast(pl.Int64).sum().alias("charged")
+        (pl.col("gpu_seconds") * (1e6 * MIG_UNITS)).round().cast(pl.Int64).sum().alias("charged")
     )
     parts = ["allocated", "unrecorded", "unseen", "sampling", "_covered", "charged"]
     out = (
@@ -1455,7 +1667,7 @@ def reconciliation_daily(
         .select(
             "day",
             *[
-                (pl.col(c) / 1e6).alias(f"{c}_gpu_seconds")
+                _unit_seconds(pl.col(c)).alias(f"{c}_gpu_seconds")
                 for c in ("allocated", "charged", *RECONCILIATION_CAUSES)
             ],
         )
@@ -1546,29 +1758,55 @@ WASTE_SCHEMA = {
 }
 
 
-def waste_daily(jobs: pl.LazyFrame, params: Params) -> pl.LazyFrame:
+def waste_daily(jobs: pl.LazyFrame, params: Params, weights: dict[str, str] | None = None) -> pl.LazyFrame:
     """mart_cost_waste_daily: per billing day on which GPU attempts ended, and account, the attempts that ended
     and, of them, those that failed (the states of mart_cost_daily's failed_*) and those requeued (a later
     attempt of the same job exists), with their whole GPU-seconds and dollars at their rate (billed
-    GPU-equivalents with billing.charge_by = "billing_tres").
+    GPU-equivalents with billing.charge_by = "billing_tres", by `weights` as daily() bills them). MIG slices
+    count as their fraction of a GPU at their model's rate (mig_attempts, as in mart_cost_daily); an attempt
+    is counted once however many GPU models its slices and GPUs span.
 
     By the day an attempt ended, not the days it ran: whether an attempt failed is known only when it ends,
     so a month's figures are final once the month has ended; an attempt running across the month's end
     counts, whole, in the month it ends in (mart_cost_daily's failed_* spread it over the days it ran, and
     change for a past month when it ends)."""
-    now = params.now
+    now, billing = params.now, params.billing
     if "billing" not in jobs.collect_schema().names():
         jobs = jobs.with_columns(pl.lit(None, dtype=pl.Float64).alias("billing"))
-    ended = attempts(jobs, now).filter(~pl.col("running") & pl.col("end_time").is_not_null())
+    whole, slices = mig_attempts(jobs, billing)
+    names, keys = whole.collect_schema().names(), ["job_id_raw", "submit_time"]
+    if "mig_tres" in names:
+        # An attempt with whole GPUs is counted by its whole row; one with slices only by its slice rows.
+        mixed = whole.filter(pl.col("mig_tres").is_not_null()).select(*keys, pl.lit(True).alias("_mixed"))
+        slices = slices.join(mixed, on=keys, how="left")
+        share = pl.when(pl.col("_mixed").fill_null(False)).then(0.0).otherwise(1.0 / pl.len().over(keys))
+    else:
+        share = pl.lit(1.0)
+    rows = pl.concat(
+        [
+            whole.with_columns(
+                gpu_equivalents(billing, weights).alias("_eq"),
+                pl.lit(1.0).alias("_per"),
+                pl.lit(1.0).alias("_n"),
+            ),
+            slices.with_columns(
+                mig_gpu_equivalents(billing, weights).alias("_eq"),
+                pl.lit(float(MIG_UNITS)).alias("_per"),
+                share.alias("_n"),
+            ).select(*names, "_eq", "_per", "_n"),
+        ],
+        how="vertical_relaxed",
+    )
+    ended = attempts(rows, now).filter(~pl.col("running") & pl.col("end_time").is_not_null())
     days = billing_days(ended, "end_time", params)
     seconds = (pl.col("use_end") - pl.col("use_start")).dt.total_microseconds().clip(lower_bound=0) / 1e6
     a = with_rate(
         ended.with_columns(
             days.day(pl.col("use_end").dt.epoch("us") - 1).alias("day"),
-            (seconds * pl.col("gpus").cast(pl.Float64)).alias("gs"),
-            (seconds * gpu_equivalents(params.billing)).alias("billed"),
+            (seconds * pl.col("gpus").cast(pl.Float64) / pl.col("_per")).alias("gs"),
+            (seconds * pl.col("_eq") / pl.col("_per")).alias("billed"),
         ).filter(pl.col("day") >= pl.lit(params.start_date)),
-        params.billing,
+        billing,
     ).with_columns((pl.col("billed") / 3600.0 * pl.col("rate_per_gpu_hour")).alias("usd"))
     failed, requeued = pl.col("failed"), pl.col("requeued")
     # Summed as integers (microsecond GPU-seconds, nano-dollars): a group's rows arrive in an order that varies
@@ -1577,16 +1815,21 @@ def waste_daily(jobs: pl.LazyFrame, params: Params) -> pl.LazyFrame:
         (pl.col("gs") * 1e6).round().cast(pl.Int64).alias("gs_us"),
         (pl.col("usd") * 1e9).round().cast(pl.Int64).alias("usd_n"),
     )
+    zero = pl.lit(0.0)
+    n = pl.col("_n")
+
+    def count(rows: pl.Expr) -> pl.Expr:
+        return rows.sum().round().cast(pl.Int64)
 
     def total(col: str, which: pl.Expr, scale: float) -> pl.Expr:
         return pl.col(col).filter(which).sum().cast(pl.Float64) / scale
 
     out = a.group_by("day", "account").agg(
-        pl.len().cast(pl.Int64).alias("attempts"),
-        failed.sum().cast(pl.Int64).alias("failed_attempts"),
+        count(n).alias("attempts"),
+        count(pl.when(failed).then(n).otherwise(zero)).alias("failed_attempts"),
         total("gs_us", failed, 1e6).alias("failed_gpu_seconds"),
         total("usd_n", failed, 1e9).alias("failed_cost_usd"),
-        requeued.sum().cast(pl.Int64).alias("requeued_attempts"),
+        count(pl.when(requeued).then(n).otherwise(zero)).alias("requeued_attempts"),
         total("gs_us", requeued, 1e6).alias("requeued_gpu_seconds"),
         total("usd_n", requeued, 1e9).alias("requeued_cost_usd"),
     )
@@ -1598,10 +1841,14 @@ def _frame(frames: dict[str, pl.LazyFrame], name: str, schema: dict[str, pl.Data
     return frames[name] if name in frames else pl.LazyFrame(schema=schema)
 
 
+def _optional(frame: pl.LazyFrame | None, schema: dict[str, pl.DataType]) -> pl.LazyFrame:
+    return pl.LazyFrame(schema=schema) if frame is None else frame
+
+
 def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.LazyFrame]:
     # Capacity feeds its mart and the spread of every daily row; the daily rows feed four marts: cached, so
     # the one collect computes each once (without, the spread made the cost pipeline ~10x slower).
-    intervals = node_intervals(frames["node_states"], params).cache()
+    intervals = gpu_intervals(frames["node_states"], params).cache()
     cap = capacity(frames["node_states"], params, intervals).cache()
     pools = unallocated_pools(cap)
     res_schema = {"name": pl.String, "start_time": UTC_DT, "end_time": UTC_DT}
@@ -1688,11 +1935,18 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
         "mart_cost_unallocated_monthly": unallocated,
         "mart_cost_reservation_daily": res,
         "mart_usage_counters": counters(d, frames["daily_before"], frames["prev_counters"], params),
-        "mart_cost_efficiency_daily": cost_efficiency(d, frames["jobs"], gpu_jobs, samples, params),
+        "mart_cost_efficiency_daily": cost_efficiency(
+            d,
+            frames["jobs"],
+            gpu_jobs,
+            samples,
+            params,
+            _frame(frames, "mig_inventory", dict(MIG_INVENTORY_COLUMNS)),
+        ),
         "mart_cost_rates_daily": rates_daily(cap, d, params),
         "mart_cost_reconciliation_daily": recon,
         "mart_cost_reconciliation_monthly": reconciliation_monthly(
             month_recon, invoices, unallocated, month_capacity, params
         ),
-        "mart_cost_waste_daily": waste_daily(frames["jobs"], params),
+        "mart_cost_waste_daily": waste_daily(frames["jobs"], params, weights),
     }

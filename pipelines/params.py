@@ -22,6 +22,7 @@ class Billing:
     charge_by: str
     bill_down: bool
     tres_billing_weights: dict[str, str]
+    mig_models: dict[str, str]
     rates: dict[str, Any]
     close_after_days: int
     reissue_months: list[str]

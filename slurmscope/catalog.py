@@ -287,7 +287,8 @@ CATALOG: tuple[Metric, ...] = (
         name="slurmscope_gpu_seconds_total",
         type="counter",
         unit="seconds",
-        help="GPU-seconds allocated so far, running allocations included; grows at every pipeline run, never decreases.",
+        help="GPU-seconds allocated so far, running allocations included (a MIG slice counts its fraction of a GPU);"
+        " grows at every pipeline run, never decreases.",
         labels=("cluster", "account", "partition", "gpu_model"),
         source="mart_usage_counters",
         requires=("mart_usage_counters",),
@@ -324,7 +325,8 @@ CATALOG: tuple[Metric, ...] = (
         type="counter",
         unit="seconds",
         help="GPU capacity integrated over time per partition, model and state (allocated, idle, down, reserved),"
-        " from the daily capacity mart; the current day counts what the last pipeline run saw.",
+        " from the daily capacity mart, MIG slices by their fraction of a GPU; the current day counts what the"
+        " last pipeline run saw.",
         labels=("cluster", "partition", "gpu_model", "state"),
         source="mart_capacity_daily (days <= today)",
         requires=("mart_capacity_daily",),

@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from slurmscope import xid
+from slurmscope import mig, xid
 
 
 class ConfigError(ValueError):
@@ -324,6 +324,32 @@ class BillingWeights:
             if any(w <= 0 for k, w in weights.items() if k.startswith("gres/gpu")):
                 raise where.error(expected + " with a GPU weight > 0", text)
             out[key] = text
+        return out
+
+
+@dataclass(frozen=True)
+class MigModels:
+    """`billing.mig_models`: MIG GRES type (or bare profile) -> the GPU model its slices belong to.
+
+    A GRES type such as `1g.10gb` names no GPU: its slices are counted under, and priced at the rate of, the
+    model given here (slurmscope.mig). Keys are matched without regard to case."""
+
+    default: dict[str, str]
+
+    def parse(self, value: Any, at: _At) -> dict[str, str]:
+        if not isinstance(value, Mapping):
+            raise at.error('a table of <MIG GRES type> = "<GPU model>"', value)
+        out: dict[str, str] = {}
+        for key, model in value.items():
+            where = at.child(key)
+            if not mig.is_mig_type(key):
+                raise ConfigError(
+                    f"{at.source}: key '{where.key}' is not a MIG GRES type "
+                    "(a profile such as 1g.10gb, or a type such as a100_3g.40gb)"
+                )
+            if not isinstance(model, str) or not model.strip():
+                raise where.error("a GPU model name such as 'a100'", model)
+            out[key.lower()] = model.strip()
         return out
 
 
@@ -777,6 +803,7 @@ SCHEMA = Table(
                 "charge_by": Str("gpu", choices=("gpu", "billing_tres")),
                 "bill_down": Bool(False),
                 "tres_billing_weights": BillingWeights({}),
+                "mig_models": MigModels({}),
                 "rates": PriceBook({"default": 2.0}),
                 "close_after_days": Num(5),
                 "reissue_months": List([], Str("", check=_is_month, what="a month 'YYYY-MM'")),

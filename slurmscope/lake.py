@@ -105,6 +105,7 @@ MART_TABLES: dict[str, str | None] = {
     "mart_job_efficiency": "submit_time",
     "mart_job_cpu_mem_efficiency": "submit_time",
     "mart_idle_gpus_daily": "day",
+    "mart_mig_efficiency": "submit_time",
     "mart_drift": "as_of",
     "mart_node_health": "since",
     "mart_gpu_health": "since",

@@ -108,6 +108,7 @@ class ReportData:
     spread_cost_usd: Decimal = Decimal(0)  # unallocated capacity in the charges (billing.idle_cost = spread)
     unallocated_cost_usd: Decimal | None = None  # capacity dollars charged to nobody (the unallocated line)
     powered_down_gpu_hours: float | None = None  # powered-off GPUs, outside capacity
+    mig_gpu_hours: float | None = None  # MIG slices' part of capacity, by fraction of a GPU
     frozen: bool | None = None
     budgets: list[dict] = field(default_factory=list)  # _load_budgets
 
@@ -236,6 +237,7 @@ def _load_capacity(con: duckdb.DuckDBPyConnection, d: ReportData) -> None:
                sum(down_gpu_seconds) / 3600 AS down_gpu_hours,
                sum(reserved_gpu_seconds) / 3600 AS reserved_gpu_hours,
                coalesce(sum(powered_down_gpu_seconds), 0) / 3600 AS powered_down_gpu_hours,
+               coalesce(sum(mig_gpu_seconds), 0) / 3600 AS mig_gpu_hours,
                sum(capacity_cost_usd) AS capacity_cost_usd, sum(allocated_cost_usd) AS allocated_cost_usd,
                sum(idle_cost_usd) AS idle_cost_usd, sum(down_cost_usd) AS down_cost_usd,
                sum(reserved_cost_usd) AS reserved_cost_usd
@@ -245,6 +247,8 @@ def _load_capacity(con: duckdb.DuckDBPyConnection, d: ReportData) -> None:
     )
     off = sum(r["powered_down_gpu_hours"] for r in d.capacity)
     d.powered_down_gpu_hours = float(off) if off else None
+    mig = sum(r["mig_gpu_hours"] for r in d.capacity)
+    d.mig_gpu_hours = float(mig) if mig else None
     if _has_table(con, "mart_cost_unallocated_monthly"):
         line = con.execute(
             "SELECT sum(idle_cost_usd + down_cost_usd + reserved_cost_usd), count(*)"
@@ -1119,6 +1123,8 @@ def _totals_section(d: ReportData) -> str:
     invoice = "invoice" if d.version is None else f"invoice v{d.version}"
     coverage = t["nvml_coverage"]
     sample = NO_DATA if coverage is None else f"NVML sample, {coverage:.1%} of charged GPU-hours"
+    if coverage is not None and d.mig_gpu_hours:
+        sample += " (whole GPUs: NVML samples no MIG slice, GPM included)"
     rows = [
         ["GPU-hours available (capacity)", _fmt(t["capacity_gpu_hours"]), "sinfo"],
         ["GPU-hours allocated (sinfo)", _fmt(t["allocated_gpu_hours"]), "sinfo"],
@@ -1129,6 +1135,11 @@ def _totals_section(d: ReportData) -> str:
         *(
             [["GPU-hours powered off (not capacity)", _fmt(d.powered_down_gpu_hours), "sinfo"]]
             if d.powered_down_gpu_hours
+            else []
+        ),
+        *(
+            [["of capacity, MIG slices (each its fraction of a GPU)", _fmt(d.mig_gpu_hours), "sinfo"]]
+            if d.mig_gpu_hours
             else []
         ),
         [
@@ -1291,8 +1302,13 @@ def _reconciliation_section(d: ReportData) -> str:
             ["+ down or drained", gh(t["down_gpu_hours"]), _fmt(t["down_cost_usd"])],
             ["+ reserved", gh(t["reserved_gpu_hours"]), _fmt(t["reserved_cost_usd"])],
             ["powered off (outside capacity, charged to nobody)", gh(t["powered_down_gpu_hours"]), ""],
+            *(
+                [["of capacity, MIG slices (each its fraction of a GPU)", gh(d.mig_gpu_hours), ""]]
+                if d.mig_gpu_hours
+                else []
+            ),
         ],
-        classes=["total", "", "", "", "", "aside"],
+        classes=["total", "", "", "", "", "aside", *(["aside"] if d.mig_gpu_hours else [])],
     )
     gpu = _table(
         ["", "GPU-hours"],
@@ -1347,6 +1363,11 @@ def _reconciliation_section(d: ReportData) -> str:
             "The causes are computed per node and snapshot by the cost pipeline "
             "(mart_cost_reconciliation_monthly, docs/pipelines.md#cost): they add up to the difference exactly; "
             "figures here are rounded to 0.01 GPU-hour (reconciliation.csv has them to the microsecond)."
+            + (
+                " MIG slices count on both sides as their fraction of a GPU (docs/pipelines.md#mig)."
+                if d.mig_gpu_hours
+                else ""
+            )
         )
         + "<h3>Dollars</h3>"
         + money

@@ -343,7 +343,9 @@ def build_marts(con: duckdb.DuckDBPyConnection) -> None:
     _exec(
         con,
         """
-        INSERT INTO mart_capacity_daily
+        INSERT INTO mart_capacity_daily (cluster, day, "partition", gpu_model, capacity_gpu_seconds,
+            allocated_gpu_seconds, idle_gpu_seconds, down_gpu_seconds, reserved_gpu_seconds, capacity_cost_usd,
+            allocated_cost_usd, idle_cost_usd, down_cost_usd, reserved_cost_usd, powered_down_gpu_seconds)
         SELECT $cluster, CAST(d AS DATE), 'gpu', 'h100', 32 * 86400, 13 * 86400, 11 * 86400, 8 * 86400, 0,
                1536, 624, 528, 384, 0, 0
         FROM generate_series($start, $end, INTERVAL 1 DAY) g(d)
@@ -396,7 +398,9 @@ def build_marts(con: duckdb.DuckDBPyConnection) -> None:
     _exec(
         con,
         """
-        INSERT INTO mart_cost_efficiency_daily
+        INSERT INTO mart_cost_efficiency_daily (cluster, day, account, gpu_seconds, cost_usd, sampled_gpu_seconds,
+            sampled_cost_usd, idle_gpu_seconds, idle_cost_usd, useful_gpu_seconds, useful_share,
+            cost_per_useful_gpu_hour, energy_joules, energy_kwh, energy_cost_usd, gpm_gpu_seconds, activity_source)
         SELECT $cluster, CAST(d AS DATE), account, 86400, 48, 43200, 24, 3600, 2, 30240, 0.7, 24 / 8.4,
                7.2e7, 20, 0, 0, 'gpu_util'
         FROM generate_series($start, $end, INTERVAL 1 DAY) g(d), (VALUES ('a'), ('b')) a(account)

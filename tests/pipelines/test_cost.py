@@ -179,8 +179,10 @@ def test_daily_failed_requeued_running_and_partition_rate():
                 0.0,
                 0.0,
                 10800.0,
+                0.0,
             ),
-            # 4 GPU-h x $1 per day, all accrued by a running attempt (last column: spread, 0 when "separate")
+            # 4 GPU-h x $1 per day, all accrued by a running attempt (then spread, 0 when "separate"; billed
+            # GPU-seconds; MIG slices' GPU-seconds, none)
             (
                 date(2026, 2, 1),
                 "b",
@@ -197,6 +199,7 @@ def test_daily_failed_requeued_running_and_partition_rate():
                 14400.0,
                 0.0,
                 14400.0,
+                0.0,
             ),
             (
                 date(2026, 2, 2),
@@ -214,6 +217,7 @@ def test_daily_failed_requeued_running_and_partition_rate():
                 14400.0,
                 0.0,
                 14400.0,
+                0.0,
             ),
         ],
         schema=cost.DAILY_SCHEMA,
@@ -765,6 +769,7 @@ def test_cost_per_useful_gpu_hour_idle_dollars_and_energy_per_account(since):
                 0.00103125,
                 180.0,
                 "mixed",
+                0.0,  # no MIG slices
             ),
             (
                 date(2026, 2, 3),
@@ -783,6 +788,7 @@ def test_cost_per_useful_gpu_hour_idle_dollars_and_energy_per_account(since):
                 0.0,
                 0.0,
                 None,
+                0.0,
             ),
         ],
         schema=cost.EFFICIENCY_SCHEMA,
@@ -859,8 +865,10 @@ def test_exporter_serves_energy_idle_dollars_and_cost_per_useful_gpu_hour_from_t
     from slurmscope.exporter import snapshot
 
     run = (
-        "INSERT INTO mart_cost_efficiency_daily VALUES"
-        " ('default', ?, 'a', 0, 0, ?, ?, 0, ?, ?, NULL, NULL, ?, 0, ?, 0, 'gpu_util')"
+        "INSERT INTO mart_cost_efficiency_daily (cluster, day, account, gpu_seconds, cost_usd, sampled_gpu_seconds,"
+        " sampled_cost_usd, idle_gpu_seconds, idle_cost_usd, useful_gpu_seconds, useful_share,"
+        " cost_per_useful_gpu_hour, energy_joules, energy_kwh, energy_cost_usd, gpm_gpu_seconds, activity_source)"
+        " VALUES ('default', ?, 'a', 0, 0, ?, ?, 0, ?, ?, NULL, NULL, ?, 0, ?, 0, 'gpu_util')"
     )
     # day, sampled s, sampled $, idle $, useful s, J, energy $: October is before this month, 3 Nov is "today",
     # 4 Nov is after now (a replayed history): only the month to date counts for $/useful GPU-hour.

@@ -119,6 +119,8 @@ def test_job_efficiency_per_attempt():
             "useful_gpu_seconds": [82.8, 0.0],
             "gpm_gpu_seconds": [180.0, 0.0],
             "activity_source": ["mixed", "gpu_util"],
+            "mig_gpus": [None, None],  # no MIG slices
+            "mig_activity": [None, None],
         },
         schema={k: v for k, v in eff.JOB_SCHEMA.items() if k != "alloc_start"},
     ).select(got.columns)

@@ -107,6 +107,36 @@ def _banded(tmp_path: Path, name: str) -> Path:
     return path
 
 
+def test_mig_0023_applied_after_0025_and_0027_gives_the_fresh_schema_with_rows_kept(db_path, monkeypatch):
+    """A database main made (0022, 0025 and 0027 applied, 0023 not: the MIG branch merged later) gets 0023 on
+    its next open. 0023 and 0025 both alter mart_cost_efficiency_daily (a column added; energy_cost_usd made
+    nullable): either order must give the schema a fresh database gets in numeric order."""
+    fresh = connect(":memory:")
+    want = fresh.execute(SCHEMA_SQL).fetchall()
+    fresh.close()
+    every = db.migrations
+    monkeypatch.setattr(db, "migrations", lambda upto=None: [m for m in every(upto) if m.version != 23])
+    c = duckdb.connect(str(db_path))
+    assert 23 not in migrate(c, upto=27) and {22, 25, 27} <= set(applied_versions(c))
+    c.execute(
+        "INSERT INTO mart_cost_efficiency_daily (cluster, day, account, gpu_seconds, cost_usd, sampled_gpu_seconds,"
+        " sampled_cost_usd, idle_gpu_seconds, idle_cost_usd, useful_gpu_seconds, energy_joules, energy_kwh,"
+        " energy_cost_usd, gpm_gpu_seconds, activity_source)"
+        " VALUES ('c', DATE '2026-11-01', 'a', 3600, 7, 3600, 7, 0, 0, 1800, 0, 0, NULL, 3600, 'gpm')"
+    )
+    c.close()
+    monkeypatch.setattr(db, "migrations", every)
+    c = connect(db_path)
+    assert applied_versions(c) == [m.version for m in migrations()]
+    assert c.execute(SCHEMA_SQL).fetchall() == want
+    # the row is kept, its slices 0 (before 0023 no mart counted any), its NULL energy cost still NULL
+    assert c.execute(
+        "SELECT gpu_seconds, energy_cost_usd, gpm_gpu_seconds, activity_source, mig_gpu_seconds"
+        " FROM mart_cost_efficiency_daily"
+    ).fetchall() == [(3600.0, None, 3600.0, "gpm", 0.0)]
+    c.close()
+
+
 @pytest.mark.parametrize("name", ["banded-0042", "banded-0022"])
 def test_database_made_by_the_banded_numbering_upgrades_in_place(tmp_path, name):
     """0001, 0005, 0010, ..., 0042 as recorded by the last release with them: each becomes its version in
@@ -298,6 +328,7 @@ SCHEMA_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "pipelines.drift.SCHEMA": ("mart_drift", ()),
     "pipelines.efficiency.JOB_SCHEMA": ("mart_job_efficiency", ()),
     "pipelines.efficiency.IDLE_SCHEMA": ("mart_idle_gpus_daily", ()),
+    "pipelines.efficiency.MIG_SCHEMA": ("mart_mig_efficiency", ()),
     "pipelines.cpu_mem_efficiency.SCHEMA": ("mart_job_cpu_mem_efficiency", MART),
     "pipelines.fairshare.schema.FAIRSHARE_SCHEMA": ("mart_fairshare", ()),
     "pipelines.fairshare.schema.DAILY_SCHEMA": ("mart_fairshare_daily", ()),

@@ -46,8 +46,11 @@ def _seed(db: Path) -> None:
         )
     for day in (date(2026, 11, 1), date(2026, 11, 2)):
         con.execute(
-            "INSERT INTO mart_capacity_daily VALUES ('c1', ?, 'gpu', 'h100', 691200, 400000, 200000, "
-            "51200, 40000, 1536.00, 888.89, 444.44, 113.78, 88.89, 0)",
+            'INSERT INTO mart_capacity_daily (cluster, day, "partition", gpu_model, capacity_gpu_seconds,'
+            " allocated_gpu_seconds, idle_gpu_seconds, down_gpu_seconds, reserved_gpu_seconds, capacity_cost_usd,"
+            " allocated_cost_usd, idle_cost_usd, down_cost_usd, reserved_cost_usd, powered_down_gpu_seconds)"
+            " VALUES ('c1', ?, 'gpu', 'h100', 691200, 400000, 200000, 51200, 40000, 1536.00, 888.89, 444.44,"
+            " 113.78, 88.89, 0)",
             [day],
         )
         for acct, secs in (("pretraining", 300000.0), ("vision", 100000.0)):
@@ -303,8 +306,11 @@ def test_useful_share_idle_dollars_and_energy_come_from_the_cost_efficiency_mart
         (date(2026, 11, 2), "vision", 3600.0, 1800.0, 1800.0, 0.5, 0.0, "gpu_util"),
     ):
         con.execute(
-            "INSERT INTO mart_cost_efficiency_daily VALUES ('c1', ?, ?, 0, 0, ?, 0, ?, ?, ?, NULL, NULL,"
-            " ?, ?, ?, ?, ?)",
+            "INSERT INTO mart_cost_efficiency_daily (cluster, day, account, gpu_seconds, cost_usd,"
+            " sampled_gpu_seconds, sampled_cost_usd, idle_gpu_seconds, idle_cost_usd, useful_gpu_seconds,"
+            " useful_share, cost_per_useful_gpu_hour, energy_joules, energy_kwh, energy_cost_usd,"
+            " gpm_gpu_seconds, activity_source)"
+            " VALUES ('c1', ?, ?, 0, 0, ?, 0, ?, ?, ?, NULL, NULL, ?, ?, ?, ?, ?)",
             [day, acct, sampled, idle, idle / 1800, useful, kwh * 3.6e6, kwh, kwh * 0.2, gpm, source],
         )
     d = collect_data(con, "c1", date(2026, 11, 1))
@@ -424,7 +430,7 @@ def test_energy_without_a_price_is_not_configured_and_the_sample_says_its_covera
     # 2 kWh drawn, no electricity price (energy_cost_usd NULL). vision: nothing sampled.
     con.execute(
         "INSERT INTO mart_cost_efficiency_daily VALUES ('c1', '2026-11-01', 'pretraining', 600000, 0, 60000, 0,"
-        " 0, 0, 30000, 0.5, NULL, 7.2e6, 2.0, NULL, 0, 'gpu_util')"
+        " 0, 0, 30000, 0.5, NULL, 7.2e6, 2.0, NULL, 0, 'gpu_util', 0)"
     )
     d = collect_data(con, "c1", date(2026, 11, 1))
     con.close()
