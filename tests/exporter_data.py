@@ -406,6 +406,20 @@ def build_marts(con: duckdb.DuckDBPyConnection) -> None:
         FROM generate_series($start, $end, INTERVAL 1 DAY) g(d), (VALUES ('a'), ('b')) a(account)
     """,
     )
+    # Budgets of November (the period holding END): a's $1,000 with $300 used (30 %, forecast 60 %) and b's
+    # 500 GPU-hours with 100 used (20 %, forecast 40 %): the budget panels have data, the budget alerts
+    # (80 % used, forecast over 100 %) stay quiet.
+    _exec(
+        con,
+        """
+        INSERT INTO mart_budget_period (cluster, account, budget, source, unit, period_start, period_end, amount,
+            used, spent, forecast, elapsed_ratio, usage_as_of, as_of)
+        VALUES ($cluster, 'a', 'usd', 'config', 'usd', DATE '2026-11-01', DATE '2026-12-01', 1000, 300, 300, 600,
+                0.5, $start, $start),
+               ($cluster, 'b', 'gpu_hours', 'config', 'gpu_hours', DATE '2026-11-01', DATE '2026-12-01', 500, 100,
+                100, 200, 0.5, $start, $start)
+    """,
+    )
     # Health verdicts: not typed out by hand but computed by the health pipeline from the raw rows above (its
     # rules are unit-tested on their own in tests/pipelines/test_health.py).
     from slurmscope.pipelines.runner import run_pipelines

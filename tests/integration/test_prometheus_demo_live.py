@@ -92,6 +92,7 @@ def hardware_kills(ev: list[dict]) -> set[tuple[int, str]]:
     }
 
 
+_NO_BUDGETS = "no budgets in the demo config, no GrpTRESMins in its sshare: mart_budget_period is empty"
 # Alerts the 3-day demo cannot raise at all, each with why; test_impossible_alerts_have_no_cause checks the
 # reasons hold in the demo's data (so this list fails when the simulator learns to produce the cause).
 IMPOSSIBLE_IN_DEMO = {
@@ -100,8 +101,8 @@ IMPOSSIBLE_IN_DEMO = {
     "GpuCountMismatch": "the simulated inventory lists every GPU of a telemetry node (a GPU that falls off the bus "
     "is not removed from it)",
     "SlurmControllerUnreachable": "the simulator writes no `scontrol ping` snapshots (controller_pings is empty)",
-    "SlurmAccountBudgetSpent": "no budgets in the demo config, no GrpTRESMins in its sshare: mart_budget_period is empty",
-    "SlurmAccountBudgetForecastOver": "no budgets in the demo config, no GrpTRESMins in its sshare: mart_budget_period is empty",
+    "SlurmAccountBudgetSpent": _NO_BUDGETS,
+    "SlurmAccountBudgetForecastOver": _NO_BUDGETS,
     "SlurmscopeCollectorStale": "the demo's ingest runs are recorded at wall-clock time, after the simulated "
     "period: no collector run is at or before the rendered instant",
     "SlurmscopeCollectorFailing": "as SlurmscopeCollectorStale: no collector run inside the simulated period",
@@ -608,6 +609,10 @@ _ONE_PIPELINE_RUN = (
     "cost counters (mart_usage_counters) have one value in the history and no rate over it"
 )
 NO_DATA_IN_DEMO: dict[tuple[str, str], str] = {
+    ("cost", "Budget used this period (burn-down)"): _NO_BUDGETS,
+    ("cost", "Budget forecast at period end"): _NO_BUDGETS,
+    ("cost", "Budgets: used and forecast now"): _NO_BUDGETS,
+    ("cost", "Money budgets this period"): _NO_BUDGETS,
     ("cost", "Spend per hour by account"): _ONE_PIPELINE_RUN,
     ("cost", "GPUs in use by account"): _ONE_PIPELINE_RUN,
     ("cost", "Cost per GPU-hour by account"): _ONE_PIPELINE_RUN,
