@@ -17,8 +17,8 @@ Steps (`all` runs them in this order, each measured on its own):
   simulator/writers/nvml_spool.py does); `collect nvml` (collectors.collect.collect_with over
   `nvml.spool_paths`: read, one transaction per file, acknowledge) loads them into the history, in a child
   process (its CPU seconds and peak RSS). Reference in the same run (`--keyed`): the same files into a copy
-  whose gpu_samples keeps the primary-key index of migrations 0001-0023, loaded with INSERT ... ON CONFLICT
-  DO UPDATE (the loader before 0024).
+  whose gpu_samples keeps the primary-key index of migrations 0001-0020, loaded with INSERT ... ON CONFLICT
+  DO UPDATE (the loader before 0021).
 - `pipelines` (b): the pipelines that read NVML minutes (cost, efficiency, drift, health), incremental, as
   serve runs them once a day: the last good run of each is set to one day before the end, so the window is
   that day plus `pipelines.incremental_lookback_seconds` (and each pipeline's own look-back), in a child
@@ -287,7 +287,7 @@ def write_spool(args: argparse.Namespace, minute: datetime) -> Path:
 
 
 def _keyed_loader() -> None:
-    """The sample merge as it was before migration 0024: INSERT ... ON CONFLICT DO UPDATE on the key index."""
+    """The sample merge as it was before migration 0021: INSERT ... ON CONFLICT DO UPDATE on the key index."""
     from slurmscope.collectors import nvml
 
     sets = [s.replace("g.", "") for s in nvml._sample_merge_sets()]  # stored row: bare names, as then
@@ -356,7 +356,7 @@ def ingest(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _keyed_copy(src: Path, dst: Path, minute: datetime) -> None:
-    """`src` with gpu_samples rebuilt under the primary key it had before migration 0024 (without the
+    """`src` with gpu_samples rebuilt under the primary key it had before migration 0021 (without the
     minute just ingested, so that the reference loads the same files into the same history)."""
     from slurmscope.db import connect
 

@@ -4,7 +4,7 @@ Every GPU-minute the agent reads four error counters on each NVLink (18 on an H1
 
 - dense: one row per (GPU, minute, link) with the four rises: 18 rows per GPU-minute;
 - array: one row per GPU-minute with a list of 18 (link, four rises) structs;
-- sparse (chosen, migration 0022): per GPU-minute the four rises summed over links in gpu_samples (4 BIGINT
+- sparse (chosen, migration 0019): per GPU-minute the four rises summed over links in gpu_samples (4 BIGINT
   columns), plus one gpu_nvlink_errors row per (GPU, minute, link) whose counters rose.
 
 Each layout is written to its own DuckDB file for `--gpus` GPUs x `--minutes` minutes, `--erring` of the links

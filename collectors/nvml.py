@@ -460,7 +460,7 @@ def _sample_merge_sets() -> list[str]:
 _SAMPLE_KEY = (
     "g.cluster = {s}.cluster AND g.node = {s}.node AND g.gpu_uuid = {s}.gpu_uuid AND g.minute = {s}.minute"
 )
-# gpu_samples has no key index (sql/0024_retention.sql): the stored rows of the file's minutes are found by
+# gpu_samples has no key index (sql/0021_retention.sql): the stored rows of the file's minutes are found by
 # the minute range, which DuckDB's row-group min/max turn into a read of the newest row groups only.
 _SAMPLE_IN_RANGE = "g.cluster = $cluster AND g.node = $node AND g.minute >= $lo AND g.minute <= $hi"
 _SAMPLE_UPDATE_SQL = (

@@ -435,7 +435,7 @@ def _human_rows(lines: list, table: Table, cluster: str, snapshot_time: datetime
 
 
 def _live_or_previous(lines: list) -> str:
-    """The live format, or the one before migration 0026 when most lines have its field count (captures
+    """The live format, or the one before migration 0023 when most lines have its field count (captures
     recorded with the command line documented before, simulator output of an older version), as sinfo
     does (collectors/sinfo.py)."""
     count = len(LIVE_FIELDS)  # separators in a line of the live format (Name follows the last one)

@@ -319,7 +319,7 @@ COUNTER_COLUMNS = (
     ("violation_board_limit_seconds", pl.Float64),
     ("violation_reliability_seconds", pl.Float64),
 )
-"""The per-counter sample columns (migration 0022): a frame without them (a benchmark's, an older test's) is
+"""The per-counter sample columns (migration 0019): a frame without them (a benchmark's, an older test's) is
 judged as minutes without them are: not read."""
 
 

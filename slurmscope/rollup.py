@@ -9,7 +9,7 @@ attribution; the minutes whose activity GPM measured are never averaged with tho
 useful GPU-hours and the GPM-measured seconds keep theirs; and health's per-minute error limits see each
 error minute as it was. RULES is the one list of how each column rolls up; the rollup query, the reader
 macros and the lake's hourly table are generated from it, and a test fails when a gpu_samples column has no
-rule. A column added to gpu_samples is one line here (sql/0024_retention.sql creates gpu_samples_hourly
+rule. A column added to gpu_samples is one line here (sql/0021_retention.sql creates gpu_samples_hourly
 from gpu_samples' columns; a later migration adding a gpu_samples column adds it to both tables).
 
 Why these aggregates (docs/configuration.md#retention lists each column):

@@ -26,7 +26,7 @@ WEB = FIX / "rackslab__Slurm-web" / "slurmrestd"
 ABSENT_FROM_JSON = {"jobs": {"uid", "exit_code", "signal"}, "job_steps": {"exit_code", "signal"}}
 DIFFERENT = {"state_raw", "flags"}
 KEYS = {"jobs": ["job_id_raw", "submit_time"], "job_steps": ["job_id_raw", "job_submit_time", "step_id"]}
-# The usage fields (sql/0019): JSON has them, text captures made with the older live field list do not.
+# The usage fields (sql/0018): JSON has them, text captures made with the older live field list do not.
 USAGE = {
     "jobs": {
         "total_cpu_seconds",

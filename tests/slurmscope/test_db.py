@@ -107,17 +107,17 @@ def _banded(tmp_path: Path, name: str) -> Path:
     return path
 
 
-def test_mig_0023_applied_after_0025_and_0027_gives_the_fresh_schema_with_rows_kept(db_path, monkeypatch):
-    """A database main made (0022, 0025 and 0027 applied, 0023 not: the MIG branch merged later) gets 0023 on
-    its next open. 0023 and 0025 both alter mart_cost_efficiency_daily (a column added; energy_cost_usd made
+def test_mig_0020_applied_after_0022_and_0024_gives_the_fresh_schema_with_rows_kept(db_path, monkeypatch):
+    """A database main made (0019, 0022 and 0024 applied, 0020 not: the MIG branch merged later) gets 0020 on
+    its next open. 0020 and 0022 both alter mart_cost_efficiency_daily (a column added; energy_cost_usd made
     nullable): either order must give the schema a fresh database gets in numeric order."""
     fresh = connect(":memory:")
     want = fresh.execute(SCHEMA_SQL).fetchall()
     fresh.close()
     every = db.migrations
-    monkeypatch.setattr(db, "migrations", lambda upto=None: [m for m in every(upto) if m.version != 23])
+    monkeypatch.setattr(db, "migrations", lambda upto=None: [m for m in every(upto) if m.version != 20])
     c = duckdb.connect(str(db_path))
-    assert 23 not in migrate(c, upto=27) and {22, 25, 27} <= set(applied_versions(c))
+    assert 20 not in migrate(c, upto=24) and {19, 22, 24} <= set(applied_versions(c))
     c.execute(
         "INSERT INTO mart_cost_efficiency_daily (cluster, day, account, gpu_seconds, cost_usd, sampled_gpu_seconds,"
         " sampled_cost_usd, idle_gpu_seconds, idle_cost_usd, useful_gpu_seconds, energy_joules, energy_kwh,"
@@ -129,7 +129,7 @@ def test_mig_0023_applied_after_0025_and_0027_gives_the_fresh_schema_with_rows_k
     c = connect(db_path)
     assert applied_versions(c) == [m.version for m in migrations()]
     assert c.execute(SCHEMA_SQL).fetchall() == want
-    # the row is kept, its slices 0 (before 0023 no mart counted any), its NULL energy cost still NULL
+    # the row is kept, its slices 0 (before 0020 no mart counted any), its NULL energy cost still NULL
     assert c.execute(
         "SELECT gpu_seconds, energy_cost_usd, gpm_gpu_seconds, activity_source, mig_gpu_seconds"
         " FROM mart_cost_efficiency_daily"

@@ -109,8 +109,8 @@ def test_sql_list():
 _IN_LIST = re.compile(r"(?i:\bIN)\s*\(\s*('[A-Z_]+'(?:\s*,\s*'[A-Z_]+')*)\s*\)")
 SQL_STATE_LISTS: dict[str, tuple[str, ...]] = {
     # the failure class of outcome rows written before the split (a migration is frozen: no macro call)
-    "0026_incidents.sql:17": ss.JOB_SYSTEM_FAILURE_STATES,
-    "0026_incidents.sql:18": ss.JOB_USER_FAILURE_STATES,
+    "0023_incidents.sql:17": ss.JOB_SYSTEM_FAILURE_STATES,
+    "0023_incidents.sql:18": ss.JOB_USER_FAILURE_STATES,
 }
 """`path:line` of each state list in sql/ -> the vocabulary set it must equal."""
 
