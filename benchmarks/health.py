@@ -125,7 +125,7 @@ def body(a: argparse.Namespace) -> dict[str, Any]:
     with timer() as t:
         out = health.compute(f, params)
         node_df, gpu_df = pl.collect_all(
-            [out["mart_node_health"], out["mart_gpu_health"]], engine="streaming"
+            [out["mart_node_health"], out["mart_gpu_health"]], engine=health.ENGINE
         )
     evals = a.nodes * (a.hours * 60 // a.snapshot_minutes + 1)
     return {

@@ -14,6 +14,10 @@ Pipeline module contract (see docs/pipelines.md):
     def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.LazyFrame]
     optional: WIDEN_SQL: str  # a SELECT of one DATE (billing-zone day) the window must start at or before
     optional: CALENDAR_SQL: str  # a SELECT of the first and last instant the INPUTS cut into billing days
+    optional: ENGINE: str  # Polars engine that collects the outputs ("streaming" where not set)
+    optional: BATCH_ROWS_SQL: str, BATCH_ROWS: int  # a SELECT of one count; above BATCH_ROWS the pipeline
+                                         #   runs per group of nodes (every input has a `node` column and
+                                         #   compute treats nodes independently)
 """
 
 from __future__ import annotations
@@ -146,25 +150,44 @@ def _read(con: duckdb.DuckDBPyConnection, sql: str, values: Mapping[str, Any]) -
 
 
 def read_inputs(
-    con: duckdb.DuckDBPyConnection, module: ModuleType, params: Params
+    con: duckdb.DuckDBPyConnection, module: ModuleType, params: Params, batch: tuple[int, int] | None = None
 ) -> dict[str, pl.LazyFrame]:
     """The pipeline's INPUTS. With a CALENDAR_SQL (the earliest and latest instant whose billing day its
     queries look up), they can join `billing_hours` (h, o0, o1, switch: calendar.DayLookup's table) and
     `billing_days` (day, start_us: each day's first instant) over that span, so that DuckDB cuts days as
-    the calendar module does."""
+    the calendar module does. `batch` (i, n) keeps the rows of the nodes whose name hashes to i of n."""
     values = params.sql()
+    queries = dict(module.INPUTS)
+    if batch is not None:
+        values = {**values, "batch": batch[0], "batches": batch[1]}
+        queries = {
+            alias: f"SELECT * FROM ({sql}) WHERE hash(node) % $batches = $batch"  # noqa: S608 - the module's own INPUTS; values are $parameters
+            for alias, sql in queries.items()
+        }
     span = getattr(module, "CALENDAR_SQL", None)
     if span is None:
-        return {alias: _read(con, sql, values) for alias, sql in module.INPUTS.items()}
+        return {alias: _read(con, sql, values) for alias, sql in queries.items()}
     lo, hi = _read(con, span, values).collect().row(0)
     hours, days = calendar.sql_tables(params.tz, lo, hi)
     con.register("billing_hours", hours.to_arrow())
     con.register("billing_days", days.to_arrow())
     try:
-        return {alias: _read(con, sql, values) for alias, sql in module.INPUTS.items()}
+        return {alias: _read(con, sql, values) for alias, sql in queries.items()}
     finally:
         con.unregister("billing_hours")
         con.unregister("billing_days")
+
+
+def node_batches(con: duckdb.DuckDBPyConnection, module: ModuleType, params: Params) -> int:
+    """How many groups of nodes the pipeline runs in: its BATCH_ROWS_SQL count over BATCH_ROWS, at least 1.
+
+    A pipeline whose memory grows with its largest input's rows (health: a day and its look-back of every GPU's
+    minutes) would otherwise hold the whole fleet's window at once; per group of nodes it holds one group's."""
+    sql = getattr(module, "BATCH_ROWS_SQL", None)
+    if sql is None:
+        return 1
+    rows = _read(con, sql, params.sql()).collect().item() or 0
+    return max(1, -(-int(rows) // int(module.BATCH_ROWS)))
 
 
 def _column_types(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
@@ -244,14 +267,21 @@ def run_pipeline(
             window.now,
         )
     params = pipeline_params(cfg, window)
-    frames = read_inputs(con, module, params)
-    outputs = module.compute(frames, params)
-    missing = set(module.MART_TABLES) - set(outputs)
-    if missing:
-        raise RuntimeError(f"{module.NAME}: compute returned no frame for {sorted(missing)}")
     tables = list(module.MART_TABLES)
-    # The streaming engine keeps peak memory lower on large histories (and falls back where it must).
-    collected = pl.collect_all([outputs[t] for t in tables], engine="streaming")
+    engine = getattr(module, "ENGINE", "streaming")
+    batches = node_batches(con, module, params)
+    parts: list[list[pl.DataFrame]] = []
+    for i in range(batches):
+        frames = read_inputs(con, module, params, (i, batches) if batches > 1 else None)
+        outputs = module.compute(frames, params)
+        missing = set(module.MART_TABLES) - set(outputs)
+        if missing:
+            raise RuntimeError(f"{module.NAME}: compute returned no frame for {sorted(missing)}")
+        parts.append(pl.collect_all([outputs[t] for t in tables], engine=engine))
+        del frames, outputs
+    collected = (
+        parts[0] if batches == 1 else [pl.concat(dfs, how="vertical") for dfs in zip(*parts, strict=True)]
+    )
     written: dict[str, int] = {}
     t0 = time.monotonic()
     with transaction(con):
