@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 
 import duckdb
 import polars as pl
+import pyarrow as pa
 
 from slurmscope.db import transaction
 
@@ -162,7 +163,15 @@ def upsert(con: duckdb.DuckDBPyConnection, spec: TableSpec, df: pl.DataFrame) ->
     updates = [c for c in cols if c not in spec.key]
     # Polars' own string layout (Arrow string views) is handed over as is; the default large-string copy
     # doubles the text of every slice a big load passes through
-    con.register("_upsert_src", df.to_arrow(compat_level=pl.CompatLevel.newest()))
+    table = df.to_arrow(compat_level=pl.CompatLevel.newest())
+    batches = table.to_batches()
+
+    def source() -> None:
+        # DuckDB keeps every object registered in an open transaction until it ends, unregistered or not:
+        # a registered table would hold each slice of a long load (1M sacct lines: 0.5 GiB). A reader of the
+        # batches lets go of them once a statement has read it through.
+        con.register("_upsert_src", pa.RecordBatchReader.from_batches(table.schema, iter(batches)))
+
     # ON CONFLICT DO UPDATE costs DuckDB more than twice a plain INSERT, so only rows whose key is already
     # stored take that path (first, while "already stored" still means before this call); new keys, the
     # bulk of any first load, go in with a plain INSERT.
@@ -170,7 +179,9 @@ def upsert(con: duckdb.DuckDBPyConnection, spec: TableSpec, df: pl.DataFrame) ->
     exists = f"EXISTS (SELECT 1 FROM {spec.name} t WHERE {match})"  # noqa: S608 - table (TableSpec) and quoted column names from code, never input
     try:
         # a first load (every key new) pays one semi-join and a plain INSERT, not a semi- and an anti-join
-        stored = con.execute(f"SELECT count(*) FROM _upsert_src s WHERE {exists}").fetchone()[0]  # noqa: S608 - as below
+        source()
+        stored = con.execute(f"SELECT count(*) FROM _upsert_src s WHERE {exists}").fetchall()[0][0]  # noqa: S608 - as below
+        source()
         if not stored:
             con.execute(f"INSERT INTO {spec.name} ({col_sql}) SELECT {col_sql} FROM _upsert_src")  # noqa: S608 - as below
             return df.height
@@ -186,6 +197,7 @@ def upsert(con: duckdb.DuckDBPyConnection, spec: TableSpec, df: pl.DataFrame) ->
                 f"INSERT INTO {spec.name} ({col_sql}) SELECT {col_sql} FROM _upsert_src s WHERE {exists} "  # noqa: S608 - table (TableSpec) and quoted column names from code, never input
                 f"ON CONFLICT ({key_sql}) DO UPDATE SET {set_sql}"
             )
+            source()
         con.execute(
             f"INSERT INTO {spec.name} ({col_sql}) SELECT {col_sql} FROM _upsert_src s WHERE NOT {exists}"  # noqa: S608 - table (TableSpec) and quoted column names from code, never input
         )

@@ -381,7 +381,7 @@ def check_input(data: bytes, fmt: str | None = None, delimiter: str | None = Non
 # `ingest`, at once, so a dump of any size is never held whole. Allocation rows carried over from one slice
 # to the next, for steps printed after their job's line in an earlier slice (sacct prints a job's steps
 # right after it, and a slice ends before a job line, so this is for unusual orders only).
-SLICE_BYTES = 32 << 20
+SLICE_BYTES = 16 << 20
 CARRY_ROWS = 1000
 # Lines a slice may run past SLICE_BYTES looking for a job line to end before (a run of steps, or garbage
 # with no job line at all, is then cut anywhere: the carried allocations still find the steps' jobs).
