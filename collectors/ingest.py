@@ -408,7 +408,7 @@ def ahead(items: Iterator[T]) -> Iterator[T]:
 @contextmanager
 def _write_each_row_group(con) -> Iterator[None]:
     """DuckDB writes each full row group of the open transaction to the file, not five at a time: a big
-    load holds less in memory (1M sacct lines: 1.4 GiB peak instead of 1.7, at the same speed; see
+    load holds less in memory (1M sacct lines: 0.3 GiB less peak, at the same speed; see
     docs/benchmarks.md). The connection's own value is restored after."""
     old = con.execute("SELECT current_setting('write_buffer_row_group_count')").fetchone()[0]
     con.execute("SET write_buffer_row_group_count = 1")
