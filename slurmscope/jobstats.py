@@ -24,9 +24,17 @@ import duckdb
 import polars as pl
 
 from slurmscope.config import Config
-from slurmscope.pipelines.common import UTC_DT, attribute_intervals, with_columns_of
+from slurmscope.pipelines.common import (
+    MIG_INVENTORY_COLUMNS,
+    MIG_INVENTORY_SQL,
+    UTC_DT,
+    attribute_intervals,
+    exploded_mig,
+    with_columns_of,
+    with_slice_fractions,
+)
 from slurmscope.pipelines.cpu_mem_efficiency import efficiency_rows
-from slurmscope.pipelines.efficiency import gpu_minutes
+from slurmscope.pipelines.efficiency import gpu_minutes, mig_efficiency
 
 GPU_UTIL_LOW_PERCENT = 15.0
 CPU_EFFICIENCY_LOW = 0.65
@@ -72,6 +80,7 @@ def job_report(con: duckdb.DuckDBPyConnection, cfg: Config, job_id: str, now: da
     tz = cfg.get("billing", "timezone")
     seff = efficiency_rows(jobs.lazy(), steps.lazy(), tz, now).collect()
     gpus = _gpu_rows(con, cfg, jobs, raw, now)
+    slices = _mig_rows(con, cfg, jobs, raw, now)
     # SM activity is shown only where the node agents read GPM for this job's GPUs (activity_source 'gpm');
     # elsewhere NVML's GPU_UTIL is all there is and the report says so.
     sm = "sm_active_mean" if gpus.height and gpus["sm_active_mean"].is_not_null().any() else None
@@ -92,11 +101,18 @@ def job_report(con: duckdb.DuckDBPyConnection, cfg: Config, job_id: str, now: da
             "node_list": job["node_list"],
             "cpus": job["cpus"],
             "gpus_allocated": job["gpus"],
+            "mig_slices_allocated": job["mig_slices"],
             "gpu_type": job["gpu_type"],
             "cpu": _cpu(eff_row),
             "memory": _memory(eff_row),
             "utilisation_source": sm or "util_gpu_mean",
             "gpus": [_gpu(g, sm is not None) for g in mine.iter_rows(named=True)],
+            "mig_slices": [
+                _slice(m)
+                for m in slices.filter(pl.col("submit_time") == job["submit_time"])
+                .sort("node", "mig_instance")
+                .iter_rows(named=True)
+            ],
         }
         attempt["verdict"] = verdict(attempt, float(cfg.get("drift", "idle_util_percent")))
         attempts.append(attempt)
@@ -200,6 +216,95 @@ def _gpu_rows(
     )
 
 
+def _mig_rows(
+    con: duckdb.DuckDBPyConnection, cfg: Config, jobs: pl.DataFrame, raw: int, now: datetime
+) -> pl.DataFrame:
+    """Per attempt and MIG instance it held: the rows of mart_mig_efficiency, computed by the efficiency
+    pipeline's own functions from this job's rows (the slice's share of its GPU from the agents' inventory or
+    the sacct record, GPU-seconds, and samples of the instance itself where any exist)."""
+    cluster = cfg.cluster
+    mapping = _utc(
+        _frame(
+            con,
+            """SELECT cluster, node, gpu_uuid, job_id, interval_start, interval_end, mig_instance FROM gpu_jobs
+               WHERE cluster = ? AND coalesce(mig_instance, '') <> ''
+                 AND TRY_CAST(regexp_extract(job_id, '^([0-9]+)', 1) AS BIGINT) = ?""",
+            [cluster, raw],
+        )
+    )
+    if mapping.height == 0:
+        return pl.DataFrame(schema={"submit_time": UTC_DT, "node": pl.String, "mig_instance": pl.String})
+    samples = _utc(
+        _frame(
+            con,
+            """WITH g AS (SELECT node, mig_instance, min(interval_start) AS lo, max(coalesce(interval_end, ?)) AS hi
+                      FROM gpu_jobs WHERE cluster = ? AND coalesce(mig_instance, '') <> ''
+                        AND TRY_CAST(regexp_extract(job_id, '^([0-9]+)', 1) AS BIGINT) = ?
+                      GROUP BY node, mig_instance)
+                SELECT s.cluster, s.node, s.gpu_uuid, s.minute, s.util_gpu_mean, s.util_gpu_max,
+                       s.mem_used_max_bytes, s.energy_joules, s.sm_active_mean, s.activity_source
+                FROM gpu_minutes(?, (SELECT min(lo) FROM g) - INTERVAL 1 MINUTE, (SELECT max(hi) FROM g)) s
+                JOIN g ON s.node = g.node AND s.gpu_uuid = g.mig_instance
+                WHERE s.minute >= g.lo - INTERVAL 1 MINUTE AND s.minute < g.hi""",
+            [now, cluster, raw, cluster],
+        )
+    )
+    inventory = con.sql(MIG_INVENTORY_SQL, params={"cluster": cluster}).pl().lazy()
+    js = jobs.lazy().select(
+        "cluster",
+        "job_id",
+        "job_id_raw",
+        "attempt",
+        "submit_time",
+        "start_time",
+        "end_time",
+        "account",
+        "user",
+        "gpus",
+        pl.when(pl.col("mig_slices") > 0).then(pl.col("alloc_tres")).alias("mig_tres"),
+    )
+    sacct_units = (
+        exploded_mig(js, "mig_tres", cfg.get("billing", "mig_models"))
+        .group_by("job_id_raw", "submit_time")
+        .agg(pl.col("mig_units").sum())
+    )
+    gj = with_columns_of(
+        mapping.lazy(),
+        {
+            "cluster": pl.String,
+            "node": pl.String,
+            "gpu_uuid": pl.String,
+            "job_id": pl.String,
+            "interval_start": UTC_DT,
+            "interval_end": UTC_DT,
+            "mig_instance": pl.String,
+        },
+    )
+    intervals = with_slice_fractions(
+        attribute_intervals(gj, js.drop("mig_tres"), now),
+        with_columns_of(inventory, dict(MIG_INVENTORY_COLUMNS)),
+        sacct_units,
+    )
+    minutes = gpu_minutes(intervals, samples.lazy(), float(cfg.get("drift", "idle_util_percent")))
+    return mig_efficiency(minutes).collect()
+
+
+def _slice(m: dict) -> dict[str, Any]:
+    return {
+        "node": m["node"],
+        "gpu_uuid": m["gpu_uuid"],
+        "mig_instance": m["mig_instance"],
+        "gpu_model": m["gpu_model"],
+        "mig_profile": m["mig_profile"],
+        "gpu_fraction": m["gpu_fraction"],
+        "fraction_source": m["fraction_source"],
+        "held_seconds": m["held_seconds"],
+        "gpu_seconds": m["gpu_seconds"],
+        "activity": m["activity"],
+        "util_mean_percent": m["util_mean"],
+    }
+
+
 def _cpu(e: dict | None) -> dict[str, Any]:
     if e is None:
         return {"efficiency": None}
@@ -292,7 +397,12 @@ def render_text(report: dict[str, Any]) -> str:
         f" account {report['account']}, partition {report['partition']}"
     ]
     for a in report["attempts"]:
-        gres = f"{a['gpus_allocated'] or 0} GPUs" + (f" ({a['gpu_type']})" if a["gpu_type"] else "")
+        held = (
+            f"{a['mig_slices_allocated']} MIG slice(s)"
+            if a["mig_slices_allocated"] and not a["gpus_allocated"]
+            else f"{a['gpus_allocated'] or 0} GPUs"
+        )
+        gres = held + (f" ({a['gpu_type']})" if a["gpu_type"] else "")
         out.append("")
         out.append(
             f"Attempt {a['attempt']} ({a['job_id']}): {a['state']}, {_time(a['start_time'])} to"
@@ -336,10 +446,28 @@ def render_text(report: dict[str, Any]) -> str:
                 out.append(
                     "  SM activity: not read (no GPM readings from the node agents); utilisation is NVML GPU_UTIL"
                 )
-        elif a["gpus_allocated"]:
+        elif a["gpus_allocated"] and not a["mig_slices"]:
             out.append(
                 f"  GPUs: {a['gpus_allocated']} allocated, none mapped by the node agents (no samples)"
             )
+        if a["mig_slices"]:
+            out.append(
+                "  MIG slice  node          instance                  profile    share of GPU   GPU-time  activity"
+            )
+            for m in a["mig_slices"]:
+                share = (
+                    "-" if m["gpu_fraction"] is None else f"{m['gpu_fraction']:.3f} ({m['fraction_source']})"
+                )
+                gpu_time = _hms(m["gpu_seconds"]) if m["gpu_seconds"] is not None else "-"
+                activity = m["activity"] + (
+                    f" {_pct(m['util_mean_percent'])}" if m["util_mean_percent"] is not None else ""
+                )
+                out.append(
+                    f"  {'':<10} {m['node']:<13} {m['mig_instance']:<25} {m['mig_profile'] or '-':<10}"
+                    f" {share:<14} {gpu_time:>8}  {activity}"
+                )
+            if all(m["activity"] == "unavailable" for m in a["mig_slices"]):
+                out.append("  MIG activity: NVML reports no utilisation per MIG device; none is inferred")
         out.append(f"  Verdict: {a['verdict']}")
     return "\n".join(out) + "\n"
 

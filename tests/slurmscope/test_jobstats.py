@@ -180,3 +180,74 @@ def test_missing_database_and_bad_format_fail(tmp_path):
     assert res.exit_code == 1 and "does not exist" in res.output
     assert not (tmp_path / "none.duckdb").exists()
     assert CliRunner().invoke(main, ["job", "1", "--format", "xml"]).exit_code == 2
+
+
+MIG_TRES_H100 = "billing=1,cpu=4,gres/gpu:1g.10gb=1,gres/gpu=1,mem=64000M,node=1"
+MIG_TRES_A100 = "billing=1,cpu=4,gres/gpu:a100_3g.40gb=1,gres/gpu=1,mem=64000M,node=1"
+
+
+@pytest.fixture
+def mig_db(tmp_path):
+    """Job 5151 holds MIG-a (the H100 MIG capture's name, 1g.10gb: 1 of 7 compute slices) for 40 minutes and,
+    in a second attempt, MIG-c on an A100 whose NVML name carries no profile, so its share comes from the
+    sacct record (a100_3g.40gb: 3 of 7). No sample of either instance: NVML gives no utilisation per MIG
+    device."""
+    path = tmp_path / "m.duckdb"
+    lines = [
+        HEADER,
+        "5151|5151|eval|sbbob|ml|mig|2026-05-01T09:59:00|2026-05-01T10:00:00|2026-05-01T10:40:00|00:40:00|"
+        f"NODE_FAIL|1|4|64000M|{MIG_TRES_H100}|m01|||",
+        "5151|5151|eval|sbbob|ml|mig|2026-05-01T10:40:00|2026-05-01T11:00:00|2026-05-01T11:30:00|00:30:00|"
+        f"COMPLETED|1|4|64000M|{MIG_TRES_A100}|m02|||",
+    ]
+    (tmp_path / "sacct.txt").write_text("\n".join(lines) + "\n")
+    con = connect(path)
+    cfg = load_config(env={}).with_overrides(
+        cluster={"name": "c1"}, billing={"mig_models": {"1g.10gb": "h100"}}
+    )
+    [r] = ingest_files(con, cfg, "sacct", [tmp_path / "sacct.txt"], timezone="UTC")
+    assert (r.rows, r.quarantined) == (2, 0)
+    con.execute(
+        """INSERT INTO gpu_jobs (cluster, node, gpu_uuid, job_id, interval_start, interval_end, gpu_index,
+                                 mig_instance, source) VALUES
+           ('c1', 'm01', 'GPU-9', '5151', TIMESTAMPTZ '2026-05-01 10:00:00+00', TIMESTAMPTZ '2026-05-01 10:40:00+00',
+            0, 'MIG-a', 'prolog'),
+           ('c1', 'm02', 'GPU-7', '5151', TIMESTAMPTZ '2026-05-01 11:00:00+00', TIMESTAMPTZ '2026-05-01 11:30:00+00',
+            0, 'MIG-c', 'prolog')"""
+    )
+    con.execute(
+        """INSERT INTO gpu_inventory (cluster, node, gpu_uuid, seen_at, model) VALUES
+           ('c1', 'm01', 'MIG-a', TIMESTAMPTZ '2026-05-01 10:00:00+00', 'NVIDIA H100 80GB HBM3 MIG 1g.10gb'),
+           ('c1', 'm02', 'MIG-c', TIMESTAMPTZ '2026-05-01 11:00:00+00', 'NVIDIA A100-SXM4-40GB MIG')"""
+    )
+    con.close()
+    return path
+
+
+def test_mig_slices_are_shown_with_their_share_of_a_gpu(mig_db):
+    report = _report(mig_db, "5151")
+    first, second = report["attempts"]
+    assert first["gpus"] == [] and second["gpus"] == []
+    [a] = first["mig_slices"]
+    # 1g.10gb on an H100: 1 of 7 compute slices, from NVIDIA's profile table via the agent's NVML name;
+    # 40 minutes held = 2400 s, so 2400 / 7 GPU-seconds
+    assert (a["mig_instance"], a["node"], a["gpu_uuid"]) == ("MIG-a", "m01", "GPU-9")
+    assert (a["mig_profile"], a["fraction_source"]) == ("1g.10gb", "nvml")
+    assert a["gpu_fraction"] == pytest.approx(1 / 7)
+    assert a["held_seconds"] == pytest.approx(2400)
+    assert a["gpu_seconds"] == pytest.approx(2400 / 7)
+    assert (a["activity"], a["util_mean_percent"]) == ("unavailable", None)
+    [c] = second["mig_slices"]
+    # the A100's NVML name carries no profile: the attempt's sacct record says 3g.40gb, 3 of 7
+    assert (c["mig_instance"], c["fraction_source"]) == ("MIG-c", "sacct")
+    assert c["gpu_fraction"] == pytest.approx(3 / 7)
+    assert c["gpu_seconds"] == pytest.approx(1800 * 3 / 7)
+
+
+def test_mig_text_lists_the_slices_and_says_activity_is_not_inferred(mig_db):
+    res = CliRunner().invoke(main, ["--db", str(mig_db), "--cluster", "c1", "job", "5151"])
+    assert res.exit_code == 0, res.output
+    assert "MIG-a" in res.output and "0.143 (nvml)" in res.output and "0.429 (sacct)" in res.output
+    assert "1 MIG slice(s) (1g.10gb)" in res.output
+    assert "none mapped by the node agents" not in res.output
+    assert "NVML reports no utilisation per MIG device" in res.output
