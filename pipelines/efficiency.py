@@ -66,6 +66,17 @@ INPUTS: dict[str, str] = {
     "mig_inventory": MIG_INVENTORY_SQL,
 }
 
+GPU_JOBS_SCHEMA = {
+    "cluster": pl.String,
+    "node": pl.String,
+    "gpu_uuid": pl.String,
+    "job_id": pl.String,
+    "interval_start": UTC_DT,
+    "interval_end": UTC_DT,
+    "mig_instance": pl.String,
+}
+"""The gpu_jobs columns the GPU-to-attempt attribution reads (also `slurmscope job`'s)."""
+
 JOB_SCHEMA = {
     "cluster": pl.String,
     "job_id": pl.String,
@@ -322,18 +333,9 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
     mart_mig_efficiency (per attempt and MIG instance)."""
     now, tz = params.now, params.tz
     threshold = float(params.drift.idle_util_percent)
-    gpu_jobs = with_columns_of(
-        frames.get("gpu_jobs"),
-        {
-            "cluster": pl.String,
-            "node": pl.String,
-            "gpu_uuid": pl.String,
-            "job_id": pl.String,
-            "interval_start": UTC_DT,
-            "interval_end": UTC_DT,
-            "mig_instance": pl.String,
-        },
-    ).with_columns(pl.col("mig_instance").fill_null(""))
+    gpu_jobs = with_columns_of(frames.get("gpu_jobs"), GPU_JOBS_SCHEMA).with_columns(
+        pl.col("mig_instance").fill_null("")
+    )
     samples = with_columns_of(
         frames.get("gpu_samples"),
         {

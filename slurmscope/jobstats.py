@@ -34,7 +34,7 @@ from slurmscope.pipelines.common import (
     with_slice_fractions,
 )
 from slurmscope.pipelines.cpu_mem_efficiency import efficiency_rows
-from slurmscope.pipelines.efficiency import gpu_minutes, mig_efficiency
+from slurmscope.pipelines.efficiency import GPU_JOBS_SCHEMA, gpu_minutes, mig_efficiency
 
 GPU_UTIL_LOW_PERCENT = 15.0
 CPU_EFFICIENCY_LOW = 0.65
@@ -174,19 +174,7 @@ def _gpu_rows(
             "interval_end": UTC_DT,
         },
     )
-    js = jobs.lazy().select(
-        "cluster",
-        "job_id",
-        "job_id_raw",
-        "attempt",
-        "submit_time",
-        "start_time",
-        "end_time",
-        "account",
-        "user",
-        "gpus",
-    )
-    intervals = attribute_intervals(gj, js, now)
+    intervals = attribute_intervals(gj, jobs.lazy(), now)
     minutes = gpu_minutes(intervals, samples.lazy(), float(cfg.get("drift", "idle_util_percent")))
     sampled = pl.col("held").filter(pl.col("sampled"))
 
@@ -234,54 +222,33 @@ def _mig_rows(
     )
     if mapping.height == 0:
         return pl.DataFrame(schema={"submit_time": UTC_DT, "node": pl.String, "mig_instance": pl.String})
+    # samples of the instances themselves over the span held; gpu_minutes keeps the minutes of each interval
     samples = _utc(
         _frame(
             con,
-            """WITH g AS (SELECT node, mig_instance, min(interval_start) AS lo, max(coalesce(interval_end, ?)) AS hi
-                      FROM gpu_jobs WHERE cluster = ? AND coalesce(mig_instance, '') <> ''
-                        AND TRY_CAST(regexp_extract(job_id, '^([0-9]+)', 1) AS BIGINT) = ?
-                      GROUP BY node, mig_instance)
-                SELECT s.cluster, s.node, s.gpu_uuid, s.minute, s.util_gpu_mean, s.util_gpu_max,
-                       s.mem_used_max_bytes, s.energy_joules, s.sm_active_mean, s.activity_source
-                FROM gpu_minutes(?, (SELECT min(lo) FROM g) - INTERVAL 1 MINUTE, (SELECT max(hi) FROM g)) s
-                JOIN g ON s.node = g.node AND s.gpu_uuid = g.mig_instance
-                WHERE s.minute >= g.lo - INTERVAL 1 MINUTE AND s.minute < g.hi""",
-            [now, cluster, raw, cluster],
+            """SELECT cluster, node, gpu_uuid, minute, util_gpu_mean, util_gpu_max, mem_used_max_bytes,
+                      energy_joules, sm_active_mean, activity_source
+               FROM gpu_minutes(?, ?::TIMESTAMPTZ - INTERVAL 1 MINUTE, ?::TIMESTAMPTZ)
+               WHERE list_contains(?, gpu_uuid)""",
+            [
+                cluster,
+                mapping["interval_start"].min(),
+                mapping["interval_end"].fill_null(now).max(),
+                mapping["mig_instance"].unique().to_list(),
+            ],
         )
     )
     inventory = con.sql(MIG_INVENTORY_SQL, params={"cluster": cluster}).pl().lazy()
-    js = jobs.lazy().select(
-        "cluster",
-        "job_id",
-        "job_id_raw",
-        "attempt",
-        "submit_time",
-        "start_time",
-        "end_time",
-        "account",
-        "user",
-        "gpus",
-        pl.when(pl.col("mig_slices") > 0).then(pl.col("alloc_tres")).alias("mig_tres"),
+    js = jobs.lazy().with_columns(
+        pl.when(pl.col("mig_slices") > 0).then(pl.col("alloc_tres")).alias("mig_tres")
     )
     sacct_units = (
         exploded_mig(js, "mig_tres", cfg.get("billing", "mig_models"))
         .group_by("job_id_raw", "submit_time")
         .agg(pl.col("mig_units").sum())
     )
-    gj = with_columns_of(
-        mapping.lazy(),
-        {
-            "cluster": pl.String,
-            "node": pl.String,
-            "gpu_uuid": pl.String,
-            "job_id": pl.String,
-            "interval_start": UTC_DT,
-            "interval_end": UTC_DT,
-            "mig_instance": pl.String,
-        },
-    )
     intervals = with_slice_fractions(
-        attribute_intervals(gj, js.drop("mig_tres"), now),
+        attribute_intervals(with_columns_of(mapping.lazy(), GPU_JOBS_SCHEMA), jobs.lazy(), now),
         with_columns_of(inventory, dict(MIG_INVENTORY_COLUMNS)),
         sacct_units,
     )
