@@ -369,6 +369,8 @@ SCHEMA_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 # Built from the parser's field maps in sorted order; sched_stats loads by column name.
 ORDER_FREE = {"collectors.sdiag.SCHED_STATS_SCHEMA"}
+# A reader's schema: the columns it selects from a table, not the whole table.
+READS: dict[str, str] = {"pipelines.efficiency.GPU_JOBS_SCHEMA": "gpu_jobs"}
 
 
 def _is_dtype(v: object) -> bool:
@@ -400,7 +402,7 @@ def _schema_dicts() -> dict[str, dict[str, object]]:
 
 
 def test_every_schema_dict_is_checked_against_its_table():
-    assert sorted(_schema_dicts()) == sorted(SCHEMA_TABLES)
+    assert sorted(_schema_dicts()) == sorted({**SCHEMA_TABLES, **READS})
 
 
 @pytest.fixture(scope="module")
@@ -426,6 +428,20 @@ def test_schema_dict_matches_its_table(migrated, constant):
     else:
         assert list(schema) == restated
     types = dict(columns)
+    for col, dtype in schema.items():
+        assert DUCKDB_POLARS[types[col]] == dtype, (col, types[col], dtype)
+
+
+@pytest.mark.parametrize("constant", sorted(READS))
+def test_reader_schema_names_columns_of_its_table_with_their_types(migrated, constant):
+    types = dict(
+        migrated.execute(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ?",
+            [READS[constant]],
+        ).fetchall()
+    )
+    schema = _schema_dicts()[constant]
+    assert set(schema) <= set(types), sorted(set(schema) - set(types))
     for col, dtype in schema.items():
         assert DUCKDB_POLARS[types[col]] == dtype, (col, types[col], dtype)
 
