@@ -555,14 +555,18 @@ def _nvml_slices(names: pl.Series) -> pl.Series:
 
 
 def with_slice_fractions(
-    iv: pl.LazyFrame, inventory: pl.LazyFrame, sacct_units: pl.LazyFrame
+    iv: pl.LazyFrame,
+    inventory: pl.LazyFrame,
+    sacct_units: pl.LazyFrame,
+    instances: pl.LazyFrame | None = None,
 ) -> pl.LazyFrame:
     """Attributed mapping intervals (attribute_intervals; `mig_instance` '' for a whole GPU) with the share
     of a GPU each holds: `gpu_fraction` 1 for a whole GPU; for a MIG instance, the compute slices of its
     profile over its GPU's (slurmscope.mig.nvml_slice of the instance's NVML name in gpu_inventory,
     `fraction_source` 'nvml'), else the attempt's MIG GPUs from sacct (`sacct_units`: job_id_raw, submit_time,
     mig_units) over the instances it held ('sacct'), else NULL ('unknown': no share is made up);
-    `gpu_model` and `mig_profile` from the NVML name."""
+    `gpu_model` and `mig_profile` from the NVML name. The instances held are counted in `instances` (the
+    attributed intervals of every node) where `iv` holds only some nodes', else in `iv`."""
     keys = ["job_id_raw", "submit_time"]
     slice_ = pl.col("mig_instance") != ""
     inv = inventory.select(
@@ -571,7 +575,8 @@ def with_slice_fractions(
         pl.col("device_name").map_batches(_nvml_slices, return_dtype=_NVML_SLICE).alias("_n"),
     ).unnest("_n")
     held = (
-        iv.filter(slice_)
+        (iv if instances is None else instances)
+        .filter(slice_)
         .group_by(keys)
         .agg(pl.col("mig_instance").n_unique().alias("_n"))
         .join(sacct_units, on=keys)

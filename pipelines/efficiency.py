@@ -5,6 +5,10 @@ and whose are they? Slurm knows what was allocated, NVML knows what the GPU did;
 prolog mapping, cross-checked with cgroups) says which GPU belonged to which job when. Allocations are cut
 into minutes and joined to the per-minute NVML samples of the same GPU, so a GPU shared over time by
 several jobs, or two GPUs of one job, are each counted once per minute they were held.
+
+Those minutes grow with the fleet, so a large window runs per group of nodes (runner.node_batches): compute
+turns one group's minutes into sums that add up over groups (per attempt, per day and user, per MIG
+instance), and combine finishes them into the marts, so a job on GPUs of several nodes is one row.
 """
 
 from __future__ import annotations
@@ -30,16 +34,21 @@ MART_TABLES: dict[str, str | None] = {
     "mart_idle_gpus_daily": "day",
     "mart_mig_efficiency": "alloc_end",
 }
-INPUTS: dict[str, str] = {
-    # Every interval of the jobs holding a GPU or a MIG slice at or after the window start (all of a job's
-    # GPUs, so its row is whole).
-    "gpu_jobs": """
+GPU_JOBS_SQL = """
         SELECT cluster, node, gpu_uuid, job_id, interval_start, interval_end,
                coalesce(mig_instance, '') AS mig_instance
         FROM gpu_jobs
         WHERE cluster = $cluster AND interval_start < $end
           AND job_id IN (SELECT job_id FROM gpu_jobs WHERE cluster = $cluster
-                         AND coalesce(interval_end, $end) >= $start AND interval_start < $end)""",
+                         AND coalesce(interval_end, $end) >= $start AND interval_start < $end)"""
+"""Every interval of the jobs holding a GPU or a MIG slice at or after the window start (all of a job's
+GPUs, so its row is whole once its nodes' groups are combined)."""
+
+INPUTS: dict[str, str] = {
+    "gpu_jobs": GPU_JOBS_SQL,
+    # The MIG intervals of every node: an attempt's sacct MIG GPUs are shared over all the instances it held
+    # (common.with_slice_fractions), not over one group's.
+    "mig_intervals": GPU_JOBS_SQL + " AND mig_instance <> ''",
     # Samples back to the earliest of those intervals, so a long job's efficiency covers its whole run
     # (minutes older than retention's boundary read back from their hourly rollups, slurmscope/rollup.py).
     "gpu_samples": """
@@ -65,6 +74,21 @@ INPUTS: dict[str, str] = {
                                AND interval_start < $end)""",
     "mig_inventory": MIG_INVENTORY_SQL,
 }
+BATCH_INPUTS = ("gpu_jobs", "gpu_samples", "mig_inventory")
+"""The inputs read per group of nodes: `jobs` has no node (an attempt's row, whole in every group) and
+`mig_intervals` is every node's on purpose."""
+
+BATCH_ROWS_SQL = f"""
+    WITH iv AS ({GPU_JOBS_SQL})
+    SELECT (SELECT count(*) FROM gpu_minutes($cluster,
+                coalesce((SELECT min(interval_start) FROM iv) - INTERVAL 1 MINUTE, $start), $end))
+         + (SELECT coalesce(sum(ceil(epoch(least(coalesce(interval_end, $end), $end) - interval_start) / 60)), 0)
+            FROM iv)"""  # noqa: S608 - GPU_JOBS_SQL is a module constant; values are $parameters
+BATCH_ROWS = 2_000_000
+"""NVML minutes read plus GPU-minutes held (split_buckets' rows), the two frames the minute join holds, per group
+of nodes, so that memory is bounded by this rather than by the fleet. Not yet measured per group: the fleet
+benchmark's one-pass peak (4.7 GiB at 1,000 GPUs x 7 days, a window of 4-7 M minutes; docs/benchmarks.md)
+puts a group at roughly 0.7-1 GiB."""
 
 GPU_JOBS_SCHEMA = {
     "cluster": pl.String,
@@ -180,51 +204,68 @@ def gpu_minutes(intervals: pl.LazyFrame, samples: pl.LazyFrame, threshold: float
     )
 
 
-def job_efficiency(minutes: pl.LazyFrame, threshold: float) -> pl.LazyFrame:
-    """Per attempt: time-weighted mean and max utilisation, peak memory, energy, GPU-seconds held (a MIG
-    slice by its fraction), idle GPU-seconds and `zero_util` (sampled, and no sample ever reached the
-    threshold); the useful GPU-seconds (held x activity / 100 over sampled minutes), the SM activity over the
-    GPM-measured minutes and which source the activity came from (whole GPUs only: a slice has no sample);
-    `gpus` counts whole GPUs, the slices are in mig_gpus (mig_efficiency)."""
-    sampled_held = pl.col("gpu_held").filter(pl.col("sampled"))
-    gpm_held = pl.col("gpu_held").filter(pl.col("gpm"))
-    keys = ["cluster", "job_id_raw", "submit_time"]
-    agg = (
+ATTEMPT = ["cluster", "job_id_raw", "submit_time"]
+_SUMMED = (
+    "gpus",
+    "_util_held",
+    "energy_joules",
+    "_energy_n",
+    "gpu_seconds",
+    "sampled_gpu_seconds",
+    "idle_gpu_seconds",
+    "_sm_held",
+    "useful_gpu_seconds",
+    "gpm_gpu_seconds",
+)
+
+
+def attempt_sums(minutes: pl.LazyFrame) -> pl.LazyFrame:
+    """Per attempt, what its mart row is made of (attempt_rows), as sums, counts and extremes that add up over
+    groups of nodes: GPU-seconds held (a MIG slice by its fraction), sampled, idle and GPM-measured; held x
+    utilisation and held x SM activity, of which the means are made; the useful GPU-seconds (held x activity /
+    100 over sampled minutes); energy and its count of rows (none: NULL, not 0); peaks; the span held.
+    `gpus` counts whole GPUs (the slices are in mig_gpus, mig_efficiency) and adds up too: a GPU is on one
+    node."""
+    held = pl.col("gpu_held")
+    return (
         minutes.filter(pl.col("submit_time").is_not_null())
-        .group_by(keys)
+        .group_by(ATTEMPT)
         .agg(
-            pl.col("job_id").first(),
-            pl.col("attempt").first(),
-            pl.col("account").first(),
-            pl.col("user").first(),
+            *[pl.col(c).first() for c in ("job_id", "attempt", "account", "user")],
             pl.col("gpu_uuid").filter(~pl.col("slice")).n_unique().cast(pl.Int32).alias("gpus"),
-            pl.when(sampled_held.sum() > 0)
-            .then(
-                (pl.col("util_gpu_mean") * pl.col("gpu_held")).filter(pl.col("sampled")).sum()
-                / sampled_held.sum()
-            )
-            .alias("util_mean"),
+            (pl.col("util_gpu_mean") * held).filter(pl.col("sampled")).sum().alias("_util_held"),
             pl.col("util_gpu_max").max().alias("util_max"),
             pl.col("mem_used_max_bytes").max().cast(pl.Int64).alias("mem_peak_bytes"),
             pl.col("energy").sum().alias("energy_joules"),
             pl.col("energy").count().alias("_energy_n"),
-            pl.col("gpu_held").sum().alias("gpu_seconds"),
-            sampled_held.sum().alias("sampled_gpu_seconds"),
-            pl.col("gpu_held").filter(pl.col("idle")).sum().alias("idle_gpu_seconds"),
-            pl.col("util_gpu_max").max().alias("_peak"),
+            held.sum().alias("gpu_seconds"),
+            held.filter(pl.col("sampled")).sum().alias("sampled_gpu_seconds"),
+            held.filter(pl.col("idle")).sum().alias("idle_gpu_seconds"),
             pl.col("interval_start").min().alias("alloc_start"),
             pl.col("interval_end").max().alias("alloc_end"),
-            (pl.col("sm_active_mean") * pl.col("gpu_held")).filter(pl.col("gpm")).sum().alias("_sm_held"),
-            (pl.col("gpu_held") * pl.col("activity") / 100.0)
-            .filter(pl.col("sampled"))
-            .sum()
-            .alias("useful_gpu_seconds"),
-            gpm_held.sum().alias("gpm_gpu_seconds"),
+            (pl.col("sm_active_mean") * held).filter(pl.col("gpm")).sum().alias("_sm_held"),
+            (held * pl.col("activity") / 100.0).filter(pl.col("sampled")).sum().alias("useful_gpu_seconds"),
+            held.filter(pl.col("gpm")).sum().alias("gpm_gpu_seconds"),
         )
     )
+
+
+def attempt_rows(sums: pl.LazyFrame, threshold: float) -> pl.LazyFrame:
+    """Per attempt, from the attempt_sums of every group of nodes: time-weighted mean utilisation and SM
+    activity (over the GPM-measured seconds), which source the activity came from, and `zero_util` (sampled,
+    and no sample of any of its GPUs ever reached the threshold)."""
+    agg = sums.group_by(ATTEMPT).agg(
+        *[pl.col(c).first() for c in ("job_id", "attempt", "account", "user")],
+        *[pl.col(c).sum() for c in _SUMMED],
+        pl.col("util_max", "mem_peak_bytes", "alloc_end").max(),
+        pl.col("alloc_start").min(),
+    )
     return agg.with_columns(
+        util_mean=pl.when(pl.col("sampled_gpu_seconds") > 0).then(
+            pl.col("_util_held") / pl.col("sampled_gpu_seconds")
+        ),
         energy_joules=pl.when(pl.col("_energy_n") > 0).then(pl.col("energy_joules")),
-        zero_util=(pl.col("sampled_gpu_seconds") > 0) & (pl.col("_peak").fill_null(0.0) < threshold),
+        zero_util=(pl.col("sampled_gpu_seconds") > 0) & (pl.col("util_max").fill_null(0.0) < threshold),
         activity_source=activity_sources(pl.col("gpm_gpu_seconds"), pl.col("sampled_gpu_seconds")),
         sm_active_mean=pl.when(pl.col("gpm_gpu_seconds") > 0).then(
             pl.col("_sm_held") / pl.col("gpm_gpu_seconds")
@@ -300,27 +341,40 @@ def with_mig(jobs_eff: pl.LazyFrame, slices: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def idle_daily(minutes: pl.LazyFrame, jobs_eff: pl.LazyFrame, tz: str) -> pl.LazyFrame:
-    """Allocated and idle GPU-hours per local day, account and user; zero-util jobs by their end day."""
-    day = local_day(pl.col("minute"), tz).alias("day")
-    keys = ["cluster", "day", "account", "user"]
-    daily = (
+DAY = ["cluster", "day", "account", "user"]
+
+
+def day_sums(minutes: pl.LazyFrame, tz: str) -> pl.LazyFrame:
+    """GPU-seconds held, sampled and idle per local day, account and user (they add up over groups of nodes)."""
+    held = pl.col("gpu_held")
+    return (
         minutes.filter(pl.col("submit_time").is_not_null())
-        .with_columns(day)
-        .group_by(keys)
+        .with_columns(day=local_day(pl.col("minute"), tz))
+        .group_by(DAY)
         .agg(
-            (pl.col("gpu_held").sum() / 3600).alias("allocated_gpu_hours"),
-            (pl.col("gpu_held").filter(pl.col("sampled")).sum() / 3600).alias("sampled_gpu_hours"),
-            (pl.col("gpu_held").filter(pl.col("idle")).sum() / 3600).alias("idle_gpu_hours"),
+            held.sum().alias("_held"),
+            held.filter(pl.col("sampled")).sum().alias("_sampled"),
+            held.filter(pl.col("idle")).sum().alias("_idle"),
         )
+    )
+
+
+def idle_daily(sums: pl.LazyFrame, jobs_eff: pl.LazyFrame, tz: str) -> pl.LazyFrame:
+    """Allocated and idle GPU-hours per local day, account and user from the day_sums of every group of nodes;
+    zero-util jobs by their end day, from the whole attempts (a job is zero-util only if none of its GPUs on
+    any node was busy)."""
+    daily = sums.group_by(DAY).agg(
+        (pl.col("_held").sum() / 3600).alias("allocated_gpu_hours"),
+        (pl.col("_sampled").sum() / 3600).alias("sampled_gpu_hours"),
+        (pl.col("_idle").sum() / 3600).alias("idle_gpu_hours"),
     )
     zero = (
         jobs_eff.filter(pl.col("zero_util"))
         .with_columns(day=local_day(pl.col("alloc_end"), tz))
-        .group_by(keys)
+        .group_by(DAY)
         .agg(pl.len().cast(pl.Int64).alias("zero_util_jobs"))
     )
-    return daily.join(zero, on=keys, how="left").with_columns(
+    return daily.join(zero, on=DAY, how="left").with_columns(
         pl.col("zero_util_jobs").fill_null(0),
         idle_share=pl.when(pl.col("sampled_gpu_hours") > 0).then(
             pl.col("idle_gpu_hours") / pl.col("sampled_gpu_hours")
@@ -328,14 +382,17 @@ def idle_daily(minutes: pl.LazyFrame, jobs_eff: pl.LazyFrame, tz: str) -> pl.Laz
     )
 
 
+def _mapping(frame: pl.LazyFrame | None) -> pl.LazyFrame:
+    return with_columns_of(frame, GPU_JOBS_SCHEMA).with_columns(pl.col("mig_instance").fill_null(""))
+
+
 def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.LazyFrame]:
-    """mart_job_efficiency (per attempt with mapped GPUs or MIG slices), mart_idle_gpus_daily and
-    mart_mig_efficiency (per attempt and MIG instance)."""
+    """One group of nodes' partial rows (combine makes the marts of every group's): `attempts` (attempt_sums),
+    `days` (day_sums) and `slices`, mart_mig_efficiency's rows (a MIG instance is one device of one node).
+    Without `mig_intervals`, `gpu_jobs` is taken to hold every node's intervals."""
     now, tz = params.now, params.tz
     threshold = float(params.drift.idle_util_percent)
-    gpu_jobs = with_columns_of(frames.get("gpu_jobs"), GPU_JOBS_SCHEMA).with_columns(
-        pl.col("mig_instance").fill_null("")
-    )
+    gpu_jobs = _mapping(frames.get("gpu_jobs"))
     samples = with_columns_of(
         frames.get("gpu_samples"),
         {
@@ -385,14 +442,31 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
         .agg(pl.col("mig_units").sum())
     )
     inventory = with_columns_of(frames.get("mig_inventory"), dict(MIG_INVENTORY_COLUMNS))
+    attempts = jobs.drop("mig_tres")
+    every_slice = frames.get("mig_intervals")
     intervals = with_slice_fractions(
-        attribute_intervals(gpu_jobs, jobs.drop("mig_tres"), now), inventory, sacct_slices
+        attribute_intervals(gpu_jobs, attempts, now),
+        inventory,
+        sacct_slices,
+        None if every_slice is None else attribute_intervals(_mapping(every_slice), attempts, now),
     )
     minutes = gpu_minutes(intervals, samples, threshold).cache()
-    slices = mig_efficiency(minutes).cache()
-    eff = with_mig(job_efficiency(minutes, threshold), slices).cache()
+    return {
+        "attempts": attempt_sums(minutes),
+        "days": day_sums(minutes, tz),
+        "slices": mig_efficiency(minutes),
+    }
+
+
+def combine(parts: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.LazyFrame]:
+    """mart_job_efficiency (per attempt with mapped GPUs or MIG slices), mart_idle_gpus_daily and
+    mart_mig_efficiency (per attempt and MIG instance) from compute's partial rows of every group of nodes."""
+    slices = parts["slices"]
+    eff = with_mig(attempt_rows(parts["attempts"], float(params.drift.idle_util_percent)), slices).cache()
     return {
         "mart_job_efficiency": eff.select(list(JOB_SCHEMA)).cast(JOB_SCHEMA),
-        "mart_idle_gpus_daily": idle_daily(minutes, eff, tz).select(list(IDLE_SCHEMA)).cast(IDLE_SCHEMA),
+        "mart_idle_gpus_daily": idle_daily(parts["days"], eff, params.tz)
+        .select(list(IDLE_SCHEMA))
+        .cast(IDLE_SCHEMA),
         "mart_mig_efficiency": slices.select(list(MIG_SCHEMA)).cast(MIG_SCHEMA),
     }

@@ -16,8 +16,14 @@ Pipeline module contract (see docs/pipelines.md):
     optional: CALENDAR_SQL: str  # a SELECT of the first and last instant the INPUTS cut into billing days
     optional: ENGINE: str  # Polars engine that collects the outputs ("streaming" where not set)
     optional: BATCH_ROWS_SQL: str, BATCH_ROWS: int  # a SELECT of one count; above BATCH_ROWS the pipeline
-                                         #   runs per group of nodes (every input has a `node` column and
-                                         #   compute treats nodes independently)
+                                         #   runs per group of nodes (the inputs filtered have a `node`
+                                         #   column; without `combine`, compute treats nodes independently)
+    optional: BATCH_INPUTS: tuple[str, ...]  # the INPUTS filtered by group of nodes (default: every one);
+                                         #   the others are read whole in every group
+    optional: def combine(parts: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.LazyFrame]
+                                         # then compute returns partial frames (names of the module's own),
+                                         #   each collected per group and concatenated over the groups, and
+                                         #   combine makes the marts of them (also with one group)
 """
 
 from __future__ import annotations
@@ -155,13 +161,15 @@ def read_inputs(
     """The pipeline's INPUTS. With a CALENDAR_SQL (the earliest and latest instant whose billing day its
     queries look up), they can join `billing_hours` (h, o0, o1, switch: calendar.DayLookup's table) and
     `billing_days` (day, start_us: each day's first instant) over that span, so that DuckDB cuts days as
-    the calendar module does. `batch` (i, n) keeps the rows of the nodes whose name hashes to i of n."""
+    the calendar module does. `batch` (i, n) keeps the rows of the nodes whose name hashes to i of n, in the
+    module's BATCH_INPUTS (every input where it declares none)."""
     values = params.sql()
     queries = dict(module.INPUTS)
     if batch is not None:
         values = {**values, "batch": batch[0], "batches": batch[1]}
+        grouped = getattr(module, "BATCH_INPUTS", tuple(queries))
         queries = {
-            alias: f"SELECT * FROM ({sql}) WHERE hash(node) % $batches = $batch"  # noqa: S608 - the module's own INPUTS; values are $parameters
+            alias: f"SELECT * FROM ({sql}) WHERE hash(node) % $batches = $batch" if alias in grouped else sql  # noqa: S608 - the module's own INPUTS; values are $parameters
             for alias, sql in queries.items()
         }
     span = getattr(module, "CALENDAR_SQL", None)
@@ -242,6 +250,13 @@ def _write(
     return df.height
 
 
+def _marts(module: ModuleType, outputs: Mapping[str, pl.LazyFrame], step: str) -> list[pl.LazyFrame]:
+    missing = set(module.MART_TABLES) - set(outputs)
+    if missing:
+        raise RuntimeError(f"{module.NAME}: {step} returned no frame for {sorted(missing)}")
+    return [outputs[t] for t in module.MART_TABLES]
+
+
 def run_pipeline(
     con: duckdb.DuckDBPyConnection, cfg: Config, module: ModuleType, window: Window
 ) -> dict[str, int]:
@@ -269,19 +284,23 @@ def run_pipeline(
     params = pipeline_params(cfg, window)
     tables = list(module.MART_TABLES)
     engine = getattr(module, "ENGINE", "streaming")
+    combine = getattr(module, "combine", None)
     batches = node_batches(con, module, params)
-    parts: list[list[pl.DataFrame]] = []
+    parts: list[dict[str, pl.DataFrame]] = []
     for i in range(batches):
         frames = read_inputs(con, module, params, (i, batches) if batches > 1 else None)
         outputs = module.compute(frames, params)
-        missing = set(module.MART_TABLES) - set(outputs)
-        if missing:
-            raise RuntimeError(f"{module.NAME}: compute returned no frame for {sorted(missing)}")
-        parts.append(pl.collect_all([outputs[t] for t in tables], engine=engine))
+        if combine is None:
+            outputs = dict(zip(tables, _marts(module, outputs, "compute"), strict=True))
+        parts.append(dict(zip(outputs, pl.collect_all(list(outputs.values()), engine=engine), strict=True)))
         del frames, outputs
-    collected = (
-        parts[0] if batches == 1 else [pl.concat(dfs, how="vertical") for dfs in zip(*parts, strict=True)]
-    )
+    merged = {name: pl.concat([p[name] for p in parts], how="vertical") for name in parts[0]}
+    del parts
+    if combine is None:
+        collected = [merged[t] for t in tables]
+    else:
+        outputs = combine({name: df.lazy() for name, df in merged.items()}, params)
+        collected = pl.collect_all(_marts(module, outputs, "combine"), engine=engine)
     written: dict[str, int] = {}
     t0 = time.monotonic()
     with transaction(con):

@@ -78,7 +78,8 @@ def frames() -> dict[str, pl.LazyFrame]:
 
 
 def run() -> dict[str, pl.DataFrame]:
-    out = eff.compute(frames(), params())
+    p = params()
+    out = eff.combine(eff.compute(frames(), p), p)
     return {k: v.collect() for k, v in out.items()}
 
 
@@ -149,7 +150,8 @@ def test_idle_gpu_hours_daily_by_account_and_user():
 def test_threshold_from_config():
     # At 0.5 %: nothing of job 10 is idle (g2's means are 2 % and 1 %); g3's 0 % minutes still are
     # (mean 0 < 0.5), but its 1 % peak now reaches the threshold, so job 11 is no longer zero_util.
-    out = eff.compute(frames(), params(idle_util_percent=0.5))
+    p = params(idle_util_percent=0.5)
+    out = eff.combine(eff.compute(frames(), p), p)
     got = out["mart_job_efficiency"].collect().sort("job_id_raw")
     assert got["idle_gpu_seconds"].to_list() == [0.0, 150.0]
     assert got["zero_util"].to_list() == [False, False]
@@ -242,8 +244,8 @@ def test_jobs_input_reads_only_the_mapped_jobs_and_changes_no_row(con):
     read = frames["jobs"].collect()
     assert sorted(zip(read["job_id_raw"], read["attempt"], strict=True)) == [(2, 1), (2, 2), (4, 1)]
     every = {**frames, "jobs": _read(con, "SELECT * FROM jobs WHERE cluster = 'default'", params.sql())}
-    narrow = {k: v.collect() for k, v in eff.compute(frames, params).items()}
-    wide = {k: v.collect() for k, v in eff.compute(every, params).items()}
+    narrow = {k: v.collect() for k, v in eff.combine(eff.compute(frames, params), params).items()}
+    wide = {k: v.collect() for k, v in eff.combine(eff.compute(every, params), params).items()}
     assert narrow["mart_job_efficiency"].height == 3
     for name in eff.MART_TABLES:
         assert_frame_equal(narrow[name].sort(pl.all()), wide[name].sort(pl.all()))

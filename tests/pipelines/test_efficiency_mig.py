@@ -94,7 +94,8 @@ def frames() -> dict[str, pl.LazyFrame]:
 
 def run(**billing) -> dict[str, pl.DataFrame]:
     cfg = load_config(env={}).with_overrides(billing=billing)
-    out = eff.compute(frames(), pipeline_params(cfg, Window(EPOCH, NOW, True)))
+    p = pipeline_params(cfg, Window(EPOCH, NOW, True))
+    out = eff.combine(eff.compute(frames(), p), p)
     return {k: v.collect() for k, v in out.items()}
 
 
@@ -153,6 +154,7 @@ def test_a_slice_without_a_profile_or_sacct_record_gets_no_made_up_share():
     f = frames()
     f["jobs"] = f["jobs"].with_columns(pl.lit(None, dtype=pl.String).alias("mig_tres"))
     cfg = load_config(env={})
-    out = eff.compute(f, pipeline_params(cfg, Window(EPOCH, NOW, True)))
+    p = pipeline_params(cfg, Window(EPOCH, NOW, True))
+    out = eff.combine(eff.compute(f, p), p)
     got = out["mart_mig_efficiency"].collect().filter(pl.col("job_id_raw") == 22).row(0, named=True)
     assert (got["gpu_fraction"], got["fraction_source"], got["gpu_seconds"]) == (None, "unknown", None)
