@@ -34,9 +34,20 @@ HISTORY = (
 JOBS = f"""cluster = $cluster AND coalesce(end_time, $end) >= $start - {HISTORY}
            AND coalesce(start_time, submit_time) < $end"""
 
+SAMPLES = "gpu_minutes($cluster, $start - INTERVAL 2 DAY, $end)"
+ONCE = "$batch = 0"
+"""The inputs no GPU row needs are read in the first group of nodes only: their signals are computed once (an
+empty frame gives no rows) and the jobs queries run once, however many groups the GPU minutes need."""
+
 CALENDAR_SQL = f"""
-    SELECT least(min(coalesce(start_time, submit_time)), min(end_time)), $end FROM jobs WHERE {JOBS}"""  # noqa: S608 - module constants; values are $parameters
-"""The instants whose billing day the jobs queries look up in the runner's `billing_hours` / `billing_days`."""
+    SELECT least(min(coalesce(start_time, submit_time)), min(end_time),
+                 (SELECT min(minute) FROM gpu_samples WHERE cluster = $cluster
+                  AND minute >= $start - INTERVAL 2 DAY AND minute < $end),
+                 (SELECT min(hour) FROM gpu_samples_hourly WHERE cluster = $cluster
+                  AND hour > $start - INTERVAL 2 DAY - INTERVAL 1 HOUR AND hour < $end)), $end
+    FROM jobs WHERE {JOBS}"""  # noqa: S608 - module constants; values are $parameters
+"""The instants whose billing day the jobs and fleet queries look up in the runner's `billing_hours` /
+`billing_days`: the attempts' and the GPU minutes' (gpu_minutes expands an hour from its start)."""
 
 
 def _day(us: str, hour: str) -> str:
@@ -53,11 +64,31 @@ def _hour_join(us: str, hour: str) -> str:
     return f"LEFT JOIN billing_hours {hour} ON {hour}.h = {h}"
 
 
+# (signal, column, direction: +1 higher is worse, -1 lower is worse, 0 either way, scale floor, unit)
+GPU_METRICS = [
+    ("gpu_temperature_vs_fleet", "temp_gpu_max_celsius", 1, 1.0, "C"),
+    ("gpu_power_vs_fleet", "power_mean_watts", 0, 5.0, "W"),
+    ("gpu_sm_clock_vs_fleet", "sm_clock_mean_mhz", -1, 15.0, "MHz"),
+]
+
 INPUTS: dict[str, str] = {
-    "gpu_samples": """
+    "gpu_samples": f"""
         SELECT cluster, node, gpu_uuid, minute, model, util_gpu_mean, temp_gpu_max_celsius,
                power_mean_watts, sm_clock_mean_mhz
-        FROM gpu_minutes($cluster, $start - INTERVAL 2 DAY, $end)""",
+        FROM {SAMPLES}""",  # noqa: S608 - module constants; values are $parameters
+    # gpu_vs_fleet's fleet medians over every node's minutes, in every group: its day (local_day), util_bin
+    # and model; DuckDB's median interpolates the middle two values as Polars' does
+    "gpu_fleet": f"""
+        WITH m AS (
+            SELECT cluster, coalesce(model, '') AS model, epoch_us(minute) AS us,
+                   least(greatest(floor(CAST(util_gpu_mean AS DOUBLE) / $util_bin_percent), 0),
+                         100.0 / $util_bin_percent) AS util_bin,
+                   {", ".join(f"CAST({c} AS DOUBLE) AS {c}" for _, c, *_ in GPU_METRICS)}
+            FROM {SAMPLES} WHERE util_gpu_mean IS NOT NULL
+        )
+        SELECT cluster, {_day("us", "h")} AS day, model, util_bin,
+               {", ".join(f"median({c}) AS {c}" for _, c, *_ in GPU_METRICS)}
+        FROM m {_hour_join("us", "h")} GROUP BY ALL""",  # noqa: S608 - module constants; values are $parameters
     # error counters are sparse: only minutes that counted something; before retention's boundary, the
     # rolled-up hours that did, dated at the hour (node_errors sums them per node and day)
     "gpu_errors": f"""
@@ -65,31 +96,31 @@ INPUTS: dict[str, str] = {
                coalesce(ecc_uncorrected_delta, 0) AS ecc_uncorrected
         FROM gpu_samples WHERE cluster = $cluster AND minute >= $start - {HISTORY} AND minute < $end
           AND minute >= gpu_rollup_boundary($cluster)
-          AND (coalesce(ecc_corrected_delta, 0) > 0 OR coalesce(ecc_uncorrected_delta, 0) > 0)
+          AND (coalesce(ecc_corrected_delta, 0) > 0 OR coalesce(ecc_uncorrected_delta, 0) > 0) AND {ONCE}
         UNION ALL
         SELECT cluster, node, hour AS minute, coalesce(ecc_corrected_delta, 0) AS ecc_corrected,
                coalesce(ecc_uncorrected_delta, 0) AS ecc_uncorrected
         FROM gpu_samples_hourly WHERE cluster = $cluster AND hour >= $start - {HISTORY} AND hour < $end
           AND hour < gpu_rollup_boundary($cluster)
-          AND (coalesce(ecc_corrected_delta, 0) > 0 OR coalesce(ecc_uncorrected_delta, 0) > 0)""",  # noqa: S608 - HISTORY and column lists are module constants; values are $parameters
+          AND (coalesce(ecc_corrected_delta, 0) > 0 OR coalesce(ecc_uncorrected_delta, 0) > 0) AND {ONCE}""",  # noqa: S608 - HISTORY and column lists are module constants; values are $parameters
     "gpu_events": f"""
         SELECT cluster, node, event_time, event_type, xid FROM gpu_events
-        WHERE cluster = $cluster AND event_time >= $start - {HISTORY} AND event_time < $end""",  # noqa: S608 - HISTORY and column lists are module constants; values are $parameters
-    "gpu_inventory": """
+        WHERE cluster = $cluster AND event_time >= $start - {HISTORY} AND event_time < $end AND {ONCE}""",  # noqa: S608 - HISTORY and column lists are module constants; values are $parameters
+    "gpu_inventory": f"""
         SELECT cluster, node, gpu_uuid, seen_at, model, driver_version, cuda_version FROM gpu_inventory
-        WHERE cluster = $cluster
-        QUALIFY seen_at >= max(seen_at) OVER (PARTITION BY node) - INTERVAL 1 HOUR""",
-    "node_states": """
+        WHERE cluster = $cluster AND {ONCE}
+        QUALIFY seen_at >= max(seen_at) OVER (PARTITION BY node) - INTERVAL 1 HOUR""",  # noqa: S608 - module constants; values are $parameters
+    "node_states": f"""
         SELECT cluster, node, snapshot_time, gpus_total FROM node_states
-        WHERE cluster = $cluster
-        QUALIFY snapshot_time = max(snapshot_time) OVER (PARTITION BY node)""",
+        WHERE cluster = $cluster AND {ONCE}
+        QUALIFY snapshot_time = max(snapshot_time) OVER (PARTITION BY node)""",  # noqa: S608 - module constants; values are $parameters
     # Attempts never reach Polars: DuckDB reduces them to the few thousand (entity, billing day) values the
     # trends score. $tz is the billing zone; $end is the run's now (drift is not SLICEABLE).
     "gpu_hours": f"""
         WITH a AS (  -- [s, e) in epoch microseconds
             SELECT coalesce(account, '') AS account, gpus, epoch_us(start_time) AS s,
                    epoch_us(least(coalesce(end_time, $end), $end)) AS e
-            FROM jobs WHERE {JOBS} AND gpus > 0 AND start_time IS NOT NULL
+            FROM jobs WHERE {JOBS} AND gpus > 0 AND start_time IS NOT NULL AND {ONCE}
         ), k AS (
             SELECT account, gpus, s, e, {_day("s", "h0")} AS first, {_day("e - 1", "h1")} AS last
             FROM a {_hour_join("s", "h0")} {_hour_join("e - 1", "h1")}
@@ -107,17 +138,22 @@ INPUTS: dict[str, str] = {
         SELECT cluster, coalesce("partition", '') AS "partition", {_day("epoch_us(end_time)", "h")} AS day,
                count(*) FILTER (WHERE slurm_job_failure_class(state, state_raw, start_time) <> 'none') / count(*) AS x
         FROM jobs {_hour_join("epoch_us(end_time)", "h")}
-        WHERE {JOBS} AND end_time <= $end GROUP BY ALL""",  # noqa: S608 - module constants; values are $parameters
+        WHERE {JOBS} AND end_time <= $end AND {ONCE} GROUP BY ALL""",  # noqa: S608 - module constants; values are $parameters
     "waits": f"""
         SELECT cluster, coalesce("partition", '') AS "partition", {_day("epoch_us(start_time)", "h")} AS day,
                median((epoch_us(start_time) - epoch_us(coalesce(eligible_time, submit_time))) // 1000000) AS x
         FROM jobs {_hour_join("epoch_us(start_time)", "h")}
-        WHERE {JOBS} AND start_time <= $end GROUP BY ALL""",  # noqa: S608 - module constants; values are $parameters
+        WHERE {JOBS} AND start_time <= $end AND {ONCE} GROUP BY ALL""",  # noqa: S608 - module constants; values are $parameters
     "cost": f"""
         SELECT cluster, day, account, sum(cost_usd) AS cost_usd FROM mart_cost_daily
-        WHERE cluster = $cluster AND day >= CAST($start - {HISTORY} AS DATE)
+        WHERE cluster = $cluster AND day >= CAST($start - {HISTORY} AS DATE) AND {ONCE}
         GROUP BY ALL""",  # noqa: S608 - HISTORY and column lists are module constants; values are $parameters
 }
+BATCH_INPUTS = ("gpu_samples",)
+BATCH_ROWS_SQL = f"SELECT count(*) FROM {SAMPLES}"  # noqa: S608 - module constants; values are $parameters
+BATCH_ROWS = 1_000_000
+"""GPU minutes held at once: the fleet's window (3.8 GiB at 1,000 GPUs x a day) runs per group of nodes, each
+comparing its GPUs' minutes with the fleet medians that `gpu_fleet` computes over every node's."""
 
 SCHEMA = {
     "cluster": pl.String,
@@ -135,12 +171,6 @@ SCHEMA = {
     "detail": pl.String,
 }
 MAD_TO_SIGMA = 1.4826
-# (signal, column, direction: +1 higher is worse, -1 lower is worse, 0 either way, scale floor, unit)
-GPU_METRICS = [
-    ("gpu_temperature_vs_fleet", "temp_gpu_max_celsius", 1, 1.0, "C"),
-    ("gpu_power_vs_fleet", "power_mean_watts", 0, 5.0, "W"),
-    ("gpu_sm_clock_vs_fleet", "sm_clock_mean_mhz", -1, 15.0, "MHz"),
-]
 
 
 def settings(params: Params) -> dict[str, Any]:
@@ -195,23 +225,26 @@ def rows(frame: pl.LazyFrame, **cols: pl.Expr | str | float | None) -> pl.LazyFr
 # GPU behaviour against the fleet
 
 
-def gpu_vs_fleet(samples: pl.LazyFrame, st: dict[str, Any]) -> pl.LazyFrame:
-    """Per GPU and local day: its median deviation from the fleet median of GPUs of the same model in the
-    same utilisation bin, scored against the spread of those deviations across the fleet."""
-    tz, now = st["tz"], st["now"]
+def gpu_deviations(samples: pl.LazyFrame, fleet: pl.LazyFrame, st: dict[str, Any]) -> pl.LazyFrame:
+    """Per GPU, local day and signal: its median value, the median fleet median of its minutes and its median
+    deviation from that, over its minutes (at least drift.min_gpu_minutes). The fleet median is of GPUs of the
+    same model in the same utilisation bin that day (`gpu_fleet`, over every node), so a group of nodes
+    needs only its own GPUs' minutes."""
+    tz = st["tz"]
     width = float(st["util_bin_percent"])
+    keys = ["cluster", "day", "model", "util_bin"]
     base = samples.filter(pl.col("util_gpu_mean").is_not_null()).with_columns(
         day=local_day(pl.col("minute"), tz),
         util_bin=(pl.col("util_gpu_mean") / width).floor().clip(0, 100.0 / width),
         model=pl.col("model").fill_null(""),
     )
     out = []
-    for signal, col, direction, floor, unit in GPU_METRICS:
+    for signal, col, *_ in GPU_METRICS:
         x = base.filter(pl.col(col).is_not_null()).select(
             "cluster", "day", "node", "gpu_uuid", "model", "util_bin", pl.col(col).cast(pl.Float64).alias("x")
         )
-        binned = x.with_columns(fleet=pl.col("x").median().over("cluster", "day", "model", "util_bin"))
-        per_gpu = (
+        binned = x.join(fleet.select(*keys, pl.col(col).alias("fleet")), on=keys, how="left")
+        out.append(
             binned.group_by("cluster", "day", "node", "gpu_uuid", "model")
             .agg(
                 value=pl.col("x").median(),
@@ -220,10 +253,22 @@ def gpu_vs_fleet(samples: pl.LazyFrame, st: dict[str, Any]) -> pl.LazyFrame:
                 n=pl.len(),
             )
             .filter(pl.col("n") >= int(st["min_gpu_minutes"]))
+            .with_columns(signal=pl.lit(signal))
         )
-        fleet = ["cluster", "day", "model"]
+    return pl.concat(out)
+
+
+def gpu_vs_fleet(deviations: pl.LazyFrame, st: dict[str, Any]) -> pl.LazyFrame:
+    """Each GPU's deviation (`gpu_deviations`, of every group of nodes) scored against the spread of those
+    deviations across the GPUs of its model that day."""
+    tz, now = st["tz"], st["now"]
+    fleet = ["cluster", "day", "model"]
+    thr = float(st["gpu_z_threshold"])
+    out = []
+    for signal, _, direction, floor, unit in GPU_METRICS:
         scored = (
-            per_gpu.with_columns(center=pl.col("dev").median().over(fleet), gpus=pl.len().over(fleet))
+            deviations.filter(pl.col("signal") == signal)
+            .with_columns(center=pl.col("dev").median().over(fleet), gpus=pl.len().over(fleet))
             .with_columns(mad=(pl.col("dev") - pl.col("center")).abs().median().over(fleet))
             .filter(pl.col("gpus") >= int(st["min_fleet_gpus"]))
             .with_columns(
@@ -231,7 +276,6 @@ def gpu_vs_fleet(samples: pl.LazyFrame, st: dict[str, Any]) -> pl.LazyFrame:
                 as_of=day_as_of(pl.col("day"), tz, now),
             )
         )
-        thr = float(st["gpu_z_threshold"])
         out.append(
             rows(
                 scored,
@@ -569,7 +613,8 @@ def fleet_skew(inventory: pl.LazyFrame, node_states: pl.LazyFrame, st: dict[str,
 
 
 def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.LazyFrame]:
-    """mart_drift: every signal row of every family for the window."""
+    """A group of nodes' partial rows: `deviations` of its GPUs against the fleet, and `signals`, the mart rows
+    of the other families, from the inputs only the first group reads (ONCE; empty in the others)."""
     st = settings(params)
     s, d = pl.String, UTC_DT
     samples = with_columns_of(
@@ -639,14 +684,28 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
     cost = with_columns_of(
         frames.get("cost"), {"cluster": s, "day": pl.Date, "account": s, "cost_usd": pl.Float64}
     )
-    out = pl.concat(
+    fleet = with_columns_of(
+        frames.get("gpu_fleet"),
+        {"cluster": s, "day": pl.Date, "model": s, "util_bin": pl.Float64}
+        | {col: pl.Float64 for _, col, *_ in GPU_METRICS},
+    )
+    signals = pl.concat(
         [
-            gpu_vs_fleet(samples, st),
             node_errors(errors, events, inventory, st),
             usage_trends(gpu, failure, wait, cost, st),
             fleet_skew(inventory, node_states, st),
         ]
     )
+    return {"deviations": gpu_deviations(samples, fleet, st), "signals": signals}
+
+
+def combine(parts: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.LazyFrame]:
+    """mart_drift: the GPUs of every group scored across the fleet, and the other families' rows."""
+    st = settings(params)
+    # one chunk each (a few rows per GPU and day): Polars 2.1's streaming engine panics filtering the groups'
+    # concatenated chunks of `deviations` (binview "i < self.len()")
+    deviations, signals = (parts[name].collect().rechunk().lazy() for name in ("deviations", "signals"))
+    out = pl.concat([gpu_vs_fleet(deviations, st), signals])
     if st["start"] is not None:
         out = out.filter(pl.col("as_of") >= pl.lit(st["start"], dtype=UTC_DT))
     return {"mart_drift": out}

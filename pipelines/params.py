@@ -136,6 +136,7 @@ class Params:
             "tz": self.tz,
             "start_date": self.start_date,
             "start_month": self.start_month,
+            "util_bin_percent": float(self.drift.util_bin_percent),
         }
 
 

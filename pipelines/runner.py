@@ -19,7 +19,8 @@ Pipeline module contract (see docs/pipelines.md):
                                          #   runs per group of nodes (the inputs filtered have a `node`
                                          #   column; without `combine`, compute treats nodes independently)
     optional: BATCH_INPUTS: tuple[str, ...]  # the INPUTS filtered by group of nodes (default: every one);
-                                         #   the others are read whole in every group
+                                         #   the others are read whole in every group ($batch, $batches:
+                                         #   the group and their count, 0 and 1 in one pass)
     optional: def combine(parts: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.LazyFrame]
                                          # then compute returns partial frames (names of the module's own),
                                          #   each collected per group and concatenated over the groups, and
@@ -162,11 +163,12 @@ def read_inputs(
     queries look up), they can join `billing_hours` (h, o0, o1, switch: calendar.DayLookup's table) and
     `billing_days` (day, start_us: each day's first instant) over that span, so that DuckDB cuts days as
     the calendar module does. `batch` (i, n) keeps the rows of the nodes whose name hashes to i of n, in the
-    module's BATCH_INPUTS (every input where it declares none)."""
-    values = params.sql()
+    module's BATCH_INPUTS (every input where it declares none); every query may use $batch and $batches (0 and
+    1 in one pass), e.g. to read an input in the first group only."""
+    i, n = batch or (0, 1)
+    values = {**params.sql(), "batch": i, "batches": n}
     queries = dict(module.INPUTS)
     if batch is not None:
-        values = {**values, "batch": batch[0], "batches": batch[1]}
         grouped = getattr(module, "BATCH_INPUTS", tuple(queries))
         queries = {
             alias: f"SELECT * FROM ({sql}) WHERE hash(node) % $batches = $batch" if alias in grouped else sql  # noqa: S608 - the module's own INPUTS; values are $parameters

@@ -46,8 +46,28 @@ def params(now: datetime = NOW, start: datetime | None = DAY, tz: str = "UTC", *
     return pipeline_params(conf, Window(start or EPOCH, now, start is None))
 
 
+def fleet_medians(samples: pl.LazyFrame, tz: str, width: float) -> pl.LazyFrame:
+    """The reference for the `gpu_fleet` input: per metric, the Polars median of the minutes with a value in
+    each (cluster, billing day, model, utilisation bin)."""
+    keys = ["cluster", "day", "model", "util_bin"]
+    base = samples.filter(pl.col("util_gpu_mean").is_not_null()).with_columns(
+        day=local_day(pl.col("minute"), tz),
+        util_bin=(pl.col("util_gpu_mean") / width).floor().clip(0, 100.0 / width),
+        model=pl.col("model").fill_null(""),
+    )
+    out = base.select(keys).unique()
+    for _, col, *_ in drift.GPU_METRICS:
+        med = base.filter(pl.col(col).is_not_null()).group_by(keys).agg(pl.col(col).cast(pl.Float64).median())
+        out = out.join(med, on=keys, how="left")
+    return out
+
+
 def run(frames: dict, **cfg) -> pl.DataFrame:
-    return drift.compute(frames, params(**cfg))["mart_drift"].collect()
+    p = params(**cfg)
+    if "gpu_samples" in frames:
+        fleet = fleet_medians(frames["gpu_samples"], p.tz, p.drift.util_bin_percent)
+        frames = {**frames, "gpu_fleet": fleet}
+    return drift.combine(drift.compute(frames, p), p)["mart_drift"].collect()
 
 
 def test_gpu_temperature_robust_z_by_hand():
@@ -195,7 +215,7 @@ def test_failure_rate_trend_against_trailing_baseline(con):
             )
     insert_jobs(con, rows)
     p = params(baseline_days=7)
-    out = drift.compute(read_inputs(con, p), p)["mart_drift"].collect()
+    out = drift.combine(drift.compute(read_inputs(con, p), p), p)["mart_drift"].collect()
     fr = out.filter(pl.col("signal") == "partition_failure_rate")
     assert fr.select("value", "baseline", "breached").rows() == [(0.5, 0.1, True)]
     assert fr["score"].item() == pytest.approx(20.0)
@@ -326,6 +346,39 @@ def test_daily_values_from_sql_are_those_of_the_polars_reference(con, tz):
             rel_tol=1e-12,
             abs_tol=1e-9,
         )
+
+
+@pytest.mark.parametrize("tz", ZONES)
+def test_fleet_medians_from_sql_are_those_of_polars(con, tz):
+    """The `gpu_fleet` input (DuckDB, over every node, so that groups of nodes need only their own minutes) is
+    the median Polars takes over the same minutes: billing day, bin edges, no model, nulls and even counts."""
+    now = datetime(2025, 12, 20, 7, 30, tzinfo=UTC)
+    rng = random.Random(len(tz))
+    minutes = [t + timedelta(minutes=m) for t in transitions(tz, 2025) for m in range(-180, 180, 7)]
+    minutes += [now - timedelta(minutes=rng.randrange(4 * 1440)) for _ in range(1500)]
+    rows = [
+        {
+            "cluster": "c",
+            "node": f"n{g // 4}",
+            "gpu_uuid": f"g{g}",
+            "minute": t,
+            "model": ["H100", "H100", None][g % 3],
+            "util_gpu_mean": rng.choice([None, 0.0, 9.999, 10.0, 100.0, 104.0, -1.0, rng.uniform(0, 100)]),
+            "temp_gpu_max_celsius": rng.choice([None, 60.0, 61.0, rng.uniform(40, 90)]),
+            "power_mean_watts": rng.choice([300.0, 301.5, rng.uniform(100, 700)]),
+            "sm_clock_mean_mhz": rng.choice([None, 1980.0, float(rng.randrange(1000, 2000))]),
+        }
+        for t in minutes
+        for g in rng.sample(range(12), 3)
+    ]
+    con.register("new_samples", pl.DataFrame(rows, schema_overrides={"minute": UTC_DT}).to_arrow())
+    con.execute(f"INSERT INTO gpu_samples ({', '.join(rows[0])}) SELECT * FROM new_samples")
+    frames = read_inputs(con, params(now=now, start=None, tz=tz))
+    keys = ["cluster", "day", "model", "util_bin"]
+    got = frames["gpu_fleet"].collect().sort(keys)
+    want = fleet_medians(frames["gpu_samples"], tz, 10.0).collect().sort(keys)
+    assert got.height > 100
+    assert_frame_equal(got, want.select(got.columns), check_exact=True)
 
 
 def test_fleet_skew_driver_and_gpu_count():

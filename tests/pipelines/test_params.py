@@ -39,4 +39,5 @@ def test_built_from_the_config_and_the_window():
         "tz": "Europe/Berlin",
         "start_date": date(2026, 3, 2),
         "start_month": date(2026, 3, 1),
+        "util_bin_percent": 10.0,
     }

@@ -5,7 +5,8 @@ the nodes into groups by the hash of their name (BATCH_ROWS minutes each) and co
 only right if no rule looks across nodes, which this checks on the demo's history, faults included.
 Efficiency's rows do look across nodes (a job's GPUs on several nodes, a job's MIG slices shared out by its
 sacct record): its groups' partial sums are combined, which this checks on the demo's history with its jobs
-spread over two nodes each.
+spread over two nodes each. Drift compares each GPU with the fleet's minutes: its groups compare theirs with
+fleet medians DuckDB computes over every node, and the scores across GPUs are combined.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from datetime import UTC, timedelta
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
-from slurmscope.pipelines import efficiency, health, runner
+from slurmscope.pipelines import drift, efficiency, health, runner
 
 from slurmscope.config import load_config
 from slurmscope.db import connect
@@ -28,6 +29,7 @@ EFFICIENCY_KEYS = {
     "mart_mig_efficiency": ["cluster", "job_id_raw", "submit_time", "mig_instance"],
 }
 MIG_JOB = 990001
+DRIFT_KEYS = ["cluster", "as_of", "signal", "entity_type", "entity"]
 
 
 def _marts(con) -> dict[str, list[tuple]]:
@@ -170,3 +172,37 @@ def test_efficiency_per_group_of_nodes_equals_one_pass(demo_run, tmp_path, monke
     assert slices.height >= 3
     assert slices["fraction_source"].unique().to_list() == ["sacct"]
     assert slices["gpu_fraction"].to_list() == pytest.approx([1 / 7] * slices.height)
+
+
+def test_drift_per_group_of_nodes_equals_one_pass(demo_run, tmp_path, monkeypatch):  # noqa: F811
+    db = tmp_path / "demo.duckdb"
+    shutil.copy(demo_run.db_path, db)
+    con = connect(db)
+    now = con.execute("SELECT max(run_at) FROM pipeline_runs").fetchone()[0].astimezone(UTC)
+    cfg = load_config(None, env={}).with_overrides(cluster={"name": "simcluster"})
+    params = runner.pipeline_params(cfg, runner.Window(runner.EPOCH, now, True))
+    # a GPU running 15 C hotter than its peers at the same work
+    con.execute(
+        "UPDATE gpu_samples SET temp_gpu_max_celsius = temp_gpu_max_celsius + 15"
+        " WHERE (node, gpu_uuid) = (SELECT (node, gpu_uuid) FROM gpu_samples ORDER BY node, gpu_uuid LIMIT 1)"
+    )
+
+    assert runner.node_batches(con, drift, params) == 1
+    assert runner.run_pipelines(con, cfg, full=True, now=now, only=["drift"])["mart_drift"] > 0
+    one_pass = con.sql("SELECT * FROM mart_drift").pl().sort(DRIFT_KEYS)
+    rows = runner._read(con, drift.BATCH_ROWS_SQL, params.sql()).collect().item()
+    monkeypatch.setattr(drift, "BATCH_ROWS", max(1, int(rows) // 5))
+    batches = runner.node_batches(con, drift, params)
+    assert batches >= 5
+    assert runner.run_pipelines(con, cfg, full=True, now=now, only=["drift"])["mart_drift"] > 0
+    batched = con.sql("SELECT * FROM mart_drift").pl().sort(DRIFT_KEYS)
+
+    gpu = one_pass.filter(pl.col("signal").str.ends_with("_vs_fleet"))
+    assert set(gpu["signal"]) == {signal for signal, *_ in drift.GPU_METRICS}
+    assert gpu.filter(pl.col("signal") == "gpu_temperature_vs_fleet")["breached"].any()
+    groups = con.execute(
+        "SELECT count(DISTINCT hash(node) % ?) FROM mart_drift WHERE signal LIKE 'gpu_%_vs_fleet'", [batches]
+    ).fetchone()[0]
+    assert groups >= 3  # the GPUs scored together came from several groups
+    assert one_pass.height > gpu.height  # the other families, once
+    assert_frame_equal(batched, one_pass, check_exact=False, rel_tol=1e-9, abs_tol=1e-12)
