@@ -296,7 +296,8 @@ def run_pipeline(
             outputs = dict(zip(tables, _marts(module, outputs, "compute"), strict=True))
         parts.append(dict(zip(outputs, pl.collect_all(list(outputs.values()), engine=engine), strict=True)))
         del frames, outputs
-    merged = {name: pl.concat([p[name] for p in parts], how="vertical") for name in parts[0]}
+    # one chunk per frame: Polars 2.1's streaming engine can panic (`i < self.len()`) on concatenated chunks
+    merged = {name: pl.concat([p[name] for p in parts], how="vertical", rechunk=True) for name in parts[0]}
     del parts
     if combine is None:
         collected = [merged[t] for t in tables]
