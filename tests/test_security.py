@@ -167,7 +167,16 @@ SQL_INTERPOLATION_ALLOWED: dict[str, set[str]] = {
         "_hour_join('epoch_us(end_time)', 'h')",
         "_hour_join('epoch_us(start_time)', 'h')",
         "_hour_join('s', 'h0')",
+        # SAMPLES the gpu_minutes call, ONCE "$batch = 0"; the fleet medians' column lists from GPU_METRICS
+        "SAMPLES",
+        "ONCE",
+        "_day('us', 'h')",
+        "_hour_join('us', 'h')",
+        "', '.join((f'CAST({c} AS DOUBLE) AS {c}' for _, c, *_ in GPU_METRICS))",
+        "', '.join((f'median({c}) AS {c}' for _, c, *_ in GPU_METRICS))",
     },
+    # the gpu_jobs query, a module constant, reused by the batch row count
+    "pipelines/efficiency.py": {"GPU_JOBS_SQL"},
     "pipelines/health.py": {"LOOKBACK"},  # "INTERVAL 1 DAY"
     # a column list literal; an int constant; the constant GPU fault event types; a filter built from constant
     # state sets
