@@ -76,8 +76,8 @@ INPUTS: dict[str, str] = {
         SELECT cluster, node, gpu_uuid, minute, model, util_gpu_mean, temp_gpu_max_celsius,
                power_mean_watts, sm_clock_mean_mhz
         FROM {SAMPLES}""",  # noqa: S608 - module constants; values are $parameters
-    # gpu_vs_fleet's fleet medians over every node's minutes, in every group: its day (local_day), util_bin
-    # and model; DuckDB's median interpolates the middle two values as Polars' does
+    # gpu_vs_fleet's fleet medians over every node's minutes, read once for every group: its day (local_day),
+    # util_bin and model; DuckDB's median interpolates the middle two values as Polars' does
     "gpu_fleet": f"""
         WITH m AS (
             SELECT cluster, coalesce(model, '') AS model, epoch_us(minute) AS us,
@@ -702,10 +702,7 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
 def combine(parts: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.LazyFrame]:
     """mart_drift: the GPUs of every group scored across the fleet, and the other families' rows."""
     st = settings(params)
-    # one chunk each (a few rows per GPU and day): Polars 2.1's streaming engine panics filtering the groups'
-    # concatenated chunks of `deviations` (binview "i < self.len()")
-    deviations, signals = (parts[name].collect().rechunk().lazy() for name in ("deviations", "signals"))
-    out = pl.concat([gpu_vs_fleet(deviations, st), signals])
+    out = pl.concat([gpu_vs_fleet(parts["deviations"], st), parts["signals"]])
     if st["start"] is not None:
         out = out.filter(pl.col("as_of") >= pl.lit(st["start"], dtype=UTC_DT))
     return {"mart_drift": out}

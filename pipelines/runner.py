@@ -157,32 +157,45 @@ def _read(con: duckdb.DuckDBPyConnection, sql: str, values: Mapping[str, Any]) -
 
 
 def read_inputs(
-    con: duckdb.DuckDBPyConnection, module: ModuleType, params: Params, batch: tuple[int, int] | None = None
+    con: duckdb.DuckDBPyConnection,
+    module: ModuleType,
+    params: Params,
+    batch: tuple[int, int] | None = None,
+    shared: dict[str, pl.LazyFrame] | None = None,
 ) -> dict[str, pl.LazyFrame]:
     """The pipeline's INPUTS. With a CALENDAR_SQL (the earliest and latest instant whose billing day its
     queries look up), they can join `billing_hours` (h, o0, o1, switch: calendar.DayLookup's table) and
     `billing_days` (day, start_us: each day's first instant) over that span, so that DuckDB cuts days as
     the calendar module does. `batch` (i, n) keeps the rows of the nodes whose name hashes to i of n, in the
     module's BATCH_INPUTS (every input where it declares none); every query may use $batch and $batches (0 and
-    1 in one pass), e.g. to read an input in the first group only."""
+    1 in one pass), e.g. to read an input in the first group only. An input neither filtered by group nor
+    using $batch is the same in every group: it is read once into `shared` and taken from there after."""
     i, n = batch or (0, 1)
     values = {**params.sql(), "batch": i, "batches": n}
     queries = dict(module.INPUTS)
+    grouped = getattr(module, "BATCH_INPUTS", tuple(queries))
+
+    def read(alias: str, sql: str) -> pl.LazyFrame:
+        if shared is None or alias in grouped or "$batch" in sql:
+            return _read(con, sql, values)
+        if alias not in shared:
+            shared[alias] = _read(con, sql, values)
+        return shared[alias]
+
     if batch is not None:
-        grouped = getattr(module, "BATCH_INPUTS", tuple(queries))
         queries = {
             alias: f"SELECT * FROM ({sql}) WHERE hash(node) % $batches = $batch" if alias in grouped else sql  # noqa: S608 - the module's own INPUTS; values are $parameters
             for alias, sql in queries.items()
         }
     span = getattr(module, "CALENDAR_SQL", None)
     if span is None:
-        return {alias: _read(con, sql, values) for alias, sql in queries.items()}
+        return {alias: read(alias, sql) for alias, sql in queries.items()}
     lo, hi = _read(con, span, values).collect().row(0)
     hours, days = calendar.sql_tables(params.tz, lo, hi)
     con.register("billing_hours", hours.to_arrow())
     con.register("billing_days", days.to_arrow())
     try:
-        return {alias: _read(con, sql, values) for alias, sql in queries.items()}
+        return {alias: read(alias, sql) for alias, sql in queries.items()}
     finally:
         con.unregister("billing_hours")
         con.unregister("billing_days")
@@ -289,15 +302,18 @@ def run_pipeline(
     combine = getattr(module, "combine", None)
     batches = node_batches(con, module, params)
     parts: list[dict[str, pl.DataFrame]] = []
+    shared: dict[str, pl.LazyFrame] = {}
     for i in range(batches):
-        frames = read_inputs(con, module, params, (i, batches) if batches > 1 else None)
+        frames = read_inputs(con, module, params, (i, batches) if batches > 1 else None, shared)
         outputs = module.compute(frames, params)
         if combine is None:
             outputs = dict(zip(tables, _marts(module, outputs, "compute"), strict=True))
         parts.append(dict(zip(outputs, pl.collect_all(list(outputs.values()), engine=engine), strict=True)))
         del frames, outputs
-    # one chunk per frame: Polars 2.1's streaming engine can panic (`i < self.len()`) on concatenated chunks
-    merged = {name: pl.concat([p[name] for p in parts], how="vertical", rechunk=True) for name in parts[0]}
+    del shared
+    # one chunk per frame (concat returns a lone frame as it is, chunks and all): Polars 2.1's streaming engine
+    # can panic (`i < self.len()`) reading string columns of several chunks
+    merged = {name: pl.concat([p[name] for p in parts], how="vertical").rechunk() for name in parts[0]}
     del parts
     if combine is None:
         collected = [merged[t] for t in tables]

@@ -12,14 +12,17 @@ fleet medians DuckDB computes over every node, and the scores across GPUs are co
 from __future__ import annotations
 
 import shutil
-from datetime import UTC, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
+import duckdb
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 from slurmscope.pipelines import drift, efficiency, health, runner
+from slurmscope.pipelines.params import Params
 
-from slurmscope.config import load_config
+from slurmscope.config import Config, load_config
 from slurmscope.db import connect
 
 MARTS = ("mart_node_health", "mart_gpu_health")
@@ -36,12 +39,36 @@ def _marts(con) -> dict[str, list[tuple]]:
     return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in MARTS}  # noqa: S608 - fixed mart names
 
 
-def test_health_per_group_of_nodes_equals_one_pass(demo_run, tmp_path, monkeypatch):  # noqa: F811
+@dataclass
+class Demo:
+    con: duckdb.DuckDBPyConnection
+    cfg: Config
+    now: datetime
+    params: Params
+
+
+@pytest.fixture
+def demo(demo_run, tmp_path):  # noqa: F811
+    """A copy of the demo's database to change, with the config, `now` and full-rebuild params of its run."""
     db = tmp_path / "demo.duckdb"
     shutil.copy(demo_run.db_path, db)
     con = connect(db)
     now = con.execute("SELECT max(run_at) FROM pipeline_runs").fetchone()[0].astimezone(UTC)
     cfg = load_config(None, env={}).with_overrides(cluster={"name": "simcluster"})
+    yield Demo(con, cfg, now, runner.pipeline_params(cfg, runner.Window(runner.EPOCH, now, True)))
+    con.close()
+
+
+def _in_groups(demo: Demo, module, rows: int, monkeypatch) -> int:
+    """Make `module` run in five or more groups of nodes for `rows` of its BATCH_ROWS count; their number."""
+    monkeypatch.setattr(module, "BATCH_ROWS", max(1, int(rows) // 5))
+    batches = runner.node_batches(demo.con, module, demo.params)
+    assert batches >= 5
+    return batches
+
+
+def test_health_per_group_of_nodes_equals_one_pass(demo, monkeypatch):
+    con, cfg, now = demo.con, demo.cfg, demo.now
     # Faults on three of the nodes with GPU minutes: a GPU off the bus, an XID that wants a reset, a GPU running hot (degraded, below the failing limit).
     gpus = con.execute(
         "SELECT node, any_value(gpu_uuid), min(minute) + INTERVAL 6 HOUR FROM gpu_samples GROUP BY node ORDER BY node"
@@ -62,10 +89,7 @@ def test_health_per_group_of_nodes_equals_one_pass(demo_run, tmp_path, monkeypat
 
     assert runner.run_pipelines(con, cfg, full=True, now=now, only=["health"])["mart_gpu_health"] > 0
     one_pass = _marts(con)
-    minutes = con.execute("SELECT count(*) FROM gpu_samples").fetchone()[0]
-    monkeypatch.setattr(health, "BATCH_ROWS", max(1, minutes // 5))
-    params = runner.pipeline_params(cfg, runner.Window(runner.EPOCH, now, True))
-    assert runner.node_batches(con, health, params) >= 5
+    _in_groups(demo, health, con.execute("SELECT count(*) FROM gpu_samples").fetchone()[0], monkeypatch)
     assert runner.run_pipelines(con, cfg, full=True, now=now, only=["health"])["mart_gpu_health"] > 0
     batched = _marts(con)
 
@@ -137,22 +161,15 @@ def _spread_over_nodes(con) -> None:
     )
 
 
-def test_efficiency_per_group_of_nodes_equals_one_pass(demo_run, tmp_path, monkeypatch):  # noqa: F811
-    db = tmp_path / "demo.duckdb"
-    shutil.copy(demo_run.db_path, db)
-    con = connect(db)
-    now = con.execute("SELECT max(run_at) FROM pipeline_runs").fetchone()[0].astimezone(UTC)
-    cfg = load_config(None, env={}).with_overrides(cluster={"name": "simcluster"})
-    params = runner.pipeline_params(cfg, runner.Window(runner.EPOCH, now, True))
+def test_efficiency_per_group_of_nodes_equals_one_pass(demo, monkeypatch):
+    con, cfg, now, params = demo.con, demo.cfg, demo.now, demo.params
     _spread_over_nodes(con)
 
     assert runner.node_batches(con, efficiency, params) == 1
     assert runner.run_pipelines(con, cfg, full=True, now=now, only=["efficiency"])["mart_job_efficiency"] > 0
     one_pass = _efficiency_marts(con)
     rows = runner._read(con, efficiency.BATCH_ROWS_SQL, params.sql()).collect().item()
-    monkeypatch.setattr(efficiency, "BATCH_ROWS", max(1, int(rows) // 5))
-    batches = runner.node_batches(con, efficiency, params)
-    assert batches >= 5
+    batches = _in_groups(demo, efficiency, rows, monkeypatch)
     # the precondition: jobs whose GPUs, and a job whose MIG slices, are in several groups of nodes
     spread = con.execute(
         "SELECT job_id, mig_instance <> '' FROM gpu_jobs GROUP BY ALL HAVING count(DISTINCT hash(node) % ?) >= 2",
@@ -174,13 +191,8 @@ def test_efficiency_per_group_of_nodes_equals_one_pass(demo_run, tmp_path, monke
     assert slices["gpu_fraction"].to_list() == pytest.approx([1 / 7] * slices.height)
 
 
-def test_drift_per_group_of_nodes_equals_one_pass(demo_run, tmp_path, monkeypatch):  # noqa: F811
-    db = tmp_path / "demo.duckdb"
-    shutil.copy(demo_run.db_path, db)
-    con = connect(db)
-    now = con.execute("SELECT max(run_at) FROM pipeline_runs").fetchone()[0].astimezone(UTC)
-    cfg = load_config(None, env={}).with_overrides(cluster={"name": "simcluster"})
-    params = runner.pipeline_params(cfg, runner.Window(runner.EPOCH, now, True))
+def test_drift_per_group_of_nodes_equals_one_pass(demo, monkeypatch):
+    con, cfg, now, params = demo.con, demo.cfg, demo.now, demo.params
     # a GPU running 15 C hotter than its peers at the same work
     con.execute(
         "UPDATE gpu_samples SET temp_gpu_max_celsius = temp_gpu_max_celsius + 15"
@@ -191,9 +203,7 @@ def test_drift_per_group_of_nodes_equals_one_pass(demo_run, tmp_path, monkeypatc
     assert runner.run_pipelines(con, cfg, full=True, now=now, only=["drift"])["mart_drift"] > 0
     one_pass = con.sql("SELECT * FROM mart_drift").pl().sort(DRIFT_KEYS)
     rows = runner._read(con, drift.BATCH_ROWS_SQL, params.sql()).collect().item()
-    monkeypatch.setattr(drift, "BATCH_ROWS", max(1, int(rows) // 5))
-    batches = runner.node_batches(con, drift, params)
-    assert batches >= 5
+    batches = _in_groups(demo, drift, rows, monkeypatch)
     assert runner.run_pipelines(con, cfg, full=True, now=now, only=["drift"])["mart_drift"] > 0
     batched = con.sql("SELECT * FROM mart_drift").pl().sort(DRIFT_KEYS)
 
