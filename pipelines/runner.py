@@ -183,8 +183,11 @@ def read_inputs(
         return shared[alias]
 
     if batch is not None:
+        # the group's numbers as literals: with $parameters there DuckDB filters the whole input after the
+        # fact (1.3 s against 0.3 s for a fifth of 4.3 M GPU minutes through gpu_minutes())
+        where = f"hash(node) % {int(n)} = {int(i)}"
         queries = {
-            alias: f"SELECT * FROM ({sql}) WHERE hash(node) % $batches = $batch" if alias in grouped else sql  # noqa: S608 - the module's own INPUTS; values are $parameters
+            alias: f"SELECT * FROM ({sql}) WHERE {where}" if alias in grouped else sql  # noqa: S608 - the module's own INPUTS; the group's numbers are ints
             for alias, sql in queries.items()
         }
     span = getattr(module, "CALENDAR_SQL", None)
