@@ -187,8 +187,8 @@ SQL_INTERPOLATION_ALLOWED: dict[str, set[str]] = {
         "_SNAPSHOT_FILTER",
     },
     # mart table and window column from the pipeline registry (MART_TABLES), checked against the catalog
-    # and the group filter, built from two ints
-    "pipelines/runner.py": {"cols", "qcol", "sql", "table", "where", "int(n)", "int(i)"},
+    # and the group filter `where`, built from two ints
+    "pipelines/runner.py": {"cols", "qcol", "sql", "table", "where"},
     # lake export: table names from TABLES (checked against information_schema), columns from the catalog,
     # all double-quoted by _q; expr, where and order are built from those quoted names; values are parameters
     "slurmscope/lake.py": {

@@ -172,50 +172,38 @@ def test_a_running_attempt_ends_its_window_at_now_and_a_pending_one_has_no_row()
     assert (r["req_mem_bytes"], r["req_mem_rule"]) == (4 * 2**30, "req_mem")
 
 
-def test_full_rebuild_in_slices_equals_one_window(demo_run, tmp_path) -> None:  # noqa: F811
+def test_full_rebuild_in_slices_equals_one_window(demo) -> None:
     """Sliced, each window reads only the attempts begun before its end and their steps; the mart must still be
     the one window's, attempts crossing a slice edge and the running ones included."""
-    import shutil
-
     from slurmscope.pipelines import cpu_mem_efficiency, runner
 
-    from slurmscope.config import load_config
-    from slurmscope.db import connect
-
+    con, cfg, now = demo.con, demo.cfg, demo.now
     assert cpu_mem_efficiency.SLICEABLE
-    db = tmp_path / "demo.duckdb"
-    shutil.copy(demo_run.db_path, db)
-    con = connect(db)
-    try:
-        now = con.execute("SELECT max(run_at) FROM pipeline_runs").fetchone()[0].astimezone(UTC)
-        # the simulator's steps carry no TotalCPU or MaxRSS: a batch step and a numbered one that do
-        con.execute(
-            """INSERT OR REPLACE INTO job_steps (cluster, job_id_raw, job_submit_time, step_id, job_id, ntasks,
-                                      total_cpu_seconds, max_rss_bytes)
-               SELECT cluster, job_id_raw, submit_time, s.id, job_id || '.' || s.id, s.n,
-                      elapsed_seconds * greatest(cpus, 1) * s.f, (job_id_raw % 7 + 1) * s.n * 2^30
-               FROM jobs, (VALUES ('batch', 1, 0.05), ('0', 2, 0.6)) s(id, n, f)
-               WHERE cluster = 'simcluster' AND start_time IS NOT NULL"""
-        )
-        cfg = load_config(None, env={}).with_overrides(cluster={"name": "simcluster"})
-        mart = "SELECT * FROM mart_job_cpu_mem_efficiency ORDER BY ALL"
+    # the simulator's steps carry no TotalCPU or MaxRSS: a batch step and a numbered one that do
+    con.execute(
+        """INSERT OR REPLACE INTO job_steps (cluster, job_id_raw, job_submit_time, step_id, job_id, ntasks,
+                                  total_cpu_seconds, max_rss_bytes)
+           SELECT cluster, job_id_raw, submit_time, s.id, job_id || '.' || s.id, s.n,
+                  elapsed_seconds * greatest(cpus, 1) * s.f, (job_id_raw % 7 + 1) * s.n * 2^30
+           FROM jobs, (VALUES ('batch', 1, 0.05), ('0', 2, 0.6)) s(id, n, f)
+           WHERE cluster = 'simcluster' AND start_time IS NOT NULL"""
+    )
+    mart = "SELECT * FROM mart_job_cpu_mem_efficiency ORDER BY ALL"
 
-        one = cfg.with_overrides(pipelines={"full_slice_days": 0})
-        runner.run_pipelines(con, one, full=True, now=now, only=["cpu_mem_efficiency"])
-        whole = con.execute(mart).fetchall()
-        sliced = cfg.with_overrides(pipelines={"full_slice_days": 1})
-        windows = runner._slices(con, sliced, cpu_mem_efficiency, runner.Window(runner.EPOCH, now, True))
-        crossing = con.execute(
-            "SELECT count(*) FROM jobs WHERE cluster = 'simcluster' AND start_time < ? AND coalesce(end_time, ?) > ?",
-            [windows[0].end, now, windows[0].end],
-        ).fetchone()[0]
-        assert len(windows) >= 3 and crossing > 0
-        written = runner.run_pipelines(con, sliced, full=True, now=now, only=["cpu_mem_efficiency"])
-        assert written and all(v >= 0 for v in written.values())
-        assert con.execute(mart).fetchall() == whole
-        measured = con.execute(
-            "SELECT count(*) FROM mart_job_cpu_mem_efficiency WHERE cpu_efficiency IS NOT NULL"
-        ).fetchone()[0]
-        assert len(whole) > 100 and measured > 100
-    finally:
-        con.close()
+    one = cfg.with_overrides(pipelines={"full_slice_days": 0})
+    runner.run_pipelines(con, one, full=True, now=now, only=["cpu_mem_efficiency"])
+    whole = con.execute(mart).fetchall()
+    sliced = cfg.with_overrides(pipelines={"full_slice_days": 1})
+    windows = runner._slices(con, sliced, cpu_mem_efficiency, runner.Window(runner.EPOCH, now, True))
+    crossing = con.execute(
+        "SELECT count(*) FROM jobs WHERE cluster = 'simcluster' AND start_time < ? AND coalesce(end_time, ?) > ?",
+        [windows[0].end, now, windows[0].end],
+    ).fetchone()[0]
+    assert len(windows) >= 3 and crossing > 0
+    written = runner.run_pipelines(con, sliced, full=True, now=now, only=["cpu_mem_efficiency"])
+    assert written and all(v >= 0 for v in written.values())
+    assert con.execute(mart).fetchall() == whole
+    measured = con.execute(
+        "SELECT count(*) FROM mart_job_cpu_mem_efficiency WHERE cpu_efficiency IS NOT NULL"
+    ).fetchone()[0]
+    assert len(whole) > 100 and measured > 100

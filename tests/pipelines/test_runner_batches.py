@@ -11,19 +11,12 @@ fleet medians DuckDB computes over every node, and the scores across GPUs are co
 
 from __future__ import annotations
 
-import shutil
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
-import duckdb
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 from slurmscope.pipelines import drift, efficiency, health, runner
-from slurmscope.pipelines.params import Params
-
-from slurmscope.config import Config, load_config
-from slurmscope.db import connect
 
 MARTS = ("mart_node_health", "mart_gpu_health")
 EFFICIENCY_KEYS = {
@@ -39,27 +32,7 @@ def _marts(con) -> dict[str, list[tuple]]:
     return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in MARTS}  # noqa: S608 - fixed mart names
 
 
-@dataclass
-class Demo:
-    con: duckdb.DuckDBPyConnection
-    cfg: Config
-    now: datetime
-    params: Params
-
-
-@pytest.fixture
-def demo(demo_run, tmp_path):  # noqa: F811
-    """A copy of the demo's database to change, with the config, `now` and full-rebuild params of its run."""
-    db = tmp_path / "demo.duckdb"
-    shutil.copy(demo_run.db_path, db)
-    con = connect(db)
-    now = con.execute("SELECT max(run_at) FROM pipeline_runs").fetchone()[0].astimezone(UTC)
-    cfg = load_config(None, env={}).with_overrides(cluster={"name": "simcluster"})
-    yield Demo(con, cfg, now, runner.pipeline_params(cfg, runner.Window(runner.EPOCH, now, True)))
-    con.close()
-
-
-def _in_groups(demo: Demo, module, rows: int, monkeypatch) -> int:
+def _in_groups(demo, module, rows: int, monkeypatch) -> int:
     """Make `module` run in five or more groups of nodes for `rows` of its BATCH_ROWS count; their number."""
     monkeypatch.setattr(module, "BATCH_ROWS", max(1, int(rows) // 5))
     batches = runner.node_batches(demo.con, module, demo.params)
