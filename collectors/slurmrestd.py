@@ -11,6 +11,11 @@ Why it is shaped like this:
   describes both.
 - Every failure is an OSError (TimeoutError past `slurm.timeout_seconds`) that names the path, the HTTP
   status and Slurm's own `errors` text, so a collector run records why and `doctor` can say it.
+- A connection the server resets or drops before answering is retried (GET is idempotent), up to
+  `ATTEMPTS` times in all: slurmrestd 22.05 resets a fresh unix-socket connection now and then under a
+  run of short requests (its log says `_handle_poll_event: ... connection invalid`), and one reset among
+  the hundreds of by-id requests of a sacct run would otherwise fail the whole run. Timeouts, refusals
+  and HTTP errors are not retried: they say something about the server, not about one connection.
 """
 
 from __future__ import annotations
@@ -18,10 +23,14 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from slurmscope.config import Config
+
+ATTEMPTS = 3
+_RETRY_PAUSE_S = 0.1
 
 
 class HTTPError(OSError):
@@ -73,22 +82,33 @@ def _headers(cfg: Config) -> dict[str, str]:
 
 def get(cfg: Config, path: str) -> bytes:
     """One GET to slurmrestd; OSError (TimeoutError for a timeout) names the status and Slurm's error text."""
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            status, reason, body = _get_once(cfg, path)
+            break
+        except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError) as exc:
+            if attempt == ATTEMPTS:
+                raise OSError(f"slurmrestd {path}: {exc} ({ATTEMPTS} attempts)") from None
+            time.sleep(_RETRY_PAUSE_S * attempt)
+        except TimeoutError:
+            raise TimeoutError(
+                f"slurmrestd {path}: no answer within {cfg.get('slurm', 'timeout_seconds')} s"
+            ) from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise OSError(f"slurmrestd {path}: {exc}") from None
+    if status != 200:
+        raise HTTPError(f"slurmrestd {path}: HTTP {status} {reason}: {_errors(body)}")
+    return body
+
+
+def _get_once(cfg: Config, path: str) -> tuple[int, str, bytes]:
     conn, prefix = _connection(cfg)
     try:
         conn.request("GET", prefix + path, headers=_headers(cfg))
         resp = conn.getresponse()
-        body = resp.read()
-    except TimeoutError:
-        raise TimeoutError(
-            f"slurmrestd {path}: no answer within {cfg.get('slurm', 'timeout_seconds')} s"
-        ) from None
-    except (OSError, http.client.HTTPException) as exc:
-        raise OSError(f"slurmrestd {path}: {exc}") from None
+        return resp.status, resp.reason, resp.read()
     finally:
         conn.close()
-    if resp.status != 200:
-        raise HTTPError(f"slurmrestd {path}: HTTP {resp.status} {resp.reason}: {_errors(body)}")
-    return body
 
 
 def _errors(body: bytes) -> str:
