@@ -191,7 +191,7 @@ def test_full_rebuild_in_slices_equals_one_window(demo) -> None:
     mart = "SELECT * FROM mart_job_cpu_mem_efficiency ORDER BY ALL"
 
     one = cfg.with_overrides(pipelines={"full_slice_days": 0})
-    runner.run_pipelines(con, one, full=True, now=now, only=["cpu_mem_efficiency"])
+    counted = runner.run_pipelines(con, one, full=True, now=now, only=["cpu_mem_efficiency"])
     whole = con.execute(mart).fetchall()
     sliced = cfg.with_overrides(pipelines={"full_slice_days": 1})
     windows = runner._slices(con, sliced, cpu_mem_efficiency, runner.Window(runner.EPOCH, now, True))
@@ -201,8 +201,14 @@ def test_full_rebuild_in_slices_equals_one_window(demo) -> None:
     ).fetchone()[0]
     assert len(windows) >= 3 and crossing > 0
     written = runner.run_pipelines(con, sliced, full=True, now=now, only=["cpu_mem_efficiency"])
-    assert written and all(v >= 0 for v in written.values())
     assert con.execute(mart).fetchall() == whole
+    # rows written by the rebuild, not by its last slice
+    assert written == counted == {"mart_job_cpu_mem_efficiency": len(whole)}
+    runs = con.execute(
+        "SELECT window_end FROM pipeline_runs WHERE pipeline = 'cpu_mem_efficiency' AND status = 'ok'"
+        " ORDER BY window_end"
+    ).fetchall()
+    assert [r[0] for r in runs] == [w.end for w in windows]
     measured = con.execute(
         "SELECT count(*) FROM mart_job_cpu_mem_efficiency WHERE cpu_efficiency IS NOT NULL"
     ).fetchone()[0]
