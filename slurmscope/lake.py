@@ -22,6 +22,7 @@ from urllib.parse import quote
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -191,9 +192,12 @@ def _q(name: str) -> str:
 
 
 def _month_expr(column: str, data_type: str) -> str:
+    """The first of a row's UTC month. Through the epoch, so a naive timestamp is truncated: on 100M jobs
+    DISTINCT over this took 2.3 s where `strftime(timezone('UTC', col), '%Y-%m')` (the zone library on
+    every row) took 13.3 s, for the same 120 months."""
     if data_type == "DATE":
-        return f"strftime({_q(column)}, '%Y-%m')"
-    return f"strftime(timezone('UTC', {_q(column)}), '%Y-%m')"
+        return f"date_trunc('month', {_q(column)})"
+    return f"date_trunc('month', make_timestamp(epoch_us({_q(column)})))"
 
 
 def _bounds_sql(column: str, data_type: str, month: str) -> tuple[str, list]:
@@ -261,11 +265,13 @@ PARTITION_KEYS = ("cluster", "month")
 name). A table's own `month` column can only be its month column (mart_cost_monthly): same value."""
 
 
-def _batches(reader: pa.RecordBatchReader, drop: list[str]) -> Iterable[pa.Table]:
-    """Row groups of ROW_GROUP_ROWS, without the partition keys."""
+def _batches(reader: pa.RecordBatchReader, drop: list[str], seen: _Range | None = None) -> Iterable[pa.Table]:
+    """Row groups of ROW_GROUP_ROWS, without the partition keys; `seen` takes in the time column's range."""
     pending: list[pa.RecordBatch] = []
     count = 0
     for batch in reader:
+        if seen is not None:
+            seen.take(batch.column(seen.column))
         batch = batch.drop_columns(drop)
         pending.append(batch)
         count += batch.num_rows
@@ -278,7 +284,28 @@ def _batches(reader: pa.RecordBatchReader, drop: list[str]) -> Iterable[pa.Table
         yield pa.Table.from_batches(pending)
 
 
-def write_partition_file(target: Target, rel_dir: str, reader: pa.RecordBatchReader) -> str:
+@dataclass
+class _Range:
+    """The least and greatest value of one column over the batches written: the manifest's time range,
+    taken from the rows as they stream by rather than by a second query (which, for a SOURCES table such
+    as gpu_samples_hourly, computed the whole month's rollup again)."""
+
+    column: str
+    lo: object = None
+    hi: object = None
+
+    def take(self, values: pa.Array) -> None:
+        mm = pc.min_max(values)
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        if lo is not None and (self.lo is None or lo < self.lo):
+            self.lo = lo
+        if hi is not None and (self.hi is None or hi > self.hi):
+            self.hi = hi
+
+
+def write_partition_file(
+    target: Target, rel_dir: str, reader: pa.RecordBatchReader, seen: _Range | None = None
+) -> str:
     """Write a partition's rows aside (dot name, same directory) and return that temporary path."""
     target.fs.create_dir(target.path(rel_dir), recursive=True)
     for info in target.fs.get_file_info(pafs.FileSelector(target.path(rel_dir))):
@@ -295,7 +322,7 @@ def write_partition_file(target: Target, rel_dir: str, reader: pa.RecordBatchRea
             compression_level=ZSTD_LEVEL,
             write_statistics=True,
         ) as writer:
-            for table in _batches(reader, drop):
+            for table in _batches(reader, drop, seen):
                 writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
     return tmp
 
@@ -314,11 +341,11 @@ def _months(
         rows = con.execute(sql, params).fetchall()
         return [(c, now_month) for (c,) in rows]
     expr = _month_expr(column, types[column])
-    sql = f"SELECT DISTINCT cluster, {expr} FROM {_q(table)} WHERE {where}"  # noqa: S608 - names from TABLES and the catalog, quoted; values are parameters
+    sql = f"SELECT DISTINCT cluster, {expr} AS m FROM {_q(table)} WHERE {where}"  # noqa: S608 - names from TABLES and the catalog, quoted; values are parameters
     if table == "gpu_samples_hourly":  # the hours still kept as minutes count too
         sql += f" UNION SELECT DISTINCT cluster, {_month_expr('minute', types[column])} FROM gpu_samples WHERE {where}"  # noqa: S608 - names from TABLES and the catalog, quoted
         params = params * 2
-    return con.execute(f"SELECT * FROM ({sql}) ORDER BY 1, 2", params).fetchall()  # noqa: S608 - built above from quoted names
+    return con.execute(f"SELECT cluster, strftime(m, '%Y-%m') FROM ({sql}) ORDER BY 1, 2", params).fetchall()  # noqa: S608 - built above from quoted names
 
 
 def thinned_months(con: duckdb.DuckDBPyConnection) -> set[tuple[str, str, str]]:
@@ -436,12 +463,10 @@ def export(
             source, params = _source(con, target, table, cols, part, column, merge)
             try:
                 rel = con.sql(f"SELECT * FROM ({source}) ORDER BY {order}", params=params)  # noqa: S608 - built by _source from quoted names
-                tmp = write_partition_file(target, part.rel_dir, rel.to_arrow_reader(ROW_GROUP_ROWS))
-                lo = hi = None
-                if column is not None:
-                    col = _q(column)
-                    sql = f"SELECT min({col}), max({col}) FROM ({source})"  # noqa: S608 - built by _source from quoted names
-                    lo, hi = con.execute(sql, params).fetchall()[0]
+                seen = _Range(column) if column is not None else None
+                reader = rel.to_arrow_reader(ROW_GROUP_ROWS)
+                tmp = write_partition_file(target, part.rel_dir, reader, seen)
+                lo, hi = (seen.lo, seen.hi) if seen is not None else (None, None)
             finally:
                 if merge is not None:
                     con.unregister("_lake_old")

@@ -147,7 +147,11 @@ def test_layout_and_rows_equal_the_database(demo_run, demo_lake):
         )  # the demo is 2026-11-01..04; snapshots: export run
         path = demo_lake / table / "cluster=simcluster" / f"month={month}" / "data.parquet"
         meta = pq.read_metadata(path)
-        assert meta.num_rows == count == listed[(table, "simcluster", month)]["rows"]
+        entry = listed[(table, "simcluster", month)]
+        assert meta.num_rows == count == entry["rows"]
+        if column is not None:  # the time range the manifest gives is the rows' own
+            lo, hi = con.execute(f'SELECT min("{column}"), max("{column}") FROM {rows}').fetchone()  # noqa: S608
+            assert (entry["min_time"], entry["max_time"]) == (lake._iso(lo), lake._iso(hi)), table
         assert meta.row_group(0).column(0).compression == "ZSTD"
         assert "cluster" not in meta.schema.names
         drop = "cluster, month" if column == "month" else "cluster"  # month is the partition key
@@ -386,6 +390,8 @@ def test_row_groups_and_an_unknown_mart(tmp_path, monkeypatch):
     lake.export(con, str(out), now=NOW, tables=["jobs"])
     meta = pq.read_metadata(out / "jobs/cluster=alpha/month=2026-11/data.parquet")
     assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [2, 2, 1]
+    entry = _listed(out)[("jobs", "alpha", "2026-11")]
+    assert (entry["min_time"], entry["max_time"]) == ("2026-11-01T00:00:00Z", "2026-11-20T00:00:00Z")
     assert (
         pq.read_schema(out / "jobs/cluster=alpha/month=2026-11/data.parquet").field("submit_time").type.tz
         == "UTC"
