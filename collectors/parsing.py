@@ -705,23 +705,25 @@ def parse_tres_usage_columns(df: pl.DataFrame, src: str, columns: dict[str, str]
     step, so the common case must not be a Python call per row.
     """
     text = pl.col(src)  # unstripped: a string with spaces is not in the printed shape (the scalar reads it)
-    heads = {name: rf"(?:^|,){re.escape(name)}=" for name in columns.values()}
+    # With a comma in front every entry starts `,name=`: found and counted as a literal, no regex
+    lead = pl.col("_tu_lead")
     value_cols = {out: f"_tu_{out}" for out in columns}
-    once = [
-        text.str.count_matches(f",{name}=", literal=True) + text.str.starts_with(f"{name}=").cast(pl.UInt32)
-        <= 1
-        for name in columns.values()
-    ]
-    fast = pl.all_horizontal(text.str.contains(_USAGE_STRICT), *once)
-    frame = df.select(
-        pl.col(src),
-        fast.fill_null(False).alias("_tu_fast"),
+    once = [lead.str.count_matches(f",{name}=", literal=True) <= 1 for name in columns.values()]
+    frame = df.select(pl.col(src), (pl.lit(",") + text).alias("_tu_lead"))
+    frame = frame.with_columns(
+        pl.all_horizontal(text.str.contains(_USAGE_STRICT), *once).fill_null(False).alias("_tu_fast"),
         (text.str.len_bytes() > 0).fill_null(False).alias("_tu_some"),
     )
     frame = frame.with_columns(
-        pl.when(pl.col("_tu_fast")).then(text.str.extract(heads[name] + "([^,]*)", 1)).alias(value_cols[out])
+        pl.when(pl.col("_tu_fast"))
+        .then(
+            lead.str.slice(lead.str.find(f",{name}=", literal=True) + len(name) + 2)
+            .str.splitn(",", 2)
+            .struct.field("field_0")
+        )
+        .alias(value_cols[out])
         for out, name in columns.items()
-    )
+    ).drop("_tu_lead")
     for out, name in columns.items():
         read = parse_cpu_time_columns if name == "cpu" else parse_size_columns
         frame = read(frame, {out: value_cols[out]})
