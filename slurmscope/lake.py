@@ -16,6 +16,7 @@ import logging
 import os
 import uuid
 from collections.abc import Callable, Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from urllib.parse import quote
@@ -25,6 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+
+from slurmscope import rollup
 
 log = logging.getLogger("slurmscope.lake")
 
@@ -462,10 +465,12 @@ def export(
             merge = old if (table, cluster, month) in thinned and old and _exists(target, old) else None
             source, params = _source(con, target, table, cols, part, column, merge)
             try:
-                rel = con.sql(f"SELECT * FROM ({source}) ORDER BY {order}", params=params)  # noqa: S608 - built by _source from quoted names
-                seen = _Range(column) if column is not None else None
-                reader = rel.to_arrow_reader(ROW_GROUP_ROWS)
-                tmp = write_partition_file(target, part.rel_dir, reader, seen)
+                # a SOURCES query sums floats in scan order: on one thread, the same bytes every run
+                with rollup.one_thread(con) if table in SOURCES else nullcontext():
+                    rel = con.sql(f"SELECT * FROM ({source}) ORDER BY {order}", params=params)  # noqa: S608 - built by _source from quoted names
+                    seen = _Range(column) if column is not None else None
+                    reader = rel.to_arrow_reader(ROW_GROUP_ROWS)
+                    tmp = write_partition_file(target, part.rel_dir, reader, seen)
                 lo, hi = (seen.lo, seen.hi) if seen is not None else (None, None)
             finally:
                 if merge is not None:

@@ -50,6 +50,8 @@ that part's average.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import StrEnum
 
 import duckdb
@@ -209,15 +211,21 @@ row of its own, so health reads back its counts, its minute and its link setting
 GPU has none, so this costs rows only where errors were counted."""
 
 
-def aggregate_sql(source: str, order: str = "epoch_us(minute)", *, repeated_minutes: bool = False) -> str:
+def aggregate_sql(
+    source: str, order: str = "epoch_us(minute)", *, repeated_minutes: bool = False, ordered_sums: bool = True
+) -> str:
     """SQL: `source` (minute-shaped rows: the key, `minute`, `jobs` and the RULES columns) rolled up per GPU,
     UTC hour, jobs and activity source, each minute that counted errors (EVENT_COLUMNS) apart, in
     gpu_samples_hourly's column order. `order` ranks rows for LAST (the greatest wins) and orders the sums:
     a parallel sum of floats adds in whatever order its threads finish, so the same minutes gave sums a few
     ulps apart from one run to the next, and the lake rewrote unchanged months (measured on the demo: 150-285
-    of 1,283 hours differed between two runs; ordered, none, at 4x the time of this query). `repeated_minutes`: a
-    minute may come in several rows (retention merging a late partial minute into its rolled-up hour), so its
-    source and whether it counted errors are worked out over all of them (MINUTE_SOURCE)."""
+    of 1,283 hours differed between two runs; ordered, none, at 4x the time of this query). `ordered_sums=False`
+    drops the ORDER BY from the sums, which then add in the order the rows arrive: run such a query on one
+    thread (`one_thread`) and that is the order the source is scanned in, the same every run and, for minutes
+    stored as they were loaded, the minute order (gpu_hours, for the lake: 2.5-3x less CPU than ordered sums on
+    two threads, docs/lake.md). `repeated_minutes`: a minute may come in several rows (retention merging a late
+    partial minute into its rolled-up hour), so its source and whether it counted errors are worked out over
+    all of them (MINUTE_SOURCE)."""
     hit = " OR ".join(f"coalesce({_q(c)}, 0) > 0" for c in EVENT_COLUMNS)
     if repeated_minutes:
         source = (
@@ -227,13 +235,14 @@ def aggregate_sql(source: str, order: str = "epoch_us(minute)", *, repeated_minu
         )
     else:
         source = f"SELECT *, CASE WHEN {hit} THEN minute END AS _event FROM ({source})"  # noqa: S608 - SQL built in this package
+    by = f" ORDER BY {order}" if ordered_sums else ""
     parts = [*KEYS, f"{hour_of('minute')} AS hour", "jobs"]
     parts.append("CAST(count(DISTINCT minute) AS INTEGER) AS minutes")
     parts.append(f"bit_or(CAST(1 AS BIGINT) << {minute_of_hour('minute')}) AS minute_mask")
     for col, agg in RULES.items():
         c = _q(col)
         if agg is Agg.SUM:
-            parts.append(f"sum({c} ORDER BY {order}) AS {c}")
+            parts.append(f"sum({c}{by}) AS {c}")
         elif agg is Agg.MAX:
             parts.append(f"max({c}) AS {c}")
         elif agg is Agg.BIT_OR:
@@ -246,10 +255,10 @@ def aggregate_sql(source: str, order: str = "epoch_us(minute)", *, repeated_minu
             parts.append(c)  # a grouping key: a row's minutes all have the same source
         else:
             w = f"CAST(coalesce({_q(weight_of(col))}, 0) AS DOUBLE)"
-            weighted = f"sum({w} ORDER BY {order}) FILTER (WHERE {c} IS NOT NULL)"
+            weighted = f"sum({w}{by}) FILTER (WHERE {c} IS NOT NULL)"
             parts.append(
-                f"CASE WHEN {weighted} > 0 THEN sum({c} * {w} ORDER BY {order}) FILTER (WHERE {c} IS NOT NULL)"
-                f" / {weighted} ELSE avg({c} ORDER BY {order}) END AS {c}"
+                f"CASE WHEN {weighted} > 0 THEN sum({c} * {w}{by}) FILTER (WHERE {c} IS NOT NULL)"
+                f" / {weighted} ELSE avg({c}{by}) END AS {c}"
             )
     group = ", ".join([*KEYS, "hour", "jobs", _q("activity_source"), "_event"])
     return f"SELECT {', '.join(parts)} FROM ({source}) GROUP BY {group}"  # noqa: S608 - column names from RULES
@@ -286,7 +295,8 @@ def macros_sql(types: dict[str, str], hourly_types: dict[str, str]) -> str:
     - `gpu_minutes(cluster_name, lo, hi)`: gpu_samples' rows for minutes in [lo, hi), stored minutes at and
       after the boundary, rolled-up hours before it read back as minutes (expand_sql);
     - `gpu_hours(cluster_name, lo, hi)`: gpu_samples_hourly's rows for hours in [lo, hi), stored rollups
-      before the boundary, the stored minutes after it rolled up on the fly (aggregate_sql).
+      before the boundary, the stored minutes after it rolled up on the fly (aggregate_sql, sums in the
+      order the minutes are scanned: read it inside `one_thread` for the same bytes every run).
 
     Each side is filtered by constants and the boundary before anything is expanded or grouped, so DuckDB
     prunes row groups by time on both tables.
@@ -315,9 +325,23 @@ CREATE OR REPLACE MACRO gpu_hours(cluster_name, lo, hi) AS TABLE
     SELECT {cast} FROM gpu_samples_hourly WHERE cluster = cluster_name AND hour > {hour_lo} AND hour < hi
         AND hour < {b}
     UNION ALL
-    SELECT {cast} FROM ({aggregate_sql(segment_sql(f"SELECT {cols} FROM gpu_samples WHERE cluster = cluster_name AND minute > {hour_lo} AND minute < hi AND minute >= {b}"))})
+    SELECT {cast} FROM ({aggregate_sql(segment_sql(f"SELECT {cols} FROM gpu_samples WHERE cluster = cluster_name AND minute > {hour_lo} AND minute < hi AND minute >= {b}"), ordered_sums=False)})
     WHERE hour > {hour_lo} AND hour < hi;
 """  # noqa: S608 - column names and types from RULES and the catalog
+
+
+@contextmanager
+def one_thread(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """DuckDB on one thread while the block runs, so that unordered float sums (aggregate_sql with
+    `ordered_sums=False`) add in scan order and give the same bytes every run. `threads` is a setting of the
+    whole database instance, not of a connection: other cursors of the process run on one thread meanwhile.
+    The previous value is restored after."""
+    old = con.execute("SELECT current_setting('threads')").fetchone()[0]
+    con.execute("SET threads = 1")
+    try:
+        yield
+    finally:
+        con.execute(f"SET threads = {int(old)}")
 
 
 def column_types(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:

@@ -109,8 +109,9 @@ SQL_INTERPOLATION_ALLOWED: dict[str, set[str]] = {
         "aggregate_sql(f'SELECT {cols} FROM gpu_samples WHERE cluster = cluster_name AND minute > {hour_lo} "
         "AND minute < hi AND minute >= {b}')",
         "aggregate_sql(segment_sql(f'SELECT {cols} FROM gpu_samples WHERE cluster = cluster_name AND minute > "
-        "{hour_lo} AND minute < hi AND minute >= {b}'))",
+        "{hour_lo} AND minute < hi AND minute >= {b}'), ordered_sums=False)",
         "MINUTE_SOURCE",
+        "by",
         "end",
         "group",
         "hit",

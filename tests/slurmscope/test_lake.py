@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from slurmscope import lake
+from slurmscope import lake, rollup
 from slurmscope.cli import main
 from slurmscope.db import connect
 from slurmscope.report import collect_data
@@ -155,9 +155,10 @@ def test_layout_and_rows_equal_the_database(demo_run, demo_lake):
         assert meta.row_group(0).column(0).compression == "ZSTD"
         assert "cluster" not in meta.schema.names
         drop = "cluster, month" if column == "month" else "cluster"  # month is the partition key
-        ours = con.execute(f"SELECT * EXCLUDE ({drop}) FROM {rows} ORDER BY ALL")  # noqa: S608
-        names = [d[0] for d in ours.description]
-        ours = ours.fetchall()
+        with rollup.one_thread(con):  # gpu_hours sums in scan order: read it as the export does
+            ours = con.execute(f"SELECT * EXCLUDE ({drop}) FROM {rows} ORDER BY ALL")  # noqa: S608
+            names = [d[0] for d in ours.description]
+            ours = ours.fetchall()
         theirs = duckdb.connect().execute(
             f"SELECT * FROM read_parquet('{path}', hive_partitioning = false) ORDER BY ALL"
         )  # noqa: S608
@@ -269,6 +270,48 @@ def test_reexport_is_byte_stable_and_replaces_only_changed_months(tmp_path):
         f"SELECT state FROM read_parquet('{out}/jobs/cluster=beta/*/*.parquet')"
     ).fetchall() == [("FAILED",)]
     assert lake.verify(str(out)) == []
+
+
+def test_hourly_gpu_partitions_are_the_minute_ordered_rollup_with_the_same_bytes_every_run(
+    demo_run, tmp_path
+):
+    """gpu_samples_hourly is rolled up on the fly with unordered sums on one thread (rollup.one_thread): three
+    exports from a two-thread database give the same files, equal to the rollup whose sums are ordered by
+    minute (the demo stores its minutes in load order). With two threads the sums add in whatever order the
+    threads finish and the files differ from run to run."""
+    con = demo_run.connect()
+    try:
+        assert con.execute("SELECT count(*) FROM gpu_samples_hourly").fetchone()[0] == 0  # all still minutes
+        con.execute("SET threads = 2")
+        listings = []
+        for i in range(3):
+            out = tmp_path / f"lake{i}"
+            lake.export(con, str(out), now=NOW, since="2000-01", tables=["gpu_samples_hourly"])
+            listings.append(
+                sorted(
+                    (e["path"], e["sha256"])
+                    for e in lake.read_manifest(lake.open_target(str(out)))["partitions"]
+                )
+            )
+        assert listings[0] and listings[0] == listings[1] == listings[2]
+        assert con.execute("SELECT current_setting('threads')").fetchone()[0] == 2
+        minute_cols = ", ".join(f'"{c}"' for c in rollup.column_types(con, "gpu_samples"))
+        hourly = {c: t for c, t in rollup.column_types(con, "gpu_samples_hourly").items() if c != "cluster"}
+        ordered = rollup.aggregate_sql(rollup.segment_sql(f"SELECT {minute_cols} FROM gpu_samples"))
+        cast = ", ".join(f'CAST("{c}" AS {t}) AS "{c}"' for c, t in hourly.items())
+        truth = con.execute(f"SELECT {cast} FROM ({ordered}) ORDER BY ALL").fetchall()  # noqa: S608 - names from the catalog
+    finally:
+        con.close()
+    names = ", ".join(f'"{c}"' for c in hourly)
+    got = (
+        duckdb.connect()
+        .execute(
+            f"SELECT {names} FROM read_parquet('{tmp_path}/lake0/gpu_samples_hourly/*/*/*.parquet',"  # noqa: S608
+            " hive_partitioning = false) ORDER BY ALL"
+        )
+        .fetchall()
+    )
+    assert len(got) == len(truth) > 1000 and got == truth
 
 
 def test_a_failure_mid_write_leaves_the_previous_month(tmp_path, monkeypatch):
