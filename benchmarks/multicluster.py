@@ -4,7 +4,7 @@ every cluster, and the Parquet export of a month of every cluster.
     .venv/bin/python -m benchmarks.multicluster --db /tmp/mc.duckdb --lake /tmp/mc-lake --clusters 10 \\
         --jobs 1000000 --step generate
     .venv/bin/python -m benchmarks.multicluster --db /tmp/mc.duckdb --lake /tmp/mc-lake --clusters 10 \\
-        --jobs 1000000 --step full          # then --step incremental, then --step export
+        --jobs 1000000 --step full          # then --step incremental, --step export, --step restore
 
 The history of each cluster is benchmarks/history.py's (one year; `--jobs` attempts, 1,024 eight-GPU nodes
 snapshotted every 6 h, node events, sdiag every 5 minutes, `--gpus` GPUs of NVML minutes over the last
@@ -16,6 +16,10 @@ own hash salt, so their attempts differ), so only one cluster's rows are built i
   whole run. `--each` runs each cluster in its own process instead (each its own peak RSS).
 - `incremental`: one more day of attempts (and a late record) for every cluster, then the incremental run
   of every cluster a day later; needs `full` at the same `--days`.
+- `restore`: the lake as the scale-out store. A fresh worker database per cluster named by `--restore`
+  (default `c00`) filled from `--lake` by `slurmscope restore` (after `--step export`, whose initial export
+  wrote the whole history), then that cluster's full rebuild there, as a worker machine would run it, as of
+  the collecting database's last pipeline run of it; mart row counts compared with that database's.
 - `export`: `slurmscope export` of every cluster. The first run into an empty `--lake` writes the whole
   history (timed apart as `initial`). The measured run is the scheduled one, `--since` the last full month
   of the history: it exports that month and the open one of every table and cluster, and leaves the months
@@ -207,6 +211,52 @@ def export_step(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def restore_step(args: argparse.Namespace) -> dict[str, Any]:
+    """A worker database of one cluster from the lake, then that cluster's full rebuild in it."""
+    from slurmscope.lake import MART_TABLES, restore
+
+    name = args.restore
+    source = connect(args.db, read_only=True)
+    try:  # as of the collecting database's last run of that cluster, so that the marts compare
+        now = source.execute("SELECT max(run_at) FROM pipeline_runs WHERE cluster = ?", [name]).fetchone()[0]
+    finally:
+        source.close()
+    now = now or START + timedelta(days=args.days)
+    db = Path(args.db).with_name(f"{Path(args.db).stem}-worker-{name}.duckdb")
+    db.unlink(missing_ok=True)
+    Path(str(db) + ".wal").unlink(missing_ok=True)
+    con = connect(db)
+    if args.threads:
+        con.execute(f"SET threads = {int(args.threads)}")
+    if args.duckdb_memory:
+        con.execute("SET memory_limit = ?", [args.duckdb_memory])
+    try:
+        with timer() as loaded:
+            done = restore(con, args.lake, clusters=[name])
+            con.execute("CHECKPOINT")
+        out: dict[str, Any] = {
+            "cluster": name,
+            "restore": {**loaded, "partitions": len(done), "rows": sum(r.rows for r in done)},
+            "worker_db_mib": round(db.stat().st_size / 2**20),
+        }
+        with timer() as rebuilt:
+            rows = runner.run_pipelines(con, config(args).for_cluster(name), full=True, now=now)
+        out["full"] = {**rebuilt, "failed": [k for k, v in rows.items() if v < 0]}
+        count = "SELECT count(*) FROM {} WHERE cluster = ?"
+        worker = {m: con.execute(count.format(m), [name]).fetchone()[0] for m in MART_TABLES}
+    finally:
+        con.close()
+    source = connect(args.db, read_only=True)
+    try:
+        theirs = {m: source.execute(count.format(m), [name]).fetchone()[0] for m in MART_TABLES}
+    finally:
+        source.close()
+    out["mart_rows"] = sum(worker.values())
+    out["mart_rows_differ"] = {m: [theirs[m], worker[m]] for m in MART_TABLES if theirs[m] != worker[m]}
+    out["peak_rss_mib"] = peak_rss_mib()
+    return out
+
+
 def body(args: argparse.Namespace) -> dict[str, Any]:
     if args.child:
         return pipelines(args, [args.child], args.step == "incremental")
@@ -219,6 +269,8 @@ def body(args: argparse.Namespace) -> dict[str, Any]:
         out["incremental"] = step(args, incremental=True)
     if args.step in ("export", "all"):
         out["export"] = export_step(args)
+    if args.step in ("restore", "all"):
+        out["restore"] = restore_step(args)
     return out
 
 
@@ -236,7 +288,10 @@ def main() -> None:
     ap.add_argument("--days", type=int, default=365, help="days of generated history")
     ap.add_argument("--gpus", type=int, default=64, help="GPUs with NVML minutes per cluster (0: none)")
     ap.add_argument("--sample-days", type=int, default=7, help="days of NVML minutes, up to the end")
-    ap.add_argument("--step", choices=["all", "generate", "full", "incremental", "export"], default="all")
+    ap.add_argument(
+        "--step", choices=["all", "generate", "full", "incremental", "export", "restore"], default="all"
+    )
+    ap.add_argument("--restore", default="c00", help="cluster the restore step fills a worker database with")
     ap.add_argument("--each", action="store_true", help="each cluster's pipelines in its own process")
     ap.add_argument("--slice-days", type=int, default=30, help="pipelines.full_slice_days")
     ap.add_argument("--threads", type=int, default=0, help="DuckDB threads (0: DuckDB's default)")

@@ -74,7 +74,7 @@ class Context:
             )
 
 
-ACCEPTS_ALL = {"collect", "pipelines", "report", "export", "status", "serve"}
+ACCEPTS_ALL = {"collect", "pipelines", "report", "export", "restore", "status", "serve"}
 """Commands that take `--cluster all` (ARCHITECTURE.md §4); the others (ingest, agent, demo, doctor) act on
 one cluster, and the rest (query, dashboards, alerts, simulate) on none."""
 NO_CLUSTER = {"query", "dashboards", "alerts", "simulate"}
@@ -114,7 +114,7 @@ class _Main(click.Group):
 @click.option(
     "--cluster",
     help="Cluster name (default: the first configured, else 'default'); 'all': every configured cluster "
-    "(collect, pipelines run, report, export, status, serve).",
+    "(collect, pipelines run, report, export, restore, status, serve).",
 )
 @click.option("-v", "--verbose", count=True, help="More logging on stderr.")
 @click.pass_context
@@ -508,6 +508,36 @@ def export(ctx: click.Context, out: str, since: str | None) -> None:
         con.close()
     written = sum(w.status == "written" for w in done)
     click.echo(f"export: {written} partition(s) written, {len(done) - written} unchanged, in {out}", err=True)
+
+
+@main.command()
+@click.option(
+    "--from", "src", required=True, help="Lake directory, or an object-store URL (s3://bucket/prefix)."
+)
+@click.pass_context
+def restore(ctx: click.Context, src: str) -> None:
+    """Load a cluster's raw tables from the Parquet lake into a database without them, to rebuild its marts
+    there with `pipelines run --full` (docs/lake.md#rebuilding-marts-from-the-lake)."""
+    from slurmscope.lake import ExportError, RestoreError
+    from slurmscope.lake import restore as run_restore
+
+    app = _context(ctx)
+    # no --cluster: every cluster in the lake; `all`: the configured ones; a name: that one
+    clusters = [c.cluster for c in app.targets()] if app.every or app.named else None
+    con = _connect(app)
+
+    def show(r) -> None:
+        p = r.partition
+        click.echo(f"{p.table}\t{p.cluster}\t{p.month}\t{r.rows}")
+
+    try:
+        done = run_restore(con, src, clusters=clusters, on_partition=show)
+    except (RestoreError, ExportError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        con.close()
+    rows = sum(r.rows for r in done)
+    click.echo(f"restore: {len(done)} partition(s), {rows} row(s) from {src}", err=True)
 
 
 @main.group()

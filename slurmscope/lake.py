@@ -59,9 +59,15 @@ RAW_TABLES: dict[str, str] = {
     "gpu_nvlink_errors": "minute",
     "gpu_events": "event_time",
     "gpu_jobs": "interval_start",
+    "gpu_inventory": "seen_at",
+    "reservations": "start_time",
+    "slurm_config": "snapshot_time",
+    "slurm_partitions": "snapshot_time",
 }
 """Raw tables and the column whose UTC month files a row. Each is part of the natural key, so a row never
-moves to another month when an upsert updates it."""
+moves to another month when an upsert updates it. With the last four (what the pipelines read besides the
+Slurm and NVML history: GPU models, reservations, the scheduler's and partitions' settings) the lake holds
+every input of every pipeline, so `restore` can rebuild the marts from it on another machine."""
 
 SOURCES: dict[str, str] = {"gpu_samples_hourly": "gpu_hours(?, ?, ?)"}
 """Tables exported from a query rather than read as stored: every hour of NVML history rolled up, the hours
@@ -538,3 +544,157 @@ def verify(out: str) -> list[str]:
     """Problems found: a listed partition whose file is missing or whose bytes differ from the manifest."""
     target = open_target(out)
     return [p for p in (verify_partition(target, e) for e in read_manifest(target)["partitions"]) if p]
+
+
+# ------------------------------------------------------------------------------------------------ restore
+
+
+class RestoreError(RuntimeError):
+    """A restore that cannot run (no lake, a damaged file, a cluster already in the database); says why."""
+
+
+@dataclass(frozen=True)
+class Restored:
+    partition: Partition
+    rows: int
+
+
+RESTORE_BATCH_ROWS = 262_144
+"""Rows read from a Parquet file at a time: a partition is streamed into DuckDB, never held whole."""
+
+
+def gpu_boundary(entries: list[dict]) -> datetime | None:
+    """The hour before which a restored cluster reads its GPU history from gpu_samples_hourly: the hour of
+    the lake's first minute row (None: the lake has no minute rows, every hour comes from the hourly table).
+
+    The lake's hourly table covers every hour, those whose minutes it also holds included (`gpu_hours`):
+    restoring both for one hour would count it twice. Minutes are kept from that hour on, the hours before
+    it are the ones retention had already rolled up before the first export (retention's boundary is one
+    instant per cluster, and a re-export keeps the minutes the lake had, NATURAL_KEYS)."""
+    firsts = [e["min_time"] for e in entries if e["table"] == "gpu_samples" and e["rows"] and e["min_time"]]
+    if not firsts:
+        return None
+    first = datetime.fromisoformat(min(firsts).replace("Z", "+00:00"))
+    return first.replace(minute=0, second=0, microsecond=0)
+
+
+def restore(
+    con: duckdb.DuckDBPyConnection,
+    src: str,
+    *,
+    clusters: Iterable[str] | None = None,
+    now: datetime | None = None,
+    on_partition: Callable[[Restored], None] | None = None,
+) -> list[Restored]:
+    """Load the raw tables of the lake's clusters (or only `clusters`) into a database that holds no rows of
+    them, so that `pipelines run --full` rebuilds their marts there: the lake as the scale-out store, one
+    worker database per cluster (docs/lake.md#rebuilding-marts-from-the-lake).
+
+    Nothing is written unless every partition to load matches the manifest's checksum and every column of
+    the lake exists in the database; each cluster is one transaction. Marts are not read: they are what the
+    worker recomputes.
+    """
+    target = open_target(src) if "://" in src or os.path.isdir(src) else None
+    if target is None:
+        raise RestoreError(f"{src}: no such lake directory")
+    manifest = read_manifest(target)
+    entries = [e for e in manifest["partitions"] if e["table"] in RAW_TABLES]
+    if not entries:
+        raise RestoreError(f"{src}: no raw table partitions in {MANIFEST} (is it a slurmscope lake?)")
+    in_lake = sorted({e["cluster"] for e in entries})
+    wanted = in_lake if clusters is None else list(dict.fromkeys(clusters))
+    absent = [c for c in wanted if c not in in_lake]
+    if absent:
+        raise RestoreError(
+            f"cluster(s) {', '.join(absent)} not in the lake {src}; it holds {', '.join(in_lake)}"
+        )
+    tables = [t for t in RAW_TABLES if t in {e["table"] for e in entries}]
+    for table in tables:
+        have = {n for n, _ in columns(con, table)}
+        extra = [n for n, _ in manifest["tables"][table]["columns"] if n not in have]
+        if extra:
+            raise RestoreError(
+                f"{table} in the lake has column(s) {', '.join(extra)} that this database lacks:"
+                " restore with the slurmscope release that wrote the lake, or a newer one"
+            )
+        for cluster in wanted:
+            if con.execute(f"SELECT 1 FROM {_q(table)} WHERE cluster = ? LIMIT 1", [cluster]).fetchall():  # noqa: S608 - table from RAW_TABLES
+                raise RestoreError(
+                    f"the database already holds {table} rows of cluster {cluster}: restore fills a database"
+                    " without that cluster's rows (a fresh --db per worker)"
+                )
+    chosen = sorted(
+        (e for e in entries if e["cluster"] in wanted),
+        key=lambda e: (wanted.index(e["cluster"]), tables.index(e["table"]), e["month"]),
+    )
+    problems = [p for p in (verify_partition(target, e) for e in chosen) if p]
+    if problems:
+        raise RestoreError(f"{src}: nothing restored, the lake is damaged: {'; '.join(problems)}")
+    now = now or datetime.now(timezone.utc)
+    done: list[Restored] = []
+    old = con.execute("SELECT current_setting('write_buffer_row_group_count')").fetchone()[0]
+    con.execute("SET write_buffer_row_group_count = 1")  # a big transaction writes as it goes
+    try:
+        for cluster in wanted:
+            mine = [e for e in chosen if e["cluster"] == cluster]
+            boundary = gpu_boundary(mine)
+            con.execute("BEGIN TRANSACTION")
+            try:
+                hourly = 0
+                for entry in mine:
+                    cut = boundary if entry["table"] == "gpu_samples_hourly" else None
+                    rows = _load_partition(con, target, entry, cut)
+                    if entry["table"] == "gpu_samples_hourly":
+                        hourly += rows
+                    result = Restored(Partition(entry["table"], cluster, entry["month"]), rows)
+                    done.append(result)
+                    if on_partition:
+                        on_partition(result)
+                if hourly:
+                    edge = (
+                        boundary
+                        or con.execute(
+                            "SELECT max(hour) + INTERVAL 1 HOUR FROM gpu_samples_hourly WHERE cluster = ?",
+                            [cluster],
+                        ).fetchone()[0]
+                    )
+                    con.execute(
+                        "INSERT INTO retention_state (cluster, name, boundary, updated_at)"
+                        " VALUES (?, 'gpu_samples', ?, ?)",
+                        [cluster, edge, now],
+                    )
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+    finally:
+        con.execute(f"SET write_buffer_row_group_count = {int(old)}")
+    return done
+
+
+def _load_partition(
+    con: duckdb.DuckDBPyConnection, target: Target, entry: dict, before: datetime | None
+) -> int:
+    """Insert one partition's rows under its cluster (for the hourly table only hours before `before`, when
+    given), streamed in batches; the number inserted."""
+    table = entry["table"]
+    with target.fs.open_input_file(target.path(entry["path"])) as fh:
+        pf = pq.ParquetFile(fh)
+        names = pf.schema_arrow.names
+        have = {n for n, _ in columns(con, table)} - set(PARTITION_KEYS)
+        unknown = [n for n in names if n not in have]
+        if unknown:
+            raise RestoreError(f"{entry['path']}: column(s) {', '.join(unknown)} are not columns of {table}")
+        reader = pa.RecordBatchReader.from_batches(
+            pf.schema_arrow, pf.iter_batches(batch_size=RESTORE_BATCH_ROWS)
+        )
+        cols = ", ".join(_q(n) for n in names)
+        where, params = ("", []) if before is None else (" WHERE hour < ?", [before])
+        con.register("_lake_restore", reader)
+        try:
+            return con.execute(
+                f"INSERT INTO {_q(table)} (cluster, {cols}) SELECT ?, {cols} FROM _lake_restore{where}",  # noqa: S608 - table from RAW_TABLES, quoted names from the file
+                [entry["cluster"], *params],
+            ).fetchone()[0]
+        finally:
+            con.unregister("_lake_restore")

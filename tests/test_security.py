@@ -194,6 +194,7 @@ SQL_INTERPOLATION_ALLOWED: dict[str, set[str]] = {
     # all double-quoted by _q; expr, where and order are built from those quoted names; values are parameters
     "slurmscope/lake.py": {
         "_q(table)",
+        "cols",  # restore: a partition's column names, each checked against the table's and quoted
         "expr",
         "order",
         "where",

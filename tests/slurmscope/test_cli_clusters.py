@@ -168,7 +168,8 @@ def test_export_takes_every_cluster_in_the_database_the_configured_ones_or_one(
 def test_commands_of_one_cluster_refuse_all(cluster_pair, command):
     res = _run(cluster_pair, cluster_pair.combined, "--cluster", "all", *command)
     assert (
-        res.exit_code == 2 and "'all' is for collect, export, pipelines, report, serve, status" in res.output
+        res.exit_code == 2
+        and "'all' is for collect, export, pipelines, report, restore, serve, status" in res.output
     )
 
 

@@ -194,6 +194,48 @@ def test_the_lake_keeps_every_minute_and_gets_the_same_hours_after_pruning(telem
     con.close()
 
 
+@pytest.mark.parametrize("exported_before_pruning", [False, True])
+def test_a_worker_restored_from_the_lake_reads_the_same_gpu_history(
+    telemetry_demo, tmp_path, exported_before_pruning
+):
+    """`restore` takes the minutes the lake has and, for the hours before them, the hourly rows: a lake first
+    written after retention (Nov 1-2 only as hours) gives a worker that reads the source's history through
+    gpu_minutes; one written before it (every minute kept) gives the minutes as they were. Both rebuild the
+    GPU marts of the source (which retention leaves as they were)."""
+    db, out = tmp_path / "d.duckdb", tmp_path / "lake"
+    shutil.copy(telemetry_demo, db)
+    con = connect(db)
+    con.execute(V3_MINUTES)
+    history = "SELECT * FROM gpu_minutes('simcluster', '-infinity', 'infinity') ORDER BY ALL"
+    unpruned = con.sql(history).pl()
+    if exported_before_pruning:
+        lake.export(con, str(out), now=SIM_END)
+    run_retention(con, _cfg(gpu_minutes_days=7), RETENTION_NOW)
+    lake.export(con, str(out), now=SIM_END)
+    worker = connect(tmp_path / "worker.duckdb")
+    lake.restore(worker, str(out), now=SIM_END)
+
+    first_minute = worker.execute("SELECT min(minute) FROM gpu_samples").fetchone()[0]
+    hours = worker.execute("SELECT count(*), max(hour) FROM gpu_samples_hourly").fetchone()
+    boundary = worker.execute("SELECT boundary FROM retention_state").fetchall()
+    if exported_before_pruning:
+        assert first_minute == datetime(2026, 11, 1, tzinfo=UTC) and hours[0] == 0 and boundary == []
+        want = unpruned
+    else:
+        assert first_minute == CUT and hours[1] == CUT - timedelta(hours=1) and boundary == [(CUT,)]
+        want = con.sql(history).pl()
+    got = worker.sql(history).pl()
+    assert got.height == want.height == 32 * 3 * 1440 and _same(got, want) == []
+
+    only = ["cost", "efficiency", "health"]
+    for c in (con, worker):
+        run_pipelines(c, _cfg(), full=True, now=SIM_END, only=only)
+    source_marts, worker_marts = _marts(con), _marts(worker)
+    assert {m: _same(source_marts[m], worker_marts[m]) for m in GPU_MARTS} == dict.fromkeys(GPU_MARTS, [])
+    con.close()
+    worker.close()
+
+
 # ---- sacct months kept only in the lake -------------------------------------------------------------------
 
 NOW = datetime(2026, 6, 15, tzinfo=UTC)  # sacct_lake_months = 3: attempts that ended before March 1 may go
