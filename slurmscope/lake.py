@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from urllib.parse import quote
 
 import duckdb
@@ -28,6 +28,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from slurmscope import rollup
+from slurmscope.db import transaction
 
 log = logging.getLogger("slurmscope.lake")
 
@@ -591,8 +592,8 @@ def restore(
     worker database per cluster (docs/lake.md#rebuilding-marts-from-the-lake).
 
     Nothing is written unless every partition to load matches the manifest's checksum and every column of
-    the lake exists in the database; each cluster is one transaction. Marts are not read: they are what the
-    worker recomputes.
+    the lake exists in the database. Each partition is one transaction; a restore that fails removes the
+    rows it loaded of that cluster. Marts are not read: they are what the worker recomputes.
     """
     target = open_target(src) if "://" in src or os.path.isdir(src) else None
     if target is None:
@@ -633,43 +634,63 @@ def restore(
     now = now or datetime.now(timezone.utc)
     done: list[Restored] = []
     old = con.execute("SELECT current_setting('write_buffer_row_group_count')").fetchone()[0]
-    con.execute("SET write_buffer_row_group_count = 1")  # a big transaction writes as it goes
+    con.execute("SET write_buffer_row_group_count = 1")  # each partition's rows are written as they come
     try:
         for cluster in wanted:
             mine = [e for e in chosen if e["cluster"] == cluster]
-            boundary = gpu_boundary(mine)
-            con.execute("BEGIN TRANSACTION")
             try:
-                hourly = 0
-                for entry in mine:
-                    cut = boundary if entry["table"] == "gpu_samples_hourly" else None
-                    rows = _load_partition(con, target, entry, cut)
-                    if entry["table"] == "gpu_samples_hourly":
-                        hourly += rows
-                    result = Restored(Partition(entry["table"], cluster, entry["month"]), rows)
-                    done.append(result)
-                    if on_partition:
-                        on_partition(result)
-                if hourly:
-                    edge = (
-                        boundary
-                        or con.execute(
-                            "SELECT max(hour) + INTERVAL 1 HOUR FROM gpu_samples_hourly WHERE cluster = ?",
-                            [cluster],
-                        ).fetchone()[0]
-                    )
-                    con.execute(
-                        "INSERT INTO retention_state (cluster, name, boundary, updated_at)"
-                        " VALUES (?, 'gpu_samples', ?, ?)",
-                        [cluster, edge, now],
-                    )
+                done += _restore_cluster(con, target, cluster, mine, now, on_partition)
             except BaseException:
-                con.execute("ROLLBACK")
+                _forget_cluster(con, cluster, tables)
                 raise
-            con.execute("COMMIT")
     finally:
         con.execute(f"SET write_buffer_row_group_count = {int(old)}")
     return done
+
+
+def _restore_cluster(
+    con: duckdb.DuckDBPyConnection,
+    target: Target,
+    cluster: str,
+    entries: list[dict],
+    now: datetime,
+    on_partition: Callable[[Restored], None] | None,
+) -> list[Restored]:
+    """One transaction per partition: a cluster as one transaction (10M attempts) needed more than DuckDB's
+    1 GB memory limit to commit its primary-key indexes. The GPU rollup boundary is written last."""
+    boundary = gpu_boundary(entries)
+    done: list[Restored] = []
+    hourly = 0
+    for entry in entries:
+        cut = boundary if entry["table"] == "gpu_samples_hourly" else None
+        with transaction(con):
+            rows = _load_partition(con, target, entry, cut)
+        hourly += rows if entry["table"] == "gpu_samples_hourly" else 0
+        result = Restored(Partition(entry["table"], cluster, entry["month"]), rows)
+        done.append(result)
+        if on_partition:
+            on_partition(result)
+    if hourly:
+        if boundary is None:  # no minute in the lake: every hour comes from the hourly rows
+            last = max(e["max_time"] for e in entries if e["table"] == "gpu_samples_hourly" and e["rows"])
+            boundary = datetime.fromisoformat(last.replace("Z", "+00:00")) + timedelta(hours=1)
+        with transaction(con):
+            con.execute(
+                "INSERT INTO retention_state (cluster, name, boundary, updated_at) VALUES (?, 'gpu_samples', ?, ?)",
+                [cluster, boundary, now],
+            )
+    return done
+
+
+def _forget_cluster(con: duckdb.DuckDBPyConnection, cluster: str, tables: list[str]) -> None:
+    """After a failed restore, remove what it loaded of the cluster, so that the next one can start over."""
+    try:
+        with transaction(con):
+            for table in tables:
+                con.execute(f"DELETE FROM {_q(table)} WHERE cluster = ?", [cluster])  # noqa: S608 - table from RAW_TABLES
+            con.execute("DELETE FROM retention_state WHERE cluster = ? AND name = 'gpu_samples'", [cluster])
+    except duckdb.Error:
+        log.exception("restore: could not remove the partial rows of cluster %s", cluster)
 
 
 def _load_partition(
