@@ -216,21 +216,19 @@ def restore_step(args: argparse.Namespace) -> dict[str, Any]:
     from slurmscope.lake import MART_TABLES, restore
 
     name = args.restore
-    source = connect(args.db, read_only=True)
-    try:  # as of the collecting database's last run of that cluster, so that the marts compare
-        now = source.execute("SELECT max(run_at) FROM pipeline_runs WHERE cluster = ?", [name]).fetchone()[0]
-    finally:
-        source.close()
-    now = now or START + timedelta(days=args.days)
+    count = "SELECT count(*) FROM {} WHERE cluster = ?"
     db = Path(args.db).with_name(f"{Path(args.db).stem}-worker-{name}.duckdb")
     db.unlink(missing_ok=True)
     Path(str(db) + ".wal").unlink(missing_ok=True)
-    con = connect(db)
-    if args.threads:
-        con.execute(f"SET threads = {int(args.threads)}")
-    if args.duckdb_memory:
-        con.execute("SET memory_limit = ?", [args.duckdb_memory])
+    source, con = connect(args.db, read_only=True), connect(db)
     try:
+        # as of the collecting database's last run of that cluster, so that the marts compare
+        now = source.execute("SELECT max(run_at) FROM pipeline_runs WHERE cluster = ?", [name]).fetchone()[0]
+        now = now or START + timedelta(days=args.days)
+        if args.threads:
+            con.execute(f"SET threads = {int(args.threads)}")
+        if args.duckdb_memory:
+            con.execute("SET memory_limit = ?", [args.duckdb_memory])
         with timer() as loaded:
             done = restore(con, args.lake, clusters=[name])
             con.execute("CHECKPOINT")
@@ -242,14 +240,10 @@ def restore_step(args: argparse.Namespace) -> dict[str, Any]:
         with timer() as rebuilt:
             rows = runner.run_pipelines(con, config(args).for_cluster(name), full=True, now=now)
         out["full"] = {**rebuilt, "failed": [k for k, v in rows.items() if v < 0]}
-        count = "SELECT count(*) FROM {} WHERE cluster = ?"
         worker = {m: con.execute(count.format(m), [name]).fetchone()[0] for m in MART_TABLES}
-    finally:
-        con.close()
-    source = connect(args.db, read_only=True)
-    try:
         theirs = {m: source.execute(count.format(m), [name]).fetchone()[0] for m in MART_TABLES}
     finally:
+        con.close()
         source.close()
     out["mart_rows"] = sum(worker.values())
     out["mart_rows_differ"] = {m: [theirs[m], worker[m]] for m in MART_TABLES if theirs[m] != worker[m]}

@@ -17,7 +17,7 @@ import queue
 import threading
 import zlib
 from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
@@ -42,7 +42,7 @@ from slurmscope.collectors.base import (
 from slurmscope.collectors.registry import COLLECTORS, Collector
 
 from slurmscope.config import Config
-from slurmscope.db import transaction
+from slurmscope.db import setting, transaction
 
 
 class IngestError(Exception):
@@ -405,19 +405,6 @@ def ahead(items: Iterator[T]) -> Iterator[T]:
         worker.join()
 
 
-@contextmanager
-def _write_each_row_group(con) -> Iterator[None]:
-    """DuckDB writes each full row group of the open transaction to the file, not five at a time: a big
-    load holds less in memory (1M sacct lines: 0.3 GiB less peak, at the same speed; see
-    docs/benchmarks.md). The connection's own value is restored after."""
-    old = con.execute("SELECT current_setting('write_buffer_row_group_count')").fetchone()[0]
-    con.execute("SET write_buffer_row_group_count = 1")
-    try:
-        yield
-    finally:
-        con.execute(f"SET write_buffer_row_group_count = {int(old)}")
-
-
 def _ingest_slices(
     con,
     cfg: Config,
@@ -449,7 +436,9 @@ def _ingest_slices(
     clusters: set[str] = set()
     rows = 0
     try:
-        with open_input(path) as raw, _write_each_row_group(con), transaction(con):
+        # each full row group of the transaction goes to the file, not five at a time: a big load holds less
+        # in memory (1M sacct lines: 0.3 GiB less peak, at the same speed; docs/benchmarks.md)
+        with open_input(path) as raw, setting(con, "write_buffer_row_group_count", 1), transaction(con):
             fh = _HashingReader(raw)
             parts = module.parse_slices(
                 fh,

@@ -293,6 +293,21 @@ def missing_cluster(con: duckdb.DuckDBPyConnection, cluster: str) -> str | None:
 
 
 @contextmanager
+def setting(con: duckdb.DuckDBPyConnection, name: str, value: object) -> Iterator[None]:
+    """A DuckDB setting changed while the block runs, its previous value restored after. Most settings
+    (`threads`, `write_buffer_row_group_count`, ...) belong to the database instance, not the connection:
+    other cursors of the process see the value meanwhile. `name` comes from code, never from input."""
+    if not re.fullmatch(r"[a-z_]+", name):
+        raise ValueError(f"not a DuckDB setting name: {name!r}")
+    old = con.execute("SELECT current_setting(?)", [name]).fetchone()[0]
+    con.execute(f"SET {name} = ?", [value])
+    try:
+        yield
+    finally:
+        con.execute(f"SET {name} = ?", [old])
+
+
+@contextmanager
 def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
     """BEGIN/COMMIT around a block; ROLLBACK and re-raise on any error."""
     con.execute("BEGIN TRANSACTION")

@@ -27,8 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from slurmscope import rollup
-from slurmscope.db import transaction
+from slurmscope.db import setting, transaction
 
 log = logging.getLogger("slurmscope.lake")
 
@@ -473,7 +472,7 @@ def export(
             source, params = _source(con, target, table, cols, part, column, merge)
             try:
                 # a SOURCES query sums floats in scan order: on one thread, the same bytes every run
-                with rollup.one_thread(con) if table in SOURCES else nullcontext():
+                with setting(con, "threads", 1) if table in SOURCES else nullcontext():
                     rel = con.sql(f"SELECT * FROM ({source}) ORDER BY {order}", params=params)  # noqa: S608 - built by _source from quoted names
                     seen = _Range(column) if column is not None else None
                     reader = rel.to_arrow_reader(ROW_GROUP_ROWS)
@@ -610,9 +609,9 @@ def restore(
             f"cluster(s) {', '.join(absent)} not in the lake {src}; it holds {', '.join(in_lake)}"
         )
     tables = [t for t in RAW_TABLES if t in {e["table"] for e in entries}]
+    have = {t: {n for n, _ in columns(con, t)} - set(PARTITION_KEYS) for t in tables}
     for table in tables:
-        have = {n for n, _ in columns(con, table)}
-        extra = [n for n, _ in manifest["tables"][table]["columns"] if n not in have]
+        extra = [n for n, _ in manifest["tables"][table]["columns"] if n not in have[table]]
         if extra:
             raise RestoreError(
                 f"{table} in the lake has column(s) {', '.join(extra)} that this database lacks:"
@@ -633,18 +632,14 @@ def restore(
         raise RestoreError(f"{src}: nothing restored, the lake is damaged: {'; '.join(problems)}")
     now = now or datetime.now(timezone.utc)
     done: list[Restored] = []
-    old = con.execute("SELECT current_setting('write_buffer_row_group_count')").fetchone()[0]
-    con.execute("SET write_buffer_row_group_count = 1")  # each partition's rows are written as they come
-    try:
+    with setting(con, "write_buffer_row_group_count", 1):  # each partition's rows are written as they come
         for cluster in wanted:
             mine = [e for e in chosen if e["cluster"] == cluster]
             try:
-                done += _restore_cluster(con, target, cluster, mine, now, on_partition)
+                done += _restore_cluster(con, target, cluster, mine, have, now, on_partition)
             except BaseException:
                 _forget_cluster(con, cluster, tables)
                 raise
-    finally:
-        con.execute(f"SET write_buffer_row_group_count = {int(old)}")
     return done
 
 
@@ -653,6 +648,7 @@ def _restore_cluster(
     target: Target,
     cluster: str,
     entries: list[dict],
+    have: dict[str, set[str]],
     now: datetime,
     on_partition: Callable[[Restored], None] | None,
 ) -> list[Restored]:
@@ -664,7 +660,7 @@ def _restore_cluster(
     for entry in entries:
         cut = boundary if entry["table"] == "gpu_samples_hourly" else None
         with transaction(con):
-            rows = _load_partition(con, target, entry, cut)
+            rows = _load_partition(con, target, entry, have[entry["table"]], cut)
         hourly += rows if entry["table"] == "gpu_samples_hourly" else 0
         result = Restored(Partition(entry["table"], cluster, entry["month"]), rows)
         done.append(result)
@@ -694,15 +690,15 @@ def _forget_cluster(con: duckdb.DuckDBPyConnection, cluster: str, tables: list[s
 
 
 def _load_partition(
-    con: duckdb.DuckDBPyConnection, target: Target, entry: dict, before: datetime | None
+    con: duckdb.DuckDBPyConnection, target: Target, entry: dict, have: set[str], before: datetime | None
 ) -> int:
     """Insert one partition's rows under its cluster (for the hourly table only hours before `before`, when
-    given), streamed in batches; the number inserted."""
+    given), streamed in batches; the number inserted. `have`: the table's columns, the file's must be among
+    them."""
     table = entry["table"]
     with target.fs.open_input_file(target.path(entry["path"])) as fh:
         pf = pq.ParquetFile(fh)
         names = pf.schema_arrow.names
-        have = {n for n, _ in columns(con, table)} - set(PARTITION_KEYS)
         unknown = [n for n in names if n not in have]
         if unknown:
             raise RestoreError(f"{entry['path']}: column(s) {', '.join(unknown)} are not columns of {table}")

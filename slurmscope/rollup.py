@@ -50,8 +50,6 @@ that part's average.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
-from contextlib import contextmanager
 from enum import StrEnum
 
 import duckdb
@@ -221,9 +219,9 @@ def aggregate_sql(
     ulps apart from one run to the next, and the lake rewrote unchanged months (measured on the demo: 150-285
     of 1,283 hours differed between two runs; ordered, none, at 4x the time of this query). `ordered_sums=False`
     drops the ORDER BY from the sums, which then add in the order the rows arrive: run such a query on one
-    thread (`one_thread`) and that is the order the source is scanned in, the same every run and, for minutes
-    stored as they were loaded, the minute order (gpu_hours, for the lake: 2.5-3x less CPU than ordered sums on
-    two threads, docs/lake.md). `repeated_minutes`: a minute may come in several rows (retention merging a late
+    thread (`slurmscope.db.setting(con, "threads", 1)`) and that is the order the source is scanned in, the
+    same every run and, for minutes stored as they were loaded, the minute order (gpu_hours, for the lake:
+    2.5-3x less CPU than ordered sums on two threads, docs/lake.md). `repeated_minutes`: a minute may come in several rows (retention merging a late
     partial minute into its rolled-up hour), so its source and whether it counted errors are worked out over
     all of them (MINUTE_SOURCE)."""
     hit = " OR ".join(f"coalesce({_q(c)}, 0) > 0" for c in EVENT_COLUMNS)
@@ -296,7 +294,7 @@ def macros_sql(types: dict[str, str], hourly_types: dict[str, str]) -> str:
       after the boundary, rolled-up hours before it read back as minutes (expand_sql);
     - `gpu_hours(cluster_name, lo, hi)`: gpu_samples_hourly's rows for hours in [lo, hi), stored rollups
       before the boundary, the stored minutes after it rolled up on the fly (aggregate_sql, sums in the
-      order the minutes are scanned: read it inside `one_thread` for the same bytes every run).
+      order the minutes are scanned: read it on one thread, `slurmscope.db.setting(con, "threads", 1)`, for the same bytes every run).
 
     Each side is filtered by constants and the boundary before anything is expanded or grouped, so DuckDB
     prunes row groups by time on both tables.
@@ -328,20 +326,6 @@ CREATE OR REPLACE MACRO gpu_hours(cluster_name, lo, hi) AS TABLE
     SELECT {cast} FROM ({aggregate_sql(segment_sql(f"SELECT {cols} FROM gpu_samples WHERE cluster = cluster_name AND minute > {hour_lo} AND minute < hi AND minute >= {b}"), ordered_sums=False)})
     WHERE hour > {hour_lo} AND hour < hi;
 """  # noqa: S608 - column names and types from RULES and the catalog
-
-
-@contextmanager
-def one_thread(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
-    """DuckDB on one thread while the block runs, so that unordered float sums (aggregate_sql with
-    `ordered_sums=False`) add in scan order and give the same bytes every run. `threads` is a setting of the
-    whole database instance, not of a connection: other cursors of the process run on one thread meanwhile.
-    The previous value is restored after."""
-    old = con.execute("SELECT current_setting('threads')").fetchone()[0]
-    con.execute("SET threads = 1")
-    try:
-        yield
-    finally:
-        con.execute(f"SET threads = {int(old)}")
 
 
 def column_types(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:

@@ -455,3 +455,16 @@ def test_a_writer_connection_is_ready_for_the_relation_api(tmp_path):
         assert con.sql("SELECT count(*) FROM schema_migrations").to_arrow_table().num_rows == 1
     finally:
         con.close()
+
+
+def test_setting_is_restored_after_the_block_even_when_it_fails():
+    con = duckdb.connect()
+    con.execute("SET threads = 2")
+    with db.setting(con, "threads", 1):
+        assert con.execute("SELECT current_setting('threads')").fetchone()[0] == 1
+    with pytest.raises(duckdb.Error), db.setting(con, "write_buffer_row_group_count", 1):
+        con.execute("SELECT * FROM no_such_table")
+    assert con.execute("SELECT current_setting('threads')").fetchone()[0] == 2
+    assert con.execute("SELECT current_setting('write_buffer_row_group_count')").fetchone()[0] == 5
+    with pytest.raises(ValueError, match="not a DuckDB setting name"), db.setting(con, "threads = 1; --", 1):
+        pass

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from slurmscope import lake, rollup
 from slurmscope.cli import main
-from slurmscope.db import connect
+from slurmscope.db import connect, setting
 from slurmscope.report import collect_data
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,17 +97,6 @@ def polars_query(name: str, lake_dir: Path) -> list[tuple]:
     return ns["result"].rows()
 
 
-@pytest.fixture(scope="module")
-def demo_lake(demo_run, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("lake") / "lake"
-    con = demo_run.connect()
-    try:
-        lake.export(con, str(out), now=NOW)
-    finally:
-        con.close()
-    return out
-
-
 def test_every_mart_and_raw_table_has_a_month_column(tmp_path):
     """A migration that adds a mart must say which column files its rows into months."""
     con = connect(tmp_path / "m.duckdb")
@@ -155,7 +144,7 @@ def test_layout_and_rows_equal_the_database(demo_run, demo_lake):
         assert meta.row_group(0).column(0).compression == "ZSTD"
         assert "cluster" not in meta.schema.names
         drop = "cluster, month" if column == "month" else "cluster"  # month is the partition key
-        with rollup.one_thread(con):  # gpu_hours sums in scan order: read it as the export does
+        with setting(con, "threads", 1):  # gpu_hours sums in scan order: read it as the export does
             ours = con.execute(f"SELECT * EXCLUDE ({drop}) FROM {rows} ORDER BY ALL")  # noqa: S608
             names = [d[0] for d in ours.description]
             ours = ours.fetchall()
@@ -275,7 +264,7 @@ def test_reexport_is_byte_stable_and_replaces_only_changed_months(tmp_path):
 def test_hourly_gpu_partitions_are_the_minute_ordered_rollup_with_the_same_bytes_every_run(
     demo_run, tmp_path
 ):
-    """gpu_samples_hourly is rolled up on the fly with unordered sums on one thread (rollup.one_thread): three
+    """gpu_samples_hourly is rolled up on the fly with unordered sums on one thread (db.setting): three
     exports from a two-thread database give the same files, equal to the rollup whose sums are ordered by
     minute (the demo stores its minutes in load order). With two threads the sums add in whatever order the
     threads finish and the files differ from run to run."""

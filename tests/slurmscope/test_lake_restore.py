@@ -9,8 +9,7 @@ import json
 import math
 import re
 import shutil
-from datetime import UTC, datetime, timezone
-from pathlib import Path
+from datetime import UTC
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -23,7 +22,6 @@ from slurmscope.cli import main
 from slurmscope.config import load_config
 from slurmscope.db import connect
 
-NOW = datetime(2026, 12, 3, 12, 0, tzinfo=timezone.utc)
 CLUSTER = "simcluster"
 FILLED = {
     "jobs",
@@ -43,18 +41,7 @@ def _config():
 
 
 @pytest.fixture(scope="module")
-def lake_dir(demo_run, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("restore") / "lake"
-    con = demo_run.connect()
-    try:
-        lake.export(con, str(out), now=NOW)
-    finally:
-        con.close()
-    return out
-
-
-@pytest.fixture(scope="module")
-def rebuilt(demo_run, lake_dir, tmp_path_factory):
+def rebuilt(demo_run, demo_lake, tmp_path_factory):
     """(source, worker): a copy of the demo database and a database restored from its lake, the marts of
     both rebuilt in full as of the demo's last pipeline run."""
     base = tmp_path_factory.mktemp("rebuilt")
@@ -62,7 +49,7 @@ def rebuilt(demo_run, lake_dir, tmp_path_factory):
     source = connect(base / "source.duckdb")
     now = source.execute("SELECT max(run_at) FROM pipeline_runs").fetchone()[0].astimezone(UTC)
     worker = connect(base / "worker.duckdb")
-    restored = lake.restore(worker, str(lake_dir))
+    restored = lake.restore(worker, str(demo_lake))
     for con in (source, worker):
         assert all(rows >= 0 for rows in run_pipelines(con, _config(), full=True, now=now).values())
     yield source, worker, restored
@@ -148,9 +135,9 @@ def _count(con, table: str) -> int:
     return con.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
 
 
-def test_a_damaged_partition_is_refused_before_anything_is_written(lake_dir, tmp_path):
+def test_a_damaged_partition_is_refused_before_anything_is_written(demo_lake, tmp_path):
     damaged = tmp_path / "lake"
-    shutil.copytree(lake_dir, damaged)
+    shutil.copytree(demo_lake, damaged)
     victim = sorted((damaged / "job_steps").rglob("data.parquet"))[-1]
     data = bytearray(victim.read_bytes())
     data[len(data) // 2] ^= 0xFF
@@ -162,40 +149,40 @@ def test_a_damaged_partition_is_refused_before_anything_is_written(lake_dir, tmp
     con.close()
 
 
-def test_a_cluster_already_in_the_database_or_not_in_the_lake_is_refused(lake_dir, tmp_path):
+def test_a_cluster_already_in_the_database_or_not_in_the_lake_is_refused(demo_lake, tmp_path):
     con = connect(tmp_path / "worker.duckdb")
     with pytest.raises(
         lake.RestoreError, match=f"cluster\\(s\\) nope not in the lake .*; it holds {CLUSTER}$"
     ):
-        lake.restore(con, str(lake_dir), clusters=["nope"])
-    lake.restore(con, str(lake_dir), clusters=[CLUSTER])
+        lake.restore(con, str(demo_lake), clusters=["nope"])
+    lake.restore(con, str(demo_lake), clusters=[CLUSTER])
     counts = {t: _count(con, t) for t in lake.RAW_TABLES}
     with pytest.raises(lake.RestoreError, match=f"already holds jobs rows of cluster {CLUSTER}"):
-        lake.restore(con, str(lake_dir))
+        lake.restore(con, str(demo_lake))
     assert {t: _count(con, t) for t in lake.RAW_TABLES} == counts  # nothing loaded twice
     with pytest.raises(lake.RestoreError, match="no such lake directory"):
         lake.restore(con, str(tmp_path / "missing"))
     con.close()
 
 
-def test_cli_restores_then_pipelines_rebuild(lake_dir, tmp_path):
+def test_cli_restores_then_pipelines_rebuild(demo_lake, tmp_path):
     db = tmp_path / "worker.duckdb"
     runner = CliRunner()
-    res = runner.invoke(main, ["--db", str(db), "--cluster", CLUSTER, "restore", "--from", str(lake_dir)])
+    res = runner.invoke(main, ["--db", str(db), "--cluster", CLUSTER, "restore", "--from", str(demo_lake)])
     assert res.exit_code == 0, res.output
     lines = [line.split("\t") for line in res.stdout.splitlines()]
     con = connect(db, read_only=True)
     jobs = _count(con, "jobs")
     con.close()
     assert sum(int(rows) for table, _, _, rows in lines if table == "jobs") == jobs > 0
-    assert f"row(s) from {lake_dir}" in res.stderr
-    again = runner.invoke(main, ["--db", str(db), "--cluster", CLUSTER, "restore", "--from", str(lake_dir)])
+    assert f"row(s) from {demo_lake}" in res.stderr
+    again = runner.invoke(main, ["--db", str(db), "--cluster", CLUSTER, "restore", "--from", str(demo_lake)])
     assert again.exit_code == 1 and "already holds" in again.output and "Traceback" not in again.output
     rebuilt = runner.invoke(main, ["--db", str(db), "--cluster", CLUSTER, "pipelines", "run", "--full"])
     assert rebuilt.exit_code == 0, rebuilt.output
     # the worker's export back into (a copy of) the lake rewrites no raw partition: same rows, same bytes
     back = tmp_path / "lake"
-    shutil.copytree(lake_dir, back)
+    shutil.copytree(demo_lake, back)
     exported = runner.invoke(main, ["--db", str(db), "--cluster", CLUSTER, "export", "--out", str(back)])
     assert exported.exit_code == 0, exported.output
     status = {tuple(line.split("\t")[:3]): line.split("\t")[4] for line in exported.stdout.splitlines()}
@@ -204,10 +191,10 @@ def test_cli_restores_then_pipelines_rebuild(lake_dir, tmp_path):
     assert lake.verify(str(back)) == []
 
 
-def test_a_file_with_a_column_the_table_lacks_is_refused_and_nothing_stays(lake_dir, tmp_path):
+def test_a_file_with_a_column_the_table_lacks_is_refused_and_nothing_stays(demo_lake, tmp_path):
     """A file whose manifest entry was rewritten to match it (checksum right) still cannot add a column."""
     odd = tmp_path / "lake"
-    shutil.copytree(lake_dir, odd)
+    shutil.copytree(demo_lake, odd)
     manifest = json.loads((odd / lake.MANIFEST).read_text())
     entry = next(p for p in manifest["partitions"] if p["table"] == "job_steps")
     path = odd / entry["path"]
