@@ -129,14 +129,19 @@ def default_start(
     return start
 
 
+HISTORY_TABLES = ("jobs", "node_states", "pending_jobs")
+"""Raw tables whose old months retention may leave to the lake alone (slurmscope/retention.py)."""
+
+
 def history_floor(con: duckdb.DuckDBPyConnection, cluster: str) -> datetime | None:
-    """The earliest instant a rebuild may start at when retention moved sacct months to the lake only
-    (slurmscope/retention.py): the marts before it were built from attempts DuckDB no longer has, so they are
+    """The earliest instant a rebuild may start at when retention moved sacct or snapshot months to the lake
+    only (slurmscope/retention.py): the marts before it were built from rows DuckDB no longer has, so they are
     kept as they are rather than rebuilt from a partial history. None when no month left."""
     row = con.execute(
-        "SELECT boundary FROM retention_state WHERE cluster = ? AND name = 'jobs'", [cluster]
-    ).fetchall()
-    return row[0][0].astimezone(UTC) + HISTORY_MARGIN if row else None
+        "SELECT max(boundary) FROM retention_state WHERE cluster = ? AND list_contains(?, name)",
+        [cluster, list(HISTORY_TABLES)],
+    ).fetchone()
+    return row[0].astimezone(UTC) + HISTORY_MARGIN if row and row[0] is not None else None
 
 
 def pipeline_params(cfg: Config, window: Window) -> Params:

@@ -851,7 +851,15 @@ WHERE list_contains(?, r.cluster)
 ORDER BY r.cluster, r.collector
 """
 
-RETENTION_TABLES = ("gpu_samples", "jobs", "job_steps", "collector_runs", "spool_files")
+RETENTION_TABLES = (
+    "gpu_samples",
+    "jobs",
+    "job_steps",
+    "node_states",
+    "pending_jobs",
+    "collector_runs",
+    "spool_files",
+)
 RETENTION_SQL = f"""
 WITH t(table_name) AS (VALUES {", ".join(f"('{t}')" for t in RETENTION_TABLES)}),
 runs AS (SELECT * FROM retention_runs WHERE cluster = $1),
@@ -868,11 +876,13 @@ kept AS (
     SELECT 'gpu_samples' AS table_name, (SELECT count(*) FROM gpu_samples WHERE cluster = $1) AS rows
     UNION ALL SELECT 'jobs', (SELECT count(*) FROM jobs WHERE cluster = $1)
     UNION ALL SELECT 'job_steps', (SELECT count(*) FROM job_steps WHERE cluster = $1)
+    UNION ALL SELECT 'node_states', (SELECT count(*) FROM node_states WHERE cluster = $1)
+    UNION ALL SELECT 'pending_jobs', (SELECT count(*) FROM pending_jobs WHERE cluster = $1)
     UNION ALL SELECT 'collector_runs', (SELECT count(*) FROM collector_runs WHERE cluster = $1)
     UNION ALL SELECT 'spool_files', (SELECT count(*) FROM spool_files WHERE cluster = $1)
 ),
 state AS (
-    SELECT CASE name WHEN 'gpu_samples' THEN 'gpu_samples' ELSE 'jobs' END AS table_name, boundary,
+    SELECT name AS table_name, boundary,
            CASE name WHEN 'gpu_samples' THEN 'gpu_samples_hourly ('
                || (SELECT count(*) FROM gpu_samples_hourly WHERE cluster = $1) || ' rows)' ELSE 'lake' END AS older_in
     FROM retention_state WHERE cluster = $1

@@ -867,6 +867,9 @@ SCHEMA = Table(
                 "sacct_lake_months": KeepPeriod(
                     0, 3, "months", "cost rebuilds the open month and the one before, drift reads 61 days"
                 ),
+                "snapshot_lake_months": KeepPeriod(
+                    0, 3, "months", "cost rebuilds the open month and the one before, drift reads 61 days"
+                ),
                 "run_log_days": KeepPeriod(7, 1, "days", "a whole day"),
                 "interval_seconds": Num(3600, low=60),
             }
@@ -1060,11 +1063,12 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
 
 def _check_together(raw: dict[str, Any], source: str) -> None:
     """Keys that are valid alone but not with each other."""
-    if raw["retention"]["sacct_lake_months"] and not raw["lake"]["export_dir"]:
-        raise ConfigError(
-            f"{source}: key 'retention.sacct_lake_months' expects 0 while lake.export_dir is empty: sacct months "
-            "are removed from the database only once the Parquet lake holds them"
-        )
+    for key, what in (("sacct_lake_months", "sacct months"), ("snapshot_lake_months", "snapshot months")):
+        if raw["retention"][key] and not raw["lake"]["export_dir"]:
+            raise ConfigError(
+                f"{source}: key 'retention.{key}' expects 0 while lake.export_dir is empty: {what} "
+                "are removed from the database only once the Parquet lake holds them"
+            )
 
 
 def check_listen(address: str, port: int, hint: str) -> None:

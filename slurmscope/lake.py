@@ -78,6 +78,8 @@ NATURAL_KEYS: dict[str, tuple[str, ...]] = {
     "gpu_samples": ("node", "gpu_uuid", "minute"),
     "jobs": ("job_id_raw", "submit_time"),
     "job_steps": ("job_id_raw", "job_submit_time", "step_id"),
+    "node_states": ("snapshot_time", "node", "partition"),
+    "pending_jobs": ("snapshot_time", "job_id"),
 }
 """The tables retention thins (slurmscope/retention.py), by natural key (besides `cluster`). Re-exporting a
 month retention has removed rows from merges the lake's file with the database: rows only the lake still

@@ -1,6 +1,6 @@
 """Retention: what the database keeps, so that a fleet's history stays a bounded file.
 
-Three kinds of history grow without end, and each has its own rule (docs/configuration.md#retention):
+Four kinds of history grow without end, and each has its own rule (docs/configuration.md#retention):
 
 - **NVML minute rows** (`gpu_samples`, 14.4 M a day at 10,000 GPUs): minutes older than
   `retention.gpu_minutes_days` are rolled up into `gpu_samples_hourly` by the rules of slurmscope.rollup and
@@ -10,6 +10,10 @@ Three kinds of history grow without end, and each has its own rule (docs/configu
   before the first kept month leaves DuckDB once the Parquet lake (slurmscope/lake.py) holds it: the
   manifest lists its month, the file's checksum matches the manifest, and every row to delete is in that
   file, column for column. A month that fails a check stays and is reported as `waiting`.
+- **Slurm snapshots** (`node_states`, a row per node and partition at every `sinfo`; `pending_jobs`, a row per
+  queued job at every `squeue`: 1.8 M and more rows a day on a 1,250-node cluster sampled every minute):
+  with `retention.snapshot_lake_months`, a month of snapshots older than that leaves DuckDB once the lake
+  holds it, checked as for the sacct history.
 - **Run logs** (`collector_runs`, one row per loaded spool file; `spool_files`, the ledger that stops a
   file loading twice): rows older than `retention.run_log_days` go, except each collector's latest run and
   latest successful run (what `status` and the collector metrics show) and its first run (serve's monthly
@@ -40,12 +44,17 @@ log = logging.getLogger("slurmscope.retention")
 
 HOUR = timedelta(hours=1)
 
+SNAPSHOT_TABLES = ("node_states", "pending_jobs")
+"""Periodic Slurm snapshots that `retention.snapshot_lake_months` moves to the lake; each keeps its own
+boundary in `retention_state` under its table name."""
+SNAPSHOT_DELETABLE = "cluster = $cluster AND snapshot_time >= $lo AND snapshot_time < $hi"
+
 
 @dataclass(frozen=True)
 class Step:
     """One unit of retention work, done in one transaction."""
 
-    kind: str  # 'gpu_samples' | 'jobs' | 'collector_runs' | 'spool_files'
+    kind: str  # 'gpu_samples' | 'jobs' | a SNAPSHOT_TABLES name | 'collector_runs' | 'spool_files'
     cluster: str
     start: datetime
     end: datetime
@@ -115,6 +124,21 @@ def plan(con: duckdb.DuckDBPyConnection, cfg: Config, now: datetime) -> list[Ste
                     datetime(nxt.year, nxt.month, 1, tzinfo=UTC),
                 )
             )
+    months = int(cfg.get("retention", "snapshot_lake_months"))
+    if months:
+        cutoff = jobs_cutoff(now, months)
+        for table in SNAPSHOT_TABLES:
+            rows = con.execute(
+                f"SELECT DISTINCT cluster, strftime(timezone('UTC', snapshot_time), '%Y-%m') AS m FROM {table}"  # noqa: S608 - names from SNAPSHOT_TABLES
+                " WHERE snapshot_time < ? ORDER BY cluster, m",
+                [cutoff],
+            ).fetchall()
+            for cluster, month in rows:
+                first, nxt = lake.month_bounds(month)
+                lo = datetime(first.year, first.month, 1, tzinfo=UTC)
+                steps.append(
+                    Step(table, cluster, lo, min(datetime(nxt.year, nxt.month, 1, tzinfo=UTC), cutoff))
+                )
     run_days = int(cfg.get("retention", "run_log_days"))
     if run_days:
         before = now - timedelta(days=run_days)
@@ -287,6 +311,30 @@ def prune_jobs(con: duckdb.DuckDBPyConnection, cfg: Config, step: Step, now: dat
     return done
 
 
+def prune_snapshots(con: duckdb.DuckDBPyConnection, cfg: Config, step: Step, now: datetime) -> Done:
+    """Delete a month of a snapshot table that the lake provably holds, and move its boundary (before it,
+    pipelines keep their marts rather than rebuild them: pipelines.runner.history_floor); one transaction."""
+    params = {"cluster": step.cluster, "lo": step.start, "hi": step.end}
+    target = lake.open_target(cfg.get("lake", "export_dir"))
+    manifest = lake.read_manifest(target)
+    with transaction(con):
+        problem = _lake_check(con, target, manifest, step.kind, step, SNAPSHOT_DELETABLE, params)
+        if problem:
+            export = f"`slurmscope export --since {step.start:%Y-%m}`"
+            done = Done(step, step.kind, 0, 0, "waiting", f"{problem}; kept until {export} writes it")
+            _record(con, done, now, None, None)
+            return done
+        n, lo, hi = con.execute(
+            f"SELECT count(*), min(snapshot_time), max(snapshot_time) FROM {step.kind} WHERE {SNAPSHOT_DELETABLE}",  # noqa: S608 - a SNAPSHOT_TABLES name, a constant filter
+            params,
+        ).fetchall()[0]
+        con.execute(f"DELETE FROM {step.kind} WHERE {SNAPSHOT_DELETABLE}", params)  # noqa: S608 - a SNAPSHOT_TABLES name, a constant filter
+        done = Done(step, step.kind, int(n), 0, "ok")
+        _record(con, done, now, lo, hi)
+        _move_boundary(con, step.cluster, step.kind, step.end, now)
+    return done
+
+
 def prune_run_log(con: duckdb.DuckDBPyConnection, step: Step, now: datetime) -> Done:
     """Old collector runs (each collector's first, latest and latest successful run stay) or spool-file
     ledger rows."""
@@ -319,6 +367,8 @@ def run_step(con: duckdb.DuckDBPyConnection, cfg: Config, step: Step, now: datet
         return [roll_up(con, step, now)]
     if step.kind == "jobs":
         return prune_jobs(con, cfg, step, now)
+    if step.kind in SNAPSHOT_TABLES:
+        return [prune_snapshots(con, cfg, step, now)]
     return [prune_run_log(con, step, now)]
 
 

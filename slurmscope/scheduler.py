@@ -322,7 +322,10 @@ def build_scheduler(service: Service, intervals: dict[str, int] | None = None) -
                 name=f"missed monthly report {missed} of {cluster}",
             )
     retention = service.config.raw["retention"]
-    if any(retention[k] for k in ("gpu_minutes_days", "sacct_lake_months", "run_log_days")):
+    if any(
+        retention[k]
+        for k in ("gpu_minutes_days", "sacct_lake_months", "snapshot_lake_months", "run_log_days")
+    ):
         sched.add_job(
             service.run_retention,
             IntervalTrigger(seconds=retention["interval_seconds"], timezone=timezone.utc),

@@ -198,6 +198,11 @@ def test_xid_actions_override_reads_codes_as_integers(tmp_path):
         ("[retention]\nrun_log_days = -1\n", "days >= 1"),
         ("[retention]\ninterval_seconds = 10\n", "key 'retention.interval_seconds' expects an integer >= 60"),
         ("[retention]\nsacct_lake_months = 6\n", "expects 0 while lake.export_dir is empty"),
+        ("[retention]\nsnapshot_lake_months = 1\n", "key 'retention.snapshot_lake_months' expects 0 (keep"),
+        (
+            "[retention]\nsnapshot_lake_months = 3\n",
+            "key 'retention.snapshot_lake_months' expects 0 while lake.export_dir is empty",
+        ),
     ],
 )
 def test_retention_periods_are_0_or_at_least_their_minimum(tmp_path, text, expect):
@@ -212,6 +217,7 @@ def test_retention_defaults_and_a_lake_only_sacct_history(tmp_path):
     assert load_config(None, env={}).raw["retention"] == {
         "gpu_minutes_days": 35,
         "sacct_lake_months": 0,
+        "snapshot_lake_months": 0,
         "run_log_days": 7,
         "interval_seconds": 3600,
     }

@@ -374,6 +374,116 @@ def test_a_full_rebuild_keeps_the_marts_of_months_only_the_lake_has(tmp_path):
     assert floor >= datetime(2026, 3, 1, tzinfo=UTC) + HISTORY_MARGIN - timedelta(days=1)
 
 
+# ---- Slurm snapshots kept only in the lake ----------------------------------------------------------------
+
+
+def _snapshot_db(path: Path) -> duckdb.DuckDBPyConnection:
+    """The sacct history above, with an sinfo snapshot of two 8-GPU nodes every 6 hours from January 10 to
+    June 14 (job 1's node allocated while it ran) and a queue snapshot a day."""
+    con = _sacct_db(path)
+    con.execute(
+        'INSERT INTO node_states (cluster, snapshot_time, node, "partition", state, cpus_total, gpus_total,'
+        " gpus_used, gpu_type) SELECT 'c', t, n, 'gpu', CASE WHEN used > 0 THEN 'ALLOCATED' ELSE 'IDLE' END, 64,"
+        " 8, used, 'h100' FROM (SELECT t, n, CASE WHEN n = 'g1' AND t >= TIMESTAMPTZ '2026-01-10 09:00:00+00'"
+        " AND t < TIMESTAMPTZ '2026-01-11 09:00:00+00' THEN 4 ELSE 0 END AS used"
+        " FROM generate_series(TIMESTAMPTZ '2026-01-10 00:00:00+00', TIMESTAMPTZ '2026-06-14 00:00:00+00',"
+        " INTERVAL 6 HOUR) s(t), (VALUES ('g1'), ('g2')) v(n))"
+    )
+    con.execute(
+        "INSERT INTO pending_jobs (cluster, snapshot_time, job_id, state, reason) SELECT 'c', t, 'q' ||"
+        " epoch(t)::BIGINT, 'PENDING', 'Priority' FROM generate_series(TIMESTAMPTZ '2026-01-10 00:00:00+00',"
+        " TIMESTAMPTZ '2026-06-14 00:00:00+00', INTERVAL 1 DAY) s(t)"
+    )
+    return con
+
+
+def _snapshot_cfg(out: Path):
+    return load_config(None, env={}).with_overrides(
+        cluster={"name": "c"}, retention={"snapshot_lake_months": 3}, lake={"export_dir": str(out)}
+    )
+
+
+def _months(con, table: str) -> list[tuple[int, int]]:
+    return con.execute(
+        f"SELECT month(timezone('UTC', snapshot_time)) AS m, count(*) FROM {table} GROUP BY m ORDER BY m"
+    ).fetchall()
+
+
+def test_snapshot_months_leave_duckdb_only_once_the_lake_holds_them(tmp_path):
+    con = _snapshot_db(tmp_path / "s.duckdb")
+    out = tmp_path / "lake"
+    cfg = _snapshot_cfg(out)
+    nodes, queue = _months(con, "node_states"), _months(con, "pending_jobs")
+    assert [m for m, _ in nodes] == [1, 2, 3, 4, 5, 6]
+
+    done = run_retention(con, cfg, NOW)  # nothing exported yet: every month before March waits
+    assert [(d.table, d.step.start.month, d.status) for d in done] == [
+        ("node_states", 1, "waiting"),
+        ("node_states", 2, "waiting"),
+        ("pending_jobs", 1, "waiting"),
+        ("pending_jobs", 2, "waiting"),
+    ]
+    assert _months(con, "node_states") == nodes and _months(con, "pending_jobs") == queue
+
+    lake.export(con, str(out), since="2026-01", now=NOW, tables=["node_states", "pending_jobs"])
+    con.execute(  # a February snapshot changed after the export: February stays
+        "UPDATE node_states SET state = 'DOWN' WHERE snapshot_time = TIMESTAMPTZ '2026-02-03 06:00:00+00'"
+        " AND node = 'g2'"
+    )
+    done = run_retention(con, cfg, NOW)
+    assert [(d.table, d.step.start.month, d.status, d.rows_removed) for d in done] == [
+        ("node_states", 1, "ok", nodes[0][1]),
+        ("node_states", 2, "waiting", 0),
+        ("pending_jobs", 1, "ok", queue[0][1]),
+        ("pending_jobs", 2, "ok", queue[1][1]),
+    ]
+    assert "1 row(s) differ from or are missing in the lake file" in done[1].detail
+    assert _months(con, "node_states") == nodes[1:] and _months(con, "pending_jobs") == queue[2:]
+    assert con.execute("SELECT name, boundary FROM retention_state ORDER BY name").fetchall() == [
+        ("node_states", datetime(2026, 2, 1, tzinfo=UTC)),
+        ("pending_jobs", datetime(2026, 3, 1, tzinfo=UTC)),
+    ]
+    # a recorded sinfo of January ingested late: its month is re-exported merged with the lake's rows
+    con.execute(
+        'INSERT INTO node_states (cluster, snapshot_time, node, "partition", state, gpus_total, gpus_used)'
+        " VALUES ('c', TIMESTAMPTZ '2026-01-20 00:01:00+00', 'g3', 'gpu', 'IDLE', 8, 0)"
+    )
+    lake.export(con, str(out), since="2026-01", now=NOW, tables=["node_states"])
+    run_retention(con, cfg, NOW)
+    assert _months(con, "node_states") == nodes[2:]
+    lake_months = (
+        duckdb.connect()
+        .execute(
+            f"SELECT month(timezone('UTC', snapshot_time)) AS m, count(*), count(*) FILTER (state = 'DOWN')"
+            f" FROM read_parquet('{out}/node_states/*/*/*.parquet') GROUP BY m ORDER BY m"
+        )
+        .fetchall()
+    )
+    assert [(m, n) for m, n, _ in lake_months] == [(1, nodes[0][1] + 1), *nodes[1:]]
+    assert sum(d for _, _, d in lake_months) == 1
+
+
+def test_a_full_rebuild_keeps_the_capacity_of_months_only_the_lake_has_snapshots_of(tmp_path):
+    """Without the floor, `--full` would price January's GPUs from no snapshots at all."""
+    con = _snapshot_db(tmp_path / "s.duckdb")
+    out = tmp_path / "lake"
+    cfg = _snapshot_cfg(out)
+    run_pipelines(con, cfg, full=True, now=NOW, only=["cost"])
+    q = "SELECT day, capacity_gpu_seconds, allocated_gpu_seconds FROM mart_capacity_daily ORDER BY ALL"
+    before = con.execute(q).fetchall()
+    jan = [r for r in before if r[0].month == 1]
+    assert jan and sum(r[1] for r in jan) > 0 and sum(r[2] for r in jan) > 0
+    lake.export(con, str(out), since="2026-01", now=NOW, tables=["node_states", "pending_jobs"])
+    run_retention(con, cfg, NOW)
+    assert _months(con, "node_states")[0][0] == 3
+    run_pipelines(con, cfg, full=True, now=NOW, only=["cost"])
+    assert con.execute(q).fetchall() == before
+    start = con.execute(
+        "SELECT min(window_start) FROM pipeline_runs WHERE pipeline = 'cost' AND run_at = ?", [NOW]
+    ).fetchone()[0]
+    assert start >= datetime(2026, 3, 1, tzinfo=UTC) + HISTORY_MARGIN - timedelta(days=1)
+
+
 # ---- run logs ---------------------------------------------------------------------------------------------
 
 
@@ -454,6 +564,8 @@ def test_status_shows_the_database_size_and_what_retention_removed(telemetry_dem
         "gpu_samples",
         "jobs",
         "job_steps",
+        "node_states",
+        "pending_jobs",
         "collector_runs",
         "spool_files",
     ]
@@ -463,7 +575,7 @@ def test_status_shows_the_database_size_and_what_retention_removed(telemetry_dem
     base = ["--db", str(db), "--cluster", "simcluster", "status", "--format", "csv"]
     assert CliRunner().invoke(main, base).output.startswith("collector,last_status,")
     csv_rows = CliRunner().invoke(main, [*base, "--section", "retention"]).output.splitlines()
-    assert csv_rows[0].startswith("table,rows,boundary,older_in,") and len(csv_rows) == 6
+    assert csv_rows[0].startswith("table,rows,boundary,older_in,") and len(csv_rows) == 8
     assert csv_rows[1].startswith(f"gpu_samples,{32 * 1440},2026-11-03 00:00:00+00:00,")
     two = CliRunner().invoke(main, [*base, "--section", "retention", "--section", "database"])
     assert two.exit_code == 2 and "--format csv prints one table" in two.output
