@@ -784,9 +784,11 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
     h = settings(params.health)
     gap = float(params.pipelines.node_snapshot_max_gap_seconds)
     samples = prepare_samples(frames["samples"], h).cache()  # read by the instants and by the GPU rules
-    nodes = evaluations(frames["nodes"], samples, frames["events"], frames["inventory"], params, gap)
+    # Each is read twice (the GPU grid and the node rules; the node rules and the GPU runs): uncached, Polars
+    # built the GPU grid twice, a third of health's CPU (docs/benchmarks.md#fleet-10000-gpus-30-days).
+    nodes = evaluations(frames["nodes"], samples, frames["events"], frames["inventory"], params, gap).cache()
     instants = nodes.select("t", "node")
-    gpu = gpu_verdicts(instants, samples, frames["events"], h)
+    gpu = gpu_verdicts(instants, samples, frames["events"], h).cache()
     node = node_verdicts(nodes, gpu, frames["events"], frames["inventory"], h)
     gpu_cols = [c for c in GPU_SCHEMA if c not in ("since", "last_seen", "valid_until", "detail")]
     gpu_runs = runs(gpu.select("t", *gpu_cols, *EVIDENCE), ["node", "gpu_uuid"], ["status", "reasons"], gap)
