@@ -135,10 +135,8 @@ def plan(con: duckdb.DuckDBPyConnection, cfg: Config, now: datetime) -> list[Ste
             ).fetchall()
             for cluster, month in rows:
                 first, nxt = lake.month_bounds(month)
-                lo = datetime(first.year, first.month, 1, tzinfo=UTC)
-                steps.append(
-                    Step(table, cluster, lo, min(datetime(nxt.year, nxt.month, 1, tzinfo=UTC), cutoff))
-                )
+                lo, hi = (datetime(d.year, d.month, 1, tzinfo=UTC) for d in (first, nxt))
+                steps.append(Step(table, cluster, lo, hi))
     run_days = int(cfg.get("retention", "run_log_days"))
     if run_days:
         before = now - timedelta(days=run_days)
