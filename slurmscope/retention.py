@@ -92,6 +92,12 @@ def jobs_cutoff(now: datetime, months: int) -> datetime:
     return _month_start(now, months)
 
 
+def _month_step(kind: str, cluster: str, month: str) -> Step:
+    """The step of one UTC month ('YYYY-MM') of a table that retention moves to the lake."""
+    first, nxt = lake.month_bounds(month)
+    return Step(kind, cluster, *(datetime(d.year, d.month, 1, tzinfo=UTC) for d in (first, nxt)))
+
+
 def plan(con: duckdb.DuckDBPyConnection, cfg: Config, now: datetime) -> list[Step]:
     """Every step due at `now`, in the order they must run (each kind's steps oldest first)."""
     steps: list[Step] = []
@@ -114,16 +120,7 @@ def plan(con: duckdb.DuckDBPyConnection, cfg: Config, now: datetime) -> list[Ste
             " WHERE submit_time < ? AND end_time IS NOT NULL AND end_time < ? ORDER BY cluster, m",
             [cutoff, cutoff],
         ).fetchall()
-        for cluster, month in rows:
-            first, nxt = lake.month_bounds(month)
-            steps.append(
-                Step(
-                    "jobs",
-                    cluster,
-                    datetime(first.year, first.month, 1, tzinfo=UTC),
-                    datetime(nxt.year, nxt.month, 1, tzinfo=UTC),
-                )
-            )
+        steps += [_month_step("jobs", cluster, month) for cluster, month in rows]
     months = int(cfg.get("retention", "snapshot_lake_months"))
     if months:
         cutoff = jobs_cutoff(now, months)
@@ -133,10 +130,7 @@ def plan(con: duckdb.DuckDBPyConnection, cfg: Config, now: datetime) -> list[Ste
                 " WHERE snapshot_time < ? ORDER BY cluster, m",
                 [cutoff],
             ).fetchall()
-            for cluster, month in rows:
-                first, nxt = lake.month_bounds(month)
-                lo, hi = (datetime(d.year, d.month, 1, tzinfo=UTC) for d in (first, nxt))
-                steps.append(Step(table, cluster, lo, hi))
+            steps += [_month_step(table, cluster, month) for cluster, month in rows]
     run_days = int(cfg.get("retention", "run_log_days"))
     if run_days:
         before = now - timedelta(days=run_days)
@@ -277,6 +271,14 @@ def _lake_check(
     return None
 
 
+def _waiting(con: duckdb.DuckDBPyConnection, step: Step, table: str, problem: str, now: datetime) -> Done:
+    """A month the lake does not yet hold whole: nothing removed, the reason and its fix recorded."""
+    export = f"`slurmscope export --since {step.start:%Y-%m}`"
+    done = Done(step, table, 0, 0, "waiting", f"{problem}; kept until {export} writes it")
+    _record(con, done, now, None, None)
+    return done
+
+
 def prune_jobs(con: duckdb.DuckDBPyConnection, cfg: Config, step: Step, now: datetime) -> list[Done]:
     """Delete a month's ended attempts (and their steps) that the lake provably holds; one transaction."""
     cutoff = jobs_cutoff(now, int(cfg.get("retention", "sacct_lake_months")))
@@ -288,10 +290,7 @@ def prune_jobs(con: duckdb.DuckDBPyConnection, cfg: Config, step: Step, now: dat
             con, target, manifest, "job_steps", step, STEPS_OF_DELETABLE, params
         )
         if problem:
-            export = f"`slurmscope export --since {step.start:%Y-%m}`"
-            done = [Done(step, "jobs", 0, 0, "waiting", f"{problem}; kept until {export} writes it")]
-            _record(con, done[0], now, None, None)
-            return done
+            return [_waiting(con, step, "jobs", problem, now)]
         n_steps, s_lo, s_hi = con.execute(
             f"SELECT count(*), min(job_submit_time), max(job_submit_time) FROM job_steps WHERE {STEPS_OF_DELETABLE}",  # noqa: S608 - a constant filter
             params,
@@ -318,10 +317,7 @@ def prune_snapshots(con: duckdb.DuckDBPyConnection, cfg: Config, step: Step, now
     with transaction(con):
         problem = _lake_check(con, target, manifest, step.kind, step, SNAPSHOT_DELETABLE, params)
         if problem:
-            export = f"`slurmscope export --since {step.start:%Y-%m}`"
-            done = Done(step, step.kind, 0, 0, "waiting", f"{problem}; kept until {export} writes it")
-            _record(con, done, now, None, None)
-            return done
+            return _waiting(con, step, step.kind, problem, now)
         n, lo, hi = con.execute(
             f"SELECT count(*), min(snapshot_time), max(snapshot_time) FROM {step.kind} WHERE {SNAPSHOT_DELETABLE}",  # noqa: S608 - a SNAPSHOT_TABLES name, a constant filter
             params,
