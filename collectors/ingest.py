@@ -352,6 +352,11 @@ def _ingest_one(
     )
 
 
+# Slices of one file parsed at once (besides the one being upserted): with two, parsing keeps ahead of
+# DuckDB's single-threaded insert on two cores (docs/benchmarks.md, "ingest"); each adds a slice to the peak.
+PARSE_WORKERS = 2
+
+
 class _Garbage(Exception):
     """Raised inside the load transaction to roll back the rows of a file judged garbage."""
 
@@ -363,10 +368,9 @@ def ahead(items: Iterator[T]) -> Iterator[T]:
     """`items`, each produced one step ahead in a worker thread.
 
     The next slice is read and parsed (Polars, which releases the GIL) while the caller upserts the last
-    one (DuckDB, which does too), so the two overlap when two cores are free: 1M sacct lines in 7.3 s
-    instead of 10.6 s on a quiet minute, little gain when other work holds the cores, at the same peak
-    memory (docs/benchmarks.md, "ingest"). An error in the worker is raised here, after the items before
-    it; closing this generator stops the worker and waits for it.
+    one (DuckDB, which does too), so the two overlap when two cores are free (docs/benchmarks.md,
+    "ingest"). An error in the worker is raised here, after the items before it; closing this generator
+    stops the worker, closes `items` (a parser's own threads stop with it) and waits for both.
     """
     q: queue.Queue = queue.Queue(maxsize=1)
     stop = threading.Event()
@@ -388,6 +392,10 @@ def ahead(items: Iterator[T]) -> Iterator[T]:
         except BaseException as exc:  # handed to the consumer, raised there
             put(("error", exc))
             return
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
         put(("done", None))
 
     worker = threading.Thread(target=work, name="slurmscope-parse-ahead", daemon=True)
@@ -448,6 +456,7 @@ def _ingest_slices(
                 fmt=fmt,
                 delimiter=delimiter,
                 source=source,
+                workers=PARSE_WORKERS,
             )
             with closing(ahead(parts)) as slices:
                 for part in slices:

@@ -46,3 +46,22 @@ def test_closing_early_stops_the_worker_before_it_reads_everything():
     assert _workers() == []
     # one item handed over, at most one waiting in the queue, at most one being put when stopped
     assert len(produced) <= 3
+
+
+def test_closing_early_closes_the_producer_before_returning():
+    """A parser that runs its own threads (sacct's parse workers) stops them when closed: ahead closes it,
+    rather than leaving that to whenever the last reference goes."""
+    closed = threading.Event()
+
+    def produce():
+        try:
+            yield from range(1000)
+        finally:
+            closed.set()
+
+    producer = produce()  # still referenced here, so only an explicit close runs its cleanup
+    gen = ahead(producer)
+    assert next(gen) == 0
+    gen.close()
+    assert closed.is_set()
+    assert _workers() == []

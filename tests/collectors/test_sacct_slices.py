@@ -10,6 +10,7 @@ capture (headerless `--parsable`, a three-byte delimiter, 52 quarantined lines: 
 from __future__ import annotations
 
 import io
+import threading
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -46,11 +47,13 @@ def line_starts(data: bytes) -> list[int]:
 
 @pytest.mark.parametrize("capture", list(CAPTURES))
 @pytest.mark.parametrize("seek", ["job lines", "any line"])
-def test_every_slice_boundary_gives_the_rows_of_one_slice(capture, seek, monkeypatch):
+@pytest.mark.parametrize("workers", [1, 3])
+def test_every_slice_boundary_gives_the_rows_of_one_slice(capture, seek, workers, monkeypatch):
     """Slices of 1 byte (a job and its steps each, or a line each: every boundary of the file at once) and
     of every line's offset (the first cut after each line, later cuts at multiples; every 10th line of the
     242-line headerless capture): "any line" also cuts between a job and its steps, which then find their
-    allocation in the lines carried from the slices before."""
+    allocation in the lines carried from the slices before. Three workers (every third size) parse each
+    slice without those lines first, so a slice that needs them is parsed again with them."""
     name, kw = CAPTURES[capture]
     data = (FIX / name).read_bytes()
     whole = sacct.parse(data, cluster="c", tz=UTC, **kw)
@@ -58,14 +61,28 @@ def test_every_slice_boundary_gives_the_rows_of_one_slice(capture, seek, monkeyp
     if seek == "any line":
         monkeypatch.setattr(sacct, "SLICE_SEEK_LINES", 0)
     sizes = [1, *line_starts(data)[:: 10 if capture == "headerless" else 1]]
-    for size in sizes:
-        jobs, steps, q = sliced(data, size, **kw)
+    for size in sizes[:: 1 if workers == 1 else 3]:
+        jobs, steps, q = sliced(data, size, workers=workers, **kw)
         # attempt is the rank within a slice; ranked over all slices it is the one-slice parse's
         attempt = sacct.output_attempts(jobs)
         assert attempt.to_list() == whole.tables["jobs"]["attempt"].to_list(), size
         assert_frame_equal(jobs.drop("attempt", "restarts"), whole.tables["jobs"].drop("attempt", "restarts"))
         assert_frame_equal(steps, whole.tables["job_steps"])
         assert_frame_equal(q, whole.quarantine)
+
+
+def _parse_workers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("slurmscope-sacct-parse")]
+
+
+def test_closing_the_slices_early_stops_the_parse_workers():
+    data = (FIX / CAPTURES["live"][0]).read_bytes()
+    parts = sacct.parse_slices(io.BytesIO(data), cluster="c", tz=UTC, slice_bytes=1, workers=2)
+    next(parts)  # the header
+    assert next(parts).tables["jobs"].height == 1
+    assert _parse_workers()
+    parts.close()
+    assert _parse_workers() == []
 
 
 def test_a_slice_ends_before_a_job_line():
@@ -132,6 +149,7 @@ def test_a_crash_between_slices_leaves_nothing_half_loaded(tmp_path, monkeypatch
     monkeypatch.setattr("slurmscope.collectors.ingest.upsert", crash_on_the_fifth)
     with pytest.raises(RuntimeError, match="killed"):
         _ingest(db, path, "--delimiter", "\x1f")
+    assert not [t for t in threading.enumerate() if t.name.startswith("slurmscope-sacct-parse")]
     with duckdb.connect(str(db), read_only=True) as con:
         for table in ("jobs", "job_steps", "quarantine", "collector_runs"):
             assert con.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0, table  # noqa: S608
