@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import threading
+from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -83,6 +84,17 @@ def test_closing_the_slices_early_stops_the_parse_workers():
     assert _parse_workers()
     parts.close()
     assert _parse_workers() == []
+
+
+def test_the_carry_keeps_each_jobs_latest_allocation_and_the_newest_rows(monkeypatch):
+    """What the parse workers' slices are merged with, in order: a requeued job's later attempt replaces its
+    earlier one (a step takes the latest allocation printed before it), and the oldest rows go first."""
+    monkeypatch.setattr(sacct, "CARRY_ROWS", 3)
+    t = [datetime(2026, 1, 1, h, tzinfo=UTC) for h in range(5)]
+    carry = sacct._carried({}, [(1, t[0]), (2, t[1])])
+    carry = sacct._carried(carry, [(1, t[2]), (3, t[3]), (4, t[4])])
+    assert list(carry.items()) == [(1, t[2]), (3, t[3]), (4, t[4])]
+    assert sacct._carried(carry, []) == carry
 
 
 def test_a_slice_ends_before_a_job_line():
