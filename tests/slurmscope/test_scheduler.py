@@ -106,8 +106,9 @@ def test_serve_runs_collectors_serves_metrics_lets_readers_in_and_stops_on_sigte
             if "sinfo,timeout" in rows and "sdiag,ok" in rows and "squeue,ok" in rows:
                 break
             time.sleep(1)
-        assert "sinfo,timeout" in rows, rows
-        assert "sdiag,ok" in rows and "squeue,ok" in rows, rows
+        why = _query(env, cfg, db, "SELECT collector, status, error FROM collector_runs ORDER BY run_id")
+        assert "sinfo,timeout" in rows, why
+        assert "sdiag,ok" in rows and "squeue,ok" in rows, why
         status = subprocess.run(
             [*SLURMSCOPE, "--config", str(cfg), "--db", str(db), "status", "--format", "csv"],
             capture_output=True,
