@@ -813,7 +813,8 @@ def parse_slices(
 
     With `workers` > 1, that many slices are parsed at once in threads (Polars releases the GIL), each
     without the carried allocations; the rare slice holding a step whose allocation it does not print, but
-    the carried ones do, is parsed again, in order, with them. The slices come out in order either way, with the same rows.
+    the carried ones do, is parsed again, in order, with them. The slices come out in order either way,
+    with the same rows.
     """
     head = fh.read(65536)  # what `layout` reads
     if not delimiter and not fmt:
@@ -1309,7 +1310,7 @@ def _typed(
         .drop_nulls()
         .to_list()
     )
-    if orphans and not carry.keys().isdisjoint(orphans):
+    if not carry.keys().isdisjoint(orphans):
         keys = list(carry)
         typed = typed.with_columns(
             pl.coalesce(

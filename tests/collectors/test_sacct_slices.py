@@ -161,7 +161,7 @@ def test_a_crash_between_slices_leaves_nothing_half_loaded(tmp_path, monkeypatch
     monkeypatch.setattr("slurmscope.collectors.ingest.upsert", crash_on_the_fifth)
     with pytest.raises(RuntimeError, match="killed"):
         _ingest(db, path, "--delimiter", "\x1f")
-    assert not [t for t in threading.enumerate() if t.name.startswith("slurmscope-sacct-parse")]
+    assert _parse_workers() == []
     with duckdb.connect(str(db), read_only=True) as con:
         for table in ("jobs", "job_steps", "quarantine", "collector_runs"):
             assert con.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0, table  # noqa: S608
