@@ -146,6 +146,31 @@ def _quote(col: str) -> str:
     return '"' + col.replace('"', '""') + '"'
 
 
+@dataclass(frozen=True)
+class Rows:
+    """A frame ready for `write`: unique by its table's key and handed over in Arrow's layout.
+
+    `prepare` is pure Polars, so a loader can run it in the thread that parses ahead while the connection's
+    thread writes the slice before (collectors/ingest.py): that thread, DuckDB's single-threaded insert into
+    keyed tables, is what a long load waits for.
+    """
+
+    spec: TableSpec
+    columns: tuple[str, ...]
+    table: pa.Table
+
+
+def prepare(spec: TableSpec, df: pl.DataFrame) -> Rows:
+    """`df` deduplicated by `spec.key` (the last row for a key wins) and converted for DuckDB."""
+    if (
+        df.height and df.select(pl.struct(list(spec.key)).is_duplicated().any()).item()
+    ):  # a check costs a quarter of unique()
+        df = df.unique(subset=list(spec.key), keep="last", maintain_order=True)
+    # Polars' own string layout (Arrow string views) is handed over as is; the default large-string copy
+    # doubles the text of every slice a big load passes through
+    return Rows(spec, tuple(df.columns), df.to_arrow(compat_level=pl.CompatLevel.newest()))
+
+
 def upsert(con: duckdb.DuckDBPyConnection, spec: TableSpec, df: pl.DataFrame) -> int:
     """Insert or replace rows by natural key; the last row for a key within `df` wins.
 
@@ -153,17 +178,18 @@ def upsert(con: duckdb.DuckDBPyConnection, spec: TableSpec, df: pl.DataFrame) ->
     """
     if df.height == 0:
         return 0
-    if df.select(
-        pl.struct(list(spec.key)).is_duplicated().any()
-    ).item():  # a check costs a quarter of unique()
-        df = df.unique(subset=list(spec.key), keep="last", maintain_order=True)
-    cols = df.columns
+    return write(con, prepare(spec, df))
+
+
+def write(con: duckdb.DuckDBPyConnection, rows: Rows) -> int:
+    """`upsert` of rows already prepared."""
+    spec, table = rows.spec, rows.table
+    if table.num_rows == 0:
+        return 0
+    cols = rows.columns
     col_sql = ", ".join(_quote(c) for c in cols)
     key_sql = ", ".join(_quote(c) for c in spec.key)
     updates = [c for c in cols if c not in spec.key]
-    # Polars' own string layout (Arrow string views) is handed over as is; the default large-string copy
-    # doubles the text of every slice a big load passes through
-    table = df.to_arrow(compat_level=pl.CompatLevel.newest())
     batches = table.to_batches()
 
     def source() -> None:
@@ -184,7 +210,7 @@ def upsert(con: duckdb.DuckDBPyConnection, spec: TableSpec, df: pl.DataFrame) ->
         source()
         if not stored:
             con.execute(f"INSERT INTO {spec.name} ({col_sql}) SELECT {col_sql} FROM _upsert_src")  # noqa: S608 - as below
-            return df.height
+            return table.num_rows
         if updates:
             set_sql = ", ".join(f"{_quote(c)} = excluded.{_quote(c)}" for c in updates)
             touched = [c for c in spec.touch if c in updates]
@@ -203,7 +229,7 @@ def upsert(con: duckdb.DuckDBPyConnection, spec: TableSpec, df: pl.DataFrame) ->
         )
     finally:
         con.unregister("_upsert_src")
-    return df.height
+    return table.num_rows
 
 
 @dataclass

@@ -18,6 +18,7 @@ import threading
 import zlib
 from collections.abc import Iterator
 from contextlib import closing
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
@@ -29,15 +30,18 @@ import polars as pl
 from slurmscope.collectors.base import (
     IngestResult,
     Parsed,
+    Rows,
     RunRecord,
     TableSpec,
     cluster_mismatch,
     clusters_mismatch,
     clusters_of,
     load,
+    prepare,
     quarantine_frame,
     sha256,
     upsert,
+    write,
 )
 from slurmscope.collectors.registry import COLLECTORS, Collector
 
@@ -413,6 +417,33 @@ def ahead(items: Iterator[T]) -> Iterator[T]:
         worker.join()
 
 
+@dataclass(frozen=True)
+class _Ready:
+    """A parsed slice made ready to write: its rows prepared, and what the end of the load keeps of it."""
+
+    rows: tuple[Rows, ...]
+    keys: dict[str, pl.DataFrame]
+    clusters: set[str]
+    quarantine: pl.DataFrame
+    warnings: tuple[str, ...]
+
+
+def _ready(
+    parts: Iterator[Parsed], tables: dict[str, TableSpec], keys: dict[str, list[str]]
+) -> Iterator[_Ready]:
+    """Each slice's Polars work done in the thread that parses ahead, leaving the writing thread (DuckDB's
+    single-threaded insert into keyed tables, the ingest's critical path) only the writes."""
+    with closing(parts):  # type: ignore[type-var]
+        for part in parts:
+            yield _Ready(
+                rows=tuple(prepare(tables[t], df) for t, df in part.tables.items() if df.height),
+                keys={t: df.select(keys[t]).unique() for t, df in part.tables.items() if t in keys},
+                clusters=clusters_of(part),
+                quarantine=part.quarantine,
+                warnings=tuple(part.warnings),
+            )
+
+
 def _ingest_slices(
     con,
     cfg: Config,
@@ -458,13 +489,13 @@ def _ingest_slices(
                 source=source,
                 workers=PARSE_WORKERS,
             )
-            with closing(ahead(parts)) as slices:
+            with closing(ahead(_ready(parts, module.TABLES, keys))) as slices:
                 for part in slices:
-                    for table, df in part.tables.items():
-                        rows += upsert(con, module.TABLES[table], df)
-                        if table in keys:
-                            kept[table].append(df.select(keys[table]).unique())
-                    clusters |= clusters_of(part)
+                    for prepared in part.rows:
+                        rows += write(con, prepared)
+                    for table, df in part.keys.items():
+                        kept[table].append(df)
+                    clusters |= part.clusters
                     if part.quarantine.height:
                         quarantined.append(part.quarantine)
                     parse_warnings += [w for w in part.warnings if w not in parse_warnings]

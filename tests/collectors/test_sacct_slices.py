@@ -150,21 +150,21 @@ def test_a_crash_between_slices_leaves_nothing_half_loaded(tmp_path, monkeypatch
     db = tmp_path / "s.duckdb"
     monkeypatch.setattr(sacct, "SLICE_BYTES", 1)
     calls = []
-    real = base.upsert
+    real = base.write
 
-    def crash_on_the_fifth(con, spec, df):
-        calls.append(spec.name)
+    def crash_on_the_fifth(con, rows):
+        calls.append(rows.spec.name)
         if len(calls) == 5:
             raise RuntimeError("killed")
-        return real(con, spec, df)
+        return real(con, rows)
 
-    monkeypatch.setattr("slurmscope.collectors.ingest.upsert", crash_on_the_fifth)
+    monkeypatch.setattr("slurmscope.collectors.ingest.write", crash_on_the_fifth)
     with pytest.raises(RuntimeError, match="killed"):
         _ingest(db, path, "--delimiter", "\x1f")
     assert _parse_workers() == []
     with duckdb.connect(str(db), read_only=True) as con:
         for table in ("jobs", "job_steps", "quarantine", "collector_runs"):
             assert con.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0, table  # noqa: S608
-    monkeypatch.setattr("slurmscope.collectors.ingest.upsert", real)
+    monkeypatch.setattr("slurmscope.collectors.ingest.write", real)
     assert _ingest(db, path, "--delimiter", "\x1f").exit_code == 0
     assert _dump(db)["runs"][0][:2] == ("ok", sacct.parse(path.read_bytes(), cluster="c", tz=UTC).rows)
