@@ -20,9 +20,10 @@ Steps (`all` runs them in this order, each measured on its own):
   whose gpu_samples keeps the primary-key index of migrations 0001-0020, loaded with INSERT ... ON CONFLICT
   DO UPDATE (the loader before 0021).
 - `pipelines` (b): the pipelines that read NVML minutes (cost, efficiency, drift, health), incremental, as
-  serve runs them once a day: the last good run of each is set to one day before the end, so the window is
-  that day plus `pipelines.incremental_lookback_seconds` (and each pipeline's own look-back), in a child
-  process (peak RSS). Run once on the minutes, once more after `retention`.
+  serve runs them once a day: the last good run of each is set to one day before the end, a midnight, so
+  the window starts `pipelines.incremental_margin_seconds` before it, i.e. at the midnight before: two days
+  (and each pipeline's own look-back), in a child process (peak RSS). Every spool file's run carries the
+  minute it holds as its window, as the collector records it, so no file counts as late. Run once on the minutes, once more after `retention`.
 - `retention`: `slurmscope.retention.run_retention` keeping `--keep-days` of minutes (a benchmark override:
   the config's minimum is 7 days), every older hour rolled up in its own transaction, then checkpointed, in a
   child process (its CPU seconds and peak RSS).
@@ -119,10 +120,10 @@ SELECT $cluster, node_name(g // 8), gpu_uuid(g), $t0::TIMESTAMPTZ + to_hours(h),
        CAST(g % 8 AS INTEGER), '00000000:' || printf('%02X', 24 + 16 * (g % 8)) || ':00.0', 'NVIDIA H100 80GB HBM3',
        CAST(1650000000000 + g AS VARCHAR), '550.54.15', '12.4', false
 FROM range($h0, $h1) b(h), range($gpus) a(g);
-INSERT INTO collector_runs (cluster, collector, started_at, finished_at, rows, quarantined, status,
-                            duration_seconds, source)
-SELECT $cluster, 'nvml', t, t + INTERVAL 20 MILLISECOND, 8, 0, 'ok', 0.02,
-       'nvml:' || node_name(n) || '_' || strftime(t, '%Y%m%dT%H%M%SZ') || '.jsonl'
+INSERT INTO collector_runs (cluster, collector, started_at, finished_at, window_start, window_end, rows,
+                            quarantined, status, duration_seconds, source)
+SELECT $cluster, 'nvml', t, t + INTERVAL 20 MILLISECOND, t - INTERVAL 80 SECOND, t - INTERVAL 80 SECOND, 8, 0,
+       'ok', 0.02, 'nvml:' || node_name(n) || '_' || strftime(t, '%Y%m%dT%H%M%SZ') || '.jsonl'
 FROM range($m0, $m1) b(m), range($nodes) a(n), LATERAL (SELECT $t0::TIMESTAMPTZ + to_minutes(m) + INTERVAL 80 SECOND AS t);
 INSERT INTO spool_files (cluster, node, file_name, sha256, rows, loaded_at)
 SELECT $cluster, node_name(n), node_name(n) || '_' || strftime($t0::TIMESTAMPTZ + to_minutes(m), '%Y%m%dT%H%M%SZ') || '.jsonl',

@@ -112,6 +112,29 @@ def clusters_of(parsed: Parsed) -> set[str]:
     return found
 
 
+def data_span(parsed: Parsed, tables: dict[str, TableSpec]) -> tuple[datetime | None, datetime | None]:
+    """The earliest and latest instant the parsed rows are about: the time column of each table's key.
+
+    A file's run records it as its window (collector_runs.window_start/_end), so an incremental pipeline run
+    starts no later than the oldest instant a file loaded since its last run delivered (pipelines/runner.py,
+    default_start): a spool file of a node that was unreachable for days, an old sinfo capture ingested now.
+    """
+    lo: datetime | None = None
+    hi: datetime | None = None
+    for name, df in parsed.tables.items():
+        spec = tables.get(name)
+        if spec is None or not df.height:
+            continue
+        col = next((k for k in spec.key if isinstance(df.schema.get(k), pl.Datetime)), None)
+        if col is None:
+            continue
+        first, last = df.select(pl.col(col).min().alias("first"), pl.col(col).max().alias("last")).row(0)
+        if first is not None:
+            lo = first if lo is None else min(lo, first)
+            hi = last if hi is None else max(hi, last)
+    return lo, hi
+
+
 def clusters_mismatch(found: set[str], cluster: str) -> str | None:
     """cluster_mismatch for the clusters an input's rows named (an input loaded slice by slice)."""
     others = sorted(found - {cluster})

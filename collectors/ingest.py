@@ -36,6 +36,7 @@ from slurmscope.collectors.base import (
     cluster_mismatch,
     clusters_mismatch,
     clusters_of,
+    data_span,
     load,
     prepare,
     quarantine_frame,
@@ -323,6 +324,10 @@ def _ingest_one(
         warnings.append(mismatch)
     hook_factory = getattr(module, "after_upsert", None)
     run = RunRecord(cluster=cfg.cluster, collector=kind, source=source)
+    if not any(spec.touch for spec in module.TABLES.values()):
+        # rows without an ingested_at that moves on change (jobs have one): the run's window says which
+        # instants the file delivered, for the pipelines' incremental windows (collectors/base.py, data_span)
+        run.window_start, run.window_end = data_span(parsed, module.TABLES)
     if verdict is not None:
         load(
             con,

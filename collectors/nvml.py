@@ -32,6 +32,7 @@ from slurmscope.collectors.base import (
     Parsed,
     RunRecord,
     TableSpec,
+    data_span,
     quarantine_frame,
     record_failure,
 )
@@ -554,6 +555,7 @@ def ingest_bytes(
                 ),
                 "name reused with different content",
             )
+    run.window_start, run.window_end = data_span(ps.parsed, TABLES)
     tables = dict(ps.parsed.tables)
     samples = tables.pop("gpu_samples", None)
     jobs = tables.pop("gpu_jobs", None)

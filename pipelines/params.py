@@ -33,6 +33,7 @@ class Billing:
 @dataclass(frozen=True)
 class Pipelines:
     incremental_lookback_seconds: float
+    incremental_margin_seconds: float
     occupancy_bucket_seconds: int
     node_snapshot_max_gap_seconds: int
     full_slice_days: int

@@ -82,6 +82,10 @@ HISTORY_MARGIN = timedelta(days=62)
 day: a rebuild starts this far after the first month whose attempts are all still in DuckDB."""
 _PARAM = re.compile(r"\$([a-z_]+)")
 _JOBS = re.compile(r"\bjobs\b")
+# Inputs whose late rows leave no trace of their arrival (the events collector re-reads a window of node
+# events every run): a pipeline reading one re-reads pipelines.incremental_lookback_seconds, the others
+# pipelines.incremental_margin_seconds (see default_start).
+_UNTRACKED = re.compile(r"\bnode_events\b")
 
 
 @dataclass(frozen=True)
@@ -106,10 +110,16 @@ def _parse_since(since: str | date | datetime, tz: ZoneInfo) -> datetime:
 def default_start(
     con: duckdb.DuckDBPyConnection, cluster: str, pipeline: str, lookback: float, reads_jobs: bool = True
 ) -> datetime | None:
-    """Start of an incremental window: the last good run minus `lookback`, pulled earlier to the start of any
-    job row ingested or changed since that run (a late sacct record; an attempt that ended, whose earlier
-    days' failed/running split changes with it) when the pipeline reads `jobs`. None = no previous run
-    (rebuild everything)."""
+    """Start of an incremental window: the last good run minus `lookback`, pulled earlier to the oldest
+    instant of what arrived since that run. None = no previous run (rebuild everything).
+
+    Two arrivals are tracked: a job row ingested or changed since the run (a late sacct record; an attempt
+    that ended, whose earlier days' failed/running split changes with it), when the pipeline reads `jobs`;
+    and a file loaded since the run (an NVML spool file of a node that was unreachable, a recorded capture),
+    whose run window is the span of instants its rows are about (collectors/base.py, data_span). A live
+    collection's window is its query's, not its rows': its snapshots are about its own time (the margin
+    covers one that commits just after a run) and its sacct rows carry ingested_at.
+    """
     row = con.execute(
         "SELECT max(run_at) FROM pipeline_runs WHERE cluster = ? AND pipeline = ? AND status = 'ok'",
         [cluster, pipeline],
@@ -118,14 +128,23 @@ def default_start(
         return None
     last = row[0].astimezone(UTC)
     start = last - timedelta(seconds=lookback)
-    if not reads_jobs:
-        return start
-    late = con.execute(
-        "SELECT min(coalesce(start_time, submit_time)) FROM jobs WHERE cluster = ? AND ingested_at > ?",
-        [cluster, last],
-    ).fetchone()[0]
-    if late is not None and late.astimezone(UTC) < start:
-        start = late.astimezone(UTC)
+    late = [
+        con.execute(
+            "SELECT min(window_start) FROM collector_runs WHERE cluster = ? AND finished_at > ? AND status = 'ok'"
+            " AND source <> 'live'",
+            [cluster, last],
+        ).fetchone()[0]
+    ]
+    if reads_jobs:
+        late.append(
+            con.execute(
+                "SELECT min(coalesce(start_time, submit_time)) FROM jobs WHERE cluster = ? AND ingested_at > ?",
+                [cluster, last],
+            ).fetchone()[0]
+        )
+    for t in late:
+        if t is not None and t.astimezone(UTC) < start:
+            start = t.astimezone(UTC)
     return start
 
 
@@ -420,6 +439,7 @@ def run_pipelines(
             raise ValueError(f"unknown pipeline(s) {unknown}; registered: {names}")
         modules = [m for m in modules if m.NAME in only]
     lookback = float(cfg.get("pipelines", "incremental_lookback_seconds"))
+    margin = float(cfg.get("pipelines", "incremental_margin_seconds"))
     floor = history_floor(con, cfg.cluster)
     results: dict[str, int] = {}
     for module in modules:
@@ -429,7 +449,8 @@ def run_pipelines(
             window = Window(_parse_since(since, tz), now, False)
         if not full and since is None:
             reads_jobs = any(_JOBS.search(sql) for sql in module.INPUTS.values())
-            start = default_start(con, cfg.cluster, name, lookback, reads_jobs)
+            untracked = any(_UNTRACKED.search(sql) for sql in module.INPUTS.values())
+            start = default_start(con, cfg.cluster, name, lookback if untracked else margin, reads_jobs)
             window = Window(EPOCH, now, True) if start is None else Window(start, now, False)
         if floor is not None and window.start < floor:
             log.warning(

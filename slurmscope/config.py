@@ -814,6 +814,7 @@ SCHEMA = Table(
         "pipelines": Table(
             {
                 "incremental_lookback_seconds": Num(2 * 86400),
+                "incremental_margin_seconds": Num(600),
                 "occupancy_bucket_seconds": Num(900, low=1),
                 "node_snapshot_max_gap_seconds": Num(3600, low=1),
                 "full_slice_days": Num(30),

@@ -108,13 +108,13 @@ def test_a_monthly_reset_without_decay_gives_the_period_what_slurmscope_counted_
     for key in (("research", "GrpTRESMins:gres/gpu"), ("pretraining", "GrpTRESMins:gres/gpu")):
         used, spent = got[key][4], got[key][5]
         assert used <= spent < used + 1 / 60, key
-    # Two incremental runs later the window starts on 7 December (the previous run, 9 December, minus the
-    # 2-day lookback): the 4th's GPU-seconds come from mart_cost_daily, the days before the window, and the
-    # subtree's spent is unchanged.
+    # Two incremental runs later the window starts on 9 December (the previous run, 9 December 16:00, minus
+    # the 10-minute margin, from midnight): the 4th's GPU-seconds come from mart_cost_daily, the days before the
+    # window, and the subtree's spent is unchanged.
     run_pipelines(con, cfg, now=NOW + timedelta(days=5), only=["cost"])
     run_pipelines(con, cfg, now=NOW + timedelta(days=5, hours=1), only=["cost"])
     start = con.execute("SELECT max(window_start) FROM pipeline_runs WHERE pipeline = 'cost'").fetchone()[0]
-    assert start.date() == date(2026, 12, 7)
+    assert start.date() == date(2026, 12, 9)
     later = rows(con, "slurm")[("research", "GrpTRESMins:gres/gpu")]
     assert later[5] == pytest.approx(1456 / 3600) and later[7] == pytest.approx(
         (316800 + 5 * 86400 + 3600) / 2678400

@@ -230,10 +230,11 @@ def test_incremental_window_reads_only_recent_attempts(con, monkeypatch):
     monkeypatch.setattr(fairshare, "compute", spy)
     run_pipelines(con, c, now=ts("2026-03-21 00:00"), only=["fairshare"])
     total = con.execute("SELECT count(*) FROM jobs WHERE start_time IS NOT NULL").fetchone()[0]
-    # window: 18 March 00:00 (last run minus the 2-day lookback) on; attempts run at most ~2 days
+    # window: 19 March 00:00 (last run minus the 10-minute margin, from midnight) on; attempts run at most
+    # ~2 days
     in_window = con.execute(
         "SELECT count(*) FROM jobs WHERE start_time IS NOT NULL AND (end_time IS NULL"
-        " OR end_time > TIMESTAMPTZ '2026-03-18 00:00:00+00' OR start_time >= TIMESTAMPTZ '2026-03-18 00:00:00+00')"
+        " OR end_time > TIMESTAMPTZ '2026-03-19 00:00:00+00' OR start_time >= TIMESTAMPTZ '2026-03-19 00:00:00+00')"
     ).fetchone()[0]
     assert seen["jobs"] == in_window < total / 2
     assert seen["stored"] > 0
@@ -274,17 +275,17 @@ def test_demo_history_incremental_equals_full(demo_run, tmp_path):
     shutil.copy(demo_run.db_path, db)
     con = connect(db)
     try:
-        # a 1-hour lookback: with the default 2 days, every run over a 3-day demo would start near its
-        # beginning and the stored days would hardly be used
         c = load_config(None, env={}).with_overrides(
-            cluster={"name": "simcluster"}, pipelines={"incremental_lookback_seconds": 3600}
+            cluster={"name": "simcluster"}, pipelines={"incremental_margin_seconds": 3600}
         )
         first, last = con.execute(
             "SELECT min(start_time), max(coalesce(end_time, start_time)) FROM jobs WHERE start_time IS NOT NULL"
         ).fetchone()
         first, last = first.astimezone(UTC), last.astimezone(UTC)
-        # ingested when submitted (as a live collector would), so no run sees a record as late but ours
+        # ingested when submitted (as a live collector would), so no run sees a record as late but ours; the
+        # demo's recorded files (spool, events) were there before the first run: only jobs are replayed
         con.execute("UPDATE jobs SET ingested_at = submit_time")
+        con.execute("UPDATE collector_runs SET finished_at = TIMESTAMPTZ '1970-01-01 00:00:00+00'")
         span = (last - first).total_seconds()
         full_at = first + timedelta(seconds=span * 0.4)
         steps = [first + timedelta(seconds=span * f) for f in (0.55, 0.7, 0.85)] + [last + timedelta(hours=1)]

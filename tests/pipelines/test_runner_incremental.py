@@ -59,10 +59,14 @@ def test_narrow_incremental_runs_equal_a_full_rebuild(demo_run, tmp_path):  # no
     now = con.execute("SELECT max(run_at) FROM pipeline_runs").fetchone()[0].astimezone(UTC)
     con.execute("CREATE TABLE jobs_final AS SELECT * FROM jobs")
     con.execute("DELETE FROM pipeline_runs")
-    # a one-hour lookback: on a three-day history the default two days would cover nearly everything
+    # a one-hour look-back and margin: on a three-day history the default two days would cover nearly
+    # everything for reliability; the demo's recorded files (spool, events) were there before the first run:
+    # only jobs are replayed
     cfg = load_config(None, env={}).with_overrides(
-        cluster={"name": "simcluster"}, pipelines={"incremental_lookback_seconds": 3600}
+        cluster={"name": "simcluster"},
+        pipelines={"incremental_lookback_seconds": 3600, "incremental_margin_seconds": 3600},
     )
+    con.execute("UPDATE collector_runs SET finished_at = TIMESTAMPTZ '1970-01-01 00:00:00+00'")
 
     def run(t: datetime, full: bool = False) -> None:
         con.execute("DELETE FROM jobs")
