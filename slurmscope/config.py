@@ -863,7 +863,7 @@ SCHEMA = Table(
         "retention": Table(  # slurmscope/retention.py, run by `serve` (docs/configuration.md#retention)
             {
                 "gpu_minutes_days": KeepPeriod(
-                    35, 7, "days", "the incremental health and drift runs read up to 5 days of minutes"
+                    35, 7, "days", "the incremental health and drift runs read up to 4 days of minutes"
                 ),
                 "sacct_lake_months": KeepPeriod(
                     0, 3, "months", "cost rebuilds the open month and the one before, drift reads 61 days"
