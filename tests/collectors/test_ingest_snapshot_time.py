@@ -58,6 +58,8 @@ def test_time_printed_in_the_output_wins_over_the_mtime(tmp_path, kind, name, ta
     assert con.execute(f"SELECT DISTINCT snapshot_time FROM {table}").fetchall() == [(TAKEN,)]  # noqa: S608
     assert con.execute("SELECT warning FROM collector_runs").fetchall() == [(None,)]
     assert "warning" not in res.output
+    # the run's window is the instant the file describes, what the next incremental pipeline run starts from
+    assert con.execute("SELECT window_start, window_end FROM collector_runs").fetchall() == [(TAKEN, TAKEN)]
 
 
 def test_date_line_is_local_time_of_the_capturing_machine(tmp_path):
