@@ -185,9 +185,8 @@ class Rows:
 
 def prepare(spec: TableSpec, df: pl.DataFrame) -> Rows:
     """`df` deduplicated by `spec.key` (the last row for a key wins) and converted for DuckDB."""
-    if (
-        df.height and df.select(pl.struct(list(spec.key)).is_duplicated().any()).item()
-    ):  # a check costs a quarter of unique()
+    # the check costs a quarter of unique()
+    if df.height and df.select(pl.struct(list(spec.key)).is_duplicated().any()).item():
         df = df.unique(subset=list(spec.key), keep="last", maintain_order=True)
     # Polars' own string layout (Arrow string views) is handed over as is; the default large-string copy
     # doubles the text of every slice a big load passes through
