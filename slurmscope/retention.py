@@ -4,8 +4,9 @@ Four kinds of history grow without end, and each has its own rule (docs/configur
 
 - **NVML minute rows** (`gpu_samples`, 14.4 M a day at 10,000 GPUs): minutes older than
   `retention.gpu_minutes_days` are rolled up into `gpu_samples_hourly` by the rules of slurmscope.rollup and
-  deleted. `retention_state` keeps, per cluster, the boundary before which readers take the rollups
-  (the `gpu_minutes` / `gpu_hours` macros), so a reader sees each minute once, raw or rolled up.
+  deleted, and so are the per-link NVLink rows of those hours (`gpu_nvlink_errors`; the minutes hold each
+  GPU's sum over its links). `retention_state` keeps, per cluster, the boundary before which readers take
+  the rollups (the `gpu_minutes` / `gpu_hours` macros), so a reader sees each minute once, raw or rolled up.
 - **sacct history** (`jobs`, `job_steps`): with `retention.sacct_lake_months`, an attempt that ended
   before the first kept month leaves DuckDB once the Parquet lake (slurmscope/lake.py) holds it: the
   manifest lists its month, the file's checksum matches the manifest, and every row to delete is in that
@@ -105,9 +106,10 @@ def plan(con: duckdb.DuckDBPyConnection, cfg: Config, now: datetime) -> list[Ste
     if days:
         cutoff = gpu_cutoff(now, days)
         rows = con.execute(
-            "SELECT DISTINCT cluster, CAST(epoch_us(minute) // 3600000000 AS BIGINT) AS h FROM gpu_samples"
-            " WHERE minute < ? ORDER BY cluster, h",
-            [cutoff],
+            "SELECT DISTINCT cluster, CAST(epoch_us(minute) // 3600000000 AS BIGINT) AS h FROM ("
+            " SELECT cluster, minute FROM gpu_samples WHERE minute < $cutoff"
+            " UNION ALL SELECT cluster, minute FROM gpu_nvlink_errors WHERE minute < $cutoff) ORDER BY cluster, h",
+            {"cutoff": cutoff},
         ).fetchall()
         for cluster, h in rows:
             start = datetime.fromtimestamp(h * 3600, UTC)
@@ -176,9 +178,14 @@ def _count(con: duckdb.DuckDBPyConnection, sql: str, params: list) -> int:
     return int(con.execute(sql, params).fetchall()[0][0])
 
 
-def roll_up(con: duckdb.DuckDBPyConnection, step: Step, now: datetime) -> Done:
+def roll_up(con: duckdb.DuckDBPyConnection, step: Step, now: datetime) -> list[Done]:
     """Replace the step's minutes by hourly rollups, merging into hours already rolled up (minutes that
-    arrived after their hour was), and move the boundary to the step's end; one transaction."""
+    arrived after their hour was), delete the hour's per-link NVLink rows, and move the boundary to the step's
+    end; one transaction.
+
+    The per-link rows go with the minutes: each GPU's NVLink counters, summed over its links, are in the
+    minutes and so in the rollup (`nvlink_*_delta`); what a link alone did is detail kept as long as the
+    minutes are (the lake keeps it by month)."""
     types = rollup.column_types(con, "gpu_samples")
     cols = ", ".join(f'"{c}"' for c in [*rollup.KEYS, "minute", *rollup.RULES])
     where = "cluster = $cluster AND minute >= $lo AND minute < $hi"
@@ -213,8 +220,16 @@ def roll_up(con: duckdb.DuckDBPyConnection, step: Step, now: datetime) -> Done:
         con.execute("INSERT INTO gpu_samples_hourly BY NAME SELECT * FROM _rollup")
         con.execute("DROP TABLE _rollup")
         con.execute(f"DELETE FROM gpu_samples WHERE {where}", params)  # noqa: S608 - a constant filter
-        done = Done(step, "gpu_samples", int(n), written, "ok")
-        _record(con, done, now, lo, hi)
+        done = [Done(step, "gpu_samples", int(n), written, "ok")]
+        _record(con, done[0], now, lo, hi)
+        links, link_lo, link_hi = con.execute(
+            f"SELECT count(*), min(minute), max(minute) FROM gpu_nvlink_errors WHERE {where}",  # noqa: S608 - a constant filter
+            params,
+        ).fetchall()[0]
+        if links:
+            con.execute(f"DELETE FROM gpu_nvlink_errors WHERE {where}", params)  # noqa: S608 - a constant filter
+            done.append(Done(step, "gpu_nvlink_errors", int(links), 0, "ok"))
+            _record(con, done[1], now, link_lo, link_hi)
         _move_boundary(con, step.cluster, "gpu_samples", step.end, now)
     return done
 
@@ -358,7 +373,7 @@ def prune_run_log(con: duckdb.DuckDBPyConnection, step: Step, now: datetime) -> 
 
 def run_step(con: duckdb.DuckDBPyConnection, cfg: Config, step: Step, now: datetime) -> list[Done]:
     if step.kind == "gpu_samples":
-        return [roll_up(con, step, now)]
+        return roll_up(con, step, now)
     if step.kind == "jobs":
         return prune_jobs(con, cfg, step, now)
     if step.kind in SNAPSHOT_TABLES:

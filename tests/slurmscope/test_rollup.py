@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from slurmscope.collectors import nvml
 
 from slurmscope import rollup
+from slurmscope.config import load_config
 from slurmscope.db import connect
-from slurmscope.retention import Step, roll_up
+from slurmscope.retention import Step, roll_up, run_retention
 from slurmscope.rollup import RULES, Agg
 
 H0 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
@@ -31,7 +32,13 @@ def mem():
 
 @pytest.fixture
 def db(mem):
-    for table in ("gpu_samples", "gpu_samples_hourly", "retention_state", "retention_runs"):
+    for table in (
+        "gpu_samples",
+        "gpu_samples_hourly",
+        "gpu_nvlink_errors",
+        "retention_state",
+        "retention_runs",
+    ):
         mem.execute(f"DELETE FROM {table}")
     return mem
 
@@ -154,7 +161,7 @@ def test_hand_made_minutes_roll_up_to_the_hand_computed_hour(db):
             dict(minute=m(60), samples=6, util_gpu_mean=10.0, energy_joules=100.0, model="H100"),
         ],
     )
-    done = roll_up(db, DAY, NOW)
+    (done,) = roll_up(db, DAY, NOW)
     assert (done.rows_removed, done.rows_written) == (4, 2)
     ten, eleven = _hourly(db)
     assert ten["hour"] == H0 and eleven["hour"] == H0 + timedelta(hours=1)
@@ -175,6 +182,36 @@ def test_hand_made_minutes_roll_up_to_the_hand_computed_hour(db):
     assert eleven["minutes"] == 1 and eleven["minute_mask"] == 1 and eleven["util_gpu_mean"] == 10.0
     assert db.execute("SELECT count(*) FROM gpu_samples").fetchone()[0] == 0
     assert db.execute("SELECT boundary FROM retention_state").fetchall() == [(DAY.end,)]
+
+
+def test_per_link_nvlink_rows_go_with_the_minutes_their_gpu_sums_stay_in_the_rollup(db):
+    """Retention bounds gpu_nvlink_errors too: a rolled-up hour's per-link rows are deleted (an hour with
+    link rows only as well), counted in retention_runs; the GPU's sum over its links is in the hourly row."""
+
+    def link(minute: datetime, n: int, flit: int) -> None:
+        db.execute(
+            "INSERT INTO gpu_nvlink_errors (cluster, node, gpu_uuid, minute, link, crc_flit_delta)"
+            " VALUES ('c', 'n1', 'GPU-a', ?, ?, ?)",
+            [minute, n, flit],
+        )
+
+    _insert(db, [dict(minute=H0 + timedelta(minutes=5), samples=6, nvlink_crc_flit_delta=7)])
+    link(H0 + timedelta(minutes=5), 0, 3)
+    link(H0 + timedelta(minutes=5), 3, 4)
+    link(datetime(2026, 3, 3, 8, 30, tzinfo=UTC), 1, 2)  # its minute's sample was never loaded
+    kept = datetime(2026, 3, 30, 8, 0, tzinfo=UTC)  # after the cut (7 days before NOW)
+    link(kept, 2, 1)
+    cfg = load_config(None, env={}).with_overrides(cluster={"name": "c"}, retention={"gpu_minutes_days": 7})
+    run_retention(db, cfg, now=NOW)
+    assert db.execute("SELECT minute, link FROM gpu_nvlink_errors").fetchall() == [(kept, 2)]
+    assert (
+        db.execute(
+            "SELECT sum(rows_removed) FROM retention_runs WHERE table_name = 'gpu_nvlink_errors'"
+        ).fetchone()[0]
+        == 3
+    )
+    (ten,) = _hourly(db)
+    assert ten["hour"] == H0 and ten["nvlink_crc_flit_delta"] == 7  # = 3 + 4, the two links removed
 
 
 def test_read_back_as_minutes_an_hour_keeps_its_minutes_and_its_sums(db):
@@ -448,7 +485,13 @@ def _close(a, b) -> bool:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=minutes())
 def test_rollups_equal_the_minutes_they_replace(db, rows):
-    for table in ("gpu_samples", "gpu_samples_hourly", "retention_state", "retention_runs"):
+    for table in (
+        "gpu_samples",
+        "gpu_samples_hourly",
+        "gpu_nvlink_errors",
+        "retention_state",
+        "retention_runs",
+    ):
         db.execute(f"DELETE FROM {table}")
     _insert(db, rows)
     window = ["c", datetime(2026, 3, 2, tzinfo=UTC), datetime(2026, 3, 3, tzinfo=UTC)]
