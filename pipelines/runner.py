@@ -148,7 +148,7 @@ def default_start(
     return start
 
 
-HISTORY_TABLES = ("jobs", "node_states", "pending_jobs")
+HISTORY_TABLES = ("jobs", "node_states", "pending_jobs", "shares")
 """Raw tables whose old months retention may leave to the lake alone (slurmscope/retention.py)."""
 
 

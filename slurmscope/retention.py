@@ -12,7 +12,8 @@ Four kinds of history grow without end, and each has its own rule (docs/configur
   manifest lists its month, the file's checksum matches the manifest, and every row to delete is in that
   file, column for column. A month that fails a check stays and is reported as `waiting`.
 - **Slurm snapshots** (`node_states`, a row per node and partition at every `sinfo`; `pending_jobs`, a row per
-  queued job at every `squeue`: 1.8 M and more rows a day on a 1,250-node cluster sampled every minute):
+  queued job at every `squeue`: 1.8 M and more rows a day on a 1,250-node cluster sampled every minute;
+  `shares`, a row per association at every `sshare`, every 5 minutes: 0.6 M a day for 2,000 associations):
   with `retention.snapshot_lake_months`, a month of snapshots older than that leaves DuckDB once the lake
   holds it, checked as for the sacct history.
 - **Run logs** (`collector_runs`, one row per loaded spool file; `spool_files`, the ledger that stops a
@@ -45,7 +46,7 @@ log = logging.getLogger("slurmscope.retention")
 
 HOUR = timedelta(hours=1)
 
-SNAPSHOT_TABLES = ("node_states", "pending_jobs")
+SNAPSHOT_TABLES = ("node_states", "pending_jobs", "shares")
 """Periodic Slurm snapshots that `retention.snapshot_lake_months` moves to the lake; each keeps its own
 boundary in `retention_state` under its table name."""
 SNAPSHOT_DELETABLE = "cluster = $cluster AND snapshot_time >= $lo AND snapshot_time < $hi"

@@ -463,6 +463,40 @@ def test_snapshot_months_leave_duckdb_only_once_the_lake_holds_them(tmp_path):
     assert sum(d for _, _, d in lake_months) == 1
 
 
+def test_sshare_months_leave_duckdb_only_once_the_lake_holds_them(tmp_path):
+    """`shares` (a row per association at every sshare, every 5 minutes) is thinned like the other snapshots."""
+    con = connect(tmp_path / "s.duckdb")
+    con.execute(
+        "INSERT INTO shares (cluster, snapshot_time, account, \"user\", raw_shares, raw_usage) SELECT 'c', t, a, '',"
+        " 1, 10 FROM generate_series(TIMESTAMPTZ '2026-01-10 00:00:00+00', TIMESTAMPTZ '2026-06-14 00:00:00+00',"
+        " INTERVAL 1 DAY) s(t), (VALUES ('root'), ('ml')) v(a)"
+    )
+    out = tmp_path / "lake"
+    cfg = _snapshot_cfg(out)
+    months = _months(con, "shares")
+    done = run_retention(con, cfg, NOW)
+    assert [(d.table, d.step.start.month, d.status) for d in done] == [
+        ("shares", 1, "waiting"),
+        ("shares", 2, "waiting"),
+    ]
+    lake.export(con, str(out), since="2026-01", now=NOW, tables=["shares"])
+    done = run_retention(con, cfg, NOW)
+    assert [(d.table, d.step.start.month, d.status, d.rows_removed) for d in done] == [
+        ("shares", 1, "ok", months[0][1]),
+        ("shares", 2, "ok", months[1][1]),
+    ]
+    assert _months(con, "shares") == months[2:]
+    assert con.execute("SELECT name, boundary FROM retention_state").fetchall() == [
+        ("shares", datetime(2026, 3, 1, tzinfo=UTC))
+    ]
+    (n,) = (
+        duckdb.connect()
+        .execute(f"SELECT count(*) FROM read_parquet('{out}/shares/*/*/*.parquet')")
+        .fetchone()
+    )
+    assert n == sum(k for _, k in months)
+
+
 def test_a_full_rebuild_keeps_the_capacity_of_months_only_the_lake_has_snapshots_of(tmp_path):
     """Without the floor, `--full` would price January's GPUs from no snapshots at all."""
     con = _snapshot_db(tmp_path / "s.duckdb")
