@@ -152,9 +152,6 @@ def main(
     )
 
 
-LOCK_WAIT_SECONDS = 30.0
-
-
 def _require_cluster_data(con, cluster: str) -> None:
     """Refuse to run for a cluster the database has no rows of while others have some (docs/ingest.md)."""
     from slurmscope.db import missing_cluster
@@ -170,7 +167,7 @@ def _connect(app: Context, *, read_only: bool = False, create: bool = True):
     Only commands that bring data in create a missing file: for the others a mistyped --db would otherwise
     give an empty database and a run that "succeeds" on nothing.
     """
-    from slurmscope.db import connect_waiting
+    from slurmscope.db import LOCK_WAIT_SECONDS, connect_waiting
 
     if not create and app.db_path != ":memory:" and not Path(app.db_path).exists():
         raise click.ClickException(

@@ -221,10 +221,15 @@ def connect(
     return con
 
 
+# How long a process waits for another's hold on the file: serve's jobs and readers' queries are short.
+LOCK_WAIT_SECONDS = 30.0
+
+
 def connect_waiting(
-    path: str | Path, *, read_only: bool = False, wait_seconds: float = 30.0, sleep: float = 0.2
+    path: str | Path, *, read_only: bool = False, wait_seconds: float = LOCK_WAIT_SECONDS, sleep: float = 0.2
 ) -> duckdb.DuckDBPyConnection:
-    """connect(), retrying while another process holds the file lock (serve writes in short bursts)."""
+    """connect(), retrying while another process holds the file lock: serve writes in short bursts, and a
+    reader's query holds a shared lock that keeps serve's next job out until it ends."""
     deadline = time.monotonic() + wait_seconds
     while True:
         try:

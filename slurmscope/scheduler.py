@@ -26,7 +26,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from slurmscope.collectors.collect import collect_with
 from slurmscope.collectors.registry import COLLECTORS, collector, scheduled
 from slurmscope.config import Config
-from slurmscope.db import connect
+from slurmscope.db import LOCK_WAIT_SECONDS, connect_waiting
 
 log = logging.getLogger("slurmscope.serve")
 
@@ -89,9 +89,13 @@ class Service:
         return self.report_dir / month / cluster if several else self.report_dir / month
 
     def with_db(self, fn: Callable, *, read_only: bool = False):
-        """Run fn(con) with the database open only for its duration, serialised with other writes."""
+        """Run fn(con) with the database open only for its duration, serialised with other writes.
+
+        A `query` or `report` holding the file read-only makes DuckDB refuse the writer outright, so the
+        job waits for it as readers wait for serve; failing at once lost that minute's snapshot.
+        """
         with self.lock:
-            con = connect(self.db_path, read_only=read_only)
+            con = connect_waiting(self.db_path, read_only=read_only, wait_seconds=LOCK_WAIT_SECONDS)
             try:
                 return fn(con)
             finally:

@@ -329,7 +329,7 @@ def test_a_locked_database_is_a_clear_error(tmp_path, monkeypatch):
     )
     try:
         assert holder.stdout.readline().strip() == "held"
-        monkeypatch.setattr("slurmscope.cli.LOCK_WAIT_SECONDS", 1.0)
+        monkeypatch.setattr("slurmscope.db.LOCK_WAIT_SECONDS", 1.0)
         res = CliRunner().invoke(main, ["--db", str(db), "status"])
         assert res.exit_code != 0
         assert f"cannot open database {db}" in res.output and "lock" in res.output.lower()

@@ -312,3 +312,32 @@ def test_retention_runs_on_its_interval_one_turn_at_the_lock_per_step(tmp_path):
     assert con.execute("SELECT count(*), sum(minutes) FROM gpu_samples_hourly").fetchone() == (72, 3 * 1440)
     assert con.execute("SELECT count(*) FROM gpu_samples").fetchone()[0] == 0
     con.close()
+
+
+def test_a_reader_holding_the_file_delays_a_collector_instead_of_losing_its_snapshot(tmp_path):
+    """DuckDB refuses a writer while another process reads the file; serve's job waits for the reader."""
+    from slurmscope.db import connect
+
+    db = tmp_path / "r.duckdb"
+    connect(db).close()
+    reader = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import duckdb,sys,time; c=duckdb.connect(sys.argv[1], read_only=True); "
+            "print('reading', flush=True); time.sleep(1.5); c.close(); time.sleep(60)",
+            str(db),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert reader.stdout.readline().strip() == "reading"
+        service = Service(load_config(env={}), str(db))
+        service.with_db(lambda con: con.execute("CREATE TABLE written AS SELECT 1 AS x"))
+    finally:
+        reader.kill()
+        reader.wait()
+    con = connect(db, read_only=True)
+    assert con.execute("SELECT x FROM written").fetchall() == [(1,)]
+    con.close()
