@@ -481,8 +481,15 @@ def _ingest_slices(
     rows = 0
     try:
         # each full row group of the transaction goes to the file, not five at a time: a big load holds less
-        # in memory (1M sacct lines: 0.3 GiB less peak, at the same speed; docs/benchmarks.md)
-        with open_input(path) as raw, setting(con, "write_buffer_row_group_count", 1), transaction(con):
+        # in memory (1M sacct lines: 0.3 GiB less peak, at the same speed; docs/benchmarks.md). One DuckDB
+        # thread: an insert from a stream of batches has no parallel work for a second one, and the parse
+        # threads hold the cores (1M lines: 0.9 CPU-s less; docs/benchmarks.md).
+        with (
+            open_input(path) as raw,
+            setting(con, "write_buffer_row_group_count", 1),
+            setting(con, "threads", 1),
+            transaction(con),
+        ):
             fh = _HashingReader(raw)
             parts = module.parse_slices(
                 fh,
