@@ -71,13 +71,15 @@ GPU_METRICS = [
     ("gpu_sm_clock_vs_fleet", "sm_clock_mean_mhz", -1, 15.0, "MHz"),
 ]
 
+_GPU_MEDIANS = ", ".join(
+    f"median({c}) AS value_{c}, median(fleet_{c}) FILTER (WHERE {c} IS NOT NULL) AS fleet_{c}, "
+    f"median({c} - fleet_{c}) AS dev_{c}, count({c}) AS n_{c}"
+    for _, c, *_ in GPU_METRICS
+)
+
 INPUTS: dict[str, str] = {
-    "gpu_samples": f"""
-        SELECT cluster, node, gpu_uuid, minute, model, util_gpu_mean, temp_gpu_max_celsius,
-               power_mean_watts, sm_clock_mean_mhz
-        FROM {SAMPLES}""",  # noqa: S608 - module constants; values are $parameters
-    # gpu_vs_fleet's fleet medians over every node's minutes, read once for every group: its day (local_day),
-    # util_bin and model; DuckDB's median interpolates the middle two values as Polars' does
+    # The fleet medians over every node's minutes, read once for every group: per billing day (local_day), model
+    # and utilisation bin; DuckDB's median interpolates the middle two values as Polars' does
     "gpu_fleet": f"""
         WITH m AS (
             SELECT cluster, coalesce(model, '') AS model, epoch_us(minute) AS us,
@@ -89,6 +91,26 @@ INPUTS: dict[str, str] = {
         SELECT cluster, {_day("us", "h")} AS day, model, util_bin,
                {", ".join(f"median({c}) AS {c}" for _, c, *_ in GPU_METRICS)}
         FROM m {_hour_join("us", "h")} GROUP BY ALL""",  # noqa: S608 - module constants; values are $parameters
+    # Each GPU's deviation from those medians, reduced in DuckDB to a row per GPU and billing day: per signal,
+    # the median of its minutes' values, of their fleet medians and of the differences, and the minutes with a
+    # value. Reading the minutes into Polars for this instead took twice the CPU seconds.
+    "gpu_deviations": f"""
+        WITH m AS (
+            SELECT cluster, node, gpu_uuid, coalesce(model, '') AS model, epoch_us(minute) AS us,
+                   least(greatest(floor(CAST(util_gpu_mean AS DOUBLE) / $util_bin_percent), 0),
+                         100.0 / $util_bin_percent) AS util_bin,
+                   {", ".join(f"CAST({c} AS DOUBLE) AS {c}" for _, c, *_ in GPU_METRICS)}
+            FROM {SAMPLES} WHERE util_gpu_mean IS NOT NULL AND $node_group
+        ), d AS (
+            SELECT cluster, node, gpu_uuid, model, {_day("us", "h")} AS day, util_bin,
+                   {", ".join(c for _, c, *_ in GPU_METRICS)}
+            FROM m {_hour_join("us", "h")}
+        ), f AS (
+            SELECT cluster, day, model, util_bin, {", ".join(f"{c} AS fleet_{c}" for _, c, *_ in GPU_METRICS)}
+            FROM input_gpu_fleet
+        )
+        SELECT cluster, day, node, gpu_uuid, model, {_GPU_MEDIANS}
+        FROM d JOIN f USING (cluster, day, model, util_bin) GROUP BY ALL""",  # noqa: S608 - module constants; values are $parameters
     # error counters are sparse: only minutes that counted something; before retention's boundary, the
     # rolled-up hours that did, dated at the hour (node_errors sums them per node and day)
     "gpu_errors": f"""
@@ -149,11 +171,12 @@ INPUTS: dict[str, str] = {
         WHERE cluster = $cluster AND day >= CAST($start - {HISTORY} AS DATE) AND {ONCE}
         GROUP BY ALL""",  # noqa: S608 - HISTORY and column lists are module constants; values are $parameters
 }
-BATCH_INPUTS = ("gpu_samples",)
+BATCH_INPUTS = ("gpu_deviations",)
 BATCH_ROWS_SQL = f"SELECT count(*) FROM {SAMPLES}"  # noqa: S608 - module constants; values are $parameters
 BATCH_ROWS = 1_000_000
-"""GPU minutes held at once: the fleet's window (3.8 GiB at 1,000 GPUs x a day) runs per group of nodes, each
-comparing its GPUs' minutes with the fleet medians that `gpu_fleet` computes over every node's."""
+"""GPU minutes judged at once: DuckDB's median keeps every value it is given (about 0.4 GB a million minutes,
+it cannot spill them), so a fleet runs per group of nodes, each comparing its GPUs' minutes with the fleet
+medians that `gpu_fleet` computes once over every node's."""
 
 SCHEMA = {
     "cluster": pl.String,
@@ -225,37 +248,24 @@ def rows(frame: pl.LazyFrame, **cols: pl.Expr | str | float | None) -> pl.LazyFr
 # GPU behaviour against the fleet
 
 
-def gpu_deviations(samples: pl.LazyFrame, fleet: pl.LazyFrame, st: dict[str, Any]) -> pl.LazyFrame:
-    """Per GPU, local day and signal: its median value, the median fleet median of its minutes and its median
-    deviation from that, over its minutes (at least drift.min_gpu_minutes). The fleet median is of GPUs of the
-    same model in the same utilisation bin that day (`gpu_fleet`, over every node), so a group of nodes
-    needs only its own GPUs' minutes."""
-    tz = st["tz"]
-    width = float(st["util_bin_percent"])
-    keys = ["cluster", "day", "model", "util_bin"]
-    base = samples.filter(pl.col("util_gpu_mean").is_not_null()).with_columns(
-        day=local_day(pl.col("minute"), tz),
-        util_bin=(pl.col("util_gpu_mean") / width).floor().clip(0, 100.0 / width),
-        model=pl.col("model").fill_null(""),
+def gpu_deviations(wide: pl.LazyFrame, st: dict[str, Any]) -> pl.LazyFrame:
+    """A row per GPU, billing day and signal from `gpu_deviations`' row per GPU and day (its median value, the
+    median fleet median of its minutes, its median deviation from that, its minutes), for GPUs with at least
+    drift.min_gpu_minutes minutes of the signal."""
+    keys = ["cluster", "day", "node", "gpu_uuid", "model"]
+    return pl.concat(
+        [
+            wide.select(
+                *keys,
+                pl.col(f"value_{c}").alias("value"),
+                pl.col(f"fleet_{c}").alias("fleet"),
+                pl.col(f"dev_{c}").alias("dev"),
+                pl.col(f"n_{c}").alias("n"),
+                signal=pl.lit(signal),
+            ).filter((pl.col("n") > 0) & (pl.col("n") >= int(st["min_gpu_minutes"])))
+            for signal, c, *_ in GPU_METRICS
+        ]
     )
-    out = []
-    for signal, col, *_ in GPU_METRICS:
-        x = base.filter(pl.col(col).is_not_null()).select(
-            "cluster", "day", "node", "gpu_uuid", "model", "util_bin", pl.col(col).cast(pl.Float64).alias("x")
-        )
-        binned = x.join(fleet.select(*keys, pl.col(col).alias("fleet")), on=keys, how="left")
-        out.append(
-            binned.group_by("cluster", "day", "node", "gpu_uuid", "model")
-            .agg(
-                value=pl.col("x").median(),
-                fleet=pl.col("fleet").median(),
-                dev=(pl.col("x") - pl.col("fleet")).median(),
-                n=pl.len(),
-            )
-            .filter(pl.col("n") >= int(st["min_gpu_minutes"]))
-            .with_columns(signal=pl.lit(signal))
-        )
-    return pl.concat(out)
 
 
 def gpu_vs_fleet(deviations: pl.LazyFrame, st: dict[str, Any]) -> pl.LazyFrame:
@@ -617,20 +627,6 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
     of the other families, from the inputs only the first group reads (ONCE; empty in the others)."""
     st = settings(params)
     s, d = pl.String, UTC_DT
-    samples = with_columns_of(
-        frames.get("gpu_samples"),
-        {
-            "cluster": s,
-            "node": s,
-            "gpu_uuid": s,
-            "minute": d,
-            "model": s,
-            "util_gpu_mean": pl.Float64,
-            "temp_gpu_max_celsius": pl.Float64,
-            "power_mean_watts": pl.Float64,
-            "sm_clock_mean_mhz": pl.Float64,
-        },
-    )
     errors = with_columns_of(
         frames.get("gpu_errors"),
         {
@@ -684,10 +680,14 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
     cost = with_columns_of(
         frames.get("cost"), {"cluster": s, "day": pl.Date, "account": s, "cost_usd": pl.Float64}
     )
-    fleet = with_columns_of(
-        frames.get("gpu_fleet"),
-        {"cluster": s, "day": pl.Date, "model": s, "util_bin": pl.Float64}
-        | {col: pl.Float64 for _, col, *_ in GPU_METRICS},
+    wide = with_columns_of(
+        frames.get("gpu_deviations"),
+        {"cluster": s, "day": pl.Date, "node": s, "gpu_uuid": s, "model": s}
+        | {
+            f"{k}_{c}": pl.Int64 if k == "n" else pl.Float64
+            for _, c, *_ in GPU_METRICS
+            for k in ("value", "fleet", "dev", "n")
+        },
     )
     signals = pl.concat(
         [
@@ -696,7 +696,7 @@ def compute(frames: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.Laz
             fleet_skew(inventory, node_states, st),
         ]
     )
-    return {"deviations": gpu_deviations(samples, fleet, st), "signals": signals}
+    return {"deviations": gpu_deviations(wide, st), "signals": signals}
 
 
 def combine(parts: dict[str, pl.LazyFrame], params: Params) -> dict[str, pl.LazyFrame]:

@@ -62,11 +62,42 @@ def fleet_medians(samples: pl.LazyFrame, tz: str, width: float) -> pl.LazyFrame:
     return out
 
 
+def deviation_rows(samples: pl.LazyFrame, tz: str, width: float) -> pl.LazyFrame:
+    """The reference for the `gpu_deviations` input, a row per GPU and billing day: per signal, the Polars
+    medians of its minutes' values, of their fleet medians (`fleet_medians`) and of the differences, and the
+    minutes with a value."""
+    keys = ["cluster", "day", "model", "util_bin"]
+    gpu = ["cluster", "day", "node", "gpu_uuid", "model"]
+    fleet = fleet_medians(samples, tz, width)
+    base = samples.filter(pl.col("util_gpu_mean").is_not_null()).with_columns(
+        day=local_day(pl.col("minute"), tz),
+        util_bin=(pl.col("util_gpu_mean") / width).floor().clip(0, 100.0 / width),
+        model=pl.col("model").fill_null(""),
+    )
+    out = base.select(gpu).unique()
+    for _, col, *_ in drift.GPU_METRICS:
+        x = base.filter(pl.col(col).is_not_null()).select(
+            *gpu, "util_bin", pl.col(col).cast(pl.Float64).alias("x")
+        )
+        agg = (
+            x.join(fleet.select(*keys, pl.col(col).alias("fleet")), on=keys, how="left")
+            .group_by(gpu)
+            .agg(
+                pl.col("x").median().alias(f"value_{col}"),
+                pl.col("fleet").median().alias(f"fleet_{col}"),
+                (pl.col("x") - pl.col("fleet")).median().alias(f"dev_{col}"),
+                pl.len().cast(pl.Int64).alias(f"n_{col}"),
+            )
+        )
+        out = out.join(agg, on=gpu, how="left").with_columns(pl.col(f"n_{col}").fill_null(0))
+    return out
+
+
 def run(frames: dict, **cfg) -> pl.DataFrame:
     p = params(**cfg)
     if "gpu_samples" in frames:
-        fleet = fleet_medians(frames["gpu_samples"], p.tz, p.drift.util_bin_percent)
-        frames = {**frames, "gpu_fleet": fleet}
+        deviations = deviation_rows(frames.pop("gpu_samples"), p.tz, p.drift.util_bin_percent)
+        frames = {**frames, "gpu_deviations": deviations}
     return drift.combine(drift.compute(frames, p), p)["mart_drift"].collect()
 
 
@@ -349,9 +380,10 @@ def test_daily_values_from_sql_are_those_of_the_polars_reference(con, tz):
 
 
 @pytest.mark.parametrize("tz", ZONES)
-def test_fleet_medians_from_sql_are_those_of_polars(con, tz):
+def test_fleet_medians_and_deviations_from_sql_are_those_of_polars(con, tz):
     """The `gpu_fleet` input (DuckDB, over every node, so that groups of nodes need only their own minutes) is
-    the median Polars takes over the same minutes: billing day, bin edges, no model, nulls and even counts."""
+    the median Polars takes over the same minutes, and `gpu_deviations` (each GPU's medians against it) what
+    Polars computes from them: billing day, bin edges, no model, nulls and even counts."""
     now = datetime(2025, 12, 20, 7, 30, tzinfo=UTC)
     rng = random.Random(len(tz))
     minutes = [t + timedelta(minutes=m) for t in transitions(tz, 2025) for m in range(-180, 180, 7)]
@@ -371,13 +403,20 @@ def test_fleet_medians_from_sql_are_those_of_polars(con, tz):
         for t in minutes
         for g in rng.sample(range(12), 3)
     ]
-    con.register("new_samples", pl.DataFrame(rows, schema_overrides={"minute": UTC_DT}).to_arrow())
+    frame = pl.DataFrame(rows, schema_overrides={"minute": UTC_DT})
+    con.register("new_samples", frame.to_arrow())
     con.execute(f"INSERT INTO gpu_samples ({', '.join(rows[0])}) SELECT * FROM new_samples")
     frames = read_inputs(con, params(now=now, start=None, tz=tz))
+    samples = frame.lazy().filter(pl.col("minute") < now)
     keys = ["cluster", "day", "model", "util_bin"]
     got = frames["gpu_fleet"].collect().sort(keys)
-    want = fleet_medians(frames["gpu_samples"], tz, 10.0).collect().sort(keys)
+    want = fleet_medians(samples, tz, 10.0).collect().sort(keys)
     assert got.height > 100
+    assert_frame_equal(got, want.select(got.columns), check_exact=True)
+    keys = ["cluster", "day", "gpu_uuid"]
+    got = frames["gpu_deviations"].collect().sort(keys)
+    want = deviation_rows(samples, tz, 10.0).collect().sort(keys)
+    assert got.height > 30 and got["n_temp_gpu_max_celsius"].max() > 1
     assert_frame_equal(got, want.select(got.columns), check_exact=True)
 
 
