@@ -176,6 +176,11 @@ SQL_INTERPOLATION_ALLOWED: dict[str, set[str]] = {
         "_hour_join('us', 'h')",
         "', '.join((f'CAST({c} AS DOUBLE) AS {c}' for _, c, *_ in GPU_METRICS))",
         "', '.join((f'median({c}) AS {c}' for _, c, *_ in GPU_METRICS))",
+        # the deviations' column lists: `c` and the joins run over GPU_METRICS' column names
+        "c",
+        "_GPU_MEDIANS",
+        "', '.join((c for _, c, *_ in GPU_METRICS))",
+        "', '.join((f'{c} AS fleet_{c}' for _, c, *_ in GPU_METRICS))",
     },
     # the gpu_jobs query, a module constant, reused by the batch row count
     "pipelines/efficiency.py": {"GPU_JOBS_SQL"},
