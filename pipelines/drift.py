@@ -71,6 +71,22 @@ GPU_METRICS = [
     ("gpu_sm_clock_vs_fleet", "sm_clock_mean_mhz", -1, 15.0, "MHz"),
 ]
 
+
+def _binned_minutes(nodes: str) -> str:
+    """SQL: the window's GPU minutes with a utilisation, with their billing day and utilisation bin and the
+    metrics as DOUBLE, of the nodes for which the SQL condition `nodes` holds."""
+    return f"""
+        SELECT cluster, node, gpu_uuid, model, {_day("us", "h")} AS day, util_bin,
+               {", ".join(c for _, c, *_ in GPU_METRICS)}
+        FROM (
+            SELECT cluster, node, gpu_uuid, coalesce(model, '') AS model, epoch_us(minute) AS us,
+                   least(greatest(floor(CAST(util_gpu_mean AS DOUBLE) / $util_bin_percent), 0),
+                         100.0 / $util_bin_percent) AS util_bin,
+                   {", ".join(f"CAST({c} AS DOUBLE) AS {c}" for _, c, *_ in GPU_METRICS)}
+            FROM {SAMPLES} WHERE util_gpu_mean IS NOT NULL AND {nodes}
+        ) {_hour_join("us", "h")}"""  # noqa: S608 - module constants; `nodes` is a condition from this module
+
+
 _GPU_MEDIANS = ", ".join(
     f"median({c}) AS value_{c}, median(fleet_{c}) FILTER (WHERE {c} IS NOT NULL) AS fleet_{c}, "
     f"median({c} - fleet_{c}) AS dev_{c}, count({c}) AS n_{c}"
@@ -81,36 +97,19 @@ INPUTS: dict[str, str] = {
     # The fleet medians over every node's minutes, read once for every group: per billing day (local_day), model
     # and utilisation bin; DuckDB's median interpolates the middle two values as Polars' does
     "gpu_fleet": f"""
-        WITH m AS (
-            SELECT cluster, coalesce(model, '') AS model, epoch_us(minute) AS us,
-                   least(greatest(floor(CAST(util_gpu_mean AS DOUBLE) / $util_bin_percent), 0),
-                         100.0 / $util_bin_percent) AS util_bin,
-                   {", ".join(f"CAST({c} AS DOUBLE) AS {c}" for _, c, *_ in GPU_METRICS)}
-            FROM {SAMPLES} WHERE util_gpu_mean IS NOT NULL
-        )
-        SELECT cluster, {_day("us", "h")} AS day, model, util_bin,
-               {", ".join(f"median({c}) AS {c}" for _, c, *_ in GPU_METRICS)}
-        FROM m {_hour_join("us", "h")} GROUP BY ALL""",  # noqa: S608 - module constants; values are $parameters
+        SELECT cluster, day, model, util_bin, {", ".join(f"median({c}) AS {c}" for _, c, *_ in GPU_METRICS)}
+        FROM ({_binned_minutes("true")}) GROUP BY ALL""",  # noqa: S608 - module constants; values are $parameters
     # Each GPU's deviation from those medians, reduced in DuckDB to a row per GPU and billing day: per signal,
     # the median of its minutes' values, of their fleet medians and of the differences, and the minutes with a
     # value. Reading the minutes into Polars for this instead took twice the CPU seconds.
     "gpu_deviations": f"""
-        WITH m AS (
-            SELECT cluster, node, gpu_uuid, coalesce(model, '') AS model, epoch_us(minute) AS us,
-                   least(greatest(floor(CAST(util_gpu_mean AS DOUBLE) / $util_bin_percent), 0),
-                         100.0 / $util_bin_percent) AS util_bin,
-                   {", ".join(f"CAST({c} AS DOUBLE) AS {c}" for _, c, *_ in GPU_METRICS)}
-            FROM {SAMPLES} WHERE util_gpu_mean IS NOT NULL AND $node_group
-        ), d AS (
-            SELECT cluster, node, gpu_uuid, model, {_day("us", "h")} AS day, util_bin,
-                   {", ".join(c for _, c, *_ in GPU_METRICS)}
-            FROM m {_hour_join("us", "h")}
-        ), f AS (
+        WITH f AS (
             SELECT cluster, day, model, util_bin, {", ".join(f"{c} AS fleet_{c}" for _, c, *_ in GPU_METRICS)}
             FROM input_gpu_fleet
         )
         SELECT cluster, day, node, gpu_uuid, model, {_GPU_MEDIANS}
-        FROM d JOIN f USING (cluster, day, model, util_bin) GROUP BY ALL""",  # noqa: S608 - module constants; values are $parameters
+        FROM ({_binned_minutes("$node_group")}) JOIN f USING (cluster, day, model, util_bin)
+        GROUP BY ALL""",  # noqa: S608 - module constants; values are $parameters
     # error counters are sparse: only minutes that counted something; before retention's boundary, the
     # rolled-up hours that did, dated at the hour (node_errors sums them per node and day)
     "gpu_errors": f"""

@@ -204,7 +204,23 @@ def read_inputs(
     queries = dict(module.INPUTS)
     grouped = getattr(module, "BATCH_INPUTS", tuple(queries))
 
-    staged: list[str] = []
+    # the group's numbers as literals: with $parameters there DuckDB filters the whole input after the fact
+    # (1.3 s against 0.3 s for a fifth of 4.3 M GPU minutes through gpu_minutes()). A query that reduces its
+    # rows places `$node_group` where its minutes are read, since DuckDB does not push a filter on its output
+    # through a join and a GROUP BY down to the scan; any other grouped query is wrapped in the filter.
+    where = "true" if batch is None else f"hash(node) % {int(n)} = {int(i)}"
+    for alias, sql in queries.items():
+        if NODE_GROUP in sql:
+            queries[alias] = sql.replace(NODE_GROUP, where)
+        elif batch is not None and alias in grouped:
+            queries[alias] = f"SELECT * FROM ({sql}) WHERE {where}"  # noqa: S608 - the module's own INPUTS; the group's numbers are ints
+    # inputs that a later query reads as `input_<alias>` (DuckDB reducing rows against them)
+    aliases = list(queries)
+    staged = {
+        alias: f"input_{alias}"
+        for k, alias in enumerate(aliases)
+        if any(f"input_{alias}" in queries[later] for later in aliases[k + 1 :])
+    }
 
     def read(alias: str, sql: str) -> pl.LazyFrame:
         if shared is None or alias in grouped or "$batch" in sql:
@@ -213,33 +229,17 @@ def read_inputs(
             if alias not in shared:
                 shared[alias] = _read(con, sql, values)
             lf = shared[alias]
-        # an input that a later one reads as `input_<alias>` (DuckDB reducing rows against it)
-        name = f"input_{alias}"
-        if any(name in later for later in list(queries.values())[list(queries).index(alias) + 1 :]):
-            con.register(name, lf.collect().to_arrow())
-            staged.append(name)
+        if alias in staged:
+            con.register(staged[alias], lf.collect().to_arrow())
         return lf
 
     def read_all() -> dict[str, pl.LazyFrame]:
         try:
             return {alias: read(alias, sql) for alias, sql in queries.items()}
         finally:
-            for name in staged:
-                con.unregister(name)
+            for alias in staged:
+                con.unregister(staged[alias])
 
-    # the group's numbers as literals: with $parameters there DuckDB filters the whole input after the fact
-    # (1.3 s against 0.3 s for a fifth of 4.3 M GPU minutes through gpu_minutes()). A query that reduces its
-    # rows places `$node_group` where its minutes are read, since DuckDB does not push a filter on its output
-    # through a join and a GROUP BY down to the scan; any other is wrapped in the filter.
-    where = "true" if batch is None else f"hash(node) % {int(n)} = {int(i)}"
-    queries = {
-        alias: sql.replace(NODE_GROUP, where)
-        if NODE_GROUP in sql
-        else f"SELECT * FROM ({sql}) WHERE {where}"  # noqa: S608 - the module's own INPUTS; the group's numbers are ints
-        if batch is not None and alias in grouped
-        else sql
-        for alias, sql in queries.items()
-    }
     span = getattr(module, "CALENDAR_SQL", None)
     if span is None:
         return read_all()

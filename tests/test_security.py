@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from slurmscope.cli import main
 from slurmscope.db import connect
+from tests.dbhold import held
 from tests.paths import ROOT
 
 ROOT = ROOT
@@ -176,11 +177,15 @@ SQL_INTERPOLATION_ALLOWED: dict[str, set[str]] = {
         "_hour_join('us', 'h')",
         "', '.join((f'CAST({c} AS DOUBLE) AS {c}' for _, c, *_ in GPU_METRICS))",
         "', '.join((f'median({c}) AS {c}' for _, c, *_ in GPU_METRICS))",
-        # the deviations' column lists: `c` and the joins run over GPU_METRICS' column names
+        # the deviations' column lists: `c` and the joins run over GPU_METRICS' column names; the binned
+        # minutes of the nodes a literal condition of the module names
         "c",
         "_GPU_MEDIANS",
         "', '.join((c for _, c, *_ in GPU_METRICS))",
         "', '.join((f'{c} AS fleet_{c}' for _, c, *_ in GPU_METRICS))",
+        "nodes",
+        "_binned_minutes('true')",
+        "_binned_minutes('$node_group')",
     },
     # the gpu_jobs query, a module constant, reused by the batch row count
     "pipelines/efficiency.py": {"GPU_JOBS_SQL"},
@@ -316,28 +321,10 @@ def test_query_opens_the_database_read_only(tmp_path):
 
 
 def test_a_locked_database_is_a_clear_error(tmp_path, monkeypatch):
-    import subprocess
-    import sys
-
     db = tmp_path / "l.duckdb"
     connect(db).close()
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import duckdb,sys,time; c=duckdb.connect(sys.argv[1]); "
-            "print('held', flush=True); time.sleep(60)",
-            str(db),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with held(db):
         monkeypatch.setattr("slurmscope.db.LOCK_WAIT_SECONDS", 1.0)
         res = CliRunner().invoke(main, ["--db", str(db), "status"])
         assert res.exit_code != 0
         assert f"cannot open database {db}" in res.output and "lock" in res.output.lower()
-    finally:
-        holder.kill()
-        holder.wait()

@@ -46,15 +46,20 @@ def params(now: datetime = NOW, start: datetime | None = DAY, tz: str = "UTC", *
     return pipeline_params(conf, Window(start or EPOCH, now, start is None))
 
 
-def fleet_medians(samples: pl.LazyFrame, tz: str, width: float) -> pl.LazyFrame:
-    """The reference for the `gpu_fleet` input: per metric, the Polars median of the minutes with a value in
-    each (cluster, billing day, model, utilisation bin)."""
-    keys = ["cluster", "day", "model", "util_bin"]
-    base = samples.filter(pl.col("util_gpu_mean").is_not_null()).with_columns(
+def binned(samples: pl.LazyFrame, tz: str, width: float) -> pl.LazyFrame:
+    """The minutes with a utilisation, with their billing day and utilisation bin, as drift's SQL reads them."""
+    return samples.filter(pl.col("util_gpu_mean").is_not_null()).with_columns(
         day=local_day(pl.col("minute"), tz),
         util_bin=(pl.col("util_gpu_mean") / width).floor().clip(0, 100.0 / width),
         model=pl.col("model").fill_null(""),
     )
+
+
+def fleet_medians(samples: pl.LazyFrame, tz: str, width: float) -> pl.LazyFrame:
+    """The reference for the `gpu_fleet` input: per metric, the Polars median of the minutes with a value in
+    each (cluster, billing day, model, utilisation bin)."""
+    keys = ["cluster", "day", "model", "util_bin"]
+    base = binned(samples, tz, width)
     out = base.select(keys).unique()
     for _, col, *_ in drift.GPU_METRICS:
         med = base.filter(pl.col(col).is_not_null()).group_by(keys).agg(pl.col(col).cast(pl.Float64).median())
@@ -69,11 +74,7 @@ def deviation_rows(samples: pl.LazyFrame, tz: str, width: float) -> pl.LazyFrame
     keys = ["cluster", "day", "model", "util_bin"]
     gpu = ["cluster", "day", "node", "gpu_uuid", "model"]
     fleet = fleet_medians(samples, tz, width)
-    base = samples.filter(pl.col("util_gpu_mean").is_not_null()).with_columns(
-        day=local_day(pl.col("minute"), tz),
-        util_bin=(pl.col("util_gpu_mean") / width).floor().clip(0, 100.0 / width),
-        model=pl.col("model").fill_null(""),
-    )
+    base = binned(samples, tz, width)
     out = base.select(gpu).unique()
     for _, col, *_ in drift.GPU_METRICS:
         x = base.filter(pl.col(col).is_not_null()).select(
