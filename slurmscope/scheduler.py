@@ -66,7 +66,8 @@ class Service:
 
     `config` lists the clusters served (`Config.clusters`); a job for one cluster runs with that cluster's
     settings. With one cluster the monthly report goes to `report_dir/<month>/`, with several to
-    `report_dir/<month>/<cluster>/` (the layout of `report --cluster all --out report_dir/<month>`).
+    `report_dir/<month>/<cluster>/` (the layout of `report --cluster all --out report_dir/<month>`). A job
+    waits up to `lock_wait_seconds` for another process's hold on the database file.
     """
 
     config: Config
@@ -76,6 +77,7 @@ class Service:
     metrics: bytes = b""
     dirty: set[str] = field(default_factory=set)
     report_dir: Path = Path("reports")
+    lock_wait_seconds: float = LOCK_WAIT_SECONDS
 
     @property
     def clusters(self) -> tuple[str, ...]:
@@ -95,7 +97,7 @@ class Service:
         job waits for it as readers wait for serve; failing at once lost that minute's snapshot.
         """
         with self.lock:
-            con = connect_waiting(self.db_path, read_only=read_only, wait_seconds=LOCK_WAIT_SECONDS)
+            con = connect_waiting(self.db_path, read_only=read_only, wait_seconds=self.lock_wait_seconds)
             try:
                 return fn(con)
             finally:

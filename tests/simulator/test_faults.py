@@ -30,6 +30,7 @@ from slurmscope.config import load_config
 from slurmscope.db import applied_versions, connect, migrations
 from slurmscope.scheduler import Service
 from slurmscope.spool import read_spool_bytes
+from tests.dbhold import held
 from tests.paths import FIXTURES
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z, hour aligned
@@ -262,21 +263,9 @@ def crashes(caplog, kind: str) -> list[logging.LogRecord]:
 def test_serve_job_fails_cleanly_while_another_process_holds_the_database(tmp_path, caplog):
     db = tmp_path / "s.duckdb"
     connect(db).close()
-    service = Service(config=serve_config(tmp_path), db_path=str(db))
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import duckdb, sys; c = duckdb.connect(sys.argv[1]); print('held', flush=True);"
-            " sys.stdin.read()",
-            str(db),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    # a job waits for the holder, then fails: a second here, not the default 30
+    service = Service(config=serve_config(tmp_path), db_path=str(db), lock_wait_seconds=1.0)
+    with held(db):
         caplog.set_level(logging.INFO, logger="slurmscope.serve")
         service.run_collector("sinfo")  # must return, not raise, not hang
         (rec,) = crashes(caplog, "sinfo")
@@ -286,9 +275,6 @@ def test_serve_job_fails_cleanly_while_another_process_holds_the_database(tmp_pa
         service.run_pipelines()  # also refused; stays due for the next slot
         assert service.dirty == {"default"}
         assert any(r.getMessage() == "pipelines of default failed" for r in caplog.records)
-    finally:
-        holder.stdin.close()
-        holder.wait(timeout=30)
     caplog.clear()
     service.dirty = set()
     service.run_collector("sinfo")  # the lock is gone: the next slot just works

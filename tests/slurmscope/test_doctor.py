@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import urllib.error
 from collections import namedtuple
 from email.utils import formatdate
@@ -26,6 +24,7 @@ from slurmscope.config import load_config
 from slurmscope.db import connect, migrations
 from slurmscope.doctor import FAIL, PASS, SKIP, WARN, Ran, Response
 from tests.agent.test_agent import Env
+from tests.dbhold import held
 from tests.paths import FAKES, ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "slurm-22.05"
@@ -236,26 +235,12 @@ def test_database_held_by_a_running_writer_passes_on_permissions(tmp_path):
     """serve holds DuckDB's file lock during a job: doctor must neither wait for it nor call it broken."""
     path = tmp_path / "db.duckdb"
     connect(path).close()
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            f"import duckdb,sys; c=duckdb.connect({str(path)!r}); print('ready', flush=True); sys.stdin.read()",
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "ready"
+    with held(path):
         r = doctor.check_database(str(path))
         assert (r.status, r.detail) == (
             PASS,
             f"{path} is writable and held by a running writer (serve); migration state not read",
         )
-    finally:
-        holder.stdin.close()
-        holder.wait(timeout=30)
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write any file")

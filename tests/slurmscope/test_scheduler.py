@@ -17,6 +17,7 @@ from slurmscope.collectors.registry import active
 
 from slurmscope.config import load_config
 from slurmscope.scheduler import MISFIRE_GRACE_SECONDS, Service, build_scheduler
+from tests.dbhold import held
 
 SLURMSCOPE = [sys.executable, "-m", "slurmscope.cli"]
 
@@ -320,24 +321,9 @@ def test_a_reader_holding_the_file_delays_a_collector_instead_of_losing_its_snap
 
     db = tmp_path / "r.duckdb"
     connect(db).close()
-    reader = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import duckdb,sys,time; c=duckdb.connect(sys.argv[1], read_only=True); "
-            "print('reading', flush=True); time.sleep(1.5); c.close(); time.sleep(60)",
-            str(db),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert reader.stdout.readline().strip() == "reading"
+    with held(db, read_only=True, seconds=1.5):
         service = Service(load_config(env={}), str(db))
         service.with_db(lambda con: con.execute("CREATE TABLE written AS SELECT 1 AS x"))
-    finally:
-        reader.kill()
-        reader.wait()
     con = connect(db, read_only=True)
     assert con.execute("SELECT x FROM written").fetchall() == [(1,)]
     con.close()
