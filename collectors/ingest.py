@@ -490,6 +490,8 @@ def _ingest_slices(
             setting(con, "threads", 1),
             transaction(con),
         ):
+            # into tables empty until now, only what more than one slice printed needs the hook (after_upsert)
+            empty = all(not con.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchall() for table in keys)  # noqa: S608 - HOOK_KEYS names, from code
             fh = _HashingReader(raw)
             parts = module.parse_slices(
                 fh,
@@ -532,7 +534,9 @@ def _ingest_slices(
                 upsert(con, TableSpec("quarantine", ("cluster", "source", "content_sha256", "line_no")), q)
             hook = getattr(module, "after_upsert", None)
             if hook is not None and kept:
-                hook(Parsed(tables={t: pl.concat(v) for t, v in kept.items() if v}))(con)
+                hook(Parsed(tables={t: pl.concat(v) for t, v in kept.items() if v}), slices_into_empty=empty)(
+                    con
+                )
             run.insert(con, status="ok", rows=rows, quarantined=q.height, warning="; ".join(warnings) or None)
     except _Garbage as exc:
         verdict = str(exc)

@@ -705,25 +705,30 @@ def parse_tres_usage_columns(df: pl.DataFrame, src: str, columns: dict[str, str]
     step, so the common case must not be a Python call per row.
     """
     text = pl.col(src)  # unstripped: a string with spaces is not in the printed shape (the scalar reads it)
-    # With a comma in front every entry starts `,name=`: found and counted as a literal, no regex
+    # With a comma in front every entry starts `,name=`: found as a literal, no regex. What follows the
+    # first `,name=` starts with the value, and holds a second `,name=` if the name is there twice.
     lead = pl.col("_tu_lead")
     value_cols = {out: f"_tu_{out}" for out in columns}
-    once = [lead.str.count_matches(f",{name}=", literal=True) <= 1 for name in columns.values()]
+    after = {out: pl.col(f"_tu_after_{out}") for out in columns}
     frame = df.select(pl.col(src), (pl.lit(",") + text).alias("_tu_lead"))
+    frame = frame.with_columns(
+        lead.str.slice(lead.str.find(f",{name}=", literal=True) + len(name) + 2).alias(f"_tu_after_{out}")
+        for out, name in columns.items()
+    ).drop("_tu_lead")
+    once = [
+        after[out].str.contains(f",{name}=", literal=True).not_().fill_null(True)
+        for out, name in columns.items()
+    ]
     frame = frame.with_columns(
         pl.all_horizontal(text.str.contains(_USAGE_STRICT), *once).fill_null(False).alias("_tu_fast"),
         (text.str.len_bytes() > 0).fill_null(False).alias("_tu_some"),
     )
     frame = frame.with_columns(
         pl.when(pl.col("_tu_fast"))
-        .then(
-            lead.str.slice(lead.str.find(f",{name}=", literal=True) + len(name) + 2)
-            .str.splitn(",", 2)
-            .struct.field("field_0")
-        )
+        .then(after[out].str.splitn(",", 2).struct.field("field_0"))
         .alias(value_cols[out])
-        for out, name in columns.items()
-    ).drop("_tu_lead")
+        for out in columns
+    ).drop(*(f"_tu_after_{out}" for out in columns))
     for out, name in columns.items():
         read = parse_cpu_time_columns if name == "cpu" else parse_size_columns
         frame = read(frame, {out: value_cols[out]})
