@@ -40,6 +40,7 @@ from slurmscope.pipelines.common import (
     clip_interval,
     ensure_columns,
     exploded_mig,
+    gpu_key,
     largest_remainder_cents,
     mapped_job_id_raw,
     mig_node_states,
@@ -1299,9 +1300,7 @@ def cost_efficiency(
         .rename({"overlap_seconds": "held"})
         .with_columns(pl.col("held") * pl.col("gpu_fraction"))
     )
-    # one categorical GPU key rather than two strings: a third less CPU for the window's held minutes joined
-    # to its samples (docs/benchmarks.md#fleet-10000-gpus-30-days)
-    gpu = pl.concat_str(["node", "gpu_uuid"], separator="\x1f").cast(pl.Categorical).alias("_gpu")
+    gpu = gpu_key("node", "gpu_uuid").alias("_gpu")
     sampled_minutes = minutes.with_columns(gpu).join(
         samples.with_columns(gpu).drop("node", "gpu_uuid"), on=["_gpu", "minute"], how="left"
     )

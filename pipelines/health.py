@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 import polars as pl
-from slurmscope.pipelines.common import UTC_DT, ensure_columns, with_columns_of
+from slurmscope.pipelines.common import UTC_DT, ensure_columns, gpu_key, with_columns_of
 from slurmscope.pipelines.params import Health, Params
 
 from slurmscope import xid as xids
@@ -360,7 +360,7 @@ def prepare_samples(samples: pl.LazyFrame, h: dict[str, Any]) -> pl.LazyFrame:
     Sorting and windowing on an integer key rather than (node, uuid) strings is what keeps a day of a
     thousand GPUs' minutes fast (docs/benchmarks.md).
     """
-    gid = pl.concat_str(["node", "gpu_uuid"], separator="\x1f").cast(pl.Categorical).to_physical()
+    gid = gpu_key("node", "gpu_uuid").to_physical()
     hw_violation = pl.col("violation_board_limit_seconds").fill_null(0.0) + pl.col(
         "violation_reliability_seconds"
     ).fill_null(0.0)
