@@ -31,7 +31,8 @@ With --slurm2sql, the same jobs are also written with the field list and `;|;` d
 Keeps the lowest wall and the lowest CPU seconds of --repeat runs per step and file, and the highest peak
 RSS; and, per file, each repeat's ingest against the reference run just before it (`x_duckdb_wall_pairs`,
 their medians `x_duckdb_wall_median` and `x_duckdb_cpu_median`): on a shared machine whose speed drifts
-between repeats, the ratio of two minimums can pair a fast moment with a slow one. Goal (issue 14 item 10): ingest <= 2x duckdb_read_csv on both files, peak RSS <= 1 GiB for 1M lines.
+between repeats, the ratio of two minimums can pair a fast moment with a slow one. Goal (issue 14 item
+10): ingest <= 2x duckdb_read_csv on both files, peak RSS <= 1 GiB for 1M lines.
 """
 
 from __future__ import annotations

@@ -534,9 +534,8 @@ def _ingest_slices(
                 upsert(con, TableSpec("quarantine", ("cluster", "source", "content_sha256", "line_no")), q)
             hook = getattr(module, "after_upsert", None)
             if hook is not None and kept:
-                hook(Parsed(tables={t: pl.concat(v) for t, v in kept.items() if v}), slices_into_empty=empty)(
-                    con
-                )
+                keys_loaded = Parsed(tables={t: pl.concat(v) for t, v in kept.items() if v})
+                hook(keys_loaded, slices_into_empty=empty)(con)
             run.insert(con, status="ok", rows=rows, quarantined=q.height, warning="; ".join(warnings) or None)
     except _Garbage as exc:
         verdict = str(exc)

@@ -93,6 +93,17 @@ def gpu_key(*columns: str) -> pl.Expr:
     return pl.concat_str(list(columns), separator="\x1f").cast(pl.Categorical)
 
 
+def with_samples(minutes: pl.LazyFrame, samples: pl.LazyFrame, gpu: tuple[str, ...]) -> pl.LazyFrame:
+    """`minutes` left-joined to the NVML `samples` of the same GPU (the `gpu` columns) and `minute`, on one
+    `gpu_key`: the held minutes of a fleet's window are millions of rows on either side."""
+    key = gpu_key(*gpu).alias("_gpu")
+    return (
+        minutes.with_columns(key)
+        .join(samples.with_columns(key).drop(*gpu), on=["_gpu", "minute"], how="left")
+        .drop("_gpu")
+    )
+
+
 def clip_interval(start: str, end: str, lo: datetime, hi: datetime) -> list[pl.Expr]:
     """[start, end) clipped to [lo, hi); a null end means still running, i.e. up to `hi` (= now)."""
     lo_l, hi_l = pl.lit(lo, dtype=UTC_DT), pl.lit(hi, dtype=UTC_DT)

@@ -40,7 +40,6 @@ from slurmscope.pipelines.common import (
     clip_interval,
     ensure_columns,
     exploded_mig,
-    gpu_key,
     largest_remainder_cents,
     mapped_job_id_raw,
     mig_node_states,
@@ -53,6 +52,7 @@ from slurmscope.pipelines.common import (
     with_columns_of,
     with_rate,
     with_requeued,
+    with_samples,
     with_slice_fractions,
 )
 from slurmscope.pipelines.params import Billing, Params
@@ -1300,11 +1300,7 @@ def cost_efficiency(
         .rename({"overlap_seconds": "held"})
         .with_columns(pl.col("held") * pl.col("gpu_fraction"))
     )
-    gpu = gpu_key("node", "gpu_uuid").alias("_gpu")
-    sampled_minutes = minutes.with_columns(gpu).join(
-        samples.with_columns(gpu).drop("node", "gpu_uuid"), on=["_gpu", "minute"], how="left"
-    )
-    m = with_rate(sampled_minutes.drop("_gpu"), billing)
+    m = with_rate(with_samples(minutes, samples, ("node", "gpu_uuid")), billing)
     sampled = pl.col("util_gpu_mean").is_not_null()
     per_second = pl.col("rate_per_gpu_hour") / 3600.0
     energy = pl.coalesce(

@@ -22,9 +22,9 @@ from slurmscope.pipelines.common import (
     activity_sources,
     attribute_intervals,
     exploded_mig,
-    gpu_key,
     split_buckets,
     with_columns_of,
+    with_samples,
     with_slice_fractions,
 )
 from slurmscope.pipelines.params import Params
@@ -194,21 +194,14 @@ def gpu_minutes(intervals: pl.LazyFrame, samples: pl.LazyFrame, threshold: float
         60,
         out="minute",
     ).rename({"overlap_seconds": "held"})
-    gpu = gpu_key("cluster", "node", "gpu_uuid").alias("_gpu")
-    sampled = samples.with_columns(gpu).drop("cluster", "node", "gpu_uuid")
-    return (
-        m.with_columns(gpu)
-        .join(sampled, on=["_gpu", "minute"], how="left")
-        .drop("_gpu")
-        .with_columns(
-            sampled=pl.col("util_gpu_mean").is_not_null(),
-            idle=pl.col("util_gpu_mean") < threshold,
-            energy=pl.col("energy_joules") * pl.col("held") / 60.0,
-            gpu_held=pl.col("held") * pl.col("gpu_fraction"),
-            slice=slice_,
-            activity=activity(),
-            gpm=(pl.col("activity_source") == "gpm").fill_null(False),
-        )
+    return with_samples(m, samples, ("cluster", "node", "gpu_uuid")).with_columns(
+        sampled=pl.col("util_gpu_mean").is_not_null(),
+        idle=pl.col("util_gpu_mean") < threshold,
+        energy=pl.col("energy_joules") * pl.col("held") / 60.0,
+        gpu_held=pl.col("held") * pl.col("gpu_fraction"),
+        slice=slice_,
+        activity=activity(),
+        gpm=(pl.col("activity_source") == "gpm").fill_null(False),
     )
 
 
