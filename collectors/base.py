@@ -203,8 +203,9 @@ def upsert(con: duckdb.DuckDBPyConnection, spec: TableSpec, df: pl.DataFrame) ->
     return write(con, prepare(spec, df))
 
 
-def write(con: duckdb.DuckDBPyConnection, rows: Rows) -> int:
-    """`upsert` of rows already prepared."""
+def write(con: duckdb.DuckDBPyConnection, rows: Rows, *, new: bool = False) -> int:
+    """`upsert` of rows already prepared; `new`: the caller knows no key of `rows` is stored (a plain INSERT,
+    without the lookup that finds out)."""
     spec, table = rows.spec, rows.table
     if table.num_rows == 0:
         return 0
@@ -228,9 +229,10 @@ def write(con: duckdb.DuckDBPyConnection, rows: Rows) -> int:
     try:
         # a first load (every key new) pays one semi-join and a plain INSERT, not a semi- and an anti-join
         source()
-        stored = con.execute(f"SELECT count(*) FROM _upsert_src s WHERE {exists}").fetchall()[0][0]  # noqa: S608 - as below
-        source()
-        if not stored:
+        if not new:
+            stored = con.execute(f"SELECT count(*) FROM _upsert_src s WHERE {exists}").fetchall()[0][0]  # noqa: S608 - as below
+            source()
+        if new or not stored:
             con.execute(f"INSERT INTO {spec.name} ({col_sql}) SELECT {col_sql} FROM _upsert_src")  # noqa: S608 - as below
             return table.num_rows
         if updates:

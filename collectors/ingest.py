@@ -427,6 +427,7 @@ class _Ready:
     """A parsed slice made ready to write: its rows prepared, and what the end of the load keeps of it."""
 
     rows: tuple[Rows, ...]
+    new: frozenset[str]  # tables whose keys in this slice no earlier slice of the file had
     keys: dict[str, pl.DataFrame]
     clusters: set[str]
     quarantine: pl.DataFrame
@@ -434,14 +435,28 @@ class _Ready:
 
 
 def _ready(
-    parts: Iterator[Parsed], tables: dict[str, TableSpec], keys: dict[str, list[str]]
+    parts: Iterator[Parsed], tables: dict[str, TableSpec], keys: dict[str, list[str]], track: set[str]
 ) -> Iterator[_Ready]:
     """Each slice's Polars work done in the thread that parses ahead, leaving the writing thread (DuckDB's
-    single-threaded insert into keyed tables, the ingest's critical path) only the writes."""
+    single-threaded insert into keyed tables, the ingest's critical path) only the writes.
+
+    For the `track` tables it also says which slices bring only keys no earlier slice had, by the hashes
+    of the keys seen so far: a collision only sends a slice down the upsert's lookup, never a repeated
+    key past it.
+    """
+    seen = {t: pl.Series(dtype=pl.UInt64) for t in track}
     with closing(parts):  # type: ignore[type-var]
         for part in parts:
+            new = set()
+            for t, df in part.tables.items():
+                if t in seen and df.height:
+                    hashes = df.select(tables[t].key).hash_rows()
+                    if not seen[t].is_in(hashes.implode()).any():
+                        new.add(tables[t].name)
+                    seen[t].append(hashes)
             yield _Ready(
                 rows=tuple(prepare(tables[t], df) for t, df in part.tables.items() if df.height),
+                new=frozenset(new),
                 keys={t: df.select(keys[t]).unique() for t, df in part.tables.items() if t in keys},
                 clusters=clusters_of(part),
                 quarantine=part.quarantine,
@@ -490,8 +505,13 @@ def _ingest_slices(
             setting(con, "threads", 1),
             transaction(con),
         ):
-            # into tables empty until now, only what more than one slice printed needs the hook (after_upsert)
-            empty = all(not con.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchall() for table in keys)  # noqa: S608 - HOOK_KEYS names, from code
+            # Into a table empty until now, a slice of keys new to the file needs no lookup of stored keys,
+            # and only what more than one slice printed needs the hook (after_upsert).
+            empty = {
+                t
+                for t, spec in module.TABLES.items()
+                if not con.execute(f"SELECT 1 FROM {spec.name} LIMIT 1").fetchall()  # noqa: S608 - TableSpec names, from code
+            }
             fh = _HashingReader(raw)
             parts = module.parse_slices(
                 fh,
@@ -503,10 +523,10 @@ def _ingest_slices(
                 source=source,
                 workers=PARSE_WORKERS,
             )
-            with closing(ahead(_ready(parts, module.TABLES, keys))) as slices:
+            with closing(ahead(_ready(parts, module.TABLES, keys, empty))) as slices:
                 for part in slices:
                     for prepared in part.rows:
-                        rows += write(con, prepared)
+                        rows += write(con, prepared, new=prepared.spec.name in part.new)
                     for table, df in part.keys.items():
                         kept[table].append(df)
                     clusters |= part.clusters
@@ -535,7 +555,7 @@ def _ingest_slices(
             hook = getattr(module, "after_upsert", None)
             if hook is not None and kept:
                 keys_loaded = Parsed(tables={t: pl.concat(v) for t, v in kept.items() if v})
-                hook(keys_loaded, slices_into_empty=empty)(con)
+                hook(keys_loaded, slices_into_empty=empty.issuperset(keys))(con)
             run.insert(con, status="ok", rows=rows, quarantined=q.height, warning="; ".join(warnings) or None)
     except _Garbage as exc:
         verdict = str(exc)

@@ -539,35 +539,36 @@ def _digits(e: pl.Expr) -> pl.Expr:
     return e.cast(pl.Int64, strict=False)
 
 
-def _cpu_time_fast(df: pl.DataFrame, src: str, out: str) -> pl.DataFrame:
-    """Add `out`: CPU seconds for `MM:SS.mmm` and `[D-]HH:MM:SS` (parse_cpu_time's arithmetic, in its
-    order), else null.
+def _cpu_time_fast(df: pl.DataFrame, columns: dict[str, str]) -> pl.DataFrame:
+    """Add each `out` of {out: src}: CPU seconds for `MM:SS.mmm` and `[D-]HH:MM:SS` (parse_cpu_time's
+    arithmetic, in its order), else null.
 
     The shapes are fixed-width, so with the separators removed the digits are one integer whose decimal
-    places are the fields. In stages: eager Polars would redo the shared integer for every use.
+    places are the fields. In stages, every column in each (eager Polars would redo the shared integer for
+    every use, and one call per stage runs the columns side by side).
     """
-    s = pl.col(src)
-    df = df.with_columns(
-        s.str.replace_many([":", ".", "-"], ["", "", ""]).cast(pl.Int64, strict=False).alias("_cpu_v"),
-        pl.when(s.str.contains(_CPU_FAST_MS))
-        .then(1)
-        .when(s.str.contains(_CPU_FAST_HMS))
-        .then(2)
-        .alias("_cpu_k"),
-    )
-    v, k = pl.col("_cpu_v"), pl.col("_cpu_k")
-    # the fraction as the text `.mmm` read as a float: that is m / 1000 correctly rounded, as Python's
-    # division gives it (Polars divides a column by a constant as a product with its reciprocal, which
-    # is not: 410 * 0.001 is 0.41000000000000003)
-    ms = (v // 100000 * 60 + v // 1000 % 100).cast(pl.Float64) + pl.col(src).str.slice(5, 4).cast(
-        pl.Float64, strict=False
-    )
-    hms = (v // 1000000 * 86400 + v // 10000 % 100 * 3600 + v // 100 % 100 * 60 + v % 100).cast(
-        pl.Float64
-    ) + 0.0
-    return df.with_columns(pl.when(k == 1).then(ms).when(k == 2).then(hms).alias(out)).drop(
-        "_cpu_v", "_cpu_k"
-    )
+    stage = {}
+    for i, src in enumerate(columns.values()):
+        s = pl.col(src)
+        stage[f"_cpu_v{i}"] = s.str.replace_many([":", ".", "-"], ["", "", ""]).cast(pl.Int64, strict=False)
+        stage[f"_cpu_k{i}"] = (
+            pl.when(s.str.contains(_CPU_FAST_MS)).then(1).when(s.str.contains(_CPU_FAST_HMS)).then(2)
+        )
+    df = df.with_columns(**stage)
+    values = {}
+    for i, (out, src) in enumerate(columns.items()):
+        v, k = pl.col(f"_cpu_v{i}"), pl.col(f"_cpu_k{i}")
+        # the fraction as the text `.mmm` read as a float: that is m / 1000 correctly rounded, as Python's
+        # division gives it (Polars divides a column by a constant as a product with its reciprocal, which
+        # is not: 410 * 0.001 is 0.41000000000000003)
+        ms = (v // 100000 * 60 + v // 1000 % 100).cast(pl.Float64) + pl.col(src).str.slice(5, 4).cast(
+            pl.Float64, strict=False
+        )
+        hms = (v // 1000000 * 86400 + v // 10000 % 100 * 3600 + v // 100 % 100 * 60 + v % 100).cast(
+            pl.Float64
+        ) + 0.0
+        values[out] = pl.when(k == 1).then(ms).when(k == 2).then(hms)
+    return df.with_columns(**values).drop(*stage)
 
 
 def _odd_values(df: pl.DataFrame, src: str, out: str) -> pl.Series:
@@ -595,11 +596,11 @@ def parse_cpu_time_columns(df: pl.DataFrame, columns: dict[str, str]) -> pl.Data
     Polars does not share sub-expressions), and rows that leaves null while holding a value through the
     scalar parser (which gives null for text in no shape: the caller quarantines those lines).
     """
-    for out, src in columns.items():
-        if src not in df.columns:
-            df = df.with_columns(pl.lit(None, pl.Float64).alias(out))
-            continue
-        df = _cpu_time_fast(df, src, out)
+    present = {out: src for out, src in columns.items() if src in df.columns}
+    df = _cpu_time_fast(df, present).with_columns(
+        pl.lit(None, pl.Float64).alias(out) for out in columns if out not in present
+    )
+    for out, src in present.items():
         df = _rest(df, src, out, _cpu_time_general)
     return df
 

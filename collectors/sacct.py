@@ -469,7 +469,7 @@ def _split_lines(
     quarantined: list[dict] = []
     odd = lines_df.filter(~pl.col("_good")).select("line_no", "line")
     placeholder = None
-    if odd.height:
+    if odd.height and free_idx is not None:  # without one free-text field no odd line is recovered
         # A recovered line is rewritten with its free-text delimiters masked, then split with all the others
         # in file order (steps must follow their job); a character absent from the slice does the masking.
         placeholder = next(
@@ -1101,12 +1101,8 @@ def _typed(
         pl.when(is_het).then(pl.col("_het_id")).alias("het_job_id"),
         pl.when(is_het).then(pl.col("_het_off")).cast(pl.Int32, strict=False).alias("het_job_offset"),
     )
-    base = parse_time_columns(
-        base,
-        {"submit_time": "submit", "start_time": "start", "end_time": "end", "eligible_time": "eligible"},
-        tz,
-    )
-    base = parse_duration_columns(base, {"elapsed_seconds": "elapsed", "timelimit_seconds": "timelimit"})
+    base = parse_time_columns(base, {"submit_time": "submit", "start_time": "start", "end_time": "end"}, tz)
+    base = parse_duration_columns(base, {"elapsed_seconds": "elapsed"})
     mapped = []
     if tres_field:
         mapped.append(
@@ -1122,12 +1118,6 @@ def _typed(
     if "exitcode" in has:
         mapped.append(
             _map_unique(base["exitcode"], _exit_info, ["exit_code", "signal"], [pl.Int32, pl.Int32])
-        )
-    if "flags" in has:
-        mapped.append(_map_unique(base["flags"], _sched_by, ["sched_by"], [pl.String]))
-    if "reqmem" in has:
-        mapped.append(
-            _map_unique(base["reqmem"], _mem_info, ["_mem_mb", "_mem_scope"], [pl.Float64, pl.String])
         )
     base = base.rename({c: f"_in_{c}" for c in ("state", "flags") if c in base.columns})
     if mapped:
@@ -1285,11 +1275,9 @@ def _typed(
         for c, v in step_only.items()
     }
 
-    typed = base.with_columns(**common, **job_only).with_columns(
-        **{f"_step_{c}": v for c, v in step_only.items()}
-    )
+    typed = base.with_columns(**common).with_columns(**{f"_step_{c}": v for c, v in step_only.items()})
     # A PENDING attempt holds no allocation, but sacct 22.05 may print the previous attempt's AllocTRES and
-    # Flags on a requeued job that waits again: never count GPUs or a scheduler for it.
+    # Flags on a requeued job that waits again: never count GPUs or a scheduler (_job_columns) for it.
     pending = pl.col("state") == "PENDING"
     fix = {
         c: pl.when(pending).then(v).otherwise(pl.col(c))
@@ -1297,7 +1285,6 @@ def _typed(
             ("gpus", pl.lit(0, pl.Int32)),
             ("mig_slices", pl.lit(0, pl.Int32)),
             ("gpu_type", pl.lit(None, pl.String)),
-            ("sched_by", pl.lit(None, pl.String)),
         )
         if c in typed.columns
     }
@@ -1407,7 +1394,6 @@ def _typed(
         "het_job_id",
         "het_job_offset",
         *[c for c in common if c != "cluster"],
-        *job_only,
     ]
     step_cols = [
         "cluster",
@@ -1418,14 +1404,21 @@ def _typed(
         *[c for c in common if c != "cluster"],
         *[f"_step_{c}" for c in step_only],
     ]
+    # What only job lines store is read from job lines only (a step prints no Eligible, Timelimit, Flags,
+    # ReqMem, User, ...): these text columns stay until the split.
+    job_sources = {"eligible", "timelimit", "_in_flags", "reqmem"}.union(
+        *(e.meta.root_names() for e in job_only.values())
+    )
+    job_inputs = [c for c in typed.columns if c in job_sources]
     # Keep only the output columns before filtering, so the raw text columns are freed, not copied.
-    keep = [c for c in dict.fromkeys(job_cols + step_cols) if c not in ("job_id", "step_id")]
+    keep = [c for c in dict.fromkeys(job_cols + step_cols + job_inputs) if c not in ("job_id", "step_id")]
     typed = typed.select(
         *keep, "_is_step", "_reason", pl.col("_jobid").alias("job_id"), pl.col("_step").alias("step_id")
     )
     del base, df
     ok = pl.col("_reason").is_null()
-    jobs = typed.filter(ok & ~pl.col("_is_step")).select(list(dict.fromkeys(job_cols)))
+    jobs = _job_columns(typed.filter(ok & ~pl.col("_is_step")), job_only, has, tz)
+    jobs = jobs.select(list(dict.fromkeys(job_cols + list(job_only))))
     steps = (
         typed.filter(ok & pl.col("_is_step"))
         .select(list(dict.fromkeys(step_cols)))
@@ -1433,6 +1426,28 @@ def _typed(
     )
     del typed
     return jobs, steps, tail, orphans
+
+
+def _job_columns(jobs: pl.DataFrame, job_only: dict[str, pl.Expr], has: set[str], tz) -> pl.DataFrame:
+    """The columns only the jobs table has, typed on the job lines alone (three in four lines are steps)."""
+    jobs = parse_time_columns(jobs, {"eligible_time": "eligible"} if "eligible" in has else {}, tz)
+    jobs = parse_duration_columns(jobs, {"timelimit_seconds": "timelimit"} if "timelimit" in has else {})
+    mapped = []
+    if "flags" in has:
+        mapped.append(_map_unique(jobs["_in_flags"], _sched_by, ["sched_by"], [pl.String]))
+    if "reqmem" in has:
+        mapped.append(
+            _map_unique(jobs["reqmem"], _mem_info, ["_mem_mb", "_mem_scope"], [pl.Float64, pl.String])
+        )
+    if mapped:
+        jobs = pl.concat([jobs, *mapped], how="horizontal")
+    jobs = jobs.with_columns(**job_only)
+    if "sched_by" in jobs.columns and "state" in jobs.columns:  # the PENDING rule of _typed
+        pending = pl.col("state") == "PENDING"
+        jobs = jobs.with_columns(
+            pl.when(pending).then(pl.lit(None, pl.String)).otherwise(pl.col("sched_by")).alias("sched_by")
+        )
+    return jobs
 
 
 # ----------------------------------------------------------------------------------------- attempts

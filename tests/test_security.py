@@ -91,8 +91,8 @@ SQL_INTERPOLATION_ALLOWED: dict[str, set[str]] = {
     },
     # upsert: table name from the collectors' TableSpec constants; columns double-quoted by _quote
     "collectors/base.py": {"_quote(c)", "col_sql", "exists", "key_sql", "match", "set_sql", "spec.name"},
-    # whether the tables the after_upsert hook reads held rows before a load: names from the module's HOOK_KEYS
-    "collectors/ingest.py": {"table"},
+    # whether the tables a load writes held rows before it: names from the module's TableSpec constants
+    "collectors/ingest.py": {"spec.name"},
     # column lists from the module's SCHEMAS constants; the key and minute-range filters are module literals
     "collectors/nvml.py": {
         "', '.join(_JOB_COLS)",

@@ -144,6 +144,32 @@ def test_ingest_in_tiny_slices_stores_what_one_slice_stores(tmp_path, monkeypatc
         assert {(12, 1), (12, 2), (13, 1), (13, 2)} <= attempts
 
 
+def test_attempts_printed_twice_in_one_file_load_once_into_an_empty_store(tmp_path, monkeypatch):
+    """Overlapping windows appended to one file: a slice of keys new to the file skips the lookup of stored
+    keys, a slice repeating earlier ones is upserted, and the store holds what one printing gives."""
+    data = (FIX / CAPTURES["live"][0]).read_bytes()
+    (tmp_path / "once").mkdir()
+    (tmp_path / "twice").mkdir()
+    once, twice = tmp_path / "once" / "sacct.txt", tmp_path / "twice" / "sacct.txt"
+    once.write_bytes(data)
+    twice.write_bytes(data + data[data.index(b"\n") + 1 :])
+    assert _ingest(tmp_path / "once.duckdb", once, "--delimiter", "\x1f").exit_code == 0
+    monkeypatch.setattr(sacct, "SLICE_BYTES", 1)
+    monkeypatch.setattr(sacct, "SLICE_SEEK_LINES", 0)
+    calls = []
+    real = base.write
+
+    def spy(con, rows, **kw):
+        calls.append(kw.get("new", False))
+        return real(con, rows, **kw)
+
+    monkeypatch.setattr("slurmscope.collectors.ingest.write", spy)
+    assert _ingest(tmp_path / "twice.duckdb", twice, "--delimiter", "\x1f").exit_code == 0
+    expected, got = _dump(tmp_path / "once.duckdb"), _dump(tmp_path / "twice.duckdb")
+    assert (got["jobs"], got["job_steps"]) == (expected["jobs"], expected["job_steps"])
+    assert True in calls and False in calls  # the first printing skipped the lookup, the second did not
+
+
 def test_a_crash_between_slices_leaves_nothing_half_loaded(tmp_path, monkeypatch):
     """The transaction is the unit: the slices already upserted are rolled back with the run."""
     path = FIX / CAPTURES["live"][0]
@@ -152,11 +178,11 @@ def test_a_crash_between_slices_leaves_nothing_half_loaded(tmp_path, monkeypatch
     calls = []
     real = base.write
 
-    def crash_on_the_fifth(con, rows):
+    def crash_on_the_fifth(con, rows, **kw):
         calls.append(rows.spec.name)
         if len(calls) == 5:
             raise RuntimeError("killed")
-        return real(con, rows)
+        return real(con, rows, **kw)
 
     monkeypatch.setattr("slurmscope.collectors.ingest.write", crash_on_the_fifth)
     with pytest.raises(RuntimeError, match="killed"):
