@@ -227,12 +227,12 @@ def write(con: duckdb.DuckDBPyConnection, rows: Rows, *, new: bool = False) -> i
     match = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in spec.key)
     exists = f"EXISTS (SELECT 1 FROM {spec.name} t WHERE {match})"  # noqa: S608 - table (TableSpec) and quoted column names from code, never input
     try:
-        # a first load (every key new) pays one semi-join and a plain INSERT, not a semi- and an anti-join
-        source()
+        # a first load (every key new) pays at most one semi-join and a plain INSERT, not a semi- and an anti-join
         if not new:
-            stored = con.execute(f"SELECT count(*) FROM _upsert_src s WHERE {exists}").fetchall()[0][0]  # noqa: S608 - as below
             source()
-        if new or not stored:
+            new = not con.execute(f"SELECT count(*) FROM _upsert_src s WHERE {exists}").fetchall()[0][0]  # noqa: S608 - as below
+        source()
+        if new:
             con.execute(f"INSERT INTO {spec.name} ({col_sql}) SELECT {col_sql} FROM _upsert_src")  # noqa: S608 - as below
             return table.num_rows
         if updates:

@@ -426,8 +426,7 @@ def ahead(items: Iterator[T]) -> Iterator[T]:
 class _Ready:
     """A parsed slice made ready to write: its rows prepared, and what the end of the load keeps of it."""
 
-    rows: tuple[Rows, ...]
-    new: frozenset[str]  # tables whose keys in this slice no earlier slice of the file had
+    rows: tuple[tuple[Rows, bool], ...]  # each with whether no earlier slice of the file had any of its keys
     keys: dict[str, pl.DataFrame]
     clusters: set[str]
     quarantine: pl.DataFrame
@@ -445,18 +444,21 @@ def _ready(
     key past it.
     """
     seen = {t: pl.Series(dtype=pl.UInt64) for t in track}
+
+    def new_keys(t: str, df: pl.DataFrame) -> bool:
+        if t not in seen:
+            return False
+        hashes = df.select(tables[t].key).hash_rows()
+        new = not seen[t].is_in(hashes.implode()).any()
+        seen[t].append(hashes)
+        return new
+
     with closing(parts):  # type: ignore[type-var]
         for part in parts:
-            new = set()
-            for t, df in part.tables.items():
-                if t in seen and df.height:
-                    hashes = df.select(tables[t].key).hash_rows()
-                    if not seen[t].is_in(hashes.implode()).any():
-                        new.add(tables[t].name)
-                    seen[t].append(hashes)
             yield _Ready(
-                rows=tuple(prepare(tables[t], df) for t, df in part.tables.items() if df.height),
-                new=frozenset(new),
+                rows=tuple(
+                    (prepare(tables[t], df), new_keys(t, df)) for t, df in part.tables.items() if df.height
+                ),
                 keys={t: df.select(keys[t]).unique() for t, df in part.tables.items() if t in keys},
                 clusters=clusters_of(part),
                 quarantine=part.quarantine,
@@ -525,8 +527,8 @@ def _ingest_slices(
             )
             with closing(ahead(_ready(parts, module.TABLES, keys, empty))) as slices:
                 for part in slices:
-                    for prepared in part.rows:
-                        rows += write(con, prepared, new=prepared.spec.name in part.new)
+                    for prepared, new in part.rows:
+                        rows += write(con, prepared, new=new)
                     for table, df in part.keys.items():
                         kept[table].append(df)
                     clusters |= part.clusters

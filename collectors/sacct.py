@@ -1406,9 +1406,7 @@ def _typed(
     ]
     # What only job lines store is read from job lines only (a step prints no Eligible, Timelimit, Flags,
     # ReqMem, User, ...): these text columns stay until the split.
-    job_sources = {"eligible", "timelimit", "_in_flags", "reqmem"}.union(
-        *(e.meta.root_names() for e in job_only.values())
-    )
+    job_sources = JOB_PARSED.union(*(e.meta.root_names() for e in job_only.values()))
     job_inputs = [c for c in typed.columns if c in job_sources]
     # Keep only the output columns before filtering, so the raw text columns are freed, not copied.
     keep = [c for c in dict.fromkeys(job_cols + step_cols + job_inputs) if c not in ("job_id", "step_id")]
@@ -1426,6 +1424,10 @@ def _typed(
     )
     del typed
     return jobs, steps, tail, orphans
+
+
+# The text columns _job_columns parses itself (the job_only expressions name the rest).
+JOB_PARSED = frozenset({"eligible", "timelimit", "_in_flags", "reqmem"})
 
 
 def _job_columns(jobs: pl.DataFrame, job_only: dict[str, pl.Expr], has: set[str], tz) -> pl.DataFrame:
