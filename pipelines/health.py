@@ -44,6 +44,13 @@ MART_TABLES: dict[str, str | None] = {
 LOOKBACK = "INTERVAL 1 DAY"
 MAX_LOOKBACK_SECONDS = 86400
 """Events and samples are read this far before the window: every time window of the rules is capped to it."""
+WHOLE = "to_microseconds(CAST($health_whole_us AS BIGINT))"
+SAMPLE_COLUMNS = """node, gpu_uuid, minute, gpu_index, model, temp_gpu_max_celsius, throttle_seconds,
+               ecc_uncorrected_delta, ecc_uncorrected_total, remapped_pending, remapped_failed,
+               remapped_uncorrectable, retired_pages_sbe, retired_pages_dbe, retired_pages_pending,
+               nvlink_crc_flit_delta, nvlink_crc_data_delta, nvlink_replay_delta, nvlink_recovery_delta,
+               pcie_replay_delta, pcie_link_gen, pcie_link_width, violation_board_limit_seconds,
+               violation_reliability_seconds"""
 
 # Unlike the window's half-open [start, end), the instant `end` itself (the run's `now`) is judged too: a sinfo
 # snapshot taken at the very instant of the run is the newest state there is.
@@ -69,14 +76,23 @@ INPUTS: dict[str, str] = {
         SELECT snapshot_time, node, max(state) AS state, max(state_flags) AS state_flags, max(reason) AS reason,
                max(gpus_total) AS gpus_total
         FROM s WHERE node IN (SELECT node FROM multi) GROUP BY snapshot_time, node""",
+    # Every minute from shortly before the window (Health.whole_minutes_seconds: what events, throttling and
+    # the latest sample read); from the rest of the look-back only the first and last minute of each unchanged
+    # run of a GPU's uncorrectable remap count, and its last minute there. That keeps the remap window's
+    # minimum and each GPU's last sample as they are, at a fraction of the minutes.
     "samples": f"""
-        SELECT node, gpu_uuid, minute, gpu_index, model, temp_gpu_max_celsius, throttle_seconds,
-               ecc_uncorrected_delta, ecc_uncorrected_total, remapped_pending, remapped_failed,
-               remapped_uncorrectable, retired_pages_sbe, retired_pages_dbe, retired_pages_pending,
-               nvlink_crc_flit_delta, nvlink_crc_data_delta, nvlink_replay_delta, nvlink_recovery_delta,
-               pcie_replay_delta, pcie_link_gen, pcie_link_width, violation_board_limit_seconds,
-               violation_reliability_seconds
-        FROM gpu_minutes($cluster, $start - {LOOKBACK}, $end + INTERVAL 1 MICROSECOND)""",  # noqa: S608 - LOOKBACK is a module constant; values are $parameters
+        SELECT {SAMPLE_COLUMNS}
+        FROM gpu_minutes($cluster, $start - {WHOLE}, $end + INTERVAL 1 MICROSECOND)
+        WHERE $node_group
+        UNION ALL
+        SELECT {SAMPLE_COLUMNS} FROM (
+            SELECT *, lag(remapped_uncorrectable) OVER w AS _before,
+                   lead(remapped_uncorrectable) OVER w AS _after, lead(minute) OVER w AS _next
+            FROM gpu_minutes($cluster, $start - {LOOKBACK}, $start - {WHOLE})
+            WHERE $node_group
+            WINDOW w AS (PARTITION BY node, gpu_uuid ORDER BY minute))
+        WHERE _next IS NULL OR _before IS DISTINCT FROM remapped_uncorrectable
+           OR _after IS DISTINCT FROM remapped_uncorrectable""",  # noqa: S608 - module constants; values are $parameters
     "events": f"""
         SELECT node, gpu_uuid, event_time, event_type, xid FROM gpu_events
         WHERE cluster = $cluster AND event_time >= $start - {LOOKBACK} AND event_time <= $end
@@ -99,7 +115,7 @@ ENGINE = "in-memory"
 peak memory (its as-of joins and rolling windows fall back to it piecewise; docs/benchmarks.md#fleet)."""
 
 BATCH_ROWS_SQL = f"""
-    SELECT count(*) FROM gpu_minutes($cluster, $start - {LOOKBACK}, $end + INTERVAL 1 MICROSECOND)"""  # noqa: S608 - LOOKBACK is a module constant; values are $parameters
+    SELECT count(*) FROM gpu_minutes($cluster, $start - {WHOLE}, $end + INTERVAL 1 MICROSECOND)"""  # noqa: S608 - WHOLE is a module constant; values are $parameters
 BATCH_ROWS = 1_000_000
 """NVML minutes judged at once: every rule is per node, so a fleet's window runs per group of nodes (about 1 GiB
 of verdict grid per million minutes), which bounds memory by this rather than by the fleet's size."""

@@ -89,6 +89,14 @@ class Health:
     remap_growth_rows: int
     remap_window_seconds: float
 
+    def whole_minutes_seconds(self) -> float:
+        """How far before a window health reads every NVML minute: a verdict at or after the window's start
+        reads events (event window) and the latest sample's throttling (sample age + throttle window) from
+        no earlier, and ten minutes more keep the counter rises of those minutes exact. The rest of the
+        one-day look-back only feeds the remap window and each GPU's last sample (pipelines/health.py)."""
+        recent = max(self.event_window_seconds, self.sample_max_age_seconds + self.throttle_window_seconds)
+        return min(float(recent) + 600.0, 86400.0)
+
 
 SECTIONS: dict[str, type] = {
     "billing": Billing,
@@ -138,6 +146,7 @@ class Params:
             "start_date": self.start_date,
             "start_month": self.start_month,
             "util_bin_percent": float(self.drift.util_bin_percent),
+            "health_whole_us": int(self.health.whole_minutes_seconds() * 1e6),
         }
 
 

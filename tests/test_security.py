@@ -191,7 +191,11 @@ SQL_INTERPOLATION_ALLOWED: dict[str, set[str]] = {
     },
     # the gpu_jobs query, a module constant, reused by the batch row count
     "pipelines/efficiency.py": {"GPU_JOBS_SQL"},
-    "pipelines/health.py": {"LOOKBACK"},  # "INTERVAL 1 DAY"
+    "pipelines/health.py": {
+        "LOOKBACK",
+        "WHOLE",
+        "SAMPLE_COLUMNS",
+    },  # an interval, a $parameter's, a column list
     # a column list literal; an int constant; the constant GPU fault event types; a filter built from constant
     # state sets
     "pipelines/reliability.py": {

@@ -40,4 +40,6 @@ def test_built_from_the_config_and_the_window():
         "start_date": date(2026, 3, 2),
         "start_month": date(2026, 3, 1),
         "util_bin_percent": 10.0,
+        # the 1 h event window (longer than 15 min sample age + 15 min throttle window) and 10 minutes
+        "health_whole_us": 4_200_000_000,
     }
