@@ -41,6 +41,11 @@ MART_TABLES: dict[str, str | None] = {
     "mart_gpu_health": "valid_until",
 }
 
+# The marts are runs of instants windowed on valid_until, and any instant is judged alike (the runs that began
+# before the window continue from their stored rows): an incremental run judges from where the last one left
+# off, not from its billing day's midnight, which would judge most of a day twice.
+WHOLE_DAYS = False
+
 LOOKBACK = "INTERVAL 1 DAY"
 MAX_LOOKBACK_SECONDS = 86400
 """Events and samples are read this far before the window: every time window of the rules is capped to it."""

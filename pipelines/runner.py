@@ -15,6 +15,8 @@ Pipeline module contract (see docs/pipelines.md):
     optional: WIDEN_SQL: str  # a SELECT of one DATE (billing-zone day) the window must start at or before
     optional: CALENDAR_SQL: str  # a SELECT of the first and last instant the INPUTS cut into billing days
     optional: ENGINE: str  # Polars engine that collects the outputs ("streaming" where not set)
+    optional: WHOLE_DAYS: bool  # False: an incremental window starts where it is asked to, not at the
+                                         #   midnight of its billing day (marts of instants, not of days)
     optional: BATCH_ROWS_SQL: str, BATCH_ROWS: int  # a SELECT of one count; above BATCH_ROWS the pipeline
                                          #   runs per group of nodes (the inputs filtered have a `node`
                                          #   column; without `combine`, compute treats nodes independently)
@@ -341,7 +343,9 @@ def run_pipeline(
                 False,
                 window.now,
             )
-    if not window.full:  # whole billing days: a day is deleted and rebuilt from its midnight
+    if not window.full and getattr(
+        module, "WHOLE_DAYS", True
+    ):  # a day is deleted and rebuilt from its midnight
         local = window.start.astimezone(tz)
         window = Window(
             datetime(local.year, local.month, local.day, tzinfo=tz).astimezone(UTC),
