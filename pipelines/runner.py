@@ -343,9 +343,8 @@ def run_pipeline(
                 False,
                 window.now,
             )
-    if not window.full and getattr(
-        module, "WHOLE_DAYS", True
-    ):  # a day is deleted and rebuilt from its midnight
+    # Whole billing days: a day is deleted and rebuilt from its midnight (not for the marts of instants).
+    if not window.full and getattr(module, "WHOLE_DAYS", True):
         local = window.start.astimezone(tz)
         window = Window(
             datetime(local.year, local.month, local.day, tzinfo=tz).astimezone(UTC),
