@@ -21,8 +21,10 @@ Steps (`all` runs them in this order, each measured on its own):
   DO UPDATE (the loader before 0021).
 - `pipelines` (b): the pipelines that read NVML minutes (cost, efficiency, drift, health), incremental, as
   serve runs them once a day: the last good run of each is set to one day before the end, a midnight, so
-  the window starts `pipelines.incremental_margin_seconds` before it, i.e. at the midnight before: two days
-  (and each pipeline's own look-back), in a child process (peak RSS). Every spool file's run carries the
+  the window starts `pipelines.incremental_margin_seconds` before it, i.e. at the midnight before for the
+  pipelines of days: two days (health, whose marts are of instants, starts there: a day and the margin),
+  and each pipeline's own look-back, in a child process (peak RSS). `--last-run-minutes M` sets the last
+  run M minutes after that midnight instead: with M at least the margin, every window is the last day. Every spool file's run carries the
   minute it holds as its window, as the collector records it, so no file counts as late. Run once on the minutes, once more after `retention`.
 - `retention`: `slurmscope.retention.run_retention` keeping `--keep-days` of minutes (a benchmark override:
   the config's minimum is 7 days), every older hour rolled up in its own transaction, then checkpointed, in a
@@ -384,6 +386,7 @@ def pipelines_child(args: argparse.Namespace) -> dict[str, Any]:
     from slurmscope.pipelines import runner
 
     end = _end(args)
+    last = end - timedelta(days=1) + timedelta(minutes=args.last_run_minutes)
     con = _connect(_db(args))
     try:
         con.execute("DELETE FROM pipeline_runs WHERE cluster = ?", [CLUSTER])
@@ -391,7 +394,7 @@ def pipelines_child(args: argparse.Namespace) -> dict[str, Any]:
             con.execute(
                 "INSERT INTO pipeline_runs (cluster, pipeline, run_at, window_start, window_end, rows, status)"
                 " VALUES (?, ?, ?, ?, ?, 0, 'ok')",
-                [CLUSTER, name, end - timedelta(days=1), START, end - timedelta(days=1)],
+                [CLUSTER, name, last, START, last],
             )
         reads: dict[str, int] = {}
         read = runner._read
@@ -433,6 +436,7 @@ def pipelines(args: argparse.Namespace) -> dict[str, Any]:
     common = ["--gpus", str(args.gpus), "--days", str(args.days), "--workdir", args.workdir]
     common += ["--sinfo-seconds", str(args.sinfo_seconds), "--duckdb-memory", args.duckdb_memory]
     common += ["--count-reads"] if args.count_reads else []
+    common += ["--last-run-minutes", str(args.last_run_minutes)]
     if not args.each:
         return in_child("benchmarks.fleet", *common, "--only", args.only, "--child", "pipelines")
     each = {
@@ -619,6 +623,12 @@ def main() -> None:
     ap.add_argument("--count-reads", action="store_true", help="count the minute rows each pipeline reads")
     ap.add_argument("--only", default=",".join(GPU_PIPELINES), help="pipelines of the pipelines step")
     ap.add_argument("--each", action="store_true", help="each pipeline in its own process")
+    ap.add_argument(
+        "--last-run-minutes",
+        type=int,
+        default=0,
+        help="the pipelines' last run, in minutes after the midnight one day before the end",
+    )
     ap.add_argument("--duckdb-memory", default="", help="DuckDB memory_limit ('': DuckDB's 80%% of RAM)")
     ap.add_argument(
         "--step",
