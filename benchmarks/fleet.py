@@ -24,8 +24,9 @@ Steps (`all` runs them in this order, each measured on its own):
   the window starts `pipelines.incremental_margin_seconds` before it, i.e. at the midnight before for the
   pipelines of days: two days (health, whose marts are of instants, starts there: a day and the margin),
   and each pipeline's own look-back, in a child process (peak RSS). `--last-run-minutes M` sets the last
-  run M minutes after that midnight instead: with M at least the margin, every window is the last day. Every spool file's run carries the
-  minute it holds as its window, as the collector records it, so no file counts as late. Run once on the minutes, once more after `retention`.
+  run M minutes after that midnight instead: with M at least the margin, every window is the last day.
+  Every spool file's run carries the minute it holds as its window, as the collector records it, so no file
+  counts as late. Run once on the minutes, once more after `retention`.
 - `retention`: `slurmscope.retention.run_retention` keeping `--keep-days` of minutes (a benchmark override:
   the config's minimum is 7 days), every older hour rolled up in its own transaction, then checkpointed, in a
   child process (its CPU seconds and peak RSS).

@@ -19,7 +19,7 @@ from typing import Any
 
 import polars as pl
 from slurmscope.pipelines.common import UTC_DT, ensure_columns, gpu_key, with_columns_of
-from slurmscope.pipelines.params import Health, Params
+from slurmscope.pipelines.params import HEALTH_LOOKBACK_SECONDS, Health, Params
 
 from slurmscope import xid as xids
 from slurmscope.slurm_states import (
@@ -47,7 +47,7 @@ MART_TABLES: dict[str, str | None] = {
 WHOLE_DAYS = False
 
 LOOKBACK = "INTERVAL 1 DAY"
-MAX_LOOKBACK_SECONDS = 86400
+MAX_LOOKBACK_SECONDS = HEALTH_LOOKBACK_SECONDS
 """Events and samples are read this far before the window: every time window of the rules is capped to it."""
 WHOLE = "to_microseconds(CAST($health_whole_us AS BIGINT))"
 SAMPLE_COLUMNS = """node, gpu_uuid, minute, gpu_index, model, temp_gpu_max_celsius, throttle_seconds,

@@ -74,6 +74,10 @@ class Fairshare:
     algorithm: str
 
 
+HEALTH_LOOKBACK_SECONDS = 86400
+"""How far before its window health reads events and samples (pipelines/health.py caps every window to it)."""
+
+
 @dataclass(frozen=True)
 class Health:
     event_window_seconds: float
@@ -95,7 +99,7 @@ class Health:
         no earlier, and ten minutes more keep the counter rises of those minutes exact. The rest of the
         one-day look-back only feeds the remap window and each GPU's last sample (pipelines/health.py)."""
         recent = max(self.event_window_seconds, self.sample_max_age_seconds + self.throttle_window_seconds)
-        return min(float(recent) + 600.0, 86400.0)
+        return min(float(recent) + 600.0, float(HEALTH_LOOKBACK_SECONDS))
 
 
 SECTIONS: dict[str, type] = {

@@ -13,13 +13,10 @@ from datetime import timedelta
 
 from slurmscope.pipelines import health, runner
 
-MARTS = ("mart_node_health", "mart_gpu_health")
+from tests.pipelines.test_runner_batches import _marts
+
 H = timedelta(hours=1)
 M = timedelta(minutes=1)
-
-
-def _marts(con) -> dict[str, list[tuple]]:
-    return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in MARTS}  # noqa: S608 - fixed mart names
 
 
 def _runs(con, gpu, reason) -> list[tuple]:
@@ -33,8 +30,8 @@ def _runs(con, gpu, reason) -> list[tuple]:
 def test_an_incremental_run_reading_the_look_back_compactly_equals_a_full_rebuild(demo):
     con, now = demo.con, demo.now
     cfg = demo.cfg.with_overrides(health={"remap_window_seconds": 12 * 3600})
-    # The demo's GPU minutes cover its last day; the same minutes a day earlier give the window (that day,
-    # an incremental run starts at a midnight) its whole look-back.
+    # The demo's GPU minutes cover its last day, the window; the same minutes a day earlier give it its whole
+    # look-back.
     start = now - 24 * H
     assert con.execute("SELECT min(minute) FROM gpu_samples").fetchone()[0] >= start
     con.execute(
